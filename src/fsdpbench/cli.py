@@ -1,0 +1,71 @@
+"""The one entry point: ``fsdpbench <subcommand>``.
+
+Each subcommand lives in its own module, which exposes ``add_arguments(parser)`` and
+``main(args) -> int``. Only the chosen subcommand's module is imported, so ``fsdpbench analyze``
+never pays for (or needs) torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from fsdpbench import __version__
+from fsdpbench.errors import FsdpbenchError
+
+# name → (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("fsdpbench.commands.run", "run one arm (one or more rounds) and summarise it"),
+    "ab": ("fsdpbench.commands.ab", "interleaved A/B benchmark of several arms, with verdict and report"),
+    "sweep": ("fsdpbench.commands.sweep", "a grid of ab runs from a TOML file, with an index report"),
+    "model": ("fsdpbench.commands.model", "parameters, FLOPs, memory and comm bytes of the workload"),
+    "analyze": ("fsdpbench.commands.analyze", "overlap, collectives, ops and syncs from profiler traces"),
+    "diff": ("fsdpbench.commands.diff", "compare two profiles: differences, findings, what-if estimates"),
+    "report": ("fsdpbench.commands.report", "write report.md and a self-contained report.html for a run"),
+}
+
+
+def build_parser(chosen: str | None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``chosen`` gets its full argument list."""
+    parser = argparse.ArgumentParser(prog="fsdpbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"fsdpbench {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv``, run the subcommand, and turn known errors into one line and an exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if a in SUBCOMMANDS), None)
+    parser = build_parser(chosen)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(importlib.import_module(SUBCOMMANDS[args.command][0]).main(args) or 0)
+    except FsdpbenchError as exc:
+        print(f"fsdpbench {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (ValueError, FileNotFoundError) as exc:
+        if args.verbose:
+            raise
+        print(f"fsdpbench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fsdpbench {args.command}: interrupted; results written so far are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

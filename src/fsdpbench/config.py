@@ -1,0 +1,329 @@
+"""Configuration dataclasses: the model shape, one arm, and a whole run.
+
+Torch-free on purpose: the CLI, the launcher and the analysis side import this module.
+Values are resolved in this order (later wins): preset → TOML file → study environment names
+(``SEQ_LEN``, ``NUM_LAYERS``, ``ENABLE_PROFILER``, ``PREFETCH``) → command-line flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from fsdpbench.errors import ConfigError
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """Shape of the Qwen3.5-MoE text model (field names follow transformers' ``Qwen3_5MoeTextConfig``).
+
+    Defaults are Qwen3.5-35B-A3B exactly (reference/qwen35_arch.md §1).
+    """
+
+    vocab_size: int = 248320
+    hidden_size: int = 2048
+    num_hidden_layers: int = 40
+    full_attention_interval: int = 4
+    """Layer i is full attention iff (i + 1) % interval == 0; the others are Gated DeltaNet."""
+    # gated full attention
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 2
+    head_dim: int = 256
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10_000_000.0
+    # Gated DeltaNet
+    linear_num_key_heads: int = 16
+    linear_num_value_heads: int = 32
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_conv_kernel_dim: int = 4
+    gdn_chunk_size: int = 64
+    """Chunk length of the chunked Gated DeltaNet; sequences are padded up to a multiple internally."""
+    # MoE (every layer)
+    num_experts: int = 256
+    num_experts_per_tok: int = 8
+    moe_intermediate_size: int = 512
+    shared_expert_intermediate_size: int = 512
+    norm_topk_prob: bool = True
+    # misc
+    rms_norm_eps: float = 1e-6
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = False
+    loss_chunk_size: int = 2048
+    """Tokens per chunk of the chunked cross-entropy (full fp32 logits never exist at once)."""
+
+    @property
+    def layer_types(self) -> list[str]:
+        """``"full_attention"`` or ``"linear_attention"`` per layer (transformers' names)."""
+        k = self.full_attention_interval
+        return [
+            "full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(self.num_hidden_layers)
+        ]
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` (a ``ValueError``) naming the field and the rule it breaks."""
+        positive = [
+            "vocab_size", "hidden_size", "num_hidden_layers", "full_attention_interval",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads",
+            "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim", "gdn_chunk_size", "num_experts", "num_experts_per_tok",
+            "moe_intermediate_size", "loss_chunk_size",
+        ]  # fmt: skip
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"model.{name} must be an integer >= 1, got {value!r}")
+        if self.shared_expert_intermediate_size < 0:
+            raise ConfigError(
+                f"model.shared_expert_intermediate_size must be >= 0 (0 = no shared expert), "
+                f"got {self.shared_expert_intermediate_size}"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"model.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"model.num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by "
+                f"model.num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ConfigError(
+                f"model.linear_num_value_heads ({self.linear_num_value_heads}) must be a multiple of "
+                f"model.linear_num_key_heads ({self.linear_num_key_heads})"
+            )
+        if self.num_experts_per_tok > self.num_experts:
+            raise ConfigError(
+                f"model.num_experts_per_tok ({self.num_experts_per_tok}) must be <= "
+                f"model.num_experts ({self.num_experts})"
+            )
+        rotary = int(self.head_dim * self.partial_rotary_factor)
+        if not 0.0 < self.partial_rotary_factor <= 1.0 or rotary % 2:
+            raise ConfigError(
+                f"model.partial_rotary_factor ({self.partial_rotary_factor}) × head_dim ({self.head_dim}) "
+                f"must give an even number of rotary dims in (0, head_dim]"
+            )
+
+    def validate_seq_len(self, seq_len: int) -> None:
+        """Refuse a sequence length the model cannot take, naming the rule."""
+        if not isinstance(seq_len, int) or seq_len < 1:
+            raise ConfigError(f"seq_len must be an integer >= 1, got {seq_len!r}")
+
+    def replace(self, **overrides: Any) -> ModelConfig:
+        """A copy with ``overrides`` applied and validated."""
+        cfg = dataclasses.replace(self, **overrides)
+        cfg.validate()
+        return cfg
+
+
+def preset_full() -> ModelConfig:
+    """Qwen3.5-35B-A3B text model: 40 layers, 34,660,610,688 parameters."""
+    return ModelConfig()
+
+
+def preset_tiny() -> ModelConfig:
+    """Every structural feature of the full model at a size that trains in well under a second on CPU.
+
+    4 layers ([GDN ×3, attention]), hidden 64, 4/2 heads × 16, GDN 4/8 heads × 16, 8 experts top-2
+    of size 32, shared expert 32, vocab 512, chunk 16. Every parameter's dim 0 divides 2, 4 and 8 except
+    the 1-row ``shared_expert_gate``, which sharding plans handle like the full model's.
+    """
+    return ModelConfig(
+        vocab_size=512,
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        gdn_chunk_size=16,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        loss_chunk_size=256,
+    )
+
+
+PRESETS = {"full": preset_full, "tiny": preset_tiny}
+
+
+def model_preset(name: str) -> ModelConfig:
+    """Look up a preset by name, or raise a ``ConfigError`` listing the known ones."""
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+
+
+def model_fields() -> dict[str, dataclasses.Field]:
+    """The overridable fields of ``ModelConfig`` by name."""
+    return {f.name: f for f in dataclasses.fields(ModelConfig)}
+
+
+def coerce(value: Any, annotation: Any, what: str) -> Any:
+    """Turn a TOML/CLI value into the field's type, or raise a ``ConfigError`` naming ``what``."""
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    kind = kind.replace(" ", "")
+    try:
+        if kind.startswith("bool"):
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind.startswith("int"):
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+        if kind.startswith("str"):
+            return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} expects {kind.split('|')[0]}, got {value!r}") from None
+    return value
+
+
+
+# --------------------------------------------------------------------------------------------
+# Arms: one FSDP backend plus its options
+# --------------------------------------------------------------------------------------------
+
+BACKENDS = ("torch", "hyper")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(kw_only=True)
+class Arm:
+    """One FSDP implementation plus its options. The same option names hold for every backend."""
+
+    backend: str
+    """``torch`` (PyTorch FSDP2 ``fully_shard``) or ``hyper`` (hyper_parallel ``fully_shard``, Torch backend)."""
+    prefetch: int = 0
+    """Explicit forward+backward layer prefetch depth; 0 = none."""
+    reshard_after_forward: bool = True
+    """Always a bool: the two libraries read ``None`` differently."""
+    mesh: str = ""
+    """``N`` (1D FSDP over N ranks) or ``RxS`` (HSDP, replicate × shard); empty = 1D over the world."""
+    param_dtype: str = "float32"
+    reduce_dtype: str = "float32"
+    comm_fusion: bool = False
+    """hyper only: fuse per-parameter collectives. A clear error where the installed library cannot."""
+    ac: str = "off"
+    """Activation checkpointing: ``off`` or ``full`` (every decoder layer)."""
+    label: str = ""
+    """Unique name of the arm in results and reports (derived from the spec when empty)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+        if not self.label:
+            self.label = self.default_label()
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the option and the allowed values."""
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}")
+        if self.prefetch < 0:
+            raise ConfigError(f"arm option prefetch must be >= 0, got {self.prefetch}")
+        for name in ("param_dtype", "reduce_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"arm option {name}={getattr(self, name)!r}; choose one of: {', '.join(DTYPES)}")
+        if self.ac not in ("off", "full"):
+            raise ConfigError(f"arm option ac={self.ac!r}; choose off or full")
+        if self.comm_fusion and self.backend != "hyper":
+            raise ConfigError("arm option comm_fusion applies to the hyper backend only")
+        if self.mesh:
+            parse_mesh(self.mesh)
+
+    def default_label(self) -> str:
+        parts = [self.backend]
+        defaults = {f.name: f.default for f in dataclasses.fields(Arm)}
+        for name in ("prefetch", "reshard_after_forward", "mesh", "param_dtype", "reduce_dtype", "comm_fusion", "ac"):
+            value = getattr(self, name)
+            if value != defaults[name]:
+                short = {"reshard_after_forward": "raf", "param_dtype": "pdt", "reduce_dtype": "rdt",
+                         "comm_fusion": "fusion"}.get(name, name)  # fmt: skip
+                text = {True: "1", False: "0"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+                parts.append(f"{short}{text.replace('bfloat16', 'bf16').replace('float', 'fp')}")
+        return "-".join(parts)
+
+    def options(self) -> dict[str, Any]:
+        """The options as a plain dict (for manifests and the worker's command line)."""
+        return dataclasses.asdict(self)
+
+    def mesh_shape(self, world_size: int) -> tuple[int, ...]:
+        """The mesh as a tuple for ``world_size`` ranks; raise if it does not cover the world exactly."""
+        shape = parse_mesh(self.mesh) if self.mesh else (world_size,)
+        total = 1
+        for n in shape:
+            total *= n
+        if total != world_size:
+            raise ConfigError(
+                f"mesh {self.mesh or world_size!r} of arm {self.label!r} covers {total} ranks but the world "
+                f"size is {world_size}; use --mesh {world_size} or RxS with R×S = {world_size}"
+            )
+        return shape
+
+
+ARM_OPTION_FIELDS = ("prefetch", "reshard_after_forward", "mesh", "param_dtype", "reduce_dtype", "comm_fusion", "ac", "label")
+
+
+def parse_mesh(text: str | int) -> tuple[int, ...]:
+    """``"8"`` → ``(8,)``; ``"2x4"`` → ``(2, 4)`` (replicate × shard)."""
+    parts = str(text).lower().split("x")
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"mesh {text!r} is not N or RxS (e.g. 8 or 2x4)") from None
+    if len(shape) > 2 or any(n < 1 for n in shape):
+        raise ConfigError(f"mesh {text!r} is not N or RxS with positive integers (e.g. 8 or 2x4)")
+    return shape
+
+
+def parse_arm(spec: str, shared: dict[str, Any] | None = None) -> Arm:
+    """Parse ``BACKEND[:key=value...]`` (e.g. ``hyper:prefetch=2:mesh=2x4``) on top of ``shared`` options."""
+    backend, *items = [s.strip() for s in spec.strip().split(":")]
+    values: dict[str, Any] = dict(shared or {})
+    fields = {f.name: f for f in dataclasses.fields(Arm)}
+    for item in items:
+        if not item:
+            continue
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise ConfigError(f"arm {spec!r}: option {item!r} is not key=value")
+        if key not in ARM_OPTION_FIELDS:
+            raise ConfigError(f"arm {spec!r}: unknown option {key!r}; known: {', '.join(ARM_OPTION_FIELDS)}")
+        values[key] = coerce(raw.strip(), fields[key].type, f"arm {spec!r} option {key}")
+    return Arm(backend=backend, **values)
+
+
+def parse_arms(text: str | list[str], shared: dict[str, Any] | None = None) -> list[Arm]:
+    """Parse a comma-separated list of arm specs; labels are made unique."""
+    specs = text.split(",") if isinstance(text, str) else list(text)
+    arms = [parse_arm(s, shared) for s in specs if s.strip()]
+    if not arms:
+        raise ConfigError("no arms given; e.g. --arms torch,hyper:prefetch=1")
+    seen: dict[str, int] = {}
+    for arm in arms:
+        if arm.label in seen:
+            seen[arm.label] += 1
+            arm.label = f"{arm.label}-{seen[arm.label]}"
+        else:
+            seen[arm.label] = 1
+    return arms
