@@ -1,0 +1,47 @@
+"""Shared test helpers: free ports, a CLI runner, and one profiled A/B run reused by several tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+ASCEND_FIXTURES = SHARED / "fixtures" / "ascend"
+
+
+def free_port() -> int:
+    """A TCP port that is free right now on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """Run ``python -m fsdpbench ARGS`` in a subprocess; return the CompletedProcess (text mode)."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "fsdpbench", *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def profiled_ab_run(tmp_path_factory) -> Path:
+    """One profiled 2-rank gloo A/B run (torch prefetch 0 vs 1, tiny preset), shared by the
+    analysis, diff and report tests. Returns the run folder."""
+    out = tmp_path_factory.mktemp("profiled_ab")
+    proc = run_cli(
+        "ab", "--arms", "torch,torch:prefetch=1", "--rounds", "1", "--warmup", "1", "--steps", "2",
+        "--profile", "--nproc", "2", "--seq-len", "128", "--out", str(out), "--name", "fixture",
+        "--master-port", str(free_port()), "--no-report", timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = sorted(out.glob("fixture_*"))
+    assert runs, f"no run folder under {out}: {proc.stdout}{proc.stderr}"
+    return runs[-1]
