@@ -1,0 +1,128 @@
+"""``fsdpbench ab``: interleaved A/B benchmark of several arms, with verdict and report."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from fsdpbench.config import DEVICES, DTYPES, OPTIMIZERS, ORDERS, RunConfig
+
+# flag dest → RunConfig / shared arm option key (None defaults: only flags given override)
+RUN_FLAGS = ("arms", "rounds", "warmup", "steps", "seq_len", "batch_size", "layers", "preset", "nproc", "nnodes",
+             "node_rank", "rdzv_endpoint", "master_port", "device", "profile", "profile_step", "out", "name", "seed",
+             "optimizer", "lr", "order", "timeout", "report", "parity_steps", "count_collectives", "dump_params",
+             "prefetch", "mesh", "reshard_after_forward", "param_dtype", "reduce_dtype", "ac", "comm_fusion")  # fmt: skip
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = True) -> None:
+    """The options shared by ``run`` and ``ab`` (every default is None: unset flags do not override)."""
+    g = parser.add_argument_group("what to run")
+    if several_arms:
+        g.add_argument("--arms", help="comma-separated BACKEND[:key=value...] items, e.g. torch,hyper:prefetch=2 "
+                       "(default: torch,hyper if hyper_parallel is installed, else torch,torch:prefetch=1)")
+    else:
+        g.add_argument("--arm", "--arms", dest="arms", help="one BACKEND[:key=value...] item (default: torch)")
+    g.add_argument("--config", metavar="FILE.toml", help="a TOML file of options (flags override it)")
+    g.add_argument("--preset", help="model preset: tiny (default) or full")
+    g.add_argument("--layers", type=int, help="decoder layers (env NUM_LAYERS)")
+    g.add_argument("--seq-len", type=int, help="tokens per sequence (env SEQ_LEN; default 256)")
+    g.add_argument("--batch-size", type=int, help="sequences per rank per step (default 1)")
+    g.add_argument("--rounds", type=int, help="timed launches per arm (ab default 3, run default 1)")
+    g.add_argument("--warmup", type=int, help="untimed steps per launch (default 2)")
+    g.add_argument("--steps", type=int, help="timed steps per launch (default 8)")
+    g.add_argument("--order", choices=ORDERS, help="launch order per round (default alternate: A B, B A, ...)")
+    g.add_argument("--seed", type=int, help="seed of weights and tokens (default 0)")
+    g.add_argument("--optimizer", choices=OPTIMIZERS, help="sgd (default; exact parity) or adamw")
+    g.add_argument("--lr", type=float, help="learning rate (default 1e-3)")
+    a = parser.add_argument_group("arm options shared by all arms (an arm's own key=value wins)")
+    a.add_argument("--prefetch", type=int, help="explicit layer prefetch depth, 0 = none (env PREFETCH)")
+    a.add_argument("--mesh", help="N (1D FSDP) or RxS (HSDP replicate x shard), e.g. 2x4")
+    a.add_argument("--reshard-after-forward", type=_bool, metavar="BOOL", help="reshard layers after forward")
+    a.add_argument("--param-dtype", choices=DTYPES, help="mixed-precision parameter dtype")
+    a.add_argument("--reduce-dtype", choices=DTYPES, help="gradient reduction dtype")
+    a.add_argument("--ac", choices=("off", "full"), help="activation checkpointing of every decoder layer")
+    a.add_argument("--comm-fusion", type=_bool, metavar="BOOL", help="hyper only: fuse collectives")
+    d = parser.add_argument_group("launch")
+    d.add_argument("--nproc", type=int, help="ranks per node (default 2)")
+    d.add_argument("--nnodes", type=int, help="nodes (default 1)")
+    d.add_argument("--node-rank", type=int, help="this node's rank (multi-node)")
+    d.add_argument("--rdzv-endpoint", help="HOST:PORT of node 0 (multi-node)")
+    d.add_argument("--master-port", type=int, help="rendezvous port on loopback (default: a free one)")
+    d.add_argument("--device", choices=DEVICES, help="auto (default), cpu (gloo), cuda (nccl) or npu (hccl)")
+    d.add_argument("--timeout", type=float, help="seconds per launch before its process group is killed (default 900)")
+    o = parser.add_argument_group("output")
+    o.add_argument("--profile", action="store_const", const=True, help="add one profiling launch per arm (env ENABLE_PROFILER)")
+    o.add_argument("--profile-step", type=int, help="step recorded by the profiler (default 3)")
+    o.add_argument("--out", help="results root folder (default results/)")
+    o.add_argument("--name", help="run name, the folder prefix")
+    o.add_argument("--resume", metavar="DIR", help="run only the missing launches of this run folder")
+    o.add_argument("--no-report", dest="report", action="store_const", const=False, help="skip report.md/html")
+    dbg = parser.add_argument_group("debugging")
+    dbg.add_argument("--parity-steps", type=int, help="leading steps whose losses must agree (default 4)")
+    dbg.add_argument("--count-collectives", action="store_const", const=True,
+                     help="record collective counts per step in steps.jsonl")
+    dbg.add_argument("--dump-params", action="store_const", const=True,
+                     help="save the final full parameters of each launch (final_params.pt)")
+
+
+def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> RunConfig:
+    """Resolve the RunConfig: preset → ``defaults`` → --config TOML → env names → flags."""
+    overrides = {k: getattr(args, k, None) for k in RUN_FLAGS}
+    if defaults:
+        for key, value in defaults.items():
+            if overrides.get(key) is None and not _set_elsewhere(args, key):
+                overrides[key] = value
+    return RunConfig.from_sources(getattr(args, "config", None), env=os.environ, overrides=overrides)
+
+
+def _set_elsewhere(args: argparse.Namespace, key: str) -> bool:
+    """Whether the TOML file or an environment name sets ``key`` (then a command default must not)."""
+    from fsdpbench.config import ENV_NAMES, _read_toml
+
+    if key in ENV_NAMES.values() and any(os.environ.get(e) for e, k in ENV_NAMES.items() if k == key):
+        return True
+    if getattr(args, "config", None):
+        data = _read_toml(args.config)
+        return key in data or key in (data.get("arm") or {})
+    return False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+
+
+def execute(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> int:
+    """Shared body of ``run`` and ``ab``: resolve, launch, summarise, report."""
+    from rich.console import Console
+
+    from fsdpbench.launcher import run_ab, write_report_safely
+
+    console = Console(stderr=True)
+    resume = Path(args.resume) if getattr(args, "resume", None) else None
+    if resume is not None and not (resume / "manifest.json").exists():
+        from fsdpbench.errors import InputError
+
+        raise InputError(f"--resume {resume}: no manifest.json there; give a run folder made by fsdpbench ab")
+    cfg = None if resume is not None else config_from_args(args, defaults)
+    run_dir = run_ab(cfg, resume=resume, console=console, command=["fsdpbench", *sys.argv[1:]])  # type: ignore[arg-type]
+    report = cfg.report if cfg is not None else getattr(args, "report", None) is not False
+    if report:
+        write_report_safely(run_dir, console)
+    print(run_dir)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return execute(args)

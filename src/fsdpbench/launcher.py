@@ -1,0 +1,405 @@
+"""Orchestration: one fresh ``torchrun`` per arm-round, interleaved, into one results folder.
+
+Plays pyperf's ``Manager``: every command line is built explicitly from the config, the environment
+passed to the ranks is recorded, a launch that runs past ``--timeout`` has its whole process group
+killed, and a launch without all its step records is a failure. After every launch ``summary.json`` is
+rewritten, so a crash or Ctrl-C leaves a summary of what exists; ``--resume`` runs what is missing.
+Torch-free (the ranks import torch, not this process).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fsdpbench import results
+from fsdpbench.config import RunConfig
+from fsdpbench.errors import InputError, LaunchError
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2
+KILL_GRACE_S = 5.0
+
+
+# --------------------------------------------------------------------------------------------
+# plan
+# --------------------------------------------------------------------------------------------
+
+
+def interleaved_order(labels: list[str], rounds: int, order: str, seed: int) -> list[dict[str, Any]]:
+    """The launch order: ``alternate`` gives A B, B A, A B ...; ``shuffle`` a seeded permutation per round."""
+    rng = random.Random(seed)
+    out = []
+    for r in range(rounds):
+        if order == "shuffle":
+            seq = list(labels)
+            rng.shuffle(seq)
+        else:
+            seq = list(labels) if r % 2 == 0 else list(reversed(labels))
+        out.extend({"round": r, "arm": a} for a in seq)
+    return out
+
+
+def free_port() -> int:
+    """A TCP port that is free right now on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(cfg: RunConfig, spec_path: Path, log_dir: Path, launch_index: int) -> list[str]:
+    """``python -m torch.distributed.run ... -m fsdpbench.worker SPEC`` for one launch.
+
+    Multi-node runs use static rendezvous on ``--rdzv-endpoint`` (or loopback ``--master-port``),
+    with the port advanced by the launch index so that a fast node never joins the previous launch.
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
+           f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=static",
+           f"--log-dir={log_dir}", "--redirects=3", "--max-restarts=0"]  # fmt: skip
+    if cfg.rdzv_endpoint:
+        host, _, port = cfg.rdzv_endpoint.rpartition(":")
+        cmd.append(f"--rdzv-endpoint={host}:{int(port) + launch_index}")
+    else:
+        port = cfg.master_port + launch_index if cfg.nnodes > 1 else (cfg.master_port or free_port())
+        cmd += ["--master-addr=127.0.0.1", f"--master-port={port}"]
+    return cmd + ["-m", "fsdpbench.worker", str(spec_path)]
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment given to the ranks: ours, with one thread per rank unless set, and unbuffered."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Live line per launch (arm, round, step, last step time), tailing steps.jsonl."""
+
+    def __init__(self, console: Any, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"), console=console, transient=False,
+        )  # fmt: skip
+        self.overall = self.progress.add_task("launches", total=total, last="")
+        self.task: Any = None
+
+    def __enter__(self) -> _Progress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def start(self, label: str, steps: int) -> None:
+        self.task = self.progress.add_task(label, total=steps, last="starting ranks…")
+
+    def step(self, record: dict[str, Any]) -> None:
+        self.progress.update(self.task, completed=record["step"] + 1,
+                             last=f"step {record['step']} ({record['kind']}): {record['time_ms']:.1f} ms")  # fmt: skip
+
+    def finish(self, ok: bool, wall_s: float) -> None:
+        self.progress.update(self.task, last=f"{'done' if ok else 'FAILED'} in {wall_s:.1f} s")
+        self.progress.advance(self.overall)
+
+
+class _StepTail:
+    """Reads the step records appended to steps.jsonl since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def new(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        out = []
+        for line in data[:end].splitlines():
+            try:
+                out.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+        return out
+
+
+class Run:
+    """State of one results folder while it is being filled."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, manifest: dict[str, Any], console: Any) -> None:
+        self.cfg, self.run_dir, self.manifest, self.console = cfg, run_dir, manifest, console
+
+    # ---- bookkeeping
+    def done(self) -> set[tuple[str, int]]:
+        return {(i["arm"], i["round"]) for i in self.manifest["order"] if results.launch_ok(self.run_dir, i["arm"], i["round"])}
+
+    def flops_per_token(self) -> float | None:
+        return (self.manifest.get("environment") or {}).get("flops_per_token")
+
+    def write_manifest(self) -> None:
+        results.write_json(self.run_dir / results.MANIFEST, self.manifest)
+
+    def write_summary(self) -> dict[str, Any]:
+        summary = results.build_summary(
+            self.manifest, results.read_steps(self.run_dir), done=self.done(), flops_per_token=self.flops_per_token()
+        )
+        results.write_json(self.run_dir / results.SUMMARY, summary)
+        return summary
+
+    # ---- one launch
+    def launch(self, arm: str, round_: int, kind: str, index: int, progress: _Progress | None) -> None:
+        """Run one torchrun launch to completion; raise ``LaunchError`` if it fails (status.json says why)."""
+        ldir = results.launch_dir(self.run_dir, arm, round_ if kind == "timed" else None)
+        if ldir.exists():  # an earlier, failed attempt: keep it aside, never overwrite
+            ldir.rename(ldir.with_name(f"{ldir.name}.failed_{datetime.now():%Y%m%d_%H%M%S_%f}"))
+        ldir.mkdir(parents=True)
+        rec_round = round_ if kind == "timed" else -1
+        results.drop_steps(self.run_dir, arm, rec_round, keep_to=ldir / "discarded_steps.jsonl")
+        spec = {"config": self.cfg.to_dict(), "arm": arm, "round": rec_round, "kind": kind,
+                "run_dir": str(self.run_dir.resolve()), "launch_dir": str(ldir.resolve())}  # fmt: skip
+        spec_path = ldir / "spec.json"
+        results.write_json(spec_path, spec)
+        cmd = torchrun_command(self.cfg, spec_path, ldir / "logs", index)
+        expected = self.cfg.profile_step + 1 if kind == "profile" else self.cfg.warmup + self.cfg.steps
+        started = datetime.now().isoformat(timespec="seconds")
+        tail = _StepTail(self.run_dir / results.STEPS)
+        if progress:
+            progress.start(f"{arm} {'profile' if kind == 'profile' else f'round {round_}'}", expected)
+        t0 = time.monotonic()
+        error: str | None = None
+        rc: int | None = None
+        seen = 0
+        with open(ldir / "torchrun.log", "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=worker_environment(),
+                                    start_new_session=True)  # fmt: skip
+            try:
+                while rc is None:
+                    try:
+                        rc = proc.wait(timeout=POLL_S)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    for rec in tail.new():
+                        if rec.get("arm") == arm and rec.get("round") == rec_round:
+                            seen += 1
+                            if progress:
+                                progress.step(rec)
+                    if rc is None and time.monotonic() - t0 > self.cfg.timeout:
+                        _kill_group(proc)
+                        rc = proc.returncode
+                        error = (f"timed out after {self.cfg.timeout:g} s (a rank hung or is too slow); the whole "
+                                 f"process group was killed — raise --timeout if the run is just slow")  # fmt: skip
+            except BaseException:
+                _kill_group(proc)
+                rc = proc.returncode
+                self._write_status(ldir, arm, round_, kind, rc, started, t0, "interrupted")
+                raise
+        seen += sum(1 for r in tail.new() if r.get("arm") == arm and r.get("round") == rec_round)
+        if error is None and rc != 0:
+            error = _explain_failure(ldir, rc)
+        if error is None and seen < expected:
+            error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
+        if self.cfg.node_rank != 0:
+            error = None if rc == 0 else error
+        self._write_status(ldir, arm, round_, kind, rc, started, t0, error)
+        if progress:
+            progress.finish(error is None, time.monotonic() - t0)
+        env_path = ldir / "environment.json"
+        if env_path.exists():
+            facts = results.read_json(env_path)
+            if not self.manifest.get("environment"):
+                self.manifest["environment"] = facts
+            elif facts.get("hyper_parallel"):  # the first launch may have been a torch arm
+                self.manifest["environment"]["hyper_parallel"] = facts["hyper_parallel"]
+        self.manifest["launches"].append({"arm": arm, "round": rec_round, "kind": kind, "rc": rc,
+                                          "wall_s": round(time.monotonic() - t0, 3)})  # fmt: skip
+        if kind == "profile" and error is None:
+            self.manifest.setdefault("profiles", {})[arm] = f"profiles/{arm}"
+        self.write_manifest()
+        if error is not None:
+            where = "profile launch" if kind == "profile" else f"round {round_}"
+            raise LaunchError(f"arm {arm!r} {where}: {error}; logs in {ldir}")
+
+    def _write_status(self, ldir: Path, arm: str, round_: int, kind: str, rc: int | None, started: str,
+                      t0: float, error: str | None) -> None:  # fmt: skip
+        results.write_json(ldir / results.STATUS, {
+            "arm": arm, "round": round_ if kind == "timed" else -1, "kind": kind, "rc": rc, "started": started,
+            "ended": datetime.now().isoformat(timespec="seconds"), "wall_s": time.monotonic() - t0, "error": error,
+        })  # fmt: skip
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the launch's whole process group (torchrun and every rank), SIGKILL after a grace period."""
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # ranks that outlived torchrun in the same group
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _explain_failure(ldir: Path, rc: int) -> str:
+    """One line from the ranks' error files (out of memory first), else the tail of torchrun's log."""
+    errors = []
+    for path in sorted(ldir.glob("error_rank*.json")):
+        try:
+            errors.append(results.read_json(path))
+        except InputError:
+            continue
+    oom = [e for e in errors if e.get("oom")]
+    if oom:
+        e = oom[0]
+        return (f"out of memory on rank {e['rank']} ({e['message']}); reduce --seq-len, --layers or "
+                f"--batch-size, use --ac full or more ranks")  # fmt: skip
+    if errors:
+        first = min(errors, key=lambda e: e["rank"])
+        msg = first["message"] or first["type"]
+        if "hyper_parallel" in msg:
+            return msg
+        return f"rank {first['rank']} crashed with {first['type']}: {msg}"
+    text = (ldir / "torchrun.log").read_text(errors="replace") if (ldir / "torchrun.log").exists() else ""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return f"torchrun exited with code {rc}" + (f": {lines[-1].strip()[:300]}" if lines else "")
+
+
+def _environment_stub(cfg: RunConfig) -> dict[str, Any]:
+    return {"world_size": cfg.world_size, "nnodes": cfg.nnodes, "nproc_per_node": cfg.nproc}
+
+
+def run_ab(cfg: RunConfig, *, resume: Path | None = None, console: Any = None, command: list[str] | None = None) -> Path:
+    """Run every arm-round of ``cfg`` (interleaved) and the profiling launches; return the run folder.
+
+    Args:
+        cfg: the resolved run configuration (ignored when ``resume`` is given: the folder's is used).
+        resume: an existing run folder; only its missing arm-rounds (and profiles) are run.
+        console: a ``rich.console.Console`` for progress and tables (a new one on stderr when None).
+        command: the command line to record in the manifest (``sys.argv`` when None).
+    Raises:
+        LaunchError: a launch failed or timed out (the folder keeps everything done so far).
+    """
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    if resume is not None:
+        run_dir = Path(resume)
+        manifest = results.read_json(run_dir / results.MANIFEST)
+        try:
+            cfg = RunConfig.from_dict(manifest["config"])
+        except KeyError:
+            raise InputError(f"{run_dir / results.MANIFEST}: no 'config'; is this an fsdpbench run folder?") from None
+    else:
+        run_dir = results.create_run_dir(cfg.out, cfg.name)
+        manifest = {
+            "schema_version": results.SCHEMA_VERSION, "name": cfg.name,
+            "created": datetime.now().isoformat(timespec="seconds"),
+            "command": list(command if command is not None else ["fsdpbench", *sys.argv[1:]]),
+            "config": cfg.to_dict(), "arms": [a.options() for a in cfg.arms],
+            "order": interleaved_order([a.label for a in cfg.arms], cfg.rounds, cfg.order, cfg.seed),
+            "environment": None, "launches": [], "profiles": {},
+        }  # fmt: skip
+        results.write_json(run_dir / results.MANIFEST, manifest)
+    run = Run(cfg, run_dir, manifest, console)
+    todo: list[tuple[str, int, str]] = [
+        (i["arm"], i["round"], "timed") for i in manifest["order"] if (i["arm"], i["round"]) not in run.done()
+    ]
+    if cfg.profile:
+        todo += [(a.label, -1, "profile") for a in cfg.arms if not results.launch_ok(run_dir, a.label, None)]
+    console.print(f"[bold]fsdpbench[/] {cfg.name}: {len(cfg.arms)} arm(s) × {cfg.rounds} round(s), "
+                  f"{cfg.world_size} rank(s), preset {cfg.preset}, {cfg.model.num_hidden_layers} layers, "
+                  f"seq {cfg.seq_len} → {run_dir}")  # fmt: skip
+    if resume is not None:
+        console.print(f"resuming: {len(todo)} launch(es) left")
+    index = len(manifest["launches"])
+    try:
+        with _Progress(console, len(todo)) as progress:
+            for arm, round_, kind in todo:
+                run.launch(arm, round_, kind, index, progress)
+                index += 1
+                run.write_summary()
+    finally:
+        if not manifest.get("environment"):
+            manifest["environment"] = _environment_stub(cfg)
+            run.write_manifest()
+        summary = run.write_summary()
+    print_summary(console, summary)
+    return run_dir
+
+
+def print_summary(console: Any, summary: dict[str, Any]) -> None:
+    """The final table per arm, the comparisons and the parity gate."""
+    from rich.table import Table
+
+    def fmt(v: Any, spec: str = ".1f", scale: float = 1.0) -> str:
+        return "—" if v is None else format(v * scale, spec)
+
+    table = Table(title="step time per arm (median of per-round medians)")
+    for col in ("arm", "rounds", "median ms", "p10 ms", "p90 ms", "tok/s/dev", "TFLOP/s/dev", "MFU", "peak mem GiB"):
+        table.add_column(col, justify="left" if col == "arm" else "right")
+    for label, a in summary["arms"].items():
+        table.add_row(label, str(len(a["rounds"])), fmt(a["median_ms"]), fmt(a["p10_ms"]), fmt(a["p90_ms"]),
+                      fmt(a["tokens_per_s_per_device"], ".0f"), fmt(a["tflops_per_device"], ".3f"),
+                      fmt(a["mfu"], ".1%"), fmt(a["peak_mem_allocated_bytes"], ".2f", 1 / 2**30))  # fmt: skip
+    console.print(table)
+    for c in summary["comparisons"]:
+        ci = "—" if c["ci95"] is None else f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}"
+        need = c["rounds_needed_1pct"]
+        console.print(f"{c['test']} / {c['base']}: ratio {c['ratio']:.3f} (95% CI {ci}); "
+                      f"rounds for ±1%: {need if need is not None else '—'}")  # fmt: skip
+    parity = summary["parity"]
+    if not parity["valid"]:
+        console.print(f"[bold red]PARITY FAILED — the comparison is INVALID: {parity['reason']}[/]")
+    elif parity["steps_compared"]:
+        console.print(f"parity ok ({parity['mode']}, {parity['steps_compared']} steps, "
+                      f"max |Δloss| {parity['max_abs_diff']:.2e})")  # fmt: skip
+    if summary["missing"]:
+        missing = ", ".join(f"{m['arm']} round {m['round']}" for m in summary["missing"])
+        console.print(f"[yellow]missing: {missing} — complete them with fsdpbench ab --resume RUN_DIR[/]")
+    if summary["verdict"]:
+        console.print(f"[bold]verdict:[/] {summary['verdict']}")
+
+
+def write_report_safely(run_dir: Path, console: Any) -> None:
+    """Call the report writer when it is installed; a failure there is a warning, never a lost run."""
+    try:
+        from fsdpbench.report import write_report
+    except ImportError:
+        console.print("[dim]report: fsdpbench.report is not available; skipped[/]")
+        return
+    try:
+        write_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the run's results are already on disk
+        console.print(f"[yellow]warning: the report could not be written ({type(exc).__name__}: {exc}); "
+                      f"the results in {run_dir} are complete — retry with fsdpbench report {run_dir}[/]")  # fmt: skip
+
+
+__all__ = ["run_ab", "interleaved_order", "torchrun_command", "print_summary", "write_report_safely"]

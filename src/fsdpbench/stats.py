@@ -1,0 +1,131 @@
+"""Statistics of step times: per-round medians, percentiles, a bootstrap CI of the A/B ratio, and
+how many rounds a ±1% CI would need.
+
+The sampling unit is the round (one fresh launch), as in pyperf: steps inside one launch share its
+launch-level randomness, so the CI resamples rounds, not steps. numpy only (no torch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Z95 = 1.959963984540054
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of ``values`` (must be non-empty)."""
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0–100, linear interpolation) of ``values``."""
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def bootstrap_ratio_ci(
+    base: Sequence[float],
+    test: Sequence[float],
+    *,
+    n_resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile-bootstrap CI of ``median(test) / median(base)``.
+
+    Each resample draws ``len(base)`` base rounds and ``len(test)`` test rounds with replacement,
+    independently, and takes the ratio of their medians.
+
+    Args:
+        base, test: per-round median step times of the two arms (any unit, the same for both).
+        n_resamples: bootstrap resamples.
+        level: confidence level (0.95 → the 2.5th and 97.5th percentiles).
+        seed: seed of the resampling generator (the CI is reproducible).
+    Returns:
+        (low, high) of the ratio.
+    """
+    b = np.asarray(base, dtype=float)
+    t = np.asarray(test, dtype=float)
+    if b.size == 0 or t.size == 0:
+        raise ValueError("bootstrap_ratio_ci needs at least one round per arm")
+    rng = np.random.default_rng(seed)
+    b_med = np.median(b[rng.integers(0, b.size, (n_resamples, b.size))], axis=1)
+    t_med = np.median(t[rng.integers(0, t.size, (n_resamples, t.size))], axis=1)
+    ratios = t_med / b_med
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def relative_std(values: Sequence[float]) -> float | None:
+    """Sample standard deviation / mean (ddof=1); ``None`` with fewer than two values."""
+    v = np.asarray(values, dtype=float)
+    if v.size < 2:
+        return None
+    return float(np.std(v, ddof=1) / np.mean(v))
+
+
+def rounds_needed(base: Sequence[float], test: Sequence[float], half_width: float = 0.01) -> int | None:
+    """Rounds per arm for a 95% CI of the ratio of ±``half_width`` (relative).
+
+    pyperf's sample-size rule ``n = z²σ²/h²`` (``required_nprocesses`` with W = 2h), with σ² the sum
+    of the two arms' relative variances of per-round medians (the variance of a ratio, to first
+    order). ``None`` when an arm has fewer than two rounds.
+    """
+    sb, st = relative_std(base), relative_std(test)
+    if sb is None or st is None:
+        return None
+    return max(1, math.ceil(Z95**2 * (sb**2 + st**2) / half_width**2))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Test arm against base arm (ratio > 1 means the test arm is slower)."""
+
+    base: str
+    test: str
+    ratio: float
+    ci95: tuple[float, float] | None
+    significant: bool
+    rounds_needed_1pct: int | None
+
+    @property
+    def test_faster_pct(self) -> float:
+        """How much faster the test arm is, in % of its throughput gain (negative = slower)."""
+        return (1.0 / self.ratio - 1.0) * 100.0
+
+    @property
+    def verdict(self) -> str:
+        """``"<test> is x% faster/slower than <base> (CI a%..b%)"`` or ``"no difference detected ..."``."""
+        if self.ci95 is None:
+            return (f"no difference detected between {self.test} and {self.base} "
+                    f"(ratio {self.ratio:.3f} from one round per arm; use --rounds 3 or more for a CI)")  # fmt: skip
+        lo, hi = ((1.0 / r - 1.0) * 100.0 for r in self.ci95)
+        if not self.significant:
+            return (f"no difference detected between {self.test} and {self.base} "
+                    f"(ratio {self.ratio:.3f}, CI {self.ci95[0]:.3f}..{self.ci95[1]:.3f})")  # fmt: skip
+        pct = self.test_faster_pct
+        word = "faster" if pct > 0 else "slower"
+        a, b = sorted((abs(lo), abs(hi)))
+        return f"{self.test} is {abs(pct):.1f}% {word} than {self.base} (CI {a:.1f}%..{b:.1f}%)"
+
+    def to_dict(self) -> dict:
+        return {
+            "base": self.base, "test": self.test, "ratio": self.ratio,
+            "ci95": list(self.ci95) if self.ci95 else None, "test_faster_pct": self.test_faster_pct,
+            "significant": self.significant, "rounds_needed_1pct": self.rounds_needed_1pct,
+            "verdict": self.verdict,
+        }  # fmt: skip
+
+
+def compare(base_label: str, test_label: str, base: Sequence[float], test: Sequence[float], *, seed: int = 0) -> Comparison:
+    """Compare per-round medians of two arms: ratio of medians, bootstrap CI, significance."""
+    ratio = median(test) / median(base)
+    ci = None
+    if len(base) >= 2 and len(test) >= 2:
+        ci = bootstrap_ratio_ci(base, test, seed=seed)
+    significant = ci is not None and (ci[0] > 1.0 or ci[1] < 1.0)
+    return Comparison(base_label, test_label, ratio, ci, significant, rounds_needed(base, test))

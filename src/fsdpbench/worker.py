@@ -1,0 +1,346 @@
+"""What each rank runs under torchrun: build → shard → load weights → warmup → timed or profiled steps.
+
+``python -m fsdpbench.worker SPEC.json`` — the launcher writes the spec (the resolved run config,
+the arm label, the round, the kind of launch and the folders). Rank 0 appends one record per step to
+``steps.jsonl`` (the slowest rank's time via all_reduce MAX). Any rank that fails writes
+``error_rank<k>.json`` in the launch folder so the launcher can say what went wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import logging
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fsdpbench import device as dev
+from fsdpbench import results
+from fsdpbench.backends import Backend, get_backend
+from fsdpbench.config import Arm, RunConfig
+from fsdpbench.data import rank_batch
+
+log = logging.getLogger("fsdpbench.worker")
+
+FAULT_ENV = "FSDPBENCH_FAULT"
+"""Test hook: ``KIND:ARM:ROUND:RANK:STEP`` with KIND crash, hang or oom injects that failure."""
+
+COLLECTIVES = {
+    "all_gather_single": "all_gather", "all_gather": "all_gather", "reduce_scatter_single": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter", "all_reduce": "all_reduce", "broadcast": "broadcast",
+    "all_to_all_single": "all_to_all", "all_to_all": "all_to_all", "barrier": "barrier",
+}  # fmt: skip
+"""c10d functions counted by ``--count-collectives`` (fsdp_backends.md §3: the ``*_into_tensor`` and
+``*_tensor`` wrappers forward to the ``*_single`` module globals, so each collective counts once)."""
+
+
+# --------------------------------------------------------------------------------------------
+# building blocks (also used by tests and benchmarks/harness_overhead.py)
+# --------------------------------------------------------------------------------------------
+
+
+def apply_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Checkpoint every decoder layer (non-reentrant), keeping module and parameter names unchanged.
+
+    Done before sharding and identically for every backend: the layer's ``forward`` is wrapped, so
+    the FSDP hooks on the layer's ``__call__`` stay outside the recomputed region.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in model.model.layers:
+        inner = layer.forward
+
+        @functools.wraps(inner)
+        def forward(*args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = forward
+
+
+def build_sharded_model(cfg: RunConfig, arm: Arm, backend: Backend, mesh: Any, device: torch.device) -> torch.nn.Module:
+    """Build on meta, checkpoint (ac=full), shard with ``backend``, materialise on ``device`` and load
+    the seeded initial weights one parameter at a time (the same values for every arm and mesh)."""
+    from fsdpbench.model import build_model, init_full_tensor
+
+    model = build_model(cfg.model, device="meta")
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    if arm.ac == "full":
+        apply_activation_checkpointing(model)
+    backend.apply(model, mesh, arm)
+    model.to_empty(device=device)
+    for name, param in model.named_parameters():
+        full = init_full_tensor(name, shapes[name], cfg.seed, dtype=torch.float32, device="cpu")
+        backend.load_full_param(param, full)
+        del full
+    return model
+
+
+def make_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """SGD (no momentum: exact parity checks) or AdamW, with ``cfg.lr``."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr)
+    return torch.optim.AdamW(params, lr=cfg.lr)
+
+
+def local_grad_sq(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """Sum of squares of this rank's gradient shards (float32 scalar)."""
+    total = None
+    for p in params:
+        if p.grad is None:
+            continue
+        g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+        sq = g.detach().float().pow(2).sum()
+        total = sq if total is None else total + sq
+    return total if total is not None else torch.zeros(())
+
+
+class CollectiveCounter:
+    """Counts c10d collectives by type by wrapping ``torch.distributed`` and its c10d module."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        import torch.distributed.distributed_c10d as c10d
+
+        for fn_name, kind in COLLECTIVES.items():
+            orig = getattr(c10d, fn_name, None)
+            if orig is None:
+                continue
+
+            @functools.wraps(orig)
+            def wrapped(*args: Any, _orig: Any = orig, _kind: str = kind, **kwargs: Any) -> Any:
+                self.counts[_kind] += 1
+                return _orig(*args, **kwargs)
+
+            for module in (c10d, dist):
+                if getattr(module, fn_name, None) is orig:
+                    self._saved.append((module, fn_name, orig))
+                    setattr(module, fn_name, wrapped)
+
+    def take(self) -> dict[str, int]:
+        """The counts since the last call, then reset."""
+        out = dict(self.counts)
+        self.counts.clear()
+        return out
+
+    def uninstall(self) -> None:
+        for module, fn_name, orig in self._saved:
+            setattr(module, fn_name, orig)
+        self._saved.clear()
+
+
+# --------------------------------------------------------------------------------------------
+# profiling
+# --------------------------------------------------------------------------------------------
+
+
+def profiler_schedule_args(profile_step: int) -> dict[str, int]:
+    """wait/warmup/active so that step index ``profile_step`` (0-based) is the recorded one."""
+    warmup = 1 if profile_step >= 1 else 0
+    return {"wait": profile_step - warmup, "warmup": warmup, "active": 1, "repeat": 1}
+
+
+def make_profiler(device_type: str, out_dir: Path, rank: int, profile_step: int) -> Any:
+    """torch.profiler (Kineto ``rank<k>.*.pt.trace.json.gz``) or, on npu, torch_npu.profiler."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sched = profiler_schedule_args(profile_step)
+    if device_type == "npu":
+        return _npu_profiler(out_dir, rank, sched)
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
+    return profile(
+        activities=activities, schedule=schedule(**sched), record_shapes=True,
+        on_trace_ready=tensorboard_trace_handler(str(out_dir), worker_name=f"rank{rank}", use_gzip=True),
+    )  # fmt: skip
+
+
+def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
+    import torch_npu
+
+    prof = torch_npu.profiler
+    experimental = prof._ExperimentalConfig(
+        profiler_level=prof.ProfilerLevel.Level1, aic_metrics=prof.AiCMetrics.PipeUtilization,
+        data_simplification=False,
+    )  # fmt: skip
+    return prof.profile(
+        activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU], schedule=prof.schedule(**sched),
+        on_trace_ready=prof.tensorboard_trace_handler(str(out_dir), worker_name=f"rank{rank}"),
+        record_shapes=True, experimental_config=experimental,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------
+
+
+def _inject_fault(spec: dict[str, Any], rank: int, step: int) -> None:
+    fault = os.environ.get(FAULT_ENV)
+    if not fault:
+        return
+    kind, arm, round_, f_rank, f_step = fault.split(":")
+    if (arm, int(round_), int(f_rank), int(f_step)) != (spec["arm"], spec["round"], rank, step):
+        return
+    if kind == "hang":
+        log.warning("injected hang at step %d", step)
+        while True:
+            time.sleep(1)
+    if kind == "oom":
+        raise torch.OutOfMemoryError("injected: out of memory (FSDPBENCH_FAULT)")
+    raise RuntimeError(f"injected crash at step {step} ({FAULT_ENV})")
+
+
+def environment_facts(device_type: str, backend: Backend, world: int) -> dict[str, Any]:
+    """Versions, host and devices for the manifest."""
+    facts: dict[str, Any] = {
+        "python": platform.python_version(), "torch": torch.__version__, "torch_npu": None, "cann": None,
+        "hyper_parallel": None, "host": socket.gethostname(), "device_type": device_type, **dev.device_facts(device_type),
+        "world_size": world, "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
+        "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        "process_group_backend": dev.process_group_backend(device_type), "backend": backend.describe(),
+    }  # fmt: skip
+    if device_type == "npu":
+        facts.update(_npu_versions())
+    if backend.name == "hyper":
+        facts["hyper_parallel"] = backend.describe()
+    return facts
+
+
+def _npu_versions() -> dict[str, Any]:
+    import torch_npu
+
+    cann = getattr(getattr(torch_npu, "version", None), "cann", None)
+    return {"torch_npu": getattr(torch_npu, "__version__", None), "cann": cann}
+
+
+def run(spec: dict[str, Any]) -> None:
+    """One launch on this rank (see the module docstring)."""
+    rank, world, local_rank = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    cfg = RunConfig.from_dict(spec["config"])
+    arm = next(a for a in cfg.arms if a.label == spec["arm"])
+    kind, round_ = spec["kind"], spec["round"]
+    run_dir, launch_dir = Path(spec["run_dir"]), Path(spec["launch_dir"])
+
+    device_type = dev.resolve_device_type(cfg.device)
+    device = dev.set_device(device_type, local_rank)
+    backend = get_backend(arm.backend)
+    backend.setup(device_type)
+    dist.init_process_group(dev.process_group_backend(device_type), timeout=timedelta(seconds=max(60.0, cfg.timeout)))
+    try:
+        mesh_shape = arm.mesh_shape(world)
+        mesh = backend.init_mesh(device_type, mesh_shape)
+        replicas = mesh_shape[0] if len(mesh_shape) == 2 else 1
+        model = build_sharded_model(cfg, arm, backend, mesh, device)
+        params = list(model.parameters())
+        optimizer = make_optimizer(cfg, params)
+        if rank == 0:
+            from fsdpbench.model import flops_per_token
+
+            facts = environment_facts(device_type, backend, world)
+            facts["flops_per_token"] = float(flops_per_token(cfg.model, cfg.seq_len))
+            results.write_json(launch_dir / "environment.json", facts)
+
+        counter = CollectiveCounter() if cfg.count_collectives else None
+        if counter:
+            counter.install()
+        n_steps = cfg.profile_step + 1 if kind == "profile" else cfg.warmup + cfg.steps
+        profiler = (
+            make_profiler(device_type, run_dir / "profiles" / arm.label / f"rank{rank}", rank, cfg.profile_step)
+            if kind == "profile" else contextlib.nullcontext()
+        )  # fmt: skip
+        tokens = world * cfg.batch_size * cfg.seq_len
+        reduce_dtype = torch.float32 if device_type == "npu" else torch.float64
+        gc.collect()
+        gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
+        with profiler as prof:
+            for step in range(n_steps):
+                ids = rank_batch(cfg.seed, step, rank=rank, world_size=world, batch_size=cfg.batch_size,
+                                 seq_len=cfg.seq_len, vocab_size=cfg.model.vocab_size).to(device)  # fmt: skip
+                optimizer.zero_grad(set_to_none=True)
+                dev.reset_peak_memory(device_type)
+                if counter:
+                    counter.take()
+                dev.synchronize(device_type)
+                t0 = time.perf_counter()
+                _inject_fault(spec, rank, step)
+                loss = model(ids, labels=ids).loss
+                loss.backward()
+                backend.optimizer_step(optimizer)
+                dev.synchronize(device_type)
+                elapsed_ms = (time.perf_counter() - t0) * 1e3
+                counts = counter.take() if counter else None
+                if prof is not None:
+                    prof.step()
+                alloc, reserved = dev.peak_memory(device_type)
+                maxes = torch.tensor([elapsed_ms, alloc or 0, reserved or 0], dtype=reduce_dtype, device=device)
+                sums = torch.stack([loss.detach().to(reduce_dtype), local_grad_sq(params).to(device, reduce_dtype)])
+                dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
+                dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+                if rank == 0:
+                    m, s = maxes.tolist(), sums.tolist()
+                    record = {
+                        "arm": arm.label, "round": round_, "step": step,
+                        "kind": "profile" if kind == "profile" else ("warmup" if step < cfg.warmup else "timed"),
+                        "time_ms": m[0], "loss": s[0] / world, "grad_norm": (s[1] / replicas) ** 0.5,
+                        "tokens": tokens, "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
+                        "mem_reserved_bytes": int(m[2]) if reserved is not None else None, "world_size": world,
+                    }  # fmt: skip
+                    if counts is not None:
+                        record["collectives"] = counts
+                    results.append_step(run_dir / results.STEPS, record)
+                    log.info("%s round %s step %d: %.1f ms loss %.6f", arm.label, round_, step, m[0], record["loss"])
+        gc.enable()
+        if counter:
+            counter.uninstall()
+        if cfg.dump_params:
+            full = {name: backend.full_tensor(p).detach().cpu() for name, p in model.named_parameters()}
+            if rank == 0:
+                torch.save(full, launch_dir / "final_params.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
+    try:
+        oom = dev.is_out_of_memory(exc)
+    except Exception:  # noqa: BLE001 - never mask the original error
+        oom = False
+    results.write_json(
+        launch_dir / f"error_rank{rank}.json",
+        {"rank": rank, "type": type(exc).__name__, "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
+         "oom": oom, "traceback": traceback.format_exc()[-4000:]},
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under torchrun: ``python -m fsdpbench.worker SPEC.json``."""
+    argv = sys.argv[1:] if argv is None else argv
+    spec = results.read_json(argv[0])
+    rank = int(os.environ.get("RANK", 0))
+    logging.basicConfig(level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s")
+    try:
+        run(spec)
+    except BaseException as exc:
+        _write_error(Path(spec["launch_dir"]), rank, exc)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
