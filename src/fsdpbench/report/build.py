@@ -1,0 +1,531 @@
+"""Turn a loaded run (``RunData``) into report blocks: verdict, missing pieces, step times,
+throughput, profile figures, diagnosis, configuration, and the commands to reproduce.
+
+Every section is built on its own: one that fails (a field of an unexpected shape) becomes a note
+in "Missing pieces" and the others still appear.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fsdpbench.report import figures
+from fsdpbench.report.blocks import Banner, Block, Bullets, Code, Details, Figure, Heading, Para, Table
+from fsdpbench.report.load import RunData
+
+log = logging.getLogger(__name__)
+
+TOP_OPS = 15
+
+# --------------------------------------------------------------------------------------------
+# Formatting (ratios stay 0–1 in the data; only here do they become %)
+# --------------------------------------------------------------------------------------------
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
+    """A number with ``digits`` decimals and a unit, or an em dash for missing values."""
+    f = _num(value)
+    if f is None:
+        return "—"
+    return f"{f:,.{digits}f}{unit}"
+
+
+def fmt_pct(ratio: Any, digits: int = 1) -> str:
+    f = _num(ratio)
+    return "—" if f is None else f"{100 * f:.{digits}f}%"
+
+
+def fmt_bytes(value: Any) -> str:
+    f = _num(value)
+    if f is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(f) < 1024 or unit == "TiB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.2f} {unit}"
+        f /= 1024
+    return "—"
+
+
+def fmt_us_as_ms(value: Any) -> str:
+    f = _num(value)
+    return "—" if f is None else f"{f / 1000:,.2f}"
+
+
+# --------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------
+
+
+def build_report(data: RunData) -> tuple[str, list[Block]]:
+    """The report's title and blocks. Notes for failed sections are appended to ``data.missing``."""
+    name = (data.manifest or {}).get("name") or data.run_dir.name
+    title = f"fsdpbench report — {name}"
+    sections: list[tuple[str, Callable[[RunData], list[Block]]]] = [
+        ("verdict", _verdict),
+        ("step times", _step_times),
+        ("throughput", _throughput),
+        ("profile", _profile),
+        ("diagnosis", _diagnosis),
+        ("configuration", _configuration),
+        ("reproduce", _reproduce),
+    ]
+    built: list[list[Block]] = []
+    for label, fn in sections:
+        try:
+            built.append(fn(data))
+        except Exception as exc:  # a report must never die on one odd field
+            log.warning("report section %s failed", label, exc_info=True)
+            data.missing.append(f"the {label} section could not be built ({type(exc).__name__}: {exc}).")
+            built.append([])
+    blocks = built[0] + _missing(data) + [b for part in built[1:] for b in part]
+    return title, blocks
+
+
+def _missing(data: RunData) -> list[Block]:
+    if not data.missing:
+        return []
+    return [
+        Heading("Missing pieces"),
+        Banner("warning", f"{len(data.missing)} piece(s) of this run are missing or failed; the rest is shown below."),
+        Bullets(list(dict.fromkeys(data.missing))),
+    ]
+
+
+def _verdict(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Verdict")]
+    summary = data.summary or {}
+    parity = summary.get("parity") or {}
+    if parity and parity.get("valid") is False:
+        reason = parity.get("reason") or (
+            f"losses differ by up to {fmt(parity.get('max_abs_diff'), 6)} (abs) / "
+            f"{fmt(parity.get('max_rel_diff'), 6)} (rel), tolerance {parity.get('tolerance')}"
+        )
+        blocks.append(Banner(
+            "error",
+            f"COMPARISON INVALID — the arms did not compute the same thing (parity failed: {reason}). "
+            "The timings below are shown for debugging only; do not read them as an A/B result.",
+        ))  # fmt: skip
+    verdict = summary.get("verdict")
+    blocks.append(Para(f"**{verdict}**" if verdict else "**No verdict yet** — the summary is missing or incomplete."))
+    comparisons = summary.get("comparisons") or []
+    arms_stats = summary.get("arms") or {}
+    if comparisons:
+        rows = []
+        for c in comparisons:
+            base, test = c.get("base", "?"), c.get("test", "?")
+            ci = c.get("ci95") or [None, None]
+            rows.append([
+                f"{test} vs {base}",
+                fmt((arms_stats.get(base) or {}).get("median_ms"), 1),
+                fmt((arms_stats.get(test) or {}).get("median_ms"), 1),
+                fmt(c.get("ratio"), 3),
+                f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 else "—",
+                fmt(c.get("test_faster_pct"), 1, "%"),
+                {True: "yes", False: "**not significant**"}.get(c.get("significant"), "—"),
+                str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else "—"),
+            ])  # fmt: skip
+        blocks.append(Table(
+            ["comparison", "base median (ms)", "test median (ms)", "ratio test/base", "95% CI of ratio",
+             "test faster by", "significant", "rounds for ±1% CI"], rows,
+        ))  # fmt: skip
+        blocks.append(Para(
+            "Ratio = median of the test arm's per-round medians / the base arm's; the CI is a bootstrap over "
+            "rounds (each round is a fresh launch). Below 1 the test arm is faster."
+        ))  # fmt: skip
+    if parity:
+        if parity.get("valid"):
+            blocks.append(Banner(
+                "ok", f"Parity holds: losses match over {parity.get('steps_compared', '?')} step(s) "
+                f"({parity.get('mode', '?')}, max abs diff {fmt(parity.get('max_abs_diff'), 8)}).",
+            ))  # fmt: skip
+    elif data.summary is not None:
+        blocks.append(Banner("warning", "No parity result in the summary: the arms' losses were not compared."))
+    blocks.extend(_warnings(data))
+    return blocks
+
+
+def _warnings(data: RunData) -> list[Block]:
+    """Instability and failure warnings, pyperf-style: say what is wrong and what to do."""
+    out: list[Block] = []
+    summary = data.summary or {}
+    n_rounds = (data.manifest or {}).get("config", {}).get("rounds") if data.manifest else None
+    for arm, stats in (summary.get("arms") or {}).items():
+        status = stats.get("status", "ok")
+        if status != "ok":
+            errors = [s.get("error") for s in data.statuses if s.get("arm") == arm and s.get("error")]
+            detail = f": {errors[-1]}" if errors else ""
+            out.append(Banner("warning", f"Arm `{arm}` has status **{status}**{detail}. See `launches/{arm}/`."))
+        med, p10, p90 = (_num(stats.get(k)) for k in ("median_ms", "p10_ms", "p90_ms"))
+        if med and p10 is not None and p90 is not None and (p90 - p10) / med >= 0.10:
+            out.append(Banner(
+                "warning",
+                f"Arm `{arm}` is unstable: p10–p90 spans {100 * (p90 - p10) / med:.0f}% of its median. "
+                "Quiet the machine, add warmup steps, or run more rounds.",
+            ))  # fmt: skip
+    for c in summary.get("comparisons") or []:
+        needed = c.get("rounds_needed_1pct")
+        if isinstance(needed, int) and isinstance(n_rounds, int) and needed > n_rounds:
+            out.append(Banner(
+                "info",
+                f"`{c.get('test')}` vs `{c.get('base')}`: a ±1% CI would need about {needed} rounds "
+                f"(this run has {n_rounds}); rerun with `--rounds {needed}` for a tighter answer.",
+            ))  # fmt: skip
+    for item in summary.get("missing") or []:
+        if isinstance(item, dict):
+            data.missing.append(f"arm `{item.get('arm')}` round {item.get('round')}: {item.get('why')}.")
+    return out
+
+
+def _step_times(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Step time per arm and round")]
+    steps = data.steps
+    if steps is None or "time_ms" not in steps:
+        blocks.append(Para("No step times: `steps.jsonl` is missing or empty."))
+        return blocks
+    timed = steps[steps.get("kind", "timed") == "timed"] if "kind" in steps else steps
+    if timed.empty:
+        blocks.append(Para("No timed steps yet (only warmup or profiling steps were recorded)."))
+        return blocks
+    arms = [a for a in data.arms if a in set(timed["arm"])] or list(dict.fromkeys(timed["arm"]))
+    samples: dict[str, dict[int, list[float]]] = {}
+    rows = []
+    for (arm, rnd), group in timed.groupby(["arm", "round"], sort=True):
+        values = group["time_ms"].astype(float).dropna().tolist()
+        samples.setdefault(arm, {})[int(rnd)] = values
+    for arm in arms:
+        for rnd, values in sorted(samples.get(arm, {}).items()):
+            v = np.asarray(values)
+            rows.append([arm, str(rnd), str(v.size), fmt(np.median(v), 1), fmt(v.min(), 1), fmt(v.max(), 1)])
+    blocks.append(Figure("step_times", figures.step_times(arms, samples),
+                         "Every timed step (warmup and profiling steps excluded); the box spans all rounds."))  # fmt: skip
+    blocks.append(Table(["arm", "round", "timed steps", "median (ms)", "min (ms)", "max (ms)"], rows))
+    return blocks
+
+
+def _throughput(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Throughput, MFU and memory")]
+    arms_stats = (data.summary or {}).get("arms") or {}
+    if not arms_stats:
+        blocks.append(Para("No per-arm statistics: `summary.json` is missing."))
+        return blocks
+    rows = []
+    for arm in [a for a in data.arms if a in arms_stats] + [a for a in arms_stats if a not in data.arms]:
+        s = arms_stats[arm]
+        rows.append([
+            arm, str(s.get("status", "—")), fmt(s.get("median_ms"), 1), fmt(s.get("p10_ms"), 1),
+            fmt(s.get("p90_ms"), 1), fmt(s.get("tokens_per_s_per_device"), 1),
+            fmt(s.get("tflops_per_device"), 3), fmt_pct(s.get("mfu")),
+            fmt_bytes(s.get("peak_mem_allocated_bytes")), fmt_bytes(s.get("peak_mem_reserved_bytes")),
+        ])  # fmt: skip
+    blocks.append(Table(
+        ["arm", "status", "median (ms)", "p10 (ms)", "p90 (ms)", "tokens/s/device", "TFLOP/s/device", "MFU",
+         "peak mem allocated", "peak mem reserved"], rows,
+    ))  # fmt: skip
+    blocks.append(Para(
+        "Medians are over the per-round medians of timed steps. MFU is left blank on devices without a known "
+        "peak (CPU); memory is blank on CPU, where no device allocator reports it."
+    ))  # fmt: skip
+    return blocks
+
+
+def _rank_table(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in analysis.get("ranks") or [] if isinstance(r, dict)]
+
+
+def _mean_key(ranks: list[dict[str, Any]], key: str) -> float | None:
+    values = [_num(r.get(key)) for r in ranks]
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _profile(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Profile of one step")]
+    analysis = data.analysis or {}
+    arms = [a for a in data.arms if a in analysis] + [a for a in analysis if a not in data.arms]
+    if not arms:
+        blocks.append(Para(
+            "This run was not profiled (no `profiles/`), or its profiles could not be analysed. Rerun with "
+            "`--profile` to get overlap, collectives, op times and a timeline."
+        ))  # fmt: skip
+        return blocks
+    ranks = {arm: _rank_table(analysis[arm]) for arm in arms}
+    for arm in arms:
+        for warning in analysis[arm].get("warnings") or []:
+            blocks.append(Banner("warning", f"`{arm}`: {warning}"))
+    # overlap per rank
+    ratios = {arm: [r.get("overlap_ratio") for r in sorted(ranks[arm], key=lambda r: r.get("rank", 0))] for arm in arms}
+    blocks.append(Heading("Communication overlap", 3))
+    blocks.append(Figure("overlap", figures.overlap_per_rank(arms, ratios),
+                         "Overlap ratio per rank = |∪comm ∩ ∪compute| / |∪comm|; n/a = no communication found."))  # fmt: skip
+    rows = []
+    for arm in arms:
+        r = ranks[arm]
+        rows.append([
+            arm, str(len(r)), fmt_pct(_mean_key(r, "overlap_ratio")), fmt_us_as_ms(_mean_key(r, "step_time_us")),
+            fmt_us_as_ms(_mean_key(r, "compute_us")), fmt_us_as_ms(_mean_key(r, "comm_us")),
+            fmt_us_as_ms(_mean_key(r, "overlapped_us")), fmt_us_as_ms(_mean_key(r, "exposed_comm_us")),
+            fmt_us_as_ms(_mean_key(r, "free_us")), fmt_us_as_ms(_mean_key(r, "kernel_time_us")),
+        ])  # fmt: skip
+    blocks.append(Table(
+        ["arm", "ranks", "overlap ratio", "step (ms)", "compute (ms)", "comm (ms)", "overlapped (ms)",
+         "exposed comm (ms)", "free (ms)", "kernel time (ms)"], rows,
+    ))  # fmt: skip
+    blocks.append(Para("Means over ranks of the profiled step. Exposed comm = comm − overlapped: the "
+                       "communication time nothing hides."))  # fmt: skip
+    # breakdown
+    parts = {}
+    for arm in arms:
+        r = ranks[arm]
+        compute, comm, overlapped, free = (_mean_key(r, k) for k in ("compute_us", "comm_us", "overlapped_us", "free_us"))
+        overlapped = overlapped or 0.0
+        parts[arm] = {
+            "compute only": max((compute or 0.0) - overlapped, 0.0) / 1000,
+            "overlapped comm": overlapped / 1000,
+            "exposed comm": max((comm or 0.0) - overlapped, 0.0) / 1000,
+            "free (idle)": (free or 0.0) / 1000,
+        }
+    blocks.append(Heading("Time breakdown", 3))
+    blocks.append(Figure("breakdown", figures.breakdown(arms, parts),
+                         "Compute only + overlapped comm + exposed comm + free = the profiled step (mean over ranks)."))  # fmt: skip
+    blocks.extend(_collectives(arms, ranks))
+    blocks.extend(_ops(data, arms, ranks))
+    blocks.extend(_sync(arms, ranks))
+    blocks.extend(_timeline(data))
+    return blocks
+
+
+def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block]:
+    counts: dict[str, dict[str, float]] = {}
+    rows = []
+    for arm in arms:
+        per_type: dict[str, list[dict[str, Any]]] = {}
+        for r in ranks[arm]:
+            for ctype, c in (r.get("collectives") or {}).items():
+                per_type.setdefault(ctype, []).append(c)
+        counts[arm] = {}
+        for ctype, items in sorted(per_type.items()):
+            n_ranks = max(len(ranks[arm]), 1)
+            count = sum(_num(c.get("count")) or 0 for c in items) / n_ranks
+            counts[arm][ctype] = count
+            rows.append([
+                arm, ctype, fmt(count, 1 if count != int(count) else 0),
+                fmt_bytes(_mean_key(items, "bytes")), fmt_bytes(_mean_key(items, "median_bytes")),
+                fmt_us_as_ms(_mean_key(items, "time_us")), fmt(_mean_key(items, "bandwidth_gbps"), 2),
+            ])  # fmt: skip
+    if not rows:
+        return [Heading("Collectives", 3), Para("No collectives were recognised in the profiles.")]
+    return [
+        Heading("Collectives", 3),
+        Figure("collectives", figures.collective_counts(arms, counts),
+               "Collectives per profiled step by type (mean over ranks)."),  # fmt: skip
+        Table(["arm", "type", "count", "bytes", "median message", "time (ms)", "bandwidth (GB/s)"], rows),
+    ]
+
+
+def _op_rows_from_diff(diff: dict[str, Any]) -> list[tuple[str, float]]:
+    ops = [o for o in diff.get("ops") or [] if isinstance(o, dict) and _num(o.get("delta_us")) is not None]
+    ops.sort(key=lambda o: -abs(_num(o["delta_us"]) or 0.0))
+    return [(str(o.get("op_type")), (_num(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
+
+
+def _op_means(rank_list: list[dict[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for r in rank_list:
+        for op in r.get("ops") or []:
+            totals[str(op.get("op_type"))] = totals.get(str(op.get("op_type")), 0.0) + (_num(op.get("total_us")) or 0.0)
+    n = max(len(rank_list), 1)
+    return {k: v / n for k, v in totals.items()}
+
+
+def _ops(data: RunData, arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block]:
+    """Op-type delta bars, test − base: from diff.json where present, else from the analysis ops."""
+    if len(arms) < 2:
+        return []
+    blocks: list[Block] = [Heading("Op types: time difference", 3)]
+    pairs: list[tuple[str, str, list[tuple[str, float]], str]] = []
+    for d in data.diffs:
+        rows = _op_rows_from_diff(d)
+        if rows:
+            pairs.append((str(d.get("base")), str(d.get("test")), rows, "diff.json"))
+    if not pairs:
+        base_ops = _op_means(ranks[arms[0]])
+        for test in arms[1:]:
+            test_ops = _op_means(ranks[test])
+            deltas = [(k, (test_ops.get(k, 0.0) - base_ops.get(k, 0.0)) / 1000) for k in set(base_ops) | set(test_ops)]
+            deltas = sorted((d for d in deltas if d[1] != 0), key=lambda d: -abs(d[1]))[:TOP_OPS]
+            if deltas:
+                pairs.append((arms[0], test, deltas, "analysis (top ops per rank only)"))
+    if not pairs:
+        blocks.append(Para("No op-type statistics in the analysis."))
+        return blocks
+    for i, (base, test, rows, source) in enumerate(pairs):
+        blocks.append(Figure(f"op_deltas_{i}", figures.op_deltas(base, test, rows, f"op_deltas_{i}"),
+                             f"Top {len(rows)} op types by |time difference|, {test} − {base} (source: {source})."))  # fmt: skip
+    return blocks
+
+
+def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block]:
+    names: list[str] = []
+    for arm in arms:
+        for r in ranks[arm]:
+            names.extend(k for k in (r.get("sync") or {}) if k not in names)
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        row = [name]
+        for arm in arms:
+            values = [_num((r.get("sync") or {}).get(name)) for r in ranks[arm]]
+            values = [v for v in values if v is not None]
+            row.append(fmt(np.mean(values), 1) if values else "—")
+        rows.append(row)
+    return [Heading("Synchronisation and launch counts", 3), Table(["count (mean over ranks)", *arms], rows)]
+
+
+def _timeline(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Timeline of one step", 3)]
+    if not data.timelines:
+        blocks.append(Para("No timeline: the event tables of the profiles were not available "
+                           "(the analysis module is missing or could not read the traces)."))  # fmt: skip
+        return blocks
+    ordered = [data.timelines[a] for a in data.arms if a in data.timelines]
+    ordered += [t for a, t in data.timelines.items() if a not in data.arms]
+    blocks.append(Figure("timeline", figures.timeline(ordered),
+                         "One profiled step on one rank per arm. Each row is a lane (device stream or CPU thread; "
+                         "⇄ marks lanes with communication); colours are event categories. Up to 8 busiest lanes "
+                         "per arm are shown; neighbouring events closer than a pixel are drawn merged."))  # fmt: skip
+    return blocks
+
+
+def _diagnosis(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Diagnosis: findings and what-if estimates")]
+    if not data.diffs:
+        why = ("this run has fewer than two profiled arms" if len(data.analysis or {}) < 2
+               else "the diff is missing (see Missing pieces)")  # fmt: skip
+        blocks.append(Para(f"No diff: {why}."))
+        return blocks
+    severity_rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
+    for d in data.diffs:
+        base, test = d.get("base", "?"), d.get("test", "?")
+        blocks.append(Heading(f"{test} vs {base}", 3))
+        for warning in d.get("warnings") or []:
+            blocks.append(Banner("warning", str(warning)))
+        findings = sorted((f for f in d.get("findings") or [] if isinstance(f, dict)),
+                          key=lambda f: severity_rank.get(str(f.get("severity")), 9))  # fmt: skip
+        if not findings:
+            blocks.append(Para("No finding fired: the two profiles show no difference the rules flag."))
+        for i, f in enumerate(findings, 1):
+            items = []
+            for key in ("evidence", "cause", "action"):
+                if f.get(key):
+                    items.append(f"**{key}**: {f[key]}")
+            estimate = f.get("estimate")
+            if isinstance(estimate, dict) and estimate:
+                parts = [f"{k.removesuffix('_us').replace('_', ' ')} {fmt_us_as_ms(v)} ms"
+                         for k, v in estimate.items() if k.endswith("_us") and _num(v) is not None]  # fmt: skip
+                others = [f"{k} {v}" for k, v in estimate.items() if not k.endswith("_us") and k != "label"]
+                label = estimate.get("label", "estimate")
+                items.append(f"**{label}** (what-if, not a measurement): " + "; ".join(parts + others))
+            blocks.append(Para(f"**{i}. [{str(f.get('severity', '?')).upper()}] {f.get('title', f.get('id', ''))}**"))
+            blocks.append(Bullets(items))
+        fits = d.get("fits") or {}
+        rows = []
+        for side, per_type in fits.items():
+            for ctype, fit in (per_type or {}).items():
+                if isinstance(fit, dict):
+                    rows.append([
+                        f"{side}", ctype, fmt(fit.get("alpha_us"), 2),
+                        fmt((_num(fit.get("beta_us_per_byte")) or 0) * 1e6, 3) if fit.get("beta_us_per_byte") is not None else "—",
+                        fmt(fit.get("r2"), 3), str(fit.get("n", "—")),
+                    ])  # fmt: skip
+        if rows:
+            blocks.append(Table(["trace", "collective", "α (µs)", "β (µs/MB)", "R²", "n"], rows))
+            blocks.append(Para("α + β·bytes fitted to each trace's own collectives; the estimates above rest on it."))
+    if (data.run_dir / "diff.md").is_file():
+        blocks.append(Para("The full side-by-side tables are in [diff.md](diff.md)."))
+    return blocks
+
+
+def _flatten(prefix: str, value: Any, out: list[list[str]]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        out.append([prefix, f"{len(value)} item(s)"])
+    else:
+        out.append([prefix, "—" if value is None else str(value)])
+
+
+def _configuration(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Configuration and environment")]
+    manifest = data.manifest
+    if not manifest:
+        blocks.append(Para("Unknown: `manifest.json` is missing."))
+        return blocks
+    arms = manifest.get("arms") or []
+    if arms:
+        keys = [k for k in arms[0] if k != "label"]
+        blocks.append(Table(["arm", *keys], [[a.get("label", "?"), *(str(a.get(k, "—")) for k in keys)] for a in arms],
+                            numeric=False))  # fmt: skip
+    config = dict(manifest.get("config") or {})
+    model = config.pop("model", None)
+    rows: list[list[str]] = []
+    _flatten("", {k: v for k, v in config.items() if k != "arms"}, rows)
+    if rows:
+        blocks.append(Table(["setting", "value"], rows, numeric=False))
+    if isinstance(model, dict):
+        model_rows: list[list[str]] = []
+        _flatten("model", model, model_rows)
+        blocks.append(Details("Model shape", [Table(["field", "value"], model_rows, numeric=False)]))
+    env_rows: list[list[str]] = []
+    _flatten("", manifest.get("environment") or {}, env_rows)
+    if env_rows:
+        blocks.append(Table(["environment", "value"], env_rows, numeric=False))
+    order = manifest.get("order") or []
+    launches = {(x.get("arm"), x.get("round"), x.get("kind")): x for x in manifest.get("launches") or []}
+    statuses = {(s.get("arm"), s.get("round"), s.get("kind")): s for s in data.statuses}
+    rows = []
+    for key in list(launches) + [k for k in statuses if k not in launches]:
+        launch = {**launches.get(key, {}), **statuses.get(key, {})}
+        rows.append([str(key[0]), str(key[1]), str(key[2]), str(launch.get("rc", "—")), fmt(launch.get("wall_s"), 1),
+                     str(launch.get("error") or "")])  # fmt: skip
+    if rows:
+        blocks.append(Details(f"Launches ({len(rows)}; interleaved order of {len(order)} timed launches)",
+                              [Table(["arm", "round", "kind", "rc", "wall (s)", "error"], rows, numeric=False)]))  # fmt: skip
+    return blocks
+
+
+def _reproduce(data: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Reproduce")]
+    command = (data.manifest or {}).get("command")
+    lines = []
+    if command:
+        lines.append("# the run (same configuration, a new results folder):")
+        lines.append(shlex.join(str(c) for c in command) if isinstance(command, list) else str(command))
+    else:
+        blocks.append(Para("The original command line is unknown (`manifest.json` is missing)."))
+    run = shlex.quote(str(data.run_dir))
+    lines += [
+        "# finish missing rounds of this run:", f"fsdpbench ab --resume {run}",
+        "# the analysis, the diff and this report from the saved files:",
+        f"fsdpbench analyze {shlex.quote(str(data.run_dir / 'profiles'))}/<arm>", f"fsdpbench diff {run}",
+        f"fsdpbench report {run}",
+    ]  # fmt: skip
+    blocks.append(Code("\n".join(lines)))
+    return blocks

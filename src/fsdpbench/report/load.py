@@ -1,0 +1,165 @@
+"""Read every piece of a run folder (docs/DATA.md) that exists, and note every piece that does not.
+
+Nothing here raises for a missing or broken piece: the report shows what is there and says what
+is not. Only a folder that holds none of a run's files is refused (``InputError``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from fsdpbench.errors import InputError
+
+log = logging.getLogger(__name__)
+
+RUN_MARKERS = ("manifest.json", "summary.json", "steps.jsonl")
+
+
+@dataclass
+class RunData:
+    """What a run folder holds, parsed; ``None`` where the piece is absent or unreadable."""
+
+    run_dir: Path
+    manifest: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    steps: pd.DataFrame | None = None
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    analysis: dict[str, dict[str, Any]] | None = None
+    """arm label → the analysis JSON of that arm's profiles."""
+    diffs: list[dict[str, Any]] = field(default_factory=list)
+    """One diff JSON per (base, test) pair."""
+    timelines: dict[str, Timeline] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    """Human-readable notes: what is absent or failed, and what to do about it."""
+
+    @property
+    def arms(self) -> list[str]:
+        """Arm labels in the manifest's order, else the summary's, else the order they ran."""
+        if self.manifest and self.manifest.get("arms"):
+            return [a.get("label") or a.get("backend", "?") for a in self.manifest["arms"]]
+        if self.summary and self.summary.get("arms"):
+            return list(self.summary["arms"])
+        if self.steps is not None and "arm" in self.steps:
+            return list(dict.fromkeys(self.steps["arm"]))
+        return []
+
+    def profile_dirs(self) -> dict[str, Path]:
+        """arm label → its profile folder, for arms that have one."""
+        root = self.run_dir / "profiles"
+        if not root.is_dir():
+            return {}
+        found = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and any(p.iterdir())}
+        order = {a: i for i, a in enumerate(self.arms)}
+        return dict(sorted(found.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+@dataclass
+class Timeline:
+    """Events of one profiler step on one rank, times in ns from the step's start."""
+
+    arm: str
+    rank: int
+    step: int | None
+    name: list[str]
+    category: list[str]
+    lane: list[str]
+    start_ns: Any  # numpy int64 arrays
+    end_ns: Any
+
+
+def read_json(path: Path, data: RunData, what: str) -> Any:
+    """Parsed JSON of ``path``, or ``None`` with a note in ``data.missing``."""
+    if not path.is_file():
+        return None
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        data.missing.append(f"{what} `{path.name}` could not be read ({exc}); it is left out.")
+        return None
+
+
+def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
+    """steps.jsonl as a DataFrame; a torn last line (a crash mid-write) is skipped with a note."""
+    if not path.is_file():
+        return None
+    rows, bad = [], 0
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            bad += 1
+    if bad:
+        data.missing.append(f"`steps.jsonl` has {bad} unreadable line(s) (a crash mid-write?); they are skipped.")
+    if not rows:
+        return None
+    return pd.DataFrame(rows)
+
+
+def is_run_dir(path: Path) -> bool:
+    """True when ``path`` holds at least one of a run's own files."""
+    return path.is_dir() and any((path / m).is_file() for m in RUN_MARKERS)
+
+
+def not_a_run_error(path: Path) -> InputError:
+    """The error for a folder that is not a run, naming run folders below it when there are some."""
+    if not path.exists():
+        return InputError(f"{path}: no such folder; pass a run folder written by `fsdpbench ab` or `fsdpbench run`")
+    if not path.is_dir():
+        return InputError(f"{path} is a file, not a run folder; pass the folder that holds manifest.json")
+    below = sorted(p.parent for m in RUN_MARKERS for p in path.glob(f"*/{m}"))
+    hint = ""
+    if below:
+        names = ", ".join(str(p) for p in list(dict.fromkeys(below))[:3])
+        hint = f"; run folders below it: {names}"
+    return InputError(
+        f"{path} is not a fsdpbench run folder (none of {', '.join(RUN_MARKERS)} in it){hint}"
+    )
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read manifest, summary, steps, launch statuses, analysis.json and diff.json of ``run_dir``."""
+    run_dir = Path(run_dir)
+    if not is_run_dir(run_dir):
+        raise not_a_run_error(run_dir)
+    data = RunData(run_dir=run_dir)
+    data.manifest = read_json(run_dir / "manifest.json", data, "the manifest")
+    if data.manifest is None:
+        data.missing.append("`manifest.json` is missing: configuration, environment and commands are unknown.")
+    data.summary = read_json(run_dir / "summary.json", data, "the summary")
+    if data.summary is None:
+        data.missing.append(
+            "`summary.json` is missing: no verdict or statistics yet "
+            f"(the run may have stopped early; `fsdpbench ab --resume {run_dir}` finishes it)."
+        )
+    data.steps = read_steps(run_dir / "steps.jsonl", data)
+    if data.steps is None:
+        data.missing.append("`steps.jsonl` is missing or empty: no step times to plot.")
+    for status in sorted((run_dir / "launches").glob("*/*/status.json")):
+        parsed = read_json(status, data, "a launch status")
+        if isinstance(parsed, dict):
+            data.statuses.append(parsed)
+    analysis = read_json(run_dir / "analysis.json", data, "the analysis")
+    if isinstance(analysis, dict):
+        data.analysis = analysis
+    diff = read_json(run_dir / "diff.json", data, "the diff")
+    data.diffs = normalise_diffs(diff)
+    return data
+
+
+def normalise_diffs(diff: Any) -> list[dict[str, Any]]:
+    """diff.json holds one diff object, a list of them, or ``{"diffs": [...]}``; return a list."""
+    if isinstance(diff, dict) and isinstance(diff.get("diffs"), list):
+        return [d for d in diff["diffs"] if isinstance(d, dict)]
+    if isinstance(diff, dict):
+        return [diff]
+    if isinstance(diff, list):
+        return [d for d in diff if isinstance(d, dict)]
+    return []

@@ -1,0 +1,364 @@
+"""The run report: it parses, is self-contained, shows every figure, and degrades gracefully."""
+
+from __future__ import annotations
+
+import copy
+import html.parser
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from fsdpbench.errors import InputError
+from fsdpbench.report import load_run, write_report
+from fsdpbench.report.build import build_report
+
+ARMS = ["torch", "hyper"]
+
+# --------------------------------------------------------------------------------------------
+# A realistic fake run folder, field for field as docs/DATA.md describes it
+# --------------------------------------------------------------------------------------------
+
+
+def _rank(rank: int, overlap: float, ag: int, rs: int, slice_us: float) -> dict:
+    step_us, comm_us, compute_us = 250_000.0, 90_000.0, 180_000.0
+    overlapped = overlap * comm_us
+    free = step_us - (compute_us + comm_us - overlapped)
+    return {
+        "rank": rank, "step": 3, "step_time_us": step_us, "overlap_ratio": overlap, "compute_us": compute_us,
+        "comm_us": comm_us, "overlapped_us": overlapped, "exposed_comm_us": comm_us - overlapped, "free_us": free,
+        "kernel_time_us": 200_000.0,
+        "collectives": {
+            "all_gather": {"count": ag, "bytes": 4_000_000, "time_us": 50_000.0, "median_bytes": 4_000_000 // ag,
+                           "bandwidth_gbps": 0.08},
+            "reduce_scatter": {"count": rs, "bytes": 2_000_000, "time_us": 40_000.0,
+                               "median_bytes": 2_000_000 // rs, "bandwidth_gbps": 0.05},
+        },
+        "ops": [{"op_type": "MatMul", "count": 40, "total_us": 120_000.0, "mean_us": 3000.0},
+                {"op_type": "Slice", "count": 30, "total_us": slice_us, "mean_us": slice_us / 30},
+                {"op_type": "Cast", "count": 12, "total_us": 8_000.0, "mean_us": 666.0}],
+        "sync": {"barrier": ag // 2, "launch_ffts": 0, "device_synchronize": 1, "stream_synchronize": 0,
+                 "event_synchronize": 0, "kernel_launch": 300},
+        "steps": [],
+    }  # fmt: skip
+
+
+def make_run(root: Path, *, profiled: bool = True, parity_valid: bool = True, crashed_arm: str | None = None,
+             with_summary: bool = True) -> Path:  # fmt: skip
+    """A run folder of a 2-arm, 3-round A/B on 2 ranks, per docs/DATA.md."""
+    run = root / "ab_20261202_120000"
+    run.mkdir(parents=True)
+    rounds = 3
+    order = [{"round": r, "arm": a} for r in range(rounds) for a in (ARMS if r % 2 == 0 else ARMS[::-1])]
+    manifest = {
+        "schema_version": 1, "name": "ab", "created": "2026-12-02T12:00:00",
+        "command": ["fsdpbench", "ab", "--arms", "torch,hyper", "--rounds", "3", "--profile"],
+        "config": {"name": "ab", "preset": "tiny", "seq_len": 128, "rounds": rounds, "warmup": 1, "steps": 4,
+                   "nproc": 2, "device": "cpu", "profile": profiled,
+                   "model": {"hidden_size": 64, "num_hidden_layers": 4, "num_experts": 8}},
+        "arms": [{"label": a, "backend": a, "prefetch": 0, "reshard_after_forward": True, "mesh": "",
+                  "param_dtype": "float32", "reduce_dtype": "float32", "comm_fusion": False, "ac": "off"}
+                 for a in ARMS],
+        "order": order,
+        "environment": {"python": "3.11.7", "torch": "2.13.0+cpu", "torch_npu": None, "cann": None,
+                        "hyper_parallel": {"version": "0.1.0", "commit": "fdd0a808"}, "host": "box",
+                        "device_type": "cpu", "device_name": "cpu", "device_count": 1, "world_size": 2,
+                        "nnodes": 1, "nproc_per_node": 2, "process_group_backend": "gloo"},
+        "launches": [{"arm": o["arm"], "round": o["round"], "kind": "timed", "rc": 0, "wall_s": 7.1} for o in order],
+    }  # fmt: skip
+    rng = np.random.default_rng(1)
+    lines = []
+    for o in order:
+        base = 210.0 if o["arm"] == "torch" else 250.0
+        for step in range(5):
+            lines.append({"arm": o["arm"], "round": o["round"], "step": step, "kind": "warmup" if step == 0 else "timed",
+                          "time_ms": base * (1.5 if step == 0 else 1.0) + float(rng.normal(0, 3)), "loss": 6.2,
+                          "grad_norm": 1.0, "tokens": 256, "mem_allocated_bytes": None, "mem_reserved_bytes": None,
+                          "world_size": 2})  # fmt: skip
+        launch = run / "launches" / o["arm"] / f"round{o['round']}"
+        launch.mkdir(parents=True)
+        failed = crashed_arm == o["arm"] and o["round"] == 2
+        (launch / "status.json").write_bytes(orjson.dumps({
+            "arm": o["arm"], "round": o["round"], "kind": "timed", "rc": 1 if failed else 0, "started": "", "ended": "",
+            "wall_s": 7.0, "error": "rank 1 crashed: RuntimeError: boom" if failed else None}))  # fmt: skip
+    (run / "manifest.json").write_bytes(orjson.dumps(manifest))
+    (run / "steps.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    if with_summary:
+        summary = {
+            "schema_version": 1,
+            "arms": {a: {"status": "failed" if a == crashed_arm else "ok",
+                         "rounds": [{"round": r, "median_ms": m, "n_steps": 4} for r in range(rounds)],
+                         "median_ms": m, "p10_ms": m - 4, "p90_ms": m + 4, "tokens_per_s_per_device": 1000 / m,
+                         "tflops_per_device": 0.01, "mfu": None, "peak_mem_allocated_bytes": None,
+                         "peak_mem_reserved_bytes": None}
+                     for a, m in (("torch", 210.0), ("hyper", 250.0))},
+            "comparisons": [{"base": "torch", "test": "hyper", "ratio": 250 / 210, "ci95": [1.17, 1.21],
+                             "test_faster_pct": -16.0, "significant": True, "rounds_needed_1pct": 5,
+                             "verdict": "hyper is 16.0% slower than torch (CI 14.5%..17.4%)"}],
+            "verdict": "hyper is 16.0% slower than torch (CI 14.5%..17.4%)",
+            "parity": {"valid": parity_valid, "mode": "exact", "tolerance": 1e-6, "steps_compared": 4,
+                       "max_abs_diff": 0.0 if parity_valid else 0.31, "max_rel_diff": 0.0 if parity_valid else 0.05,
+                       "reason": None if parity_valid else "step 0 loss 6.20 vs 6.51"},
+            "missing": [{"arm": crashed_arm, "round": 2, "why": "launch failed (rc 1)"}] if crashed_arm else [],
+            "profiles": {a: f"profiles/{a}" for a in ARMS} if profiled else {},
+        }  # fmt: skip
+        (run / "summary.json").write_bytes(orjson.dumps(summary))
+    if profiled:
+        for a in ARMS:
+            for k in range(2):
+                d = run / "profiles" / a / f"rank{k}"
+                d.mkdir(parents=True)
+                (d / "trace.json").write_text("{}")
+        analysis = {
+            "torch": {"schema_version": 1, "sources": ["profiles/torch"], "format": "kineto", "warnings": [],
+                      "ranks": [_rank(k, 0.488, 12, 7, 100_000.0) for k in range(2)]},
+            "hyper": {"schema_version": 1, "sources": ["profiles/hyper"], "format": "kineto", "warnings": [],
+                      "ranks": [_rank(k, 0.059, 124, 57, 36_000.0) for k in range(2)]},
+        }  # fmt: skip
+        diff = {
+            "schema_version": 1, "base": "torch", "test": "hyper", "warnings": [], "side_by_side": {},
+            "collectives": [{"type": "all_gather", "base_count": 12, "test_count": 124, "count_ratio": 10.3,
+                             "base_bytes": 4_000_000, "test_bytes": 4_000_000, "bytes_ratio": 1.0}],
+            "ops": [{"op_type": f"Op{i}", "base_us": 1000.0, "test_us": 1000.0 + d, "delta_us": d,
+                     "base_count": 1, "test_count": 1} for i, d in enumerate([-64_000.0, 30_000.0, -5_000.0, 2_000.0])],
+            "sync": [{"name": "launch_ffts", "base": 59, "test": 365, "delta": 306}],
+            "fits": {"test": {"all_gather": {"alpha_us": 10.0, "beta_us_per_byte": 1e-4, "r2": 0.98, "n": 124}}},
+            "findings": [{"id": "fragmentation", "severity": "high", "title": "hyper's collectives are 10.3× more fragmented",
+                          "evidence": "AllGather 124 vs 12 (10.3×), same bytes", "cause": "per-parameter collectives",
+                          "action": "bucket per module",
+                          "estimate": {"label": "estimate", "exposed_comm_delta_us": -200_000.0,
+                                       "step_time_delta_us": -150_000.0}}],
+        }  # fmt: skip
+        # the analysis and diff are newer than the profiles, so write_report reuses them
+        os.utime(run / "profiles", None)
+        (run / "analysis.json").write_bytes(orjson.dumps(analysis))
+        (run / "diff.json").write_bytes(orjson.dumps(diff))
+        (run / "diff.md").write_text("# diff\n")
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# HTML inspection with the standard library's parser
+# --------------------------------------------------------------------------------------------
+
+
+class _Inspector(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self.external: list[str] = []
+        self.figures: list[str] = []
+        self.banners: list[str] = []
+        self._in_banner = False
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        a = dict(attrs)
+        for key in ("src", "href", "xlink:href", "data", "action", "poster"):
+            value = (a.get(key) or "").strip().lower()
+            if re.match(r"^(https?:|//|file:|ftp:)", value):
+                self.external.append(f"<{tag} {key}={value}>")
+        if tag == "script" and "src" in a:
+            self.external.append("<script src>")
+        if tag == "link" and "href" in a:
+            self.external.append("<link href>")
+        if tag == "figure":
+            self.figures.append(a.get("id", ""))
+        if tag == "div" and "banner" in (a.get("class") or ""):
+            self._in_banner = True
+            self.banners.append(a.get("class", ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "div":
+            self._in_banner = False
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def inspect_html(path: Path) -> _Inspector:
+    parser = _Inspector()
+    parser.feed(path.read_text(encoding="utf-8"))
+    parser.close()
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------------------------
+
+
+def test_profiled_run_report_is_self_contained_html_with_every_figure(tmp_path):
+    run = make_run(tmp_path)
+    written = write_report(run)
+    assert run / "report.html" in written and run / "report.md" in written
+    page = inspect_html(run / "report.html")
+    assert page.external == []
+    assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
+    assert {"fig-step_times", "fig-overlap", "fig-breakdown", "fig-collectives", "fig-op_deltas_0"} <= set(page.figures)
+    assert page.tags.get("svg", 0) == len(page.figures)
+    text = " ".join(page.text)
+    assert "hyper is 16.0% slower than torch" in text
+    assert "bucket per module" in text  # the diff's finding
+    assert "fsdpbench ab --arms torch,hyper --rounds 3 --profile" in text  # the command from the manifest
+
+
+def test_markdown_references_figures_written_beside_it(tmp_path):
+    run = make_run(tmp_path)
+    write_report(run)
+    md = (run / "report.md").read_text()
+    refs = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.svg)\)", md)
+    assert len(refs) >= 5
+    for ref in refs:
+        svg = (run / ref).read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg
+
+
+def test_overlap_and_collective_numbers_come_from_the_analysis(tmp_path):
+    run = make_run(tmp_path)
+    data = load_run(run)
+    _, blocks = build_report(data)
+    tables = [b for b in blocks if type(b).__name__ == "Table"]
+    overlap = next(t for t in tables if "overlap ratio" in t.headers)
+    by_arm = {row[0]: row for row in overlap.rows}
+    assert by_arm["torch"][2] == "48.8%" and by_arm["hyper"][2] == "5.9%"
+    # exposed comm = comm − overlapped = 90 ms × (1 − ratio)
+    assert by_arm["hyper"][7] == f"{90 * (1 - 0.059):,.2f}"
+    coll = next(t for t in tables if "median message" in t.headers)
+    counts = {(r[0], r[1]): r[2] for r in coll.rows}
+    assert counts[("hyper", "all_gather")] == "124" and counts[("torch", "reduce_scatter")] == "7"
+
+
+def test_step_time_table_uses_only_timed_steps(tmp_path):
+    run = make_run(tmp_path)
+    data = load_run(run)
+    _, blocks = build_report(data)
+    table = next(b for b in blocks if type(b).__name__ == "Table" and "timed steps" in b.headers)
+    timed = data.steps[data.steps["kind"] == "timed"]
+    expected = timed.groupby(["arm", "round"])["time_ms"].median()
+    for arm, rnd, n, median, *_ in table.rows:
+        assert n == "4"
+        assert median == f"{expected[(arm, int(rnd))]:,.1f}"
+
+
+def test_run_without_profiles_still_reports_and_says_so(tmp_path):
+    run = make_run(tmp_path, profiled=False)
+    write_report(run)
+    page = inspect_html(run / "report.html")
+    text = " ".join(page.text)
+    assert "was not profiled" in text and "--profile" in text
+    assert "fig-step_times" in page.figures and "fig-overlap" not in page.figures
+    assert "hyper is 16.0% slower" in text
+
+
+def test_failed_parity_puts_a_loud_banner_first(tmp_path):
+    run = make_run(tmp_path, parity_valid=False)
+    write_report(run)
+    page = inspect_html(run / "report.html")
+    assert page.banners[0] == "banner error"
+    assert "COMPARISON INVALID" in " ".join(page.text)
+    assert "COMPARISON INVALID" in (run / "report.md").read_text().split("## Step time")[0]
+
+
+def test_crashed_arm_and_missing_summary_are_named(tmp_path):
+    run = make_run(tmp_path, crashed_arm="hyper", with_summary=False)
+    write_report(run)
+    text = (run / "report.md").read_text()
+    assert "## Missing pieces" in text and "summary.json" in text and "No verdict yet" in text
+    run2 = make_run(tmp_path / "b", crashed_arm="hyper")
+    write_report(run2)
+    text2 = (run2 / "report.md").read_text()
+    assert "status **failed**" in text2 and "rank 1 crashed" in text2 and "round 2" in text2
+
+
+def test_torn_steps_line_and_broken_json_do_not_stop_the_report(tmp_path):
+    run = make_run(tmp_path)
+    with open(run / "steps.jsonl", "ab") as f:
+        f.write(b'{"arm": "torch", "round": 9, "ti')
+    (run / "diff.json").write_text("{not json")
+    write_report(run)
+    text = (run / "report.md").read_text()
+    assert "unreadable line" in text and "`diff.json` could not be read" in text
+    assert "## Step time per arm and round" in text
+
+
+def test_a_folder_that_is_not_a_run_is_refused_naming_runs_below_it(tmp_path):
+    make_run(tmp_path / "results")
+    with pytest.raises(InputError, match=r"not a fsdpbench run folder.*ab_20261202_120000"):
+        write_report(tmp_path / "results")
+    with pytest.raises(InputError, match="no such folder"):
+        write_report(tmp_path / "nowhere")
+
+
+def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeypatch):
+    run = make_run(tmp_path)
+    (run / "analysis.json").unlink()
+    (run / "diff.json").unlink()
+    calls = []
+    source = orjson.loads(orjson.dumps(_rank(0, 0.25, 4, 2, 1000.0)))
+
+    class FakeAnalysis:
+        def __init__(self, path):
+            calls.append(path)
+            n = 400
+            start = np.arange(n, dtype=np.int64) * 1000
+            events = {"name": np.array(["mm"] * n), "category": np.where(np.arange(n) % 3 == 0, "comm", "compute"),
+                      "start_ns": start, "end_ns": start + 800, "lane": np.where(np.arange(n) % 3 == 0, "gloo", "main"),
+                      "step": np.full(n, 3)}  # fmt: skip
+            self.ranks = [types.SimpleNamespace(rank=0, step=None, events=events)]
+
+        def to_dict(self):
+            return {"schema_version": 1, "warnings": [], "ranks": [copy.deepcopy(source)]}
+
+    fake = types.ModuleType("fsdpbench.analysis")
+    fake.analyze = lambda paths, step=None: FakeAnalysis(paths[0])
+    monkeypatch.setitem(sys.modules, "fsdpbench.analysis", fake)
+    monkeypatch.setitem(sys.modules, "fsdpbench.analysis.diff", None)  # the diff module is absent
+    written = write_report(run)
+    assert run / "analysis.json" in written
+    assert set(orjson.loads((run / "analysis.json").read_bytes())) == {"torch", "hyper"}
+    page = inspect_html(run / "report.html")
+    assert "fig-timeline" in page.figures
+    assert "diff module is unavailable" in (run / "report.md").read_text()
+
+
+def test_report_side_does_not_import_torch():
+    code = "import sys, fsdpbench.report, fsdpbench.report.build, fsdpbench.commands.report; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium (Debian package chromium) is not installed")
+def test_report_renders_in_headless_chromium(tmp_path):
+    run = make_run(tmp_path)
+    write_report(run)
+    png = tmp_path / "report.png"
+    profile = tmp_path / "chromium-profile"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", f"--screenshot={png}", "--window-size=1400,3000",
+           (run / "report.html").resolve().as_uri()]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert png.is_file(), proc.stderr[-2000:]
+    from matplotlib.image import imread
+
+    pixels = imread(png)
+    assert pixels.shape[0] == 3000 and pixels.shape[1] == 1400
+    # a rendered page is not blank: many distinct colours (figures, banners, text)
+    distinct = np.unique((pixels[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(distinct) > 50
+    keep = os.environ.get("FSDPBENCH_KEEP_SCREENSHOT")
+    if keep:
+        shutil.copy(png, keep)
