@@ -1,0 +1,273 @@
+"""What-if estimates: a latency + bandwidth model of each collective type, and what regrouping would buy.
+
+Each collective type gets the model ``time_us = alpha_us + beta_us_per_byte * bytes`` fitted by least
+squares to the trace's own collectives (one point per collective call). ``alpha`` is the fixed cost of
+one call (launch, synchronisation, protocol latency); ``beta`` the inverse bandwidth. Issuing the same
+bytes in fewer calls saves ``alpha`` per call removed, which is what bucketing per module buys.
+
+Every number this module produces is an *estimate* and is labelled so: a measured collective's duration
+includes time spent waiting for the slowest peer, so ``alpha`` absorbs skew, and the estimates assume
+that the overlap ratio stays what it was.
+
+Torch-free on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+MIN_FIT_POINTS = 3
+"""Fewer collectives than this cannot give a meaningful two-parameter fit."""
+POOR_FIT_R2 = 0.5
+"""Below this R² a fit is reported but flagged as poor; estimates that use it say so."""
+
+
+@dataclass(frozen=True)
+class AlphaBetaFit:
+    """The fitted ``alpha + beta * bytes`` model of one collective type in one trace.
+
+    ``status``: ``ok``; ``too_few_points`` (n < MIN_FIT_POINTS); ``same_size`` (every call moved the same
+    bytes, so the fixed and per-byte costs cannot be told apart); ``no_bytes`` (sizes unknown).
+    ``alpha_us``/``beta_us_per_byte``/``r2`` are ``None`` unless ``status == "ok"`` (``r2`` is also ``None``
+    when all durations are equal). ``mean_us`` and ``mean_bytes`` are always the plain averages.
+    """
+
+    alpha_us: float | None
+    beta_us_per_byte: float | None
+    r2: float | None
+    n: int
+    status: str
+    mean_us: float | None = None
+    mean_bytes: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def poor(self) -> bool:
+        return self.ok and (self.r2 is None or self.r2 < POOR_FIT_R2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
+    """Least-squares fit of ``dur_us = alpha_us + beta_us_per_byte * nbytes``.
+
+    Args:
+        nbytes: bytes moved by each call (array-like; NaN/None entries are dropped with their duration).
+        dur_us: duration of each call in µs.
+
+    Returns:
+        The fit, with ``status`` saying honestly when it could not be made (see ``AlphaBetaFit``).
+    """
+    b = pd.to_numeric(pd.Series(nbytes, dtype="object"), errors="coerce").to_numpy(dtype=float)
+    t = pd.to_numeric(pd.Series(dur_us, dtype="object"), errors="coerce").to_numpy(dtype=float)
+    if b.shape != t.shape:
+        raise ValueError(f"fit_alpha_beta: {b.size} byte counts but {t.size} durations")
+    t_ok = np.isfinite(t)
+    keep = t_ok & np.isfinite(b)
+    mean_us = float(t[t_ok].mean()) if t_ok.any() else None
+    if not keep.any():
+        return AlphaBetaFit(None, None, None, int(t_ok.sum()), "no_bytes", mean_us, None)
+    b, t = b[keep], t[keep]
+    n = int(b.size)
+    mean_us, mean_bytes = float(t.mean()), float(b.mean())
+    if n < MIN_FIT_POINTS:
+        return AlphaBetaFit(None, None, None, n, "too_few_points", mean_us, mean_bytes)
+    if np.unique(b).size < 2:
+        return AlphaBetaFit(None, None, None, n, "same_size", mean_us, mean_bytes)
+    design = np.column_stack([np.ones(n), b])
+    (alpha, beta), *_ = np.linalg.lstsq(design, t, rcond=None)
+    ss_tot = float(((t - mean_us) ** 2).sum())
+    ss_res = float(((t - design @ np.array([alpha, beta])) ** 2).sum())
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
+    return AlphaBetaFit(float(alpha), float(beta), r2, n, "ok", mean_us, mean_bytes)
+
+
+def fit_events(events: pd.DataFrame | None) -> dict[str, AlphaBetaFit]:
+    """One fit per collective type from an events table (columns ``type, bytes, start_ns, end_ns``)."""
+    if events is None or len(events) == 0:
+        return {}
+    missing = {"type", "bytes", "start_ns", "end_ns"} - set(events.columns)
+    if missing:
+        raise ValueError(f"collective events table lacks columns {sorted(missing)}")
+    dur_us = (events["end_ns"].astype(float) - events["start_ns"].astype(float)) / 1e3
+    frame = pd.DataFrame({"type": events["type"].astype(str), "bytes": events["bytes"], "dur_us": dur_us})
+    return {
+        str(kind): fit_alpha_beta(group["bytes"].to_numpy(), group["dur_us"].to_numpy())
+        for kind, group in frame.groupby("type", sort=True, observed=True)
+    }
+
+
+def fit_ranks(event_tables: list[pd.DataFrame | None]) -> dict[str, AlphaBetaFit]:
+    """Fits per collective type over all ranks' collectives of one trace pooled together."""
+    tables = [e for e in event_tables if e is not None and len(e)]
+    if not tables:
+        return {}
+    return fit_events(pd.concat(tables, ignore_index=True))
+
+
+def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
+    """Fit ``time_us = alpha_us * count + beta_us_per_byte * bytes`` to per-rank totals of one type.
+
+    The fallback when the per-call events are not available (e.g. a cached analysis.json): each point is
+    one rank of one arm (its call count, total bytes and total time of that collective type). Arms that
+    move the same bytes in different numbers of calls separate alpha from beta. ``r2`` is the usual
+    coefficient of determination around the mean total time.
+    """
+    n_arr, b_arr, t_arr = (pd.to_numeric(pd.Series(v, dtype="object"), errors="coerce").to_numpy(dtype=float)
+                           for v in (counts, nbytes, time_us))  # fmt: skip
+    keep = np.isfinite(n_arr) & np.isfinite(b_arr) & np.isfinite(t_arr) & (n_arr > 0)
+    n_arr, b_arr, t_arr = n_arr[keep], b_arr[keep], t_arr[keep]
+    npts = int(n_arr.size)
+    mean_us = float((t_arr / n_arr).mean()) if npts else None
+    mean_bytes = float((b_arr / n_arr).mean()) if npts else None
+    if npts < MIN_FIT_POINTS:
+        return AlphaBetaFit(None, None, None, npts, "too_few_points", mean_us, mean_bytes)
+    design = np.column_stack([n_arr, b_arr])
+    if np.linalg.matrix_rank(design) < 2:
+        return AlphaBetaFit(None, None, None, npts, "same_size", mean_us, mean_bytes)
+    (alpha, beta), *_ = np.linalg.lstsq(design, t_arr, rcond=None)
+    ss_tot = float(((t_arr - t_arr.mean()) ** 2).sum())
+    ss_res = float(((t_arr - design @ np.array([alpha, beta])) ** 2).sum())
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
+    return AlphaBetaFit(float(alpha), float(beta), r2, npts, "ok", mean_us, mean_bytes)
+
+
+def choose_fit(kind: str, *candidates: tuple[str, Mapping[str, AlphaBetaFit]]) -> tuple[str, AlphaBetaFit] | None:
+    """The first usable (``ok``) fit of ``kind`` among ``(source_name, fits)`` candidates, in order."""
+    for source, fits in candidates:
+        fit = fits.get(kind)
+        if fit is not None and fit.ok:
+            return source, fit
+    return None
+
+
+def layer_bucket_counts(num_layers: int, *, reshard_after_forward: bool = True, hsdp: bool = False) -> dict[str, int]:
+    """Collective calls per step if every layer were one bucket plus one root bucket (FSDP2's grouping).
+
+    From reference/fsdp_backends.md §3: all-gather ``2L+1`` with reshard after forward (forward and the
+    backward re-gather) or ``L+1`` without; reduce-scatter ``L+1``; all-reduce ``L+1`` for HSDP only.
+    """
+    counts = {"all_gather": (2 * num_layers + 1) if reshard_after_forward else (num_layers + 1),
+              "reduce_scatter": num_layers + 1}  # fmt: skip
+    if hsdp:
+        counts["all_reduce"] = num_layers + 1
+    return counts
+
+
+def estimate_regrouping(
+    per_type: Mapping[str, Mapping[str, float | None]],
+    target_counts: Mapping[str, float],
+    fit_for: Mapping[str, tuple[str, AlphaBetaFit]],
+    *,
+    step_time_us: float | None,
+    compute_us: float | None,
+    comm_us: float | None,
+    exposed_comm_us: float | None,
+) -> dict[str, Any]:
+    """Estimate the effect of issuing each collective type's bytes in ``target_counts`` calls.
+
+    Args:
+        per_type: per collective type, the measured ``count`` and ``time_us`` (mean per rank).
+        target_counts: per type, the call count after regrouping (types not listed stay as they are).
+        fit_for: per type, ``(source, fit)``: the α–β fit to price a removed call at ``alpha_us``.
+        step_time_us, compute_us, comm_us, exposed_comm_us: the measured rank-mean step breakdown.
+
+    Returns:
+        ``{"label": "estimate", "comm_delta_us", "exposed_comm_delta_us", "step_time_delta_us",
+        "step_time_lower_bound_us", "per_type": {...}, "assumptions": [...]}``; the deltas are ``None``
+        when no type could be priced. Saved time per type = ``(count − target) · max(alpha, 0)``;
+        comm shrinks by the saved share of the summed collective time; exposed comm keeps its share of
+        comm (same overlap ratio); compute is unchanged, so the step shrinks by the exposed-comm change.
+        ``step_time_lower_bound_us = max(compute, new comm)``: perfect overlap, no idle time.
+    """
+    rows: dict[str, Any] = {}
+    saved_total = 0.0
+    summed_time = sum(float(v.get("time_us") or 0.0) for v in per_type.values())
+    assumptions = [
+        "a removed call saves the fitted fixed cost alpha; the bytes and per-byte cost stay the same",
+        "the overlap ratio stays the same, so exposed comm shrinks in proportion to comm",
+        "compute time is unchanged",
+    ]
+    for kind, measured in per_type.items():
+        count = measured.get("count")
+        if kind not in target_counts or count is None:
+            continue
+        target = float(target_counts[kind])
+        row: dict[str, Any] = {"count": count, "target_count": target}
+        chosen = fit_for.get(kind)
+        if chosen is None:
+            row["note"] = "no usable alpha-beta fit for this type; not priced"
+        elif target >= count:
+            row["saved_us"] = 0.0
+            row["note"] = "already at or below the target granularity"
+        else:
+            source, fit = chosen
+            alpha = max(float(fit.alpha_us or 0.0), 0.0)
+            saved = (float(count) - target) * alpha
+            time_us = measured.get("time_us")
+            if time_us is not None:
+                saved = min(saved, float(time_us))  # cannot save more than the type takes
+            row.update(saved_us=saved, alpha_us=alpha, fit_source=source, fit_r2=fit.r2)
+            if fit.alpha_us is not None and fit.alpha_us < 0:
+                row["note"] = "fitted alpha is negative (per-call cost not resolved); counted as 0"
+            elif fit.poor:
+                row["note"] = f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
+            saved_total += saved
+        rows[kind] = row
+    priced = any("saved_us" in r for r in rows.values())
+    result: dict[str, Any] = {
+        "label": "estimate", "comm_delta_us": None, "exposed_comm_delta_us": None, "step_time_delta_us": None,
+        "step_time_lower_bound_us": None, "per_type": rows, "assumptions": assumptions,
+    }  # fmt: skip
+    if not priced or comm_us is None or not summed_time:
+        return result
+    comm_new = float(comm_us) * (1.0 - min(saved_total / summed_time, 1.0))
+    result["comm_delta_us"] = comm_new - float(comm_us)
+    if exposed_comm_us is not None and comm_us:
+        exposed_delta = float(exposed_comm_us) * (comm_new / float(comm_us)) - float(exposed_comm_us)
+        result["exposed_comm_delta_us"] = exposed_delta
+        if step_time_us is not None:
+            result["step_time_delta_us"] = exposed_delta
+    if compute_us is not None:
+        result["step_time_lower_bound_us"] = max(float(compute_us), comm_new)
+    return result
+
+
+def estimate_overlap(
+    *,
+    target_overlap_ratio: float,
+    step_time_us: float | None,
+    compute_us: float | None,
+    comm_us: float | None,
+    exposed_comm_us: float | None,
+) -> dict[str, Any]:
+    """Estimate the effect of hiding comm up to ``target_overlap_ratio`` (e.g. the other arm's, via prefetch).
+
+    New exposed comm = ``comm · (1 − target)``; the step changes by the exposed-comm change (compute and
+    comm unchanged); ``step_time_lower_bound_us = max(compute, comm)``. Deltas are ``None`` when the
+    breakdown is missing; a target below the current overlap gives no gain (delta 0).
+    """
+    out: dict[str, Any] = {
+        "label": "estimate", "target_overlap_ratio": target_overlap_ratio, "exposed_comm_delta_us": None,
+        "step_time_delta_us": None, "step_time_lower_bound_us": None,
+        "assumptions": ["compute and total comm time unchanged; only the hidden share of comm changes"],
+    }  # fmt: skip
+    if comm_us is None or exposed_comm_us is None or not math.isfinite(target_overlap_ratio):
+        return out
+    delta = min(float(comm_us) * (1.0 - target_overlap_ratio) - float(exposed_comm_us), 0.0)
+    out["exposed_comm_delta_us"] = delta
+    if step_time_us is not None:
+        out["step_time_delta_us"] = delta
+    if compute_us is not None:
+        out["step_time_lower_bound_us"] = max(float(compute_us), float(comm_us))
+    return out

@@ -1,0 +1,99 @@
+"""``fsdpbench diff BASE TEST`` or ``fsdpbench diff RUN_DIR``: differences, findings and what-if estimates.
+
+BASE/TEST are profile paths (a rank's trace, a folder of ranks, an ``*_ascend_pt`` folder) or analysis
+JSON files written by ``fsdpbench analyze --json``. RUN_DIR is a profiled ``fsdpbench ab`` run: its first
+arm is the base, every other arm a test, and diff.json/diff.md are written into it. Torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fsdpbench.errors import ConfigError, InputError
+
+ANALYSIS_JSON_MAX_BYTES = 64 << 20
+"""A plain ``*.json`` file up to this size is checked for being an analysis JSON (else it is a trace)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fsdpbench diff``."""
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="BASE TEST (trace paths or analysis JSON files), or one RUN_DIR of `fsdpbench ab --profile`")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the diff JSON here (RUN_DIR: default RUN_DIR/diff.json)")
+    parser.add_argument("--md", type=Path, metavar="FILE", help="write the markdown here (RUN_DIR: default RUN_DIR/diff.md)")
+    parser.add_argument("--labels", metavar="BASE,TEST", help="names of the two sides (default: the path names)")
+    parser.add_argument("--step", type=int, help="analyze only this profiler step (default: the analysis default)")
+    parser.add_argument("--reanalyze", action="store_true",
+                        help="RUN_DIR: analyze the profiles again even if analysis.json is fresh "
+                        "(per-call alpha-beta fits need the traces)")
+    parser.add_argument("--quiet", action="store_true", help="no terminal tables")  # fmt: skip
+
+
+def _load_side(path: Path, what: str, step: int | None) -> Any:
+    if not path.exists():
+        raise InputError(f"{what} path {path} does not exist; pass a profile folder/trace or an analysis JSON")
+    name = path.name
+    if path.is_file() and name.endswith(".json") and not name.endswith(".pt.trace.json"):
+        if path.stat().st_size <= ANALYSIS_JSON_MAX_BYTES:
+            try:
+                data = orjson.loads(path.read_bytes())
+            except orjson.JSONDecodeError as exc:
+                raise InputError(f"{what} {path} is not valid JSON ({exc})") from exc
+            if isinstance(data, dict) and "ranks" in data and "schema_version" in data:
+                return data
+    from fsdpbench.analysis import analyze
+
+    return analyze([path], step=step)
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the diff, print the tables and write the requested files; 0 on success."""
+    from rich.console import Console
+
+    from fsdpbench.analysis.diff import compare, diff_run
+
+    paths: list[Path] = [Path(p) for p in args.paths]
+    console = Console()
+    if len(paths) == 1:
+        run_dir = paths[0]
+        if args.labels:
+            raise ConfigError("--labels applies to BASE TEST; a RUN_DIR takes the arm labels from its manifest")
+        if not run_dir.is_dir():
+            raise InputError(f"{run_dir} is not a run folder; pass a RUN_DIR of `fsdpbench ab --profile` or two "
+                             "paths BASE TEST")  # fmt: skip
+        results = diff_run(run_dir, reanalyze=args.reanalyze, step=args.step)
+        json_path, md_path = args.json or run_dir / "diff.json", args.md or run_dir / "diff.md"
+    elif len(paths) == 2:
+        if args.reanalyze:
+            raise ConfigError("--reanalyze applies to a RUN_DIR; BASE TEST traces are always analyzed")
+        labels = args.labels.split(",") if args.labels else [p.name.removesuffix(".json") for p in paths]
+        if len(labels) != 2 or not all(labels):
+            raise ConfigError(f"--labels must be two names BASE,TEST, got {args.labels!r}")
+        if labels[0] == labels[1]:
+            labels = [f"base:{labels[0]}", f"test:{labels[1]}"]
+        base = _load_side(paths[0], "BASE", args.step)
+        test = _load_side(paths[1], "TEST", args.step)
+        results = [compare(base, test, base_label=labels[0], test_label=labels[1])]
+        json_path, md_path = args.json, args.md
+    else:
+        raise ConfigError(f"diff takes BASE TEST or one RUN_DIR, got {len(paths)} paths")
+    if not args.quiet:
+        for result in results:
+            result.render(console)
+    if json_path is not None:
+        payload: Any = results[0].to_dict() if len(results) == 1 else [r.to_dict() for r in results]
+        _write(json_path, orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        console.print(f"wrote {json_path}", highlight=False)
+    if md_path is not None:
+        _write(md_path, "\n".join(r.to_markdown() for r in results).encode())
+        console.print(f"wrote {md_path}", highlight=False)
+    return 0

@@ -1,0 +1,141 @@
+"""fsdpbench diff: side by side, Diff JSON shape, markdown, the CLI's bad-input messages, a profiled run."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from conftest import run_cli
+from fsdpbench.analysis.diff import compare, diff_run
+from fsdpbench.errors import InputError
+from test_diff_synthetic import synthetic_analysis
+from test_findings import analysis, rank
+
+
+def test_side_by_side_gives_each_rank_and_the_mean_with_test_minus_base():
+    base = analysis(rank(0, step=1000.0, overlap=0.5), rank(1, step=1200.0, overlap=0.7))
+    test = analysis(rank(0, step=1500.0, overlap=0.1), rank(1, step=1300.0, overlap=0.3))
+    sbs = compare(base, test).side_by_side
+    assert [r["rank"] for r in sbs["ranks"]] == [0, 1]
+    assert sbs["ranks"][0]["delta"]["step_time_us"] == 500.0 and sbs["ranks"][1]["delta"]["step_time_us"] == 100.0
+    assert sbs["mean"]["base"]["step_time_us"] == 1100.0 and sbs["mean"]["test"]["step_time_us"] == 1400.0
+    assert sbs["mean"]["delta"]["overlap_ratio"] == pytest.approx(-0.4)
+    assert sbs["mean"]["ratio"]["step_time_us"] == pytest.approx(1400 / 1100)
+
+
+def test_op_rows_are_sorted_by_size_of_the_difference_with_hta_change_categories():
+    ops_b = [{"op_type": "Slice", "count": 10, "total_us": 100.0}, {"op_type": "Gone", "count": 2, "total_us": 5.0},
+             {"op_type": "MatMul", "count": 5, "total_us": 50.0}]
+    ops_t = [{"op_type": "Slice", "count": 4, "total_us": 36.0}, {"op_type": "New", "count": 1, "total_us": 20.0},
+             {"op_type": "MatMul", "count": 5, "total_us": 50.0}]  # fmt: skip
+    rows = compare(analysis(rank(0, ops=ops_b)), analysis(rank(0, ops=ops_t))).ops
+    assert [(r["op_type"], r["delta_us"], r["change"]) for r in rows] == [
+        ("Slice", -64.0, "decreased"), ("New", 20.0, "added"), ("Gone", -5.0, "deleted"), ("MatMul", 0.0, "unchanged")]
+    assert rows[0]["base_count"] == 10 and rows[0]["test_count"] == 4
+
+
+def test_counts_are_means_per_rank_and_a_type_missing_on_a_rank_counts_zero():
+    r0 = rank(0, collectives={"all_gather": {"count": 10, "bytes": 100, "time_us": 1.0}}, sync={"barrier": 4})
+    r1 = rank(1, collectives={}, sync={"barrier": 6})
+    d = compare(analysis(r0, r1), analysis(r0, r1))
+    assert d.collectives[0]["base_count"] == 5.0 and d.sync[0] == {"name": "barrier", "base": 5.0, "test": 5.0, "delta": 0.0}
+
+
+def test_diff_json_has_the_documented_keys_and_serialises():
+    d = compare(synthetic_analysis(), synthetic_analysis(per_param=True), base_label="torch", test_label="hyper")
+    out = orjson.loads(orjson.dumps(d.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY))
+    assert set(out) == {"schema_version", "base", "test", "warnings", "side_by_side", "collectives", "ops", "sync",
+                        "fits", "findings"}  # fmt: skip
+    assert out["base"] == "torch" and out["test"] == "hyper"
+    assert set(out["collectives"][0]) >= {"type", "base_count", "test_count", "count_ratio", "base_bytes", "test_bytes", "bytes_ratio"}
+    assert set(out["fits"]["test"]["all_gather"]) >= {"alpha_us", "beta_us_per_byte", "r2", "n"}
+    for f in out["findings"]:
+        assert set(f) == {"id", "severity", "title", "evidence", "cause", "action", "estimate"}
+        assert f["severity"] in {"high", "medium", "low", "info"}
+
+
+def test_markdown_has_differences_and_conclusions_and_labels_estimates():
+    d = compare(synthetic_analysis(), synthetic_analysis(per_param=True, overlap_ratio=0.1),
+                base_label="torch", test_label="hyper", test_arm={"prefetch": 0})  # fmt: skip
+    md = d.to_markdown()
+    assert "## Differences: hyper vs torch" in md and "## Conclusions: hyper vs torch" in md
+    assert "- AllGather 120 vs 12 (10.0×), same bytes" in md
+    assert "Estimate — hyper's collectives issued at torch's granularity" in md
+    assert "Fixes ranked (P0 first)" in md and "- P0: arm hyper runs prefetch=0" in md
+
+
+def test_compare_rejects_input_that_is_not_an_analysis():
+    with pytest.raises(InputError, match="base \\(torch\\): expected an analysis"):
+        compare(42, analysis(), base_label="torch")
+    with pytest.raises(InputError, match="test \\(test\\): the analysis has no ranks"):
+        compare(analysis(), {"schema_version": 1, "ranks": []})
+
+
+def test_a_side_without_collectives_is_warned_about():
+    quiet = analysis(rank(0, collectives={}), rank(1, collectives={}))
+    d = compare(analysis(), quiet, test_label="hyper")
+    assert any("hyper: no collectives recognised" in w for w in d.warnings)
+
+
+# ---- CLI -------------------------------------------------------------------------------------------------
+
+
+def _one_line_error(proc, phrase: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert phrase in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_cli_bad_inputs_give_one_clear_line(tmp_path):
+    _one_line_error(run_cli("diff", str(tmp_path / "nope"), str(tmp_path / "nope2"), timeout=60),
+                    "BASE path")  # fmt: skip
+    _one_line_error(run_cli("diff", str(tmp_path), timeout=60), "not a fsdpbench run folder (no manifest.json)")
+    (tmp_path / "manifest.json").write_text(json.dumps({"arms": [{"label": "torch"}]}))
+    _one_line_error(run_cli("diff", str(tmp_path), timeout=60), "lists 1 arm(s); a diff needs at least two")
+    (tmp_path / "manifest.json").write_text(json.dumps({"arms": [{"label": "torch"}, {"label": "hyper"}]}))
+    _one_line_error(run_cli("diff", str(tmp_path), timeout=60), "arm 'torch': no profiles under")
+    _one_line_error(run_cli("diff", "a", "b", "c", timeout=60), "BASE TEST or one RUN_DIR, got 3 paths")
+
+
+def test_cli_diffs_two_analysis_json_files_and_writes_json_and_markdown(tmp_path):
+    def strip(a: dict) -> dict:  # what `fsdpbench analyze --json` writes: no event tables
+        return {**a, "ranks": [{k: v for k, v in r.items() if k != "collective_events"} for r in a["ranks"]]}
+
+    (tmp_path / "torch.json").write_bytes(orjson.dumps(strip(synthetic_analysis())))
+    (tmp_path / "hyper.json").write_bytes(orjson.dumps(strip(synthetic_analysis(per_param=True, seed=3))))
+    proc = run_cli("diff", str(tmp_path / "torch.json"), str(tmp_path / "hyper.json"), "--json",
+                   str(tmp_path / "d.json"), "--md", str(tmp_path / "d.md"), timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "AllGather" in proc.stdout and "more fragmented" in proc.stdout
+    out = orjson.loads((tmp_path / "d.json").read_bytes())
+    assert (out["base"], out["test"]) == ("torch", "hyper")
+    frag = next(f for f in out["findings"] if f["id"] == "fragmentation")
+    # without per-call events the fit falls back to per-rank totals, which still recover alpha here
+    assert out["fits"]["aggregate"]["all_gather"]["alpha_us"] == pytest.approx(40.0, rel=1e-6)
+    assert frag["estimate"]["comm_delta_us"] == pytest.approx(-((120 - 12) + (60 - 6)) * 40.0)
+    assert "## Conclusions: hyper vs torch" in (tmp_path / "d.md").read_text()
+
+
+# ---- a real profiled CPU run ------------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_profiled_prefetch_run_diff_shows_the_overlap_change_and_a_prefetch_finding(profiled_ab_run):
+    proc = run_cli("diff", str(profiled_ab_run), "--quiet", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = orjson.loads((profiled_ab_run / "diff.json").read_bytes())
+    assert out["base"] != out["test"]
+    mean = out["side_by_side"]["mean"]
+    ob, ot = mean["base"]["overlap_ratio"], mean["test"]["overlap_ratio"]
+    assert ob is not None and ot is not None and mean["delta"]["overlap_ratio"] == pytest.approx(ot - ob)
+    assert {r["type"] for r in out["collectives"]} & {"all_gather", "reduce_scatter", "all_reduce"}
+    prefetch = next(f for f in out["findings"] if f["id"] == "prefetch_change")
+    assert "prefetch=0" in prefetch["evidence"] and "prefetch=1" in prefetch["evidence"]
+    assert f"{ob:.1%} → {ot:.1%}" in prefetch["evidence"]
+    md = (profiled_ab_run / "diff.md").read_text()
+    assert "overlap ratio" in md and prefetch["title"] in md
+    [result] = diff_run(profiled_ab_run)  # the Python API gives the same findings
+    assert sorted(f.id for f in result.findings) == sorted(f["id"] for f in out["findings"])

@@ -1,0 +1,183 @@
+"""Each findings rule fires on hand-built metric tables when it should, and stays quiet otherwise."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from fsdpbench.analysis import findings as fnd
+from fsdpbench.analysis.diff import compare
+
+
+def rank(r: int = 0, *, step=1_000_000.0, compute=800_000.0, comm=300_000.0, overlap=0.8, free=0.0,
+         collectives=None, ops=None, sync=None) -> dict:
+    """One rank of an Analysis JSON with a consistent breakdown (µs)."""
+    exposed = comm * (1 - overlap)
+    return {"rank": r, "step": 3, "step_time_us": step, "compute_us": compute, "comm_us": comm,
+            "overlap_ratio": overlap, "overlapped_us": comm - exposed, "exposed_comm_us": exposed,
+            "free_us": free, "kernel_time_us": compute + comm,
+            "collectives": collectives if collectives is not None else
+            {"all_gather": {"count": 12, "bytes": 10**9, "time_us": 200_000.0},
+             "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0}},
+            "ops": ops if ops is not None else [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0}],
+            "sync": sync if sync is not None else {"barrier": 10, "launch_ffts": 59}}  # fmt: skip
+
+
+def analysis(*ranks: dict) -> dict:
+    return {"schema_version": 1, "sources": ["hand-built"], "warnings": [], "ranks": list(ranks) or [rank(0), rank(1)]}
+
+
+def ids(result) -> list[str]:
+    return [f.id for f in result.findings]
+
+
+def test_identical_profiles_give_only_the_step_time_headline():
+    d = compare(analysis(), analysis(), base_arm={"prefetch": 1}, test_arm={"prefetch": 1})
+    assert ids(d) == ["step_time"]
+    assert d.findings[0].severity == "info" and "0.0%" in d.findings[0].title
+    assert d.warnings == []
+
+
+def fragmented(ratio: float, bytes_ratio: float = 1.0) -> dict:
+    coll = {"all_gather": {"count": 12 * ratio, "bytes": 10**9 * bytes_ratio, "time_us": 200_000.0},
+            "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0}}  # fmt: skip
+    return analysis(rank(0, collectives=coll), rank(1, collectives=copy.deepcopy(coll)))
+
+
+def test_fragmentation_fires_at_three_times_the_calls_for_the_same_bytes():
+    d = compare(analysis(), fragmented(124 / 12), base_label="torch", test_label="hyper")
+    f = d.finding("fragmentation")
+    assert f is not None and f.severity == "high"  # 200 ms of 1 s step >= 10%
+    assert "AllGather 124 vs 12 (10.3×), same bytes" in f.evidence
+    assert "ReduceScatter" not in f.evidence
+    assert "bucket" in f.action and f.estimate["label"] == "estimate"
+    assert compare(analysis(), fragmented(3.0)).finding("fragmentation") is not None
+
+
+def test_fragmentation_stays_quiet_below_the_ratio_or_when_bytes_differ():
+    assert compare(analysis(), fragmented(2.9)).finding("fragmentation") is None
+    assert compare(analysis(), fragmented(10.0, bytes_ratio=2.0)).finding("fragmentation") is None
+
+
+def test_fragmentation_of_the_base_arm_is_reported_for_the_base():
+    d = compare(fragmented(10.0), analysis(), base_label="hyper", test_label="torch")
+    assert d.finding("fragmentation").title.startswith("hyper's communication is 10.0×")
+
+
+def test_fragmentation_names_comm_fusion_when_the_arm_runs_without_it():
+    d = compare(analysis(), fragmented(10.0), test_label="hyper", test_arm={"prefetch": 0, "comm_fusion": False})
+    assert "comm_fusion=false" in d.finding("fragmentation").action
+
+
+def low_overlap(overlap: float) -> dict:
+    return analysis(rank(0, overlap=overlap), rank(1, overlap=overlap))
+
+
+@pytest.mark.parametrize(("prefetch", "advice"), [(0, "prefetch=1"), (1, "prefetch=2"), (None, "unknown")])
+def test_low_overlap_recommends_prefetch_naming_the_arms_setting(prefetch, advice):
+    arm = None if prefetch is None else {"prefetch": prefetch}
+    d = compare(analysis(), low_overlap(0.2), test_label="hyper", base_arm=arm, test_arm=arm)
+    f = d.finding("low_overlap")
+    assert f is not None and f.severity == "high" and advice in f.action
+    assert "overlap 20.0% (hyper) vs 80.0% (base)" in f.evidence
+    # hiding comm as well as the base: exposed 300k*(1-0.8) - 300k*(1-0.2) = -180 ms
+    assert f.estimate["exposed_comm_delta_us"] == pytest.approx(-180_000.0)
+
+
+def test_low_overlap_stays_quiet_when_comm_is_hidden_or_exposed_comm_is_small():
+    assert compare(low_overlap(0.7), low_overlap(0.6)).finding("low_overlap") is None
+    small = analysis(rank(0, overlap=0.2, comm=50_000.0), rank(1, overlap=0.2, comm=50_000.0))  # 4% of the step
+    assert compare(small, small).finding("low_overlap") is None
+
+
+def test_prefetch_change_reports_the_measured_overlap_change_only_when_settings_differ():
+    d = compare(low_overlap(0.3), low_overlap(0.6), base_label="torch", test_label="torch-prefetch1",
+                base_arm={"prefetch": 0}, test_arm={"prefetch": 1})  # fmt: skip
+    f = d.finding("prefetch_change")
+    assert f is not None and f.severity == "info" and "30.0% → 60.0% (+30.0 pts)" in f.evidence
+    assert f.estimate["exposed_comm_delta_us"] == pytest.approx(-90_000.0)
+    worse = compare(low_overlap(0.6), low_overlap(0.3), base_arm={"prefetch": 0}, test_arm={"prefetch": 1})
+    assert worse.finding("prefetch_change").severity == "medium"
+    same = compare(low_overlap(0.3), low_overlap(0.6), base_arm={"prefetch": 1}, test_arm={"prefetch": 1})
+    assert same.finding("prefetch_change") is None
+
+
+def syncs(**counts: int) -> dict:
+    return analysis(rank(0, sync=counts), rank(1, sync=counts))
+
+
+def test_sync_storm_fires_on_many_more_barriers_and_launches():
+    d = compare(syncs(barrier=10, launch_ffts=59), syncs(barrier=120, launch_ffts=365))
+    f = d.finding("sync_storm")
+    assert f is not None and "BARRIER 120 vs 10 (+110 per rank)" in f.evidence and "Launch_Ffts 365 vs 59" in f.evidence
+
+
+def test_sync_storm_stays_quiet_for_small_or_proportionally_small_increases():
+    assert compare(syncs(barrier=10), syncs(barrier=40)).finding("sync_storm") is None  # +30 < 50
+    assert compare(syncs(launch_ffts=300), syncs(launch_ffts=500)).finding("sync_storm") is None  # 1.7x < 2x
+
+
+def with_ops(**ops_us: float) -> dict:
+    ops = [{"op_type": k, "count": 10, "total_us": v} for k, v in ops_us.items()]
+    return analysis(rank(0, ops=ops), rank(1, ops=copy.deepcopy(ops)))
+
+
+def test_compute_path_names_op_types_whose_time_moves_by_two_percent_of_the_step():
+    d = compare(with_ops(Slice=100_000.0, MatMul=500_000.0, Cast=20_000.0),
+                with_ops(Slice=36_000.0, MatMul=500_000.0, Cast=10_000.0), test_label="hyper")  # fmt: skip
+    f = d.finding("compute_path")
+    assert f is not None and f.severity == "info"
+    assert f.title == "hyper's compute path is faster on Slice"  # Cast moved 1% of the step: below threshold
+    assert "Slice −64.0 ms" in f.evidence
+    slower = compare(with_ops(Slice=36_000.0), with_ops(Slice=100_000.0)).finding("compute_path")
+    assert slower.severity == "medium" and slower.estimate["step_time_delta_us"] == pytest.approx(-64_000.0)
+
+
+def test_compute_path_stays_quiet_for_small_op_differences():
+    assert compare(with_ops(Slice=100_000.0), with_ops(Slice=85_000.0)).finding("compute_path") is None
+
+
+def test_straggler_names_the_rank_that_computes_longest():
+    skewed = analysis(rank(0), rank(1), rank(2, compute=1_000_000.0), rank(3))
+    d = compare(analysis(rank(0), rank(1), rank(2), rank(3)), skewed, test_label="hyper")
+    f = d.finding("straggler")
+    assert f is not None and f.title == "rank 2 is a straggler in hyper" and "+25.0%" in f.evidence
+
+
+def test_straggler_stays_quiet_for_small_skew():
+    d = compare(analysis(), analysis(rank(0), rank(1, compute=840_000.0)))  # 5%
+    assert d.finding("straggler") is None
+
+
+@pytest.mark.parametrize(
+    ("context", "test", "phrase"),
+    [({"parity": {"valid": False, "reason": "loss differs at step 2"}}, None, "parity failed"),
+     ({}, analysis(rank(0), rank(1), rank(2), rank(3)), "world size differs (2 vs 4 ranks)"),
+     ({"base": {"model": {"num_hidden_layers": 4}}, "test": {"model": {"num_hidden_layers": 8}}}, None,
+      "num_hidden_layers 4 vs 8")],
+)  # fmt: skip
+def test_invalid_comparison_comes_first_and_warns_what_is_compared(context, test, phrase):
+    d = compare(analysis(), test or analysis(), base_label="torch", test_label="hyper", context=context)
+    assert d.findings[0].id == "invalid_comparison" and phrase in d.findings[0].evidence
+    assert any(w.startswith("comparing torch (") and phrase in w for w in d.warnings)
+
+
+def test_invalid_comparison_stays_quiet_for_a_valid_comparison():
+    ctx = {"parity": {"valid": True}, "base": {"world_size": 2, "model": {"a": 1}}, "test": {"world_size": 2, "model": {"a": 1}}}
+    assert compare(analysis(), analysis(), context=ctx).finding("invalid_comparison") is None
+
+
+def test_findings_are_ranked_by_severity_then_estimated_gain():
+    test = analysis(*(rank(r, overlap=0.2, collectives={"all_gather": {"count": 120, "bytes": 10**9, "time_us": 200_000.0}},
+                           sync={"barrier": 200}) for r in (0, 1)))  # fmt: skip
+    d = compare(analysis(), test, base_arm={"prefetch": 0}, test_arm={"prefetch": 0})
+    order = ids(d)
+    assert order[0] == "step_time"
+    severities = [fnd.SEVERITY_ORDER[f.severity] for f in d.findings[1:]]
+    assert severities == sorted(severities) and {"low_overlap", "fragmentation", "sync_storm"} <= set(order)
+
+
+def test_rules_table_documents_every_rule_function():
+    assert [r.id for r in fnd.RULES] == list(fnd.RULE_FUNCTIONS)
+    assert all(r.fires_when and r.severity and r.action for r in fnd.RULES)
