@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from conftest import REPO
 from fsdpbench.analysis import findings as fnd
 from fsdpbench.analysis.diff import compare
 
@@ -181,3 +182,9 @@ def test_findings_are_ranked_by_severity_then_estimated_gain():
 def test_rules_table_documents_every_rule_function():
     assert [r.id for r in fnd.RULES] == list(fnd.RULE_FUNCTIONS)
     assert all(r.fires_when and r.severity and r.action for r in fnd.RULES)
+
+
+def test_readme_rules_table_matches_the_code():
+    doc = (REPO / "docs" / "readme" / "diff.md").read_text()
+    for r in fnd.RULES:
+        assert f"| `{r.id}` | {r.fires_when} | {r.severity} | {r.action} |" in doc, r.id
