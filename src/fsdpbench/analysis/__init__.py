@@ -1,0 +1,201 @@
+"""Profile analysis: the study's numbers from raw traces (never imports torch).
+
+``analyze(paths)`` finds the rank profiles under ``paths``, reads them in parallel processes and
+returns an :class:`Analysis`: per rank and per profiler step, compute / communication / overlapped /
+exposed / free time, overlap ratio, collectives by type, kernel time by op type, sync and launch
+counts; across ranks, mean / min / max, the slowest rank and stragglers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fsdpbench.analysis import intervals as iv
+from fsdpbench.analysis.collectives import collective_events, summarize
+from fsdpbench.analysis.ops import kernel_time_us, op_stats
+from fsdpbench.analysis.overlap import breakdown
+from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
+from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew, stragglers
+from fsdpbench.analysis.sync import sync_counts
+from fsdpbench.errors import FsdpbenchError, InputError
+from fsdpbench.trace import RankTrace, Source, find_all, read_rank
+
+__all__ = ["Analysis", "RankMetrics", "StepMetrics", "analyze", "rank_metrics"]
+
+NO_COLLECTIVES = "no collectives found — is this a distributed trace?"
+
+
+def _window(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int]) -> int:
+    """Length (ns) of the union of the steps' windows: each is the host ProfilerStep span widened to
+    the device work launched from it (device work lags the host), as torch_npu's step range is."""
+    s_all, e_all = [], []
+    dev = events["device"].to_numpy()
+    for st in steps:
+        host = trace.steps[trace.steps["step"] == st]
+        sel = dev & (events["step"].to_numpy() == st)
+        starts = [*host["start_ns"], *events["start_ns"].to_numpy()[sel][:1]]
+        ends = [*host["end_ns"], int(events["end_ns"].to_numpy()[sel].max()) if sel.any() else None]
+        if sel.any():
+            starts.append(int(events["start_ns"].to_numpy()[sel].min()))
+        starts = [x for x in starts if x is not None]
+        ends = [x for x in ends if x is not None]
+        if starts and ends:
+            s_all.append(min(starts))
+            e_all.append(max(ends))
+    return iv.length(iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64)))
+
+
+def _metrics(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int], step: int | None) -> StepMetrics:
+    window = _window(trace, events, steps) if steps else None
+    b = breakdown(events, window)
+    stats = op_stats(events)
+    return StepMetrics(
+        step=step, step_time_us=b.window_ns / 1000.0, overlap_ratio=b.overlap_ratio,
+        compute_us=b.compute_ns / 1000.0, comm_us=b.comm_ns / 1000.0, overlapped_us=b.overlapped_ns / 1000.0,
+        exposed_comm_us=b.exposed_comm_ns / 1000.0, free_us=b.free_ns / 1000.0,
+        kernel_time_us=kernel_time_us(stats), collectives=summarize(collective_events(events)),
+        op_stats=stats, sync=sync_counts(events),
+    )  # fmt: skip
+
+
+def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
+    """The metrics of one rank's trace.
+
+    Args:
+        trace: a rank read by :func:`fsdpbench.trace.read_rank`.
+        step: restrict to this profiler step (``ProfilerStep#N``); None = every profiled step
+            together (or the whole trace when it has no step markers).
+    Raises:
+        InputError: ``step`` was not profiled on this rank.
+    """
+    ev = trace.events
+    known = sorted(int(s) for s in set(trace.steps["step"]) | set(ev["step"][ev["step"] >= 0]))
+    if step is not None:
+        if step not in known:
+            raise InputError(f"{trace.source}: step {step} was not profiled (steps in the trace: {known or 'none'})")
+        chosen = [step]
+    else:
+        chosen = known
+    sel = ev[ev["step"].isin(chosen)] if chosen else ev
+    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None)
+    per_step = [_metrics(trace, ev[ev["step"] == s], [s], s) for s in chosen] if len(chosen) > 1 else [total]
+    rm = RankMetrics(**total.__dict__, rank=int(trace.rank or 0), source=trace.source, format=trace.format,
+                     mode=trace.mode, steps=per_step, events=ev, collective_events=collective_events(sel),
+                     cross_check=trace.cross_check)  # fmt: skip
+    return rm
+
+
+def _analyze_one(source: Source, step: int | None) -> tuple[RankTrace, RankMetrics | None, str | None]:
+    """Read and measure one rank (runs in a worker process); errors come back as messages."""
+    try:
+        trace = read_rank(source)
+    except FsdpbenchError as exc:
+        return None, None, str(exc)  # type: ignore[return-value]
+    try:
+        return trace, rank_metrics(trace, step), None
+    except FsdpbenchError as exc:
+        return trace, None, str(exc)
+
+
+def _cross_check_warnings(r: RankMetrics) -> list[str]:
+    """Differences over 1 µs between our numbers and the profiler's own step_trace_time.csv."""
+    if r.cross_check is None or r.cross_check.empty:
+        return []
+    out = []
+    by_step = {s.step: s for s in r.steps}
+    for row in r.cross_check.itertuples(index=False):  # a handful of rows, one per step
+        mine = by_step.get(int(row.step)) or (r.steps[0] if len(r.steps) == 1 else None)
+        if mine is None:
+            continue
+        for key in ("compute_us", "comm_us", "exposed_comm_us"):
+            theirs, ours = getattr(row, key), getattr(mine, key)
+            if pd.notna(theirs) and abs(ours - theirs) > 1.0:
+                out.append(
+                    f"rank {r.rank} step {row.step}: {key} {ours:.3f} differs from the profiler's "
+                    f"step_trace_time.csv ({theirs:.3f}) by more than 1 µs"
+                )
+    return out
+
+
+def analyze(
+    paths: Sequence[str | Path], *, step: int | None = None, workers: int | None = None, top: int | None = None
+) -> Analysis:
+    """Analyse the rank profiles under ``paths``.
+
+    Args:
+        paths: Kineto trace files (.json/.json.gz), rank folders, ``*_ascend_pt`` folders, or folders
+            of ranks (e.g. ``results/<run>/profiles/<arm>``).
+        step: only this profiler step (None: all profiled steps).
+        workers: processes reading ranks in parallel (default: min(ranks, CPUs); 1 = in-process).
+        top: how many op types each rank lists in ``to_dict`` (None: all).
+    Returns:
+        The :class:`Analysis`; ranks that could not be read are left out and named in ``warnings``.
+    Raises:
+        InputError: no rank could be analysed (the message names each file and its problem), or two
+            inputs claim the same rank.
+    """
+    sources = find_all(paths)
+    n = len(sources)
+    workers = min(n, os.cpu_count() or 1) if workers is None else max(1, min(workers, n))
+    if workers <= 1:
+        results = [_analyze_one(s, step) for s in sources]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_analyze_one, sources, [step] * n))
+    warnings: list[str] = []
+    errors: list[str] = []
+    ranks: list[RankMetrics] = []
+    for src, (trace, metrics, err) in zip(sources, results, strict=True):
+        if trace is not None:
+            warnings.extend(trace.warnings)
+        if err:
+            errors.append(err)
+            continue
+        if trace.rank is None:
+            warnings.append(f"{src.path}: no rank in the trace or its path; using its position ({len(ranks)})")
+        ranks.append(metrics)  # type: ignore[arg-type]
+    if not ranks:
+        raise InputError("nothing could be analysed: " + "; ".join(errors))
+    warnings.extend(f"skipped: {e}" for e in errors)
+    ids = [r.rank for r in ranks]
+    if any(t is not None and t.rank is None for t, _, _ in results):
+        ids = list(range(len(ranks))) if len(set(ids)) != len(ids) else ids
+        for r, i in zip(ranks, ids, strict=True):
+            r.rank = i
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        clash = [r.source for r in ranks if r.rank == dup[0]]
+        raise InputError(f"two inputs claim rank {dup[0]}: {clash[0]} and {clash[1]}; pass one profile per rank")
+    ranks.sort(key=lambda r: r.rank)
+    for r in ranks:
+        if not r.collectives:
+            warnings.append(f"rank {r.rank}: {NO_COLLECTIVES}")
+        warnings.extend(_cross_check_warnings(r))
+    step_sets = {r.rank: tuple(s.step for s in r.steps) for r in ranks}
+    if len(set(step_sets.values())) > 1:
+        warnings.append(
+            "ranks profiled different steps ("
+            + ", ".join(f"rank {k}: {list(v)}" for k, v in step_sets.items())
+            + "); per-rank figures are valid, cross-rank comparisons mix steps"
+        )
+    res = Analysis(sources=[str(p) for p in paths], format=sources[0].format, ranks=ranks, warnings=warnings, top=top)
+    spans = []
+    for r in ranks:
+        dev = r.events[r.events["device"]]
+        spans.append((int(dev["start_ns"].min()), int(dev["end_ns"].max())) if len(dev) else (0, 0))
+    offset = clock_offset_warning([r.rank for r in ranks], spans)
+    if offset:
+        warnings.append(offset)
+    else:
+        res.collective_skew_us, skew_warnings = collective_skew(
+            [r.rank for r in ranks], [r.collective_events for r in ranks]
+        )
+        warnings.extend(skew_warnings)
+        res.stragglers = stragglers(res.collective_skew_us)
+    return res

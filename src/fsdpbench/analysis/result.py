@@ -1,0 +1,131 @@
+"""Result objects of the analysis: per step, per rank, across ranks; ``to_dict`` gives the
+"Analysis" JSON of docs/DATA.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SCHEMA_VERSION = 1
+# scalar metrics averaged / min / max across ranks
+SCALARS = (
+    "step_time_us", "overlap_ratio", "compute_us", "comm_us", "overlapped_us", "exposed_comm_us", "free_us",
+    "kernel_time_us",
+)  # fmt: skip
+
+
+@dataclass
+class StepMetrics:
+    """The study's numbers for one window (a profiler step, or all profiled steps of a rank).
+
+    Times in µs (floats from exact ns), ratios in 0–1, ``overlap_ratio`` None without communication.
+    """
+
+    step: int | None
+    step_time_us: float
+    overlap_ratio: float | None
+    compute_us: float
+    comm_us: float
+    overlapped_us: float
+    exposed_comm_us: float
+    free_us: float
+    kernel_time_us: float
+    collectives: dict[str, dict[str, Any]]
+    op_stats: pd.DataFrame
+    sync: dict[str, int]
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        ops = self.op_stats if top is None else self.op_stats.head(top)
+        return {
+            "step": self.step, "step_time_us": self.step_time_us, "overlap_ratio": self.overlap_ratio,
+            "compute_us": self.compute_us, "comm_us": self.comm_us, "overlapped_us": self.overlapped_us,
+            "exposed_comm_us": self.exposed_comm_us, "free_us": self.free_us, "kernel_time_us": self.kernel_time_us,
+            "collectives": self.collectives,
+            "ops": [
+                {"op_type": str(o), "count": int(c), "total_us": float(t), "mean_us": float(m)}
+                for o, c, t, m in zip(ops["op_type"], ops["count"], ops["total_us"], ops["mean_us"], strict=True)
+            ],
+            "sync": self.sync,
+        }  # fmt: skip
+
+
+@dataclass
+class RankMetrics(StepMetrics):
+    """One rank: the metrics over its profiled step(s), each step, and its tables.
+
+    Attributes beyond :class:`StepMetrics`:
+        rank, source, format, mode (``device`` or ``cpu``);
+        steps: per profiler step; events: the rank's event table (see ``fsdpbench.trace.table``);
+        collective_events: DataFrame ``type, bytes, start_ns, end_ns``;
+        cross_check: the profiler's own step numbers when it wrote them (Ascend), else None.
+    """
+
+    rank: int = 0
+    source: str = ""
+    format: str = ""
+    mode: str = "device"
+    steps: list[StepMetrics] = field(default_factory=list)
+    events: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    collective_events: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    cross_check: pd.DataFrame | None = field(default=None, repr=False)
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        d = {"rank": self.rank, **super().to_dict(top)}
+        d["steps"] = [s.to_dict(top) for s in self.steps]
+        return d
+
+
+def _stat(values: list[float | None], fn) -> float | None:
+    v = [x for x in values if x is not None]
+    return float(fn(v)) if v else None
+
+
+@dataclass
+class Analysis:
+    """All ranks of one profile set (one arm).
+
+    Attributes:
+        sources: the paths given; format: ``kineto`` or ``ascend``; ranks: per rank, by rank id;
+        warnings: everything a reader of the numbers should know;
+        collective_skew_us: median lateness of each rank at collectives (µs);
+        stragglers: ``[{rank, skew_us}]``, latest first.
+    """
+
+    sources: list[str]
+    format: str
+    ranks: list[RankMetrics]
+    warnings: list[str] = field(default_factory=list)
+    collective_skew_us: dict[int, float] = field(default_factory=dict)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    top: int | None = None
+
+    @property
+    def mean(self) -> dict[str, float | None]:
+        """Mean over ranks of each scalar metric (ranks where it is null are left out)."""
+        return {k: _stat([getattr(r, k) for r in self.ranks], np.mean) for k in SCALARS}
+
+    @property
+    def slowest_rank(self) -> int | None:
+        if not self.ranks:
+            return None
+        return max(self.ranks, key=lambda r: r.step_time_us).rank
+
+    def across_ranks(self) -> dict[str, Any]:
+        return {
+            "min": {k: _stat([getattr(r, k) for r in self.ranks], np.min) for k in SCALARS},
+            "max": {k: _stat([getattr(r, k) for r in self.ranks], np.max) for k in SCALARS},
+            "slowest_rank": self.slowest_rank,
+            "stragglers": self.stragglers,
+            "collective_skew_us": {str(k): v for k, v in self.collective_skew_us.items()},
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The "Analysis" JSON object of docs/DATA.md."""
+        return {
+            "schema_version": SCHEMA_VERSION, "sources": self.sources, "format": self.format,
+            "warnings": self.warnings, "ranks": [r.to_dict(self.top) for r in self.ranks], "mean": self.mean,
+            "across_ranks": self.across_ranks(),
+        }  # fmt: skip

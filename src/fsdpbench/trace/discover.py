@@ -1,0 +1,83 @@
+"""Find the rank traces under the paths a user gives, and tell their format from the path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fsdpbench.errors import InputError
+
+ASCEND_SUFFIX = "_ascend_pt"
+ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One rank's profile: a Kineto file or an Ascend ``*_ascend_pt`` folder."""
+
+    path: Path
+    format: str  # "kineto" | "ascend"
+
+
+def _is_ascend_folder(p: Path) -> bool:
+    return p.is_dir() and (p.name.endswith(ASCEND_SUFFIX) or (p / ASCEND_OUTPUT).is_dir())
+
+
+def _is_kineto_name(p: Path) -> bool:
+    name = p.name.lower()
+    return name.endswith(".json.gz") or (name.endswith(".json") and ("trace" in name or "rank" in name))
+
+
+def find_sources(path: str | Path) -> list[Source]:
+    """The rank profiles under ``path``: a trace file, a rank folder, or a folder of ranks.
+
+    Raises:
+        InputError: the path does not exist, holds no profile, or mixes Kineto and Ascend profiles.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file or folder")
+    if p.is_file():
+        name = p.name.lower()
+        if name.endswith((".json", ".json.gz", ".gz")):
+            return [Source(p, "kineto")]
+        raise InputError(f"{p}: not a trace (expected a Kineto .json/.json.gz file or a *{ASCEND_SUFFIX} folder)")
+    if _is_ascend_folder(p):
+        return [Source(p, "ascend")]
+    ascend = sorted({q for q in p.rglob(f"*{ASCEND_SUFFIX}") if q.is_dir()} | {
+        q.parent for q in p.rglob(ASCEND_OUTPUT) if q.is_dir()
+    })  # fmt: skip
+    kineto = sorted(
+        q for q in p.rglob("*") if q.is_file() and _is_kineto_name(q)
+        and not any(part.endswith(ASCEND_SUFFIX) for part in q.relative_to(p).parts)
+    )  # fmt: skip
+    if ascend and kineto:
+        raise InputError(
+            f"{p}: mixed formats: {len(kineto)} Kineto trace(s) (e.g. {kineto[0]}) and {len(ascend)} Ascend "
+            f"folder(s) (e.g. {ascend[0]}); analyse one kind at a time"
+        )
+    if not ascend and not kineto:
+        raise InputError(
+            f"{p}: no profiles found (looked for *.json.gz, *trace*.json and *rank*.json files and *{ASCEND_SUFFIX} folders)"
+        )
+    return [Source(q, "ascend") for q in ascend] or [Source(q, "kineto") for q in kineto]
+
+
+def find_all(paths: Sequence[str | Path]) -> list[Source]:
+    """:func:`find_sources` over several paths, rejecting a mix of formats and duplicates."""
+    if not paths:
+        raise InputError("no input paths given")
+    found: list[Source] = []
+    for path in paths:
+        for s in find_sources(path):
+            if s not in found:
+                found.append(s)
+    formats = {s.format for s in found}
+    if len(formats) > 1:
+        raise InputError(
+            "mixed formats among the inputs: "
+            + ", ".join(f"{s.path} ({s.format})" for s in found[:4])
+            + "; analyse Kineto and Ascend profiles separately"
+        )
+    return found

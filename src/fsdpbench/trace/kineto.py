@@ -1,0 +1,345 @@
+"""Reader for PyTorch profiler (Kineto) Chrome traces: ``.json`` and ``.json.gz``.
+
+Two kinds of trace come out of ``torch.profiler``:
+
+* **Device traces** (CUDA/ROCm): device lanes are the streams. Kernels are classified by name
+  (NCCL/RCCL/HCCL names old and new, any case → comm; memcpy/memset; sync; the rest compute), and a
+  kernel belongs to the profiler step of the runtime call that launched it (by correlation id).
+* **CPU-only traces** (gloo runs): there is no device, so the lanes are threads.
+  - *Communication* is the collective's work on gloo's worker threads (``pt_gloo_runloop``): the
+    ``gloo:<op>`` spans. The ``c10d::*`` op on the training thread only enqueues that work (its
+    length is the enqueue, not the transfer), so it is counted as a launch, not as communication.
+    Its type and byte count are given to the matching worker span (the k-th launch ↔ the k-th span;
+    gloo runs a reduce-scatter as ``gloo:all_reduce``, so the type comes from the launch).
+  - *Compute* is the training thread's operator work: the innermost ``cpu_op`` events (leaves of the
+    op tree) outside any collective launch. Leaves are used so that a wrapper op that blocks in
+    ``work.wait()`` does not count its waiting as compute.
+  - A gloo run whose worker threads were not profiled falls back to the launch ops as communication
+    (then they block the training thread and overlap is zero by construction); a warning says so.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from fsdpbench.errors import InputError
+from fsdpbench.trace.rank import RankTrace
+from fsdpbench.trace.table import (
+    assign_steps,
+    build_table,
+    collective_of,
+    kernel_category,
+    needs_string_parse,
+    task_of,
+    us_to_ns,
+)
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_PATH = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_DEVICE_CATS = {"kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync"}
+_LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms$|nccl:|c10d_functional::|_c10d_functional::)")
+_ITEMSIZE = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "c10::half": 2, "half": 2, "float16": 2,
+    "c10::bfloat16": 2, "bfloat16": 2, "long": 8, "long int": 8, "int64": 8, "int": 4, "int32": 4,
+    "short": 2, "int16": 2, "signed char": 1, "unsigned char": 1, "int8": 1, "uint8": 1, "bool": 1,
+    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
+}  # fmt: skip
+
+
+def read_bytes(path: Path) -> bytes:
+    """The decompressed bytes of a trace file; InputError naming the file on any read problem."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not data:
+        raise InputError(f"{path}: the file is empty; re-export the profile")
+    if path.suffix == ".gz" or data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{path}: corrupt or truncated gzip ({exc}); re-export the profile") from None
+        if not data:
+            raise InputError(f"{path}: the file is empty after decompression; re-export the profile")
+    return data
+
+
+def _factorize_str(values: list[Any]) -> pd.Categorical:
+    """A Categorical of ``str(value)`` built from hashing the raw values once (no per-row str())."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    cats = pd.Index(["" if u is None else str(u) for u in uniques])
+    if not cats.is_unique:  # e.g. 1 and "1" in a hand-made trace
+        recode, cats = pd.factorize(cats)
+        codes = recode[codes]
+        cats = pd.Index(cats)
+    return pd.Categorical.from_codes(codes, categories=cats) if len(cats) else pd.Categorical([])
+
+
+def _numbers(values: list[Any], what: str, path: Path) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{path}: event field '{what}' holds values that are not numbers") from None
+
+
+def _message_bytes(args: Any) -> float:
+    """Collective message size from an event's args (Kineto comm args or recorded shapes), else NaN.
+
+    The size is the larger of the input and output buffers (for all-gather the gathered output, for
+    reduce-scatter the full input, for all-reduce the tensor), as nccl-tests report it.
+    """
+    if not isinstance(args, dict):
+        return np.nan
+    try:
+        if "In msg nelems" in args or "Out msg nelems" in args:
+            size = _ITEMSIZE.get(str(args.get("dtype", "")).lower())
+            if size is None:
+                return np.nan
+            return float(max(int(args.get("In msg nelems", 0)), int(args.get("Out msg nelems", 0))) * size)
+        dims, types = args.get("Input Dims"), args.get("Input type")
+        if not isinstance(dims, list) or not isinstance(types, list):
+            return np.nan
+        best = np.nan
+        for d, t in zip(dims, types, strict=False):
+            size = _ITEMSIZE.get(str(t).lower())
+            if size is None or not isinstance(d, list):
+                continue
+            shapes = d if d and all(isinstance(x, list) for x in d) else [d]
+            n = sum(int(np.prod(s)) for s in shapes if all(isinstance(x, int) for x in s))
+            best = float(n * size) if np.isnan(best) else max(best, float(n * size))
+        return best
+    except (TypeError, ValueError, OverflowError):
+        return np.nan
+
+
+def rank_from_path(path: Path) -> int | None:
+    """The rank number in a file or folder name (``rank3``, ``rank_3``), innermost first."""
+    for part in [path.name, *[p.name for p in path.parents][:3]]:
+        m = _RANK_IN_PATH.search(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def read_kineto(path: str | Path) -> RankTrace:
+    """Read one Kineto trace file into a :class:`RankTrace`.
+
+    Raises:
+        InputError: unreadable, corrupt, truncated or empty file, or a trace with no timed events.
+    """
+    path = Path(path)
+    raw = read_bytes(path)
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc}); the trace is truncated or corrupt, re-export it") from None
+    del raw
+    if isinstance(doc, dict):
+        events = doc.get("traceEvents")
+        dist = doc.get("distributedInfo")
+    else:
+        events, dist = doc, None
+    if not isinstance(events, list):
+        raise InputError(f"{path}: no 'traceEvents' list; this is not a PyTorch profiler trace")
+    warnings: list[str] = []
+    rank = None
+    if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+        rank = dist["rank"]
+    if rank is None:
+        rank = rank_from_path(path)
+
+    thread_names: dict[tuple[Any, Any], str] = {}
+    for e in events:
+        if type(e) is dict and e.get("ph") == "M" and e.get("name") == "thread_name":
+            a = e.get("args")
+            if type(a) is dict:
+                thread_names[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
+    xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
+    del events, doc
+    if not xs:
+        raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
+
+    ts = _numbers([e.get("ts") for e in xs], "ts", path)
+    dur = _numbers([e.get("dur", 0) for e in xs], "dur", path)
+    good = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0)
+    if not good.all():
+        warnings.append(f"{path.name}: {int((~good).sum())} events without a valid ts/dur were skipped")
+        keep = np.flatnonzero(good)
+        xs = [xs[i] for i in keep]
+        ts, dur = ts[keep], dur[keep]
+        if not xs:
+            raise InputError(f"{path}: no event has a valid 'ts' and 'dur'")
+    if needs_string_parse(ts):
+        warnings.append(f"{path.name}: timestamps beyond 2**43 µs; times are exact only to the double's precision")
+    start = us_to_ns(ts)
+    end = start + us_to_ns(dur)
+    names = _factorize_str([e.get("name", "") for e in xs])
+    cats = _factorize_str([e.get("cat", "") for e in xs])
+    cat_lower = np.array([str(c).lower() for c in cats.categories] + [""])[cats.codes]
+    pid_codes, pid_uniq = pd.factorize(pd.Series([e.get("pid") for e in xs], dtype=object), use_na_sentinel=False)
+    tid_codes, tid_uniq = pd.factorize(pd.Series([e.get("tid") for e in xs], dtype=object), use_na_sentinel=False)
+    pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
+    pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
+    args = [e.get("args") for e in xs]
+    n = len(xs)
+
+    is_dev_cat = np.isin(cat_lower, list(_DEVICE_CATS))
+    name_lane = [thread_names.get((p, t)) or f"thread {t}" for p, t in pairs]
+    # step windows from the host ProfilerStep#N events
+    step_idx = [i for i, c in enumerate(names.categories) if _STEP_RE.match(c)]
+    is_step = np.isin(names.codes, step_idx)
+    sel = np.flatnonzero(is_step)
+    step_ids = np.array([int(_STEP_RE.match(names.categories[names.codes[i]]).group(1)) for i in sel], dtype=np.int64)
+    steps = pd.DataFrame({"step": step_ids, "start_ns": start[sel], "end_ns": end[sel]})
+    steps = steps.sort_values("start_ns", ignore_index=True)
+
+    collective = np.full(n, "", dtype=object)
+    nbytes = np.full(n, np.nan)
+    task = task_of(names)
+    category = np.full(n, "other", dtype=object)
+    device = np.zeros(n, dtype=bool)
+    step = assign_steps(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
+
+    if is_dev_cat.any():
+        mode = "device"
+        kcat = kernel_category(names)
+        mapped = np.array([_DEVICE_CATS.get(c) or "" for c in cat_lower], dtype=object)
+        dev_cat = np.where(mapped == "", kcat, mapped)
+        category[is_dev_cat] = dev_cat[is_dev_cat]
+        device[is_dev_cat] = True
+        # device lanes are streams: Kineto writes the stream as the tid of GPU events
+        lane_names = np.array(name_lane + ["?"], dtype=object)
+        pair_is_dev = np.zeros(len(pairs), dtype=bool)
+        pair_is_dev[pair_codes[is_dev_cat]] = True
+        lane_names[: len(pairs)][pair_is_dev] = [f"stream {pairs[i][1]}" for i in np.flatnonzero(pair_is_dev)]
+        lane = pd.Categorical.from_codes(pair_codes, categories=pd.Index(lane_names[: len(pairs)]).astype(str))
+        comm = category == "comm"
+        collective[comm] = collective_of(names)[comm]
+        for i in np.flatnonzero(comm):
+            nbytes[i] = _message_bytes(args[i])
+        # a kernel belongs to the step of the runtime call that launched it
+        corr = np.array([a.get("correlation", -1) if type(a) is dict else -1 for a in args], dtype=object)
+        corr = pd.to_numeric(pd.Series(corr), errors="coerce").fillna(-1).to_numpy(np.int64)
+        host = ~is_dev_cat & (corr >= 0)
+        if host.any() and len(steps):
+            launch_step = pd.Series(step[host], index=corr[host])
+            launch_step = launch_step[~launch_step.index.duplicated()]
+            dev = np.flatnonzero(is_dev_cat)
+            mapped_step = launch_step.reindex(corr[dev]).to_numpy()
+            has = ~np.isnan(mapped_step)
+            step[dev[has]] = mapped_step[has].astype(np.int64)  # the others keep their time-based step
+        host_sync = ~is_dev_cat & np.isin(task, ["device_synchronize", "stream_synchronize", "event_synchronize"])
+        category[host_sync] = "sync"
+    else:
+        mode = "cpu"
+        lane = pd.Categorical.from_codes(pair_codes, categories=pd.Index(name_lane).astype(str))
+        _classify_cpu(names, cat_lower, start, end, pair_codes, is_step, args, category, device, collective, nbytes, warnings, path)
+        cpu_sync = np.isin(task, ["device_synchronize", "stream_synchronize", "event_synchronize"])
+        category[cpu_sync & (category == "other")] = "sync"
+
+    table = build_table(
+        name=names, category=category, start_ns=start, end_ns=end, lane=lane, device=device,
+        collective=collective, nbytes=nbytes, task=task, step=step,
+    )  # fmt: skip
+    return RankTrace(rank=rank, source=str(path), format="kineto", events=table, steps=steps, mode=mode, warnings=warnings)
+
+
+def _classify_cpu(
+    names: pd.Categorical, cat_lower: np.ndarray, start: np.ndarray, end: np.ndarray, lane_codes: np.ndarray,
+    is_step: np.ndarray, args: list[Any], category: np.ndarray, device: np.ndarray, collective: np.ndarray,
+    nbytes: np.ndarray, warnings: list[str], path: Path,
+) -> None:  # fmt: skip
+    """Fill category/device/collective/bytes in place for a CPU-only trace (see module docstring)."""
+    lower = np.array([c.lower() for c in names.categories] + [""], dtype=object)[names.codes]
+    is_cpu_op = cat_lower == "cpu_op"
+    # the training thread holds the ProfilerStep spans, else the most cpu_ops
+    if is_step.any():
+        main = np.bincount(lane_codes[is_step]).argmax()
+    elif is_cpu_op.any():
+        main = np.bincount(lane_codes[is_cpu_op]).argmax()
+    else:
+        main = np.bincount(lane_codes).argmax()
+    on_main = lane_codes == main
+    is_gloo = np.array([c.startswith("gloo:") for c in lower], dtype=bool)
+    is_launch = on_main & np.array([bool(_LAUNCH_RE.match(c)) for c in names.categories] + [False])[names.codes]
+    is_launch &= ~is_gloo
+
+    # outermost launch ops, and everything nested inside them on the training thread
+    li = np.flatnonzero(is_launch)
+    li = li[np.lexsort((-end[li], start[li]))]
+    if li.size:
+        reach = np.maximum.accumulate(end[li])
+        outer = np.ones(li.size, dtype=bool)
+        outer[1:] = start[li[1:]] >= reach[:-1]
+        launches = li[outer]
+    else:
+        launches = li
+    inside = np.zeros(len(start), dtype=bool)
+    if launches.size:
+        ls, le = start[launches], end[launches]
+        m = np.flatnonzero(on_main)
+        k = np.searchsorted(ls, start[m], side="right") - 1
+        ok = k >= 0
+        inside[m[ok]] = end[m[ok]] <= le[k[ok]]
+
+    # leaves of the op tree on the training thread: the next op (by start, longest first) starts after it ends
+    ops = np.flatnonzero(on_main & is_cpu_op)
+    ops = ops[np.lexsort((-end[ops], start[ops]))]
+    leaf = np.zeros(len(start), dtype=bool)
+    if ops.size:
+        nxt = np.append(start[ops[1:]], np.iinfo(np.int64).max)
+        leaf[ops] = nxt >= end[ops]
+    compute = leaf & ~inside
+    category[compute] = "compute"
+    device[compute] = True
+
+    # gloo worker spans: the top-level gloo:* events on each thread
+    gi = np.flatnonzero(is_gloo)
+    gi = gi[np.lexsort((-end[gi], start[gi], lane_codes[gi]))]
+    if gi.size:
+        top = np.ones(gi.size, dtype=bool)
+        same = lane_codes[gi[1:]] == lane_codes[gi[:-1]]
+        reach = end[gi[0]]
+        # nested gloo:* spans on one thread are rare; mark those starting inside the previous top span
+        for j in range(1, gi.size):  # loop over collectives only (a few hundred), not over events
+            if same[j - 1] and start[gi[j]] < reach:
+                top[j] = False
+            else:
+                reach = end[gi[j]]
+        gi = gi[top]
+        gi = gi[np.argsort(start[gi], kind="stable")]
+        category[gi] = "comm"
+        device[gi] = True
+        span_type = collective_of(names)[gi]
+        launch_order = launches[np.argsort(start[launches], kind="stable")] if launches.size else launches
+        launch_type = collective_of(names)[launch_order] if launches.size else np.array([])
+        launch_bytes = np.array([_message_bytes(args[i]) for i in launch_order])
+        if launch_order.size == gi.size:
+            collective[gi] = launch_type
+            nbytes[gi] = launch_bytes
+        else:
+            collective[gi] = span_type
+            if launch_order.size:
+                warnings.append(
+                    f"{path.name}: {launch_order.size} collective launches but {gi.size} gloo worker spans; "
+                    "types taken from the worker spans and sizes unknown"
+                )
+        collective[launch_order] = launch_type
+        nbytes[launch_order] = launch_bytes
+    elif launches.size:
+        category[launches] = "comm"
+        device[launches] = True
+        collective[launches] = collective_of(names)[launches]
+        nbytes[launches] = [_message_bytes(args[i]) for i in launches]
+        warnings.append(
+            f"{path.name}: no gloo worker-thread spans; the collective launch ops on the training thread are "
+            "counted as communication (they block it, so overlap is zero by construction)"
+        )

@@ -1,0 +1,200 @@
+"""The one event table every reader returns, and the vectorised helpers that build it.
+
+Columns (one row per complete event; times are integer nanoseconds on the rank's own clock):
+
+| column | dtype | meaning |
+|---|---|---|
+| ``name`` | category | event name as the profiler wrote it |
+| ``category`` | category | ``compute``, ``comm``, ``memcpy``, ``memset``, ``sync`` or ``other`` |
+| ``start_ns``, ``end_ns`` | int64 | start and end, exact to the ns (no float-µs rounding) |
+| ``lane`` | category | where it ran: ``stream 7``, ``thread 123 (main)``, ``Stream 2``, ``HCCL`` … |
+| ``device`` | bool | True for work on a device lane (what the busy/overlap metrics use) |
+| ``collective`` | category | collective type (``all_gather`` …) or ``""`` |
+| ``bytes`` | float64 | message size of a collective in bytes, NaN when unknown |
+| ``op_type`` | category | the op type used for kernel statistics (kernel name, Ascend ``Type``, aten op) |
+| ``task`` | category | ``barrier``, ``launch_ffts``, ``device_synchronize``, ``stream_synchronize``, ``event_synchronize``, ``kernel_launch`` or ``""`` |
+| ``step`` | int64 | profiler step (``ProfilerStep#N``) the event belongs to, ``-1`` when none |
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+CATEGORIES = ["compute", "comm", "memcpy", "memset", "sync", "other"]
+COLLECTIVE_TYPES = [
+    "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "barrier", "other",
+]  # fmt: skip
+TASKS = [
+    "barrier", "launch_ffts", "device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch",
+]  # fmt: skip
+COLUMNS = [
+    "name", "category", "start_ns", "end_ns", "lane", "device", "collective", "bytes", "op_type", "task", "step",
+]  # fmt: skip
+
+# Checked in order on the lower-cased name with "_" removed; the first match wins.
+_COLLECTIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("all_gather", re.compile(r"allgather")),
+    ("reduce_scatter", re.compile(r"reducescatter")),
+    ("all_reduce", re.compile(r"allreduce")),
+    ("broadcast", re.compile(r"broadcast|bcast")),
+    ("all_to_all", re.compile(r"alltoall")),
+    ("send_recv", re.compile(r"sendrecv|send|recv|receive|batchput|batchget")),
+    ("barrier", re.compile(r"barrier")),
+]
+
+# HTA-compatible kernel-name rules, widened to lower case and HCCL (see docs/readme/analyze.md).
+_COMM_KERNEL = re.compile(r"^(nccl|rccl|hccl|hcom_)|nccl.*kernel", re.IGNORECASE)
+_MEMCPY = re.compile(r"memcpy|^dma", re.IGNORECASE)
+_MEMSET = re.compile(r"memset", re.IGNORECASE)
+_SYNC_NAME = re.compile(r"sync|stream wait event", re.IGNORECASE)
+
+_TASK_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("launch_ffts", re.compile(r"launch_ffts", re.IGNORECASE)),
+    ("barrier", re.compile(r"^barrier$|barriertasklaunch", re.IGNORECASE)),
+    ("device_synchronize", re.compile(r"devicesynchron|synchronizedevice|context sync", re.IGNORECASE)),
+    ("stream_synchronize", re.compile(r"streamsynchron|synchronizestream|stream sync", re.IGNORECASE)),
+    ("event_synchronize", re.compile(r"eventsynchron|synchronizeevent|event sync", re.IGNORECASE)),
+    ("kernel_launch", re.compile(r"launchkernel|^culaunch|^node@launch$|^hiplaunch|^hipextlaunch", re.IGNORECASE)),
+]
+
+
+def collective_type(name: str) -> str:
+    """Collective type of a communication event name (``other`` when none matches)."""
+    key = name.lower().replace("_", "").replace(" ", "")
+    for ctype, pat in _COLLECTIVE_PATTERNS:
+        if pat.search(key):
+            return ctype
+    return "other"
+
+
+def classify_names(names: pd.Categorical, rules: Sequence[tuple[str, re.Pattern[str]]], default: str) -> np.ndarray:
+    """Apply ordered regex rules to the *categories* of ``names`` once and broadcast by code."""
+    cats = [str(c) for c in names.categories]
+    labels = np.array([next((lab for lab, pat in rules if pat.search(c)), default) for c in cats] + [default])
+    return labels[names.codes]  # code -1 (NaN) picks the trailing default
+
+
+def kernel_category(names: pd.Categorical) -> np.ndarray:
+    """Category of device kernels from their names (comm → memcpy → memset → sync → compute)."""
+    rules = [("comm", _COMM_KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET), ("sync", _SYNC_NAME)]
+    return classify_names(names, rules, "compute")
+
+
+def collective_of(names: pd.Categorical) -> np.ndarray:
+    """Collective type per event from its name (``other`` when unrecognised)."""
+    cats = [str(c) for c in names.categories]
+    labels = np.array([collective_type(c) for c in cats] + ["other"])
+    return labels[names.codes]
+
+
+def task_of(names: pd.Categorical) -> np.ndarray:
+    """Sync/launch task kind per event name, ``""`` for none."""
+    return classify_names(names, _TASK_PATTERNS, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# exact µs → ns conversion
+
+_EXACT_LIMIT_US = float(2**43)  # below this a double resolves 3 decimals of µs to < 0.5 ns
+
+
+def us_to_ns(values: np.ndarray) -> np.ndarray:
+    """Convert µs given as doubles (as JSON decoders return them) to exact int64 ns.
+
+    A decimal with at most 3 fraction digits (Kineto and Ascend write µs with ns resolution) is
+    recovered exactly as long as |value| < 2**43 µs (about 101 days): the integer part is exact in a
+    double, and the fraction (exact by Sterbenz) is within 0.5 ns of the written one. Larger
+    values (epoch-based clocks) keep the double's precision; pass those as strings to
+    :func:`us_strings_to_ns` instead.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    whole = np.floor(v)
+    frac_ns = np.rint((v - whole) * 1000.0)
+    return whole.astype(np.int64) * 1000 + frac_ns.astype(np.int64)
+
+
+def needs_string_parse(values: np.ndarray) -> bool:
+    """True when some µs values are too large for :func:`us_to_ns` to be exact."""
+    return bool(np.abs(np.asarray(values, dtype=np.float64)).max(initial=0.0) >= _EXACT_LIMIT_US)
+
+
+def us_strings_to_ns(values: pd.Series) -> np.ndarray:
+    """Convert decimal µs strings (``"1736408883704643.212"``, cells with stray tabs) to int64 ns.
+
+    Raises ValueError on a cell that is not a plain non-negative or negative decimal number.
+    """
+    s = values.astype(str).str.strip()
+    neg = s.str.startswith("-")
+    s = s.str.lstrip("-")
+    parts = s.str.partition(".")
+    whole, frac = parts[0], parts[2]
+    bad = ~whole.str.fullmatch(r"\d+") | ~frac.str.fullmatch(r"\d*")
+    if bad.any():
+        raise ValueError(f"not a decimal number: {values[bad].iloc[0]!r}")
+    frac3 = frac.str.ljust(3, "0").str[:3].astype(np.int64).to_numpy()
+    # round half up on a 4th digit (profilers write at most 3, so this is rarely used)
+    carry = (frac.str[3:4].str.ljust(1, "0").astype(np.int64).to_numpy() >= 5).astype(np.int64)
+    ns = whole.astype(np.int64).to_numpy() * 1000 + frac3 + carry
+    return np.where(neg.to_numpy(), -ns, ns)
+
+
+def build_table(
+    *,
+    name: Sequence[str] | pd.Categorical,
+    category: np.ndarray,
+    start_ns: np.ndarray,
+    end_ns: np.ndarray,
+    lane: Sequence[str] | pd.Categorical,
+    device: np.ndarray,
+    collective: np.ndarray | None = None,
+    nbytes: np.ndarray | None = None,
+    op_type: Sequence[str] | pd.Categorical | None = None,
+    task: np.ndarray | None = None,
+    step: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """Assemble the event table with the dtypes of the module docstring, sorted by start."""
+    n = len(start_ns)
+    names = name if isinstance(name, pd.Categorical) else pd.Categorical(name)
+    df = pd.DataFrame({
+        "name": names,
+        "category": pd.Categorical(category, categories=CATEGORIES),
+        "start_ns": np.asarray(start_ns, dtype=np.int64),
+        "end_ns": np.asarray(end_ns, dtype=np.int64),
+        "lane": lane if isinstance(lane, pd.Categorical) else pd.Categorical(lane),
+        "device": np.asarray(device, dtype=bool),
+        "collective": pd.Categorical(
+            np.full(n, "", dtype=object) if collective is None else collective, categories=["", *COLLECTIVE_TYPES]
+        ),
+        "bytes": np.full(n, np.nan) if nbytes is None else np.asarray(nbytes, dtype=np.float64),
+        "op_type": names if op_type is None else (
+            op_type if isinstance(op_type, pd.Categorical) else pd.Categorical(op_type)),
+        "task": pd.Categorical(np.full(n, "", dtype=object) if task is None else task, categories=["", *TASKS]),
+        "step": np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64),
+    })  # fmt: skip
+    return df.sort_values("start_ns", kind="stable", ignore_index=True)
+
+
+def empty_table() -> pd.DataFrame:
+    """A table with the right columns and no rows."""
+    return build_table(
+        name=[], category=np.array([], dtype=object), start_ns=np.array([], np.int64),
+        end_ns=np.array([], np.int64), lane=[], device=np.array([], bool),
+    )  # fmt: skip
+
+
+def assign_steps(starts_ns: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_ids: np.ndarray) -> np.ndarray:
+    """Step id of each time point: the step window ``[start, end)`` containing it, else -1."""
+    out = np.full(len(starts_ns), -1, dtype=np.int64)
+    if len(step_ids) == 0:
+        return out
+    order = np.argsort(step_starts)
+    ss, se, sid = step_starts[order], step_ends[order], step_ids[order]
+    idx = np.searchsorted(ss, starts_ns, side="right") - 1
+    ok = idx >= 0
+    ok[ok] &= starts_ns[ok] < se[idx[ok]]
+    out[ok] = sid[idx[ok]]
+    return out
