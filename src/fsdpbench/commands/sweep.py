@@ -1,0 +1,48 @@
+"""``fsdpbench sweep --config FILE.toml``: a grid of ab runs in one results tree, resumable, with an
+index report (index.md / index.html) comparing the cells."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="FILE.toml",
+                        help="the sweep file ([sweep], [base], [grid], [[experiment]]; see configs/study.toml)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder that holds the sweep tree (default: [sweep] out, else results/)")
+    parser.add_argument("--only", default=None, metavar="GLOB", help="run only the cells whose name matches GLOB")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and their state; run nothing")
+    parser.add_argument("--index-only", action="store_true", help="rewrite index.md/index.html from what exists")  # fmt: skip
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fsdpbench import sweep as sweep_mod
+
+    console = Console()
+    sweep = sweep_mod.load_sweep(args.config, out=args.out)
+    if args.dry_run:
+        table = Table(title=f"sweep {sweep.name}: {len(sweep.cells)} cells in {sweep.tree}")
+        for header in ("cell", "seq_len", "layers", "prefetch", "mesh", "arms", "rounds", "profile", "state"):
+            table.add_column(header)
+        for row in sweep_mod.describe_cells(sweep):
+            table.add_row(*row)
+        console.print(table)
+        return 0
+    if args.index_only:
+        from fsdpbench.report import write_index
+
+        for path in write_index(sweep.tree):
+            if path.stem == "index":
+                console.print(f"wrote {path}")
+        return 0
+    cells = sweep_mod.run_sweep(sweep, only=args.only, console=console, command=sweep_mod.main_command())
+    failed = [c for c in cells if c.status == "failed"]
+    console.print(f"sweep {sweep.name}: " + ", ".join(
+        f"{sum(c.status == s for c in cells)} {s}" for s in ("done", "failed", "partial", "pending")))  # fmt: skip
+    console.print(f"index: {sweep.tree / 'index.html'}")
+    return 1 if failed else 0

@@ -1,0 +1,186 @@
+"""Sweeps: grid expansion, validation before anything runs, resume, and the index report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from fsdpbench.errors import ConfigError, LaunchError
+from fsdpbench.sweep import expand, find_run_dir, load_sweep, run_status, run_sweep
+from test_report import inspect_html
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = """
+[sweep]
+name = "tiny"
+
+[base]
+arms = ["torch", "torch:prefetch=1:label=torch-pf"]
+preset = "tiny"
+nproc = 2
+device = "cpu"
+warmup = 1
+steps = 1
+report = false
+
+[[experiment]]
+name = "a"
+seq_len = [64, 128]
+layers = 2
+rounds = 1
+
+[[experiment]]
+name = "b"
+seq_len = 64
+layers = [2, 4]
+rounds = 2
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "sweep.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+class FakeRunAb:
+    """Stands in for ``launcher.run_ab``: writes a run folder per DATA.md without launching anything.
+
+    Cells named in ``crash_once`` write a partial run and raise ``LaunchError`` on their first call.
+    """
+
+    def __init__(self, crash_once: set[str] = frozenset()) -> None:
+        self.calls: list[tuple[str, Path | None]] = []
+        self.crash_once = set(crash_once)
+
+    def __call__(self, cfg, *, resume=None, console=None, command=None) -> Path:
+        self.calls.append((cfg.name, resume))
+        if resume is None:
+            run = Path(cfg.out) / f"{cfg.name}_{time.strftime('%Y%m%d_%H%M%S')}"
+            run.mkdir(parents=True)
+            (run / "manifest.json").write_bytes(orjson.dumps({"name": cfg.name, "config": cfg.to_dict(),
+                                                              "arms": [a.options() for a in cfg.arms]}))  # fmt: skip
+        else:
+            run = resume
+        labels = [a.label for a in cfg.arms]
+        crash = cfg.name in self.crash_once
+        ratio = 1.0 + 0.01 * cfg.seq_len / 64
+        summary = {
+            "arms": {a: {"status": "ok", "median_ms": 100.0 * (ratio if i else 1.0)} for i, a in enumerate(labels)},
+            "comparisons": [] if crash else [{"base": labels[0], "test": labels[1], "ratio": ratio,
+                                              "ci95": [ratio - 0.01, ratio + 0.01], "verdict": f"ratio {ratio:.2f}"}],
+            "parity": {"valid": True},
+            "missing": [{"arm": labels[1], "round": 0, "why": "launch failed (rc 1)"}] if crash else [],
+        }  # fmt: skip
+        (run / "summary.json").write_bytes(orjson.dumps(summary))
+        if crash:
+            self.crash_once.discard(cfg.name)
+            raise LaunchError(f"{cfg.name}: rank 1 crashed")
+        return run
+
+
+def test_grid_expands_experiment_by_experiment_naming_only_varying_axes(tmp_path):
+    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path / "results")
+    names = [c.name for c in sweep.cells]
+    assert names == ["a-s64", "a-s128", "b-l2", "b-l4"]
+    by_name = {c.name: c.config for c in sweep.cells}
+    assert by_name["a-s128"].seq_len == 128 and by_name["a-s128"].rounds == 1
+    assert by_name["b-l4"].model.num_hidden_layers == 4 and by_name["b-l4"].rounds == 2
+    assert [a.label for a in by_name["b-l2"].arms] == ["torch", "torch-pf"]
+    assert sweep.tree == tmp_path / "results" / "tiny"
+    assert all(c.config.out == str(sweep.tree) for c in sweep.cells)
+
+
+def test_prefetch_and_mesh_axes_apply_to_every_arm_and_arm_sets_multiply():
+    spec = {"grid": {"prefetch": [0, 2], "mesh": ["", "1x2"], "arms": [["torch", "torch:reshard_after_forward=false"],
+                                                                        "torch,torch:ac=full"]}}  # fmt: skip
+    _, _, cells = expand(spec, "x.toml")
+    assert len(cells) == 2 * 2 * 2
+    assert cells[0][0] == "grid-p0-mdefault-arms0"
+    assert {c[2]["arms"] for c in cells} == {"torch,torch:reshard_after_forward=false", "torch,torch:ac=full"}
+
+
+def test_the_study_files_hold_the_three_experiments_and_the_hsdp_variant():
+    sweep = load_sweep(REPO / "configs" / "study.toml")
+    cfg = {c.name: c.config for c in sweep.cells}
+    exp1, exp2, exp3 = cfg["16k-4l-noprefetch"], cfg["16k-4l-prefetch1"], cfg["8k-8l-prefetch1"]
+    for c in cfg.values():
+        assert c.device == "npu" and c.nproc == 8 and c.preset == "full"
+        assert [a.backend for a in c.arms] == ["torch", "hyper"]
+    assert (exp1.seq_len, exp1.model.num_hidden_layers, exp1.arms[0].prefetch, exp1.profile) == (16384, 4, 0, True)
+    assert (exp2.seq_len, exp2.model.num_hidden_layers, exp2.arms[1].prefetch, exp2.rounds, exp2.profile) == (
+        16384, 4, 1, 3, False)  # fmt: skip
+    assert (exp3.seq_len, exp3.model.num_hidden_layers, exp3.arms[0].prefetch, exp3.rounds, exp3.profile) == (
+        8192, 8, 1, 3, True)  # fmt: skip
+    assert cfg["16k-4l-prefetch1-hsdp"].arms[1].mesh == "2x4"
+    cpu = load_sweep(REPO / "configs" / "study-cpu.toml")
+    assert len(cpu.cells) == 3 and all(c.config.device == "cpu" and c.config.nproc == 2 for c in cpu.cells)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[sweeep]\nname='x'", "unknown table"),
+        ("[grid]\nsteps = [1, 2]", "not axes"),
+        ("[[experiment]]\nname='a'\n[[experiment]]\nname='a'", "appears twice"),
+        ("[[experiment]]\nname='a'\nlayers = [2, 0]\narms='torch'", "cell 'a-l0'.*layers must be >= 1"),
+        ("[base]\nbogus = 1\n[grid]\narms='torch'", "unknown option 'bogus'"),
+        ("[sweep]\nname = 'a b'", "may hold only"),
+    ],
+)
+def test_bad_sweep_files_fail_before_anything_runs_naming_the_problem(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_sweep(write(tmp_path, text), out=tmp_path)
+
+
+def test_a_rerun_skips_finished_cells_and_resumes_the_failed_one(tmp_path):
+    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    fake = FakeRunAb(crash_once={"a-s128"})
+    cells = run_sweep(sweep, run_ab=fake)
+    assert {c.name: c.status for c in cells} == {"a-s64": "done", "a-s128": "failed", "b-l2": "done", "b-l4": "done"}
+    failed = next(c for c in cells if c.name == "a-s128")
+    assert "rank 1 crashed" in failed.error
+    state = orjson.loads((sweep.tree / "sweep.json").read_bytes())
+    assert [c["status"] for c in state["cells"]] == ["done", "failed", "done", "done"]
+
+    again = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    fake2 = FakeRunAb()
+    cells = run_sweep(again, run_ab=fake2)
+    partial_dir = find_run_dir(sweep.tree, "a-s128")
+    assert fake2.calls == [("a-s128", partial_dir)]  # only the failed cell, resumed in its own folder
+    assert all(c.status == "done" for c in cells)
+    assert len(list(sweep.tree.glob("a-s128_*"))) == 1
+
+
+def test_index_report_compares_cells_with_a_ratio_plot_and_links(tmp_path):
+    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    run_sweep(sweep, run_ab=FakeRunAb(crash_once={"b-l4"}))
+    page = inspect_html(sweep.tree / "index.html")
+    assert page.external == [] and "fig-ratio_per_cell" in page.figures
+    md = (sweep.tree / "index.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| a-") or line.startswith("| b-")]
+    assert len(rows) == 4
+    assert "| a-s128 | done | 128 |" in md and "1.020" in md  # ratio = 1 + 0.01 * 128 / 64
+    assert "1 cell(s) failed" in md and "rank 1 crashed" in md
+
+
+def test_changed_configuration_refuses_to_resume_in_the_same_tree(tmp_path):
+    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    run_sweep(sweep, run_ab=FakeRunAb(), write_index=False)
+    changed = load_sweep(write(tmp_path, TINY.replace("steps = 1", "steps = 2")), out=tmp_path)
+    with pytest.raises(ConfigError, match=r"different configuration \(steps: 1 → 2\).*new --out"):
+        run_sweep(changed, run_ab=FakeRunAb())
+
+
+def test_only_runs_matching_cells_and_rejects_a_glob_that_matches_none(tmp_path):
+    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    fake = FakeRunAb()
+    run_sweep(sweep, run_ab=fake, only="b-*", write_index=False)
+    assert [c[0] for c in fake.calls] == ["b-l2", "b-l4"]
+    assert run_status(find_run_dir(sweep.tree, "a-s64")) == "pending"
+    with pytest.raises(ConfigError, match="matches no cell"):
+        run_sweep(sweep, run_ab=fake, only="zzz")
