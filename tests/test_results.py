@@ -1,0 +1,110 @@
+"""Results folder writing and the summary built from it (synthetic records, no launches)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdpbench import results
+from fsdpbench.config import RunConfig
+from fsdpbench.launcher import interleaved_order, torchrun_command
+
+
+def _manifest(labels=("torch", "hyper"), rounds=3, optimizer="sgd", device_name="cpu"):
+    cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch,torch:prefetch=1", "optimizer": optimizer,
+                                                     "rounds": rounds}).to_dict()  # fmt: skip
+    for arm, label in zip(cfg["arms"], labels, strict=True):
+        arm["label"] = label
+    return {"config": cfg, "arms": cfg["arms"], "order": interleaved_order(list(labels), rounds, "alternate", 0),
+            "environment": {"world_size": 2, "device_name": device_name}}  # fmt: skip
+
+
+def _steps(label, round_, times, losses=None, warmup=1):
+    out = []
+    for i, t in enumerate([999.0] * warmup + list(times)):
+        out.append({"arm": label, "round": round_, "step": i, "kind": "warmup" if i < warmup else "timed",
+                    "time_ms": t, "loss": (losses or [5.0 - 0.1 * k for k in range(20)])[i], "grad_norm": 1.0,
+                    "tokens": 512, "mem_allocated_bytes": None, "mem_reserved_bytes": None, "world_size": 2})  # fmt: skip
+    return out
+
+
+def test_run_folder_is_never_reused(tmp_path):
+    a = results.create_run_dir(tmp_path, "ab")
+    b = results.create_run_dir(tmp_path, "ab")
+    assert a != b and a.name.startswith("ab_") and b.exists()
+
+
+def test_read_steps_skips_a_truncated_last_line(tmp_path):
+    for rec in _steps("torch", 0, [1.0, 2.0]):
+        results.append_step(tmp_path / "steps.jsonl", rec)
+    with open(tmp_path / "steps.jsonl", "ab") as f:
+        f.write(b'{"arm": "torch", "ro')
+    assert len(results.read_steps(tmp_path)) == 3
+
+
+def test_drop_steps_removes_only_that_arm_round_and_keeps_a_copy(tmp_path):
+    for rec in _steps("torch", 0, [1.0]) + _steps("hyper", 0, [2.0]) + _steps("torch", 1, [3.0]):
+        results.append_step(tmp_path / "steps.jsonl", rec)
+    assert results.drop_steps(tmp_path, "torch", 0, keep_to=tmp_path / "kept.jsonl") == 2
+    left = results.read_steps(tmp_path)
+    assert {(r["arm"], r["round"]) for r in left} == {("hyper", 0), ("torch", 1)}
+    assert len((tmp_path / "kept.jsonl").read_text().splitlines()) == 2
+
+
+def test_summary_statistics_use_per_round_medians_of_timed_steps():
+    steps = []
+    for r, (a, b) in enumerate([([100, 102, 98], [125, 127, 123]), ([101, 103, 99], [126, 128, 124]),
+                                ([99, 101, 97], [124, 126, 122])]):  # fmt: skip
+        steps += _steps("torch", r, a) + _steps("hyper", r, b)
+    s = results.build_summary(_manifest(), steps, flops_per_token=1e6)
+    torch_arm = s["arms"]["torch"]
+    assert [x["median_ms"] for x in torch_arm["rounds"]] == [100, 101, 99]
+    assert torch_arm["median_ms"] == 100
+    # pooled timed steps (warmup 999 ms excluded): sorted 97,98,99,...; p10 at position 0.1·8 = 0.8
+    assert torch_arm["p10_ms"] == pytest.approx(97.8)
+    assert torch_arm["tokens_per_s_per_device"] == pytest.approx(512 / 2 / 0.1)
+    assert torch_arm["tflops_per_device"] == pytest.approx(1e6 * 2560 / 1e12)
+    assert torch_arm["mfu"] is None  # cpu: no peak FLOP/s, no guess
+    comp = s["comparisons"][0]
+    assert comp["ratio"] == pytest.approx(1.25) and comp["significant"]
+    assert s["verdict"].startswith("hyper is 20.0% slower than torch")
+    assert s["parity"]["valid"] and s["parity"]["mode"] == "exact" and s["missing"] == []
+
+
+def test_mfu_uses_the_peak_table_for_known_devices():
+    steps = _steps("torch", 0, [100.0]) + _steps("hyper", 0, [100.0])
+    s = results.build_summary(_manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3"), steps, flops_per_token=1e9)
+    assert s["arms"]["torch"]["mfu"] == pytest.approx(1e9 * 2560 / 989e12)
+
+
+def test_loss_mismatch_marks_the_comparison_invalid():
+    steps = _steps("torch", 0, [100.0] * 4) + _steps("hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6])
+    s = results.build_summary(_manifest(rounds=1), steps)
+    assert not s["parity"]["valid"] and "hyper step 3" in s["parity"]["reason"]
+    assert s["verdict"].startswith("INVALID COMPARISON")
+
+
+def test_relative_parity_tolerance_applies_with_adamw():
+    steps = _steps("torch", 0, [100.0] * 4) + _steps("hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6])
+    parity = results.build_summary(_manifest(rounds=1, optimizer="adamw"), steps)["parity"]
+    assert parity["valid"] and parity["mode"] == "relative" and parity["tolerance"] == 1e-2
+
+
+def test_unfinished_rounds_are_listed_missing_and_left_out():
+    steps = _steps("torch", 0, [100.0]) + _steps("hyper", 0, [90.0])
+    s = results.build_summary(_manifest(rounds=2), steps, done={("torch", 0)})
+    assert {(m["arm"], m["round"]) for m in s["missing"]} == {("hyper", 0), ("hyper", 1), ("torch", 1)}
+    assert s["arms"]["hyper"]["status"] == "missing" and s["comparisons"] == []
+
+
+def test_alternate_order_is_abba_and_shuffle_is_seeded():
+    assert [(o["round"], o["arm"]) for o in interleaved_order(["A", "B"], 3, "alternate", 0)] == [
+        (0, "A"), (0, "B"), (1, "B"), (1, "A"), (2, "A"), (2, "B")]  # fmt: skip
+    assert interleaved_order(list("ABC"), 4, "shuffle", 3) == interleaved_order(list("ABC"), 4, "shuffle", 3)
+
+
+def test_multinode_launch_uses_static_rendezvous_with_a_port_per_launch(tmp_path):
+    cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nnodes": 2, "node_rank": 1,
+                                                     "rdzv_endpoint": "10.0.0.1:29400"})  # fmt: skip
+    cmd = torchrun_command(cfg, tmp_path / "spec.json", tmp_path / "logs", 3)
+    assert "--nnodes=2" in cmd and "--node-rank=1" in cmd and "--rdzv-endpoint=10.0.0.1:29403" in cmd
+    assert cmd[-3:] == ["-m", "fsdpbench.worker", str(tmp_path / "spec.json")]

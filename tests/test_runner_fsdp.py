@@ -1,0 +1,104 @@
+"""Multi-rank gloo launches of the torch arm: exactness against single-process training, collective
+counts per step, HSDP 2x2 and two "nodes" on loopback. Each launch serves several assertions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+import torch
+
+from conftest import free_port, run_cli
+from fsdpbench.config import preset_tiny
+from fsdpbench.data import global_batch
+from fsdpbench.model import build_model, init_full_tensor
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+
+SEQ, STEPS, LR, SEED = 32, 3, 1e-2, 0
+
+
+def reference_training(rows: int, steps: int = STEPS):
+    """Unsharded single-process SGD on the same global batches: (losses per step, final params)."""
+    torch.manual_seed(0)
+    cfg = preset_tiny()
+    model = build_model(cfg, device="cpu")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(init_full_tensor(name, tuple(p.shape), SEED))
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for step in range(steps):
+        ids = global_batch(SEED, step, rows, SEQ, cfg.vocab_size)
+        opt.zero_grad(set_to_none=True)
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _run(tmp_path, *extra: str, nproc: int = 2, timeout: float = 240):
+    proc = run_cli("run", "--nproc", str(nproc), "--warmup", "0", "--steps", str(STEPS), "--seq-len", str(SEQ),
+                   "--lr", str(LR), "--count-collectives", "--dump-params", "--no-report", "--out", str(tmp_path),
+                   "--master-port", str(free_port()), *extra, timeout=timeout)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = tmp_path.glob("run_*")
+    steps = [orjson.loads(line) for line in (run_dir / "steps.jsonl").read_bytes().splitlines()]
+    return run_dir, steps
+
+
+def _assert_matches_reference(run_dir, steps, rows, arm="torch"):
+    ref_losses, ref_params = reference_training(rows)
+    assert [s["loss"] for s in steps] == pytest.approx(ref_losses, abs=1e-6)
+    params = torch.load(run_dir / "launches" / arm / "round0" / "final_params.pt")
+    assert params.keys() == ref_params.keys()
+    worst = max((params[n] - ref_params[n]).abs().max().item() for n in params)
+    assert worst <= 1e-6, f"max |p - p_ref| = {worst}"
+
+
+def test_torch_arm_equals_single_process_training_and_issues_2n_plus_1_all_gathers(tmp_path):
+    run_dir, steps = _run(tmp_path, "--arm", "torch")
+    layers = preset_tiny().num_hidden_layers
+    for s in steps:  # N layers + root: N forward + N backward re-gathers + 1 root; N + 1 reduce-scatters
+        assert s["collectives"] == {"all_gather": 2 * layers + 1, "reduce_scatter": layers + 1}, s
+    _assert_matches_reference(run_dir, steps, rows=2)
+    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    assert manifest["environment"]["process_group_backend"] == "gloo"
+    assert manifest["order"] == [{"round": 0, "arm": "torch"}]
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert summary["arms"]["torch"]["status"] == "ok" and summary["arms"]["torch"]["rounds"][0]["n_steps"] == STEPS
+
+
+def test_hsdp_2x2_on_4_ranks_adds_one_all_reduce_per_unit_and_matches_reference(tmp_path):
+    run_dir, steps = _run(tmp_path, "--arm", "torch:mesh=2x2", nproc=4, timeout=280)
+    layers = preset_tiny().num_hidden_layers
+    for s in steps:
+        assert s["collectives"] == {"all_gather": 2 * layers + 1, "reduce_scatter": layers + 1,
+                                    "all_reduce": layers + 1}, s  # fmt: skip
+    _assert_matches_reference(run_dir, steps, rows=4, arm="torch-mesh2x2")
+
+
+def test_two_nodes_on_loopback_train_as_one_world(tmp_path):
+    port = str(free_port())
+    common = [sys.executable, "-m", "fsdpbench", "run", "--arm", "torch", "--nnodes", "2", "--nproc", "1",
+              "--master-port", port, "--warmup", "0", "--steps", "2", "--seq-len", str(SEQ), "--lr", str(LR),
+              "--no-report"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen([*common, "--node-rank", str(k), "--out", str(tmp_path / f"node{k}")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in (0, 1)]  # fmt: skip
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in nodes] == [0, 0], "\n".join(outs)
+    (run0,) = (tmp_path / "node0").glob("run_*")
+    steps = [orjson.loads(line) for line in (run0 / "steps.jsonl").read_bytes().splitlines()]
+    assert [s["world_size"] for s in steps] == [2, 2]
+    ref_losses, _ = reference_training(rows=2, steps=2)
+    assert [s["loss"] for s in steps] == pytest.approx(ref_losses, abs=1e-6)

@@ -1,0 +1,77 @@
+"""Statistics against independent references: exact bootstrap enumeration, pyperf's sample-size rule."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from fsdpbench import stats
+
+
+def _exact_bootstrap_quantiles(base, test, qs):
+    """Every equally likely resample of both arms, enumerated (the bootstrap distribution itself)."""
+    ratios = [
+        statistics.median(t) / statistics.median(b)
+        for b in itertools.product(base, repeat=len(base))
+        for t in itertools.product(test, repeat=len(test))
+    ]
+    return np.quantile(ratios, qs)
+
+
+def test_bootstrap_ci_matches_exact_enumeration_of_resamples():
+    base, test = [100.0, 104.0, 97.0], [120.0, 118.0, 126.0, 121.0]
+    lo, hi = stats.bootstrap_ratio_ci(base, test, n_resamples=40_000, seed=1)
+    exact_lo, exact_hi = _exact_bootstrap_quantiles(base, test, [0.025, 0.975])
+    assert lo == pytest.approx(exact_lo, rel=5e-3)
+    assert hi == pytest.approx(exact_hi, rel=5e-3)
+
+
+def test_bootstrap_ci_of_constant_rounds_is_the_ratio():
+    assert stats.bootstrap_ratio_ci([50.0] * 3, [60.0] * 3) == pytest.approx((1.2, 1.2))
+
+
+def test_rounds_needed_follows_pyperf_sample_size_rule():
+    base, test = [100.0, 102.0, 98.0], [110.0, 111.0, 112.0]
+    var = (statistics.stdev(base) / statistics.mean(base)) ** 2 + (statistics.stdev(test) / statistics.mean(test)) ** 2
+    assert stats.rounds_needed(base, test) == math.ceil(1.959963984540054**2 * var / 0.01**2)
+    assert stats.rounds_needed([1.0], test) is None
+
+
+def test_rounds_needed_for_one_percent_sigma_matches_pyperf_example():
+    # pyperf: σ = 1% with a total width of 1% (±0.5%) needs 16 processes; same σ² sum, ±0.5%
+    vals = [99.0, 101.0]  # relative std (ddof=1) ≈ 1.414% → σ² = 2e-4
+    assert stats.rounds_needed(vals, [100.0, 100.0], half_width=0.005) == math.ceil(1.96**2 * 2e-4 / 0.005**2 - 1e-9)
+
+
+def test_verdict_says_slower_with_ci_in_percent():
+    comp = stats.compare("torch", "hyper", [100.0, 101.0, 99.0], [125.0, 126.0, 124.0])
+    assert comp.significant and comp.ratio == pytest.approx(1.25)
+    assert comp.test_faster_pct == pytest.approx(-20.0)
+    assert comp.verdict.startswith("hyper is 20.0% slower than torch (CI ")
+
+
+def test_verdict_says_faster_when_test_is_quicker():
+    comp = stats.compare("a", "b", [100.0, 101.0, 99.0], [80.0, 80.5, 79.5])
+    assert comp.verdict.startswith("b is 25.0% faster than a")
+
+
+def test_overlapping_rounds_give_no_difference_detected():
+    comp = stats.compare("a", "b", [100.0, 110.0, 90.0], [105.0, 95.0, 100.0])
+    assert not comp.significant
+    assert comp.verdict.startswith("no difference detected between b and a")
+
+
+def test_one_round_per_arm_gives_no_ci_and_no_claim():
+    comp = stats.compare("a", "b", [100.0], [150.0])
+    assert comp.ci95 is None and not comp.significant and "no difference detected" in comp.verdict
+
+
+def test_percentiles_and_median_match_numpy_definition():
+    v = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert stats.median(v) == 3.0
+    assert stats.percentile(v, 10) == pytest.approx(1.4)
+    assert stats.percentile(v, 90) == pytest.approx(4.6)
