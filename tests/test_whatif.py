@@ -114,3 +114,15 @@ def test_layer_bucket_counts_match_fsdp2_collective_counts():
     assert whatif.layer_bucket_counts(16) == {"all_gather": 33, "reduce_scatter": 17}
     assert whatif.layer_bucket_counts(4, reshard_after_forward=False, hsdp=True) == {
         "all_gather": 5, "reduce_scatter": 5, "all_reduce": 5}
+
+
+def test_choose_fit_prefers_a_good_fit_with_non_negative_alpha():
+    poor = whatif.AlphaBetaFit(5.0, 1e-4, 0.1, 10, "ok")
+    negative = whatif.AlphaBetaFit(-5.0, 1e-4, 0.99, 10, "ok")
+    good = whatif.AlphaBetaFit(7.0, 1e-4, 0.95, 10, "ok")
+    same = whatif.AlphaBetaFit(None, None, None, 10, "same_size")
+    cands = [("test", {"ag": same}), ("pooled", {"ag": negative}), ("aggregate", {"ag": poor}), ("base", {"ag": good})]
+    assert whatif.choose_fit("ag", *cands) == ("base", good)
+    assert whatif.choose_fit("ag", *cands[:3]) == ("aggregate", poor)
+    assert whatif.choose_fit("ag", *cands[:2]) == ("pooled", negative)
+    assert whatif.choose_fit("ag", cands[0]) is None and whatif.choose_fit("rs", *cands) is None

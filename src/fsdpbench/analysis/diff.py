@@ -221,13 +221,14 @@ class DiffResult:
         else:
             md.append("No op types on either side.")
         md += ["", "### Sync and launch tasks (per rank)", ""]
-        if self.sync:
+        sync_rows = [r for r in self.sync if r["base"] or r["test"]]
+        if sync_rows:
             md += [f"| task | {b} | {t} | Δ |", "|---|---:|---:|---:|"]
-            for r in self.sync:
+            for r in sync_rows:
                 d = "n/a" if r["delta"] is None else f"{r['delta']:+.0f}" if float(r["delta"]).is_integer() else f"{r['delta']:+.1f}"
                 md.append(f"| {fnd.SYNC_NAMES.get(r['name'], r['name'])} | {fnd.fmt_count(r['base'])} | {fnd.fmt_count(r['test'])} | {d} |")
         else:
-            md.append("No sync/launch counts on either side.")
+            md.append("None counted on either side (all zero or not in the traces).")
         md += ["", "### Latency–bandwidth fits, time = α + β·bytes (estimates)", ""]
         rows = [(src, kind, fit) for src, fits in self.fits.items() for kind, fit in fits.items()]
         if rows:
@@ -236,9 +237,10 @@ class DiffResult:
                 md.append(
                     f"| {src} | {fnd.COLLECTIVE_NAMES.get(kind, kind)} | {fnd.fmt_us(fit.alpha_us)} | "
                     f"{'n/a' if fit.beta_us_per_byte is None else f'{fit.beta_us_per_byte * 1e6:.3g}'} | "
-                    f"{'n/a' if fit.r2 is None else f'{fit.r2:.3f}'} | {fit.n} | {fit.status} |")
-            md.append("\nSources: each arm's own calls, `pooled` = both arms' calls together, `aggregate` = per-rank "
-                      "totals (used when per-call events are not available).")  # fmt: skip
+                    f"{'n/a' if fit.r2 is None else f'{fit.r2:.3f}'} | {fit.n} | {_fit_status(fit)} |")
+            md.append("\nSources: each arm's own calls; `pooled` = both arms' calls together; `aggregate` = per-rank "
+                      "totals of both arms, time = α·calls + β·bytes (the only source when per-call events are not "
+                      "available). Estimates use the first good fit in the order: own, pooled, aggregate, other arm.")
         else:
             md.append("No fits: no collective with a known size on either side.")
         md += ["", f"## Conclusions: {t} vs {b}", ""]
@@ -300,11 +302,12 @@ class DiffResult:
                               fnd.fmt_us(r["delta_us"], signed=True), fnd.fmt_count(r["base_count"]),
                               fnd.fmt_count(r["test_count"]))  # fmt: skip
             console.print(table)
-        if self.sync:
+        sync_rows = [r for r in self.sync if r["base"] or r["test"]]
+        if sync_rows:
             table = Table(title="sync / launch tasks per rank")
             for col in ("task", b, t, "Δ"):
                 table.add_column(col, justify="left" if col == "task" else "right")
-            for r in self.sync:
+            for r in sync_rows:
                 table.add_row(fnd.SYNC_NAMES.get(r["name"], r["name"]), fnd.fmt_count(r["base"]),
                               fnd.fmt_count(r["test"]), fnd.fmt_count(r["delta"]))
             console.print(table)
@@ -316,6 +319,14 @@ class DiffResult:
             est = _estimate_text(f.estimate)
             if est:
                 console.print(f"   {est}", highlight=False)
+
+
+def _fit_status(fit: whatif.AlphaBetaFit) -> str:
+    if fit.poor:
+        return f"poor fit (R² < {whatif.POOR_FIT_R2})"
+    if fit.ok and fit.alpha_us is not None and fit.alpha_us < 0:
+        return "ok, α < 0 (not resolved)"
+    return fit.status
 
 
 def _fmt_x(value: float | None) -> str:
@@ -495,9 +506,8 @@ def compare(
         what = (f"comparing {_describe(base_label, db, context.get('base') or {})} with "
                 f"{_describe(test_label, dt, context.get('test') or {})}")  # fmt: skip
         warnings += [f"{what}: {p}" for p in problems]
-    fits = {"base": whatif.fit_ranks(eb), "test": whatif.fit_ranks(et), "pooled": whatif.fit_ranks(eb + et)}
-    if not fits["base"] or not fits["test"]:
-        fits["aggregate"] = _aggregate_fits(db, dt)
+    fits = {"base": whatif.fit_ranks(eb), "test": whatif.fit_ranks(et), "pooled": whatif.fit_ranks(eb + et),
+            "aggregate": _aggregate_fits(db, dt)}
     side = _side_by_side(db, dt)
     collectives, ops, sync = _collectives(db, dt), _ops(db, dt), _sync(db, dt)
     for lab, rows_key in ((base_label, "base_count"), (test_label, "test_count")):

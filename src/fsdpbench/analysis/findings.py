@@ -349,11 +349,14 @@ def rule_prefetch_change(x: RuleInput) -> list[Finding]:
     evidence = (f"prefetch={pb} ({lb}) vs prefetch={pt} ({lt}): overlap {fmt_ratio(ovb)} → {fmt_ratio(ovt)}{change}; "
                 f"exposed comm {fmt_us(eb)} → {fmt_us(et)}"
                 + (f" ({fmt_us(et - eb, signed=True)})" if eb is not None and et is not None else ""))  # fmt: skip
+    hi, lo = max(int(pb), int(pt)), min(int(pb), int(pt))
+    gap = None if e_deep is None or e_shallow is None else e_deep - e_shallow
     if helped:
-        title = f"Prefetch={max(int(pb), int(pt))} hides more communication than prefetch={min(int(pb), int(pt))}"
-        action = f"keep prefetch={max(int(pb), int(pt))} (arm {x.labels[deeper]})"
+        title = f"Prefetch={hi} exposes {fmt_us(-gap)} less communication than prefetch={lo}"
+        action = f"keep prefetch={hi} (arm {x.labels[deeper]})"
     else:
-        title = f"Prefetch={max(int(pb), int(pt))} did not reduce exposed communication"
+        title = f"Prefetch={hi} did not reduce exposed communication" + (
+            f" ({fmt_us(gap, signed=True)} vs prefetch={lo})" if gap is not None else "")
         action = (f"keep the shallower prefetch (arm {x.labels[shallower]}); deeper prefetch only costs "
                   "memory here")  # fmt: skip
     return [Finding(
@@ -401,15 +404,18 @@ def rule_compute_path(x: RuleInput) -> list[Finding]:
         for r in hits)  # fmt: skip
     slower = [r for r in hits if r["delta_us"] > 0]
     faster = [r for r in hits if r["delta_us"] < 0]
-    names = ", ".join(r["op_type"] for r in (faster if net < 0 else slower))
-    title = (f"{lt}'s compute path is faster on {names}" if net < 0 else f"{lt}'s compute path is slower on {names}")
+    if net < 0:  # the test arm is faster overall: price what the base would gain from the test's ops
+        title, adopter, donor, gain_rows = f"{lt}'s compute path is faster on ", lb, lt, faster
+    else:
+        title, adopter, donor, gain_rows = f"{lt}'s compute path is slower on ", lt, lb, slower
+    title += ", ".join(r["op_type"] for r in gain_rows)
     return [Finding(
         "compute_path", "medium" if net > 0 else "info", title, f"{lt} − {lb} kernel time: {evidence}",
         "the arms run different ops for the same model step (e.g. copies/slices around the flat buffers, "
         "casts for mixed precision)",
-        f"adopt the faster arm's path for {', '.join(r['op_type'] for r in hits)}",
-        {"label": "estimate", "step_time_delta_us": -sum(r["delta_us"] for r in slower) if slower else 0.0,
-         "scenario": f"{lt} runs {lb}'s faster ops; an upper bound on the gain, as compute may overlap comm"},
+        f"adopt {donor}'s path for {', '.join(r['op_type'] for r in gain_rows)} in {adopter}",
+        {"label": "estimate", "step_time_delta_us": -sum(abs(r["delta_us"]) for r in gain_rows),
+         "scenario": f"{adopter} runs {donor}'s faster ops; an upper bound on the gain, as compute may overlap comm"},
     )]  # fmt: skip
 
 
@@ -437,7 +443,7 @@ def rule_straggler(x: RuleInput) -> list[Finding]:
             f"rank {rank} {what} {fmt_us(worst)} vs {fmt_us(mid)} (median of the other {len(values) - 1} rank(s)) "
             f"(+{worst / mid - 1:.1%})",
             "one rank computes longer and every collective waits for it",
-            RULES[RULE_ORDER["straggler"]].action,
+            f"find why rank {rank} of {lab} computes longer (placement, imbalance, a noisy neighbour)",
             {"label": "estimate", "step_time_delta_us": -(worst - mid),
              "scenario": f"rank {rank} computes as fast as the median rank"},
         ))  # fmt: skip

@@ -143,12 +143,18 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
 
 
 def choose_fit(kind: str, *candidates: tuple[str, Mapping[str, AlphaBetaFit]]) -> tuple[str, AlphaBetaFit] | None:
-    """The first usable (``ok``) fit of ``kind`` among ``(source_name, fits)`` candidates, in order."""
-    for source, fits in candidates:
-        fit = fits.get(kind)
-        if fit is not None and fit.ok:
-            return source, fit
-    return None
+    """The best usable fit of ``kind`` among ``(source_name, fits)`` candidates, given in preference order.
+
+    Preference: the first ``ok`` fit that is not poor (R² >= POOR_FIT_R2) and has ``alpha >= 0``; else
+    the first ``ok`` fit with ``alpha >= 0``; else the first ``ok`` fit; ``None`` when none is ``ok``.
+    """
+    usable = [(source, fits[kind]) for source, fits in candidates if kind in fits and fits[kind].ok]
+    tiers = (
+        [c for c in usable if not c[1].poor and (c[1].alpha_us or 0.0) >= 0],
+        [c for c in usable if (c[1].alpha_us or 0.0) >= 0],
+        usable,
+    )
+    return next((tier[0] for tier in tiers if tier), None)
 
 
 def layer_bucket_counts(num_layers: int, *, reshard_after_forward: bool = True, hsdp: bool = False) -> dict[str, int]:
