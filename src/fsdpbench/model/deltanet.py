@@ -1,0 +1,216 @@
+"""Gated DeltaNet: the chunked pure-PyTorch kernel, its per-token reference, and the layer.
+
+Recurrence per (batch, value head), state ``S [Dk, Dv]``, token t (q, k L2-normalised, q scaled 1/√Dk):
+
+    S_t = exp(g_t) · S_{t-1} + β_t · k_t (v_t − exp(g_t) · S_{t-1}ᵀ k_t)ᵀ,     o_t = S_tᵀ q_t
+
+The chunked form (WY/UT transform, as in transformers' ``torch_chunk_gated_delta_rule`` and fla's
+naive kernel) turns C tokens into a few matmuls plus one unit-lower-triangular solve per chunk. Here
+that solve is done with matmuls only: for ``T = I + L`` (L strictly lower, so Lᶜ = 0),
+``T⁻¹ = (I − L)(I + L²)(I + L⁴)…`` — log₂C factors, ~4× faster than ``solve_triangular`` on CPU and
+portable to NPU and ``torch.compile``. Sequences are padded internally to a multiple of the chunk, so
+any length ≥ 1 works.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fsdpbench.config import ModelConfig
+from fsdpbench.model.layers import RMSNormGated
+
+
+def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def _prepare(q, k, v, g, beta, l2norm):
+    """Shared preprocessing: fp32, L2-norm, query scale, GVA head repeat, ``[B, Hv, T, *]`` layout."""
+    q, k = q.float(), k.float()
+    if l2norm:
+        q, k = _l2norm(q), _l2norm(k)
+    q = q * (q.shape[-1] ** -0.5)
+    Hk, Hv = k.shape[2], v.shape[2]
+    if Hk != Hv:  # each q/k head serves Hv/Hk consecutive value heads
+        q, k = q.repeat_interleave(Hv // Hk, dim=2), k.repeat_interleave(Hv // Hk, dim=2)
+    return tuple(x.transpose(1, 2).float().contiguous() for x in (q, k, v, g, beta))
+
+
+def unit_lower_inverse(a_CC: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``I + strictly_lower(a)`` over the last two dims, with matmuls only.
+
+    ``(I + L)⁻¹ = Σ (−L)ⁿ = (I + N)(I + N²)(I + N⁴)…`` with ``N = −L`` nilpotent (Nᶜ = 0), so
+    ⌈log₂ C⌉ factors are exact up to rounding.
+    """
+    C = a_CC.shape[-1]
+    n_CC = -a_CC.tril(-1)
+    inv_CC = torch.eye(C, dtype=a_CC.dtype, device=a_CC.device) + n_CC
+    for _ in range(max(math.ceil(math.log2(C)) - 1, 0)):
+        n_CC = n_CC @ n_CC
+        inv_CC = inv_CC + inv_CC @ n_CC
+    return inv_CC
+
+
+def chunk_gated_delta_rule(
+    q_BTHD: torch.Tensor,
+    k_BTHD: torch.Tensor,
+    v_BTVD: torch.Tensor,
+    g_BTV: torch.Tensor,
+    beta_BTV: torch.Tensor,
+    *,
+    chunk_size: int = 64,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """Chunked gated delta rule in fp32; returns ``o [B, T, Hv, Dv]`` in ``q``'s dtype.
+
+    Args:
+        q_BTHD, k_BTHD: queries/keys ``[B, T, Hk, Dk]``; v_BTVD: values ``[B, T, Hv, Dv]`` (Hv multiple of Hk).
+        g_BTV: log decay (≤ 0) ``[B, T, Hv]``; beta_BTV: write strength in (0, 1) ``[B, T, Hv]``.
+        chunk_size: tokens per chunk; T is zero-padded to a multiple (padding cannot affect earlier tokens).
+        use_qk_l2norm: L2-normalise q and k first (Qwen3.5 does).
+    """
+    out_dtype, T = q_BTHD.dtype, q_BTHD.shape[1]
+    q, k, v, g, beta = _prepare(q_BTHD, k_BTHD, v_BTVD, g_BTV, beta_BTV, use_qk_l2norm)
+    B, Hv, _, Dk = k.shape
+    Dv = v.shape[-1]
+    C = chunk_size
+    pad = (-T) % C
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    n = (T + pad) // C
+    # [B·Hv, n chunks, C, dim]: one batch dim keeps the scan in 3-D baddbmm
+    q, k, v = (x.reshape(B * Hv, n, C, x.shape[-1]) for x in (q, k, v))
+    beta, g = beta.reshape(B * Hv, n, C, 1), g.reshape(B * Hv, n, C)
+
+    gcum = g.cumsum(-1)  # log of the decay from the chunk start to each position
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    # decay_CC[i, j] = exp(gcum_i − gcum_j) for j ≤ i, else 0 (masked before exp: no overflow)
+    decay_CC = (gcum.unsqueeze(-1) - gcum.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
+    k_beta = k * beta
+    tinv_CC = unit_lower_inverse((k_beta @ k.transpose(-1, -2)) * decay_CC)
+    # UT transform: u = T⁻¹ β v (values to write), w = T⁻¹ β k exp(gcum) (keys that read the old state)
+    uw = tinv_CC @ torch.cat((v * beta, k_beta * gcum.exp().unsqueeze(-1)), dim=-1)
+    u, w = uw[..., :Dv], uw[..., Dv:]
+    attn_CC = (q @ k.transpose(-1, -2)) * decay_CC
+    kT_end = (k * (gcum[..., -1:] - gcum).exp().unsqueeze(-1)).transpose(-1, -2)  # decayed to the chunk end
+
+    # With S_i the state entering chunk i, v_new = u − w S_i gives
+    #   o_i = (q e^gcum − A w) S_i + A u,   S_{i+1} = (e^gcum_end I − kᵀ w) S_i + kᵀ u,
+    # so the only sequential work is one [Dk, Dk] × [Dk, Dv] multiply-add per chunk.
+    eye = torch.eye(Dk, dtype=q.dtype, device=q.device)
+    trans_KK = gcum[..., -1].exp()[..., None, None] * eye - kT_end @ w
+    write_KV = kT_end @ u
+    states = [q.new_zeros(B * Hv, Dk, Dv)]
+    for trans_i, write_i in zip(trans_KK.unbind(1)[:-1], write_KV.unbind(1)[:-1], strict=True):
+        states.append(torch.baddbmm(write_i, trans_i, states[-1]))
+    S_nKV = torch.stack(states, dim=1)
+    o = (q * gcum.exp().unsqueeze(-1) - attn_CC @ w) @ S_nKV + attn_CC @ u
+    o = o.reshape(B, Hv, n * C, Dv)[:, :, :T]
+    return o.transpose(1, 2).to(out_dtype).contiguous()
+
+
+def recurrent_gated_delta_rule(
+    q_BTHD: torch.Tensor,
+    k_BTHD: torch.Tensor,
+    v_BTVD: torch.Tensor,
+    g_BTV: torch.Tensor,
+    beta_BTV: torch.Tensor,
+    *,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """The defining per-token recurrence (slow; the reference the chunked kernel is tested against)."""
+    out_dtype, T = q_BTHD.dtype, q_BTHD.shape[1]
+    q, k, v, g, beta = _prepare(q_BTHD, k_BTHD, v_BTVD, g_BTV, beta_BTV, use_qk_l2norm)
+    B, Hv, _, Dk = k.shape
+    state = q.new_zeros(B, Hv, Dk, v.shape[-1])
+    outs = []
+    for t in range(T):
+        state = state * g[:, :, t].exp()[..., None, None]
+        k_t = k[:, :, t]
+        delta = (v[:, :, t] - torch.einsum("bhkv,bhk->bhv", state, k_t)) * beta[:, :, t, None]
+        state = state + k_t.unsqueeze(-1) * delta.unsqueeze(-2)
+        outs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, :, t]))
+    return torch.stack(outs, dim=1).to(out_dtype)
+
+
+def causal_depthwise_conv1d(x_BTC: torch.Tensor, w_C1K: torch.Tensor) -> torch.Tensor:
+    """``conv1d(x, w, groups=C, padding=K−1)[:T]`` in ``[B, T, C]`` layout, as K shifted multiply-adds.
+
+    Same values as the grouped ``F.conv1d`` (PyTorch convolutions are cross-correlations:
+    ``out[t] = Σ_j w[j] · x[t + j − (K−1)]``) without its two transposes; several times faster for
+    depthwise kernels on CPU.
+    """
+    T, K = x_BTC.shape[1], w_C1K.shape[-1]
+    w_KC = w_C1K.squeeze(1).t().to(x_BTC.dtype)
+    xp_BTC = F.pad(x_BTC, (0, 0, K - 1, 0))
+    out_BTC = xp_BTC[:, K - 1 :] * w_KC[K - 1]
+    for j in range(K - 1):
+        out_BTC = out_BTC + xp_BTC[:, j : j + T] * w_KC[j]
+    return out_BTC
+
+
+def _fla_chunk_gated_delta_rule():
+    """fla's Triton kernel when installed (CUDA only), else None; imported lazily."""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_kernel
+    except Exception:  # fla missing or broken (e.g. no triton): the pure-PyTorch path is used
+        return None
+    return fla_kernel
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3.5's linear-attention mixer: projections, causal depthwise conv + SiLU, gated delta rule,
+    gated RMSNorm per value head, output projection. Parameter names follow transformers."""
+
+    use_fla: bool = True
+    """Use fla's kernel on CUDA when it is importable."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        H = cfg.hidden_size
+        self.num_k_heads, self.num_v_heads = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+        self.head_k_dim, self.head_v_dim = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.chunk_size = cfg.gdn_chunk_size
+        conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv1d = nn.Conv1d(
+            conv_dim, conv_dim, cfg.linear_conv_kernel_dim, groups=conv_dim, bias=False,
+            padding=cfg.linear_conv_kernel_dim - 1,
+        )  # fmt: skip
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.norm = RMSNormGated(self.head_v_dim, eps=cfg.rms_norm_eps)
+        self.out_proj = nn.Linear(self.value_dim, H, bias=False)
+        self.in_proj_qkv = nn.Linear(H, conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(H, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(H, self.num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(H, self.num_v_heads, bias=False)
+
+    def forward(self, x_BTH: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x_BTH.shape
+        qkv_BTC = F.silu(causal_depthwise_conv1d(self.in_proj_qkv(x_BTH), self.conv1d.weight))
+        q, k, v = qkv_BTC.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q_BTHD = q.reshape(B, T, self.num_k_heads, self.head_k_dim)
+        k_BTHD = k.reshape(B, T, self.num_k_heads, self.head_k_dim)
+        v_BTVD = v.reshape(B, T, self.num_v_heads, self.head_v_dim)
+        beta_BTV = self.in_proj_b(x_BTH).sigmoid()
+        g_BTV = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x_BTH).float() + self.dt_bias)
+
+        fla_kernel = _fla_chunk_gated_delta_rule() if self.use_fla and x_BTH.is_cuda else None
+        if fla_kernel is not None:
+            o_BTVD, _ = fla_kernel(
+                q_BTHD, k_BTHD, v_BTVD, g=g_BTV, beta=beta_BTV, use_qk_l2norm_in_kernel=True
+            )
+        else:
+            o_BTVD = chunk_gated_delta_rule(
+                q_BTHD, k_BTHD, v_BTVD, g_BTV, beta_BTV, chunk_size=self.chunk_size
+            )
+        z_BTVD = self.in_proj_z(x_BTH).view(B, T, self.num_v_heads, self.head_v_dim)
+        o_BTVD = self.norm(o_BTVD, z_BTVD)
+        return self.out_proj(o_BTVD.reshape(B, T, self.value_dim))

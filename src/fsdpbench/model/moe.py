@@ -1,0 +1,159 @@
+"""Sparse MoE block: softmax top-k router, fused 3-D experts run by grouped GEMM, sigmoid-gated shared expert.
+
+Experts are stored as transformers stores them: ``gate_up_proj [E, 2I, H]`` (rows ``:I`` gate, ``I:`` up)
+and ``down_proj [E, H, I]``. Token rows are sorted by expert and every expert's GEMM runs in one
+grouped-GEMM call. Back-ends (``Experts.impl``):
+
+- ``grouped_mm``: ``torch.nn.functional.grouped_mm`` (or ``torch._grouped_mm``) with int32 offsets;
+- ``loop``: one ``F.linear`` per expert (portable reference; needs the counts on the host);
+- ``npu``: ``torch_npu.npu_grouped_matmul`` in an ``autograd.Function`` (imported only when used);
+- ``auto`` (default): ``npu`` on NPU, else ``grouped_mm`` where torch has it, else ``loop``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fsdpbench.config import ModelConfig
+from fsdpbench.model.layers import MLP
+
+ExpertsImpl = Literal["auto", "grouped_mm", "loop", "npu"]
+
+
+def _grouped_mm_fn():
+    return getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+def resolve_experts_impl(impl: ExpertsImpl, device: torch.device) -> str:
+    """The concrete back-end for ``impl`` on ``device``."""
+    if impl != "auto":
+        return impl
+    if device.type == "npu":
+        return "npu"
+    return "grouped_mm" if _grouped_mm_fn() is not None else "loop"
+
+
+class _NpuGroupedLinear(torch.autograd.Function):
+    """``y[rows of e] = x[rows of e] @ w[e]`` with ``w [E, K, N]`` via ``torch_npu.npu_grouped_matmul``
+    (counts as int64, ``group_list_type=1``); backward: dgrad with ``wᵀ``, wgrad K-grouped."""
+
+    @staticmethod
+    def forward(ctx, x_SK, w_EKN, counts_E):
+        import torch_npu  # noqa: F401  (only on Ascend)
+
+        ctx.save_for_backward(x_SK, w_EKN, counts_E)
+        return torch_npu.npu_grouped_matmul(
+            [x_SK], [w_EKN], group_list=counts_E, split_item=2, group_type=0, group_list_type=1
+        )[0]
+
+    @staticmethod
+    def backward(ctx, dy_SN):
+        import torch_npu
+
+        x_SK, w_EKN, counts_E = ctx.saved_tensors
+        dy_SN = dy_SN.contiguous()
+        dx_SK = torch_npu.npu_grouped_matmul(
+            [dy_SN],
+            [w_EKN.transpose(1, 2)],
+            group_list=counts_E,
+            split_item=2,
+            group_type=0,
+            group_list_type=1,
+        )[0]
+        dw_EKN = torch_npu.npu_grouped_matmul(
+            [x_SK.t()], [dy_SN], group_list=counts_E, split_item=3, group_type=2, group_list_type=1
+        )[0]
+        return dx_SK, dw_EKN, None
+
+
+def grouped_linear(
+    x_SK: torch.Tensor, w_ENK: torch.Tensor, counts_E: torch.Tensor, impl: str
+) -> torch.Tensor:
+    """Per-expert ``F.linear``: rows of ``x`` are sorted by expert, ``counts[e]`` rows belong to expert e.
+
+    Args:
+        x_SK: ``[S, K]`` token rows sorted by expert.
+        w_ENK: ``[E, N, K]`` expert weights (nn.Linear layout).
+        counts_E: rows per expert (int64, on x's device).
+        impl: ``grouped_mm``, ``loop`` or ``npu`` (see ``resolve_experts_impl``).
+    Returns:
+        ``[S, N]``.
+    """
+    w_ENK = w_ENK.to(x_SK.dtype)
+    if impl == "grouped_mm":
+        offs = torch.cumsum(counts_E, 0, dtype=torch.int32)
+        return _grouped_mm_fn()(x_SK, w_ENK.transpose(-2, -1), offs=offs)
+    if impl == "npu":
+        return _NpuGroupedLinear.apply(x_SK, w_ENK.transpose(-2, -1), counts_E)
+    if impl == "loop":
+        chunks = x_SK.split(counts_E.tolist(), dim=0)
+        return torch.cat([F.linear(c, w_ENK[e]) for e, c in enumerate(chunks)], dim=0)
+    raise ValueError(f"unknown experts implementation {impl!r}; choose auto, grouped_mm, loop or npu")
+
+
+class TopKRouter(nn.Module):
+    """``softmax(x Wᵀ)`` in fp32 over all experts → top-k → renormalised to sum 1 (if ``norm_topk_prob``)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.top_k, self.norm_topk_prob = cfg.num_experts_per_tok, cfg.norm_topk_prob
+        self.weight = nn.Parameter(torch.zeros(cfg.num_experts, cfg.hidden_size))
+
+    def forward(self, x_NH: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits_NE = F.linear(x_NH, self.weight)
+        probs_NE = torch.softmax(logits_NE, dim=-1, dtype=torch.float32)
+        weights_Nk, experts_Nk = torch.topk(probs_NE, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights_Nk = weights_Nk / weights_Nk.sum(dim=-1, keepdim=True)
+        return weights_Nk.to(logits_NE.dtype), experts_Nk
+
+
+class Experts(nn.Module):
+    """All routed experts as two 3-D parameters; ``forward`` runs each token through its top-k experts."""
+
+    impl: ExpertsImpl = "auto"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        E, H, Im = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+        self.num_experts = E
+        self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * Im, H))
+        self.down_proj = nn.Parameter(torch.empty(E, H, Im))
+
+    def forward(self, x_NH: torch.Tensor, weights_Nk: torch.Tensor, experts_Nk: torch.Tensor) -> torch.Tensor:
+        N, k = experts_Nk.shape
+        impl = resolve_experts_impl(self.impl, x_NH.device)
+        flat_experts = experts_Nk.reshape(-1)
+        order = torch.argsort(flat_experts, stable=True)  # (token, slot) pairs grouped by expert
+        counts_E = torch.bincount(flat_experts, minlength=self.num_experts)
+        x_SH = x_NH[order // k]
+        gate_SI, up_SI = grouped_linear(x_SH, self.gate_up_proj, counts_E, impl).chunk(2, dim=-1)
+        y_SH = grouped_linear(F.silu(gate_SI) * up_SI, self.down_proj, counts_E, impl)
+        y_SH = y_SH * weights_Nk.reshape(-1, 1)[order]
+        # un-sort, then sum the k expert outputs of each token (deterministic, unlike index_add_)
+        y_NkH = torch.empty_like(y_SH).index_copy(0, order, y_SH)
+        return y_NkH.view(N, k, -1).sum(dim=1)
+
+
+class SparseMoeBlock(nn.Module):
+    """Router + routed experts + (optional) shared expert gated by ``sigmoid(shared_expert_gate(x))``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate = TopKRouter(cfg)
+        self.experts = Experts(cfg)
+        if cfg.shared_expert_intermediate_size:
+            self.shared_expert = MLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
+            self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
+
+    def forward(self, x_BTH: torch.Tensor) -> torch.Tensor:
+        x_NH = x_BTH.reshape(-1, x_BTH.shape[-1])
+        weights_Nk, experts_Nk = self.gate(x_NH)
+        y_NH = self.experts(x_NH, weights_Nk, experts_Nk)
+        if hasattr(self, "shared_expert"):
+            y_NH = y_NH + torch.sigmoid(self.shared_expert_gate(x_NH)) * self.shared_expert(x_NH)
+        return y_NH.view_as(x_BTH)
