@@ -1,0 +1,169 @@
+"""``fsdpbench model``: parameters, FLOPs, per-rank memory and FSDP communication bytes of the workload.
+
+Pure arithmetic from the config (no torch import, nothing is allocated); the counts are tested
+against the model built on the meta device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from typing import Any
+
+from fsdpbench.config import DTYPES, PRESETS, ModelConfig, coerce, model_fields, model_preset, parse_mesh
+from fsdpbench.errors import ConfigError
+
+SCHEMA_VERSION = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``fsdpbench model``."""
+    parser.add_argument("--preset", default="full", help=f"model preset: {', '.join(PRESETS)} (default full)")
+    parser.add_argument(
+        "--layers", type=int, help="number of decoder layers (keeps the [GDN ×3, attention] pattern)"
+    )
+    parser.add_argument("--seq-len", type=int, default=8192, help="sequence length for FLOPs (default 8192)")
+    parser.add_argument("--mesh", default="8", help="FSDP mesh: N (1D over N ranks) or RxS (HSDP); default 8")
+    parser.add_argument("--param-dtype", default="bfloat16", choices=DTYPES,
+                        help="compute / all-gather dtype (default bfloat16)")  # fmt: skip
+    parser.add_argument("--reduce-dtype", default="float32", choices=DTYPES,
+                        help="gradient reduce-scatter dtype (default float32)")  # fmt: skip
+    parser.add_argument("--master-dtype", default="float32", choices=DTYPES,
+                        help="dtype of the sharded parameters, gradients and AdamW states (default float32)")  # fmt: skip
+    parser.add_argument(
+        "--prefetch", type=int, default=0, help="layers prefetched ahead (adds unsharded copies)"
+    )
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override any ModelConfig field, e.g. --set num_experts=64 (repeatable)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["num_experts=64", ...]`` → ``{"num_experts": 64}``, typed by the ModelConfig field."""
+    fields = model_fields()
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise ConfigError(f"--set {item!r} is not FIELD=VALUE (e.g. --set num_experts=64)")
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; fields: {', '.join(fields)}"
+            raise ConfigError(f"--set {key}: unknown model field{hint}")
+        out[key] = coerce(raw.strip(), fields[key].type, f"--set {key}")
+    return out
+
+
+def resolve_config(args: argparse.Namespace) -> ModelConfig:
+    """Preset, then ``--layers``, then ``--set`` overrides; validated."""
+    overrides = {}
+    if args.layers is not None:
+        overrides["num_hidden_layers"] = args.layers
+    overrides.update(parse_overrides(args.overrides))
+    return model_preset(args.preset).replace(**overrides)
+
+
+def summarize(cfg: ModelConfig, seq_len: int, mesh: tuple[int, ...], *, param_dtype: str = "bfloat16",
+              reduce_dtype: str = "float32", master_dtype: str = "float32", prefetch: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Everything ``fsdpbench model`` reports, as a JSON-ready dict (bytes, FLOPs and counts unrounded)."""
+    from fsdpbench.model.flops import (
+        DTYPE_BYTES,
+        active_matmul_params,
+        comm_bytes_per_unit,
+        flops_per_token,
+        fsdp_memory_per_rank,
+        params_per_layer,
+        total_params,
+    )  # fmt: skip
+
+    cfg.validate_seq_len(seq_len)
+    if prefetch < 0:
+        raise ConfigError(f"--prefetch must be >= 0, got {prefetch}")
+    per_layer = params_per_layer(cfg)
+    counts = {t: cfg.layer_types.count(t) for t in ("linear_attention", "full_attention")}
+    active = active_matmul_params(cfg)
+    shard_size = mesh[-1]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "config": vars(cfg).copy(),
+        "seq_len": seq_len,
+        "mesh": list(mesh),
+        "dtypes": {"param": param_dtype, "reduce": reduce_dtype, "master": master_dtype},
+        "layer_counts": counts,
+        "total_params": total_params(cfg),
+        "active_matmul_params_per_token": sum(active[t] for t in cfg.layer_types) + active["lm_head"],
+        "params_per_layer": per_layer,
+        "bytes_per_layer": {k: v * DTYPE_BYTES[param_dtype] for k, v in per_layer.items()},
+        "flops_per_token": flops_per_token(cfg, seq_len),
+        "flops_convention": "training (fwd + 2×fwd bwd), active experts only, causal attention as Megatron "
+        "counts it (half of QKᵀ and AV), GDN chunked core with a triangular solve, embedding free",
+        "per_rank_memory_bytes": fsdp_memory_per_rank(
+            cfg, shard_size, param_dtype=param_dtype, master_dtype=master_dtype, prefetch=prefetch
+        ),
+        "comm_bytes_per_layer": comm_bytes_per_unit(
+            cfg, mesh, param_dtype=param_dtype, reduce_dtype=reduce_dtype
+        ),
+    }
+
+
+def _print_tables(s: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def gb(n: float) -> str:
+        return f"{n / 1e9:,.3f} GB"
+
+    console = Console()
+    c = s["config"]
+    console.print(
+        f"[bold]Qwen3.5-MoE workload[/]: {c['num_hidden_layers']} layers "
+        f"({s['layer_counts']['linear_attention']} Gated DeltaNet, {s['layer_counts']['full_attention']} attention), "
+        f"hidden {c['hidden_size']}, {c['num_experts']} experts top-{c['num_experts_per_tok']}, vocab {c['vocab_size']}"
+    )
+    console.print(f"total parameters      {s['total_params']:,}")
+    console.print(f"active matmul params  {s['active_matmul_params_per_token']:,} per token")
+    console.print(
+        f"training FLOPs/token  {s['flops_per_token'] / 1e9:,.2f} GFLOP at seq {s['seq_len']} "
+        f"({s['flops_convention']})"
+    )
+    table = Table(title=f"parameters and bytes per piece ({s['dtypes']['param']})")
+    for col in ("piece", "params", "bytes"):
+        table.add_column(col, justify="left" if col == "piece" else "right")
+    for name, n in s["params_per_layer"].items():
+        table.add_row(name, f"{n:,}", gb(s["bytes_per_layer"][name]))
+    console.print(table)
+    mesh = "x".join(map(str, s["mesh"]))
+    table = Table(title=f"model state per rank under FSDP over mesh {mesh} (AdamW, activations excluded)")
+    table.add_column("what")
+    table.add_column("bytes", justify="right")
+    for name, n in s["per_rank_memory_bytes"].items():
+        table.add_row(name, gb(n))
+    console.print(table)
+    table = Table(
+        title="communication per shard unit and step (all-gather in forward; again in backward when resharded)"
+    )
+    for col in ("unit", "all-gather", "reduce-scatter", "AG per rank", "RS per rank", "HSDP all-reduce"):
+        table.add_column(col, justify="left" if col == "unit" else "right")
+    for unit, b in s["comm_bytes_per_layer"].items():
+        table.add_row(unit, gb(b["all_gather_bytes"]), gb(b["reduce_scatter_bytes"]),
+                      gb(b["all_gather_bytes_per_rank"]), gb(b["reduce_scatter_bytes_per_rank"]),
+                      gb(b["all_reduce_bytes"]))  # fmt: skip
+    console.print(table)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Resolve the config, compute the summary, print it as tables or JSON."""
+    cfg = resolve_config(args)
+    mesh = parse_mesh(args.mesh)
+    summary = summarize(cfg, args.seq_len, mesh, param_dtype=args.param_dtype, reduce_dtype=args.reduce_dtype,
+                        master_dtype=args.master_dtype, prefetch=args.prefetch)  # fmt: skip
+    if args.json:
+        import sys
+
+        import orjson
+
+        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print_tables(summary)
+    return 0
