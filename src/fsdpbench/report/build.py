@@ -107,8 +107,29 @@ def _missing(data: RunData) -> list[Block]:
     ]
 
 
+def _glance(data: RunData) -> Para:
+    """One line: what ran, where, how often."""
+    manifest = data.manifest or {}
+    cfg = manifest.get("config") or {}
+    env = manifest.get("environment") or {}
+    model = cfg.get("model") or {}
+    bits = [f"`{data.run_dir.name}`"]
+    if manifest.get("created"):
+        bits.append(str(manifest["created"]).replace("T", " "))
+    if env.get("world_size"):
+        bits.append(f"{env['world_size']} × {env.get('device_name') or env.get('device_type', '?')} "
+                    f"({env.get('process_group_backend', '?')})")  # fmt: skip
+    if cfg:
+        bits.append(f"preset {cfg.get('preset', '?')}, {model.get('num_hidden_layers', '?')} layers, "
+                    f"seq {cfg.get('seq_len', '?')}, {cfg.get('rounds', '?')} round(s) × {cfg.get('steps', '?')} "
+                    f"timed steps{', profiled' if cfg.get('profile') else ''}")  # fmt: skip
+    if data.arms:
+        bits.append("arms " + ", ".join(f"`{a}`" for a in data.arms))
+    return Para(" · ".join(bits))
+
+
 def _verdict(data: RunData) -> list[Block]:
-    blocks: list[Block] = [Heading("Verdict")]
+    blocks: list[Block] = [_glance(data), Heading("Verdict")]
     summary = data.summary or {}
     parity = summary.get("parity") or {}
     if parity and parity.get("valid") is False:
@@ -420,14 +441,12 @@ def _diagnosis(data: RunData) -> list[Block]:
                else "the diff is missing (see Missing pieces)")  # fmt: skip
         blocks.append(Para(f"No diff: {why}."))
         return blocks
-    severity_rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
     for d in data.diffs:
         base, test = d.get("base", "?"), d.get("test", "?")
         blocks.append(Heading(f"{test} vs {base}", 3))
         for warning in d.get("warnings") or []:
             blocks.append(Banner("warning", str(warning)))
-        findings = sorted((f for f in d.get("findings") or [] if isinstance(f, dict)),
-                          key=lambda f: severity_rank.get(str(f.get("severity")), 9))  # fmt: skip
+        findings = [f for f in d.get("findings") or [] if isinstance(f, dict)]  # in the diff's own ranking
         if not findings:
             blocks.append(Para("No finding fired: the two profiles show no difference the rules flag."))
         for i, f in enumerate(findings, 1):
@@ -437,11 +456,7 @@ def _diagnosis(data: RunData) -> list[Block]:
                     items.append(f"**{key}**: {f[key]}")
             estimate = f.get("estimate")
             if isinstance(estimate, dict) and estimate:
-                parts = [f"{k.removesuffix('_us').replace('_', ' ')} {fmt_us_as_ms(v)} ms"
-                         for k, v in estimate.items() if k.endswith("_us") and _num(v) is not None]  # fmt: skip
-                others = [f"{k} {v}" for k, v in estimate.items() if not k.endswith("_us") and k != "label"]
-                label = estimate.get("label", "estimate")
-                items.append(f"**{label}** (what-if, not a measurement): " + "; ".join(parts + others))
+                items.extend(estimate_lines(estimate))
             blocks.append(Para(f"**{i}. [{str(f.get('severity', '?')).upper()}] {f.get('title', f.get('id', ''))}**"))
             blocks.append(Bullets(items))
         fits = d.get("fits") or {}
@@ -449,17 +464,58 @@ def _diagnosis(data: RunData) -> list[Block]:
         for side, per_type in fits.items():
             for ctype, fit in (per_type or {}).items():
                 if isinstance(fit, dict):
+                    beta = _num(fit.get("beta_us_per_byte"))
                     rows.append([
-                        f"{side}", ctype, fmt(fit.get("alpha_us"), 2),
-                        fmt((_num(fit.get("beta_us_per_byte")) or 0) * 1e6, 3) if fit.get("beta_us_per_byte") is not None else "—",
-                        fmt(fit.get("r2"), 3), str(fit.get("n", "—")),
+                        f"{side}", ctype, fmt(fit.get("alpha_us"), 2), fmt(beta * 1e6 if beta is not None else None, 1),
+                        fmt(fit.get("r2"), 3), str(fit.get("n", "—")), str(fit.get("status", "")).replace("_", " "),
                     ])  # fmt: skip
         if rows:
-            blocks.append(Table(["trace", "collective", "α (µs)", "β (µs/MB)", "R²", "n"], rows))
+            blocks.append(Table(["trace", "collective", "α (µs)", "β (µs/MB)", "R²", "n", "fit"], rows))
             blocks.append(Para("α + β·bytes fitted to each trace's own collectives; the estimates above rest on it."))
     if (data.run_dir / "diff.md").is_file():
         blocks.append(Para("The full side-by-side tables are in [diff.md](diff.md)."))
     return blocks
+
+
+def _value_text(key: str, value: Any) -> str:
+    """One estimate field in words: µs → ms with a sign for deltas, ratios in %, nested dicts inline."""
+    name = key.removesuffix("_us").replace("_delta", " Δ").replace("_", " ")
+    if isinstance(value, dict):
+        inner = ", ".join(_value_text(k, v) for k, v in value.items())
+        return f"{name} ({inner})"
+    if isinstance(value, list):
+        return f"{name}: " + "; ".join(map(str, value))
+    number = _num(value)
+    if number is None:
+        return f"{name} {value}"
+    if key.endswith("_us"):
+        sign = "+" if "delta" in key and number > 0 else ""
+        return f"{name} {sign}{number / 1000:,.2f} ms"
+    if key.endswith("ratio") or key.endswith("r2"):
+        return f"{name} {number * 100:.1f}%" if key.endswith("ratio") else f"R² {number:.2f}"
+    return f"{name} {number:g}"
+
+
+def estimate_lines(estimate: dict[str, Any]) -> list[str]:
+    """A finding's what-if estimate as bullet lines: the headline deltas, then details and assumptions."""
+    label = estimate.get("label", "estimate")
+    story = estimate.get("scenario") or estimate.get("grouping") or ""
+    headline = [_value_text(k, v) for k, v in estimate.items() if k.endswith("_us") or k.endswith("ratio")]
+    lines = [f"**{label}** (what-if, not a measurement){' — ' + str(story) if story else ''}: " + "; ".join(headline)]
+    for key, value in estimate.items():
+        if key in ("label", "scenario", "grouping") or key.endswith("_us") or key.endswith("ratio"):
+            continue
+        if key == "per_type" and isinstance(value, dict):
+            per = []
+            for ctype, d in value.items():
+                if isinstance(d, dict):
+                    per.append(f"{ctype} {fmt(d.get('count'), 0)} → {fmt(d.get('target_count'), 0)} calls "
+                               f"(saves {fmt_us_as_ms(d.get('saved_us'))} ms; α {fmt(d.get('alpha_us'), 1)} µs, "
+                               f"R² {fmt(d.get('fit_r2'), 2)})")  # fmt: skip
+            lines.append("per type: " + "; ".join(per))
+        else:
+            lines.append(_value_text(key, value))
+    return lines
 
 
 def _flatten(prefix: str, value: Any, out: list[list[str]]) -> None:
@@ -470,6 +526,19 @@ def _flatten(prefix: str, value: Any, out: list[list[str]]) -> None:
         out.append([prefix, f"{len(value)} item(s)"])
     else:
         out.append([prefix, "—" if value is None else str(value)])
+
+
+def _folded(what: str, pairs: list[list[str]], columns: int = 3) -> Table:
+    """key/value pairs laid out ``columns`` pairs per row, so a long list stays short on the page."""
+    per_col = -(-len(pairs) // columns)
+    cols = [pairs[i * per_col : (i + 1) * per_col] for i in range(columns)]
+    rows = []
+    for i in range(per_col):
+        row: list[str] = []
+        for col in cols:
+            row.extend(col[i] if i < len(col) else ["", ""])
+        rows.append(row)
+    return Table([what, "value"] * columns, rows, numeric=False)
 
 
 def _configuration(data: RunData) -> list[Block]:
@@ -488,15 +557,16 @@ def _configuration(data: RunData) -> list[Block]:
     rows: list[list[str]] = []
     _flatten("", {k: v for k, v in config.items() if k != "arms"}, rows)
     if rows:
-        blocks.append(Table(["setting", "value"], rows, numeric=False))
-    if isinstance(model, dict):
-        model_rows: list[list[str]] = []
-        _flatten("model", model, model_rows)
-        blocks.append(Details("Model shape", [Table(["field", "value"], model_rows, numeric=False)]))
+        blocks.append(_folded("setting", rows))
     env_rows: list[list[str]] = []
     _flatten("", manifest.get("environment") or {}, env_rows)
     if env_rows:
-        blocks.append(Table(["environment", "value"], env_rows, numeric=False))
+        blocks.append(_folded("environment", env_rows))
+    if isinstance(model, dict):
+        model_rows: list[list[str]] = []
+        _flatten("", model, model_rows)
+        blocks.append(Details(f"Model shape ({config.get('preset', '?')} preset with overrides)",
+                              [_folded("model field", model_rows)]))  # fmt: skip
     order = manifest.get("order") or []
     launches = {(x.get("arm"), x.get("round"), x.get("kind")): x for x in manifest.get("launches") or []}
     statuses = {(s.get("arm"), s.get("round"), s.get("kind")): s for s in data.statuses}

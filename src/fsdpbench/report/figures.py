@@ -70,7 +70,7 @@ def step_times(arms: Sequence[str], samples: dict[str, dict[int, Sequence[float]
         samples: arm → round → step times in ms.
     """
     rounds = sorted({r for per_arm in samples.values() for r in per_arm})
-    fig = _figure(max(5.0, 1.6 * len(arms) + 2.5), 3.6)
+    fig = _figure(min(10.0, max(7.0, 1.6 * len(arms) + 3.0)), 3.8)
     ax = fig.add_subplot()
     rng = np.random.default_rng(0)
     width = 0.6
@@ -108,7 +108,7 @@ def step_times(arms: Sequence[str], samples: dict[str, dict[int, Sequence[float]
 def overlap_per_rank(arms: Sequence[str], ratios: dict[str, Sequence[float | None]]) -> str:
     """Grouped bars of the overlap ratio (0–1, shown in %) per rank, one bar per arm; ``None`` = no comm."""
     n_ranks = max((len(v) for v in ratios.values()), default=0)
-    fig = _figure(max(5.0, 0.9 * n_ranks * max(len(arms), 1) * 0.5 + 3), 3.2)
+    fig = _figure(min(11.0, max(7.0, 0.45 * n_ranks * max(len(arms), 1) + 3)), 3.4)
     ax = fig.add_subplot()
     width = 0.8 / max(len(arms), 1)
     for i, arm in enumerate(arms):
@@ -131,7 +131,7 @@ def overlap_per_rank(arms: Sequence[str], ratios: dict[str, Sequence[float | Non
 
 def breakdown(arms: Sequence[str], parts_ms: dict[str, dict[str, float]]) -> str:
     """Horizontal stacked bars per arm: compute only, overlapped comm, exposed comm, free (ms)."""
-    fig = _figure(8.5, 0.7 * len(arms) + 1.4)
+    fig = _figure(10.0, 0.7 * len(arms) + 1.6)
     ax = fig.add_subplot()
     for i, arm in enumerate(arms):
         left = 0.0
@@ -158,7 +158,7 @@ def breakdown(arms: Sequence[str], parts_ms: dict[str, dict[str, float]]) -> str
 def collective_counts(arms: Sequence[str], counts: dict[str, dict[str, float]]) -> str:
     """Grouped bars: collectives per step by type, one bar per arm (mean over ranks)."""
     types = sorted({t for c in counts.values() for t in c}, key=lambda t: -max(c.get(t, 0) for c in counts.values()))
-    fig = _figure(max(5.0, 1.1 * len(types) + 2.5), 3.2)
+    fig = _figure(min(10.0, max(7.0, 1.1 * len(types) + 3.0)), 3.4)
     ax = fig.add_subplot()
     width = 0.8 / max(len(arms), 1)
     for i, arm in enumerate(arms):
@@ -181,7 +181,7 @@ def op_deltas(base: str, test: str, rows: Sequence[tuple[str, float]], name: str
     """Horizontal bars of op-type time deltas (test − base, ms): green = test spends less time."""
     labels = [r[0] for r in rows]
     values = np.array([r[1] for r in rows], dtype=float)
-    fig = _figure(8.0, 0.28 * len(rows) + 1.3)
+    fig = _figure(10.0, 0.3 * len(rows) + 1.4)
     ax = fig.add_subplot()
     colors = ["#2E8B57" if v < 0 else "#C44E52" for v in values]
     ax.barh(range(len(rows)), values, color=colors, height=0.7)
@@ -243,19 +243,21 @@ def timeline(timelines: Sequence, max_lanes: int = 8) -> str:
         chosen = sorted(busy, key=lambda k: (not has_comm[k], -busy[k]))[:max_lanes]
         prepared.append((t, lanes, cats, start, end, chosen, has_comm))
     total_rows = sum(len(p[5]) for p in prepared)
-    fig = _figure(11.0, 0.32 * total_rows + 0.9 * len(prepared) + 0.8)
+    fig = _figure(11.5, 0.34 * total_rows + 0.9 * len(prepared) + 0.8)
     axes = fig.subplots(len(prepared), 1, sharex=True, squeeze=False,
                         gridspec_kw={"height_ratios": [max(len(p[5]), 1) for p in prepared]})[:, 0]  # fmt: skip
     min_gap = span_ms / 1500.0
     for ax, (t, lanes, cats, start, end, chosen, has_comm) in zip(axes, prepared, strict=True):
         for row, lane in enumerate(chosen):
             lane_mask = lanes == lane
-            for cat in ("compute", "memcpy", "memset", "sync", "other", "comm"):
+            # "other" (step markers, Python frames) first and thin, so it never hides the work on top
+            for cat in ("other", "compute", "memcpy", "memset", "sync", "comm"):
                 mask = lane_mask & (cats == cat)
                 if not mask.any():
                     continue
                 s, e = _merge_for_display(start[mask], end[mask], min_gap)
-                ax.broken_barh(np.column_stack([s, np.maximum(e - s, span_ms / 3000.0)]), (row - 0.38, 0.76),
+                height = 0.3 if cat == "other" else 0.76
+                ax.broken_barh(np.column_stack([s, np.maximum(e - s, span_ms / 3000.0)]), (row - height / 2, height),
                                facecolors=CATEGORY_COLORS.get(cat, "#B5B5B5"), linewidth=0)  # fmt: skip
         labels = [("⇄ " if has_comm[lane] else "") + (lane if len(lane) <= 28 else lane[:26] + "…") for lane in chosen]
         ax.set_yticks(range(len(chosen)), labels, fontsize=7)
@@ -277,7 +279,7 @@ def timeline(timelines: Sequence, max_lanes: int = 8) -> str:
 def ratio_per_cell(labels: Sequence[str], ratios: Sequence[float | None],
                    ci: Sequence[tuple[float, float] | None], xlabel: str) -> str:  # fmt: skip
     """Dot plot of the A/B ratio (test/base median step time) per sweep cell with its 95% CI."""
-    fig = _figure(9.0, 0.38 * len(labels) + 1.4)
+    fig = _figure(10.0, 0.38 * len(labels) + 1.4)
     ax = fig.add_subplot()
     for y, (ratio, interval) in enumerate(zip(ratios, ci, strict=True)):
         if ratio is None:
