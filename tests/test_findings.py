@@ -188,3 +188,10 @@ def test_readme_rules_table_matches_the_code():
     doc = (REPO / "docs" / "readme" / "diff.md").read_text()
     for r in fnd.RULES:
         assert f"| `{r.id}` | {r.fires_when} | {r.severity} | {r.action} |" in doc, r.id
+
+
+def test_low_overlap_without_a_better_arm_gives_only_the_best_case_bound():
+    d = compare(low_overlap(0.1), low_overlap(0.2), test_label="hyper")
+    f = next(f for f in d.findings if f.id == "low_overlap" and f.title.startswith("hyper"))
+    assert f.estimate["step_time_delta_us"] is None
+    assert f.estimate["best_case_step_time_delta_us"] == pytest.approx(-300_000.0 * 0.8)

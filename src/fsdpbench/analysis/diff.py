@@ -256,8 +256,11 @@ class DiffResult:
         if actions:
             md += ["", "Fixes ranked (P0 first):", ""]
             for i, f in enumerate(actions):
-                gain = (f.estimate or {}).get("step_time_delta_us")
-                tail = f" — estimated {fnd.fmt_us(gain, signed=True)} per step" if isinstance(gain, (int, float)) else ""
+                est = f.estimate or {}
+                gain, best = est.get("step_time_delta_us"), est.get("best_case_step_time_delta_us")
+                tail = (f" — estimated {fnd.fmt_us(gain, signed=True)} per step" if isinstance(gain, (int, float))
+                        else f" — at best {fnd.fmt_us(best, signed=True)} per step (bound)"
+                        if isinstance(best, (int, float)) else "")  # fmt: skip
                 md.append(f"- P{i}: {f.action}{tail}")
         return "\n".join(md) + "\n"
 
@@ -351,6 +354,8 @@ def _estimate_text(est: Mapping[str, Any] | None) -> str:
                       ("comm_delta_us", "communication")):  # fmt: skip
         if isinstance(est.get(key), (int, float)):
             parts.append(f"{name} {fnd.fmt_us(est[key], signed=True)}")
+    if isinstance(est.get("best_case_step_time_delta_us"), (int, float)):
+        parts.append(f"best case step time {fnd.fmt_us(est['best_case_step_time_delta_us'], signed=True)}")
     if isinstance(est.get("step_time_lower_bound_us"), (int, float)):
         parts.append(f"lower bound on the step max(compute, comm) = {fnd.fmt_us(est['step_time_lower_bound_us'])}")
     layer = est.get("one_bucket_per_layer")
