@@ -222,7 +222,7 @@ def check_parity(
         a.get("param_dtype") == "float32" and a.get("reduce_dtype") == "float32" for a in arms
     )
     mode, tol = ("exact", 1e-6) if exact else ("relative", 1e-2)
-    n = int(cfg.get("parity_steps", 4))
+    n = min(int(cfg.get("parity_steps", 4)), int(cfg.get("warmup", 0)) + int(cfg.get("steps", 1)))
     losses: dict[str, list[float]] = {}
     for label in labels:
         by_round: dict[int, dict[int, float]] = defaultdict(dict)
