@@ -298,6 +298,15 @@ def test_a_folder_that_is_not_a_run_is_refused_naming_runs_below_it(tmp_path):
         write_report(tmp_path / "nowhere")
 
 
+def test_cli_refuses_a_non_run_folder_in_one_line_without_traceback(tmp_path):
+    from conftest import run_cli
+
+    proc = run_cli("report", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert "is not a fsdpbench run folder" in proc.stderr
+
+
 def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeypatch):
     run = make_run(tmp_path)
     (run / "analysis.json").unlink()
@@ -362,3 +371,28 @@ def test_report_renders_in_headless_chromium(tmp_path):
     keep = os.environ.get("FSDPBENCH_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(png, keep)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_report_of_a_real_profiled_run_has_profile_figures_and_timeline(profiled_ab_run, tmp_path):
+    run = tmp_path / profiled_ab_run.name
+    shutil.copytree(profiled_ab_run, run)  # the fixture is shared: write into a copy
+    for stale in ("analysis.json", "diff.json", "diff.md"):
+        (run / stale).unlink(missing_ok=True)
+    written = write_report(run)
+    assert {run / "analysis.json", run / "report.html"} <= set(written)
+    page = inspect_html(run / "report.html")
+    assert page.external == []
+    assert {"fig-step_times", "fig-overlap", "fig-breakdown", "fig-collectives", "fig-timeline"} <= set(page.figures)
+    analysis = orjson.loads((run / "analysis.json").read_bytes())
+    manifest = orjson.loads((run / "manifest.json").read_bytes())
+    assert set(analysis) == {a["label"] for a in manifest["arms"]}
+    # the overlap table shows the analysis' own mean over ranks
+    data = load_run(run)
+    _, blocks = build_report(data)
+    table = next(b for b in blocks if type(b).__name__ == "Table" and "overlap ratio" in b.headers)
+    for row in table.rows:
+        ratios = [r["overlap_ratio"] for r in analysis[row[0]]["ranks"] if r["overlap_ratio"] is not None]
+        expected = f"{100 * float(np.mean(ratios)):.1f}%" if ratios else "—"
+        assert row[2] == expected

@@ -166,6 +166,14 @@ def test_index_report_compares_cells_with_a_ratio_plot_and_links(tmp_path):
     assert len(rows) == 4
     assert "| a-s128 | done | 128 |" in md and "1.020" in md  # ratio = 1 + 0.01 * 128 / 64
     assert "1 cell(s) failed" in md and "rank 1 crashed" in md
+    # `fsdpbench report TREE` rewrites the index of a sweep tree
+    import argparse
+
+    from fsdpbench.commands import report as report_command
+
+    (sweep.tree / "index.html").unlink()
+    assert report_command.main(argparse.Namespace(run_dir=sweep.tree)) == 0
+    assert (sweep.tree / "index.html").is_file()
 
 
 def test_changed_configuration_refuses_to_resume_in_the_same_tree(tmp_path):
@@ -184,3 +192,37 @@ def test_only_runs_matching_cells_and_rejects_a_glob_that_matches_none(tmp_path)
     assert run_status(find_run_dir(sweep.tree, "a-s64")) == "pending"
     with pytest.raises(ConfigError, match="matches no cell"):
         run_sweep(sweep, run_ab=fake, only="zzz")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_a_real_one_cell_sweep_runs_reports_and_is_skipped_on_rerun(tmp_path):
+    from conftest import run_cli
+
+    # master_port stays 0: the launcher picks a free port for every launch
+    config = write(tmp_path, """
+[sweep]
+name = "e2e"
+[base]
+arms = ["torch", "torch:prefetch=1"]
+preset = "tiny"
+nproc = 2
+device = "cpu"
+warmup = 1
+steps = 1
+rounds = 1
+[[experiment]]
+name = "one"
+seq_len = 64
+layers = 2
+""")
+    first = run_cli("sweep", "--config", str(config), "--out", str(tmp_path), timeout=360)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    tree = tmp_path / "e2e"
+    run = find_run_dir(tree, "one")
+    assert run_status(run) == "done"
+    assert (run / "report.html").is_file() and (tree / "index.html").is_file()
+    assert "torch-prefetch1" in (tree / "index.md").read_text()
+    again = run_cli("sweep", "--config", str(config), "--out", str(tmp_path), timeout=120)
+    assert again.returncode == 0 and "done already" in again.stdout
+    assert list(tree.glob("one_*")) == [run]
