@@ -62,11 +62,11 @@ def collective_skew(ranks: Sequence[int], events: Sequence[pd.DataFrame]) -> tup
 
 
 def stragglers(skew_us: dict[int, float]) -> list[dict[str, float | int]]:
-    """Ranks whose median lateness exceeds both 10 µs and twice the median lateness of all ranks,
-    latest first."""
-    if not skew_us:
-        return []
-    med = float(np.median(list(skew_us.values())))
-    limit = max(MIN_SKEW_NS / 1000.0, 2 * med)
-    out = [{"rank": r, "skew_us": s} for r, s in skew_us.items() if s > limit]
+    """Ranks whose median lateness exceeds both 10 µs and twice the median lateness of the other
+    ranks, latest first."""
+    out = []
+    for r, s in skew_us.items():
+        others = [v for k, v in skew_us.items() if k != r]
+        if others and s > max(MIN_SKEW_NS / 1000.0, 2 * float(np.median(others))):
+            out.append({"rank": r, "skew_us": s})
     return sorted(out, key=lambda d: -d["skew_us"])

@@ -56,7 +56,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
     try:
         df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable CSV ({exc})") from None
+        raise InputError(f"{path}: not a readable CSV ({' '.join(str(exc).split())})") from None
     df.columns = [str(c).strip() for c in df.columns]
     return df
 
@@ -81,7 +81,7 @@ def _required(df: pd.DataFrame, path: Path, *names: str) -> pd.Series:
 def _times(col: pd.Series, path: Path, what: str) -> np.ndarray:
     try:
         return us_strings_to_ns(col)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise InputError(f"{path}: column {what!r}: {exc}") from None
 
 

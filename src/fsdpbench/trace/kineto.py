@@ -72,9 +72,18 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
+def _factorize(values: list[Any]) -> tuple[np.ndarray, Any]:
+    """pd.factorize of raw JSON values; unhashable ones (lists, dicts in a broken trace) become text."""
+    try:
+        return pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    except TypeError:
+        safe = [v if isinstance(v, str | int | float | type(None)) else orjson.dumps(v).decode() for v in values]
+        return pd.factorize(pd.Series(safe, dtype=object), use_na_sentinel=False)
+
+
 def _factorize_str(values: list[Any]) -> pd.Categorical:
     """A Categorical of ``str(value)`` built from hashing the raw values once (no per-row str())."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    codes, uniques = _factorize(values)
     cats = pd.Index(["" if u is None else str(u) for u in uniques])
     if not cats.is_unique:  # e.g. 1 and "1" in a hand-made trace
         recode, cats = pd.factorize(cats)
@@ -83,11 +92,20 @@ def _factorize_str(values: list[Any]) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=cats) if len(cats) else pd.Categorical([])
 
 
+def _lanes(pair_codes: np.ndarray, pair_names: list[str]) -> pd.Categorical:
+    """Lane per event from its (pid, tid) code; pairs that share a name share the lane."""
+    codes, uniq = pd.factorize(pd.Series([str(x) for x in pair_names], dtype=object))
+    return pd.Categorical.from_codes(codes[pair_codes], categories=pd.Index(uniq))
+
+
 def _numbers(values: list[Any], what: str, path: Path) -> np.ndarray:
     try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InputError(f"{path}: event field '{what}' holds values that are not numbers") from None
+        out = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        out = None
+    if out is None or out.ndim != 1 or out.size != len(values):
+        raise InputError(f"{path}: event field '{what}' holds values that are not numbers")
+    return out
 
 
 def _message_bytes(args: Any) -> float:
@@ -169,7 +187,8 @@ def read_kineto(path: str | Path) -> RankTrace:
 
     ts = _numbers([e.get("ts") for e in xs], "ts", path)
     dur = _numbers([e.get("dur", 0) for e in xs], "dur", path)
-    good = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0)
+    # |ts| beyond ~285 years of µs would overflow int64 ns
+    good = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (np.abs(ts) < 9e15) & (dur < 9e15)
     if not good.all():
         warnings.append(f"{path.name}: {int((~good).sum())} events without a valid ts/dur were skipped")
         keep = np.flatnonzero(good)
@@ -184,8 +203,8 @@ def read_kineto(path: str | Path) -> RankTrace:
     names = _factorize_str([e.get("name", "") for e in xs])
     cats = _factorize_str([e.get("cat", "") for e in xs])
     cat_lower = np.array([str(c).lower() for c in cats.categories] + [""])[cats.codes]
-    pid_codes, pid_uniq = pd.factorize(pd.Series([e.get("pid") for e in xs], dtype=object), use_na_sentinel=False)
-    tid_codes, tid_uniq = pd.factorize(pd.Series([e.get("tid") for e in xs], dtype=object), use_na_sentinel=False)
+    pid_codes, pid_uniq = _factorize([e.get("pid") for e in xs])
+    tid_codes, tid_uniq = _factorize([e.get("tid") for e in xs])
     pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
     args = [e.get("args") for e in xs]
@@ -220,7 +239,7 @@ def read_kineto(path: str | Path) -> RankTrace:
         pair_is_dev = np.zeros(len(pairs), dtype=bool)
         pair_is_dev[pair_codes[is_dev_cat]] = True
         lane_names[: len(pairs)][pair_is_dev] = [f"stream {pairs[i][1]}" for i in np.flatnonzero(pair_is_dev)]
-        lane = pd.Categorical.from_codes(pair_codes, categories=pd.Index(lane_names[: len(pairs)]).astype(str))
+        lane = _lanes(pair_codes, list(lane_names[: len(pairs)]))
         comm = category == "comm"
         collective[comm] = collective_of(names)[comm]
         for i in np.flatnonzero(comm):
@@ -240,7 +259,7 @@ def read_kineto(path: str | Path) -> RankTrace:
         category[host_sync] = "sync"
     else:
         mode = "cpu"
-        lane = pd.Categorical.from_codes(pair_codes, categories=pd.Index(name_lane).astype(str))
+        lane = _lanes(pair_codes, name_lane)
         _classify_cpu(names, cat_lower, start, end, pair_codes, is_step, args, category, device, collective, nbytes, warnings, path)
         cpu_sync = np.isin(task, ["device_synchronize", "stream_synchronize", "event_synchronize"])
         category[cpu_sync & (category == "other")] = "sync"

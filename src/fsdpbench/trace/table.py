@@ -127,6 +127,8 @@ def us_strings_to_ns(values: pd.Series) -> np.ndarray:
 
     Raises ValueError on a cell that is not a plain non-negative or negative decimal number.
     """
+    if len(values) == 0:
+        return np.empty(0, dtype=np.int64)
     s = values.astype(str).str.strip()
     neg = s.str.startswith("-")
     s = s.str.lstrip("-")
