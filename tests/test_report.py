@@ -339,6 +339,20 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
     assert "diff module is unavailable" in (run / "report.md").read_text()
 
 
+def test_timeline_takes_the_last_profiled_step_of_the_first_rank_from_zero():
+    from fsdpbench.report import timeline_from_analysis
+
+    events = {"name": np.array(["a", "b", "c", "d"]), "category": np.array(["compute", "comm", "compute", "other"]),
+              "start_ns": np.array([100, 5_000, 7_000, 9_000]), "end_ns": np.array([900, 6_000, 8_000, 9_500]),
+              "lane": np.array(["s7", "s9", "s7", "s7"]), "step": np.array([2, 3, 3, -1])}  # fmt: skip
+    rank1 = types.SimpleNamespace(rank=1, step=None, events={k: v[:1] for k, v in events.items()})
+    rank0 = types.SimpleNamespace(rank=0, step=None, events=events)
+    timeline = timeline_from_analysis("torch", types.SimpleNamespace(ranks=[rank1, rank0]))
+    assert (timeline.rank, timeline.step) == (0, 3)
+    assert timeline.name == ["b", "c"]
+    assert list(timeline.start_ns) == [0, 2_000] and list(timeline.end_ns) == [1_000, 3_000]
+
+
 def test_report_side_does_not_import_torch():
     code = "import sys, fsdpbench.report, fsdpbench.report.build, fsdpbench.commands.report; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -28,7 +28,8 @@ TOP_OPS = 15
 # --------------------------------------------------------------------------------------------
 
 
-def _num(value: Any) -> float | None:
+def as_float(value: Any) -> float | None:
+    """``value`` as a float, or ``None`` for missing, boolean, non-numeric or NaN values."""
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -40,19 +41,19 @@ def _num(value: Any) -> float | None:
 
 def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
     """A number with ``digits`` decimals and a unit, or an em dash for missing values."""
-    f = _num(value)
+    f = as_float(value)
     if f is None:
         return "—"
     return f"{f:,.{digits}f}{unit}"
 
 
 def fmt_pct(ratio: Any, digits: int = 1) -> str:
-    f = _num(ratio)
+    f = as_float(ratio)
     return "—" if f is None else f"{100 * f:.{digits}f}%"
 
 
 def fmt_bytes(value: Any) -> str:
-    f = _num(value)
+    f = as_float(value)
     if f is None:
         return "—"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -63,7 +64,7 @@ def fmt_bytes(value: Any) -> str:
 
 
 def fmt_us_as_ms(value: Any) -> str:
-    f = _num(value)
+    f = as_float(value)
     return "—" if f is None else f"{f / 1000:,.2f}"
 
 
@@ -192,7 +193,7 @@ def _warnings(data: RunData) -> list[Block]:
             errors = [s.get("error") for s in data.statuses if s.get("arm") == arm and s.get("error")]
             detail = f": {errors[-1]}" if errors else ""
             out.append(Banner("warning", f"Arm `{arm}` has status **{status}**{detail}. See `launches/{arm}/`."))
-        med, p10, p90 = (_num(stats.get(k)) for k in ("median_ms", "p10_ms", "p90_ms"))
+        med, p10, p90 = (as_float(stats.get(k)) for k in ("median_ms", "p10_ms", "p90_ms"))
         if med and p10 is not None and p90 is not None and (p90 - p10) / med >= 0.10:
             out.append(Banner(
                 "warning",
@@ -270,7 +271,7 @@ def _rank_table(analysis: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _mean_key(ranks: list[dict[str, Any]], key: str) -> float | None:
-    values = [_num(r.get(key)) for r in ranks]
+    values = [as_float(r.get(key)) for r in ranks]
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
 
@@ -342,7 +343,7 @@ def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> lis
         counts[arm] = {}
         for ctype, items in sorted(per_type.items()):
             n_ranks = max(len(ranks[arm]), 1)
-            count = sum(_num(c.get("count")) or 0 for c in items) / n_ranks
+            count = sum(as_float(c.get("count")) or 0 for c in items) / n_ranks
             counts[arm][ctype] = count
             rows.append([
                 arm, ctype, fmt(count, 1 if count != int(count) else 0),
@@ -360,16 +361,16 @@ def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> lis
 
 
 def _op_rows_from_diff(diff: dict[str, Any]) -> list[tuple[str, float]]:
-    ops = [o for o in diff.get("ops") or [] if isinstance(o, dict) and _num(o.get("delta_us")) is not None]
-    ops.sort(key=lambda o: -abs(_num(o["delta_us"]) or 0.0))
-    return [(str(o.get("op_type")), (_num(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
+    ops = [o for o in diff.get("ops") or [] if isinstance(o, dict) and as_float(o.get("delta_us")) is not None]
+    ops.sort(key=lambda o: -abs(as_float(o["delta_us"]) or 0.0))
+    return [(str(o.get("op_type")), (as_float(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
 
 
 def _op_means(rank_list: list[dict[str, Any]]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for r in rank_list:
         for op in r.get("ops") or []:
-            totals[str(op.get("op_type"))] = totals.get(str(op.get("op_type")), 0.0) + (_num(op.get("total_us")) or 0.0)
+            totals[str(op.get("op_type"))] = totals.get(str(op.get("op_type")), 0.0) + (as_float(op.get("total_us")) or 0.0)
     n = max(len(rank_list), 1)
     return {k: v / n for k, v in totals.items()}
 
@@ -412,7 +413,7 @@ def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block
     for name in names:
         row = [name]
         for arm in arms:
-            values = [_num((r.get("sync") or {}).get(name)) for r in ranks[arm]]
+            values = [as_float((r.get("sync") or {}).get(name)) for r in ranks[arm]]
             values = [v for v in values if v is not None]
             row.append(fmt(np.mean(values), 1) if values else "—")
         rows.append(row)
@@ -464,7 +465,7 @@ def _diagnosis(data: RunData) -> list[Block]:
         for side, per_type in fits.items():
             for ctype, fit in (per_type or {}).items():
                 if isinstance(fit, dict):
-                    beta = _num(fit.get("beta_us_per_byte"))
+                    beta = as_float(fit.get("beta_us_per_byte"))
                     rows.append([
                         f"{side}", ctype, fmt(fit.get("alpha_us"), 2), fmt(beta * 1e6 if beta is not None else None, 1),
                         fmt(fit.get("r2"), 3), str(fit.get("n", "—")), str(fit.get("status", "")).replace("_", " "),
@@ -485,7 +486,7 @@ def _value_text(key: str, value: Any) -> str:
         return f"{name} ({inner})"
     if isinstance(value, list):
         return f"{name}: " + "; ".join(map(str, value))
-    number = _num(value)
+    number = as_float(value)
     if number is None:
         return f"{name} {value}"
     if key.endswith("_us"):

@@ -15,7 +15,7 @@ import orjson
 from fsdpbench.errors import InputError
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
-from fsdpbench.report.build import _num, fmt, fmt_pct
+from fsdpbench.report.build import as_float, fmt, fmt_pct
 
 
 def _read(path: Path) -> Any:
@@ -27,7 +27,7 @@ def _read(path: Path) -> Any:
 
 def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
     ranks = ((analysis or {}).get(arm) or {}).get("ranks") or []
-    values = [_num(r.get("overlap_ratio")) for r in ranks if isinstance(r, dict)]
+    values = [as_float(r.get("overlap_ratio")) for r in ranks if isinstance(r, dict)]
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
 
@@ -71,7 +71,7 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
         comparisons = summary.get("comparisons") or [{}]
         for comp in comparisons:
             ci = comp.get("ci95") or None
-            ratio = _num(comp.get("ratio"))
+            ratio = as_float(comp.get("ratio"))
             verdict = comp.get("verdict") or summary.get("verdict") or c.get("error") or "—"
             if bad_parity:
                 verdict = "**INVALID (parity failed)** " + str(verdict)
