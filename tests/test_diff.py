@@ -118,6 +118,58 @@ def test_cli_diffs_two_analysis_json_files_and_writes_json_and_markdown(tmp_path
     assert "## Conclusions: hyper vs torch" in (tmp_path / "d.md").read_text()
 
 
+def _hand_built_run(tmp_path, labels: list[str]):
+    """A run folder with a manifest, placeholder profiles and a cached analysis.json (no real traces)."""
+    arms = [{"label": lab, "backend": "torch", "prefetch": 0, "comm_fusion": False} for lab in labels]
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "schema_version": 1, "arms": arms, "environment": {"world_size": 2},
+        "config": {"model": {"num_hidden_layers": 6}}}))  # fmt: skip
+    for lab in labels:
+        (tmp_path / "profiles" / lab).mkdir(parents=True)
+        (tmp_path / "profiles" / lab / "placeholder.txt").write_text("not a trace")
+    cached = {lab: synthetic_analysis(per_param=i > 0, seed=i) for i, lab in enumerate(labels)}
+    for a in cached.values():
+        for r in a["ranks"]:
+            del r["collective_events"]
+    (tmp_path / "analysis.json").write_bytes(orjson.dumps(cached))
+    return tmp_path
+
+
+def test_diff_run_uses_a_fresh_analysis_json_and_diffs_every_test_arm_against_the_first(tmp_path):
+    run = _hand_built_run(tmp_path, ["torch", "hyper", "hyper-prefetch1"])
+    results = diff_run(run)
+    assert [(r.base, r.test) for r in results] == [("torch", "hyper"), ("torch", "hyper-prefetch1")]
+    frag = results[0].finding("fragmentation")
+    assert frag is not None and frag.estimate["one_bucket_per_layer"]["target_counts"] == {
+        "all_gather": 13, "reduce_scatter": 7}  # num_hidden_layers from the manifest's model
+    assert "base" not in {k for k, v in results[0].fits.items() if v}  # no events in analysis.json
+    assert results[0].fits["aggregate"]["all_gather"].ok
+
+
+def test_diff_run_reanalyzes_when_profiles_are_newer_than_analysis_json(tmp_path):
+    import os
+
+    run = _hand_built_run(tmp_path, ["torch", "hyper"])
+    cached = run / "analysis.json"
+    os.utime(cached, (cached.stat().st_atime, cached.stat().st_mtime - 100))
+    with pytest.raises(InputError):  # the placeholder is not a trace: proves the profiles were read
+        diff_run(run)
+
+
+def test_cli_writes_a_list_for_several_test_arms_and_never_imports_torch(tmp_path):
+    import subprocess
+    import sys
+
+    run = _hand_built_run(tmp_path, ["torch", "hyper", "hyper-prefetch1"])
+    code = ("import sys; from fsdpbench.cli import main; rc = main(['diff', sys.argv[1], '--quiet']); "
+            "assert 'torch' not in sys.modules, 'torch was imported'; raise SystemExit(rc)")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = orjson.loads((run / "diff.json").read_bytes())
+    assert [d["test"] for d in out] == ["hyper", "hyper-prefetch1"]
+    assert (run / "diff.md").read_text().count("## Conclusions: ") == 2
+
+
 # ---- a real profiled CPU run ------------------------------------------------------------------------------
 
 
@@ -137,5 +189,13 @@ def test_profiled_prefetch_run_diff_shows_the_overlap_change_and_a_prefetch_find
     assert f"{ob:.1%} → {ot:.1%}" in prefetch["evidence"]
     md = (profiled_ab_run / "diff.md").read_text()
     assert "overlap ratio" in md and prefetch["title"] in md
+    # two profile folders given directly, with labels
+    prof = profiled_ab_run / "profiles"
+    base_dir, test_dir = sorted(p for p in prof.iterdir() if p.is_dir())
+    proc = run_cli("diff", str(base_dir), str(test_dir), "--labels", "p0,p1", "--quiet", "--json",
+                   str(profiled_ab_run / "pair.json"), timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pair = orjson.loads((profiled_ab_run / "pair.json").read_bytes())
+    assert (pair["base"], pair["test"]) == ("p0", "p1") and pair["collectives"] == out["collectives"]
     [result] = diff_run(profiled_ab_run)  # the Python API gives the same findings
     assert sorted(f.id for f in result.findings) == sorted(f["id"] for f in out["findings"])
