@@ -70,7 +70,7 @@ class Cell:
     config: RunConfig
     run_dir: Path | None = None
     status: str = "pending"
-    """``pending`` (never started), ``partial`` (started, not complete), ``done`` or ``failed``."""
+    """``pending`` (never started), ``running``, ``partial`` (started, not complete), ``done`` or ``failed``."""
     error: str | None = None
     wall_s: float | None = None
 
@@ -356,6 +356,10 @@ def run_sweep(
             continue
         resume = cell.run_dir if cell.status in ("partial", "failed") and cell.run_dir else None
         say(f"{prefix}: {'resuming ' + resume.name if resume else 'starting'} ({_describe(cell)})")
+        cell.status, cell.error = "running", None  # what the index shows meanwhile
+        write_state(sweep, command)
+        if write_index:
+            _index(sweep)
         started = time.monotonic()
         try:
             run_dir = run_ab(cell.config, resume=resume, console=console, command=command)

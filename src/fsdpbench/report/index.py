@@ -48,9 +48,12 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
     if counts.get("failed"):
         blocks.append(Banner("warning", f"{counts['failed']} cell(s) failed; rerun the same command to retry them "
                                         "(finished cells are skipped)."))  # fmt: skip
+    if counts.get("running"):
+        blocks.append(Banner("info", f"{counts['running']} cell(s) running now; this page is rewritten after each cell."))
     if counts.get("pending") or counts.get("partial"):
         n = counts.get("pending", 0) + counts.get("partial", 0)
-        blocks.append(Banner("info", f"{n} cell(s) not finished yet; rerun the same command to finish them."))
+        blocks.append(Banner("info", f"{n} cell(s) not finished; if the sweep is not running any more, rerun the "
+                                     "same command to finish them."))  # fmt: skip
     rows, labels, ratios, cis, invalid = [], [], [], [], []
     for c in cells:
         run_rel = c.get("run_dir")
