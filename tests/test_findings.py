@@ -164,6 +164,12 @@ def test_invalid_comparison_comes_first_and_warns_what_is_compared(context, test
     assert any(w.startswith("comparing torch (") and phrase in w for w in d.warnings)
 
 
+def test_invalid_comparison_names_a_missing_rank_profile_when_world_sizes_match():
+    ctx = {"base": {"world_size": 2}, "test": {"world_size": 2}}
+    d = compare(analysis(), analysis(rank(0)), context=ctx)
+    assert "ranks analysed differ (2 vs 1 of 2)" in d.finding("invalid_comparison").evidence
+
+
 def test_invalid_comparison_stays_quiet_for_a_valid_comparison():
     ctx = {"parity": {"valid": True}, "base": {"world_size": 2, "model": {"a": 1}}, "test": {"world_size": 2, "model": {"a": 1}}}
     assert compare(analysis(), analysis(), context=ctx).finding("invalid_comparison") is None

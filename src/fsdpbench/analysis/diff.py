@@ -461,6 +461,9 @@ def _problems(db: Mapping[str, Any], dt: Mapping[str, Any], context: Mapping[str
     wb, wt = cb.get("world_size") or len(db["ranks"]), ct.get("world_size") or len(dt["ranks"])
     if wb != wt:
         problems.append(f"world size differs ({wb} vs {wt} ranks): per-rank communication is not comparable")
+    elif len(db["ranks"]) != len(dt["ranks"]):
+        problems.append(f"ranks analysed differ ({len(db['ranks'])} vs {len(dt['ranks'])} of {wb}): a rank's "
+                        "profile is missing or unreadable, so the means cover different ranks")  # fmt: skip
     mb, mt = cb.get("model"), ct.get("model")
     if isinstance(mb, Mapping) and isinstance(mt, Mapping) and mb != mt:
         keys = sorted(k for k in set(mb) | set(mt) if mb.get(k) != mt.get(k))
