@@ -70,7 +70,7 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule("invalid_comparison",
-         "parity failed, or world size, model or profiled steps differ between the arms",
+         "parity failed, or world size, analysed ranks, model or profiled steps differ between the arms",
          "high", "compare like with like: same model, world size and step; fix parity first"),
     Rule("step_time", "always (both step times known): the headline and its breakdown", "info",
          "none: read the findings below for the causes"),
