@@ -8,7 +8,6 @@ in "Missing pieces" and the others still appear.
 from __future__ import annotations
 
 import logging
-import math
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -17,60 +16,11 @@ import numpy as np
 
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Bullets, Code, Details, Figure, Heading, Para, Table
+from fsdpbench.report.fmt import as_float, fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 from fsdpbench.report.load import RunData
+from fsdpbench.report.profile import profile_section
 
 log = logging.getLogger(__name__)
-
-TOP_OPS = 15
-
-# --------------------------------------------------------------------------------------------
-# Formatting (ratios stay 0–1 in the data; only here do they become %)
-# --------------------------------------------------------------------------------------------
-
-
-def as_float(value: Any) -> float | None:
-    """``value`` as a float, or ``None`` for missing, boolean, non-numeric or NaN values."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
-def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
-    """A number with ``digits`` decimals and a unit, or an em dash for missing values."""
-    f = as_float(value)
-    if f is None:
-        return "—"
-    return f"{f:,.{digits}f}{unit}"
-
-
-def fmt_pct(ratio: Any, digits: int = 1) -> str:
-    f = as_float(ratio)
-    return "—" if f is None else f"{100 * f:.{digits}f}%"
-
-
-def fmt_bytes(value: Any) -> str:
-    f = as_float(value)
-    if f is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(f) < 1024 or unit == "TiB":
-            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.2f} {unit}"
-        f /= 1024
-    return "—"
-
-
-def fmt_us_as_ms(value: Any) -> str:
-    f = as_float(value)
-    return "—" if f is None else f"{f / 1000:,.2f}"
-
-
-# --------------------------------------------------------------------------------------------
-# The report
-# --------------------------------------------------------------------------------------------
 
 
 def build_report(data: RunData) -> tuple[str, list[Block]]:
@@ -81,7 +31,7 @@ def build_report(data: RunData) -> tuple[str, list[Block]]:
         ("verdict", _verdict),
         ("step times", _step_times),
         ("throughput", _throughput),
-        ("profile", _profile),
+        ("profile", profile_section),
         ("diagnosis", _diagnosis),
         ("configuration", _configuration),
         ("reproduce", _reproduce),
@@ -263,175 +213,6 @@ def _throughput(data: RunData) -> list[Block]:
         "Medians are over the per-round medians of timed steps. MFU is left blank on devices without a known "
         "peak (CPU); memory is blank on CPU, where no device allocator reports it."
     ))  # fmt: skip
-    return blocks
-
-
-def _rank_table(analysis: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in analysis.get("ranks") or [] if isinstance(r, dict)]
-
-
-def _mean_key(ranks: list[dict[str, Any]], key: str) -> float | None:
-    values = [as_float(r.get(key)) for r in ranks]
-    values = [v for v in values if v is not None]
-    return float(np.mean(values)) if values else None
-
-
-def _profile(data: RunData) -> list[Block]:
-    blocks: list[Block] = [Heading("Profile of one step")]
-    analysis = data.analysis or {}
-    arms = [a for a in data.arms if a in analysis] + [a for a in analysis if a not in data.arms]
-    if not arms:
-        blocks.append(Para(
-            "This run was not profiled (no `profiles/`), or its profiles could not be analysed. Rerun with "
-            "`--profile` to get overlap, collectives, op times and a timeline."
-        ))  # fmt: skip
-        return blocks
-    ranks = {arm: _rank_table(analysis[arm]) for arm in arms}
-    for arm in arms:
-        for warning in analysis[arm].get("warnings") or []:
-            blocks.append(Banner("warning", f"`{arm}`: {warning}"))
-    # overlap per rank
-    ratios = {arm: [r.get("overlap_ratio") for r in sorted(ranks[arm], key=lambda r: r.get("rank", 0))] for arm in arms}
-    blocks.append(Heading("Communication overlap", 3))
-    blocks.append(Figure("overlap", figures.overlap_per_rank(arms, ratios),
-                         "Overlap ratio per rank = |∪comm ∩ ∪compute| / |∪comm|; n/a = no communication found."))  # fmt: skip
-    rows = []
-    for arm in arms:
-        r = ranks[arm]
-        rows.append([
-            arm, str(len(r)), fmt_pct(_mean_key(r, "overlap_ratio")), fmt_us_as_ms(_mean_key(r, "step_time_us")),
-            fmt_us_as_ms(_mean_key(r, "compute_us")), fmt_us_as_ms(_mean_key(r, "comm_us")),
-            fmt_us_as_ms(_mean_key(r, "overlapped_us")), fmt_us_as_ms(_mean_key(r, "exposed_comm_us")),
-            fmt_us_as_ms(_mean_key(r, "free_us")), fmt_us_as_ms(_mean_key(r, "kernel_time_us")),
-        ])  # fmt: skip
-    blocks.append(Table(
-        ["arm", "ranks", "overlap ratio", "step (ms)", "compute (ms)", "comm (ms)", "overlapped (ms)",
-         "exposed comm (ms)", "free (ms)", "kernel time (ms)"], rows,
-    ))  # fmt: skip
-    blocks.append(Para("Means over ranks of the profiled step. Exposed comm = comm − overlapped: the "
-                       "communication time nothing hides."))  # fmt: skip
-    # breakdown
-    parts = {}
-    for arm in arms:
-        r = ranks[arm]
-        compute, comm, overlapped, free = (_mean_key(r, k) for k in ("compute_us", "comm_us", "overlapped_us", "free_us"))
-        overlapped = overlapped or 0.0
-        parts[arm] = {
-            "compute only": max((compute or 0.0) - overlapped, 0.0) / 1000,
-            "overlapped comm": overlapped / 1000,
-            "exposed comm": max((comm or 0.0) - overlapped, 0.0) / 1000,
-            "free (idle)": (free or 0.0) / 1000,
-        }
-    blocks.append(Heading("Time breakdown", 3))
-    blocks.append(Figure("breakdown", figures.breakdown(arms, parts),
-                         "Compute only + overlapped comm + exposed comm + free = the profiled step (mean over ranks)."))  # fmt: skip
-    blocks.extend(_collectives(arms, ranks))
-    blocks.extend(_ops(data, arms, ranks))
-    blocks.extend(_sync(arms, ranks))
-    blocks.extend(_timeline(data))
-    return blocks
-
-
-def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block]:
-    counts: dict[str, dict[str, float]] = {}
-    rows = []
-    for arm in arms:
-        per_type: dict[str, list[dict[str, Any]]] = {}
-        for r in ranks[arm]:
-            for ctype, c in (r.get("collectives") or {}).items():
-                per_type.setdefault(ctype, []).append(c)
-        counts[arm] = {}
-        for ctype, items in sorted(per_type.items()):
-            n_ranks = max(len(ranks[arm]), 1)
-            count = sum(as_float(c.get("count")) or 0 for c in items) / n_ranks
-            counts[arm][ctype] = count
-            rows.append([
-                arm, ctype, fmt(count, 1 if count != int(count) else 0),
-                fmt_bytes(_mean_key(items, "bytes")), fmt_bytes(_mean_key(items, "median_bytes")),
-                fmt_us_as_ms(_mean_key(items, "time_us")), fmt(_mean_key(items, "bandwidth_gbps"), 2),
-            ])  # fmt: skip
-    if not rows:
-        return [Heading("Collectives", 3), Para("No collectives were recognised in the profiles.")]
-    return [
-        Heading("Collectives", 3),
-        Figure("collectives", figures.collective_counts(arms, counts),
-               "Collectives per profiled step by type (mean over ranks)."),  # fmt: skip
-        Table(["arm", "type", "count", "bytes", "median message", "time (ms)", "bandwidth (GB/s)"], rows),
-    ]
-
-
-def _op_rows_from_diff(diff: dict[str, Any]) -> list[tuple[str, float]]:
-    ops = [o for o in diff.get("ops") or [] if isinstance(o, dict) and as_float(o.get("delta_us")) is not None]
-    ops.sort(key=lambda o: -abs(as_float(o["delta_us"]) or 0.0))
-    return [(str(o.get("op_type")), (as_float(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
-
-
-def _op_means(rank_list: list[dict[str, Any]]) -> dict[str, float]:
-    totals: dict[str, float] = {}
-    for r in rank_list:
-        for op in r.get("ops") or []:
-            totals[str(op.get("op_type"))] = totals.get(str(op.get("op_type")), 0.0) + (as_float(op.get("total_us")) or 0.0)
-    n = max(len(rank_list), 1)
-    return {k: v / n for k, v in totals.items()}
-
-
-def _ops(data: RunData, arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block]:
-    """Op-type delta bars, test − base: from diff.json where present, else from the analysis ops."""
-    if len(arms) < 2:
-        return []
-    blocks: list[Block] = [Heading("Op types: time difference", 3)]
-    pairs: list[tuple[str, str, list[tuple[str, float]], str]] = []
-    for d in data.diffs:
-        rows = _op_rows_from_diff(d)
-        if rows:
-            pairs.append((str(d.get("base")), str(d.get("test")), rows, "diff.json"))
-    if not pairs:
-        base_ops = _op_means(ranks[arms[0]])
-        for test in arms[1:]:
-            test_ops = _op_means(ranks[test])
-            deltas = [(k, (test_ops.get(k, 0.0) - base_ops.get(k, 0.0)) / 1000) for k in set(base_ops) | set(test_ops)]
-            deltas = sorted((d for d in deltas if d[1] != 0), key=lambda d: -abs(d[1]))[:TOP_OPS]
-            if deltas:
-                pairs.append((arms[0], test, deltas, "analysis (top ops per rank only)"))
-    if not pairs:
-        blocks.append(Para("No op-type statistics in the analysis."))
-        return blocks
-    for i, (base, test, rows, source) in enumerate(pairs):
-        blocks.append(Figure(f"op_deltas_{i}", figures.op_deltas(base, test, rows, f"op_deltas_{i}"),
-                             f"Top {len(rows)} op types by |time difference|, {test} − {base} (source: {source})."))  # fmt: skip
-    return blocks
-
-
-def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block]:
-    names: list[str] = []
-    for arm in arms:
-        for r in ranks[arm]:
-            names.extend(k for k in (r.get("sync") or {}) if k not in names)
-    if not names:
-        return []
-    rows = []
-    for name in names:
-        row = [name]
-        for arm in arms:
-            values = [as_float((r.get("sync") or {}).get(name)) for r in ranks[arm]]
-            values = [v for v in values if v is not None]
-            row.append(fmt(np.mean(values), 1) if values else "—")
-        rows.append(row)
-    return [Heading("Synchronisation and launch counts", 3), Table(["count (mean over ranks)", *arms], rows)]
-
-
-def _timeline(data: RunData) -> list[Block]:
-    blocks: list[Block] = [Heading("Timeline of one step", 3)]
-    if not data.timelines:
-        blocks.append(Para("No timeline: the event tables of the profiles were not available "
-                           "(the analysis module is missing or could not read the traces)."))  # fmt: skip
-        return blocks
-    ordered = [data.timelines[a] for a in data.arms if a in data.timelines]
-    ordered += [t for a, t in data.timelines.items() if a not in data.arms]
-    blocks.append(Figure("timeline", figures.timeline(ordered),
-                         "One profiled step on one rank per arm. Each row is a lane (device stream or CPU thread; "
-                         "⇄ marks lanes with communication); colours are event categories. Up to 8 busiest lanes "
-                         "per arm are shown; neighbouring events closer than a pixel are drawn merged."))  # fmt: skip
     return blocks
 
 

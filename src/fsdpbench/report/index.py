@@ -15,7 +15,7 @@ import orjson
 from fsdpbench.errors import InputError
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
-from fsdpbench.report.build import as_float, fmt, fmt_pct
+from fsdpbench.report.fmt import as_float, fmt, fmt_pct
 
 
 def _read(path: Path) -> Any:
