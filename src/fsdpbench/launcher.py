@@ -77,12 +77,22 @@ def torchrun_command(cfg: RunConfig, spec_path: Path, log_dir: Path, launch_inde
     return cmd + ["-m", "fsdpbench.worker", str(spec_path)]
 
 
+RECORDED_ENV_PREFIXES = ("OMP_", "MKL_", "NCCL_", "HCCL_", "ASCEND_", "CUDA_", "PYTORCH_", "TORCH_",
+                         "HYPER_PARALLEL_", "FSDPBENCH_", "TASK_QUEUE_", "CPU_AFFINITY")  # fmt: skip
+"""Environment variables that change how the ranks run; the manifest records their values."""
+
+
 def worker_environment() -> dict[str, str]:
     """The environment given to the ranks: ours, with one thread per rank unless set, and unbuffered."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def recorded_environment() -> dict[str, str]:
+    """The performance-relevant part of ``worker_environment()`` (for the manifest)."""
+    return {k: v for k, v in sorted(worker_environment().items()) if k.startswith(RECORDED_ENV_PREFIXES)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +335,7 @@ def run_ab(cfg: RunConfig, *, resume: Path | None = None, console: Any = None, c
             "command": list(command if command is not None else ["fsdpbench", *sys.argv[1:]]),
             "config": cfg.to_dict(), "arms": [a.options() for a in cfg.arms],
             "order": interleaved_order([a.label for a in cfg.arms], cfg.rounds, cfg.order, cfg.seed),
-            "environment": None, "launches": [], "profiles": {},
+            "environment": None, "environment_variables": recorded_environment(), "launches": [], "profiles": {},
         }  # fmt: skip
         results.write_json(run_dir / results.MANIFEST, manifest)
     run = Run(cfg, run_dir, manifest, console)
@@ -363,7 +373,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
         return "—" if v is None else format(v * scale, spec)
 
     table = Table(title="step time per arm (median of per-round medians)")
-    for col in ("arm", "rounds", "median ms", "p10 ms", "p90 ms", "tok/s/dev", "TFLOP/s/dev", "MFU", "peak mem GiB"):
+    for col in ("arm", "rounds", "median ms", "p10", "p90", "tok/s/dev", "TFLOP/s", "MFU", "mem GiB"):
         table.add_column(col, justify="left" if col == "arm" else "right")
     for label, a in summary["arms"].items():
         table.add_row(label, str(len(a["rounds"])), fmt(a["median_ms"]), fmt(a["p10_ms"]), fmt(a["p90_ms"]),
