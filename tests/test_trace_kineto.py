@@ -118,23 +118,27 @@ def test_gzip_traces_read_like_plain_json(tmp_path):
 
 
 def test_cpu_gloo_trace_semantics_on_a_hand_made_trace():
-    """Compute = leaf ops of the training thread outside collective launches; comm = gloo worker spans."""
+    """Compute = outermost operators of the training thread outside collective launches and outside
+    wrappers; comm = gloo worker spans."""
     t = read_kineto(FIXTURES / "gloo_min.json")
     assert t.mode == "cpu" and t.rank == 1
-    ev = t.events.set_index("name")
-    assert ev.loc["aten::mm", "category"] == "compute"
-    assert ev.loc["aten::addmm", "category"] == "compute"
-    assert ev.loc["aten::linear", "category"] == "other"  # a wrapper, not a leaf
-    assert ev.loc["aten::empty", "category"] == "other"  # inside the c10d launch
-    assert ev.loc["c10d::_allgather_base_", "category"] == "other"  # the launch only enqueues
-    assert ev.loc["gloo:all_gather", "category"] == "comm"
-    assert ev.loc["gloo:all_gather", "collective"] == "all_gather"
-    assert ev.loc["gloo:all_gather", "bytes"] == 16 * 4  # the gathered output, from the launch's shapes
+    ev = t.events
+    cat = ev.groupby(["name", "start_ns"], observed=True)["category"].first().astype(str)
+    assert cat[("aten::mm", 1000000)] == "compute"
+    assert cat[("aten::linear", 1012000)] == "compute"
+    assert cat[("aten::addmm", 1013000)] == "other"  # nested in aten::linear
+    assert cat[("aten::mm", 1031000)] == "compute"  # inside an autograd wrapper
+    assert cat[("autograd::engine::evaluate_function: AddmmBackward0", 1030000)] == "other"
+    assert cat[("aten::empty", 1010500)] == "other"  # inside the c10d launch
+    assert cat[("c10d::_allgather_base_", 1010000)] == "other"  # the launch only enqueues
+    gloo = ev[ev.name == "gloo:all_gather"].iloc[0]
+    assert (gloo.category, gloo.collective, gloo.bytes) == ("comm", "all_gather", 16 * 4)  # size from the launch
     m = rank_metrics(t)
-    # compute [0,10)+[13,20) = 17 µs, comm [11,25) = 14 µs, overlap [13,20) = 7 µs, step 40 µs
-    assert (m.compute_us, m.comm_us, m.overlapped_us, m.exposed_comm_us) == (17.0, 14.0, 7.0, 7.0)
-    assert m.overlap_ratio == 0.5
-    assert (m.step, m.step_time_us, m.free_us) == (5, 40.0, 16.0)
+    # compute [0,10)+[12,30)+[31,33) = 30 µs, comm [11,25) = 14 µs, overlap [12,25) = 13 µs, step 40 µs
+    assert (m.compute_us, m.comm_us, m.overlapped_us, m.exposed_comm_us) == (30.0, 14.0, 13.0, 1.0)
+    assert m.overlap_ratio == 13 / 14
+    assert (m.step, m.step_time_us, m.free_us) == (5, 40.0, 9.0)
+    assert m.op_stats.set_index("op_type").loc["aten::mm", "count"] == 2
 
 
 def test_reduce_scatter_run_as_gloo_all_reduce_keeps_the_launch_type(tmp_path):

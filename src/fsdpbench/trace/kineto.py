@@ -11,9 +11,11 @@ Two kinds of trace come out of ``torch.profiler``:
     length is the enqueue, not the transfer), so it is counted as a launch, not as communication.
     Its type and byte count are given to the matching worker span (the k-th launch ↔ the k-th span;
     gloo runs a reduce-scatter as ``gloo:all_reduce``, so the type comes from the launch).
-  - *Compute* is the training thread's operator work: the innermost ``cpu_op`` events (leaves of the
-    op tree) outside any collective launch. Leaves are used so that a wrapper op that blocks in
-    ``work.wait()`` does not count its waiting as compute.
+  - *Compute* is the training thread's operator work: the outermost namespaced operators
+    (``aten::*``, ``fsdp::*``, custom ``ns::op``) outside any collective launch. Wrappers (autograd
+    nodes such as ``AddmmBackward0``, ``autograd::engine::evaluate_function: …``, ``FSDP::*``
+    annotations) are not compute themselves, only the operators inside them: FSDP's hooks run inside
+    such wrappers and block there in ``work.wait()``, and that waiting is not compute.
   - A gloo run whose worker threads were not profiled falls back to the launch ops as communication
     (then they block the training thread and overlap is zero by construction); a warning says so.
 """
@@ -271,6 +273,18 @@ def read_kineto(path: str | Path) -> RankTrace:
     return RankTrace(rank=rank, source=str(path), format="kineto", events=table, steps=steps, mode=mode, warnings=warnings)
 
 
+# namespaces of wrappers (autograd nodes, FSDP hooks, profiler, collectives): they can contain a
+# blocking wait, so they are never compute themselves; the operators inside them are
+_WRAPPER_PREFIXES = ("autograd::", "torch::autograd::", "FSDP::", "c10d::", "_c10d_functional::",
+                     "c10d_functional::", "profiler::", "torch::jit::")  # fmt: skip
+_OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]")
+
+
+def _is_operator(name: str) -> bool:
+    """True for a namespaced operator (``aten::mm``, ``fsdp::chunk_cat``) that is not a wrapper."""
+    return bool(_OP_NAME.match(name)) and not name.startswith(_WRAPPER_PREFIXES)
+
+
 def _classify_cpu(
     names: pd.Categorical, cat_lower: np.ndarray, start: np.ndarray, end: np.ndarray, lane_codes: np.ndarray,
     is_step: np.ndarray, args: list[Any], category: np.ndarray, device: np.ndarray, collective: np.ndarray,
@@ -309,13 +323,17 @@ def _classify_cpu(
         ok = k >= 0
         inside[m[ok]] = end[m[ok]] <= le[k[ok]]
 
-    # leaves of the op tree on the training thread: the next op (by start, longest first) starts after it ends
-    ops = np.flatnonzero(on_main & is_cpu_op)
+    # operators of the training thread: namespaced ops (aten::, fsdp::, custom ns) that are not
+    # wrappers; the outermost of them, outside collective launches, are the compute
+    op_name = np.array([_is_operator(c) for c in names.categories] + [False])[names.codes]
+    ops = np.flatnonzero(on_main & is_cpu_op & op_name & ~inside)
     ops = ops[np.lexsort((-end[ops], start[ops]))]
     leaf = np.zeros(len(start), dtype=bool)
     if ops.size:
-        nxt = np.append(start[ops[1:]], np.iinfo(np.int64).max)
-        leaf[ops] = nxt >= end[ops]
+        reach = np.maximum.accumulate(end[ops])
+        outer = np.ones(ops.size, dtype=bool)
+        outer[1:] = start[ops[1:]] >= reach[:-1]
+        leaf[ops[outer]] = True
     compute = leaf & ~inside
     category[compute] = "compute"
     device[compute] = True
