@@ -117,7 +117,7 @@ def _git_head(folder: Path) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 class HyperBackend(Backend):
