@@ -22,6 +22,9 @@ from fsdpbench.report.profile import profile_section
 
 log = logging.getLogger(__name__)
 
+MAX_SENSIBLE_ROUNDS = 30
+"""Above this many rounds for a ±1% CI, the report advises a quieter machine instead."""
+
 
 def build_report(data: RunData) -> tuple[str, list[Block]]:
     """The report's title and blocks. Notes for failed sections are appended to ``data.missing``."""
@@ -58,6 +61,11 @@ def _missing(data: RunData) -> list[Block]:
     ]
 
 
+def _sci(value: Any) -> str:
+    f = as_float(value)
+    return "—" if f is None else f"{f:.2g}"
+
+
 def _glance(data: RunData) -> Para:
     """One line: what ran, where, how often."""
     manifest = data.manifest or {}
@@ -85,8 +93,8 @@ def _verdict(data: RunData) -> list[Block]:
     parity = summary.get("parity") or {}
     if parity and parity.get("valid") is False:
         reason = parity.get("reason") or (
-            f"losses differ by up to {fmt(parity.get('max_abs_diff'), 6)} (abs) / "
-            f"{fmt(parity.get('max_rel_diff'), 6)} (rel), tolerance {parity.get('tolerance')}"
+            f"losses differ by up to {_sci(parity.get('max_abs_diff'))} (abs) / "
+            f"{_sci(parity.get('max_rel_diff'))} (rel), tolerance {parity.get('tolerance')}"
         )
         blocks.append(Banner(
             "error",
@@ -124,7 +132,7 @@ def _verdict(data: RunData) -> list[Block]:
         if parity.get("valid"):
             blocks.append(Banner(
                 "ok", f"Parity holds: losses match over {parity.get('steps_compared', '?')} step(s) "
-                f"({parity.get('mode', '?')}, max abs diff {fmt(parity.get('max_abs_diff'), 8)}).",
+                f"({parity.get('mode', '?')}, max abs diff {_sci(parity.get('max_abs_diff'))}).",
             ))  # fmt: skip
     elif data.summary is not None:
         blocks.append(Banner("warning", "No parity result in the summary: the arms' losses were not compared."))
@@ -153,10 +161,13 @@ def _warnings(data: RunData) -> list[Block]:
     for c in summary.get("comparisons") or []:
         needed = c.get("rounds_needed_1pct")
         if isinstance(needed, int) and isinstance(n_rounds, int) and needed > n_rounds:
+            advice = (f"rerun with `--rounds {needed}` for a tighter answer" if needed <= MAX_SENSIBLE_ROUNDS
+                      else "rounds vary too much for that to be practical: quiet the machine (no other jobs, "
+                           "fixed clocks) or run more steps per round first")  # fmt: skip
             out.append(Banner(
                 "info",
                 f"`{c.get('test')}` vs `{c.get('base')}`: a ±1% CI would need about {needed} rounds "
-                f"(this run has {n_rounds}); rerun with `--rounds {needed}` for a tighter answer.",
+                f"(this run has {n_rounds}); {advice}.",
             ))  # fmt: skip
     for item in summary.get("missing") or []:
         if isinstance(item, dict):

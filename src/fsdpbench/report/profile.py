@@ -161,13 +161,17 @@ def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block
         return []
     rows = []
     for name in names:
-        row = [name]
+        means = []
         for arm in arms:
             values = [as_float((r.get("sync") or {}).get(name)) for r in ranks[arm]]
             values = [v for v in values if v is not None]
-            row.append(fmt(np.mean(values), 1) if values else "—")
-        rows.append(row)
-    return [Heading("Synchronisation and launch counts", 3), Table(["count (mean over ranks)", *arms], rows)]
+            means.append(float(np.mean(values)) if values else None)
+        if any(m for m in means):  # rows of zeros only say "not recorded"
+            rows.append([name, *(fmt(m, 1) for m in means)])
+    heading = Heading("Synchronisation and launch counts", 3)
+    if not rows:
+        return [heading, Para(f"None recorded ({', '.join(names)} are all 0; CPU/gloo traces have no such tasks).")]
+    return [heading, Table(["count (mean over ranks)", *arms], rows)]
 
 
 def _timeline(data: RunData) -> list[Block]:
