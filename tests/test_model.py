@@ -255,3 +255,12 @@ def test_bad_config_raises_value_error_naming_the_field(overrides, field):
 def test_bad_sequence_length_names_the_rule():
     with pytest.raises(ConfigError, match="seq_len must be an integer >= 1"):
         preset_tiny().validate_seq_len(0)
+
+
+def test_unit_lower_inverse_gradient_equals_autograd_through_linalg_inverse():
+    a = torch.randn(2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 0.3
+    weights = torch.randn(2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    a1, a2 = a.clone().requires_grad_(), a.clone().requires_grad_()
+    (unit_lower_inverse(a1) * weights).sum().backward()
+    (torch.linalg.inv(torch.eye(6, dtype=torch.float64) + a2.tril(-1)) * weights).sum().backward()
+    torch.testing.assert_close(a1.grad, a2.grad)
