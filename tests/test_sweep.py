@@ -199,12 +199,12 @@ def test_only_runs_matching_cells_and_rejects_a_glob_that_matches_none(tmp_path)
 def test_a_real_one_cell_sweep_runs_reports_and_is_skipped_on_rerun(tmp_path):
     from conftest import run_cli
 
-    # master_port stays 0: the launcher picks a free port for every launch
+    # one arm, one launch, to stay cheap; master_port stays 0: the launcher picks a free port per launch
     config = write(tmp_path, """
 [sweep]
 name = "e2e"
 [base]
-arms = ["torch", "torch:prefetch=1"]
+arms = ["torch:prefetch=1"]
 preset = "tiny"
 nproc = 2
 device = "cpu"
