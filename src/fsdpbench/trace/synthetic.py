@@ -89,7 +89,8 @@ def make_trace(
     names_l, cats_l, lanes_l = names.tolist(), cats.tolist(), lanes.tolist()
     comm_set = set(range(n_comp, n_comp + n_comm))
     for i in range(n):
-        corr = i + 1
+        # real correlation ids are large; small ones also trip an int16 downcast in HTA 0.5.0 + pandas 3
+        corr = 1_000_000 + i
         args: dict[str, Any] = {"device": 0, "stream": lanes_l[i], "correlation": corr}
         if i in comm_set:
             j = i - n_comp

@@ -1,0 +1,163 @@
+"""How fast and lean is ``fsdpbench analyze`` next to HolisticTraceAnalysis and a bare JSON decode?
+
+Generates an 8-rank GPU-like Kineto trace (default 200k device events per rank, plus one
+``cudaLaunchKernel`` per kernel, gzipped) in a temporary folder, then times, each in its own fresh
+subprocess:
+
+* ``fsdpbench analyze DIR`` (the CLI: discovery, parallel reading, all metrics, tables, JSON);
+* HTA: ``TraceAnalysis(trace_dir)`` + ``get_comm_comp_overlap`` + ``get_temporal_breakdown``;
+* a bare decode: ``gzip.decompress`` + ``orjson.loads`` (GC off) of every file, with the same number
+  of worker processes as fsdpbench (and, for reference, in one process).
+
+Wall time is the subprocess's; peak memory is the largest sum of RSS over its process tree (it and
+its worker processes), sampled every 20 ms from /proc. Usage::
+
+    python benchmarks/analyze_speed.py [--ranks 8] [--events 200000] [--keep DIR] [--skip-hta] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _tree_rss(pid: int) -> int:
+    """Sum of RSS (bytes) of ``pid`` and all its descendants, from /proc."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * PAGE
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
+    """Run ``cmd``; return wall seconds and the peak process-tree RSS in MB."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])}… failed (rc {proc.returncode}):\n{err[-2000:]}")
+    return {"wall_s": wall, "peak_mb": peak / 2**20}
+
+
+def generate(folder: Path, ranks: int, events: int) -> int:
+    """Write the trace files; return the bytes written."""
+    from fsdpbench.trace.synthetic import make_trace, write_trace
+
+    total = 0
+    for r in range(ranks):
+        path = write_trace(folder / f"rank{r}.json.gz", make_trace(rank=r, world_size=ranks, device_events=events, seed=1))
+        total += path.stat().st_size
+    return total
+
+
+# --- child workloads (run as ``python analyze_speed.py --child NAME DIR [WORKERS]``) ---------------
+
+
+def _decode(path: str) -> int:
+    import gc
+    import gzip
+
+    import orjson
+
+    gc.disable()  # the best case for a bare decode (fsdpbench decodes with the GC off too)
+    with open(path, "rb") as f:
+        return len(orjson.loads(gzip.decompress(f.read()))["traceEvents"])
+
+
+def child(name: str, folder: str, workers: int) -> None:
+    files = sorted(str(p) for p in Path(folder).glob("*.json.gz"))
+    if name == "orjson":
+        if workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(workers) as pool:
+                list(pool.map(_decode, files))
+        else:
+            for f in files:
+                _decode(f)
+    elif name == "hta":
+        import logging
+
+        logging.disable(logging.WARNING)
+        from hta.trace_analysis import TraceAnalysis
+
+        ta = TraceAnalysis(trace_dir=folder)
+        ta.get_comm_comp_overlap(visualize=False)
+        ta.get_temporal_breakdown(visualize=False)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--events", type=int, default=200_000, help="device events per rank")
+    ap.add_argument("--keep", type=Path, help="generate into (or reuse) this folder instead of a temp one")
+    ap.add_argument("--skip-hta", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]) if len(args.child) > 2 else 1)
+        return 0
+
+    import orjson
+
+    workers = min(args.ranks, os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory(prefix="analyze_speed_") as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not sorted(folder.glob("*.json.gz")):
+            t0 = time.perf_counter()
+            size = generate(folder, args.ranks, args.events)
+            print(f"generated {args.ranks} ranks × {args.events} device events ({size / 2**20:.0f} MB gzipped) "
+                  f"in {time.perf_counter() - t0:.1f} s → {folder}")  # fmt: skip
+        me = [sys.executable, __file__, "--child"]
+        runs = {
+            "fsdpbench analyze": measure([sys.executable, "-m", "fsdpbench", "analyze", str(folder), "--json",
+                                          os.devnull], env={"OMP_NUM_THREADS": "1"}),  # fmt: skip
+            f"orjson.loads ({workers} procs)": measure([*me, "orjson", str(folder), str(workers)]),
+            "orjson.loads (1 proc)": measure([*me, "orjson", str(folder), "1"]),
+        }
+        if not args.skip_hta:
+            runs["HTA load+overlap+breakdown"] = measure([*me, "hta", str(folder)])
+    print(f"\n{'':30} {'wall s':>8} {'peak MB':>9}")
+    for name, r in runs.items():
+        print(f"{name:30} {r['wall_s']:8.2f} {r['peak_mb']:9.0f}")
+    ours = runs["fsdpbench analyze"]
+    bare = runs[f"orjson.loads ({workers} procs)"]
+    ratios = {"vs_orjson_same_procs_wall": ours["wall_s"] / bare["wall_s"],
+              "vs_orjson_1proc_wall": ours["wall_s"] / runs["orjson.loads (1 proc)"]["wall_s"]}  # fmt: skip
+    print(f"\nfsdpbench / bare orjson.loads ({workers} procs): {ratios['vs_orjson_same_procs_wall']:.2f}× the wall time (aim ≤ 2×)")
+    if "HTA load+overlap+breakdown" in runs:
+        hta = runs["HTA load+overlap+breakdown"]
+        ratios["hta_over_fsdpbench_wall"] = hta["wall_s"] / ours["wall_s"]
+        ratios["fsdpbench_over_hta_peak_mem"] = ours["peak_mb"] / hta["peak_mb"]
+        print(f"HTA / fsdpbench wall time: {ratios['hta_over_fsdpbench_wall']:.1f}× (target ≥ 10×)")
+        print(f"fsdpbench / HTA peak memory: {ratios['fsdpbench_over_hta_peak_mem']:.3f} (target ≤ 0.25)")
+    if args.json:
+        args.json.write_bytes(orjson.dumps({"ranks": args.ranks, "events": args.events, "workers": workers,
+                                            "runs": runs, "ratios": ratios}, option=orjson.OPT_INDENT_2))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
