@@ -35,4 +35,5 @@ def test_analyze_cli_on_the_run_prints_tables_and_writes_json(profiled_ab_run, t
     assert proc.returncode == 0, proc.stderr
     assert "Per rank" in proc.stdout and "all_gather" in proc.stdout
     data = orjson.loads(out.read_bytes())
-    assert [r["rank"] for r in data["ranks"]] == [0, 1] and len(data["ranks"][0]["ops"]) == 5
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert len(data["ranks"][0]["ops"]) > 5  # the JSON lists every op type; --top only trims the terminal

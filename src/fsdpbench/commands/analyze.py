@@ -19,9 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Kineto trace (.json/.json.gz), rank folder, *_ascend_pt folder, or a folder of ranks")
     parser.add_argument("--json", metavar="FILE", help="write the analysis as JSON to FILE ('-' for stdout)")
     parser.add_argument("--step", type=int, metavar="N", help="only profiler step N (ProfilerStep#N)")
-    parser.add_argument("--top", type=int, default=15, metavar="N", help="op types shown per table (default 15)")
+    parser.add_argument("--top", type=int, default=15, metavar="N",
+                        help="op types shown in the terminal (default 15; the JSON lists them all)")
     parser.add_argument("--workers", type=int, metavar="N", help="processes reading ranks (default: one per CPU)")
-    parser.add_argument("--all-ops", action="store_true", help="list every op type in the JSON (default: --top)")
 
 
 def _ms(us: float | None) -> str:
@@ -106,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top must be at least 1 (got {args.top})")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
-    res = analyze(args.paths, step=args.step, workers=args.workers, top=None if args.all_ops else args.top)
+    res = analyze(args.paths, step=args.step, workers=args.workers)
     data = orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     if args.json == "-":
         sys.stdout.buffer.write(data + b"\n")
