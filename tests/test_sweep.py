@@ -130,6 +130,8 @@ def test_the_study_files_hold_the_three_experiments_and_the_hsdp_variant():
         ("[[experiment]]\nname='a'\nlayers = [2, 0]\narms='torch'", "cell 'a-l0'.*layers must be >= 1"),
         ("[base]\nbogus = 1\n[grid]\narms='torch'", "unknown option 'bogus'"),
         ("[sweep]\nname = 'a b'", "may hold only"),
+        ("[sweep]\nnmae = 'x'", "takes name and out"),
+        ("[[experiment]]\nname='a'\nseq_len = []", "axis seq_len is an empty list"),
     ],
 )
 def test_bad_sweep_files_fail_before_anything_runs_naming_the_problem(tmp_path, text, message):
@@ -226,3 +228,20 @@ layers = 2
     again = run_cli("sweep", "--config", str(config), "--out", str(tmp_path), timeout=120)
     assert again.returncode == 0 and "done already" in again.stdout
     assert list(tree.glob("one_*")) == [run]
+
+
+def test_arm_tables_of_base_and_experiment_merge_like_an_ab_config(tmp_path):
+    text = """
+[base]
+arms = "torch"
+[base.arm]
+param_dtype = "bfloat16"
+reshard_after_forward = false
+[[experiment]]
+name = "x"
+[experiment.arm]
+param_dtype = "float32"
+"""
+    cell = load_sweep(write(tmp_path, text), out=tmp_path).cells[0]
+    arm = cell.config.arms[0]
+    assert (arm.param_dtype, arm.reshard_after_forward) == ("float32", False)

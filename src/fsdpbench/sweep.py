@@ -140,6 +140,8 @@ def expand(spec: dict[str, Any], source: str = "sweep file") -> tuple[str, dict[
     if unknown:
         raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; use [sweep], [base], [grid], [[experiment]]")
     sweep = dict(spec.get("sweep") or {})
+    if set(sweep) - {"name", "out"}:
+        raise ConfigError(f"{source}: [sweep] takes name and out, not {sorted(set(sweep) - {'name', 'out'})}")
     name = str(sweep.get("name") or Path(source).stem)
     if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         raise ConfigError(f"{source}: [sweep] name {name!r} may hold only letters, digits, '.', '_' and '-'")
@@ -166,9 +168,14 @@ def expand(spec: dict[str, Any], source: str = "sweep file") -> tuple[str, dict[
         if model:
             options["model"] = model
         # shared arm options may sit in an [arm] table, as in an ab config file
-        options.update(options.pop("arm", None) or {})
+        options.pop("arm", None)
+        options.update({**(base.get("arm") or {}), **(exp.get("arm") or {})})
         arm_sets = _arm_sets(axes.get("arms"), f"{source} experiment {exp_name!r}")
         lists = [_as_list(axes.get(k)) for k in ("seq_len", "layers", "prefetch", "mesh")]
+        empty = [k for k, v in zip(("seq_len", "layers", "prefetch", "mesh"), lists, strict=True) if not v]
+        if empty or not arm_sets:
+            raise ConfigError(f"{source}: experiment {exp_name!r}: axis {(empty or ['arms'])[0]} is an empty list; "
+                              "give it at least one value or leave it out")  # fmt: skip
         varying = {k for k, v in zip(("seq_len", "layers", "prefetch", "mesh"), lists, strict=True) if len(v) > 1}
         if len(arm_sets) > 1:
             varying.add("arms")
