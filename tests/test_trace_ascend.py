@@ -109,3 +109,23 @@ def test_rank_comes_from_profiler_info(tmp_path):
     dst = _copy(tmp_path, 1)
     renamed = dst.rename(tmp_path / "host_123_20260101_ascend_pt")
     assert read_ascend(renamed).rank == 1
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_without_kernel_details_trace_view_lanes_give_the_same_numbers(tmp_path, rank):
+    """Ascend Hardware compute tasks + HCCL op lanes of trace_view.json reproduce step_trace_time too."""
+    dst = _copy(tmp_path, rank)
+    (dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
+    res = analyze([dst], workers=1)
+    r, ref = res.ranks[0], _stt(RANKS[rank])
+    assert any("no ASCEND_PROFILER_OUTPUT/kernel_details.csv" in w for w in res.warnings)
+    assert r.step == 50 and r.collectives["all_reduce"]["count"] == 4
+    assert abs(r.compute_us - ref["Computing"]) < 1.0
+    assert abs(r.comm_us - ref["Communication"]) < 1.0
+    assert abs(r.exposed_comm_us - ref["Communication(Not Overlapped)"]) < 1.0
+
+
+def test_a_folder_with_neither_csv_nor_trace_view_is_an_error(tmp_path):
+    (tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    with pytest.raises(InputError, match="neither"):
+        read_ascend(tmp_path / "x_ascend_pt")

@@ -2,16 +2,19 @@
 
 Sources inside ``ASCEND_PROFILER_OUTPUT/``:
 
-* ``kernel_details.csv`` (required): the device tasks. Rows whose ``Accelerator Core`` is ``HCCL``
+* ``kernel_details.csv``: the device tasks. Rows whose ``Accelerator Core`` is ``HCCL``
   are communication (op level, one row per collective), every other row is compute, as CANN's own
   "Overlap Analysis" counts them. Columns are looked up by name (they differ between versions),
   cells are stripped of the stray tabs/spaces torch_npu writes, and start times are parsed from
   their decimal text (µs since the epoch do not fit a double to the ns). Level0 exports write
   ``N/A`` as the op type of compute kernels: the type is then derived from the name
   (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``).
-* ``trace_view.json`` (optional): host ``ProfilerStep#N`` windows, CANN API events
-  (``Hccl@Launch_Ffts``, ``AscendCL@aclrtSynchronize*``, ``Node@launch``…) and Ascend Hardware
-  ``BARRIER`` tasks, for the sync and launch counts.
+* ``trace_view.json``: host ``ProfilerStep#N`` windows, CANN API events (``Hccl@Launch_Ffts``,
+  ``AscendCL@aclrtSynchronize*``, ``Node@launch``…) and Ascend Hardware ``BARRIER`` tasks for the
+  sync and launch counts, HCCL message sizes; and, when kernel_details.csv is missing, the device
+  tasks themselves: Ascend Hardware tasks of compute types (AI_CORE, AI_VECTOR_CORE, MIX_AIC/AIV,
+  AI_CPU, DSA_SQE; HCCL's ``*AivKernel``/``*AicpuKernel`` excluded) on their streams, and the HCCL
+  op-level lanes (``Group N Communication``) as communication: CANN's Overlap Analysis rule.
 * ``step_trace_time.csv`` (optional): the profiler's own Computing / Communication /
   Communication(Not Overlapped) / Free per step, kept as a cross-check.
 
@@ -148,11 +151,29 @@ def _hccl_bytes(args: dict) -> float:
         return np.nan
 
 
+# device task types that CANN's Overlap Analysis counts as compute (HCCL's own kernels excluded by name)
+_COMPUTE_TASK_TYPES = {"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE"}
+
+
+def _frame(events: list[dict], category: str, lanes: list[str], device: bool, path: Path) -> pd.DataFrame:
+    names = pd.Series([str(e.get("name", "")) for e in events], dtype=object)
+    try:
+        start = us_strings_to_ns(pd.Series([str(e.get("ts", "")) for e in events], dtype=object))
+        dur = us_to_ns(np.array([float(e.get("dur", 0) or 0) for e in events], dtype=np.float64))
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InputError(f"{path}: an event has a bad 'ts' or 'dur' ({exc})") from None
+    return pd.DataFrame({
+        "name": names, "category": category, "start_ns": start, "end_ns": start + dur, "lane": lanes,
+        "device": device, "op_type": names, "step": -1,
+    })  # fmt: skip
+
+
 def _trace_view_events(
     path: Path, warnings: list[str], hccl_bytes: dict[str, float]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Host steps, CANN/Python events and BARRIER tasks from trace_view.json; fills ``hccl_bytes``
-    (op name → bytes) from the HCCL op-level lanes."""
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """From trace_view.json: host CANN/Python events and BARRIER tasks, the ``ProfilerStep#N``
+    windows, and the device tasks (Ascend Hardware compute tasks, HCCL op-level communication);
+    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes."""
     try:
         events = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -171,39 +192,35 @@ def _trace_view_events(
                 pnames[e.get("pid")] = str(e["args"].get("name", ""))
             elif e.get("name") == "thread_name":
                 tnames[(e.get("pid"), e.get("tid"))] = str(e["args"].get("name", ""))
-    keep = []
+    keep, comp, comm = [], [], []
     for e in events:
         if type(e) is not dict or e.get("ph") != "X":
             continue
-        proc = pnames.get(e.get("pid"), "")
-        if proc in ("HCCL", "Communication") and "Communication" in tnames.get((e.get("pid"), e.get("tid")), ""):
-            a = e.get("args")
-            if type(a) is dict:
-                hccl_bytes[str(e.get("name", ""))] = _hccl_bytes(a)
+        pid, tid = e.get("pid"), e.get("tid")
+        proc, thread = pnames.get(pid, ""), tnames.get((pid, tid), str(tid))
+        a = e.get("args") if type(e.get("args")) is dict else {}
+        if proc in ("HCCL", "Communication") and "Communication" in thread:
+            hccl_bytes[str(e.get("name", ""))] = _hccl_bytes(a)
+            comm.append((e, f"HCCL {thread}"))
+        elif proc == "Ascend Hardware" and a.get("Task Type") in _COMPUTE_TASK_TYPES and not str(
+            e.get("name", "")
+        ).endswith(("AicpuKernel", "AivKernel")):
+            comp.append((e, thread))
         if proc in ("Python", "CANN") or (proc == "Ascend Hardware" and e.get("name") == "BARRIER"):
-            keep.append(e)
-    cols = ["name", "category", "start_ns", "end_ns", "lane", "device", "op_type", "step"]
-    if not keep:
-        return pd.DataFrame(columns=cols), pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
-    names = pd.Series([str(e.get("name", "")) for e in keep])
-    try:
-        start = us_strings_to_ns(pd.Series([str(e.get("ts", "")) for e in keep]))
-        dur = us_to_ns(np.array([float(e.get("dur", 0) or 0) for e in keep]))
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"{path}: an event has a bad 'ts' or 'dur' ({exc})") from None
-    lanes = [
-        f"{pnames.get(e.get('pid'), '')} {tnames.get((e.get('pid'), e.get('tid')), e.get('tid'))}" for e in keep
+            keep.append((e, f"{proc} {thread}"))
+    parts = [
+        _frame([e for e, _ in keep], "other", [lane for _, lane in keep], False, path),
+        _frame([e for e, _ in comp], "compute", [lane for _, lane in comp], True, path),
+        _frame([e for e, _ in comm], "comm", [lane for _, lane in comm], True, path),
     ]
-    is_step = names.str.match(_STEP_RE.pattern).to_numpy()
+    host, device = parts[0], pd.concat(parts[1:], ignore_index=True)
+    device["op_type"] = [op_type_from_name(n) for n in device["name"]]
+    is_step = host["name"].str.match(_STEP_RE.pattern).to_numpy(dtype=bool)
     steps = pd.DataFrame({
-        "step": names[is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
-        "start_ns": start[is_step], "end_ns": start[is_step] + dur[is_step],
+        "step": host["name"][is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
+        "start_ns": host["start_ns"].to_numpy()[is_step], "end_ns": host["end_ns"].to_numpy()[is_step],
     }).sort_values("start_ns", ignore_index=True)  # fmt: skip
-    df = pd.DataFrame({
-        "name": names, "category": "other", "start_ns": start, "end_ns": start + dur, "lane": lanes,
-        "device": False, "op_type": names, "step": -1,
-    })  # fmt: skip
-    return df, steps
+    return host, steps, device
 
 
 def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
@@ -232,27 +249,38 @@ def read_ascend(folder: str | Path) -> RankTrace:
     """Read one ``*_ascend_pt`` folder into a :class:`RankTrace`.
 
     Raises:
-        InputError: no ``ASCEND_PROFILER_OUTPUT/kernel_details.csv``, a CSV missing a needed column,
-            unparsable times, or a corrupt trace_view.json.
+        InputError: neither ``kernel_details.csv`` nor ``trace_view.json``, a CSV missing a needed
+            column, unparsable times, or a corrupt trace_view.json.
     """
     folder = Path(folder)
     out = folder / OUTPUT_DIR
-    kd = out / "kernel_details.csv"
-    if not kd.is_file():
+    kd, tv = out / "kernel_details.csv", out / "trace_view.json"
+    if not kd.is_file() and not tv.is_file():
         raise InputError(
-            f"{folder}: no {OUTPUT_DIR}/kernel_details.csv; export the profile with torch_npu's "
-            "tensorboard_trace_handler (export_type text) and analyse the *_ascend_pt folder"
+            f"{folder}: neither {OUTPUT_DIR}/kernel_details.csv nor trace_view.json; export the profile with "
+            "torch_npu's tensorboard_trace_handler (export_type text) and analyse the *_ascend_pt folder"
         )
     warnings: list[str] = []
     hccl_bytes: dict[str, float] = {}
-    kernels = _kernel_events(kd)
-    tv = out / "trace_view.json"
+    empty_steps = pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
+    host, steps, tv_device = (None, empty_steps, None)
     if tv.is_file():
-        host, steps = _trace_view_events(tv, warnings, hccl_bytes)
+        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes)
     else:
         warnings.append(f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable")
+    if kd.is_file():
+        kernels = _kernel_events(kd)
+    else:
+        warnings.append(
+            f"{folder.name}: no {OUTPUT_DIR}/kernel_details.csv; device tasks taken from trace_view.json "
+            "(op types derived from kernel names)"
+        )
+        kernels = tv_device
+        # device work launched in step N runs after that step's host start
+        k = np.searchsorted(steps["start_ns"].to_numpy(), kernels["start_ns"].to_numpy(), side="right") - 1
+        kernels["step"] = np.where(k >= 0, steps["step"].to_numpy()[np.maximum(k, 0)], -1) if len(steps) else -1
+    if host is None:
         host = kernels.iloc[:0]
-        steps = pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
     if len(host):
         host["step"] = assign_steps(
             host["start_ns"].to_numpy(), steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import operator
 import re
 import zlib
 from itertools import compress, repeat
@@ -94,6 +95,13 @@ def _factorize_str(values: list[Any]) -> pd.Categorical:
         codes = recode[codes]
         cats = pd.Index(cats)
     return pd.Categorical.from_codes(codes, categories=cats) if len(cats) else pd.Categorical([])
+
+
+def _get(d: dict, key: Any) -> Any:
+    try:
+        return d.get(key)
+    except TypeError:
+        return None
 
 
 def _lanes(pair_codes: np.ndarray, pair_names: list[str]) -> pd.Categorical:
@@ -208,16 +216,20 @@ def _read_kineto(path: Path) -> RankTrace:
     except TypeError:  # an entry that is not an object
         events = [e for e in events if type(e) is dict]
         ph = _field(events, "ph")
-    ph_arr = np.array(ph, dtype=object)
+    is_x = np.fromiter(map(operator.eq, ph, repeat("X")), dtype=bool, count=len(ph))
+    is_m = np.fromiter(map(operator.eq, ph, repeat("M")), dtype=bool, count=len(ph))
     del ph
     thread_names: dict[tuple[Any, Any], str] = {}
-    for i in np.flatnonzero(ph_arr == "M"):
+    for i in np.flatnonzero(is_m):
         e = events[i]
         a = e.get("args")
         if e.get("name") == "thread_name" and type(a) is dict:
-            thread_names[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
-    xs = list(compress(events, ph_arr == "X"))
-    del events, doc, ph_arr
+            try:
+                thread_names[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
+            except TypeError:  # an unhashable pid/tid in a broken trace
+                pass
+    xs = list(compress(events, is_x))
+    del events, doc
     if not xs:
         raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
 
@@ -247,7 +259,7 @@ def _read_kineto(path: Path) -> RankTrace:
     n = len(xs)
 
     is_dev_cat = np.isin(cat_lower, list(_DEVICE_CATS))
-    name_lane = [thread_names.get((p, t)) or f"thread {t}" for p, t in pairs]
+    name_lane = [_get(thread_names, (p, t)) or f"thread {t}" for p, t in pairs]
     # step windows from the host ProfilerStep#N events
     step_idx = [i for i, c in enumerate(names.categories) if _STEP_RE.match(c)]
     is_step = np.isin(names.codes, step_idx)
