@@ -3,6 +3,8 @@ whole process group, results survive, and --resume runs only what is missing; OO
 
 from __future__ import annotations
 
+import subprocess
+
 import orjson
 import pytest
 
@@ -45,18 +47,31 @@ def test_missing_hyper_parallel_is_named_with_the_fix(tmp_path):
 
 
 @pytest.mark.distributed
+@pytest.mark.timeout(200)
+def test_hung_rank_is_killed_with_its_whole_process_group(tmp_path):
+    proc = run_cli("run", "--arm", "torch", *TINY, "--out", str(tmp_path), "--timeout", "15",
+                   "--master-port", str(free_port()), timeout=150,
+                   env={"FSDPBENCH_FAULT": "hang:torch:0:1:0"})  # fmt: skip
+    _one_line_error(proc, "arm 'torch' round 0: timed out after 15 s")
+    (run_dir,) = tmp_path.glob("run_*")
+    status = orjson.loads((run_dir / "launches/torch/round0/status.json").read_bytes())
+    assert status["rc"] != 0 and "process group was killed" in status["error"]
+    spec = str(run_dir.resolve() / "launches/torch/round0/spec.json")
+    leftovers = subprocess.run(["pgrep", "-f", spec], capture_output=True, text=True).stdout.split()
+    assert leftovers == [], f"ranks still running: {leftovers}"
+
+
+@pytest.mark.distributed
 @pytest.mark.timeout(300)
-def test_hung_rank_is_killed_and_resume_runs_only_the_missing_round(tmp_path):
+def test_out_of_memory_is_named_and_resume_runs_only_the_missing_round(tmp_path):
     args = ["ab", "--arms", "torch,torch:prefetch=1", "--rounds", "1", *TINY, "--out", str(tmp_path)]
-    proc = run_cli(*args, "--timeout", "40", "--master-port", "0", timeout=200,
-                   env={"FSDPBENCH_FAULT": "hang:torch-prefetch1:0:1:1"})  # fmt: skip
-    _one_line_error(proc, "arm 'torch-prefetch1' round 0: timed out after 40 s")
+    proc = run_cli(*args, timeout=200, env={"FSDPBENCH_FAULT": "oom:torch-prefetch1:0:1:1"})
+    _one_line_error(proc, "arm 'torch-prefetch1' round 0: out of memory on rank 1")
+    assert "reduce --seq-len" in proc.stderr
     (run_dir,) = tmp_path.glob("ab_*")
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["arms"]["torch"]["status"] == "ok"
     assert summary["missing"] == [{"arm": "torch-prefetch1", "round": 0, "why": "not run yet"}]
-    status = orjson.loads((run_dir / "launches/torch-prefetch1/round0/status.json").read_bytes())
-    assert status["rc"] != 0 and "timed out" in status["error"]
     torch_status = (run_dir / "launches/torch/round0/status.json").read_bytes()
 
     proc = run_cli("ab", "--resume", str(run_dir), "--no-report", timeout=200)
@@ -64,18 +79,7 @@ def test_hung_rank_is_killed_and_resume_runs_only_the_missing_round(tmp_path):
     assert (run_dir / "launches/torch/round0/status.json").read_bytes() == torch_status  # not rerun
     steps = [orjson.loads(ln) for ln in (run_dir / "steps.jsonl").read_bytes().splitlines()]
     assert sorted((s["arm"], s["step"]) for s in steps) == sorted(
-        (a, i) for a in ("torch", "torch-prefetch1") for i in range(3))  # the hung attempt's step 0 is gone
+        (a, i) for a in ("torch", "torch-prefetch1") for i in range(3))  # the failed attempt's step 0 is gone
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    assert summary["missing"] == [] and summary["parity"]["valid"] and summary["parity"]["max_abs_diff"] == 0.0
-    assert list((run_dir / "launches/torch-prefetch1").glob("round0.failed_*"))
-
-
-@pytest.mark.distributed
-@pytest.mark.timeout(200)
-def test_out_of_memory_on_one_rank_is_named_with_what_to_do(tmp_path):
-    proc = run_cli("run", "--arm", "torch", *TINY, "--out", str(tmp_path), "--master-port", str(free_port()),
-                   timeout=150, env={"FSDPBENCH_FAULT": "oom:torch:0:1:0"})  # fmt: skip
-    _one_line_error(proc, "out of memory on rank 1")
-    assert "reduce --seq-len" in proc.stderr
-    (run_dir,) = tmp_path.glob("run_*")
-    assert (run_dir / "summary.json").exists() and (run_dir / "manifest.json").exists()
+    assert summary["missing"] == [] and summary["parity"]["valid"] and summary["parity"]["steps_compared"] == 3
+    assert list((run_dir / "launches/torch-prefetch1").glob("round0.failed_*/error_rank1.json"))
