@@ -201,7 +201,7 @@ def test_profiled_run_report_is_self_contained_html_with_every_figure(tmp_path):
     written = write_report(run)
     assert run / "report.html" in written and run / "report.md" in written
     page = inspect_html(run / "report.html")
-    assert page.external == []
+    assert page.external == [] and "http" not in (run / "report.html").read_text()
     assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
     assert {"fig-step_times", "fig-overlap", "fig-breakdown", "fig-collectives", "fig-op_deltas_0"} <= set(page.figures)
     assert page.tags.get("svg", 0) == len(page.figures)

@@ -204,8 +204,10 @@ def _block_html(block: Block) -> str:
             rows.append(f"<tr>{cells}</tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     if isinstance(block, Figure):
+        # HTML5 knows the SVG namespaces; dropping the declarations leaves the page without a single URL
+        svg = re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", block.svg, count=2)
         return (
-            f'<figure id="fig-{html.escape(block.name)}">{block.svg}'
+            f'<figure id="fig-{html.escape(block.name)}">{svg}'
             f"<figcaption>{inline_html(block.caption)}</figcaption></figure>"
         )
     if isinstance(block, Code):
