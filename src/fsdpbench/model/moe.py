@@ -7,7 +7,8 @@ grouped-GEMM call. Back-ends (``Experts.impl``):
 - ``grouped_mm``: ``torch.nn.functional.grouped_mm`` (or ``torch._grouped_mm``) with int32 offsets;
 - ``loop``: one ``F.linear`` per expert (portable reference; needs the counts on the host);
 - ``npu``: ``torch_npu.npu_grouped_matmul`` in an ``autograd.Function`` (imported only when used);
-- ``auto`` (default): ``npu`` on NPU, else ``grouped_mm`` where torch has it, else ``loop``.
+- ``auto`` (default): ``npu`` on NPU; ``grouped_mm`` where torch has it (on CUDA: for bf16 only,
+  the dtype its kernel takes); else ``loop``.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ def _grouped_mm_fn():
     return getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 
 
-def resolve_experts_impl(impl: ExpertsImpl, device: torch.device) -> str:
-    """The concrete back-end for ``impl`` on ``device``."""
+def resolve_experts_impl(impl: ExpertsImpl, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> str:
+    """The concrete back-end for ``impl`` on ``device`` for activations of ``dtype``."""
     if impl != "auto":
         return impl
     if device.type == "npu":
         return "npu"
-    return "grouped_mm" if _grouped_mm_fn() is not None else "loop"
+    if _grouped_mm_fn() is None or (device.type == "cuda" and dtype != torch.bfloat16):
+        return "loop"  # torch's CUDA grouped GEMM takes bf16 only
+    return "grouped_mm"
 
 
 class _NpuGroupedLinear(torch.autograd.Function):
@@ -126,7 +129,7 @@ class Experts(nn.Module):
 
     def forward(self, x_NH: torch.Tensor, weights_Nk: torch.Tensor, experts_Nk: torch.Tensor) -> torch.Tensor:
         N, k = experts_Nk.shape
-        impl = resolve_experts_impl(self.impl, x_NH.device)
+        impl = resolve_experts_impl(self.impl, x_NH.device, x_NH.dtype)
         flat_experts = experts_Nk.reshape(-1)
         order = torch.argsort(flat_experts, stable=True)  # (token, slot) pairs grouped by expert
         counts_E = torch.bincount(flat_experts, minlength=self.num_experts)
