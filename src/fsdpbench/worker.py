@@ -9,6 +9,7 @@ the arm label, the round, the kind of launch and the folders). Rank 0 appends on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
@@ -184,6 +185,83 @@ def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
     )  # fmt: skip
 
 
+@dataclasses.dataclass
+class StepRunner:
+    """One launch's training loop body on this rank: ``step(i)`` trains on batch i and records it."""
+
+    cfg: RunConfig
+    arm: Arm
+    backend: Backend
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device_type: str
+    device: torch.device
+    rank: int
+    world: int
+    replicas: int
+    """Size of the HSDP replicate axis (1 for FSDP): grads are counted once per replica group."""
+    round_: int
+    kind: str
+    steps_path: Path
+    counter: CollectiveCounter | None = None
+    spec: dict[str, Any] | None = None
+    """The launch spec, for the ``FSDPBENCH_FAULT`` test hook (None: no faults)."""
+
+    def __post_init__(self) -> None:
+        self.params = list(self.model.parameters())
+        self.reduce_dtype = torch.float32 if self.device_type == "npu" else torch.float64
+
+    def batch(self, step: int) -> torch.Tensor:
+        cfg = self.cfg
+        return rank_batch(cfg.seed, step, rank=self.rank, world_size=self.world, batch_size=cfg.batch_size,
+                          seq_len=cfg.seq_len, vocab_size=cfg.model.vocab_size).to(self.device)  # fmt: skip
+
+    def step(self, step: int, prof: Any = None) -> dict[str, Any] | None:
+        """Train one step, timed between device syncs; rank 0 appends its record (returned) to steps.jsonl."""
+        ids = self.batch(step)
+        self.optimizer.zero_grad(set_to_none=True)
+        dev.reset_peak_memory(self.device_type)
+        if self.counter:
+            self.counter.take()
+        dev.synchronize(self.device_type)
+        t0 = time.perf_counter()
+        if self.spec:
+            _inject_fault(self.spec, self.rank, step)
+        loss = self.model(ids, labels=ids).loss
+        loss.backward()
+        self.backend.optimizer_step(self.optimizer)
+        dev.synchronize(self.device_type)
+        elapsed_ms = (time.perf_counter() - t0) * 1e3
+        counts = self.counter.take() if self.counter else None
+        if prof is not None:
+            prof.step()
+        return self._record(step, elapsed_ms, loss, counts)
+
+    def _record(self, step: int, elapsed_ms: float, loss: torch.Tensor, counts: dict[str, int] | None) -> dict | None:
+        alloc, reserved = dev.peak_memory(self.device_type)
+        rd = self.reduce_dtype
+        maxes = torch.tensor([elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
+        sums = torch.stack([loss.detach().to(rd), local_grad_sq(self.params).to(self.device, rd)])
+        dist.all_reduce(maxes, op=dist.ReduceOp.MAX)  # the slowest rank's time and memory
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        if self.rank != 0:
+            return None
+        m, s = maxes.tolist(), sums.tolist()
+        kind = "profile" if self.kind == "profile" else ("warmup" if step < self.cfg.warmup else "timed")
+        record = {
+            "arm": self.arm.label, "round": self.round_, "step": step, "kind": kind,
+            "time_ms": m[0], "loss": s[0] / self.world, "grad_norm": (s[1] / self.replicas) ** 0.5,
+            "tokens": self.world * self.cfg.batch_size * self.cfg.seq_len,
+            "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
+            "mem_reserved_bytes": int(m[2]) if reserved is not None else None, "world_size": self.world,
+        }  # fmt: skip
+        if counts is not None:
+            record["collectives"] = counts
+        results.append_step(self.steps_path, record)
+        log.info("%s round %s step %d: %.1f ms loss %.6f", self.arm.label, self.round_, step, m[0], record["loss"])
+        return record
+
+
 # --------------------------------------------------------------------------------------------
 # the run
 # --------------------------------------------------------------------------------------------
@@ -246,8 +324,7 @@ def run(spec: dict[str, Any]) -> None:
         mesh = backend.init_mesh(device_type, mesh_shape)
         replicas = mesh_shape[0] if len(mesh_shape) == 2 else 1
         model = build_sharded_model(cfg, arm, backend, mesh, device)
-        params = list(model.parameters())
-        optimizer = make_optimizer(cfg, params)
+        optimizer = make_optimizer(cfg, list(model.parameters()))
         if rank == 0:
             from fsdpbench.model import flops_per_token
 
@@ -258,52 +335,20 @@ def run(spec: dict[str, Any]) -> None:
         counter = CollectiveCounter() if cfg.count_collectives else None
         if counter:
             counter.install()
+        runner = StepRunner(cfg=cfg, arm=arm, backend=backend, model=model, optimizer=optimizer,
+                             device_type=device_type, device=device, rank=rank, world=world, replicas=replicas,
+                             round_=round_, kind=kind, steps_path=run_dir / results.STEPS, counter=counter,
+                             spec=spec)  # fmt: skip
         n_steps = cfg.profile_step + 1 if kind == "profile" else cfg.warmup + cfg.steps
         profiler = (
             make_profiler(device_type, run_dir / "profiles" / arm.label / f"rank{rank}", rank, cfg.profile_step)
             if kind == "profile" else contextlib.nullcontext()
         )  # fmt: skip
-        tokens = world * cfg.batch_size * cfg.seq_len
-        reduce_dtype = torch.float32 if device_type == "npu" else torch.float64
         gc.collect()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
             for step in range(n_steps):
-                ids = rank_batch(cfg.seed, step, rank=rank, world_size=world, batch_size=cfg.batch_size,
-                                 seq_len=cfg.seq_len, vocab_size=cfg.model.vocab_size).to(device)  # fmt: skip
-                optimizer.zero_grad(set_to_none=True)
-                dev.reset_peak_memory(device_type)
-                if counter:
-                    counter.take()
-                dev.synchronize(device_type)
-                t0 = time.perf_counter()
-                _inject_fault(spec, rank, step)
-                loss = model(ids, labels=ids).loss
-                loss.backward()
-                backend.optimizer_step(optimizer)
-                dev.synchronize(device_type)
-                elapsed_ms = (time.perf_counter() - t0) * 1e3
-                counts = counter.take() if counter else None
-                if prof is not None:
-                    prof.step()
-                alloc, reserved = dev.peak_memory(device_type)
-                maxes = torch.tensor([elapsed_ms, alloc or 0, reserved or 0], dtype=reduce_dtype, device=device)
-                sums = torch.stack([loss.detach().to(reduce_dtype), local_grad_sq(params).to(device, reduce_dtype)])
-                dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
-                dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-                if rank == 0:
-                    m, s = maxes.tolist(), sums.tolist()
-                    record = {
-                        "arm": arm.label, "round": round_, "step": step,
-                        "kind": "profile" if kind == "profile" else ("warmup" if step < cfg.warmup else "timed"),
-                        "time_ms": m[0], "loss": s[0] / world, "grad_norm": (s[1] / replicas) ** 0.5,
-                        "tokens": tokens, "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
-                        "mem_reserved_bytes": int(m[2]) if reserved is not None else None, "world_size": world,
-                    }  # fmt: skip
-                    if counts is not None:
-                        record["collectives"] = counts
-                    results.append_step(run_dir / results.STEPS, record)
-                    log.info("%s round %s step %d: %.1f ms loss %.6f", arm.label, round_, step, m[0], record["loss"])
+                runner.step(step, prof)
         gc.enable()
         if counter:
             counter.uninstall()
