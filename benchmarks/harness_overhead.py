@@ -8,6 +8,14 @@ data and optimizer, timed two ways in one run, interleaved round by round (fresh
 * **bare**: this file under torchrun — a plain loop that times each step with ``perf_counter`` and only
   gathers the times at the end.
 
+Two designs, both printed:
+
+* ``launches``: fsdpbench launches and bare launches interleaved round by round (A B, B A, ...); the
+  ratio of the medians of per-round medians. Honest but sensitive to load drift between launches.
+* ``paired``: one launch, one sharded model; steps alternate between fsdpbench's step
+  (``worker.StepRunner.step``: syncs, peak-memory reset, metric all-reduces, steps.jsonl) and the bare
+  step, so background load hits both alike; the ratio of the medians over steps.
+
 Target: the ratio of medians (fsdpbench / bare) within 1%. Usage::
 
     python benchmarks/harness_overhead.py --rounds 5 --nproc 2 --seq-len 256
@@ -62,20 +70,49 @@ def bare_worker(args: argparse.Namespace) -> None:
             full = init_full_tensor(name, shapes[name], args.seed)
             p.to_local().copy_(distribute_tensor(full, mesh, p.placements, src_data_rank=None).to_local())
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    times = []
-    for step in range(args.warmup + args.steps):
-        ids = rank_batch(args.seed, step, rank=rank, world_size=world, batch_size=1, seq_len=args.seq_len,
-                         vocab_size=cfg.vocab_size)  # fmt: skip
+
+    def bare_step(ids: torch.Tensor) -> float:
         opt.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         model(ids, labels=ids).loss.backward()
         opt.step()
-        times.append((time.perf_counter() - t0) * 1e3)
+        return (time.perf_counter() - t0) * 1e3
+
+    def batch(step: int) -> torch.Tensor:
+        return rank_batch(args.seed, step, rank=rank, world_size=world, batch_size=1, seq_len=args.seq_len,
+                          vocab_size=cfg.vocab_size)  # fmt: skip
+
+    n = args.warmup + args.steps
+    if not args.paired:
+        times = [bare_step(batch(step)) for step in range(n)]
+        harness: list[float] = []
+    else:
+        from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
+        from fsdpbench.config import RunConfig
+        from fsdpbench.worker import StepRunner
+
+        run_cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "preset": args.preset, "seq_len": args.seq_len,
+                                                            "layers": args.layers or None, "warmup": args.warmup,
+                                                            "steps": args.steps, "nproc": world})  # fmt: skip
+        runner = StepRunner(cfg=run_cfg, arm=run_cfg.arms[0], backend=TorchFSDP2Backend(), model=model, optimizer=opt,
+                            device_type="cpu", device=torch.device("cpu"), rank=rank, world=world, replicas=1,
+                            round_=0, kind="timed", steps_path=Path(args.bare_out).with_suffix(".steps.jsonl"))  # fmt: skip
+        times, harness = [], []
+        for step in range(n):  # alternate which goes first, so neither always follows the other
+            first_bare = step % 2 == 1
+            if first_bare:
+                times.append(bare_step(batch(step)))
+            record = runner.step(step)
+            if rank == 0:
+                harness.append(record["time_ms"])
+            if not first_bare:
+                times.append(bare_step(batch(step)))
     gathered = [None] * world
     dist.all_gather_object(gathered, times)
     if rank == 0:
         per_step_max = [max(col) for col in zip(*gathered, strict=True)]
-        Path(args.bare_out).write_text(json.dumps(per_step_max[args.warmup :]))
+        Path(args.bare_out).write_text(json.dumps({"bare": per_step_max[args.warmup :],
+                                                   "fsdpbench": harness[args.warmup :]}))  # fmt: skip
     dist.destroy_process_group()
 
 
@@ -87,13 +124,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_bare(args: argparse.Namespace, out: Path) -> list[float]:
+def run_bare(args: argparse.Namespace, out: Path, paired: bool = False) -> dict[str, list[float]]:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
            "--master-addr=127.0.0.1", f"--master-port={_free_port()}", __file__, "--bare-worker",
            "--bare-out", str(out), "--seq-len", str(args.seq_len), "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--preset", args.preset, "--seed", str(args.seed)]  # fmt: skip
     if args.layers:
         cmd += ["--layers", str(args.layers)]
+    if paired:
+        cmd.append("--paired")
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     return json.loads(out.read_text())
 
@@ -120,34 +159,55 @@ def main() -> None:
     p.add_argument("--preset", default="tiny")
     p.add_argument("--layers", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mode", choices=("launches", "paired", "both"), default="both")
+    p.add_argument("--paired-steps", type=int, default=60, help="timed step pairs of the paired design")
     p.add_argument("--json", help="write the result here")
     p.add_argument("--bare-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--bare-out", help=argparse.SUPPRESS)
+    p.add_argument("--paired", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.bare_worker:
         bare_worker(args)
         return
+    out: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.mode in ("launches", "both"):
+            out["launches"] = interleaved_launches(args, Path(tmp))
+        if args.mode in ("paired", "both"):
+            out["paired"] = paired_steps(args, Path(tmp))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
 
+
+def _report(title: str, bare: list[float], harness: list[float], unit: str) -> dict[str, object]:
     from fsdpbench import stats
 
-    medians: dict[str, list[float]] = {"fsdpbench": [], "bare": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            order = ("fsdpbench", "bare") if r % 2 == 0 else ("bare", "fsdpbench")
-            for who in order:
-                where = Path(tmp) / f"{who}{r}"
-                where.mkdir()
-                times = run_fsdpbench(args, where) if who == "fsdpbench" else run_bare(args, where / "t.json")
-                medians[who].append(statistics.median(times))
-                print(f"round {r} {who:9s}: median {medians[who][-1]:8.2f} ms over {len(times)} steps", flush=True)
-    comp = stats.compare("bare", "fsdpbench", medians["bare"], medians["fsdpbench"])
+    comp = stats.compare("bare", "fsdpbench", bare, harness)
     ci = f"{comp.ci95[0]:.4f}..{comp.ci95[1]:.4f}" if comp.ci95 else "—"
-    print(f"median of round medians: fsdpbench {stats.median(medians['fsdpbench']):.2f} ms, "
-          f"bare {stats.median(medians['bare']):.2f} ms")  # fmt: skip
-    print(f"ratio fsdpbench/bare = {comp.ratio:.4f} ({(comp.ratio - 1) * 100:+.2f}%), 95% CI {ci}; "
-          f"target |difference| <= 1%: {'met' if abs(comp.ratio - 1) <= 0.01 else 'NOT met'}")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps({"round_medians_ms": medians, **comp.to_dict()}, indent=2))
+    print(f"[{title}] median over {unit}: fsdpbench {stats.median(harness):.2f} ms, bare {stats.median(bare):.2f} ms; "
+          f"ratio fsdpbench/bare = {comp.ratio:.4f} ({(comp.ratio - 1) * 100:+.2f}%), 95% CI {ci}; "
+          f"target |difference| <= 1%: {'met' if abs(comp.ratio - 1) <= 0.01 else 'NOT met'}", flush=True)  # fmt: skip
+    return {"bare_ms": bare, "fsdpbench_ms": harness, **comp.to_dict()}
+
+
+def interleaved_launches(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    """fsdpbench and bare launches, A B / B A per round; per-round medians."""
+    medians: dict[str, list[float]] = {"fsdpbench": [], "bare": []}
+    for r in range(args.rounds):
+        for who in ("fsdpbench", "bare") if r % 2 == 0 else ("bare", "fsdpbench"):
+            where = tmp / f"{who}{r}"
+            where.mkdir()
+            times = run_fsdpbench(args, where) if who == "fsdpbench" else run_bare(args, where / "t.json")["bare"]
+            medians[who].append(statistics.median(times))
+            print(f"round {r} {who:9s}: median {medians[who][-1]:8.2f} ms over {len(times)} steps", flush=True)
+    return _report("launches", medians["bare"], medians["fsdpbench"], f"{args.rounds} rounds")
+
+
+def paired_steps(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    """One launch whose steps alternate between fsdpbench's step and the bare step."""
+    paired = argparse.Namespace(**{**vars(args), "steps": args.paired_steps})
+    times = run_bare(paired, tmp / "paired.json", paired=True)
+    return _report("paired", times["bare"], times["fsdpbench"], f"{args.paired_steps} step pairs")
 
 
 if __name__ == "__main__":
