@@ -294,8 +294,8 @@ def _explain_failure(ldir: Path, rc: int) -> str:
     if errors:
         first = min(errors, key=lambda e: e["rank"])
         msg = first["message"] or first["type"]
-        if "hyper_parallel" in msg:
-            return msg
+        if first["type"] in ("ConfigError", "InputError", "LaunchError"):  # already says what to do
+            return f"rank {first['rank']}: {msg}"
         return f"rank {first['rank']} crashed with {first['type']}: {msg}"
     text = (ldir / "torchrun.log").read_text(errors="replace") if (ldir / "torchrun.log").exists() else ""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
