@@ -292,7 +292,8 @@ def _explain_failure(ldir: Path, rc: int) -> str:
         return (f"out of memory on rank {e['rank']} ({e['message']}); reduce --seq-len, --layers or "
                 f"--batch-size, use --ac full or more ranks")  # fmt: skip
     if errors:
-        first = min(errors, key=lambda e: e["rank"])
+        # the first failure is the cause; peers then fail in their collectives (DistBackendError)
+        first = min(errors, key=lambda e: (e["type"] == "DistBackendError", e.get("time", 0.0), e["rank"]))
         msg = first["message"] or first["type"]
         if first["type"] in ("ConfigError", "InputError", "LaunchError"):  # already says what to do
             return f"rank {first['rank']}: {msg}"

@@ -369,7 +369,7 @@ def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
     results.write_json(
         launch_dir / f"error_rank{rank}.json",
         {"rank": rank, "type": type(exc).__name__, "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
-         "oom": oom, "traceback": traceback.format_exc()[-4000:]},
+         "oom": oom, "time": time.time(), "traceback": traceback.format_exc()[-4000:]},
     )  # fmt: skip
 
 
