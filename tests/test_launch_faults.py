@@ -83,3 +83,14 @@ def test_out_of_memory_is_named_and_resume_runs_only_the_missing_round(tmp_path)
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["missing"] == [] and summary["parity"]["valid"] and summary["parity"]["steps_compared"] == 3
     assert list((run_dir / "launches/torch-prefetch1").glob("round0.failed_*/error_rank1.json"))
+
+
+def test_crash_message_names_the_rank_that_failed_first_not_its_peers(tmp_path):
+    from fsdpbench.launcher import _explain_failure
+    from fsdpbench.results import write_json
+
+    write_json(tmp_path / "error_rank0.json", {"rank": 0, "type": "DistBackendError", "message": "Connection closed by peer",
+                                               "oom": False, "time": 1.0})  # fmt: skip
+    write_json(tmp_path / "error_rank1.json", {"rank": 1, "type": "RuntimeError", "message": "shape mismatch",
+                                               "oom": False, "time": 2.0})  # fmt: skip
+    assert _explain_failure(tmp_path, 1) == "rank 1 crashed with RuntimeError: shape mismatch"
