@@ -107,12 +107,20 @@ def summarize(cfg: ModelConfig, seq_len: int, mesh: tuple[int, ...], *, param_dt
     }
 
 
+def _si(value: float, unit: str) -> str:
+    """``1.685e9, "B"`` → ``"1.685 GB"`` (decimal prefixes, 4 significant digits)."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
 def _print_tables(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     def gb(n: float) -> str:
-        return f"{n / 1e9:,.3f} GB"
+        return _si(n, "B")
 
     console = Console()
     c = s["config"]
@@ -124,7 +132,7 @@ def _print_tables(s: dict[str, Any]) -> None:
     console.print(f"total parameters      {s['total_params']:,}")
     console.print(f"active matmul params  {s['active_matmul_params_per_token']:,} per token")
     console.print(
-        f"training FLOPs/token  {s['flops_per_token'] / 1e9:,.2f} GFLOP at seq {s['seq_len']} "
+        f"training FLOPs/token  {_si(s['flops_per_token'], 'FLOP')} at seq {s['seq_len']} "
         f"({s['flops_convention']})"
     )
     table = Table(title=f"parameters and bytes per piece ({s['dtypes']['param']})")
