@@ -116,6 +116,12 @@ def bare_worker(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+def _check_run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+
+
 def _free_port() -> int:
     import socket
 
@@ -133,7 +139,7 @@ def run_bare(args: argparse.Namespace, out: Path, paired: bool = False) -> dict[
         cmd += ["--layers", str(args.layers)]
     if paired:
         cmd.append("--paired")
-    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    _check_run(cmd)
     return json.loads(out.read_text())
 
 
@@ -143,7 +149,7 @@ def run_fsdpbench(args: argparse.Namespace, out: Path) -> list[float]:
            "--preset", args.preset, "--seed", str(args.seed), "--out", str(out), "--no-report"]  # fmt: skip
     if args.layers:
         cmd += ["--layers", str(args.layers)]
-    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    _check_run(cmd)
     (run_dir,) = out.glob("run_*")
     steps = [orjson.loads(x) for x in (run_dir / "steps.jsonl").read_bytes().splitlines()]
     return [s["time_ms"] for s in steps if s["kind"] == "timed"]
