@@ -135,8 +135,12 @@ class LMHead(nn.Linear):
         # transformers' convention: labels align with input_ids; token t predicts label t + 1
         shifted_BT = F.pad(labels_BT, (0, 1), value=IGNORE_INDEX)[:, 1:]
         h_NH, labels_N = h_BTH.reshape(-1, h_BTH.shape[-1]), shifted_BT.reshape(-1)
-        with_grad = torch.is_grad_enabled() and (h_NH.requires_grad or self.weight.requires_grad)
-        total = _LinearCrossEntropy.apply(h_NH, self.weight, labels_N, chunk, with_grad)
+        if h_NH.shape[0] <= chunk:  # one chunk holds every token: plain autograd is the same and cheaper
+            logits_NV = F.linear(h_NH, self.weight).float()
+            total = F.cross_entropy(logits_NV, labels_N, ignore_index=IGNORE_INDEX, reduction="sum")
+        else:
+            with_grad = torch.is_grad_enabled() and (h_NH.requires_grad or self.weight.requires_grad)
+            total = _LinearCrossEntropy.apply(h_NH, self.weight, labels_N, chunk, with_grad)
         return total / (labels_N != IGNORE_INDEX).sum().clamp(min=1)
 
 
