@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,25 @@ def test_analyze_a_multi_step_cpu_trace_reports_each_step(tmp_path):
     assert r.compute_us == 30.0 and r.step is None and r.step_time_us == 200.0
     only2 = analyze([tmp_path / "rank0.json"], step=2, workers=1).ranks[0]
     assert only2.step == 2 and only2.compute_us == 20.0 and only2.overlap_ratio == 0.75
+
+
+def test_chunked_decode_gives_the_same_table_as_a_whole_decode(tmp_path, monkeypatch):
+    from fsdpbench.trace import kineto
+    from fsdpbench.trace.synthetic import make_trace, write_trace
+
+    doc = make_trace(device_events=400, seed=2)
+    # a split point inside a string, nested lists of objects in args, metadata after the events
+    doc["traceEvents"].insert(5, kernel('weird "},{" name', 3.0, 1.0, **{"list": [{"a": 1}, {"b": 2}]}))
+    doc["traceName"] = "x]"
+    path = write_trace(tmp_path / "t.json", doc)
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 300)  # many chunks
+    calls = []
+    add = kineto._Columns.add
+    monkeypatch.setattr(kineto._Columns, "add", lambda self, ev, p: (calls.append(len(ev)), add(self, ev, p)))
+    chunked = read_kineto(path)
+    assert len(calls) > 10 and sum(calls) == len(doc["traceEvents"])  # decoded chunk by chunk
+    monkeypatch.setattr(kineto, "_EVENTS_KEY", re.compile(rb"(?!)"))  # never matches: whole decode
+    reference = read_kineto(path)
+    pd.testing.assert_frame_equal(chunked.events, reference.events)
+    assert chunked.rank == reference.rank == 0
+    assert len(chunked.events) == 2 * 400 + 2  # kernels, their launches, the odd kernel, one step

@@ -85,22 +85,29 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     sel = ev[ev["step"].isin(chosen)] if chosen else ev
     total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None)
     per_step = [_metrics(trace, ev[ev["step"] == s], [s], s) for s in chosen] if len(chosen) > 1 else [total]
-    rm = RankMetrics(**total.__dict__, rank=int(trace.rank or 0), source=trace.source, format=trace.format,
-                     mode=trace.mode, steps=per_step, events=ev, collective_events=collective_events(sel),
-                     cross_check=trace.cross_check)  # fmt: skip
-    return rm
+    dev = ev["device"].to_numpy()
+    span = (int(ev["start_ns"].to_numpy()[dev].min()), int(ev["end_ns"].to_numpy()[dev].max())) if dev.any() else None
+    return RankMetrics(**total.__dict__, rank=int(trace.rank or 0), source=trace.source, format=trace.format,
+                       mode=trace.mode, steps=per_step, collective_events=collective_events(sel),
+                       cross_check=trace.cross_check, device_span_ns=span, _events=ev)  # fmt: skip
 
 
-def _analyze_one(source: Source, step: int | None) -> tuple[RankTrace, RankMetrics | None, str | None]:
-    """Read and measure one rank (runs in a worker process); errors come back as messages."""
+def _analyze_one(
+    source: Source, step: int | None, keep_events: bool = True
+) -> tuple[bool, int | None, list[str], RankMetrics | None, str | None]:
+    """Read and measure one rank (runs in a worker process). Returns (read ok, rank from the trace,
+    reader warnings, metrics, error message)."""
     try:
         trace = read_rank(source)
     except FsdpbenchError as exc:
-        return None, None, str(exc)  # type: ignore[return-value]
+        return False, None, [], None, str(exc)
     try:
-        return trace, rank_metrics(trace, step), None
+        metrics = rank_metrics(trace, step)
     except FsdpbenchError as exc:
-        return trace, None, str(exc)
+        return True, trace.rank, trace.warnings, None, str(exc)
+    if not keep_events:
+        metrics._events = None  # not worth shipping between processes: read again on first use
+    return True, trace.rank, trace.warnings, metrics, None
 
 
 def _cross_check_warnings(r: RankMetrics) -> list[str]:
@@ -147,24 +154,23 @@ def analyze(
         results = [_analyze_one(s, step) for s in sources]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_analyze_one, sources, [step] * n))
+            results = list(pool.map(_analyze_one, sources, [step] * n, [False] * n))
     warnings: list[str] = []
     errors: list[str] = []
     ranks: list[RankMetrics] = []
-    for src, (trace, metrics, err) in zip(sources, results, strict=True):
-        if trace is not None:
-            warnings.extend(trace.warnings)
+    for src, (_, trace_rank, trace_warnings, metrics, err) in zip(sources, results, strict=True):
+        warnings.extend(trace_warnings)
         if err:
             errors.append(err)
             continue
-        if trace.rank is None:
+        if trace_rank is None:
             warnings.append(f"{src.path}: no rank in the trace or its path; using its position ({len(ranks)})")
         ranks.append(metrics)  # type: ignore[arg-type]
     if not ranks:
         raise InputError("nothing could be analysed: " + "; ".join(errors))
     warnings.extend(f"skipped: {e}" for e in errors)
     ids = [r.rank for r in ranks]
-    if any(t is not None and t.rank is None for t, _, _ in results):
+    if any(ok and rank is None and metrics is not None for ok, rank, _, metrics, _ in results):
         ids = list(range(len(ranks))) if len(set(ids)) != len(ids) else ids
         for r, i in zip(ranks, ids, strict=True):
             r.rank = i
@@ -185,10 +191,7 @@ def analyze(
             + "); per-rank figures are valid, cross-rank comparisons mix steps"
         )
     res = Analysis(sources=[str(p) for p in paths], format=sources[0].format, ranks=ranks, warnings=warnings, top=top)
-    spans = []
-    for r in ranks:
-        dev = r.events[r.events["device"]]
-        spans.append((int(dev["start_ns"].min()), int(dev["end_ns"].max())) if len(dev) else (0, 0))
+    spans = [r.device_span_ns or (0, 0) for r in ranks]
     offset = clock_offset_warning([r.rank for r in ranks], spans)
     if offset:
         warnings.append(offset)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,7 @@ class RankMetrics(StepMetrics):
     Attributes beyond :class:`StepMetrics`:
         rank, source, format, mode (``device`` or ``cpu``);
         steps: per profiler step; events: the rank's event table (see ``fsdpbench.trace.table``);
+        device_span_ns: first device event start and last end (the rank's clock), or None;
         collective_events: DataFrame ``type, bytes, start_ns, end_ns``;
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None.
     """
@@ -68,9 +70,20 @@ class RankMetrics(StepMetrics):
     format: str = ""
     mode: str = "device"
     steps: list[StepMetrics] = field(default_factory=list)
-    events: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     collective_events: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     cross_check: pd.DataFrame | None = field(default=None, repr=False)
+    device_span_ns: tuple[int, int] | None = None
+    _events: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The rank's event table. Ranks analysed in worker processes do not ship it back (it is the
+        bulk of the memory); it is read again from ``source`` on first use."""
+        if self._events is None:
+            from fsdpbench.trace import Source, read_rank
+
+            self._events = read_rank(Source(Path(self.source), self.format)).events
+        return self._events
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         d = {"rank": self.rank, **super().to_dict(top)}

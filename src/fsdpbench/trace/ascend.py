@@ -37,6 +37,7 @@ from fsdpbench.trace.table import (
     assign_steps,
     build_table,
     collective_of,
+    object_full,
     task_of,
     us_strings_to_ns,
     us_to_ns,
@@ -292,7 +293,7 @@ def read_ascend(folder: str | Path) -> RankTrace:
     sync = (category == "other") & np.isin(task, ["barrier", "device_synchronize", "stream_synchronize", "event_synchronize"])
     category[sync] = "sync"
     comm = category == "comm"
-    collective = np.full(len(df), "", dtype=object)
+    collective = object_full(len(df), "")
     collective[comm] = collective_of(names)[comm]
     nbytes = np.full(len(df), np.nan)
     if hccl_bytes:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import gc
 import gzip
-import operator
 import re
 import zlib
+from collections.abc import Iterator
 from itertools import compress, repeat
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from fsdpbench.trace.table import (
     collective_of,
     kernel_category,
     needs_string_parse,
+    object_full,
     task_of,
     us_to_ns,
 )
@@ -77,24 +78,18 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
-def _factorize(values: list[Any]) -> tuple[np.ndarray, Any]:
-    """pd.factorize of raw JSON values; unhashable ones (lists, dicts in a broken trace) become text."""
+def _factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """(codes, uniques in first-seen order) of raw JSON values, at C speed (dict hashing);
+    unhashable values (lists, dicts in a broken trace) are compared as their JSON text."""
     try:
-        return pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+        index = dict.fromkeys(values)
     except TypeError:
-        safe = [v if isinstance(v, str | int | float | type(None)) else orjson.dumps(v).decode() for v in values]
-        return pd.factorize(pd.Series(safe, dtype=object), use_na_sentinel=False)
-
-
-def _factorize_str(values: list[Any]) -> pd.Categorical:
-    """A Categorical of ``str(value)`` built from hashing the raw values once (no per-row str())."""
-    codes, uniques = _factorize(values)
-    cats = pd.Index(["" if u is None else str(u) for u in uniques])
-    if not cats.is_unique:  # e.g. 1 and "1" in a hand-made trace
-        recode, cats = pd.factorize(cats)
-        codes = recode[codes]
-        cats = pd.Index(cats)
-    return pd.Categorical.from_codes(codes, categories=cats) if len(cats) else pd.Categorical([])
+        values = [v if isinstance(v, str | int | float | type(None)) else orjson.dumps(v).decode() for v in values]
+        index = dict.fromkeys(values)
+    uniques = list(index)
+    for i, u in enumerate(uniques):
+        index[u] = i
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)), uniques
 
 
 def _get(d: dict, key: Any) -> Any:
@@ -190,7 +185,183 @@ def read_kineto(path: str | Path) -> RankTrace:
             gc.enable()
 
 
-def _read_kineto(path: Path) -> RankTrace:
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_CHUNK_BYTES = 1 << 20
+# events whose args we keep (message sizes, correlation is read for all): collectives and launches
+_ARGS_NAME = re.compile(r"nccl|rccl|hccl|hcom|gloo|c10d|record_param_comms", re.IGNORECASE)
+
+
+class _ChunkError(Exception):
+    """The fast chunked decode cannot split this document; decode it whole instead."""
+
+
+def _pieces(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
+    """The file's (decompressed) bytes, piece by piece; InputError on a read or gzip problem."""
+    try:
+        with path.open("rb") as f:
+            first = f.read(size)
+            if not first:
+                raise InputError(f"{path}: the file is empty; re-export the profile")
+            if not (path.suffix == ".gz" or first[:2] == b"\x1f\x8b"):
+                while first:
+                    yield first
+                    first = f.read(size)
+                return
+            d = zlib.decompressobj(wbits=47)  # gzip or zlib header
+            data, produced = first, False
+            while data:
+                out = d.decompress(data)
+                produced |= bool(out)
+                if out:
+                    yield out
+                while d.unused_data and d.eof:  # concatenated gzip members
+                    rest, d = d.unused_data, zlib.decompressobj(wbits=47)
+                    out = d.decompress(rest)
+                    produced |= bool(out)
+                    if out:
+                        yield out
+                data = f.read(size)
+            if not d.eof:
+                raise InputError(f"{path}: corrupt or truncated gzip (the stream ends early); re-export the profile")
+            if not produced:
+                raise InputError(f"{path}: the file is empty after decompression; re-export the profile")
+    except zlib.error as exc:
+        raise InputError(f"{path}: corrupt or truncated gzip ({exc}); re-export the profile") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _decode_streaming(path: Path, cols: _Columns) -> Any:
+    """Decode the ``traceEvents`` array chunk by chunk while the file is read and decompressed, so
+    that neither the whole text nor all event objects are ever in memory at once. Returns the
+    document without its events (for ``distributedInfo``). Raises _ChunkError when the document
+    does not split cleanly (each chunk must parse on its own, so a wrong split cannot go unnoticed)."""
+    buf = b""
+    head = None
+    for piece in _pieces(path):
+        buf += piece
+        if head is None:
+            m = _EVENTS_KEY.search(buf)
+            if m is None:
+                if len(buf) > (64 << 20):
+                    raise _ChunkError
+                continue
+            head, buf = buf[: m.start()], buf[m.end() :]
+        while len(buf) > _CHUNK_BYTES:
+            cut = _BOUNDARY.search(buf, _CHUNK_BYTES)
+            if cut is None:
+                break
+            try:
+                events = orjson.loads(b"[" + buf[: cut.start() + 1] + b"]")
+            except orjson.JSONDecodeError:
+                raise _ChunkError from None
+            buf = buf[cut.end() - 1 :]
+            cols.add(events, path)
+            del events
+    if head is None:
+        raise _ChunkError
+    pos = len(buf)
+    for _ in range(32):  # the array ends at one of the last ']' (metadata may follow it)
+        pos = buf.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        try:
+            meta = orjson.loads(head + b'"traceEvents":[]' + buf[pos + 1 :])
+            events = orjson.loads(b"[" + buf[:pos] + b"]")
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(meta, dict):
+            cols.add(events, path)
+            return meta
+    raise _ChunkError
+
+
+class _Interner:
+    """Global codes for values factorized chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.codes: list[np.ndarray] = []
+
+    def add(self, values: list[Any]) -> None:
+        codes, uniques = _factorize(values)
+        to_global = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [0], dtype=np.int32)
+        self.codes.append(to_global[codes] if len(uniques) else np.zeros(len(values), np.int32))
+
+    def result(self) -> tuple[np.ndarray, list[Any]]:
+        codes = np.concatenate(self.codes) if self.codes else np.empty(0, np.int32)
+        return codes, list(self.index)
+
+
+class _Columns:
+    """The X events' fields, gathered chunk by chunk so that only one chunk's objects live at a time."""
+
+    def __init__(self) -> None:
+        self.ts: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.corr: list[np.ndarray] = []
+        self.name, self.cat, self.pid, self.tid = _Interner(), _Interner(), _Interner(), _Interner()
+        self.args: dict[int, Any] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
+        self.n = 0
+
+    def add(self, events: list[Any], path: Path) -> None:
+        try:
+            ph = _field(events, "ph")
+        except TypeError:  # an entry that is not an object
+            events = [e for e in events if type(e) is dict]
+            ph = _field(events, "ph")
+        ph_codes, ph_uniq = _factorize(ph)
+        is_ph = {v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M") and type(v) is str}
+        no = np.zeros(len(ph), dtype=bool)
+        for i in np.flatnonzero(is_ph.get("M", no)):
+            e = events[i]
+            a = e.get("args")
+            if e.get("name") == "thread_name" and type(a) is dict:
+                try:
+                    self.thread_names[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
+                except TypeError:  # an unhashable pid/tid in a broken trace
+                    pass
+        xs = list(compress(events, is_ph.get("X", no)))
+        if not xs:
+            return
+        k = len(xs)
+        self.ts.append(_floats(xs, "ts", np.nan, path))
+        self.dur.append(_floats(xs, "dur", 0, path))
+        names = _field(xs, "name", "")
+        self.name.add(names)
+        self.cat.add(_field(xs, "cat", ""))
+        self.pid.add(_field(xs, "pid"))
+        self.tid.add(_field(xs, "tid"))
+        args = _field(xs, "args")
+        has_args = np.fromiter(map(isinstance, args, repeat(dict)), dtype=bool, count=k)
+        corr = np.full(k, -1, dtype=np.int64)
+        try:
+            corr[has_args] = np.fromiter(
+                map(dict.get, compress(args, has_args), repeat("correlation"), repeat(-1)), dtype=np.int64,
+                count=int(has_args.sum()),
+            )  # fmt: skip
+        except (TypeError, ValueError, OverflowError):  # odd values in a hand-made trace
+            raw_corr = [a.get("correlation", -1) if type(a) is dict else -1 for a in args]
+            corr = pd.to_numeric(pd.Series(raw_corr, dtype=object), errors="coerce").fillna(-1).to_numpy(np.int64)
+        self.corr.append(corr)
+        codes, uniques = _factorize(names)
+        wanted = np.array([isinstance(u, str) and bool(_ARGS_NAME.search(u)) for u in uniques] + [False])[codes]
+        for i in np.flatnonzero(wanted & has_args):
+            self.args[self.n + int(i)] = args[i]
+        self.n += k
+
+
+def _decode(path: Path) -> tuple[Any, _Columns]:
+    """(distributedInfo, columns) of a trace: streamed chunk by chunk when the document splits
+    cleanly (peak memory: one chunk), else decoded whole."""
+    cols = _Columns()
+    try:
+        meta = _decode_streaming(path, cols)
+        return meta.get("distributedInfo"), cols
+    except _ChunkError:
+        cols = _Columns()
     raw = read_bytes(path)
     try:
         doc = orjson.loads(raw)
@@ -198,65 +369,64 @@ def _read_kineto(path: Path) -> RankTrace:
         raise InputError(f"{path}: not valid JSON ({exc}); the trace is truncated or corrupt, re-export it") from None
     del raw
     if isinstance(doc, dict):
-        events = doc.get("traceEvents")
-        dist = doc.get("distributedInfo")
+        events, dist = doc.get("traceEvents"), doc.get("distributedInfo")
     else:
         events, dist = doc, None
     if not isinstance(events, list):
         raise InputError(f"{path}: no 'traceEvents' list; this is not a PyTorch profiler trace")
+    cols.add(events, path)
+    return dist, cols
+
+
+def _categorical(codes: np.ndarray, uniques: list[Any]) -> pd.Categorical:
+    cats = pd.Index(["" if u is None else str(u) for u in uniques], dtype=object)
+    if not cats.is_unique:  # e.g. 1 and "1" in a hand-made trace
+        recode, cats = pd.factorize(cats)
+        codes = recode[codes]
+        cats = pd.Index(cats, dtype=object)
+    return pd.Categorical.from_codes(codes, categories=cats) if len(cats) else pd.Categorical([])
+
+
+def _read_kineto(path: Path) -> RankTrace:
+    dist, cols = _decode(path)
     warnings: list[str] = []
     rank = None
     if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
         rank = dist["rank"]
     if rank is None:
         rank = rank_from_path(path)
-
-    try:
-        ph = _field(events, "ph")
-    except TypeError:  # an entry that is not an object
-        events = [e for e in events if type(e) is dict]
-        ph = _field(events, "ph")
-    is_x = np.fromiter(map(operator.eq, ph, repeat("X")), dtype=bool, count=len(ph))
-    is_m = np.fromiter(map(operator.eq, ph, repeat("M")), dtype=bool, count=len(ph))
-    del ph
-    thread_names: dict[tuple[Any, Any], str] = {}
-    for i in np.flatnonzero(is_m):
-        e = events[i]
-        a = e.get("args")
-        if e.get("name") == "thread_name" and type(a) is dict:
-            try:
-                thread_names[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
-            except TypeError:  # an unhashable pid/tid in a broken trace
-                pass
-    xs = list(compress(events, is_x))
-    del events, doc
-    if not xs:
+    if cols.n == 0:
         raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
-
-    ts = _floats(xs, "ts", np.nan, path)
-    dur = _floats(xs, "dur", 0, path)
+    thread_names = cols.thread_names
+    ts, dur = np.concatenate(cols.ts), np.concatenate(cols.dur)
+    name_codes, name_uniq = cols.name.result()
+    cat_codes, cat_uniq = cols.cat.result()
+    pid_codes, pid_uniq = cols.pid.result()
+    tid_codes, tid_uniq = cols.tid.result()
+    corr = np.concatenate(cols.corr)
+    args = cols.args
     # |ts| beyond ~285 years of µs would overflow int64 ns
     good = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (np.abs(ts) < 9e15) & (dur < 9e15)
     if not good.all():
         warnings.append(f"{path.name}: {int((~good).sum())} events without a valid ts/dur were skipped")
         keep = np.flatnonzero(good)
-        xs = [xs[i] for i in keep]
-        ts, dur = ts[keep], dur[keep]
-        if not xs:
+        if keep.size == 0:
             raise InputError(f"{path}: no event has a valid 'ts' and 'dur'")
+        new_index = np.cumsum(good) - 1
+        args = {int(new_index[i]): a for i, a in args.items() if good[i]}
+        ts, dur, corr = ts[keep], dur[keep], corr[keep]
+        name_codes, cat_codes, pid_codes, tid_codes = name_codes[keep], cat_codes[keep], pid_codes[keep], tid_codes[keep]
     if needs_string_parse(ts):
         warnings.append(f"{path.name}: timestamps beyond 2**43 µs; times are exact only to the double's precision")
     start = us_to_ns(ts)
     end = start + us_to_ns(dur)
-    names = _factorize_str(_field(xs, "name", ""))
-    cats = _factorize_str(_field(xs, "cat", ""))
-    cat_lower = np.array([str(c).lower() for c in cats.categories] + [""])[cats.codes]
-    pid_codes, pid_uniq = _factorize(_field(xs, "pid"))
-    tid_codes, tid_uniq = _factorize(_field(xs, "tid"))
+    del ts, dur
+    names = _categorical(name_codes, name_uniq)
+    cats = _categorical(cat_codes, cat_uniq)
+    cat_lower = np.array([str(c).lower() for c in cats.categories] + [""], dtype=object)[cats.codes]
     pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
-    args = _field(xs, "args")
-    n = len(xs)
+    n = len(start)
 
     is_dev_cat = np.isin(cat_lower, list(_DEVICE_CATS))
     name_lane = [_get(thread_names, (p, t)) or f"thread {t}" for p, t in pairs]
@@ -268,10 +438,10 @@ def _read_kineto(path: Path) -> RankTrace:
     steps = pd.DataFrame({"step": step_ids, "start_ns": start[sel], "end_ns": end[sel]})
     steps = steps.sort_values("start_ns", ignore_index=True)
 
-    collective = np.full(n, "", dtype=object)
+    collective = object_full(n, "")
     nbytes = np.full(n, np.nan)
     task = task_of(names)
-    category = np.full(n, "other", dtype=object)
+    category = object_full(n, "other")
     device = np.zeros(n, dtype=bool)
     step = assign_steps(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
 
@@ -292,18 +462,8 @@ def _read_kineto(path: Path) -> RankTrace:
         comm = category == "comm"
         collective[comm] = collective_of(names)[comm]
         for i in np.flatnonzero(comm):
-            nbytes[i] = _message_bytes(args[i])
+            nbytes[i] = _message_bytes(args.get(int(i)))
         # a kernel belongs to the step of the runtime call that launched it
-        has_args = np.fromiter(map(isinstance, args, repeat(dict)), dtype=bool, count=n)
-        corr = np.full(n, -1, dtype=np.int64)
-        try:
-            corr[has_args] = np.fromiter(
-                map(dict.get, compress(args, has_args), repeat("correlation"), repeat(-1)), dtype=np.int64,
-                count=int(has_args.sum()),
-            )  # fmt: skip
-        except (TypeError, ValueError, OverflowError):  # odd values in a hand-made trace
-            raw_corr = [a.get("correlation", -1) if type(a) is dict else -1 for a in args]
-            corr = pd.to_numeric(pd.Series(raw_corr, dtype=object), errors="coerce").fillna(-1).to_numpy(np.int64)
         host = ~is_dev_cat & (corr >= 0)
         if host.any() and len(steps):
             launch_step = pd.Series(step[host], index=corr[host])
@@ -342,11 +502,10 @@ def _is_operator(name: str) -> bool:
 
 def _classify_cpu(
     names: pd.Categorical, cat_lower: np.ndarray, start: np.ndarray, end: np.ndarray, lane_codes: np.ndarray,
-    is_step: np.ndarray, args: list[Any], category: np.ndarray, device: np.ndarray, collective: np.ndarray,
+    is_step: np.ndarray, args: dict[int, Any], category: np.ndarray, device: np.ndarray, collective: np.ndarray,
     nbytes: np.ndarray, warnings: list[str], path: Path,
 ) -> None:  # fmt: skip
     """Fill category/device/collective/bytes in place for a CPU-only trace (see module docstring)."""
-    lower = np.array([c.lower() for c in names.categories] + [""], dtype=object)[names.codes]
     is_cpu_op = cat_lower == "cpu_op"
     # the training thread holds the ProfilerStep spans, else the most cpu_ops
     if is_step.any():
@@ -356,7 +515,7 @@ def _classify_cpu(
     else:
         main = np.bincount(lane_codes).argmax()
     on_main = lane_codes == main
-    is_gloo = np.array([c.startswith("gloo:") for c in lower], dtype=bool)
+    is_gloo = np.array([c.lower().startswith("gloo:") for c in names.categories] + [False])[names.codes]
     is_launch = on_main & np.array([bool(_LAUNCH_RE.match(c)) for c in names.categories] + [False])[names.codes]
     is_launch &= ~is_gloo
 
@@ -413,7 +572,7 @@ def _classify_cpu(
         span_type = collective_of(names)[gi]
         launch_order = launches[np.argsort(start[launches], kind="stable")] if launches.size else launches
         launch_type = collective_of(names)[launch_order] if launches.size else np.array([])
-        launch_bytes = np.array([_message_bytes(args[i]) for i in launch_order])
+        launch_bytes = np.array([_message_bytes(args.get(int(i))) for i in launch_order])
         if launch_order.size == gi.size:
             collective[gi] = launch_type
             nbytes[gi] = launch_bytes
@@ -430,7 +589,7 @@ def _classify_cpu(
         category[launches] = "comm"
         device[launches] = True
         collective[launches] = collective_of(names)[launches]
-        nbytes[launches] = [_message_bytes(args[i]) for i in launches]
+        nbytes[launches] = [_message_bytes(args.get(int(i))) for i in launches]
         warnings.append(
             f"{path.name}: no gloo worker-thread spans; the collective launch ops on the training thread are "
             "counted as communication (they block it, so overlap is zero by construction)"

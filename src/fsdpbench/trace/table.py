@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import repeat
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,7 +76,8 @@ def collective_type(name: str) -> str:
 def classify_names(names: pd.Categorical, rules: Sequence[tuple[str, re.Pattern[str]]], default: str) -> np.ndarray:
     """Apply ordered regex rules to the *categories* of ``names`` once and broadcast by code."""
     cats = [str(c) for c in names.categories]
-    labels = np.array([next((lab for lab, pat in rules if pat.search(c)), default) for c in cats] + [default])
+    labels = np.array([next((lab for lab, pat in rules if pat.search(c)), default) for c in cats] + [default],
+                      dtype=object)  # fmt: skip
     return labels[names.codes]  # code -1 (NaN) picks the trailing default
 
 
@@ -87,7 +90,7 @@ def kernel_category(names: pd.Categorical) -> np.ndarray:
 def collective_of(names: pd.Categorical) -> np.ndarray:
     """Collective type per event from its name (``other`` when unrecognised)."""
     cats = [str(c) for c in names.categories]
-    labels = np.array([collective_type(c) for c in cats] + ["other"])
+    labels = np.array([collective_type(c) for c in cats] + ["other"], dtype=object)
     return labels[names.codes]
 
 
@@ -144,6 +147,23 @@ def us_strings_to_ns(values: pd.Series) -> np.ndarray:
     return np.where(neg.to_numpy(), -ns, ns)
 
 
+def object_full(n: int, value: str) -> np.ndarray:
+    """An object array holding one shared ``value`` (``np.full`` would create n string objects)."""
+    out = np.empty(n, dtype=object)
+    out.fill(value)
+    return out
+
+
+def _coded(values: Any, categories: list[str]) -> pd.Categorical:
+    """A Categorical with known categories, coded at C speed (values outside them become NaN)."""
+    if isinstance(values, pd.Categorical):
+        return pd.Categorical(values, categories=categories)
+    index = {c: i for i, c in enumerate(categories)}
+    vals = np.asarray(values, dtype=object)
+    codes = np.fromiter(map(index.get, vals, repeat(-1)), dtype=np.int64, count=len(vals))
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(categories, dtype=object)))
+
+
 def build_table(
     *,
     name: Sequence[str] | pd.Categorical,
@@ -160,24 +180,24 @@ def build_table(
 ) -> pd.DataFrame:
     """Assemble the event table with the dtypes of the module docstring, sorted by start."""
     n = len(start_ns)
-    names = name if isinstance(name, pd.Categorical) else pd.Categorical(name)
-    df = pd.DataFrame({
+    start_ns = np.asarray(start_ns, dtype=np.int64)
+    order = np.argsort(start_ns, kind="stable")
+    names = (name if isinstance(name, pd.Categorical) else pd.Categorical(name))[order]
+    cols = {
         "name": names,
-        "category": pd.Categorical(category, categories=CATEGORIES),
-        "start_ns": np.asarray(start_ns, dtype=np.int64),
-        "end_ns": np.asarray(end_ns, dtype=np.int64),
-        "lane": lane if isinstance(lane, pd.Categorical) else pd.Categorical(lane),
-        "device": np.asarray(device, dtype=bool),
-        "collective": pd.Categorical(
-            np.full(n, "", dtype=object) if collective is None else collective, categories=["", *COLLECTIVE_TYPES]
-        ),
-        "bytes": np.full(n, np.nan) if nbytes is None else np.asarray(nbytes, dtype=np.float64),
+        "category": _coded(category, CATEGORIES)[order],
+        "start_ns": start_ns[order],
+        "end_ns": np.asarray(end_ns, dtype=np.int64)[order],
+        "lane": (lane if isinstance(lane, pd.Categorical) else pd.Categorical(lane))[order],
+        "device": np.asarray(device, dtype=bool)[order],
+        "collective": _coded(object_full(n, "") if collective is None else collective, ["", *COLLECTIVE_TYPES])[order],
+        "bytes": np.full(n, np.nan) if nbytes is None else np.asarray(nbytes, dtype=np.float64)[order],
         "op_type": names if op_type is None else (
-            op_type if isinstance(op_type, pd.Categorical) else pd.Categorical(op_type)),
-        "task": pd.Categorical(np.full(n, "", dtype=object) if task is None else task, categories=["", *TASKS]),
-        "step": np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64),
-    })  # fmt: skip
-    return df.sort_values("start_ns", kind="stable", ignore_index=True)
+            op_type if isinstance(op_type, pd.Categorical) else pd.Categorical(op_type))[order],
+        "task": _coded(object_full(n, "") if task is None else task, ["", *TASKS])[order],
+        "step": np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
+    }  # fmt: skip
+    return pd.DataFrame(cols, copy=False)
 
 
 def empty_table() -> pd.DataFrame:
