@@ -13,6 +13,8 @@ any length ≥ 1 works.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -208,8 +210,9 @@ def causal_depthwise_conv1d(x_BTC: torch.Tensor, w_C1K: torch.Tensor) -> torch.T
     return out_BTC
 
 
+@functools.cache
 def _fla_chunk_gated_delta_rule():
-    """fla's Triton kernel when installed (CUDA only), else None; imported lazily."""
+    """fla's Triton kernel when installed (CUDA only), else None; imported lazily, once."""
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_kernel
     except Exception:  # fla missing or broken (e.g. no triton): the pure-PyTorch path is used
