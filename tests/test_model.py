@@ -58,7 +58,7 @@ def test_chunked_gated_delta_rule_gradients_equal_recurrence_gradients():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("size", [1, 5, 16, 64])
+@pytest.mark.parametrize("size", [1, 5, 16, 20, 64])
 def test_matmul_only_unit_lower_inverse_equals_linalg_inverse(size):
     a = torch.randn(3, size, size, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 0.3
     unit_lower = torch.eye(size, dtype=torch.float64) + a.tril(-1)
@@ -257,10 +257,11 @@ def test_bad_sequence_length_names_the_rule():
         preset_tiny().validate_seq_len(0)
 
 
-def test_unit_lower_inverse_gradient_equals_autograd_through_linalg_inverse():
-    a = torch.randn(2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 0.3
-    weights = torch.randn(2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+@pytest.mark.parametrize("size", [6, 20])  # product form (<= 16) and block doubling (padded to 32)
+def test_unit_lower_inverse_gradient_equals_autograd_through_linalg_inverse(size):
+    a = torch.randn(2, size, size, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 0.3
+    weights = torch.randn(2, size, size, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     a1, a2 = a.clone().requires_grad_(), a.clone().requires_grad_()
     (unit_lower_inverse(a1) * weights).sum().backward()
-    (torch.linalg.inv(torch.eye(6, dtype=torch.float64) + a2.tril(-1)) * weights).sum().backward()
+    (torch.linalg.inv(torch.eye(size, dtype=torch.float64) + a2.tril(-1)) * weights).sum().backward()
     torch.testing.assert_close(a1.grad, a2.grad)

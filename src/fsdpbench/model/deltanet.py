@@ -6,9 +6,9 @@ Recurrence per (batch, value head), state ``S [Dk, Dv]``, token t (q, k L2-norma
 
 The chunked form (WY/UT transform, as in transformers' ``torch_chunk_gated_delta_rule`` and fla's
 naive kernel) turns C tokens into a few matmuls plus one unit-lower-triangular solve per chunk. Here
-that solve is done with matmuls only (recursive block doubling, ``unit_lower_inverse``): faster
-than ``solve_triangular`` on CPU and portable to NPU and ``torch.compile``. Sequences are padded internally to a multiple of the chunk, so
-any length ≥ 1 works.
+that solve is done with matmuls only (``unit_lower_inverse``): faster than ``solve_triangular`` on
+CPU and portable to NPU and ``torch.compile``. The scan over chunks is one multiply-add per chunk.
+Sequences are padded internally to a multiple of the chunk, so any length ≥ 1 works.
 """
 
 from __future__ import annotations
@@ -88,9 +88,9 @@ def unit_lower_inverse(a_CC: torch.Tensor) -> torch.Tensor:
     block ``[[A, 0], [B, D]]``, its inverse is ``[[A⁻¹, 0], [−D⁻¹ B A⁻¹, D⁻¹]]``. Starting from 1×1
     blocks (inverse 1), log₂C batched rounds give the full inverse for ≈ C³/3 FLOPs — no sequential
     substitution and no ``solve_triangular`` (slow on CPU, absent from some NPU/compile paths).
-    C is padded with identity rows up to a power of two. Chunks of ≤ 16 use the shorter product
-    ``(I − L)⁻¹``-series form ``(I + N)(I + N²)(I + N⁴)…`` (N = −L, Nᶜ = 0) instead. Backward is
-    analytic (two matmuls).
+    C is padded with identity rows up to a power of two. Chunks of ≤ 16 use the product form of the
+    finite Neumann series instead, ``(I + N)(I + N²)(I + N⁴)…`` with N = −L (Nᶜ = 0): fewer ops,
+    more FLOPs. Backward is analytic (two matmuls).
     """
     return _UnitLowerInverse.apply(a_CC)
 
