@@ -45,3 +45,15 @@ def profiled_ab_run(tmp_path_factory) -> Path:
     runs = sorted(out.glob("fixture_*"))
     assert runs, f"no run folder under {out}: {proc.stdout}{proc.stderr}"
     return runs[-1]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs of live processes whose command line contains ``text`` (read from /proc; Linux)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return pids

@@ -3,13 +3,11 @@ whole process group, results survive, and --resume runs only what is missing; OO
 
 from __future__ import annotations
 
-import subprocess
-
 import orjson
 import pytest
 
 import fsdpbench.config
-from conftest import free_port, run_cli
+from conftest import free_port, processes_mentioning, run_cli
 
 TINY = ["--seq-len", "32", "--warmup", "1", "--steps", "2", "--no-report"]
 
@@ -57,7 +55,7 @@ def test_hung_rank_is_killed_with_its_whole_process_group(tmp_path):
     status = orjson.loads((run_dir / "launches/torch/round0/status.json").read_bytes())
     assert status["rc"] != 0 and "process group was killed" in status["error"]
     spec = str(run_dir.resolve() / "launches/torch/round0/spec.json")
-    leftovers = subprocess.run(["pgrep", "-f", spec], capture_output=True, text=True).stdout.split()
+    leftovers = processes_mentioning(spec)
     assert leftovers == [], f"ranks still running: {leftovers}"
 
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from rich.console import Console
 
-from conftest import free_port
+from conftest import free_port, processes_mentioning
 from fsdpbench.launcher import write_report_safely
 
 
@@ -41,7 +41,7 @@ def test_ctrl_c_kills_the_launch_and_keeps_a_summary(tmp_path):
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["missing"] == [{"arm": "torch", "round": 0, "why": "not run yet"}]
     spec = str(run_dir.resolve() / "launches/torch/round0/spec.json")
-    leftovers = subprocess.run(["pgrep", "-f", spec], capture_output=True, text=True).stdout.split()
+    leftovers = processes_mentioning(spec)
     assert leftovers == [], f"processes still running: {leftovers}"
 
 
