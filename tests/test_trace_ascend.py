@@ -129,3 +129,12 @@ def test_a_folder_with_neither_csv_nor_trace_view_is_an_error(tmp_path):
     (tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     with pytest.raises(InputError, match="neither"):
         read_ascend(tmp_path / "x_ascend_pt")
+
+
+def test_kernel_details_without_step_ids_take_the_host_step(tmp_path):
+    dst = _copy(tmp_path)
+    kd = dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    pd.read_csv(kd, dtype=str, keep_default_na=False).drop(columns=["Step Id"]).to_csv(kd, index=False)
+    r = analyze([dst], workers=1).ranks[0]
+    assert r.step == 50
+    assert abs(r.exposed_comm_us - _stt(RANKS[0])["Communication(Not Overlapped)"]) < 1.0

@@ -277,9 +277,11 @@ def read_ascend(folder: str | Path) -> RankTrace:
             "(op types derived from kernel names)"
         )
         kernels = tv_device
-        # device work launched in step N runs after that step's host start
+    if len(steps) and (kernels["step"] < 0).all():
+        # no Step Id column (or no device rows with one): device work launched in step N runs after
+        # that step's host start
         k = np.searchsorted(steps["start_ns"].to_numpy(), kernels["start_ns"].to_numpy(), side="right") - 1
-        kernels["step"] = np.where(k >= 0, steps["step"].to_numpy()[np.maximum(k, 0)], -1) if len(steps) else -1
+        kernels["step"] = np.where(k >= 0, steps["step"].to_numpy()[np.maximum(k, 0)], -1)
     if host is None:
         host = kernels.iloc[:0]
     if len(host):
