@@ -59,10 +59,11 @@ def hta_overlap_and_breakdown(trace_dir: Path) -> tuple[pd.Series, pd.DataFrame]
 GLOO_MIN = Path(__file__).parent / "fixtures" / "traces" / "gloo_min.json"
 
 
-@pytest.mark.parametrize("seed", [0, 7])
-def test_overlap_and_compute_equal_hta_on_generated_gpu_traces(tmp_path, seed):
+@pytest.mark.parametrize(("seed", "gap_ns"), [(0, 4_000), (7, 60_000)])
+def test_overlap_and_compute_equal_hta_on_generated_gpu_traces(tmp_path, seed, gap_ns):
     for rank in range(2):
-        write_trace(tmp_path / f"rank{rank}.json", make_trace(rank=rank, world_size=2, device_events=4000, seed=seed))
+        trace = make_trace(rank=rank, world_size=2, device_events=4000, seed=seed, compute_gap_ns=gap_ns)
+        write_trace(tmp_path / f"rank{rank}.json", trace)
     ours = analyze([tmp_path], workers=1)
     overlap, temporal = hta_overlap_and_breakdown(tmp_path)
     assert sorted(overlap.index) == [0, 1]

@@ -31,11 +31,12 @@ COMPUTE_NAMES = [
 
 def make_trace(
     *, rank: int = 0, world_size: int = 8, device_events: int = 2000, steps: int = 1, seed: int = 0,
-    skew_ns: int = 0,
+    skew_ns: int = 0, compute_gap_ns: int = 4_000,
 ) -> dict[str, Any]:  # fmt: skip
     """A Kineto-shaped dict with about ``device_events`` device events over ``steps`` profiler steps.
 
-    ``skew_ns`` delays every event of this rank (to make a straggler)."""
+    ``skew_ns`` delays every event of this rank (to make a straggler); ``compute_gap_ns`` is the
+    largest idle gap between compute kernels of a stream (larger: sparser compute, less overlap)."""
     rng = np.random.default_rng(seed + 1000 * rank)
     n_comm = max(device_events // 20, 1)
     n_mem = max(device_events // 50, 1)
@@ -44,7 +45,7 @@ def make_trace(
     stream = np.where(rng.random(n_comp) < 0.75, 7, 8)
     comp_dur = np.maximum(rng.lognormal(np.log(8_000), 1.0, n_comp).astype(np.int64), 1_000)
     comp_dur[:5] = [1_234, 1_001, 999, 57, 2_000_001]  # short kernels keep their exact length
-    comp_gap = rng.integers(0, 4_000, n_comp)
+    comp_gap = rng.integers(0, compute_gap_ns, n_comp)
     comp_start = np.empty(n_comp, dtype=np.int64)
     for s in (7, 8):
         m = stream == s
