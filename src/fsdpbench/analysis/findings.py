@@ -1,7 +1,7 @@
 """Findings: explicit rules that turn the differences between two profiles into a ranked diagnosis.
 
 Every rule is one row of ``RULES`` (id, when it fires, severity, what to do) and one function below.
-The thresholds are the module constants; docs/readme/diff.md carries the same table. Rules read the
+The thresholds are the module constants; README.md ("Findings: the rules") carries the same table. Rules read the
 rank-mean metrics of both arms (``base`` = control, ``test``), the collective/op/sync comparison rows
 built by ``fsdpbench.analysis.diff`` and the α–β fits of ``fsdpbench.analysis.whatif``.
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from fsdpbench.analysis import whatif
 
-# ---- thresholds (documented in RULES and docs/readme/diff.md) ---------------------------------
+# ---- thresholds (documented in RULES and README.md ("Findings: the rules")) ---------------------------------
 FRAGMENTATION_COUNT_RATIO = 3.0
 """A collective type issued at least this many times more often by one arm ..."""
 SIMILAR_BYTES = (0.8, 1.25)

@@ -48,7 +48,7 @@ _COLLECTIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("barrier", re.compile(r"barrier")),
 ]
 
-# HTA-compatible kernel-name rules, widened to lower case and HCCL (see docs/readme/analyze.md).
+# HTA-compatible kernel-name rules, widened to lower case and HCCL (see README.md, "How each format is read").
 _COMM_KERNEL = re.compile(r"^(nccl|rccl|hccl|hcom_)|nccl.*kernel", re.IGNORECASE)
 _MEMCPY = re.compile(r"memcpy|^dma", re.IGNORECASE)
 _MEMSET = re.compile(r"memset", re.IGNORECASE)
