@@ -20,14 +20,13 @@ import torch
 from conftest import REPO, free_port, run_cli
 from fsdpbench.backends.hyper import HyperBackend, hyper_parallel_info, hyper_shard_dims
 from fsdpbench.config import parse_arms, preset_full, preset_tiny
-from fsdpbench.data import global_batch
 from fsdpbench.errors import ConfigError, LaunchError
-from fsdpbench.model import build_model, init_full_tensor
+from fsdpbench.model import build_model
+from reference import LR, SEQ, STEPS, reference_training
 
 HAVE_HYPER = importlib.util.find_spec("hyper_parallel") is not None
 needs_hyper = pytest.mark.skipif(not HAVE_HYPER, reason="hyper_parallel is not installed (optional dependency)")
 
-SEQ, STEPS, LR, SEED = 32, 3, 1e-2, 0
 
 
 # ------------------------------------------------------------------------------ no hyper needed
@@ -89,25 +88,6 @@ def test_hyper_parallel_info_is_none_when_not_installed(monkeypatch):
 
 
 # ------------------------------------------------------------------------------ real hyper_parallel
-
-
-def reference_training(rows: int, steps: int = STEPS):
-    """Unsharded single-process SGD on the same global batches: (losses per step, final params)."""
-    cfg = preset_tiny()
-    model = build_model(cfg, device="cpu")
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(init_full_tensor(name, tuple(p.shape), SEED))
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses = []
-    for step in range(steps):
-        ids = global_batch(SEED, step, rows, SEQ, cfg.vocab_size)
-        opt.zero_grad(set_to_none=True)
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def expected_hyper_counts(hsdp: bool) -> dict[str, int]:

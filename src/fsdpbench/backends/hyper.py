@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsdpbench.backends.base import Backend
-from fsdpbench.backends.plan import prefetch_targets, shard_dim
+from fsdpbench.backends.plan import apply_plan, shard_dim
 from fsdpbench.errors import ConfigError, LaunchError
 
 if TYPE_CHECKING:
@@ -207,19 +207,12 @@ class HyperBackend(Backend):
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
         mp = MixedPrecisionPolicy(param_dtype=dtype[arm.param_dtype], reduce_dtype=dtype[arm.reduce_dtype])
         common = dict(mesh=mesh, shard_placement_fn=placement, mp_policy=mp, device=self._device, **extra)
-        layers = list(model.model.layers)
         with _forward_shard_placement_fn(placement):
-            for layer in layers:
-                fully_shard(layer, reshard_after_forward=bool(arm.reshard_after_forward), **common)
-            fully_shard(model, reshard_after_forward=False, **common)
-        for i, layer in enumerate(layers):
-            forward, backward = prefetch_targets(len(layers), i, arm.prefetch)
-            if forward:
-                layer.set_modules_to_forward_prefetch([layers[j] for j in forward])
-            if backward:
-                layer.set_modules_to_backward_prefetch([layers[j] for j in backward])
+            units = apply_plan(
+                model, fully_shard, reshard_after_forward=arm.reshard_after_forward, prefetch=arm.prefetch, **common
+            )
         model.register_forward_hook(_expose_dataclass_output, prepend=True)
-        self._wrapped, self._owners = [*layers, model], {}
+        self._wrapped, self._owners = units, {}
         # torch's Module.to_empty cannot copy hyper's DTensor parameters (no layout rule for
         # _has_compatible_shallow_copy_type); the worker calls model.to_empty(device=...), so the
         # wrapped root gets this backend's version.

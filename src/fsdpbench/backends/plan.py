@@ -15,7 +15,8 @@ Plan (identical for every arm, documented in the README):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def shard_dim(shape: Sequence[int], shard_size: int) -> int:
@@ -33,3 +34,25 @@ def prefetch_targets(num_layers: int, index: int, depth: int) -> tuple[list[int]
     forward = [j for j in range(index + 1, index + 1 + depth) if j < num_layers]
     backward = [j for j in range(index - 1, index - 1 - depth, -1) if j >= 0]
     return forward, backward
+
+
+def apply_plan(
+    model: Any, fully_shard: Callable[..., Any], *, reshard_after_forward: bool, prefetch: int, **kwargs: Any
+) -> list[Any]:
+    """Wrap ``model`` with a backend's ``fully_shard`` in plan order (rules 1–4): each decoder layer with
+    the arm's ``reshard_after_forward``, then the root with ``False``; then the explicit prefetch chains.
+
+    ``kwargs`` (mesh, mixed precision, placement, ...) go to every ``fully_shard`` call. Returns the shard
+    units in order (layers, then the root).
+    """
+    layers = list(model.model.layers)
+    for layer in layers:
+        fully_shard(layer, reshard_after_forward=bool(reshard_after_forward), **kwargs)
+    fully_shard(model, reshard_after_forward=False, **kwargs)
+    for i, layer in enumerate(layers):
+        forward, backward = prefetch_targets(len(layers), i, prefetch)
+        if forward:
+            layer.set_modules_to_forward_prefetch([layers[j] for j in forward])
+        if backward:
+            layer.set_modules_to_backward_prefetch([layers[j] for j in backward])
+    return [*layers, model]

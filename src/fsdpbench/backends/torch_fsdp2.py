@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fsdpbench.backends.base import Backend
-from fsdpbench.backends.plan import prefetch_targets, shard_dim
+from fsdpbench.backends.plan import apply_plan, shard_dim
 
 if TYPE_CHECKING:
     from fsdpbench.config import Arm
@@ -41,16 +41,7 @@ class TorchFSDP2Backend(Backend):
             ),
             "shard_placement_fn": lambda p: Shard(shard_dim(p.shape, shard_size)),
         }
-        layers = list(model.model.layers)
-        for layer in layers:
-            fully_shard(layer, reshard_after_forward=bool(arm.reshard_after_forward), **common)
-        fully_shard(model, reshard_after_forward=False, **common)
-        for i, layer in enumerate(layers):
-            forward, backward = prefetch_targets(len(layers), i, arm.prefetch)
-            if forward:
-                layer.set_modules_to_forward_prefetch([layers[j] for j in forward])
-            if backward:
-                layer.set_modules_to_backward_prefetch([layers[j] for j in backward])
+        apply_plan(model, fully_shard, reshard_after_forward=arm.reshard_after_forward, prefetch=arm.prefetch, **common)
         return model
 
     def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:

@@ -1,0 +1,32 @@
+"""The independent reference for the sharded arms: unsharded single-process SGD training of the tiny
+model on the same seeded weights and global batches that the runner gives every arm."""
+
+from __future__ import annotations
+
+import torch
+
+from fsdpbench.config import preset_tiny
+from fsdpbench.data import global_batch
+from fsdpbench.model import build_model, init_full_tensor
+
+SEQ, STEPS, LR, SEED = 32, 3, 1e-2, 0
+
+
+def reference_training(rows: int, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Unsharded single-process SGD on the same global batches: (losses per step, final params)."""
+    torch.manual_seed(0)
+    cfg = preset_tiny()
+    model = build_model(cfg, device="cpu")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(init_full_tensor(name, tuple(p.shape), SEED))
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for step in range(steps):
+        ids = global_batch(SEED, step, rows, SEQ, cfg.vocab_size)
+        opt.zero_grad(set_to_none=True)
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
