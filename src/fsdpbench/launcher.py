@@ -378,7 +378,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
         table.add_column(col, justify="left" if col == "arm" else "right")
     for label, a in summary["arms"].items():
         table.add_row(label, str(len(a["rounds"])), fmt(a["median_ms"]), fmt(a["p10_ms"]), fmt(a["p90_ms"]),
-                      fmt(a["tokens_per_s_per_device"], ".0f"), fmt(a["tflops_per_device"], ".3f"),
+                      fmt(a["tokens_per_s_per_device"], ".0f"), fmt(a["tflops_per_device"], ".3g"),
                       fmt(a["mfu"], ".1%"), fmt(a["peak_mem_allocated_bytes"], ".2f", 1 / 2**30))  # fmt: skip
     console.print(table)
     for c in summary["comparisons"]:

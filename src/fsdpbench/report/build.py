@@ -16,7 +16,7 @@ import numpy as np
 
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Bullets, Code, Details, Figure, Heading, Para, Table
-from fsdpbench.report.fmt import as_float, fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
+from fsdpbench.report.fmt import as_float, fmt, fmt_bytes, fmt_pct, fmt_sig, fmt_us_as_ms
 from fsdpbench.report.load import RunData
 from fsdpbench.report.profile import profile_section
 
@@ -213,7 +213,7 @@ def _throughput(data: RunData) -> list[Block]:
         rows.append([
             arm, str(s.get("status", "—")), fmt(s.get("median_ms"), 1), fmt(s.get("p10_ms"), 1),
             fmt(s.get("p90_ms"), 1), fmt(s.get("tokens_per_s_per_device"), 1),
-            fmt(s.get("tflops_per_device"), 3), fmt_pct(s.get("mfu")),
+            fmt_sig(s.get("tflops_per_device")), fmt_pct(s.get("mfu")),
             fmt_bytes(s.get("peak_mem_allocated_bytes")), fmt_bytes(s.get("peak_mem_reserved_bytes")),
         ])  # fmt: skip
     blocks.append(Table(

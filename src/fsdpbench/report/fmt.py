@@ -26,6 +26,12 @@ def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
     return f"{f:,.{digits}f}{unit}"
 
 
+def fmt_sig(value: Any, significant: int = 3) -> str:
+    """A number with ``significant`` significant digits (small throughputs stay readable, not 0.000)."""
+    f = as_float(value)
+    return "—" if f is None else f"{f:#.{significant}g}".rstrip(".")
+
+
 def fmt_pct(ratio: Any, digits: int = 1) -> str:
     f = as_float(ratio)
     return "—" if f is None else f"{100 * f:.{digits}f}%"
