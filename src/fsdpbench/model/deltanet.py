@@ -23,31 +23,60 @@ from fsdpbench.config import ModelConfig
 from fsdpbench.model.layers import RMSNormGated
 
 
-def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+class _L2Norm(torch.autograd.Function):
+    """``x · rsqrt(Σx² + eps) · scale`` over the last dim as one autograd node:
+    with ``y = x · r``, ``dx = r (dŷ − y Σ(dŷ · y))`` where ``dŷ = scale · dy``."""
+
+    @staticmethod
+    def forward(ctx, x, eps, scale):
+        r = torch.rsqrt((x * x).sum(dim=-1, keepdim=True).add_(eps))
+        y = x * r
+        ctx.save_for_backward(y, r)
+        ctx.scale = scale
+        return y * scale if scale != 1.0 else y
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, r = ctx.saved_tensors
+        if ctx.scale != 1.0:
+            dy = dy * ctx.scale
+        return (dy - y * (dy * y).sum(dim=-1, keepdim=True)).mul_(r), None, None
+
+
+def _l2norm(x: torch.Tensor, eps: float = 1e-6, scale: float = 1.0) -> torch.Tensor:
+    return _L2Norm.apply(x, eps, scale)
+
+
+def _repeat_heads(x_BTHD: torch.Tensor, rep: int) -> torch.Tensor:
+    """``repeat_interleave(rep, dim=2)`` as expand + reshape (its backward is a sum, not an index_add)."""
+    B, T, H, D = x_BTHD.shape
+    return x_BTHD.unsqueeze(3).expand(B, T, H, rep, D).reshape(B, T, H * rep, D)
 
 
 def _prepare(q, k, v, g, beta, l2norm):
     """Shared preprocessing: fp32, L2-norm, query scale, GVA head repeat, ``[B, Hv, T, *]`` layout."""
     q, k = q.float(), k.float()
+    scale = q.shape[-1] ** -0.5
     if l2norm:
-        q, k = _l2norm(q), _l2norm(k)
-    q = q * (q.shape[-1] ** -0.5)
+        q, k = _l2norm(q, scale=scale), _l2norm(k)
+    else:
+        q = q * scale
     Hk, Hv = k.shape[2], v.shape[2]
     if Hk != Hv:  # each q/k head serves Hv/Hk consecutive value heads
-        q, k = q.repeat_interleave(Hv // Hk, dim=2), k.repeat_interleave(Hv // Hk, dim=2)
+        q, k = _repeat_heads(q, Hv // Hk), _repeat_heads(k, Hv // Hk)
     return tuple(x.transpose(1, 2).float().contiguous() for x in (q, k, v, g, beta))
 
 
 def _unit_lower_inverse(a_CC: torch.Tensor) -> torch.Tensor:
     C = a_CC.shape[-1]
     if C <= 16:  # few ops beat few FLOPs here: (I + N)(I + N²)(I + N⁴)(I + N⁸), N = −L nilpotent
-        n_CC = -a_CC.tril(-1)
+        n_CC = a_CC.tril(-1).neg_()
         inv_CC = n_CC + torch.eye(C, dtype=a_CC.dtype, device=a_CC.device)
+        n_xCC, inv_xCC = n_CC.reshape(-1, C, C), inv_CC.view(-1, C, C)
         for _ in range(max(C - 1, 1).bit_length() - 1):
-            n_CC = n_CC @ n_CC
-            inv_CC = inv_CC + inv_CC @ n_CC
-        return inv_CC
+            n_xCC = torch.bmm(n_xCC, n_xCC)
+            inv_xCC = torch.baddbmm(inv_xCC, inv_xCC, n_xCC)
+        return inv_xCC.view(inv_CC.shape)
     P = 1 << max(C - 1, 0).bit_length()
     low_PP = F.pad(a_CC.tril(-1), (0, P - C, 0, P - C))
     batch = a_CC.shape[:-2]
@@ -77,8 +106,10 @@ class _UnitLowerInverse(torch.autograd.Function):
     def backward(ctx, grad_CC):
         (inv_CC,) = ctx.saved_tensors
         # d(T⁻¹) = −T⁻¹ dT T⁻¹, and only the strictly lower part of `a` enters T
-        inv_t = inv_CC.transpose(-1, -2)
-        return -(inv_t @ grad_CC @ inv_t).tril(-1)
+        C = inv_CC.shape[-1]
+        inv_t = inv_CC.reshape(-1, C, C).transpose(-1, -2)
+        prod = torch.bmm(torch.bmm(inv_t, grad_CC.reshape(-1, C, C)), inv_t)
+        return prod.view(inv_CC.shape).tril_(-1).neg_()
 
 
 def unit_lower_inverse(a_CC: torch.Tensor) -> torch.Tensor:
@@ -109,6 +140,41 @@ class _ContiguousGrad(torch.autograd.Function):
 
 
 _contiguous_grad = _ContiguousGrad.apply
+
+
+class _ChunkScan(torch.autograd.Function):
+    """The states entering each chunk, ``S_0 = 0``, ``S_{i+1} = trans_i S_i + write_i``, as one autograd node.
+
+    ``trans [X, n, Dk, Dk]``, ``write [X, n, Dk, Dv]`` → ``S [X, n, Dk, Dv]`` (the last chunk's ``trans``
+    and ``write`` are unused). Backward runs the adjoint scan ``G_i = dS_i + trans_iᵀ G_{i+1}`` (G = total
+    gradient of ``S_i``), then ``dwrite_i = G_{i+1}`` and ``dtrans_i = G_{i+1} S_iᵀ`` in one batched matmul;
+    as plain autograd the 2(n−1) tiny matmuls would each be a graph node of their own.
+    """
+
+    @staticmethod
+    def forward(ctx, trans_XnKK, write_XnKV):
+        states = [write_XnKV.new_zeros(write_XnKV.shape[0], *write_XnKV.shape[2:])]
+        for i in range(write_XnKV.shape[1] - 1):
+            states.append(torch.baddbmm(write_XnKV[:, i], trans_XnKK[:, i], states[-1]))
+        S_XnKV = torch.stack(states, dim=1)
+        ctx.save_for_backward(trans_XnKK, S_XnKV)
+        return S_XnKV
+
+    @staticmethod
+    def backward(ctx, dS_XnKV):
+        trans_XnKK, S_XnKV = ctx.saved_tensors
+        n = S_XnKV.shape[1]
+        if n == 1:
+            return torch.zeros_like(trans_XnKK), torch.zeros_like(S_XnKV)
+        grads = [dS_XnKV[:, n - 1]]  # G_{n−1}, G_{n−2}, …, G_1
+        for i in range(n - 2, 0, -1):
+            grads.append(torch.baddbmm(dS_XnKV[:, i], trans_XnKK[:, i].transpose(-1, -2), grads[-1]))
+        G_XmKV = torch.stack(grads[::-1], dim=1)  # G_1 … G_{n−1}: the gradients of write_0 … write_{n−2}
+        dtrans_XmKK = G_XmKV @ S_XnKV[:, :-1].transpose(-1, -2)
+        return F.pad(dtrans_XmKK, (0, 0, 0, 0, 0, 1)), F.pad(G_XmKV, (0, 0, 0, 0, 0, 1))
+
+
+_chunk_scan = _ChunkScan.apply
 
 
 def chunk_gated_delta_rule(
@@ -144,28 +210,27 @@ def chunk_gated_delta_rule(
     beta, g = beta.reshape(B * Hv, n, C, 1), g.reshape(B * Hv, n, C)
 
     gcum = g.cumsum(-1)  # log of the decay from the chunk start to each position
+    egcum = gcum.exp()
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     # decay_CC[i, j] = exp(gcum_i − gcum_j) for j ≤ i, else 0 (masked before exp: no overflow)
     decay_CC = (gcum.unsqueeze(-1) - gcum.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
     k_beta = k * beta
     tinv_CC = unit_lower_inverse((k_beta @ k.transpose(-1, -2)) * decay_CC)
-    # UT transform: u = T⁻¹ β v (values to write), w = T⁻¹ β k exp(gcum) (keys that read the old state)
-    u = tinv_CC @ (v * beta)
-    w = tinv_CC @ (k_beta * gcum.exp().unsqueeze(-1))
+    # UT transform, both halves in one matmul: u = T⁻¹ β v (values to write),
+    # w = T⁻¹ β k exp(gcum) (keys that read the old state); uw = [u | w]
+    uw = tinv_CC @ torch.cat((v * beta, k_beta * egcum.unsqueeze(-1)), dim=-1)
     attn_CC = (q @ k.transpose(-1, -2)) * decay_CC
     kT_end = (k * (gcum[..., -1:] - gcum).exp().unsqueeze(-1)).transpose(-1, -2)  # decayed to the chunk end
 
     # With S_i the state entering chunk i, v_new = u − w S_i gives
     #   o_i = (q e^gcum − A w) S_i + A u,   S_{i+1} = (e^gcum_end I − kᵀ w) S_i + kᵀ u,
     # so the only sequential work is one [Dk, Dk] × [Dk, Dv] multiply-add per chunk.
+    write_KV, kTw_KK = (kT_end @ uw).split([Dv, Dk], dim=-1)
     eye = torch.eye(Dk, dtype=q.dtype, device=q.device)
-    trans_KK = gcum[..., -1].exp()[..., None, None] * eye - kT_end @ w
-    write_KV = kT_end @ u
-    states = [q.new_zeros(B * Hv, Dk, Dv)]
-    for trans_i, write_i in zip(trans_KK.unbind(1)[:-1], write_KV.unbind(1)[:-1], strict=True):
-        states.append(torch.baddbmm(write_i, trans_i, states[-1]))
-    S_nKV = torch.stack(states, dim=1)
-    o = _contiguous_grad((q * gcum.exp().unsqueeze(-1) - attn_CC @ w) @ S_nKV + attn_CC @ u)
+    trans_KK = egcum[..., -1, None, None] * eye - kTw_KK
+    S_nKV = _chunk_scan(trans_KK, write_KV)
+    attn_u, attn_w = (attn_CC @ uw).split([Dv, Dk], dim=-1)
+    o = _contiguous_grad((q * egcum.unsqueeze(-1) - attn_w) @ S_nKV + attn_u)
     o = o.reshape(B, Hv, n * C, Dv)[:, :, :T]
     return o.transpose(1, 2).to(out_dtype).contiguous()
 
@@ -194,20 +259,45 @@ def recurrent_gated_delta_rule(
     return torch.stack(outs, dim=1).to(out_dtype)
 
 
+class _CausalDepthwiseConv1d(torch.autograd.Function):
+    """``out[t] = Σ_j w[j] · x[t + j − (K−1)]`` (zero before t = 0) with a hand-written backward: the
+    autograd graph of the K shifted slices would zero-fill and scatter a padded copy of ``x`` per tap."""
+
+    @staticmethod
+    def forward(ctx, x_BTC, w_KC):
+        T, K = x_BTC.shape[1], w_KC.shape[0]
+        xp_BTC = F.pad(x_BTC, (0, 0, K - 1, 0))
+        out_BTC = xp_BTC[:, K - 1 :] * w_KC[K - 1]
+        for j in range(K - 1):
+            out_BTC.addcmul_(xp_BTC[:, j : j + T], w_KC[j])
+        ctx.save_for_backward(xp_BTC, w_KC)
+        return out_BTC
+
+    @staticmethod
+    def backward(ctx, dout_BTC):
+        xp_BTC, w_KC = ctx.saved_tensors
+        T, K = dout_BTC.shape[1], w_KC.shape[0]
+        dx_BTC = dw_KC = None
+        if ctx.needs_input_grad[0]:
+            # dx[t] = Σ_j w[j] · dout[t + (K−1) − j] (zero past the end)
+            doutp_BTC = F.pad(dout_BTC, (0, 0, 0, K - 1))
+            dx_BTC = doutp_BTC[:, :T] * w_KC[K - 1]
+            for j in range(K - 1):
+                dx_BTC.addcmul_(doutp_BTC[:, K - 1 - j : K - 1 - j + T], w_KC[j])
+        if ctx.needs_input_grad[1]:
+            dw_KC = torch.stack([(dout_BTC * xp_BTC[:, j : j + T]).sum((0, 1)) for j in range(K)])
+        return dx_BTC, dw_KC
+
+
 def causal_depthwise_conv1d(x_BTC: torch.Tensor, w_C1K: torch.Tensor) -> torch.Tensor:
     """``conv1d(x, w, groups=C, padding=K−1)[:T]`` in ``[B, T, C]`` layout, as K shifted multiply-adds.
 
     Same values as the grouped ``F.conv1d`` (PyTorch convolutions are cross-correlations:
     ``out[t] = Σ_j w[j] · x[t + j − (K−1)]``) without its two transposes; several times faster for
-    depthwise kernels on CPU.
+    depthwise kernels on CPU. Forward and backward are each K fused multiply-adds (an
+    ``autograd.Function``).
     """
-    T, K = x_BTC.shape[1], w_C1K.shape[-1]
-    w_KC = w_C1K.squeeze(1).t().to(x_BTC.dtype)
-    xp_BTC = F.pad(x_BTC, (0, 0, K - 1, 0))
-    out_BTC = xp_BTC[:, K - 1 :] * w_KC[K - 1]
-    for j in range(K - 1):
-        out_BTC = out_BTC + xp_BTC[:, j : j + T] * w_KC[j]
-    return out_BTC
+    return _CausalDepthwiseConv1d.apply(x_BTC, w_C1K.squeeze(1).t().to(x_BTC.dtype))
 
 
 @functools.cache

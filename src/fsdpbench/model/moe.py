@@ -133,13 +133,12 @@ class Experts(nn.Module):
         flat_experts = experts_Nk.reshape(-1)
         order = torch.argsort(flat_experts, stable=True)  # (token, slot) pairs grouped by expert
         counts_E = torch.bincount(flat_experts, minlength=self.num_experts)
-        x_SH = x_NH[order // k]
+        x_SH = x_NH.index_select(0, order // k)
         gate_SI, up_SI = grouped_linear(x_SH, self.gate_up_proj, counts_E, impl).chunk(2, dim=-1)
         y_SH = grouped_linear(F.silu(gate_SI) * up_SI, self.down_proj, counts_E, impl)
-        y_SH = y_SH * weights_Nk.reshape(-1, 1)[order]
-        # un-sort, then sum the k expert outputs of each token (deterministic, unlike index_add_)
-        y_NkH = torch.empty_like(y_SH).index_copy(0, order, y_SH)
-        return y_NkH.view(N, k, -1).sum(dim=1)
+        # un-sort, weight, then sum the k expert outputs of each token (deterministic, unlike index_add_)
+        y_NkH = torch.empty_like(y_SH).index_copy(0, order, y_SH).view(N, k, -1)
+        return (y_NkH * weights_Nk.unsqueeze(-1)).sum(dim=1)
 
 
 class SparseMoeBlock(nn.Module):
