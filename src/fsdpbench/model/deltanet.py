@@ -231,7 +231,9 @@ def chunk_gated_delta_rule(
     S_nKV = _chunk_scan(trans_KK, write_KV)
     attn_u, attn_w = (attn_CC @ uw).split([Dv, Dk], dim=-1)
     o = _contiguous_grad((q * egcum.unsqueeze(-1) - attn_w) @ S_nKV + attn_u)
-    o = o.reshape(B, Hv, n * C, Dv)[:, :, :T]
+    o = o.reshape(B, Hv, n * C, Dv)
+    if pad:  # (an identity slice would still zero-fill a full-size gradient in backward)
+        o = o[:, :, :T]
     return o.transpose(1, 2).to(out_dtype).contiguous()
 
 
