@@ -206,8 +206,8 @@ class DiffResult:
             for r in self.collectives:
                 md.append(
                     f"| {fnd.COLLECTIVE_NAMES.get(r['type'], r['type'])} | {fnd.fmt_count(r['base_count'])} | "
-                    f"{fnd.fmt_count(r['test_count'])} | {_fmt_x(r['count_ratio'])} | {_fmt_bytes(r['base_bytes'])} | "
-                    f"{_fmt_bytes(r['test_bytes'])} | {fnd.fmt_us(r['base_time_us'])} | {fnd.fmt_us(r['test_time_us'])} |")
+                    f"{fnd.fmt_count(r['test_count'])} | {_fmt_x(r['count_ratio'])} | {fnd.fmt_bytes(r['base_bytes'])} | "
+                    f"{fnd.fmt_bytes(r['test_bytes'])} | {fnd.fmt_us(r['base_time_us'])} | {fnd.fmt_us(r['test_time_us'])} |")
         md += ["", "### Kernel time by op type (largest differences first)", ""]
         if self.ops:
             md += [f"| op type | {b} | {t} | Δ | calls {b} | calls {t} | change |", "|---|---:|---:|---:|---:|---:|---|"]
@@ -294,7 +294,7 @@ class DiffResult:
             for r in self.collectives:
                 table.add_row(fnd.COLLECTIVE_NAMES.get(r["type"], r["type"]), fnd.fmt_count(r["base_count"]),
                               fnd.fmt_count(r["test_count"]), _fmt_x(r["count_ratio"]),
-                              _fmt_bytes(r["base_bytes"]), _fmt_bytes(r["test_bytes"]))  # fmt: skip
+                              fnd.fmt_bytes(r["base_bytes"]), fnd.fmt_bytes(r["test_bytes"]))  # fmt: skip
             console.print(table)
         if self.ops:
             table = Table(title="kernel time by op type, largest differences")
@@ -334,15 +334,6 @@ def _fit_status(fit: whatif.AlphaBetaFit) -> str:
 
 def _fmt_x(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}×"
-
-
-def _fmt_bytes(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value:.0f} B"
 
 
 def _estimate_text(est: Mapping[str, Any] | None) -> str:

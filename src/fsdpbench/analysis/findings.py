@@ -166,6 +166,16 @@ def fmt_count(value: float | None) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
+def fmt_bytes(value: float | None, *, missing: str = "n/a") -> str:
+    """Bytes with decimal prefixes (``"4.10 kB"``, ``"1.69 GB"``), as message sizes are quoted."""
+    if value is None:
+        return missing
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
 def fmt_ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 
+from fsdpbench.analysis.findings import fmt_bytes
 from fsdpbench.errors import ConfigError, InputError
 
 
@@ -30,15 +31,6 @@ def _ms(us: float | None) -> str:
 
 def _pct(r: float | None) -> str:
     return "null" if r is None else f"{100 * r:.1f}%"
-
-
-def _size(b: float | None) -> str:
-    if b is None:
-        return "?"
-    for unit, f in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if b >= f:
-            return f"{b / f:.2f} {unit}"
-    return f"{b:.0f} B"
 
 
 def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich types kept lazy)
@@ -68,8 +60,8 @@ def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich type
     for r in res.ranks:
         for ctype, s in r.collectives.items():
             bw = "?" if s["bandwidth_gbps"] is None else f"{s['bandwidth_gbps']:.3f}"
-            c.add_row(str(r.rank), ctype, str(s["count"]), _size(s["bytes"]), _size(s["median_bytes"]),
-                      _ms(s["time_us"]), bw)  # fmt: skip
+            c.add_row(str(r.rank), ctype, str(s["count"]), fmt_bytes(s["bytes"], missing="?"),
+                      fmt_bytes(s["median_bytes"], missing="?"), _ms(s["time_us"]), bw)  # fmt: skip
     if c.row_count:
         con.print(c)
 
