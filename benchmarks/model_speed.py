@@ -35,19 +35,9 @@ IMPLS = ("ours", "transformers")
 def _hf_config(cfg):
     from transformers import Qwen3_5MoeTextConfig
 
-    return Qwen3_5MoeTextConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim, linear_num_key_heads=cfg.linear_num_key_heads,
-        linear_num_value_heads=cfg.linear_num_value_heads, linear_key_head_dim=cfg.linear_key_head_dim,
-        linear_value_head_dim=cfg.linear_value_head_dim, linear_conv_kernel_dim=cfg.linear_conv_kernel_dim,
-        num_experts=cfg.num_experts, num_experts_per_tok=cfg.num_experts_per_tok,
-        moe_intermediate_size=cfg.moe_intermediate_size,
-        shared_expert_intermediate_size=cfg.shared_expert_intermediate_size, rms_norm_eps=cfg.rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta,
-                         "partial_rotary_factor": cfg.partial_rotary_factor},
-        layer_types=cfg.layer_types,
-    )  # fmt: skip
+    from fsdpbench.model.hf import hf_config_kwargs
+
+    return Qwen3_5MoeTextConfig(**hf_config_kwargs(cfg))
 
 
 def _rss_hwm_bytes() -> tuple[int, int]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from fsdpbench.config import preset_full, preset_tiny
+from fsdpbench.config import ModelConfig, preset_full, preset_tiny
 from fsdpbench.errors import ConfigError
 from fsdpbench.model import (
     build_model,
@@ -24,6 +25,7 @@ from fsdpbench.model.deltanet import (
     recurrent_gated_delta_rule,
     unit_lower_inverse,
 )
+from fsdpbench.model.hf import config_from_hf, hf_config_kwargs
 from fsdpbench.model.moe import Experts, grouped_linear
 
 torch.set_num_threads(1)
@@ -265,3 +267,12 @@ def test_unit_lower_inverse_gradient_equals_autograd_through_linalg_inverse(size
     (unit_lower_inverse(a1) * weights).sum().backward()
     (torch.linalg.inv(torch.eye(size, dtype=torch.float64) + a2.tril(-1)) * weights).sum().backward()
     torch.testing.assert_close(a1.grad, a2.grad)
+
+
+@pytest.mark.parametrize("preset", [preset_full, preset_tiny])
+def test_hf_config_kwargs_round_trips_through_config_from_hf(preset):
+    """ours → transformers kwargs → ours keeps every field transformers has a name for."""
+    cfg = preset()
+    back = config_from_hf(hf_config_kwargs(cfg))
+    defaults = ModelConfig()
+    assert back == dataclasses.replace(cfg, gdn_chunk_size=defaults.gdn_chunk_size, loss_chunk_size=defaults.loss_chunk_size)

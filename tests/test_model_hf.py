@@ -14,6 +14,7 @@ torch.set_num_threads(1)
 
 
 def _hf_text_config(cfg, **extra):
+    # Written out by hand on purpose (not model.hf.hf_config_kwargs): an independent reference for the bridge.
     return transformers.Qwen3_5MoeTextConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
         num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,

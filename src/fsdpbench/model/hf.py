@@ -61,6 +61,17 @@ def config_from_hf(text_config: Any) -> ModelConfig:
     return cfg
 
 
+def hf_config_kwargs(cfg: ModelConfig) -> dict[str, Any]:
+    """Keyword arguments of transformers' ``Qwen3_5MoeTextConfig`` for ``cfg`` (the inverse of
+    ``config_from_hf``; fields transformers has no name for, such as chunk sizes, are left out)."""
+    kwargs: dict[str, Any] = {k: getattr(cfg, k) for k in _SAME_NAME}
+    kwargs["rope_parameters"] = {
+        "rope_type": "default", "rope_theta": cfg.rope_theta, "partial_rotary_factor": cfg.partial_rotary_factor,
+    }  # fmt: skip
+    kwargs["layer_types"] = cfg.layer_types
+    return kwargs
+
+
 def from_hf_config(text_config: Any, device: str = "meta"):
     """Our ``Qwen35MoeForCausalLM`` (on ``device``, default meta) for a transformers text config or dict."""
     from fsdpbench.model.model import build_model
