@@ -21,8 +21,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from fsdpbench import results
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import InputError, LaunchError
@@ -147,13 +145,7 @@ class _StepTail:
             data = f.read()
         end = data.rfind(b"\n") + 1
         self.offset += end
-        out = []
-        for line in data[:end].splitlines():
-            try:
-                out.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                continue
-        return out
+        return results.parse_jsonl(data[:end])[0]
 
 
 class Run:

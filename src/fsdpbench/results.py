@@ -59,6 +59,28 @@ def read_json(path: str | Path) -> Any:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
 
 
+def read_json_if_readable(path: str | Path) -> Any:
+    """Parsed JSON of ``path``, or ``None`` when it is missing, unreadable or not valid JSON."""
+    try:
+        return orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+def parse_jsonl(blob: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The records of JSON-lines text, and how many non-blank lines could not be decoded (a line torn
+    by a killed writer is one)."""
+    records, bad = [], 0
+    for line in blob.splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            bad += 1
+    return records, bad
+
+
 def append_step(path: str | Path, record: dict[str, Any]) -> None:
     """Append one step record as a line and flush it to the OS."""
     with open(path, "ab") as f:
@@ -71,13 +93,7 @@ def read_steps(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / STEPS
     if not path.exists():
         return []
-    records = []
-    for line in path.read_bytes().splitlines():
-        try:
-            records.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            continue
-    return records
+    return parse_jsonl(path.read_bytes())[0]
 
 
 def drop_steps(run_dir: str | Path, arm: str, round_: int, keep_to: Path | None = None) -> int:

@@ -49,6 +49,7 @@ import orjson
 
 from fsdpbench.config import RunConfig, _read_toml
 from fsdpbench.errors import ConfigError, FsdpbenchError
+from fsdpbench.results import read_json_if_readable
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +232,8 @@ def run_status(run_dir: Path | None) -> str:
     the folder exists otherwise; ``pending`` when there is no folder."""
     if run_dir is None or not run_dir.is_dir():
         return "pending"
-    try:
-        summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+    summary = read_json_if_readable(run_dir / "summary.json")
+    if summary is None:
         return "partial"
     arms = summary.get("arms") or {}
     arms_ok = all((a or {}).get("status", "ok") == "ok" for a in arms.values())
@@ -244,18 +244,14 @@ def run_status(run_dir: Path | None) -> str:
 
 def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
     """When the run asked for profiles, every arm's profiling launch must have succeeded."""
-    try:
-        manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+    manifest = read_json_if_readable(run_dir / "manifest.json")
+    if manifest is None:
         return False
     if not (manifest.get("config") or {}).get("profile"):
         return True
     for arm in arms:
-        try:
-            status = orjson.loads((run_dir / "launches" / arm / "profile" / "status.json").read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            return False
-        if status.get("rc") != 0:
+        status = read_json_if_readable(run_dir / "launches" / arm / "profile" / "status.json")
+        if status is None or status.get("rc") != 0:
             return False
     return True
 
@@ -424,9 +420,8 @@ def _restore_errors(sweep: Sweep) -> None:
 
 
 def _why_partial(run_dir: Path) -> str:
-    try:
-        summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+    summary = read_json_if_readable(run_dir / "summary.json")
+    if summary is None:
         return "the run wrote no summary.json"
     bad = [f"{a}: {s.get('status')}" for a, s in (summary.get("arms") or {}).items() if s.get("status", "ok") != "ok"]
     missing = [f"{m.get('arm')} round {m.get('round')} ({m.get('why')})" for m in summary.get("missing") or []]

@@ -10,19 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from fsdpbench.errors import InputError
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
 from fsdpbench.report.fmt import as_float, fmt, fmt_pct
-
-
-def _read(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
+from fsdpbench.results import read_json_if_readable
 
 
 def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
@@ -34,7 +27,7 @@ def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
 
 def build_index(tree: Path) -> tuple[str, list[Block]]:
     """Title and blocks of the index of ``tree`` (a folder holding sweep.json)."""
-    state = _read(tree / "sweep.json")
+    state = read_json_if_readable(tree / "sweep.json")
     if not isinstance(state, dict):
         raise InputError(f"{tree} is not a sweep results tree (no readable sweep.json); run `fsdpbench sweep --config FILE`")
     cells = [c for c in state.get("cells") or [] if isinstance(c, dict)]
@@ -58,8 +51,8 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
     for c in cells:
         run_rel = c.get("run_dir")
         run_dir = tree / run_rel if run_rel else None
-        summary = _read(run_dir / "summary.json") if run_dir else None
-        analysis = _read(run_dir / "analysis.json") if run_dir else None
+        summary = read_json_if_readable(run_dir / "summary.json") if run_dir else None
+        analysis = read_json_if_readable(run_dir / "analysis.json") if run_dir else None
         summary = summary if isinstance(summary, dict) else {}
         arms = summary.get("arms") or {}
         params = c.get("params") or {}

@@ -15,6 +15,7 @@ import orjson
 import pandas as pd
 
 from fsdpbench.errors import InputError
+from fsdpbench.results import parse_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +89,7 @@ def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
     """steps.jsonl as a DataFrame; a torn last line (a crash mid-write) is skipped with a note."""
     if not path.is_file():
         return None
-    rows, bad = [], 0
-    for line in path.read_bytes().splitlines():
-        if not line.strip():
-            continue
-        try:
-            rows.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            bad += 1
+    rows, bad = parse_jsonl(path.read_bytes())
     if bad:
         data.missing.append(f"`steps.jsonl` has {bad} unreadable line(s) (a crash mid-write?); they are skipped.")
     if not rows:
