@@ -80,7 +80,7 @@ def build_sharded_model(cfg: RunConfig, arm: Arm, backend: Backend, mesh: Any, d
     if arm.ac == "full":
         apply_activation_checkpointing(model)
     backend.apply(model, mesh, arm)
-    model.to_empty(device=device)
+    backend.materialize(model, device)
     for name, param in model.named_parameters():
         full = init_full_tensor(name, shapes[name], cfg.seed, dtype=torch.float32, device="cpu")
         backend.load_full_param(param, full)

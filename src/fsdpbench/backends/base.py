@@ -6,7 +6,7 @@ A backend module (``backends/torch_fsdp2.py``, ``backends/hyper.py``) defines on
     backend.setup(device_type)                       # env vars, lazy imports, shims (rank-local)
     mesh = backend.init_mesh(device_type, arm.mesh)  # after dist.init_process_group
     backend.apply(model, mesh, arm)                  # model on meta; wraps layers → root, sets prefetch
-    model.to_empty(device); backend.load_full_param(p, full) for each parameter
+    backend.materialize(model, device); backend.load_full_param(p, full) for each parameter
     ... loss.backward(); backend.optimizer_step(optimizer) ...
 
 No backend reaches into another's internals; hyper_parallel is imported only inside ``hyper.py``.
@@ -38,6 +38,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def apply(self, model: torch.nn.Module, mesh: Any, arm: Arm) -> torch.nn.Module:
         """Shard ``model`` (still on meta) with the common plan: each decoder layer, then the root."""
+
+    def materialize(self, model: torch.nn.Module, device: torch.device | str) -> torch.nn.Module:
+        """Give the sharded model's meta parameters uninitialised storage on ``device``."""
+        return model.to_empty(device=device)
 
     @abc.abstractmethod
     def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:

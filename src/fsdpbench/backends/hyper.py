@@ -204,8 +204,7 @@ class HyperBackend(Backend):
         def placement(param: torch.nn.Parameter) -> Any:
             return Shard(by_shape.get(tuple(param.shape), 0))
 
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-        mp = MixedPrecisionPolicy(param_dtype=dtype[arm.param_dtype], reduce_dtype=dtype[arm.reduce_dtype])
+        mp = MixedPrecisionPolicy(param_dtype=getattr(torch, arm.param_dtype), reduce_dtype=getattr(torch, arm.reduce_dtype))
         common = dict(mesh=mesh, shard_placement_fn=placement, mp_policy=mp, device=self._device, **extra)
         with _forward_shard_placement_fn(placement):
             units = apply_plan(
@@ -213,15 +212,12 @@ class HyperBackend(Backend):
             )
         model.register_forward_hook(_expose_dataclass_output, prepend=True)
         self._wrapped, self._owners = units, {}
-        # torch's Module.to_empty cannot copy hyper's DTensor parameters (no layout rule for
-        # _has_compatible_shallow_copy_type); the worker calls model.to_empty(device=...), so the
-        # wrapped root gets this backend's version.
-        object.__setattr__(model, "to_empty", lambda device, recurse=True: self.materialize(model, device))
         return model
 
     def materialize(self, model: torch.nn.Module, device: torch.device | str) -> torch.nn.Module:
         """Give every sharded parameter and every meta buffer uninitialised storage on ``device``
-        (hyper's counterpart of ``model.to_empty``; values come from ``load_full_param`` afterwards)."""
+        (hyper's counterpart of ``model.to_empty``, which cannot copy hyper's DTensor parameters: no
+        layout rule for ``_has_compatible_shallow_copy_type``; values come from ``load_full_param``)."""
         import torch
         from hyper_parallel.core.dtensor import DTensor
 
