@@ -48,20 +48,36 @@ _COLLECTIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("barrier", re.compile(r"barrier")),
 ]
 
-# HTA-compatible kernel-name rules, widened to lower case and HCCL (see README.md, "How each format is read").
-_COMM_KERNEL = re.compile(r"^(nccl|rccl|hccl|hcom_)|nccl.*kernel", re.IGNORECASE)
-_MEMCPY = re.compile(r"memcpy|^dma", re.IGNORECASE)
-_MEMSET = re.compile(r"memset", re.IGNORECASE)
-_SYNC_NAME = re.compile(r"sync|stream wait event", re.IGNORECASE)
-
-_TASK_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("launch_ffts", re.compile(r"launch_ffts", re.IGNORECASE)),
-    ("barrier", re.compile(r"^barrier$|barriertasklaunch", re.IGNORECASE)),
-    ("device_synchronize", re.compile(r"devicesynchron|synchronizedevice|context sync", re.IGNORECASE)),
-    ("stream_synchronize", re.compile(r"streamsynchron|synchronizestream|stream sync", re.IGNORECASE)),
-    ("event_synchronize", re.compile(r"eventsynchron|synchronizeevent|event sync", re.IGNORECASE)),
-    ("kernel_launch", re.compile(r"launchkernel|^culaunch|^node@launch$|^hiplaunch|^hipextlaunch", re.IGNORECASE)),
+# Device-work names → category, checked in order (the first match wins; no match: compute). Every
+# pattern is anchored or bounded by words, never a bare substring: "a*sync*" in FBGEMM's
+# ``recat_copy_async_kernel<float>`` or "memcpy" inside a compute kernel's template arguments must
+# not decide the category. Widened from HTA's ``^nccl``/``^Memcpy``/``^Memset``/``^dma`` to RCCL, MSCCL,
+# HCCL, NCCL 2.4-era ``void ncclAllReduceRingLLKernel_*``, any case.
+KERNEL_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("comm", re.compile(r"^(?:void\s+)?(?:nccl|rccl|msccl|hccl)|^hcom_", re.IGNORECASE)),
+    ("memcpy", re.compile(r"^(?:hip|cuda)?memcpy(?-i:(?![a-z]))|^dma(?-i:(?![a-z]))", re.IGNORECASE)),
+    ("memset", re.compile(r"^(?:hip|cuda)?memset(?-i:(?![a-z]))", re.IGNORECASE)),
+    ("sync", re.compile(r"^(?:stream wait event|(?:stream|event|context|device) sync(?:hronize)?)$", re.IGNORECASE)),
 ]
+
+# Host API / device-side names → sync and launch task kinds. An optional ``Prefix@`` is Ascend's API
+# layer (``AscendCL@``, ``Runtime@``, ``Hccl@``); the rest must match the whole name.
+_API = r"^(?:\w+@)?"
+TASK_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("launch_ffts", re.compile(_API + r"launch_ffts$", re.IGNORECASE)),
+    ("barrier", re.compile(_API + r"barrier(?:tasklaunch)?$", re.IGNORECASE)),
+    ("device_synchronize", re.compile(
+        _API + r"(?:(?:cuda|hip|cu)?(?:device|ctx)synchronize|aclrtsynchronizedevice(?:withtimeout)?"
+        r"|devicesynchronize|context sync)$", re.IGNORECASE)),
+    ("stream_synchronize", re.compile(
+        _API + r"(?:(?:cuda|hip|cu)?streamsynchronize|aclrtsynchronizestream(?:withtimeout)?|stream sync)$",
+        re.IGNORECASE)),
+    ("event_synchronize", re.compile(
+        _API + r"(?:(?:cuda|hip|cu)?eventsynchronize|aclrtsynchronizeevent(?:withtimeout)?|event sync)$",
+        re.IGNORECASE)),
+    ("kernel_launch", re.compile(
+        r"^(?:cuda|cu|hip)(?:ext)?(?:module)?launch(?:cooperative)?kernel\w*$|^node@launch$", re.IGNORECASE)),
+]  # fmt: skip
 
 
 def collective_type(name: str) -> str:
@@ -82,9 +98,9 @@ def classify_names(names: pd.Categorical, rules: Sequence[tuple[str, re.Pattern[
 
 
 def kernel_category(names: pd.Categorical) -> np.ndarray:
-    """Category of device kernels from their names (comm → memcpy → memset → sync → compute)."""
-    rules = [("comm", _COMM_KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET), ("sync", _SYNC_NAME)]
-    return classify_names(names, rules, "compute")
+    """Category of device work from its name by :data:`KERNEL_RULES` (comm → memcpy → memset → sync,
+    else compute)."""
+    return classify_names(names, KERNEL_RULES, "compute")
 
 
 def collective_of(names: pd.Categorical) -> np.ndarray:
@@ -96,7 +112,7 @@ def collective_of(names: pd.Categorical) -> np.ndarray:
 
 def task_of(names: pd.Categorical) -> np.ndarray:
     """Sync/launch task kind per event name, ``""`` for none."""
-    return classify_names(names, _TASK_PATTERNS, "")
+    return classify_names(names, TASK_RULES, "")
 
 
 # ---------------------------------------------------------------------------------------------
