@@ -60,7 +60,7 @@ def _metrics(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int], step:
         compute_us=b.compute_ns / 1000.0, comm_us=b.comm_ns / 1000.0, overlapped_us=b.overlapped_ns / 1000.0,
         exposed_comm_us=b.exposed_comm_ns / 1000.0, free_us=b.free_ns / 1000.0,
         kernel_time_us=kernel_time_us(stats), collectives=summarize(collective_events(events)),
-        op_stats=stats, sync=sync_counts(events),
+        op_stats=stats, sync=sync_counts(events, trace.recorded_tasks),
     )  # fmt: skip
 
 
@@ -74,7 +74,9 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     Raises:
         InputError: ``step`` was not profiled on this rank.
     """
-    ev = trace.events
+    all_ev = trace.events
+    orphans = all_ev["orphan"].to_numpy() & all_ev["device"].to_numpy()
+    ev = all_ev[~orphans] if orphans.any() else all_ev  # orphans are left out of every total
     known = sorted(int(s) for s in set(trace.steps["step"]) | set(ev["step"][ev["step"] >= 0]))
     if step is not None:
         if step not in known:
@@ -87,9 +89,14 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     per_step = [_metrics(trace, ev[ev["step"] == s], [s], s) for s in chosen] if len(chosen) > 1 else [total]
     dev = ev["device"].to_numpy()
     span = (int(ev["start_ns"].to_numpy()[dev].min()), int(ev["end_ns"].to_numpy()[dev].max())) if dev.any() else None
+    dur = (all_ev["end_ns"] - all_ev["start_ns"]).to_numpy()
+    all_dev_ns = int(dur[all_ev["device"].to_numpy()].sum())
+    orphan_ns = int(dur[orphans].sum())
     return RankMetrics(**total.__dict__, rank=int(trace.rank or 0), source=trace.source, format=trace.format,
                        mode=trace.mode, steps=per_step, collective_events=collective_events(sel),
-                       cross_check=trace.cross_check, device_span_ns=span, _events=ev)  # fmt: skip
+                       cross_check=trace.cross_check, device_span_ns=span, orphan_events=int(orphans.sum()),
+                       orphan_us=orphan_ns / 1000.0, orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
+                       _events=all_ev)  # fmt: skip
 
 
 def _analyze_one(
@@ -182,6 +189,12 @@ def analyze(
     for r in ranks:
         if not r.collectives:
             warnings.append(f"rank {r.rank}: {NO_COLLECTIVES}")
+        if r.orphan_events:
+            warnings.append(
+                f"rank {r.rank}: {r.orphan_events} device events ({r.orphan_us / 1000:.3f} ms, "
+                f"{100 * (r.orphan_share or 0):.1f}% of device time) were launched before the trace begins; "
+                "they are left out of every number (as HTA does)"
+            )
         warnings.extend(_cross_check_warnings(r))
     step_sets = {r.rank: tuple(s.step for s in r.steps) for r in ranks}
     if len(set(step_sets.values())) > 1:

@@ -22,7 +22,8 @@ SCALARS = (
 class StepMetrics:
     """The study's numbers for one window (a profiler step, or all profiled steps of a rank).
 
-    Times in µs (floats from exact ns), ratios in 0–1, ``overlap_ratio`` None without communication.
+    Times in µs (floats from exact ns), ratios in 0–1, ``overlap_ratio`` None without communication;
+    a ``sync`` count is None where the trace cannot record that task kind.
     """
 
     step: int | None
@@ -36,7 +37,7 @@ class StepMetrics:
     kernel_time_us: float
     collectives: dict[str, dict[str, Any]]
     op_stats: pd.DataFrame
-    sync: dict[str, int]
+    sync: dict[str, int | None]
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         ops = self.op_stats if top is None else self.op_stats.head(top)
@@ -62,7 +63,10 @@ class RankMetrics(StepMetrics):
         steps: per profiler step; events: the rank's event table (see ``fsdpbench.trace.table``);
         device_span_ns: first device event start and last end (the rank's clock), or None;
         collective_events: DataFrame ``type, bytes, start_ns, end_ns``;
-        cross_check: the profiler's own step numbers when it wrote them (Ascend), else None.
+        cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
+        orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
+        is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
+        left out of every other number, as HTA leaves it out.
     """
 
     rank: int = 0
@@ -73,6 +77,9 @@ class RankMetrics(StepMetrics):
     collective_events: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     cross_check: pd.DataFrame | None = field(default=None, repr=False)
     device_span_ns: tuple[int, int] | None = None
+    orphan_events: int = 0
+    orphan_us: float = 0.0
+    orphan_share: float | None = None
     _events: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
@@ -86,7 +93,8 @@ class RankMetrics(StepMetrics):
         return self._events
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        d = {"rank": self.rank, **super().to_dict(top)}
+        d = {"rank": self.rank, **super().to_dict(top), "orphan_events": self.orphan_events,
+             "orphan_us": self.orphan_us, "orphan_share": self.orphan_share}  # fmt: skip
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
 

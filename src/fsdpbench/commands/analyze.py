@@ -74,12 +74,12 @@ def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich type
             o.add_row(str(row.op_type), str(row.count), _ms(row.total_us), f"{row.mean_us:.2f}")
         con.print(o)
 
-        s = Table(title="Sync and launch counts", title_justify="left")
+        s = Table(title="Sync and launch counts (n/r: the trace cannot record it)", title_justify="left")
         s.add_column("rank", justify="right")
         for k in r0.sync:
             s.add_column(k, justify="right")
         for r in res.ranks:
-            s.add_row(str(r.rank), *[str(v) for v in r.sync.values()])
+            s.add_row(str(r.rank), *["n/r" if v is None else str(v) for v in r.sync.values()])
         con.print(s)
 
     across = res.across_ranks()

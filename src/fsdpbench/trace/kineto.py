@@ -50,7 +50,24 @@ from fsdpbench.trace.table import (
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_PATH = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-_DEVICE_CATS = {"kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync"}
+# device work (lower-cased category → table category; None: by name). ``Memcpy``/``Memset``/``Kernel``
+# are the 2021-era (PyTorch 1.8–1.10) spellings.
+_DEVICE_CATS = {
+    "kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync", "memcpy": "memcpy",
+    "memset": "memset",
+}  # fmt: skip
+# host-side categories read as such (``Runtime``/``Operator``: 2021-era spellings; "" in hand-made traces)
+_HOST_CATS = {
+    "", "cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "driver",
+    "python_function", "python", "trace", "overhead", "cpu_instant_event",
+}  # fmt: skip
+# Device-side projections of host annotations (``gpu_user_annotation``, and any other
+# ``<device>_user_annotation``): labels only, never compute, communication or step windows.
+_DEVICE_ANNOTATION = re.compile(r"^(?!user_annotation$)\w*annotation$", re.IGNORECASE)
+# an unknown category with one of these words is taken as device activity
+_DEVICEISH = re.compile(r"runtime|driver|kernel|memcpy|memset|ccp|gpu|cuda|hip|rocm|mtia|xpu|npu|hpu|device|dma|stream",
+                        re.IGNORECASE)  # fmt: skip
+_NS_EPOCH_TS = 1e17  # as µs this is past the year 5000: such timestamps are nanoseconds
 _LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms$|nccl:|c10d_functional::|_c10d_functional::)")
 _ITEMSIZE = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "c10::half": 2, "half": 2, "float16": 2,
@@ -304,6 +321,7 @@ class _Columns:
         self.name, self.cat, self.pid, self.tid = _Interner(), _Interner(), _Interner(), _Interner()
         self.args: dict[int, Any] = {}
         self.thread_names: dict[tuple[Any, Any], str] = {}
+        self.flows: list[tuple[Any, Any, Any, Any, Any]] = []  # ac2g flow ends: (ph, id, ts, pid, tid)
         self.n = 0
 
     def add(self, events: list[Any], path: Path) -> None:
@@ -313,8 +331,12 @@ class _Columns:
             events = [e for e in events if type(e) is dict]
             ph = _field(events, "ph")
         ph_codes, ph_uniq = _factorize(ph)
-        is_ph = {v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M") and type(v) is str}
+        is_ph = {v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M", "s", "f") and type(v) is str}
         no = np.zeros(len(ph), dtype=bool)
+        for i in np.flatnonzero(is_ph.get("s", no) | is_ph.get("f", no)):
+            e = events[i]
+            if e.get("cat") == "ac2g":  # launch (runtime call) → device work
+                self.flows.append((e.get("ph"), e.get("id"), e.get("ts"), e.get("pid"), e.get("tid")))
         for i in np.flatnonzero(is_ph.get("M", no)):
             e = events[i]
             a = e.get("args")
@@ -405,6 +427,13 @@ def _read_kineto(path: Path) -> RankTrace:
     tid_codes, tid_uniq = cols.tid.result()
     corr = np.concatenate(cols.corr)
     args = cols.args
+    finite_ts = ts[np.isfinite(ts)]
+    if finite_ts.size and np.abs(finite_ts).max() >= _NS_EPOCH_TS:
+        raise InputError(
+            f"{path}: timestamps look like integer nanoseconds (ts up to {np.abs(finite_ts).max():.4g}; read as "
+            "µs that is after the year 5000); Kineto traces give 'ts' and 'dur' in microseconds: divide both by "
+            "1000 (keeping 3 decimals) and analyse again"
+        )
     # |ts| beyond ~285 years of µs would overflow int64 ns
     good = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (np.abs(ts) < 9e15) & (dur < 9e15)
     if not good.all():
@@ -416,23 +445,26 @@ def _read_kineto(path: Path) -> RankTrace:
         args = {int(new_index[i]): a for i, a in args.items() if good[i]}
         ts, dur, corr = ts[keep], dur[keep], corr[keep]
         name_codes, cat_codes, pid_codes, tid_codes = name_codes[keep], cat_codes[keep], pid_codes[keep], tid_codes[keep]
-    if needs_string_parse(ts):
-        warnings.append(f"{path.name}: timestamps beyond 2**43 µs; times are exact only to the double's precision")
+    if needs_string_parse(ts) and not np.array_equal(ts, np.floor(ts)):
+        warnings.append(f"{path.name}: timestamps beyond 2**43 µs with fractions; times are exact only to the double's precision")
     start = us_to_ns(ts)
     end = start + us_to_ns(dur)
     del ts, dur
     names = _categorical(name_codes, name_uniq)
     cats = _categorical(cat_codes, cat_uniq)
-    cat_lower = np.array([str(c).lower() for c in cats.categories] + [""], dtype=object)[cats.codes]
+    cat_names = [str(c) for c in cats.categories]
+    cat_lower = np.array([c.lower() for c in cat_names] + [""], dtype=object)[cats.codes]
     pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
     n = len(start)
 
     is_dev_cat = np.isin(cat_lower, list(_DEVICE_CATS))
+    is_annot = np.array([bool(_DEVICE_ANNOTATION.match(c)) for c in cat_names] + [False])[cats.codes]
+    _unknown_categories(path, cats, is_dev_cat, is_annot, warnings)
     name_lane = [_get(thread_names, (p, t)) or f"thread {t}" for p, t in pairs]
-    # step windows from the host ProfilerStep#N events
+    # step windows: the host ProfilerStep#N spans only (their device-side projections are labels)
     step_idx = [i for i, c in enumerate(names.categories) if _STEP_RE.match(c)]
-    is_step = np.isin(names.codes, step_idx)
+    is_step = np.isin(names.codes, step_idx) & ~is_dev_cat & ~is_annot
     sel = np.flatnonzero(is_step)
     step_ids = np.array([int(_STEP_RE.match(names.categories[names.codes[i]]).group(1)) for i in sel], dtype=np.int64)
     steps = pd.DataFrame({"step": step_ids, "start_ns": start[sel], "end_ns": end[sel]})
@@ -443,49 +475,145 @@ def _read_kineto(path: Path) -> RankTrace:
     task = task_of(names)
     category = object_full(n, "other")
     device = np.zeros(n, dtype=bool)
+    orphan = np.zeros(n, dtype=bool)
     step = assign_steps(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
+    task[is_annot] = ""
 
     if is_dev_cat.any():
         mode = "device"
         kcat = kernel_category(names)
-        mapped = np.array([_DEVICE_CATS.get(str(c).lower()) or "" for c in cats.categories] + [""], dtype=object)
+        mapped = np.array([_DEVICE_CATS.get(c.lower()) or "" for c in cat_names] + [""], dtype=object)
         mapped = mapped[cats.codes]
         dev_cat = np.where(mapped == "", kcat, mapped)
         category[is_dev_cat] = dev_cat[is_dev_cat]
         device[is_dev_cat] = True
-        # device lanes are streams: Kineto writes the stream as the tid of GPU events
+        # device lanes are streams: Kineto writes the stream as the tid of GPU events (2021-era: "stream 7")
         lane_names = np.array(name_lane + ["?"], dtype=object)
         pair_is_dev = np.zeros(len(pairs), dtype=bool)
         pair_is_dev[pair_codes[is_dev_cat]] = True
-        lane_names[: len(pairs)][pair_is_dev] = [f"stream {pairs[i][1]}" for i in np.flatnonzero(pair_is_dev)]
+        lane_names[: len(pairs)][pair_is_dev] = [
+            str(pairs[i][1]) if str(pairs[i][1]).startswith("stream") else f"stream {pairs[i][1]}"
+            for i in np.flatnonzero(pair_is_dev)
+        ]
         lane = _lanes(pair_codes, list(lane_names[: len(pairs)]))
         comm = category == "comm"
         collective[comm] = collective_of(names)[comm]
         for i in np.flatnonzero(comm):
             nbytes[i] = _message_bytes(args.get(int(i)))
-        # a kernel belongs to the step of the runtime call that launched it
-        host = ~is_dev_cat & (corr >= 0)
-        if host.any() and len(steps):
-            launch_step = pd.Series(step[host], index=corr[host])
-            launch_step = launch_step[~launch_step.index.duplicated()]
-            dev = np.flatnonzero(is_dev_cat)
-            mapped_step = launch_step.reindex(corr[dev]).to_numpy()
-            has = ~np.isnan(mapped_step)
-            step[dev[has]] = mapped_step[has].astype(np.int64)  # the others keep their time-based step
+        orphan = _join_launches(start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows)
         host_sync = ~is_dev_cat & np.isin(task, ["device_synchronize", "stream_synchronize", "event_synchronize"])
         category[host_sync] = "sync"
+        runtime = np.isin(cat_lower, ["cuda_runtime", "runtime", "cuda_driver", "driver"])
+        recorded = ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch") if runtime.any() else ()
+        if not runtime.any():
+            warnings.append(
+                f"{path.name}: no runtime (cuda_runtime) events; kernel launches and syncs are not recorded, "
+                "and device work joins steps by time"
+            )
     else:
         mode = "cpu"
         lane = _lanes(pair_codes, name_lane)
-        _classify_cpu(names, cat_lower, start, end, pair_codes, is_step, args, category, device, collective, nbytes, warnings, path)
-        cpu_sync = np.isin(task, ["device_synchronize", "stream_synchronize", "event_synchronize"])
-        category[cpu_sync & (category == "other")] = "sync"
+        _classify_cpu(names, cat_lower, start, end, pair_codes, is_step, is_annot, args, category, device, collective,
+                      nbytes, warnings, path)  # fmt: skip
+        recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
+        task[:] = ""
 
     table = build_table(
         name=names, category=category, start_ns=start, end_ns=end, lane=lane, device=device,
-        collective=collective, nbytes=nbytes, task=task, step=step,
+        collective=collective, nbytes=nbytes, task=task, step=step, orphan=orphan,
     )  # fmt: skip
-    return RankTrace(rank=rank, source=str(path), format="kineto", events=table, steps=steps, mode=mode, warnings=warnings)
+    return RankTrace(rank=rank, source=str(path), format="kineto", events=table, steps=steps, mode=mode,
+                     warnings=warnings, recorded_tasks=recorded)  # fmt: skip
+
+
+def _unknown_categories(
+    path: Path, cats: pd.Categorical, is_dev_cat: np.ndarray, is_annot: np.ndarray, warnings: list[str]
+) -> None:
+    """Warn about event categories the reader does not know (naming each and its count), or raise
+    InputError when the trace's only device activity is of such categories."""
+    counts = np.bincount(cats.codes[cats.codes >= 0], minlength=len(cats.categories))
+    unknown = [(c, int(k)) for c, k in zip(cats.categories, counts, strict=True)
+               if k and c.lower() not in _DEVICE_CATS and c.lower() not in _HOST_CATS and not _DEVICE_ANNOTATION.match(c)]  # fmt: skip
+    if not unknown:
+        return
+    listed = ", ".join(f"{c} ({k} events)" for c, k in unknown)
+    if not is_dev_cat.any() and any(_DEVICEISH.search(c) for c, _ in unknown):
+        raise InputError(
+            f"{path}: device activity of a kind fsdpbench does not read ({listed}); it reads CUDA/ROCm Kineto "
+            f"device categories ({', '.join(sorted(_DEVICE_CATS))}) and CPU-only (gloo) traces, so no numbers "
+            "would be right for this trace"
+        )
+    if is_dev_cat.any():
+        what = (f"{int(is_dev_cat.sum())} device events of the categories "
+                f"{', '.join(sorted({c for c, k in zip(cats.categories, np.bincount(cats.codes[is_dev_cat], minlength=len(cats.categories)), strict=True) if k}))}"
+                " were analysed")  # fmt: skip
+    else:
+        what = "it was analysed as a CPU-only trace (training-thread operators as compute, gloo spans as communication)"
+    warnings.append(f"{path.name}: event categories not read, left out of every number: {listed}; {what}")
+
+
+def _join_launches(
+    start: np.ndarray, corr: np.ndarray, step: np.ndarray, steps: pd.DataFrame, is_dev: np.ndarray,
+    is_annot: np.ndarray, task: np.ndarray, pair_codes: np.ndarray, pairs: list[tuple[Any, Any]],
+    flows: list[tuple[Any, Any, Any, Any, Any]],
+) -> np.ndarray:  # fmt: skip
+    """Give each device event the step of the runtime call that launched it (in place in ``step``),
+    joined by correlation id, else by an ``ac2g`` flow. Returns the orphans: device events whose
+    launch is not in a trace that records launches (left out of every total, as HTA does).
+    Device events of a trace with no launch records keep their step by time. A device-side sync
+    (``Context Sync``) whose host call is in the trace is not counted again as a task."""
+    dev = np.flatnonzero(is_dev)
+    host = ~is_dev & ~is_annot & (corr >= 0)
+    linked = np.zeros(dev.size, dtype=bool)
+    if host.any():
+        launch_step = pd.Series(step[host], index=corr[host])
+        launch_step = launch_step[~launch_step.index.duplicated()]
+        got = launch_step.reindex(corr[dev]).to_numpy()
+        linked = ~np.isnan(got) & (corr[dev] >= 0)
+        step[dev[linked]] = got[linked].astype(np.int64)
+    flow_links = _flow_steps(start, dev[~linked], steps, pair_codes, pairs, flows)
+    for i, st in flow_links.items():
+        step[i] = st
+    if flow_links:
+        linked |= np.isin(dev, np.fromiter(flow_links, dtype=np.int64, count=len(flow_links)))
+    task[dev[linked]] = ""
+    orphan = np.zeros(len(start), dtype=bool)
+    if host.any() or flows:
+        orphan[dev[~linked]] = True
+        step[dev[~linked]] = -1
+    return orphan
+
+
+def _flow_steps(
+    start: np.ndarray, candidates: np.ndarray, steps: pd.DataFrame, pair_codes: np.ndarray,
+    pairs: list[tuple[Any, Any]], flows: list[tuple[Any, Any, Any, Any, Any]],
+) -> dict[int, int]:  # fmt: skip
+    """{device event index: step of its launch} through ``ac2g`` flows: the flow's start ('s') is at the
+    runtime call, its end ('f') at the device event's start on the device event's (pid, tid)."""
+    if not flows or candidates.size == 0:
+        return {}
+    by_key = {(pairs[pair_codes[i]][0], pairs[pair_codes[i]][1], int(start[i])): int(i) for i in candidates}
+    launch_ts: dict[Any, float] = {}
+    ends: dict[Any, tuple[Any, Any, Any]] = {}
+    for ph, fid, ts, pid, tid in flows:
+        if not isinstance(ts, int | float) or fid is None:
+            continue
+        if ph == "s":
+            launch_ts[fid] = ts
+        else:
+            ends[fid] = (pid, tid, ts)
+    out: dict[int, int] = {}
+    ids = [f for f in ends if f in launch_ts]
+    if not ids:
+        return out
+    s_ns = us_to_ns(np.array([launch_ts[f] for f in ids], dtype=np.float64))
+    f_ns = us_to_ns(np.array([ends[f][2] for f in ids], dtype=np.float64))
+    st = assign_steps(s_ns, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
+    for f, fns, s in zip(ids, f_ns.tolist(), st.tolist(), strict=True):
+        i = by_key.get((ends[f][0], ends[f][1], fns))
+        if i is not None:
+            out[i] = s
+    return out
 
 
 # namespaces of wrappers (autograd nodes, FSDP hooks, profiler, collectives): they can contain a
@@ -502,10 +630,11 @@ def _is_operator(name: str) -> bool:
 
 def _classify_cpu(
     names: pd.Categorical, cat_lower: np.ndarray, start: np.ndarray, end: np.ndarray, lane_codes: np.ndarray,
-    is_step: np.ndarray, args: dict[int, Any], category: np.ndarray, device: np.ndarray, collective: np.ndarray,
-    nbytes: np.ndarray, warnings: list[str], path: Path,
+    is_step: np.ndarray, is_annot: np.ndarray, args: dict[int, Any], category: np.ndarray, device: np.ndarray,
+    collective: np.ndarray, nbytes: np.ndarray, warnings: list[str], path: Path,
 ) -> None:  # fmt: skip
-    """Fill category/device/collective/bytes in place for a CPU-only trace (see module docstring)."""
+    """Fill category/device/collective/bytes in place for a CPU-only trace (see module docstring).
+    Device-side annotations (``is_annot``) are labels: never a collective, a launch or compute."""
     is_cpu_op = cat_lower == "cpu_op"
     # the training thread holds the ProfilerStep spans, else the most cpu_ops
     if is_step.any():
@@ -515,8 +644,8 @@ def _classify_cpu(
     else:
         main = np.bincount(lane_codes).argmax()
     on_main = lane_codes == main
-    is_gloo = np.array([c.lower().startswith("gloo:") for c in names.categories] + [False])[names.codes]
-    is_launch = on_main & np.array([bool(_LAUNCH_RE.match(c)) for c in names.categories] + [False])[names.codes]
+    is_gloo = np.array([c.lower().startswith("gloo:") for c in names.categories] + [False])[names.codes] & ~is_annot
+    is_launch = ~is_annot & on_main & np.array([bool(_LAUNCH_RE.match(c)) for c in names.categories] + [False])[names.codes]
     is_launch &= ~is_gloo
 
     # outermost launch ops, and everything nested inside them on the training thread

@@ -21,6 +21,8 @@ class RankTrace:
         warnings: problems found while reading that did not stop it.
         cross_check: the profiler's own per-step numbers when it wrote them (Ascend
             ``step_trace_time.csv``): columns ``step, compute_us, comm_us, exposed_comm_us, free_us``.
+        recorded_tasks: the sync/launch task kinds (``table.TASKS``) this trace can record; the others
+            are reported as ``null`` ("not recorded"), not 0. None: all of them.
     """
 
     rank: int | None
@@ -31,3 +33,4 @@ class RankTrace:
     mode: str = "device"
     warnings: list[str] = field(default_factory=list)
     cross_check: pd.DataFrame | None = None
+    recorded_tasks: tuple[str, ...] | None = None

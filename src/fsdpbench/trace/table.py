@@ -14,6 +14,7 @@ Columns (one row per complete event; times are integer nanoseconds on the rank's
 | ``op_type`` | category | the op type used for kernel statistics (kernel name, Ascend ``Type``, aten op) |
 | ``task`` | category | ``barrier``, ``launch_ffts``, ``device_synchronize``, ``stream_synchronize``, ``event_synchronize``, ``kernel_launch`` or ``""`` |
 | ``step`` | int64 | profiler step (``ProfilerStep#N``) the event belongs to, ``-1`` when none |
+| ``orphan`` | bool | device work whose launching call is not in the trace (launched before the profiler started): left out of every total |
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ TASKS = [
 ]  # fmt: skip
 COLUMNS = [
     "name", "category", "start_ns", "end_ns", "lane", "device", "collective", "bytes", "op_type", "task", "step",
+    "orphan",
 ]  # fmt: skip
 
 # Checked in order on the lower-cased name with "_" removed; the first match wins.
@@ -193,6 +195,7 @@ def build_table(
     op_type: Sequence[str] | pd.Categorical | None = None,
     task: np.ndarray | None = None,
     step: np.ndarray | None = None,
+    orphan: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Assemble the event table with the dtypes of the module docstring, sorted by start."""
     n = len(start_ns)
@@ -212,6 +215,7 @@ def build_table(
             op_type if isinstance(op_type, pd.Categorical) else pd.Categorical(op_type))[order],
         "task": _coded(object_full(n, "") if task is None else task, ["", *TASKS])[order],
         "step": np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
+        "orphan": np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
     }  # fmt: skip
     return pd.DataFrame(cols, copy=False)
 
