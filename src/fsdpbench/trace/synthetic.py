@@ -4,6 +4,12 @@ A trace has host ``ProfilerStep#N`` spans and one ``cudaLaunchKernel`` runtime e
 event (linked by ``correlation``), compute kernels on two streams, NCCL kernels (old and new names,
 with Kineto's ``In msg nelems``/``dtype`` args) on a third, and memcpy/memset. Times are integer ns
 written as µs with 3 decimals, as Kineto writes them. Generation is vectorised (numpy).
+
+Options reproduce what real traces hold: FBGEMM-style ``*_async_*`` compute kernels, orphan device
+work (launched before the profiler window opened), 2021-era category names, integer-ns timestamps;
+:func:`add_gpu_annotations` adds the device-side ``gpu_user_annotation`` projections that the CUDA
+profiler writes for every host annotation, exact, short (pytorch/kineto#1022) or missing
+(pytorch/pytorch#192021).
 """
 
 from __future__ import annotations
@@ -27,16 +33,24 @@ COMPUTE_NAMES = [
     "triton_poi_fused_cat_slice_0",
     "flash_fwd_kernel",
 ]
+ASYNC_NAME = "void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)"
+_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+_RUNTIME_CATS = ("cuda_runtime", "Runtime")
 
 
 def make_trace(
     *, rank: int = 0, world_size: int = 8, device_events: int = 2000, steps: int = 1, seed: int = 0,
-    skew_ns: int = 0, compute_gap_ns: int = 4_000,
+    skew_ns: int = 0, compute_gap_ns: int = 4_000, async_kernels: int = 0, orphans: int = 0,
+    categories: str = "current", ns_integers: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """A Kineto-shaped dict with about ``device_events`` device events over ``steps`` profiler steps.
 
     ``skew_ns`` delays every event of this rank (to make a straggler); ``compute_gap_ns`` is the
-    largest idle gap between compute kernels of a stream (larger: sparser compute, less overlap)."""
+    largest idle gap between compute kernels of a stream (larger: sparser compute, less overlap);
+    ``async_kernels`` compute kernels are named ``void recat_copy_async_kernel<float>(…)``;
+    ``orphans`` extra compute kernels run before the first step with no runtime event of their
+    correlation id; ``categories="2021"`` writes ``Kernel``/``Memcpy``/``Runtime``/``Operator`` as
+    PyTorch 1.8–1.10 did; ``ns_integers`` writes ``ts``/``dur`` as integer nanoseconds of an epoch clock."""
     rng = np.random.default_rng(seed + 1000 * rank)
     n_comm = max(device_events // 20, 1)
     n_mem = max(device_events // 50, 1)
@@ -79,7 +93,8 @@ def make_trace(
             "ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 3}", "pid": 0, "tid": 1,
             "ts": (base + k * step_len - 500) / 1000, "dur": step_len / 1000,
         })  # fmt: skip
-    comp_names = np.array(COMPUTE_NAMES)[rng.integers(0, len(COMPUTE_NAMES), n_comp)]
+    comp_names = np.array(COMPUTE_NAMES + [ASYNC_NAME])[rng.integers(0, len(COMPUTE_NAMES), n_comp)]
+    comp_names[rng.permutation(n_comp)[: min(async_kernels, n_comp)]] = ASYNC_NAME
     names = np.concatenate([comp_names, np.array(COMM_NAMES)[comm_kind], np.full(n_mem, "Memcpy DtoD (Device -> Device)")])
     cats = np.concatenate([np.full(n_comp, "kernel"), np.full(n_comm, "kernel"), np.full(n_mem, "gpu_memcpy")])
     # launches: 2-6 µs before the kernel's step-local start, clamped into its step
@@ -103,6 +118,22 @@ def make_trace(
                        "ts": ts_us[i], "dur": dur_us[i], "args": args})  # fmt: skip
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 1,
                        "ts": launch_us[i], "dur": 1.5, "args": {"correlation": corr}})  # fmt: skip
+    for k in range(orphans):  # device work launched before the profiler started: no runtime event
+        events.append({"ph": "X", "cat": "kernel", "name": COMPUTE_NAMES[k % len(COMPUTE_NAMES)], "pid": 0, "tid": 7,
+                       "ts": (base - 400_000 + 3_000 * k) / 1000, "dur": 2.5,
+                       "args": {"device": 0, "stream": 7, "correlation": 500_000 + k}})  # fmt: skip
+    if categories == "2021":
+        old = {"kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset", "cuda_runtime": "Runtime"}
+        for e in events:
+            if e.get("cat") in old:
+                e["cat"] = old[e["cat"]]
+    elif categories != "current":
+        raise ValueError(f"categories must be 'current' or '2021' (got {categories!r})")
+    if ns_integers:
+        for e in events:
+            if "ts" in e:
+                e["ts"] = round(e["ts"] * 1000) + 1_700_000_000 * 10**9  # on an epoch clock, as exporters write ns
+                e["dur"] = round(e["dur"] * 1000)
     return {
         "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
@@ -120,3 +151,50 @@ def write_trace(path: str | Path, trace: dict[str, Any]) -> Path:
         data = gzip.compress(data, compresslevel=1)
     path.write_bytes(data)
     return path
+
+
+def add_gpu_annotations(trace: dict[str, Any], mode: str = "exact", *, stream: int = 7) -> dict[str, Any]:
+    """Add the ``gpu_user_annotation`` events the CUDA profiler writes (PyTorch ≥ 1.12): each host
+    ``user_annotation`` (``ProfilerStep#N``, ``record_function`` ranges, ``gloo:*``) projected onto every
+    stream as the span of the device work launched inside it, with ``External id`` but no correlation.
+    A trace without device work (CPU/gloo) gets each projection on ``stream`` with the host span.
+
+    Args:
+        trace: a Kineto dict (changed in place and returned).
+        mode: ``exact``; ``short``: ``ProfilerStep#N`` covers only the first device event of each stream
+            (pytorch/kineto#1022); ``missing``: every other ``ProfilerStep#N`` has no projection
+            (pytorch/pytorch#192021).
+    """
+    if mode not in ("exact", "short", "missing"):
+        raise ValueError(f"mode must be exact, short or missing (got {mode!r})")
+    evs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    host = [e for e in evs if e.get("cat") == "user_annotation"]
+    launch_ts = {e["args"]["correlation"]: e["ts"] for e in evs
+                 if e.get("cat") in _RUNTIME_CATS and isinstance(e.get("args"), dict) and "correlation" in e["args"]}  # fmt: skip
+    dev = [e for e in evs if e.get("cat") in _DEVICE_CATS and e.get("args", {}).get("correlation") in launch_ts]
+    d_launch = np.array([launch_ts[e["args"]["correlation"]] for e in dev], dtype=np.float64)
+    d_start = np.array([e["ts"] for e in dev], dtype=np.float64)
+    d_end = d_start + np.array([e["dur"] for e in dev], dtype=np.float64)
+    d_stream = np.array([e["tid"] for e in dev])
+    out = []
+    steps_seen = 0
+    for k, h in enumerate(host):
+        is_step = str(h["name"]).startswith("ProfilerStep#")
+        if is_step:
+            steps_seen += 1
+            if mode == "missing" and steps_seen % 2 == 0:
+                continue
+        base = {"ph": "X", "cat": "gpu_user_annotation", "name": h["name"], "args": {"External id": 900_000 + k}}
+        if not dev:
+            dur = h["dur"] * (0.01 if is_step and mode == "short" else 1.0)
+            out.append({**base, "pid": 0, "tid": stream, "ts": h["ts"], "dur": dur})
+            continue
+        inside = (d_launch >= h["ts"]) & (d_launch < h["ts"] + h["dur"])
+        for s in np.unique(d_stream[inside]).tolist():
+            m = inside & (d_stream == s)
+            first = np.flatnonzero(m)[np.argmin(d_start[m])]
+            t0 = float(d_start[m].min())
+            t1 = float(d_end[first]) if is_step and mode == "short" else float(d_end[m].max())
+            out.append({**base, "pid": 0, "tid": s, "ts": t0, "dur": round(t1 - t0, 3)})
+    trace["traceEvents"].extend(out)
+    return trace
