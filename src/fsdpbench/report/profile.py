@@ -170,7 +170,8 @@ def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block
             rows.append([name, *(fmt(m, 1) for m in means)])
     heading = Heading("Synchronisation and launch counts", 3)
     if not rows:
-        return [heading, Para(f"None recorded ({', '.join(names)} are all 0; CPU/gloo traces have no such tasks).")]
+        return [heading, Para(f"None recorded ({', '.join(names)} are 0 or not recordable in these traces: "
+                              "CPU/gloo traces have no such tasks).")]
     return [heading, Table(["count (mean over ranks)", *arms], rows)]
 
 

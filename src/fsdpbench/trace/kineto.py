@@ -58,9 +58,10 @@ _DEVICE_CATS = {
 }  # fmt: skip
 # host-side categories read as such (``Runtime``/``Operator``: 2021-era spellings; "" in hand-made traces)
 _HOST_CATS = {
-    "", "cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "driver",
+    "", "cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "driver", "hip_runtime",
     "python_function", "python", "trace", "overhead", "cpu_instant_event",
 }  # fmt: skip
+_RUNTIME_CATS = ["cuda_runtime", "runtime", "cuda_driver", "driver", "hip_runtime"]
 # Device-side projections of host annotations (``gpu_user_annotation``, and any other
 # ``<device>_user_annotation``): labels only, never compute, communication or step windows.
 _DEVICE_ANNOTATION = re.compile(r"^(?!user_annotation$)\w*annotation$", re.IGNORECASE)
@@ -503,7 +504,7 @@ def _read_kineto(path: Path) -> RankTrace:
         orphan = _join_launches(start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows)
         host_sync = ~is_dev_cat & np.isin(task, ["device_synchronize", "stream_synchronize", "event_synchronize"])
         category[host_sync] = "sync"
-        runtime = np.isin(cat_lower, ["cuda_runtime", "runtime", "cuda_driver", "driver"])
+        runtime = np.isin(cat_lower, _RUNTIME_CATS)
         recorded = ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch") if runtime.any() else ()
         if not runtime.any():
             warnings.append(
