@@ -3,8 +3,14 @@
 Two kinds of trace come out of ``torch.profiler``:
 
 * **Device traces** (CUDA/ROCm): device lanes are the streams. Kernels are classified by name
-  (NCCL/RCCL/HCCL names old and new, any case → comm; memcpy/memset; sync; the rest compute), and a
-  kernel belongs to the profiler step of the runtime call that launched it (by correlation id).
+  (``table.KERNEL_RULES``: NCCL/RCCL/HCCL names old and new, any case → comm; memcpy/memset; sync; the
+  rest compute). Step windows are the host ``ProfilerStep#N`` spans only, and a device event belongs to
+  the step of the runtime call that launched it (correlation id, else the ``ac2g`` flow).
+  ``gpu_user_annotation`` events (device-side projections of host ranges, known to be short or
+  missing) are labels, never windows, compute or communication. Device events whose launch is not in
+  a trace that records launches are orphans: left out of every total (``orphan`` column).
+  Unknown categories are warned about by name and count, or refused when they are the only device
+  activity; integer-ns timestamps are refused.
 * **CPU-only traces** (gloo runs): there is no device, so the lanes are threads.
   - *Communication* is the collective's work on gloo's worker threads (``pt_gloo_runloop``): the
     ``gloo:<op>`` spans. The ``c10d::*`` op on the training thread only enqueues that work (its
