@@ -12,7 +12,7 @@ import os
 import orjson
 import pytest
 
-from conftest import SHARED
+from conftest import SHARED, run_cli
 from fsdpbench.analysis import analyze
 
 KINETO = SHARED / "fixtures" / "kineto"
@@ -106,3 +106,14 @@ def test_fbgemm_async_kernels_are_compute():
     assert set(recat["category"].astype(str)) == {"compute"}
     launched = recat[~recat["orphan"]]
     assert r.op_stats.set_index("op_type").loc[str(launched["name"].iloc[0]), "count"] == len(launched)
+
+
+def test_analyze_cli_reports_orphans_per_rank(tmp_path):
+    count, dur_us = orphans_by_hand("negative_queue_length_values_check")
+    out = tmp_path / "a.json"
+    proc = run_cli("analyze", str(KINETO / "negative_queue_length_values_check"), "--json", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{count} device events ({dur_us / 1000:.3f} ms" in " ".join(proc.stdout.split())
+    rank = orjson.loads(out.read_bytes())["ranks"][0]
+    assert (rank["orphan_events"], rank["orphan_us"]) == (count, pytest.approx(dur_us))
+    assert rank["sync"]["barrier"] is None and "n/r" in proc.stdout
