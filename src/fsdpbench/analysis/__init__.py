@@ -191,8 +191,8 @@ def analyze(
             + "); per-rank figures are valid, cross-rank comparisons mix steps"
         )
     res = Analysis(sources=[str(p) for p in paths], format=sources[0].format, ranks=ranks, warnings=warnings, top=top)
-    spans = [r.device_span_ns or (0, 0) for r in ranks]
-    offset = clock_offset_warning([r.rank for r in ranks], spans)
+    timed = [r for r in ranks if r.device_span_ns]  # a rank with no device events has no clock to compare
+    offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
     if offset:
         warnings.append(offset)
     else:
