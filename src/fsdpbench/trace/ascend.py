@@ -180,11 +180,12 @@ def _frame(events: list[dict], category: str, lanes: list[str], device: bool, pa
 
 
 def _trace_view_events(
-    path: Path, warnings: list[str], hccl_bytes: dict[str, float]
+    path: Path, warnings: list[str], hccl_bytes: dict[str, float], hccl_streams: set[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """From trace_view.json: host CANN/Python events and BARRIER tasks, the ``ProfilerStep#N``
     windows, and the device tasks (Ascend Hardware compute tasks, HCCL op-level communication);
-    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes."""
+    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes and ``hccl_streams`` with the
+    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes)."""
     try:
         events = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -213,6 +214,8 @@ def _trace_view_events(
         if proc in ("HCCL", "Communication") and "Communication" in thread:
             hccl_bytes[str(e.get("name", ""))] = _hccl_bytes(a)
             comm.append((e, f"HCCL {thread}"))
+        elif proc in ("HCCL", "Communication") and hccl_streams is not None and a.get("stream id") is not None:
+            hccl_streams.add(f"Stream {a['stream id']}")
         elif proc == "Ascend Hardware" and a.get("Task Type") in _COMPUTE_TASK_TYPES and not str(
             e.get("name", "")
         ).endswith(("AicpuKernel", "AivKernel")):
@@ -286,12 +289,39 @@ def _outer_only(task: np.ndarray, df: pd.DataFrame) -> np.ndarray:
     return out
 
 
+# torch_npu's ProcessGroupHCCL has no HCCL AVG: it reduces with SUM, then runs ``tensor.div_(world
+# size)`` on the HCCL stream (getHcclReduceOp maps AVG to HCCL_REDUCE_SUM; the post-collective hook
+# divides under an NPUStreamGuard of hcclStreams[0]; Ascend/pytorch ProcessGroupHCCL.cpp @ 9e73e708)
+_DIV_TYPES = ("RealDiv", "Div", "Divs", "DivV2")
+HCCL_AVG_LABEL = "{op} (HCCL AVG of {collective})"
+"""Op type given to a divide kernel on an HCCL stream: the AVG half of the collective before it."""
+
+
+def _label_hccl_avg(
+    op_type: np.ndarray, category: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray,
+    collective: np.ndarray, hccl_streams: set[str],
+) -> np.ndarray:
+    """Relabel divide kernels that run on an HCCL stream with the collective they complete: the
+    last collective that ended before the kernel started (``RealDiv (HCCL AVG of reduce_scatter)``)."""
+    avg = np.flatnonzero((category == "compute") & np.isin(lane, list(hccl_streams)) & np.isin(op_type, _DIV_TYPES))
+    if not avg.size:
+        return op_type
+    comm = np.flatnonzero(category == "comm")
+    order = comm[np.argsort(end[comm], kind="stable")]
+    k = np.searchsorted(end[order], start[avg], side="right") - 1
+    out = op_type.copy()
+    for i, j in zip(avg, k, strict=True):  # a handful per collective, not per event of the trace
+        out[i] = HCCL_AVG_LABEL.format(op=op_type[i], collective=collective[order[j]] if j >= 0 else "unknown")
+    return out
+
+
 def _assemble(
     folder: Path, kernels: pd.DataFrame, host: pd.DataFrame | None, steps: pd.DataFrame, warnings: list[str],
-    cross: pd.DataFrame | None, rank: int | None,
+    cross: pd.DataFrame | None, rank: int | None, hccl_streams: set[str] | None = None,
 ) -> RankTrace:
     """The event table of one rank from its device frame (``name, category, start_ns, end_ns, lane,
-    device, op_type, step``, optional ``bytes``) and host frame (same columns)."""
+    device, op_type, step``, optional ``bytes``) and host frame (same columns). Divide kernels on
+    ``hccl_streams`` are labelled as the AVG half of their collective (:data:`HCCL_AVG_LABEL`)."""
     if len(steps) and len(kernels) and (kernels["step"] < 0).all():
         kernels = kernels.assign(step=_steps_by_time(kernels, steps))
     if host is None:
@@ -310,10 +340,14 @@ def _assemble(
     collective = object_full(len(df), "")
     collective[comm] = collective_of(names)[comm]
     nbytes = df["bytes"].to_numpy(np.float64) if "bytes" in df.columns else np.full(len(df), np.nan)
+    lane = df["lane"].astype(str).to_numpy()
+    start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
+    op_type = df["op_type"].astype(str).to_numpy(dtype=object)
+    if hccl_streams:
+        op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams)
     table = build_table(
-        name=names, category=category, start_ns=df["start_ns"].to_numpy(np.int64),
-        end_ns=df["end_ns"].to_numpy(np.int64), lane=df["lane"].astype(str).to_numpy(),
-        device=df["device"].to_numpy(bool), collective=collective, nbytes=nbytes, op_type=df["op_type"].astype(str).to_numpy(),
+        name=names, category=category, start_ns=start, end_ns=end, lane=lane,
+        device=df["device"].to_numpy(bool), collective=collective, nbytes=nbytes, op_type=op_type,
         task=task, step=df["step"].to_numpy(np.int64),
     )  # fmt: skip
     return RankTrace(
@@ -376,7 +410,7 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
     rank = rank_of_folder(folder)
     for alt in (raw["rank"], db_rank(db)):
         rank = alt if rank is None else rank
-    return _assemble(folder, dev, host if len(host) else None, steps, warnings, cross, rank)
+    return _assemble(folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"])
 
 
 def read_ascend(folder: str | Path) -> RankTrace:
@@ -402,10 +436,11 @@ def read_ascend(folder: str | Path) -> RankTrace:
         )
     warnings: list[str] = []
     hccl_bytes: dict[str, float] = {}
+    hccl_streams: set[str] = set()
     empty_steps = pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
     host, steps, tv_device = (None, empty_steps, None)
     if tv.is_file():
-        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes)
+        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams)
     else:
         warnings.append(f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable")
     kernels = _kernel_events(kd) if kd.is_file() else None
@@ -431,7 +466,7 @@ def read_ascend(folder: str | Path) -> RankTrace:
         kernels = kernels.assign(bytes=nbytes)
     stt = out / "step_trace_time.csv"
     cross = _cross_check(stt, warnings) if stt.is_file() else None
-    return _assemble(folder, kernels, host, steps, warnings, cross, rank_of_folder(folder))
+    return _assemble(folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams)
 
 
 def _kernel_frame_empty() -> pd.DataFrame:

@@ -95,7 +95,8 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
 
     Returns a dict with ``compute``, ``comm``, ``other_tasks``, ``host``, ``steps`` frames
     (``name, start_ns, end_ns, lane`` plus table-specific columns), ``launch_ns`` (connection id →
-    start of the launching CANN call) and ``rank`` (``RANK_DEVICE_MAP``, None when absent).
+    start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent) and
+    ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on).
 
     Raises:
         InputError: not a sqlite file, or no ``TASK`` / ``STRING_IDS`` table.
@@ -124,6 +125,8 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
             set(_query(con, db, "SELECT DISTINCT globalTaskId FROM COMMUNICATION_TASK_INFO")["globalTaskId"])
             if "COMMUNICATION_TASK_INFO" in have else set()
         )  # fmt: skip
+        on_hccl = task["globalTaskId"].isin(comm_tasks)
+        hccl_streams = {f"Stream {s_}" for s_ in task.loc[on_hccl, "streamId"].unique()}
         compute = task.merge(cti, on="globalTaskId", how="inner")
         compute = pd.DataFrame({
             "name": s(compute["name"]), "op_type": s(compute["opType"]), "core": s(compute["coreType"]),
@@ -200,7 +203,7 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
         con.close()
     steps = steps[steps["step"] >= 0].sort_values("start_ns", ignore_index=True)
     return {"compute": compute, "comm": comm, "other_tasks": other_tasks, "host": host, "steps": steps,
-            "launch_ns": launch_ns, "rank": rank}  # fmt: skip
+            "launch_ns": launch_ns, "rank": rank, "hccl_streams": hccl_streams}  # fmt: skip
 
 
 def step_trace_time(analysis_db: Path, warnings: list[str]) -> pd.DataFrame | None:
