@@ -136,3 +136,16 @@ def test_a_folder_with_no_export_at_all_names_all_three_files(tmp_path):
     (tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     with pytest.raises(InputError, match=r"kernel_details\.csv, trace_view\.json or ascend_pytorch_profiler_<rank>\.db"):
         read_ascend(tmp_path / "x_ascend_pt")
+
+
+def test_the_database_file_itself_can_be_passed(db2):
+    db = RANKS[1] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_1.db"
+    r = analyze([db], workers=1).ranks[0]
+    assert r.rank == 1 and r.compute_us == db2.ranks[1].compute_us
+
+
+def test_a_database_outside_its_output_folder_asks_for_the_rank_folder(tmp_path):
+    db = tmp_path / "ascend_pytorch_profiler_0.db"
+    shutil.copy(RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db", db)
+    with pytest.raises(InputError, match=r"outside its ASCEND_PROFILER_OUTPUT/ folder; pass the \*_ascend_pt folder"):
+        analyze([db], workers=1)

@@ -57,3 +57,13 @@ def test_a_header_only_kernel_details_warns_clearly_and_no_clock_offset(tmp_path
     assert any("kernel_details.csv has a header but no rows" in w and "no device activity" in w for w in res.warnings)
     assert not any("clocks are offset" in w for w in res.warnings)
     assert res.ranks[1].collectives["all_reduce"]["count"] == 4
+
+
+def test_a_diff_across_profiler_levels_shows_no_phantom_added_or_removed_ops(level0):
+    """Level1 and Level0 of the same model and step run the same ops: the diff may change their
+    times, but must not list Conv2D1… as added and Conv2D as deleted."""
+    from fsdpbench.analysis.diff import compare
+
+    d = compare(analyze([LEVEL1], workers=1), level0, base_label="level1", test_label="level0")
+    assert len(d.ops) == 33
+    assert not [r["op_type"] for r in d.ops if r["change"] in ("added", "deleted")]
