@@ -8,7 +8,8 @@ Sources inside ``ASCEND_PROFILER_OUTPUT/``:
   cells are stripped of the stray tabs/spaces torch_npu writes, and start times are parsed from
   their decimal text (µs since the epoch do not fit a double to the ns). Level0 exports write
   ``N/A`` as the op type of compute kernels: the type is then derived from the name
-  (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``).
+  (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``, ``Conv2D1`` → ``Conv2D``). A header-only file
+  (no device task recorded) is a warning.
 * ``trace_view.json``: host ``ProfilerStep#N`` windows, CANN API events (``Hccl@Launch_Ffts``,
   ``AscendCL@aclrtSynchronize*``, ``Node@launch``…) and Ascend Hardware ``BARRIER`` tasks for the
   sync and launch counts, HCCL message sizes; and, when kernel_details.csv is missing, the device
@@ -17,6 +18,14 @@ Sources inside ``ASCEND_PROFILER_OUTPUT/``:
   op-level lanes (``Group N Communication``) as communication: CANN's Overlap Analysis rule.
 * ``step_trace_time.csv`` (optional): the profiler's own Computing / Communication /
   Communication(Not Overlapped) / Free per step, kept as a cross-check.
+
+Without kernel_details.csv and trace_view.json the database export ``ascend_pytorch_profiler_<rank>.db``
+is read instead (:mod:`fsdpbench.trace.ascend_db`) into the same table.
+
+For both: a host sync call nested in one of the same kind on its thread (``Runtime@StreamSynchronize``
+inside ``AscendCL@aclrtSynchronizeStream*``) is one sync; divide kernels on an HCCL stream are the
+AVG half of the collective before them (torch_npu has no HCCL AVG) and get the op type
+``RealDiv (HCCL AVG of reduce_scatter)``.
 
 The rank comes from ``profiler_info_{rank}.json`` (its ``rank_id``, else the number in the name).
 """
