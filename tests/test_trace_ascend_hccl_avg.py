@@ -70,3 +70,28 @@ def test_db_realdiv_on_the_hccl_stream_is_the_avg_of_the_all_reduce_before_it(tm
     t = read_ascend(dst)
     assert (t.events["op_type"] == LABEL).sum() == 1
     assert _op_counts(dst)[LABEL] == 1
+
+
+def test_db_divides_are_matched_to_the_collective_on_their_own_stream(tmp_path):
+    """HSDP-like: each process group has its own HCCL stream. The second collective becomes a
+    reduce-scatter on stream 5; a divide on stream 4 right after it still belongs to stream 4's
+    all-reduce, and one on stream 5 to the reduce-scatter."""
+    dst = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(DB, dst)
+    con = sqlite3.connect(dst / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db")
+    (new_id,) = con.execute("SELECT max(id) + 1 FROM STRING_IDS").fetchone()
+    con.execute("INSERT INTO STRING_IDS (id, value) VALUES (?, 'hcom_reduceScatter__865_1_1')", (new_id,))
+    con.execute("UPDATE COMMUNICATION_OP SET opName = ? WHERE opId = 2", (new_id,))
+    con.execute("UPDATE TASK SET streamId = 5 WHERE globalTaskId IN "
+                "(SELECT globalTaskId FROM COMMUNICATION_TASK_INFO WHERE opId = 2)")  # fmt: skip
+    (end,) = con.execute("SELECT endNs FROM COMMUNICATION_OP WHERE opId = 2").fetchone()
+    divs = [t for (t,) in con.execute(
+        "SELECT c.globalTaskId FROM COMPUTE_TASK_INFO c JOIN STRING_IDS s ON s.id = c.opType WHERE s.value = 'RealDiv'")]
+    assert len(divs) == 2
+    for task, stream in zip(divs, (4, 5), strict=True):
+        con.execute("UPDATE TASK SET streamId = ?, startNs = ?, endNs = ? WHERE globalTaskId = ?",
+                    (stream, end + 1500, end + 3000, task))  # fmt: skip
+    con.commit()
+    con.close()
+    ops = _op_counts(dst)
+    assert ops[LABEL] == 1 and ops["RealDiv (HCCL AVG of reduce_scatter)"] == 1 and "RealDiv" not in ops

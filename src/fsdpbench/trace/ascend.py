@@ -308,19 +308,26 @@ HCCL_AVG_LABEL = "{op} (HCCL AVG of {collective})"
 
 def _label_hccl_avg(
     op_type: np.ndarray, category: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray,
-    collective: np.ndarray, hccl_streams: set[str],
+    collective: np.ndarray, hccl_streams: set[str], comm_stream: np.ndarray | None = None,
 ) -> np.ndarray:
     """Relabel divide kernels that run on an HCCL stream with the collective they complete: the
-    last collective that ended before the kernel started (``RealDiv (HCCL AVG of reduce_scatter)``)."""
+    last collective that ended before the kernel started (``RealDiv (HCCL AVG of reduce_scatter)``),
+    on the same stream when ``comm_stream`` gives each collective's stream (db export; each process
+    group has its own HCCL stream, so HSDP's reduce-scatters and all-reduces are told apart)."""
     avg = np.flatnonzero((category == "compute") & np.isin(lane, list(hccl_streams)) & np.isin(op_type, _DIV_TYPES))
     if not avg.size:
         return op_type
-    comm = np.flatnonzero(category == "comm")
-    order = comm[np.argsort(end[comm], kind="stable")]
-    k = np.searchsorted(end[order], start[avg], side="right") - 1
     out = op_type.copy()
-    for i, j in zip(avg, k, strict=True):  # a handful per collective, not per event of the trace
-        out[i] = HCCL_AVG_LABEL.format(op=op_type[i], collective=collective[order[j]] if j >= 0 else "unknown")
+    comm = np.flatnonzero(category == "comm")
+    for stream in np.unique(lane[avg]):
+        mine = avg[lane[avg] == stream]
+        cand = comm
+        if comm_stream is not None and (comm_stream[comm] == stream).any():
+            cand = comm[comm_stream[comm] == stream]
+        order = cand[np.argsort(end[cand], kind="stable")]
+        k = np.searchsorted(end[order], start[mine], side="right") - 1
+        for i, j in zip(mine, k, strict=True):  # a handful per collective, not per event of the trace
+            out[i] = HCCL_AVG_LABEL.format(op=op_type[i], collective=collective[order[j]] if j >= 0 else "unknown")
     return out
 
 
@@ -353,7 +360,8 @@ def _assemble(
     start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
     op_type = df["op_type"].astype(str).to_numpy(dtype=object)
     if hccl_streams:
-        op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams)
+        comm_stream = df["hccl_stream"].fillna("").astype(str).to_numpy() if "hccl_stream" in df.columns else None
+        op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams, comm_stream)
     table = build_table(
         name=names, category=category, start_ns=start, end_ns=end, lane=lane,
         device=df["device"].to_numpy(bool), collective=collective, nbytes=nbytes, op_type=op_type,
@@ -394,7 +402,7 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
         pd.DataFrame({
             "name": comm["name"], "category": "comm", "start_ns": comm["start_ns"], "end_ns": comm["end_ns"],
             "lane": comm["lane"], "op_type": [op_type_from_name(n) for n in comm["name"]],
-            "connection": comm["connection"],
+            "connection": comm["connection"], "hccl_stream": comm["hccl_stream"],
             "bytes": [_hccl_bytes({"data_type": d, "count": c}) for d, c in zip(comm["data_type"], comm["count"], strict=True)],
         }),
     ], ignore_index=True)  # fmt: skip

@@ -8,7 +8,8 @@ task tables, and never from the profiler's own summaries:
   type (Level0 writes ``N/A`` types: then derived from the name as for the text export). HCCL's own
   ``*AivKernel`` / ``*AicpuKernel`` are not compute (CANN's Overlap Analysis rule).
 * ``COMMUNICATION_OP``: one communication event per collective (op level, ``startNs``–``endNs``),
-  with its size (``count`` × ``ENUM_HCCL_DATA_TYPE``) and group.
+  with its size (``count`` × ``ENUM_HCCL_DATA_TYPE``), group, and the stream its tasks ran on
+  (``COMMUNICATION_TASK_INFO.opId`` → ``TASK.streamId``).
 * every other ``TASK`` row (``MEMCPY_ASYNC``, ``EVENT_RECORD``, ``BARRIER`` …, but not HCCL's own
   tasks in ``COMMUNICATION_TASK_INFO`` nor ``PROFILING_ENABLE/DISABLE``), named by its task type:
   counted (``BARRIER``) but not timed, like the text export, which leaves them out of
@@ -141,19 +142,28 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
             "connection": other["connectionId"].to_numpy(),
         })  # fmt: skip
         if "COMMUNICATION_OP" in have:
-            op = _query(con, db, "SELECT opName, startNs, endNs, connectionId, groupName, dataType, count FROM COMMUNICATION_OP")
+            op = _query(con, db, "SELECT opName, startNs, endNs, connectionId, groupName, dataType, count, opId "
+                                 "FROM COMMUNICATION_OP")
             dtypes = (
                 _query(con, db, "SELECT id, name FROM ENUM_HCCL_DATA_TYPE").set_index("id")["name"]
                 if "ENUM_HCCL_DATA_TYPE" in have else pd.Series(dtype=object)
             )  # fmt: skip
+            op_stream = (
+                _query(con, db, "SELECT i.opId, min(t.streamId) AS streamId FROM COMMUNICATION_TASK_INFO i "
+                                "JOIN TASK t USING (globalTaskId) GROUP BY i.opId").set_index("opId")["streamId"]
+                if "COMMUNICATION_TASK_INFO" in have else pd.Series(dtype=np.int64)
+            )  # fmt: skip
+            stream = op["opId"].map(op_stream) if "opId" in op.columns else pd.Series(np.nan, index=op.index)
             comm = pd.DataFrame({
                 "name": s(op["opName"]), "start_ns": _ns(op["startNs"], db, "COMMUNICATION_OP.startNs"),
                 "end_ns": _ns(op["endNs"], db, "COMMUNICATION_OP.endNs"), "lane": "HCCL " + s(op["groupName"]),
                 "connection": op["connectionId"].to_numpy(), "data_type": op["dataType"].map(dtypes).fillna("").astype(str),
                 "count": pd.to_numeric(op["count"], errors="coerce"),
+                "hccl_stream": np.where(stream.notna(), "Stream " + stream.astype("Int64").astype(str), ""),
             })  # fmt: skip
         else:
-            comm = pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane", "connection", "data_type", "count"])
+            comm = pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane", "connection", "data_type", "count",
+                                         "hccl_stream"])  # fmt: skip
         host_parts = []
         launch_ns = pd.Series(dtype=np.int64)
         if "CANN_API" in have:
