@@ -201,3 +201,40 @@ def test_low_overlap_without_a_better_arm_gives_only_the_best_case_bound():
     f = next(f for f in d.findings if f.id == "low_overlap" and f.title.startswith("hyper"))
     assert f.estimate["step_time_delta_us"] is None
     assert f.estimate["best_case_step_time_delta_us"] == pytest.approx(-300_000.0 * 0.8)
+
+
+def _avg_ops(n_rs: float, n_ar: float = 0.0, us_each: float = 20.0) -> list[dict]:
+    """Op rows as the Ascend reader labels torch_npu's AVG divides (see test_trace_ascend_hccl_avg.py)."""
+    ops = [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0}]
+    if n_rs:
+        ops.append({"op_type": "RealDiv (HCCL AVG of reduce_scatter)", "count": n_rs, "total_us": n_rs * us_each})
+    if n_ar:
+        ops.append({"op_type": "RealDiv (HCCL AVG of all_reduce)", "count": n_ar, "total_us": n_ar * us_each})
+    return ops
+
+
+def test_hccl_avg_division_names_the_arm_with_more_divides_and_their_collectives():
+    """The study: hyper's ~10x more reduce-scatters cost as many more divides (RealDiv 173 vs 73 there)."""
+    base = analysis(*(rank(r, ops=_avg_ops(12, 1)) for r in (0, 1)))
+    test = analysis(*(rank(r, ops=_avg_ops(124, 1, us_each=200.0)) for r in (0, 1)))
+    d = compare(base, test, base_label="torch", test_label="hyper")
+    f = d.finding("hccl_avg_division")
+    assert f is not None and f.title == "hyper runs 125 HCCL AVG divides vs 13 in torch"
+    assert "hyper 125 (1 after AllReduce, 124 after ReduceScatter" in f.evidence
+    assert "torch 13 (1 after AllReduce, 12 after ReduceScatter" in f.evidence
+    # 125 divides * 200 µs - 13 * 20 µs = 24.74 ms >= 2% of the 1 s base step
+    assert f.severity == "medium" and f.estimate["step_time_delta_us"] == pytest.approx(-(125 * 200.0 - 13 * 20.0))
+    assert "SUM" in f.cause and "bucket" in f.action
+
+
+def test_hccl_avg_division_is_info_when_the_divides_cost_little_and_reported_for_the_base_too():
+    base = analysis(*(rank(r, ops=_avg_ops(120)) for r in (0, 1)))
+    test = analysis(*(rank(r, ops=_avg_ops(12)) for r in (0, 1)))
+    f = compare(base, test, base_label="hyper", test_label="torch").finding("hccl_avg_division")
+    assert f is not None and f.severity == "info" and f.title.startswith("hyper runs 120")
+
+
+def test_hccl_avg_division_stays_quiet_without_divides_or_with_equal_counts():
+    assert compare(analysis(), analysis()).finding("hccl_avg_division") is None
+    same = analysis(*(rank(r, ops=_avg_ops(12)) for r in (0, 1)))
+    assert compare(same, copy.deepcopy(same)).finding("hccl_avg_division") is None

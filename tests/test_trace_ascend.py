@@ -77,6 +77,12 @@ def test_level0_na_op_types_are_derived_from_the_name():
     assert op_type_from_name("aclnnMm_MatMulCommon_MatMulV2") == "MatMulV2"
     assert op_type_from_name("trans_TransData_0") == "TransData"
     assert op_type_from_name("hcom_allReduce__586_0_1") == "hcom_allReduce_"
+    # aclop single ops: type + instance number (real Level0 names), and a versioned type
+    assert op_type_from_name("Conv2D1") == "Conv2D"
+    assert op_type_from_name("ReduceSum7") == "ReduceSum"
+    assert op_type_from_name("Conv2DBackpropFilter10_MemSet") == "MemSet"
+    assert op_type_from_name("MatMulV21") == "MatMulV2"
+    assert op_type_from_name("AdaptiveAvgPool3d12") == "AdaptiveAvgPool3d"
 
 
 def _copy(tmp_path: Path, rank: int = 0) -> Path:
@@ -127,8 +133,24 @@ def test_without_kernel_details_trace_view_lanes_give_the_same_numbers(tmp_path,
 
 def test_a_folder_with_neither_csv_nor_trace_view_is_an_error(tmp_path):
     (tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
-    with pytest.raises(InputError, match="neither"):
+    with pytest.raises(InputError, match="none of ASCEND_PROFILER_OUTPUT/kernel_details.csv"):
         read_ascend(tmp_path / "x_ascend_pt")
+
+
+def test_a_runtime_sync_nested_in_its_ascendcl_call_is_one_sync(tmp_path):
+    """Level2 traces record ``Runtime@StreamSynchronize`` inside each ``AscendCL@aclrtSynchronizeStream*``
+    on the same thread (generated here from the Level1 trace): one user call, counted once, as
+    api_statistic.csv counts it."""
+    dst = _copy(tmp_path)
+    tv = dst / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    events = orjson.loads(tv.read_bytes())
+    outer = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("AscendCL@aclrtSynchronizeStream")]
+    nested = [{**e, "name": "Runtime@StreamSynchronize", "ts": f"{float(e['ts']) + 0.5:.3f}", "dur": e["dur"] - 1} for e in outer]
+    tv.write_bytes(orjson.dumps(events + nested))
+    api = pd.read_csv(RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "api_statistic.csv")
+    n_api = int(api.loc[api["API Name"].str.startswith("aclrtSynchronizeStream"), "Count"].sum())
+    assert len(outer) == n_api > 0
+    assert analyze([dst], workers=1).ranks[0].sync["stream_synchronize"] == n_api
 
 
 def test_kernel_details_without_step_ids_take_the_host_step(tmp_path):

@@ -196,7 +196,8 @@ def analyze(
                 "they are left out of every number (as HTA does)"
             )
         warnings.extend(_cross_check_warnings(r))
-    step_sets = {r.rank: tuple(s.step for s in r.steps) for r in ranks}
+    timed = [r for r in ranks if r.device_span_ns]  # a rank with no device events has no steps or clock to compare
+    step_sets = {r.rank: tuple(s.step for s in r.steps) for r in timed}
     if len(set(step_sets.values())) > 1:
         warnings.append(
             "ranks profiled different steps ("
@@ -204,13 +205,12 @@ def analyze(
             + "); per-rank figures are valid, cross-rank comparisons mix steps"
         )
     res = Analysis(sources=[str(p) for p in paths], format=sources[0].format, ranks=ranks, warnings=warnings, top=top)
-    spans = [r.device_span_ns or (0, 0) for r in ranks]
-    offset = clock_offset_warning([r.rank for r in ranks], spans)
+    offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
     if offset:
         warnings.append(offset)
     else:
         res.collective_skew_us, skew_warnings = collective_skew(
-            [r.rank for r in ranks], [r.collective_events for r in ranks]
+            [r.rank for r in timed], [r.collective_events for r in timed]
         )
         warnings.extend(skew_warnings)
         res.stragglers = stragglers(res.collective_skew_us)

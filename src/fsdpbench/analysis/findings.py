@@ -11,6 +11,7 @@ Torch-free on purpose.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from statistics import median
@@ -43,6 +44,9 @@ OP_MAX_LISTED = 5
 """At most this many op types are named in the compute-path finding."""
 STRAGGLER_SKEW = 0.10
 """A rank whose compute time exceeds the median of the other ranks by this share is a straggler."""
+HCCL_AVG_RE = re.compile(r"^(?P<op>\S+) \(HCCL AVG of (?P<collective>\w+)\)$")
+"""Op types the Ascend reader gives the divide kernels torch_npu runs after an AVG collective
+(``fsdpbench.trace.ascend.HCCL_AVG_LABEL``)."""
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -97,6 +101,11 @@ RULES: tuple[Rule, ...] = (
          "adopt the faster arm's op path for those op types"),
     Rule("straggler", f"a rank's compute time >= {STRAGGLER_SKEW:.0%} above the median of the other ranks", "medium",
          "find why that rank computes longer (placement, imbalance, a noisy neighbour)"),
+    Rule("hccl_avg_division",
+         "an arm runs divide kernels on the HCCL stream (torch_npu's ReduceOp.AVG = SUM + one divide per "
+         "reduce-scatter/all-reduce) and the arms' counts differ",
+         f"medium when the divides' time differs by >= {OP_DELTA_SHARE:.0%} of the base step, else info",
+         "fewer, bucketed reduce-scatters (one divide per bucket), or reduce with SUM and scale the gradients once"),
 )
 RULE_ORDER = {r.id: i for i, r in enumerate(RULES)}
 
@@ -467,11 +476,52 @@ def rule_straggler(x: RuleInput) -> list[Finding]:
     return findings
 
 
+def rule_hccl_avg_division(x: RuleInput) -> list[Finding]:
+    """HCCL has no AVG reduce: torch_npu sums, then divides on the HCCL stream, once per collective, so
+    an arm that issues more reduce-scatters also runs more divides (the study's "RealDiv 173 vs 73")."""
+    per: dict[str, dict[str, dict[str, float]]] = {"base": {}, "test": {}}
+    for r in x.ops:
+        m = HCCL_AVG_RE.match(str(r.get("op_type", "")))
+        if not m:
+            continue
+        for side in ("base", "test"):
+            acc = per[side].setdefault(m["collective"], {"count": 0.0, "us": 0.0})
+            acc["count"] += float(r.get(f"{side}_count") or 0.0)
+            acc["us"] += float(r.get(f"{side}_us") or 0.0)
+    n = {side: sum(v["count"] for v in per[side].values()) for side in per}
+    us = {side: sum(v["us"] for v in per[side].values()) for side in per}
+    if not (n["base"] or n["test"]) or n["base"] == n["test"]:
+        return []
+    more = "test" if n["test"] > n["base"] else "base"
+    fewer = x.other(more)
+    lab, lab_o = x.labels[more], x.labels[fewer]
+    delta = us[more] - us[fewer]
+    step = _num(x.mean["base"], "step_time_us")
+    severity = "medium" if step and delta >= OP_DELTA_SHARE * step else "info"
+
+    def side_text(side: str) -> str:
+        parts = [f"{fmt_count(v['count'])} after {COLLECTIVE_NAMES.get(c, c)}" for c, v in sorted(per[side].items())
+                 if v["count"]]  # fmt: skip
+        return f"{fmt_count(n[side])} ({', '.join(parts) or 'none'}; {fmt_us(us[side])})"
+
+    return [Finding(
+        "hccl_avg_division", severity,
+        f"{lab} runs {fmt_count(n[more])} HCCL AVG divides vs {fmt_count(n[fewer])} in {lab_o}",
+        f"divide kernels on the HCCL stream: {lab} {side_text(more)}; {lab_o} {side_text(fewer)}",
+        "HCCL has no AVG reduce: torch_npu reduces with SUM and then divides on the HCCL stream, one divide "
+        "kernel per reduce-scatter/all-reduce, so more (per-parameter) collectives mean as many more divides, "
+        "counted as compute",
+        RULES[RULE_ORDER["hccl_avg_division"]].action,
+        {"label": "estimate", "step_time_delta_us": -delta if delta > 0 else None,
+         "scenario": f"{lab} runs as many divides as {lab_o}; an upper bound, as they may overlap other work"},
+    )]  # fmt: skip
+
+
 RULE_FUNCTIONS: dict[str, Callable[[RuleInput], list[Finding]]] = {
     "invalid_comparison": rule_invalid_comparison, "step_time": rule_step_time,
     "fragmentation": rule_fragmentation, "low_overlap": rule_low_overlap,
     "prefetch_change": rule_prefetch_change, "sync_storm": rule_sync_storm,
-    "compute_path": rule_compute_path, "straggler": rule_straggler,
+    "compute_path": rule_compute_path, "straggler": rule_straggler, "hccl_avg_division": rule_hccl_avg_division,
 }  # fmt: skip
 
 

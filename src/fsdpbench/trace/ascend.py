@@ -8,7 +8,8 @@ Sources inside ``ASCEND_PROFILER_OUTPUT/``:
   cells are stripped of the stray tabs/spaces torch_npu writes, and start times are parsed from
   their decimal text (µs since the epoch do not fit a double to the ns). Level0 exports write
   ``N/A`` as the op type of compute kernels: the type is then derived from the name
-  (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``).
+  (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``, ``Conv2D1`` → ``Conv2D``). A header-only file
+  (no device task recorded) is a warning.
 * ``trace_view.json``: host ``ProfilerStep#N`` windows, CANN API events (``Hccl@Launch_Ffts``,
   ``AscendCL@aclrtSynchronize*``, ``Node@launch``…) and Ascend Hardware ``BARRIER`` tasks for the
   sync and launch counts, HCCL message sizes; and, when kernel_details.csv is missing, the device
@@ -17,6 +18,14 @@ Sources inside ``ASCEND_PROFILER_OUTPUT/``:
   op-level lanes (``Group N Communication``) as communication: CANN's Overlap Analysis rule.
 * ``step_trace_time.csv`` (optional): the profiler's own Computing / Communication /
   Communication(Not Overlapped) / Free per step, kept as a cross-check.
+
+Without kernel_details.csv and trace_view.json the database export ``ascend_pytorch_profiler_<rank>.db``
+is read instead (:mod:`fsdpbench.trace.ascend_db`) into the same table.
+
+For both: a host sync call nested in one of the same kind on its thread (``Runtime@StreamSynchronize``
+inside ``AscendCL@aclrtSynchronizeStream*``) is one sync; divide kernels on an HCCL stream are the
+AVG half of the collective before them (torch_npu has no HCCL AVG) and get the op type
+``RealDiv (HCCL AVG of reduce_scatter)``.
 
 The rank comes from ``profiler_info_{rank}.json`` (its ``rank_id``, else the number in the name).
 """
@@ -32,6 +41,7 @@ import orjson
 import pandas as pd
 
 from fsdpbench.errors import InputError
+from fsdpbench.trace.ascend_db import db_rank, find_db, read_tables, step_trace_time
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
     assign_steps,
@@ -48,6 +58,7 @@ _INFO_RE = re.compile(r"^profiler_info_(\d+)\.json$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _HCOM_TYPE = re.compile(r"^(hcom_[A-Za-z]+_)")
 _TRAILING_NUM = re.compile(r"(_\d+)+$")
+_INSTANCE_NUM = re.compile(r"(?<=[A-Za-z])\d+$")
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -90,12 +101,23 @@ def _times(col: pd.Series, path: Path, what: str) -> np.ndarray:
 
 
 def op_type_from_name(name: str) -> str:
-    """Op type of a kernel when the export has none: the last ``_`` part after dropping index suffixes."""
+    """Op type of a kernel when the export has none (Level0 writes ``N/A``).
+
+    aclnn kernels are ``<api>_<kernel>_<Type>`` (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``);
+    TransData inserts are ``trans_TransData_<n>``; single ops run through aclop are the type plus an
+    instance number (``Conv2D1``, ``ReduceSum7``, ``Conv2DBackpropFilter6_MemSet``), and the number
+    is dropped. A versioned type (``…V2``) followed by an instance number keeps one version digit.
+    """
     m = _HCOM_TYPE.match(name)
     if m:
         return m.group(1)
     base = _TRAILING_NUM.sub("", name)
-    return base.rsplit("_", 1)[-1] or name
+    if "_" in base:
+        return base.rsplit("_", 1)[-1] or name
+    stripped = _INSTANCE_NUM.sub("", base)
+    if stripped != base and stripped.endswith("V") and len(base) - len(stripped) >= 2:
+        stripped = base[: len(stripped) + 1]  # MatMulV21 → MatMulV2 (versions are one digit)
+    return stripped or base
 
 
 def rank_of_folder(folder: Path) -> int | None:
@@ -125,10 +147,7 @@ def _kernel_events(path: Path) -> pd.DataFrame:
     step = _column(df, path, "Step Id", "Step ID")
     stream = _column(df, path, "Stream ID")
     is_comm = (core == "HCCL") | name.str.match(r"^(hcom_|hccl_)")
-    missing = typ.isin(["N/A", "", "nan"])
-    if missing.any():
-        derived = pd.Series([op_type_from_name(n) for n in name[missing]], index=name[missing].index)
-        typ = typ.where(~missing, derived)
+    typ = _derive_missing_types(typ, name)
     steps = pd.to_numeric(step, errors="coerce").fillna(-1).astype(np.int64) if step is not None else -1
     lane = np.where(
         is_comm, "HCCL", "Stream " + (stream if stream is not None else pd.Series("?", index=df.index)).astype(str)
@@ -170,11 +189,12 @@ def _frame(events: list[dict], category: str, lanes: list[str], device: bool, pa
 
 
 def _trace_view_events(
-    path: Path, warnings: list[str], hccl_bytes: dict[str, float]
+    path: Path, warnings: list[str], hccl_bytes: dict[str, float], hccl_streams: set[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """From trace_view.json: host CANN/Python events and BARRIER tasks, the ``ProfilerStep#N``
     windows, and the device tasks (Ascend Hardware compute tasks, HCCL op-level communication);
-    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes."""
+    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes and ``hccl_streams`` with the
+    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes)."""
     try:
         events = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -203,6 +223,8 @@ def _trace_view_events(
         if proc in ("HCCL", "Communication") and "Communication" in thread:
             hccl_bytes[str(e.get("name", ""))] = _hccl_bytes(a)
             comm.append((e, f"HCCL {thread}"))
+        elif proc in ("HCCL", "Communication") and hccl_streams is not None and a.get("stream id") is not None:
+            hccl_streams.add(f"Stream {a['stream id']}")
         elif proc == "Ascend Hardware" and a.get("Task Type") in _COMPUTE_TASK_TYPES and not str(
             e.get("name", "")
         ).endswith(("AicpuKernel", "AivKernel")):
@@ -215,7 +237,7 @@ def _trace_view_events(
         _frame([e for e, _ in comm], "comm", [lane for _, lane in comm], True, path),
     ]
     host, device = parts[0], pd.concat(parts[1:], ignore_index=True)
-    device["op_type"] = [op_type_from_name(n) for n in device["name"]]
+    device["op_type"] = _derive_missing_types(pd.Series("N/A", index=device.index), device["name"])
     is_step = host["name"].str.match(_STEP_RE.pattern).to_numpy(dtype=bool)
     steps = pd.DataFrame({
         "step": host["name"][is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
@@ -246,69 +268,227 @@ def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
     return out
 
 
+def _steps_by_time(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Step of device work with no launch record: the last step whose host window started before
+    it (device work launched in step N runs after that step's host start)."""
+    if not len(steps):
+        return np.full(len(kernels), -1, dtype=np.int64)
+    k = np.searchsorted(steps["start_ns"].to_numpy(), kernels["start_ns"].to_numpy(), side="right") - 1
+    return np.where(k >= 0, steps["step"].to_numpy()[np.maximum(k, 0)], -1)
+
+
+_SYNC_TASKS = ["barrier", "device_synchronize", "stream_synchronize", "event_synchronize"]
+
+
+def _outer_only(task: np.ndarray, df: pd.DataFrame) -> np.ndarray:
+    """Clear the task of host sync calls nested in a call of the same kind on the same thread: one
+    ``aclrtSynchronizeStream`` runs ``Runtime@StreamSynchronize`` inside it, and is one sync, not two."""
+    sel = np.flatnonzero(~df["device"].to_numpy(bool) & np.isin(task, _SYNC_TASKS))
+    if sel.size < 2:
+        return task
+    sub = pd.DataFrame({
+        "lane": df["lane"].to_numpy()[sel], "task": task[sel], "start": df["start_ns"].to_numpy()[sel],
+        "end": df["end_ns"].to_numpy()[sel], "i": sel,
+    }).sort_values(["lane", "task", "start", "end"], ascending=[True, True, True, False])  # fmt: skip
+    reach = sub.groupby(["lane", "task"], sort=False)["end"].cummax()
+    prev = reach.groupby([sub["lane"], sub["task"]], sort=False).shift(1)
+    nested = sub["i"].to_numpy()[(prev >= sub["end"]).to_numpy()]
+    out = task.copy()
+    out[nested] = ""
+    return out
+
+
+# torch_npu's ProcessGroupHCCL has no HCCL AVG: it reduces with SUM, then runs ``tensor.div_(world
+# size)`` on the HCCL stream (getHcclReduceOp maps AVG to HCCL_REDUCE_SUM; the post-collective hook
+# divides under an NPUStreamGuard of hcclStreams[0]; Ascend/pytorch ProcessGroupHCCL.cpp @ 9e73e708)
+_DIV_TYPES = ("RealDiv", "Div", "Divs", "DivV2")
+HCCL_AVG_LABEL = "{op} (HCCL AVG of {collective})"
+"""Op type given to a divide kernel on an HCCL stream: the AVG half of the collective before it."""
+
+
+def _label_hccl_avg(
+    op_type: np.ndarray, category: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray,
+    collective: np.ndarray, hccl_streams: set[str], comm_stream: np.ndarray | None = None,
+) -> np.ndarray:
+    """Relabel divide kernels that run on an HCCL stream with the collective they complete: the
+    last collective that ended before the kernel started (``RealDiv (HCCL AVG of reduce_scatter)``),
+    on the same stream when ``comm_stream`` gives each collective's stream (db export; each process
+    group has its own HCCL stream, so HSDP's reduce-scatters and all-reduces are told apart)."""
+    avg = np.flatnonzero((category == "compute") & np.isin(lane, list(hccl_streams)) & np.isin(op_type, _DIV_TYPES))
+    if not avg.size:
+        return op_type
+    out = op_type.copy()
+    comm = np.flatnonzero(category == "comm")
+    for stream in np.unique(lane[avg]):
+        mine = avg[lane[avg] == stream]
+        cand = comm
+        if comm_stream is not None and (comm_stream[comm] == stream).any():
+            cand = comm[comm_stream[comm] == stream]
+        order = cand[np.argsort(end[cand], kind="stable")]
+        k = np.searchsorted(end[order], start[mine], side="right") - 1
+        for i, j in zip(mine, k, strict=True):  # a handful per collective, not per event of the trace
+            out[i] = HCCL_AVG_LABEL.format(op=op_type[i], collective=collective[order[j]] if j >= 0 else "unknown")
+    return out
+
+
+def _assemble(
+    folder: Path, kernels: pd.DataFrame, host: pd.DataFrame | None, steps: pd.DataFrame, warnings: list[str],
+    cross: pd.DataFrame | None, rank: int | None, hccl_streams: set[str] | None = None,
+) -> RankTrace:
+    """The event table of one rank from its device frame (``name, category, start_ns, end_ns, lane,
+    device, op_type, step``, optional ``bytes``) and host frame (same columns). Divide kernels on
+    ``hccl_streams`` are labelled as the AVG half of their collective (:data:`HCCL_AVG_LABEL`)."""
+    if len(steps) and len(kernels) and (kernels["step"] < 0).all():
+        kernels = kernels.assign(step=_steps_by_time(kernels, steps))
+    if host is None:
+        host = kernels.iloc[:0]
+    if len(host):
+        host = host.assign(step=assign_steps(
+            host["start_ns"].to_numpy(np.int64), steps["start_ns"].to_numpy(np.int64),
+            steps["end_ns"].to_numpy(np.int64), steps["step"].to_numpy(np.int64),
+        ))  # fmt: skip
+    df = pd.concat([kernels, host], ignore_index=True) if len(host) else kernels
+    names = pd.Categorical(df["name"].astype(str))
+    task = _outer_only(task_of(names), df)
+    category = df["category"].to_numpy(dtype=object).copy()
+    category[(category == "other") & np.isin(task, _SYNC_TASKS)] = "sync"
+    comm = category == "comm"
+    collective = object_full(len(df), "")
+    collective[comm] = collective_of(names)[comm]
+    nbytes = df["bytes"].to_numpy(np.float64) if "bytes" in df.columns else np.full(len(df), np.nan)
+    lane = df["lane"].astype(str).to_numpy()
+    start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
+    op_type = df["op_type"].astype(str).to_numpy(dtype=object)
+    if hccl_streams:
+        comm_stream = df["hccl_stream"].fillna("").astype(str).to_numpy() if "hccl_stream" in df.columns else None
+        op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams, comm_stream)
+    table = build_table(
+        name=names, category=category, start_ns=start, end_ns=end, lane=lane,
+        device=df["device"].to_numpy(bool), collective=collective, nbytes=nbytes, op_type=op_type,
+        task=task, step=df["step"].to_numpy(np.int64),
+    )  # fmt: skip
+    return RankTrace(
+        rank=rank, source=str(folder), format="ascend", events=table, steps=steps, mode="device",
+        warnings=warnings, cross_check=cross,
+    )  # fmt: skip
+
+
+def _derive_missing_types(typ: pd.Series, names: pd.Series) -> pd.Series:
+    missing = typ.isin(["N/A", "", "nan"])
+    if not missing.any():
+        return typ
+    uniq = names[missing].unique()
+    derived = dict(zip(uniq, map(op_type_from_name, uniq), strict=True))
+    return typ.where(~missing, names.map(derived))
+
+
+def _read_db(folder: Path, db: Path) -> RankTrace:
+    """One rank of a torch_npu ``export_type=db`` profile (see :mod:`fsdpbench.trace.ascend_db`)."""
+    raw = read_tables(db)
+    warnings: list[str] = []
+    steps = raw["steps"]
+    compute, other, comm = raw["compute"], raw["other_tasks"], raw["comm"]
+    hccl_kernel = compute["name"].str.endswith(("AicpuKernel", "AivKernel")).to_numpy(bool)
+    dev = pd.concat([
+        pd.DataFrame({
+            "name": compute["name"], "category": np.where(hccl_kernel, "other", "compute"),
+            "start_ns": compute["start_ns"], "end_ns": compute["end_ns"], "lane": compute["lane"],
+            "op_type": _derive_missing_types(compute["op_type"], compute["name"]), "connection": compute["connection"],
+        }),
+        pd.DataFrame({
+            "name": other["name"], "category": "other", "start_ns": other["start_ns"], "end_ns": other["end_ns"],
+            "lane": other["lane"], "op_type": other["name"], "connection": other["connection"],
+        }),
+        pd.DataFrame({
+            "name": comm["name"], "category": "comm", "start_ns": comm["start_ns"], "end_ns": comm["end_ns"],
+            "lane": comm["lane"], "op_type": [op_type_from_name(n) for n in comm["name"]],
+            "connection": comm["connection"], "hccl_stream": comm["hccl_stream"],
+            "bytes": [_hccl_bytes({"data_type": d, "count": c}) for d, c in zip(comm["data_type"], comm["count"], strict=True)],
+        }),
+    ], ignore_index=True)  # fmt: skip
+    # tasks that are neither compute nor communication are counted (BARRIER) but not timed: the text
+    # export leaves them out of kernel_details.csv and CANN's Overlap Analysis out of its step span
+    dev["device"] = (dev["category"] != "other").to_numpy()
+    launch = dev["connection"].map(raw["launch_ns"])
+    step = np.full(len(dev), -1, dtype=np.int64)
+    known = launch.notna().to_numpy()
+    if len(steps):
+        step[known] = assign_steps(
+            launch[known].to_numpy(np.int64), steps["start_ns"].to_numpy(np.int64),
+            steps["end_ns"].to_numpy(np.int64), steps["step"].to_numpy(np.int64),
+        )  # fmt: skip
+        step[~known] = _steps_by_time(dev[~known], steps)
+    dev = dev.drop(columns="connection").assign(step=step)
+    host = raw["host"].assign(category="other", device=False, op_type=raw["host"]["name"], step=-1)
+    if not len(dev):
+        warnings.append(f"{folder.name}: {db.name} has no device tasks (TASK is empty); nothing ran on the NPU")
+    analysis_db = db.parent / "analysis.db"
+    cross = step_trace_time(analysis_db, warnings) if analysis_db.is_file() else None
+    rank = rank_of_folder(folder)
+    for alt in (raw["rank"], db_rank(db)):
+        rank = alt if rank is None else rank
+    return _assemble(folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"])
+
+
 def read_ascend(folder: str | Path) -> RankTrace:
-    """Read one ``*_ascend_pt`` folder into a :class:`RankTrace`.
+    """Read one ``*_ascend_pt`` folder into a :class:`RankTrace`: the text export
+    (``kernel_details.csv`` / ``trace_view.json``) when present, else the database export
+    (``ascend_pytorch_profiler_<rank>.db``).
 
     Raises:
-        InputError: neither ``kernel_details.csv`` nor ``trace_view.json``, a CSV missing a needed
-            column, unparsable times, or a corrupt trace_view.json.
+        InputError: no kernel_details.csv, trace_view.json or profiler database; a CSV missing a
+            needed column, unparsable times, a corrupt trace_view.json or database.
     """
     folder = Path(folder)
     out = folder / OUTPUT_DIR
     kd, tv = out / "kernel_details.csv", out / "trace_view.json"
     if not kd.is_file() and not tv.is_file():
+        db = find_db(out)
+        if db is not None:
+            return _read_db(folder, db)
         raise InputError(
-            f"{folder}: neither {OUTPUT_DIR}/kernel_details.csv nor trace_view.json; export the profile with "
-            "torch_npu's tensorboard_trace_handler (export_type text) and analyse the *_ascend_pt folder"
+            f"{folder}: none of {OUTPUT_DIR}/kernel_details.csv, trace_view.json or ascend_pytorch_profiler_<rank>.db; "
+            "export the profile with torch_npu's tensorboard_trace_handler (export_type text or db) and analyse "
+            "the *_ascend_pt folder"
         )
     warnings: list[str] = []
     hccl_bytes: dict[str, float] = {}
+    hccl_streams: set[str] = set()
     empty_steps = pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
     host, steps, tv_device = (None, empty_steps, None)
     if tv.is_file():
-        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes)
+        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams)
     else:
         warnings.append(f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable")
-    if kd.is_file():
-        kernels = _kernel_events(kd)
-    else:
+    kernels = _kernel_events(kd) if kd.is_file() else None
+    if kernels is not None and not len(kernels):
+        kernels = None
+        warnings.append(
+            f"{folder.name}: {OUTPUT_DIR}/kernel_details.csv has a header but no rows (no device task was "
+            "recorded: the profiler's device parse failed or the profiled step ran nothing on the NPU); "
+            + ("device tasks taken from trace_view.json" if tv_device is not None and len(tv_device)
+               else "there is no device activity to analyse")
+        )  # fmt: skip
+    elif kernels is None:
         warnings.append(
             f"{folder.name}: no {OUTPUT_DIR}/kernel_details.csv; device tasks taken from trace_view.json "
             "(op types derived from kernel names)"
         )
-        kernels = tv_device
-    if len(steps) and (kernels["step"] < 0).all():
-        # no Step Id column (or no device rows with one): device work launched in step N runs after
-        # that step's host start
-        k = np.searchsorted(steps["start_ns"].to_numpy(), kernels["start_ns"].to_numpy(), side="right") - 1
-        kernels["step"] = np.where(k >= 0, steps["step"].to_numpy()[np.maximum(k, 0)], -1)
-    if host is None:
-        host = kernels.iloc[:0]
-    if len(host):
-        host["step"] = assign_steps(
-            host["start_ns"].to_numpy(), steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy()
-        )
-    df = pd.concat([kernels, host], ignore_index=True) if len(host) else kernels
-    names = pd.Categorical(df["name"])
-    task = task_of(names)
-    category = df["category"].to_numpy(dtype=object).copy()
-    sync = (category == "other") & np.isin(task, ["barrier", "device_synchronize", "stream_synchronize", "event_synchronize"])
-    category[sync] = "sync"
-    comm = category == "comm"
-    collective = object_full(len(df), "")
-    collective[comm] = collective_of(names)[comm]
-    nbytes = np.full(len(df), np.nan)
-    if hccl_bytes:
-        nbytes[comm] = df["name"][comm].map(hccl_bytes).to_numpy(dtype=np.float64)
-    table = build_table(
-        name=names, category=category, start_ns=df["start_ns"].to_numpy(np.int64),
-        end_ns=df["end_ns"].to_numpy(np.int64), lane=df["lane"].astype(str).to_numpy(),
-        device=df["device"].to_numpy(bool), collective=collective, nbytes=nbytes, op_type=df["op_type"].astype(str).to_numpy(),
-        task=task, step=df["step"].to_numpy(np.int64),
-    )  # fmt: skip
+    if kernels is None:
+        kernels = tv_device if tv_device is not None else _kernel_frame_empty()
+    if len(kernels) and hccl_bytes:
+        comm = (kernels["category"] == "comm").to_numpy()
+        nbytes = np.full(len(kernels), np.nan)
+        nbytes[comm] = kernels["name"][comm].map(hccl_bytes).to_numpy(dtype=np.float64)
+        kernels = kernels.assign(bytes=nbytes)
     stt = out / "step_trace_time.csv"
     cross = _cross_check(stt, warnings) if stt.is_file() else None
-    return RankTrace(
-        rank=rank_of_folder(folder), source=str(folder), format="ascend", events=table, steps=steps,
-        mode="device", warnings=warnings, cross_check=cross,
-    )  # fmt: skip
+    return _assemble(folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams)
+
+
+def _kernel_frame_empty() -> pd.DataFrame:
+    return pd.DataFrame({
+        "name": pd.Series([], dtype=object), "category": pd.Series([], dtype=object),
+        "start_ns": np.array([], np.int64), "end_ns": np.array([], np.int64), "lane": pd.Series([], dtype=object),
+        "device": np.array([], bool), "op_type": pd.Series([], dtype=object), "step": np.array([], np.int64),
+    })  # fmt: skip

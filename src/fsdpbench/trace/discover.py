@@ -14,7 +14,7 @@ ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
 
 @dataclass(frozen=True)
 class Source:
-    """One rank's profile: a Kineto file or an Ascend ``*_ascend_pt`` folder."""
+    """One rank's profile: a Kineto file or an Ascend ``*_ascend_pt`` folder (text or db export)."""
 
     path: Path
     format: str  # "kineto" | "ascend"
@@ -42,7 +42,17 @@ def find_sources(path: str | Path) -> list[Source]:
         name = p.name.lower()
         if name.endswith((".json", ".json.gz", ".gz")):
             return [Source(p, "kineto")]
-        raise InputError(f"{p}: not a trace (expected a Kineto .json/.json.gz file or a *{ASCEND_SUFFIX} folder)")
+        if name.startswith("ascend_pytorch_profiler") and name.endswith(".db"):
+            if p.parent.name == ASCEND_OUTPUT:  # a torch_npu db export: its rank folder holds the rest
+                return [Source(p.parent.parent, "ascend")]
+            raise InputError(
+                f"{p}: a torch_npu profiler database outside its {ASCEND_OUTPUT}/ folder; pass the "
+                f"*{ASCEND_SUFFIX} folder it came from (the rank is read from its profiler_info_<rank>.json)"
+            )
+        raise InputError(
+            f"{p}: not a trace (expected a Kineto .json/.json.gz file, a *{ASCEND_SUFFIX} folder or its "
+            f"{ASCEND_OUTPUT}/ascend_pytorch_profiler_<rank>.db)"
+        )
     if _is_ascend_folder(p):
         return [Source(p, "ascend")]
     ascend = sorted({q for q in p.rglob(f"*{ASCEND_SUFFIX}") if q.is_dir()} | {

@@ -1,0 +1,246 @@
+"""Reader for torch_npu's database export (``export_type=db``):
+``ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_<rank>.db``, one sqlite file per rank.
+
+It builds the same event table as the text reader (:mod:`fsdpbench.trace.ascend`) from the raw
+task tables, and never from the profiler's own summaries:
+
+* ``TASK`` ⋈ ``COMPUTE_TASK_INFO`` (on ``globalTaskId``): compute kernels, with their name and op
+  type (Level0 writes ``N/A`` types: then derived from the name as for the text export). HCCL's own
+  ``*AivKernel`` / ``*AicpuKernel`` are not compute (CANN's Overlap Analysis rule).
+* ``COMMUNICATION_OP``: one communication event per collective (op level, ``startNs``–``endNs``),
+  with its size (``count`` × ``ENUM_HCCL_DATA_TYPE``), group, and the stream its tasks ran on
+  (``COMMUNICATION_TASK_INFO.opId`` → ``TASK.streamId``).
+* every other ``TASK`` row (``MEMCPY_ASYNC``, ``EVENT_RECORD``, ``BARRIER`` …, but not HCCL's own
+  tasks in ``COMMUNICATION_TASK_INFO`` nor ``PROFILING_ENABLE/DISABLE``), named by its task type:
+  counted (``BARRIER``) but not timed, like the text export, which leaves them out of
+  kernel_details.csv, and CANN, which leaves them out of its step span.
+* ``CANN_API`` (host; named ``<Level>@<api>`` as in trace_view.json: ``Hccl@Launch_Ffts``,
+  ``Runtime@StreamSynchronize``, ``Node@launch`` …) and ``PYTORCH_API`` (host operators).
+* ``STEP_TIME`` (else ``PYTORCH_API`` ``ProfilerStep#N``): the host step windows. A device task
+  belongs to the step whose window holds the host call that launched it (``TASK.connectionId`` =
+  ``CANN_API.connectionId``); a task with no launching call in the export gets the last step that
+  started before it.
+
+Timestamps are integer ns in the database: no conversion. The profiler's ``analysis.db``
+``StepTraceTime``, when present, is kept as the cross-check (as ``step_trace_time.csv`` is for
+the text export).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fsdpbench.errors import InputError
+
+DB_GLOB = "ascend_pytorch_profiler*.db"
+_DB_RANK = re.compile(r"^ascend_pytorch_profiler_(\d+)\.db$")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+# ENUM_API_TYPE names → the "<Level>@" prefix trace_view.json writes for the same CANN events
+_API_LEVEL = {"acl": "AscendCL", "runtime": "Runtime", "node": "Node", "model": "Model", "hccl": "Hccl",
+              "communication": "Communication"}  # fmt: skip
+_NOT_WORK = ("PROFILING_ENABLE", "PROFILING_DISABLE")
+
+
+def find_db(output_dir: Path) -> Path | None:
+    """The rank's ``ascend_pytorch_profiler[_<rank>].db`` in ``ASCEND_PROFILER_OUTPUT``, or None."""
+    found = sorted(output_dir.glob(DB_GLOB)) if output_dir.is_dir() else []
+    if len(found) > 1:
+        raise InputError(
+            f"{output_dir}: {len(found)} profiler databases ({', '.join(p.name for p in found)}); "
+            "one *_ascend_pt folder holds one rank: keep one database per folder"
+        )
+    return found[0] if found else None
+
+
+def db_rank(db: Path) -> int | None:
+    """Rank from the database's file name (``ascend_pytorch_profiler_<rank>.db``) or None."""
+    m = _DB_RANK.match(db.name)
+    return int(m.group(1)) if m else None
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        raise InputError(f"{db}: not a readable sqlite database ({exc}); re-export the profile") from None
+    return con
+
+
+def _tables(con: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _query(con: sqlite3.Connection, db: Path, sql: str) -> pd.DataFrame:
+    try:
+        return pd.read_sql_query(sql, con)
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        raise InputError(f"{db}: cannot read ({' '.join(str(exc).split())}); is this a torch_npu db export?") from None
+
+
+def _ns(col: pd.Series, db: Path, what: str) -> np.ndarray:
+    """Integer ns from an INTEGER or TEXT column (PYTORCH_API stores its times as text)."""
+    try:
+        return pd.to_numeric(col, errors="raise").astype(np.int64).to_numpy()
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InputError(f"{db}: {what}: not integer nanoseconds ({exc})") from None
+
+
+def read_tables(db: Path) -> dict[str, pd.DataFrame]:
+    """The raw frames the reader needs, names resolved through ``STRING_IDS``.
+
+    Returns a dict with ``compute``, ``comm``, ``other_tasks``, ``host``, ``steps`` frames
+    (``name, start_ns, end_ns, lane`` plus table-specific columns), ``launch_ns`` (connection id →
+    start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent) and
+    ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on).
+
+    Raises:
+        InputError: not a sqlite file, or no ``TASK`` / ``STRING_IDS`` table.
+    """
+    con = _connect(db)
+    try:
+        have = _tables(con)
+        missing = [t for t in ("TASK", "STRING_IDS") if t not in have]
+        if missing:
+            raise InputError(
+                f"{db}: no table {' or '.join(missing)}; is this a torch_npu export_type=db profile "
+                "(ascend_pytorch_profiler_<rank>.db)?"
+            )
+        strings = _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"]
+
+        def s(col: pd.Series) -> pd.Series:
+            return col.map(strings).fillna("").astype(str)
+
+        task = _query(con, db, "SELECT startNs, endNs, connectionId, globalTaskId, taskType, streamId FROM TASK")
+        task["task_type"] = s(task["taskType"])
+        if "COMPUTE_TASK_INFO" in have:
+            cti = _query(con, db, "SELECT globalTaskId, name, opType, taskType AS coreType FROM COMPUTE_TASK_INFO")
+        else:
+            cti = pd.DataFrame(columns=["globalTaskId", "name", "opType", "coreType"])
+        comm_tasks = (
+            set(_query(con, db, "SELECT DISTINCT globalTaskId FROM COMMUNICATION_TASK_INFO")["globalTaskId"])
+            if "COMMUNICATION_TASK_INFO" in have else set()
+        )  # fmt: skip
+        on_hccl = task["globalTaskId"].isin(comm_tasks)
+        hccl_streams = {f"Stream {s_}" for s_ in task.loc[on_hccl, "streamId"].unique()}
+        compute = task.merge(cti, on="globalTaskId", how="inner")
+        compute = pd.DataFrame({
+            "name": s(compute["name"]), "op_type": s(compute["opType"]), "core": s(compute["coreType"]),
+            "start_ns": _ns(compute["startNs"], db, "TASK.startNs"), "end_ns": _ns(compute["endNs"], db, "TASK.endNs"),
+            "lane": "Stream " + compute["streamId"].astype(str), "connection": compute["connectionId"].to_numpy(),
+        })  # fmt: skip
+        rest = ~task["globalTaskId"].isin(set(cti["globalTaskId"]) | comm_tasks) & ~task["task_type"].isin(_NOT_WORK)
+        other = task[rest]
+        other_tasks = pd.DataFrame({
+            "name": other["task_type"], "start_ns": _ns(other["startNs"], db, "TASK.startNs"),
+            "end_ns": _ns(other["endNs"], db, "TASK.endNs"), "lane": "Stream " + other["streamId"].astype(str),
+            "connection": other["connectionId"].to_numpy(),
+        })  # fmt: skip
+        if "COMMUNICATION_OP" in have:
+            op = _query(con, db, "SELECT opName, startNs, endNs, connectionId, groupName, dataType, count, opId "
+                                 "FROM COMMUNICATION_OP")
+            dtypes = (
+                _query(con, db, "SELECT id, name FROM ENUM_HCCL_DATA_TYPE").set_index("id")["name"]
+                if "ENUM_HCCL_DATA_TYPE" in have else pd.Series(dtype=object)
+            )  # fmt: skip
+            op_stream = (
+                _query(con, db, "SELECT i.opId, min(t.streamId) AS streamId FROM COMMUNICATION_TASK_INFO i "
+                                "JOIN TASK t USING (globalTaskId) GROUP BY i.opId").set_index("opId")["streamId"]
+                if "COMMUNICATION_TASK_INFO" in have else pd.Series(dtype=np.int64)
+            )  # fmt: skip
+            stream = op["opId"].map(op_stream) if "opId" in op.columns else pd.Series(np.nan, index=op.index)
+            comm = pd.DataFrame({
+                "name": s(op["opName"]), "start_ns": _ns(op["startNs"], db, "COMMUNICATION_OP.startNs"),
+                "end_ns": _ns(op["endNs"], db, "COMMUNICATION_OP.endNs"), "lane": "HCCL " + s(op["groupName"]),
+                "connection": op["connectionId"].to_numpy(), "data_type": op["dataType"].map(dtypes).fillna("").astype(str),
+                "count": pd.to_numeric(op["count"], errors="coerce"),
+                "hccl_stream": np.where(stream.notna(), "Stream " + stream.astype("Int64").astype(str), ""),
+            })  # fmt: skip
+        else:
+            comm = pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane", "connection", "data_type", "count",
+                                         "hccl_stream"])  # fmt: skip
+        host_parts = []
+        launch_ns = pd.Series(dtype=np.int64)
+        if "CANN_API" in have:
+            api = _query(con, db, "SELECT startNs, endNs, type, globalTid, connectionId, name FROM CANN_API")
+            levels = (
+                _query(con, db, "SELECT id, name FROM ENUM_API_TYPE").set_index("id")["name"]
+                if "ENUM_API_TYPE" in have else pd.Series(dtype=object)
+            )  # fmt: skip
+            levels = pd.Series({k: _API_LEVEL.get(str(v), str(v).capitalize()) for k, v in levels.items()}, dtype=object)
+            level = api["type"].map(levels).fillna("").astype(str)
+            start = _ns(api["startNs"], db, "CANN_API.startNs")
+            host_parts.append(pd.DataFrame({
+                "name": level + "@" + s(api["name"]), "start_ns": start, "end_ns": _ns(api["endNs"], db, "CANN_API.endNs"),
+                "lane": "CANN " + api["globalTid"].astype(str),
+            }))  # fmt: skip
+            launch_ns = pd.Series(start, index=api["connectionId"].to_numpy())
+            launch_ns = launch_ns[~launch_ns.index.duplicated()]
+        if "PYTORCH_API" in have:
+            py = _query(con, db, "SELECT startNs, endNs, globalTid, name FROM PYTORCH_API")
+            host_parts.append(pd.DataFrame({
+                "name": s(py["name"]), "start_ns": _ns(py["startNs"], db, "PYTORCH_API.startNs"),
+                "end_ns": _ns(py["endNs"], db, "PYTORCH_API.endNs"), "lane": "Python " + py["globalTid"].astype(str),
+            }))  # fmt: skip
+        host = (
+            pd.concat(host_parts, ignore_index=True) if host_parts
+            else pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane"])
+        )  # fmt: skip
+        if "STEP_TIME" in have:
+            st = _query(con, db, "SELECT id, startNs, endNs FROM STEP_TIME")
+            steps = pd.DataFrame({
+                "step": pd.to_numeric(st["id"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+                "start_ns": _ns(st["startNs"], db, "STEP_TIME.startNs"), "end_ns": _ns(st["endNs"], db, "STEP_TIME.endNs"),
+            })  # fmt: skip
+        else:
+            is_step = host["name"].astype(str).str.match(_STEP_RE.pattern)
+            steps = pd.DataFrame({
+                "step": host["name"][is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
+                "start_ns": host["start_ns"][is_step].to_numpy(np.int64),
+                "end_ns": host["end_ns"][is_step].to_numpy(np.int64),
+            })  # fmt: skip
+        rank = None
+        if "RANK_DEVICE_MAP" in have:
+            rows = _query(con, db, "SELECT rankId FROM RANK_DEVICE_MAP")["rankId"]
+            if len(rows) == 1 and pd.notna(rows.iloc[0]) and int(rows.iloc[0]) >= 0:
+                rank = int(rows.iloc[0])
+    finally:
+        con.close()
+    steps = steps[steps["step"] >= 0].sort_values("start_ns", ignore_index=True)
+    return {"compute": compute, "comm": comm, "other_tasks": other_tasks, "host": host, "steps": steps,
+            "launch_ns": launch_ns, "rank": rank, "hccl_streams": hccl_streams}  # fmt: skip
+
+
+def step_trace_time(analysis_db: Path, warnings: list[str]) -> pd.DataFrame | None:
+    """The profiler's own per-step numbers from ``analysis.db`` ``StepTraceTime`` (µs), in the
+    cross-check layout of :class:`~fsdpbench.trace.rank.RankTrace`; None (and a warning) when unreadable."""
+    try:
+        con = _connect(analysis_db)
+    except InputError as exc:
+        warnings.append(f"{exc}; cross-check skipped")
+        return None
+    try:
+        if "StepTraceTime" not in _tables(con):
+            return None
+        df = pd.read_sql_query("SELECT * FROM StepTraceTime", con)
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        warnings.append(f"{analysis_db}: StepTraceTime unreadable ({exc}); cross-check skipped")
+        return None
+    finally:
+        con.close()
+    need = ["computing", "communication", "communication_not_overlapped", "free"]
+    if any(c not in df.columns for c in need):
+        warnings.append(f"{analysis_db}: StepTraceTime lacks {[c for c in need if c not in df.columns]}; cross-check skipped")
+        return None
+    return pd.DataFrame({
+        "step": pd.to_numeric(df.get("step", pd.Series("", index=df.index)), errors="coerce").fillna(-1).astype(np.int64),
+        "compute_us": pd.to_numeric(df["computing"], errors="coerce"),
+        "comm_us": pd.to_numeric(df["communication"], errors="coerce"),
+        "exposed_comm_us": pd.to_numeric(df["communication_not_overlapped"], errors="coerce"),
+        "free_us": pd.to_numeric(df["free"], errors="coerce"),
+    })  # fmt: skip
