@@ -37,6 +37,15 @@ def test_level0_op_types_and_counts_equal_level1_op_statistic(level0, rank):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
+def test_sync_counts_are_not_recorded_without_trace_view(level0, rank):
+    """This export has no trace_view.json (where syncs, launches and BARRIER tasks are read from):
+    every count is null ("not recorded"), never a false 0."""
+    assert not (LEVEL0 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").exists()
+    sync = level0.ranks[rank].sync
+    assert sync and all(v is None for v in sync.values())
+
+
+@pytest.mark.parametrize("rank", [0, 1])
 def test_level0_compute_and_comm_equal_its_step_trace_time(level0, rank):
     ref = pd.read_csv(LEVEL0 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").iloc[0]
     r = level0.ranks[rank]

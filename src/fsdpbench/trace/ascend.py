@@ -334,10 +334,12 @@ def _label_hccl_avg(
 def _assemble(
     folder: Path, kernels: pd.DataFrame, host: pd.DataFrame | None, steps: pd.DataFrame, warnings: list[str],
     cross: pd.DataFrame | None, rank: int | None, hccl_streams: set[str] | None = None,
+    recorded_tasks: tuple[str, ...] | None = None,
 ) -> RankTrace:
     """The event table of one rank from its device frame (``name, category, start_ns, end_ns, lane,
     device, op_type, step``, optional ``bytes``) and host frame (same columns). Divide kernels on
-    ``hccl_streams`` are labelled as the AVG half of their collective (:data:`HCCL_AVG_LABEL`)."""
+    ``hccl_streams`` are labelled as the AVG half of their collective (:data:`HCCL_AVG_LABEL`).
+    ``recorded_tasks``: the sync/launch kinds the export can record (None: all)."""
     if len(steps) and len(kernels) and (kernels["step"] < 0).all():
         kernels = kernels.assign(step=_steps_by_time(kernels, steps))
     if host is None:
@@ -369,7 +371,7 @@ def _assemble(
     )  # fmt: skip
     return RankTrace(
         rank=rank, source=str(folder), format="ascend", events=table, steps=steps, mode="device",
-        warnings=warnings, cross_check=cross,
+        warnings=warnings, cross_check=cross, recorded_tasks=recorded_tasks,
     )  # fmt: skip
 
 
@@ -483,7 +485,9 @@ def read_ascend(folder: str | Path) -> RankTrace:
         kernels = kernels.assign(bytes=nbytes)
     stt = out / "step_trace_time.csv"
     cross = _cross_check(stt, warnings) if stt.is_file() else None
-    return _assemble(folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams)
+    # Syncs, launches and BARRIER tasks are all read from trace_view.json: without it none is recorded.
+    recorded = None if tv.is_file() else ()
+    return _assemble(folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded)
 
 
 def _kernel_frame_empty() -> pd.DataFrame:
