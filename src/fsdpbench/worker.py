@@ -185,9 +185,19 @@ def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
     )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What ``StepRunner.train`` hands to ``StepRunner.record``."""
+
+    elapsed_ms: float
+    loss: torch.Tensor
+    collectives: dict[str, int] | None
+
+
 @dataclasses.dataclass
 class StepRunner:
-    """One launch's training loop body on this rank: ``step(i)`` trains on batch i and records it."""
+    """One launch's training loop body on this rank: ``train(i)`` trains on batch i, ``record(i, ...)``
+    does fsdpbench's bookkeeping for it (``run_steps`` keeps the latter out of the profiled step)."""
 
     cfg: RunConfig
     arm: Arm
@@ -210,15 +220,25 @@ class StepRunner:
     def __post_init__(self) -> None:
         self.params = list(self.model.parameters())
         self.reduce_dtype = torch.float32 if self.device_type == "npu" else torch.float64
+        self._next: tuple[int, torch.Tensor] | None = None
 
     def batch(self, step: int) -> torch.Tensor:
         cfg = self.cfg
         return rank_batch(cfg.seed, step, rank=self.rank, world_size=self.world, batch_size=cfg.batch_size,
                           seq_len=cfg.seq_len, vocab_size=cfg.model.vocab_size).to(self.device)  # fmt: skip
 
-    def step(self, step: int, prof: Any = None) -> dict[str, Any] | None:
-        """Train one step, timed between device syncs; rank 0 appends its record (returned) to steps.jsonl."""
-        ids = self.batch(step)
+    def step(self, step: int) -> dict[str, Any] | None:
+        """``train`` then ``record``: one step without a profiler (rank 0 gets the record, others None)."""
+        return self.record(step, self.train(step))
+
+    def train(self, step: int) -> StepOutcome:
+        """Train one step (forward, backward, optimizer step), timed between device syncs.
+
+        Only this is the profiled work: the batch was prepared by the previous ``record`` and the
+        bookkeeping (metric all-reduces, grad norm, host reads) waits for ``record``.
+        """
+        ids = self._next[1] if self._next is not None and self._next[0] == step else self.batch(step)
+        self._next = None
         self.optimizer.zero_grad(set_to_none=True)
         dev.reset_peak_memory(self.device_type)
         if self.counter:
@@ -233,17 +253,19 @@ class StepRunner:
         dev.synchronize(self.device_type)
         elapsed_ms = (time.perf_counter() - t0) * 1e3
         counts = self.counter.take() if self.counter else None
-        if prof is not None:
-            prof.step()
-        return self._record(step, elapsed_ms, loss, counts)
+        return StepOutcome(elapsed_ms=elapsed_ms, loss=loss, collectives=counts)
 
-    def _record(self, step: int, elapsed_ms: float, loss: torch.Tensor, counts: dict[str, int] | None) -> dict | None:
+    def record(self, step: int, outcome: StepOutcome) -> dict[str, Any] | None:
+        """fsdpbench's bookkeeping after ``train``: the slowest rank's time and memory (all_reduce MAX),
+        loss and grad norm (all_reduce SUM), rank 0 appends the record (returned) to steps.jsonl;
+        then the next step's batch is prepared, so that its copy stays out of the next ``train``."""
         alloc, reserved = dev.peak_memory(self.device_type)
         rd = self.reduce_dtype
-        maxes = torch.tensor([elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
-        sums = torch.stack([loss.detach().to(rd), local_grad_sq(self.params).to(self.device, rd)])
+        maxes = torch.tensor([outcome.elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
+        sums = torch.stack([outcome.loss.detach().to(rd), local_grad_sq(self.params).to(self.device, rd)])
         dist.all_reduce(maxes, op=dist.ReduceOp.MAX)  # the slowest rank's time and memory
         dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        self._next = (step + 1, self.batch(step + 1))
         if self.rank != 0:
             return None
         m, s = maxes.tolist(), sums.tolist()
@@ -255,11 +277,28 @@ class StepRunner:
             "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
             "mem_reserved_bytes": int(m[2]) if reserved is not None else None, "world_size": self.world,
         }  # fmt: skip
-        if counts is not None:
-            record["collectives"] = counts
+        if outcome.collectives is not None:
+            record["collectives"] = outcome.collectives
         results.append_step(self.steps_path, record)
         log.info("%s round %s step %d: %.1f ms loss %.6f", self.arm.label, self.round_, step, m[0], record["loss"])
         return record
+
+
+def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None) -> None:
+    """``n_steps`` steps of ``runner``; with a profiler, ``ProfilerStep#k`` holds only ``train(k)``.
+
+    The profiler's step span runs from one ``prof.step()`` to the next, and the schedule stops the
+    recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
+    bookkeeping on every step except the profiled one, where it comes right after ``train``: the
+    recorded window opens after ``record(P-1)`` and closes before ``record(P)``.
+    """
+    for step in range(n_steps):
+        outcome = runner.train(step)
+        if prof is not None and step == profile_step:
+            prof.step()
+        runner.record(step, outcome)
+        if prof is not None and step != profile_step:
+            prof.step()
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,8 +386,7 @@ def run(spec: dict[str, Any]) -> None:
         gc.collect()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
-            for step in range(n_steps):
-                runner.step(step, prof)
+            run_steps(runner, n_steps, prof, cfg.profile_step if kind == "profile" else None)
         gc.enable()
         if counter:
             counter.uninstall()
