@@ -127,3 +127,76 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
     assert [(c["split_item"], c["group_type"]) for c in calls] == [(2, 0), (2, 0), (3, 2)]  # fwd, dgrad, wgrad
     assert all(c["group_list"] == cumulative and c["group_list_type"] == 0 for c in calls)
     assert all(c["dtype"] == torch.int64 for c in calls)
+
+
+# --------------------------------------------------------------------------------------------
+# item 1: fla before 0.5.0 has no grouped values
+# --------------------------------------------------------------------------------------------
+
+
+def _fake_fla_0_4_kernel(q, k, v, *, g, beta, use_qk_l2norm_in_kernel):
+    """What fla 0.4.x does with fewer q/k heads than v heads: H comes from q, the rest of ``o`` stays
+    uninitialised (NaN here). The recurrence itself is fsdpbench's per-token reference."""
+    import torch
+
+    from fsdpbench.model.deltanet import recurrent_gated_delta_rule
+
+    H = q.shape[2]
+    o = torch.full_like(v, float("nan"))
+    o[:, :, :H] = recurrent_gated_delta_rule(q, k, v[:, :, :H], g[..., :H], beta[..., :H],
+                                             use_qk_l2norm=use_qk_l2norm_in_kernel)  # fmt: skip
+    return o, None
+
+
+def test_fla_version_check_pins_grouped_values_to_0_5_0():
+    from fsdpbench.model.deltanet import fla_supports_grouped_values
+
+    assert not fla_supports_grouped_values("0.4.2")
+    assert not fla_supports_grouped_values("0.5.0rc1")  # a pre-release may predate the change
+    assert not fla_supports_grouped_values("not-a-version")
+    assert fla_supports_grouped_values("0.5.0") and fla_supports_grouped_values("0.10.1")
+
+
+@pytest.mark.parametrize("version, grouped", [("0.4.2", False), ("0.5.0", True)])
+def test_installed_fla_version_decides_the_head_repeat_with_one_notice(monkeypatch, caplog, version, grouped):
+    import sys
+    import types
+
+    from fsdpbench.model import deltanet
+
+    kernel = object()
+    ops = types.ModuleType("fla.ops.gated_delta_rule")
+    ops.chunk_gated_delta_rule = kernel
+    monkeypatch.setitem(sys.modules, "fla", types.SimpleNamespace(__version__=version))
+    monkeypatch.setitem(sys.modules, "fla.ops", types.ModuleType("fla.ops"))
+    monkeypatch.setitem(sys.modules, "fla.ops.gated_delta_rule", ops)
+    deltanet._fla_chunk_gated_delta_rule.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="fsdpbench.model.deltanet"):
+            assert deltanet._fla_chunk_gated_delta_rule() == (kernel, grouped)
+            deltanet._fla_chunk_gated_delta_rule()  # cached: checked and noticed once
+    finally:
+        deltanet._fla_chunk_gated_delta_rule.cache_clear()
+    notices = [r.getMessage() for r in caplog.records if "grouped values" in r.getMessage()]
+    assert len(notices) == (0 if grouped else 1)
+    assert grouped or f"fla {version}" in notices[0]
+
+
+def test_old_fla_gets_repeated_qk_heads_and_matches_the_reference():
+    import torch
+
+    from fsdpbench.model.deltanet import fla_gated_delta_rule, recurrent_gated_delta_rule
+
+    gen = torch.Generator().manual_seed(0)
+    B, T, Hk, Hv, D = 1, 7, 2, 4, 8  # the model's layout: 2 value heads per q/k head
+    q, k = (torch.randn(B, T, Hk, D, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(B, T, Hv, D, generator=gen, dtype=torch.float64)
+    g = -torch.rand(B, T, Hv, generator=gen, dtype=torch.float64)
+    beta = torch.rand(B, T, Hv, generator=gen, dtype=torch.float64)
+    reference = recurrent_gated_delta_rule(q.repeat_interleave(2, dim=2), k.repeat_interleave(2, dim=2), v, g, beta)
+
+    out = fla_gated_delta_rule(_fake_fla_0_4_kernel, False, q, k, v, g, beta)
+    torch.testing.assert_close(out, reference)
+    # what the unpatched call did: half of o never written
+    unpatched = fla_gated_delta_rule(_fake_fla_0_4_kernel, True, q, k, v, g, beta)
+    assert unpatched[:, :, Hk:].isnan().all()
