@@ -200,3 +200,37 @@ def test_old_fla_gets_repeated_qk_heads_and_matches_the_reference():
     # what the unpatched call did: half of o never written
     unpatched = fla_gated_delta_rule(_fake_fla_0_4_kernel, True, q, k, v, g, beta)
     assert unpatched[:, :, Hk:].isnan().all()
+
+
+# --------------------------------------------------------------------------------------------
+# item 10: --profile-step 0 would profile the step that creates the communicators
+# --------------------------------------------------------------------------------------------
+
+
+def test_profile_step_0_is_refused_on_the_command_line_in_one_line(tmp_path):
+    from conftest import run_cli
+
+    proc = run_cli("ab", "--arms", "torch", "--profile", "--profile-step", "0", "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--profile-step must be an integer >= 1" in line and "communicators" in line
+    assert not list(tmp_path.iterdir())  # nothing launched, no results folder
+
+
+# --------------------------------------------------------------------------------------------
+# item 8: the CANN version lives in torch.version.cann (set by torch_npu's import)
+# --------------------------------------------------------------------------------------------
+
+
+def test_manifest_reads_the_cann_version_from_torch_version(monkeypatch):
+    import sys
+    import types
+
+    import torch
+
+    from fsdpbench import worker
+
+    # torch_npu as it is: a __version__, no version.cann; its import sets torch.version.cann
+    monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(__version__="2.6.0.post3"))
+    monkeypatch.setattr(torch.version, "cann", "8.2.RC1", raising=False)
+    assert worker._npu_versions() == {"torch_npu": "2.6.0.post3", "cann": "8.2.RC1"}

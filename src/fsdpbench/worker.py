@@ -339,10 +339,9 @@ def environment_facts(device_type: str, backend: Backend, world: int) -> dict[st
 
 
 def _npu_versions() -> dict[str, Any]:
-    import torch_npu
+    import torch_npu  # sets torch.version.cann on import (torch_npu has no version.cann of its own)
 
-    cann = getattr(getattr(torch_npu, "version", None), "cann", None)
-    return {"torch_npu": getattr(torch_npu, "__version__", None), "cann": cann}
+    return {"torch_npu": getattr(torch_npu, "__version__", None), "cann": getattr(torch.version, "cann", None)}
 
 
 def run(spec: dict[str, Any]) -> None:
