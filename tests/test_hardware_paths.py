@@ -234,3 +234,69 @@ def test_manifest_reads_the_cann_version_from_torch_version(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(__version__="2.6.0.post3"))
     monkeypatch.setattr(torch.version, "cann", "8.2.RC1", raising=False)
     assert worker._npu_versions() == {"torch_npu": "2.6.0.post3", "cann": "8.2.RC1"}
+
+
+# --------------------------------------------------------------------------------------------
+# item 11: --count-collectives sees every spelling of the installed torch, each call once
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gloo_world_of_one():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()
+
+
+def _spellings(dist) -> list[tuple[str, object]]:
+    """(name, one call of it) for every wrapped c10d function the installed torch has."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    from fsdpbench.worker import COLLECTIVES
+
+    x, out = torch.ones(4), torch.zeros(4)
+    calls = {
+        "all_gather_single": lambda f: f(out, x), "all_gather_into_tensor": lambda f: f(out, x),
+        "_all_gather_base": lambda f: f(out, x), "all_gather": lambda f: f([out], x),
+        "all_gather_coalesced": lambda f: f([[out]], [x]),
+        "reduce_scatter_single": lambda f: f(out, x), "reduce_scatter_tensor": lambda f: f(out, x),
+        "_reduce_scatter_base": lambda f: f(out, x), "reduce_scatter": lambda f: f(out, [x]),
+        "all_reduce": lambda f: f(x), "all_reduce_coalesced": lambda f: f([x]), "reduce": lambda f: f(x, dst=0),
+        "broadcast": lambda f: f(x, src=0), "all_to_all_single": lambda f: f(out, x),
+        "all_to_all": lambda f: f([out], [x]), "gather": lambda f: f(x, [out], dst=0),
+        "scatter": lambda f: f(out, [x], src=0), "barrier": lambda f: f(),
+    }  # fmt: skip
+    assert set(calls) == set(COLLECTIVES)
+    return [(name, lambda name=name, call=call: call(getattr(dist, name, None) or getattr(c10d, name)))
+            for name, call in calls.items() if hasattr(c10d, name)]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_collective_counter_counts_every_installed_spelling_once(gloo_world_of_one):
+    """Each call counts once under its type, whichever spelling forwards to which (on torch 2.13
+    ``_all_gather_base`` → ``all_gather_single`` and ``all_gather_into_tensor`` → ``all_gather_single``)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    from fsdpbench.worker import COLLECTIVES, CollectiveCounter
+
+    dist = gloo_world_of_one
+    originals = {name: getattr(c10d, name) for name in COLLECTIVES if hasattr(c10d, name)}
+    counter = CollectiveCounter()
+    counter.install()
+    try:
+        assert {name for _module, name, _orig in counter._saved} == set(originals)
+        assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= set(originals)  # FSDP2's, torch 2.6 and 2.13
+        counted = {}
+        for name, call in _spellings(dist):
+            counter.take()
+            call()
+            counted[name] = counter.take()
+    finally:
+        counter.uninstall()
+    assert all(getattr(c10d, name) is fn for name, fn in originals.items())  # uninstall restores
+    assert counted == {name: {COLLECTIVES[name]: 1} for name in originals}

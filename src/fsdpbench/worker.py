@@ -17,6 +17,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -39,12 +40,18 @@ FAULT_ENV = "FSDPBENCH_FAULT"
 """Test hook: ``KIND:ARM:ROUND:RANK:STEP`` with KIND crash, hang or oom injects that failure."""
 
 COLLECTIVES = {
-    "all_gather_single": "all_gather", "all_gather": "all_gather", "reduce_scatter_single": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter", "all_reduce": "all_reduce", "broadcast": "broadcast",
-    "all_to_all_single": "all_to_all", "all_to_all": "all_to_all", "barrier": "barrier",
+    "all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather": "all_gather", "all_gather_coalesced": "all_gather",
+    "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "reduce": "reduce", "broadcast": "broadcast",
+    "all_to_all_single": "all_to_all", "all_to_all": "all_to_all", "gather": "gather", "scatter": "scatter",
+    "barrier": "barrier",
 }  # fmt: skip
-"""c10d functions counted by ``--count-collectives`` (fsdp_backends.md §3: the ``*_into_tensor`` and
-``*_tensor`` wrappers forward to the ``*_single`` module globals, so each collective counts once)."""
+"""c10d functions counted by ``--count-collectives``: every spelling that some torch ≥ 2.6 has (the
+``*_single`` functions are new; older torch implements ``all_gather_into_tensor`` itself and
+``_all_gather_base`` forwards to it). Those missing from the installed torch are skipped; a wrapper
+that calls another wrapped spelling counts once (``CollectiveCounter``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,11 +115,17 @@ def local_grad_sq(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 
 class CollectiveCounter:
-    """Counts c10d collectives by type by wrapping ``torch.distributed`` and its c10d module."""
+    """Counts c10d collectives by type by wrapping ``torch.distributed`` and its c10d module.
+
+    Each outermost call counts once: a per-thread depth skips the inner spelling when one wrapped
+    function forwards to another (``all_gather_into_tensor`` → ``all_gather_single`` on torch 2.13,
+    ``_all_gather_base`` → ``all_gather_into_tensor`` on torch 2.6).
+    """
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self._saved: list[tuple[Any, str, Any]] = []
+        self._local = threading.local()
 
     def install(self) -> None:
         import torch.distributed.distributed_c10d as c10d
@@ -121,16 +134,27 @@ class CollectiveCounter:
             orig = getattr(c10d, fn_name, None)
             if orig is None:
                 continue
-
-            @functools.wraps(orig)
-            def wrapped(*args: Any, _orig: Any = orig, _kind: str = kind, **kwargs: Any) -> Any:
-                self.counts[_kind] += 1
-                return _orig(*args, **kwargs)
-
+            wrapped = self._wrap(orig, kind)
             for module in (c10d, dist):
                 if getattr(module, fn_name, None) is orig:
                     self._saved.append((module, fn_name, orig))
                     setattr(module, fn_name, wrapped)
+
+    def _wrap(self, orig: Any, kind: str) -> Any:
+        local = self._local
+
+        @functools.wraps(orig)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            if depth == 0:
+                self.counts[kind] += 1
+            local.depth = depth + 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                local.depth = depth
+
+        return wrapped
 
     def take(self) -> dict[str, int]:
         """The counts since the last call, then reset."""
@@ -139,7 +163,7 @@ class CollectiveCounter:
         return out
 
     def uninstall(self) -> None:
-        for module, fn_name, orig in self._saved:
+        for module, fn_name, orig in reversed(self._saved):
             setattr(module, fn_name, orig)
         self._saved.clear()
 
