@@ -300,3 +300,137 @@ def test_collective_counter_counts_every_installed_spelling_once(gloo_world_of_o
         counter.uninstall()
     assert all(getattr(c10d, name) is fn for name, fn in originals.items())  # uninstall restores
     assert counted == {name: {COLLECTIVES[name]: 1} for name in originals}
+
+
+# --------------------------------------------------------------------------------------------
+# items 5 and 9: the launcher's profile bookkeeping, with a stand-in for torchrun
+# --------------------------------------------------------------------------------------------
+
+_FAKE_LAUNCH = """
+import json, pathlib, sys
+spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
+run_dir, ldir = pathlib.Path(spec["run_dir"]), pathlib.Path(spec["launch_dir"])
+for rel, text in json.loads(sys.argv[2]).items():
+    path = run_dir / rel.replace("{ldir}", str(ldir.relative_to(run_dir)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+with open(run_dir / "steps.jsonl", "a") as f:
+    for step in range(spec["config"]["profile_step"] + 1):
+        f.write(json.dumps({"arm": spec["arm"], "round": spec["round"], "step": step, "kind": "profile",
+                            "time_ms": 1.0, "loss": 1.0}) + "\\n")
+"""
+
+
+def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2):
+    """One profile launch of arm ``torch`` through ``launcher.Run.launch``; torchrun replaced by a
+    script that writes ``files`` (paths relative to the run folder) and the step records."""
+    import json
+    import sys
+
+    from fsdpbench import launcher
+    from fsdpbench.config import RunConfig
+
+    cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nproc": nproc, "profile": True})
+    monkeypatch.setattr(launcher, "torchrun_command",
+                        lambda cfg, spec, logs, i: [sys.executable, "-c", _FAKE_LAUNCH, str(spec), json.dumps(files)])  # fmt: skip
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"launches": [], "profiles": {}, "environment": None, "order": []}
+    run = launcher.Run(cfg, run_dir, manifest, console=None)
+    return run, lambda: run.launch("torch", -1, "profile", 0, None)
+
+
+def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
+    from fsdpbench import results
+
+    old = tmp_path / "run" / "profiles" / "torch" / "rank0" / "old.pt.trace.json.gz"
+    old.parent.mkdir(parents=True)
+    old.write_text("from a failed profile launch")
+    (tmp_path / "run" / "profiles" / "other" / "rank0").mkdir(parents=True)  # another arm's: left alone
+    run, launch = _profile_launch(tmp_path, monkeypatch, {"profiles/torch/rank0/new.pt.trace.json.gz": "new"})
+    launch()
+    run_dir = tmp_path / "run"
+    assert [p.name for p in (run_dir / "profiles" / "torch").rglob("*.gz")] == ["new.pt.trace.json.gz"]
+    kept = run_dir / "launches" / "torch" / "profile" / "discarded_profiles" / "rank0" / old.name
+    assert kept.read_text() == "from a failed profile launch"
+    assert (run_dir / "profiles" / "other" / "rank0").is_dir()
+    assert run.manifest["profiles"] == {"torch": "profiles/torch"} and results.launch_ok(run_dir, "torch", None)
+
+
+_PT = "profiles/torch/rank{r}/rank{r}_123_20261203_ascend_pt/ASCEND_PROFILER_OUTPUT/"
+_NPU_ENV = {"{ldir}/environment.json": '{"device_type": "npu"}'}
+
+
+def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof(tmp_path, monkeypatch):
+    from fsdpbench import results
+    from fsdpbench.errors import LaunchError
+
+    files = {**_NPU_ENV, _PT.format(r=0) + "trace_view.json": "{}", _PT.format(r=0) + "kernel_details.csv": "",
+             _PT.format(r=1) + "trace_view.json": "{}"}  # rank 1's parse failed: no kernel_details.csv
+    run, launch = _profile_launch(tmp_path, monkeypatch, files)
+    with pytest.raises(LaunchError) as err:
+        launch()
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "rank 1: kernel_details.csv" in msg and "rank 0" not in msg.split("missing")[0]
+    assert "msprof" in msg and "set_env.sh" in msg and "analyse(" in msg
+    assert not results.launch_ok(tmp_path / "run", "torch", None)  # --resume profiles it again
+    assert "torch" not in run.manifest["profiles"]
+
+
+def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_path, monkeypatch):
+    from fsdpbench import results
+
+    parsed = {_PT.format(r=r) + name: "" for r in (0, 1) for name in ("trace_view.json", "kernel_details.csv")}
+    _run, launch = _profile_launch(tmp_path / "npu", monkeypatch, {**_NPU_ENV, **parsed})
+    launch()
+    assert results.launch_ok(tmp_path / "npu" / "run", "torch", None)
+    cpu = {"{ldir}/environment.json": '{"device_type": "cpu"}', "profiles/torch/rank0/t.json.gz": ""}
+    _run, launch = _profile_launch(tmp_path / "cpu", monkeypatch, cpu)
+    launch()
+    assert results.launch_ok(tmp_path / "cpu" / "run", "torch", None)
+
+
+# --------------------------------------------------------------------------------------------
+# item 4: torch_npu exports raw data in the step and parses after the process group is gone
+# --------------------------------------------------------------------------------------------
+
+
+def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
+    import types
+
+    from fsdpbench.worker import npu_trace_handler
+
+    calls = []
+
+    def handler(dir_name=None, worker_name=None, analyse_flag=True, async_mode=False):  # torch_npu ≥ 2.1 signature
+        calls.append({"dir_name": dir_name, "worker_name": worker_name, "analyse_flag": analyse_flag})
+        return "handler"
+
+    assert npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=handler), tmp_path, 3) == "handler"
+    assert calls == [{"dir_name": str(tmp_path), "worker_name": "rank3", "analyse_flag": False}]
+
+    def old_handler(dir_name=None, worker_name=None, use_gzip=False):  # early torch_npu: no analyse_flag
+        calls.append({"dir_name": dir_name, "worker_name": worker_name})
+        return "old"
+
+    with caplog.at_level("WARNING", logger="fsdpbench.worker"):
+        assert npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=old_handler), tmp_path, 0) == "old"
+    assert calls[-1] == {"dir_name": str(tmp_path), "worker_name": "rank0"}
+    assert "no analyse_flag" in caplog.text
+
+
+def test_parse_npu_profile_calls_torch_npus_offline_analyse_on_the_rank_folder(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    from fsdpbench.worker import parse_npu_profile
+
+    paths = []
+    offline = types.ModuleType("torch_npu.profiler.profiler")
+    offline.analyse = lambda profiler_path, max_process_number=1: paths.append(profiler_path)  # documented signature
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    monkeypatch.setitem(sys.modules, "torch_npu.profiler", types.ModuleType("torch_npu.profiler"))
+    monkeypatch.setitem(sys.modules, "torch_npu.profiler.profiler", offline)
+    parse_npu_profile(tmp_path / "rank1")
+    assert paths == [str(tmp_path / "rank1")]

@@ -204,9 +204,33 @@ def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
     )  # fmt: skip
     return prof.profile(
         activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU], schedule=prof.schedule(**sched),
-        on_trace_ready=prof.tensorboard_trace_handler(str(out_dir), worker_name=f"rank{rank}"),
-        record_shapes=True, experimental_config=experimental,
+        on_trace_ready=npu_trace_handler(prof, out_dir, rank), record_shapes=True, experimental_config=experimental,
     )  # fmt: skip
+
+
+def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
+    """torch_npu's ``tensorboard_trace_handler`` that only exports the raw data (``analyse_flag=False``).
+
+    By default it runs the msprof parse synchronously inside ``prof.step()``, before the step's
+    collectives, so faster ranks wait in HCCL for the slowest parser; ``parse_npu_profile`` parses
+    after the process group is gone. A torch_npu without ``analyse_flag`` keeps its in-step parse.
+    """
+    import inspect
+
+    handler = npu_profiler.tensorboard_trace_handler
+    if "analyse_flag" not in inspect.signature(handler).parameters:
+        log.warning("this torch_npu's tensorboard_trace_handler has no analyse_flag: the profile is parsed "
+                    "inside the profiled step (upgrade torch_npu to parse after the run)")  # fmt: skip
+        return handler(str(out_dir), worker_name=f"rank{rank}")
+    return handler(str(out_dir), worker_name=f"rank{rank}", analyse_flag=False)
+
+
+def parse_npu_profile(out_dir: Path) -> None:
+    """Parse this rank's raw torch_npu profile into ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` (needs
+    CANN's ``msprof`` on PATH). torch_npu swallows parse errors: the launcher checks the outputs."""
+    from torch_npu.profiler.profiler import analyse
+
+    analyse(str(out_dir))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -375,6 +399,7 @@ def run(spec: dict[str, Any]) -> None:
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
     kind, round_ = spec["kind"], spec["round"]
     run_dir, launch_dir = Path(spec["run_dir"]), Path(spec["launch_dir"])
+    profile_dir = run_dir / "profiles" / arm.label / f"rank{rank}"
 
     device_type = dev.resolve_device_type(cfg.device)
     device = dev.set_device(device_type, local_rank)
@@ -403,7 +428,7 @@ def run(spec: dict[str, Any]) -> None:
                              spec=spec)  # fmt: skip
         n_steps = cfg.profile_step + 1 if kind == "profile" else cfg.warmup + cfg.steps
         profiler = (
-            make_profiler(device_type, run_dir / "profiles" / arm.label / f"rank{rank}", rank, cfg.profile_step)
+            make_profiler(device_type, profile_dir, rank, cfg.profile_step)
             if kind == "profile" else contextlib.nullcontext()
         )  # fmt: skip
         gc.collect()
@@ -420,6 +445,8 @@ def run(spec: dict[str, Any]) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    if kind == "profile" and device_type == "npu":
+        parse_npu_profile(profile_dir)
 
 
 def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
