@@ -82,6 +82,7 @@ def test_study_configs_resolve_to_8_npus_full_shape(name, with_hyper):
         ({"arms": "torch", "seq_len": 0}, "seq_len must be an integer >= 1"),
         ({"arms": "torch", "seq_len": "long"}, "expects int"),
         ({"arms": "torch", "steps": 0}, "--steps must be an integer >= 1"),
+        ({"arms": "torch", "profile_step": 0}, "--profile-step must be an integer >= 1 (step 0 creates the NCCL/HCCL"),
         ({"arms": "torch", "device": "tpu"}, "--device 'tpu'"),
         ({"arms": "torch", "nnodes": 2}, "--nnodes > 1 needs --rdzv-endpoint"),
         ({"arms": "torch", "rdzv_endpoint": "nohost"}, "is not HOST:PORT"),

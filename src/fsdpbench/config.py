@@ -394,7 +394,7 @@ class RunConfig:
     profile: bool = False
     """Add one profiling launch per arm (never mixed with the timed rounds)."""
     profile_step: int = 3
-    """Step index (0-based, within the profiling launch) that the profiler records."""
+    """Step index (0-based, within the profiling launch) that the profiler records; ≥ 1."""
     out: str = "results"
     seed: int = 0
     """Seeds the initial weights and the synthetic tokens (identical for every arm and round)."""
@@ -427,11 +427,12 @@ class RunConfig:
         self.model.validate()
         self.model.validate_seq_len(self.seq_len)
         counts = {"rounds": 1, "steps": 1, "nproc": 1, "nnodes": 1, "batch_size": 1,
-                  "warmup": 0, "node_rank": 0, "profile_step": 0, "master_port": 0, "parity_steps": 0}  # fmt: skip
+                  "warmup": 0, "node_rank": 0, "profile_step": 1, "master_port": 0, "parity_steps": 0}  # fmt: skip
+        why = {"profile_step": " (step 0 creates the NCCL/HCCL communicators and warms the caches)"}
         for name, low in counts.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be an integer >= {low}{why.get(name, '')}, got {value!r}")
         if self.node_rank >= self.nnodes:
             raise ConfigError(f"--node-rank {self.node_rank} must be < --nnodes {self.nnodes}")
         if self.nnodes > 1 and not (self.rdzv_endpoint or self.master_port):

@@ -180,6 +180,8 @@ class Run:
         ldir.mkdir(parents=True)
         rec_round = round_ if kind == "timed" else -1
         results.drop_steps(self.run_dir, arm, rec_round, keep_to=ldir / "discarded_steps.jsonl")
+        if kind == "profile" and results.set_aside_profiles(self.run_dir, arm, ldir / "discarded_profiles"):
+            self.manifest.get("profiles", {}).pop(arm, None)
         spec = {"config": self.cfg.to_dict(), "arm": arm, "round": rec_round, "kind": kind,
                 "run_dir": str(self.run_dir.resolve()), "launch_dir": str(ldir.resolve())}  # fmt: skip
         spec_path = ldir / "spec.json"
@@ -225,6 +227,8 @@ class Run:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
         if self.cfg.node_rank != 0:
             error = None if rc == 0 else error
+        if kind == "profile" and error is None and self._device_type(ldir) == "npu":
+            error = missing_ascend_output(self.run_dir / "profiles" / arm, self._local_ranks())
         self._write_status(ldir, arm, round_, kind, rc, started, t0, error)
         if progress:
             progress.finish(error is None, time.monotonic() - t0)
@@ -244,12 +248,44 @@ class Run:
             where = "profile launch" if kind == "profile" else f"round {round_}"
             raise LaunchError(f"arm {arm!r} {where}: {error}; logs in {ldir}")
 
+    def _device_type(self, ldir: Path) -> str:
+        facts = results.read_json_if_readable(ldir / "environment.json") or self.manifest.get("environment") or {}
+        return facts.get("device_type") or self.cfg.device
+
+    def _local_ranks(self) -> range:
+        first = self.cfg.node_rank * self.cfg.nproc
+        return range(first, first + self.cfg.nproc)
+
     def _write_status(self, ldir: Path, arm: str, round_: int, kind: str, rc: int | None, started: str,
                       t0: float, error: str | None) -> None:  # fmt: skip
         results.write_json(ldir / results.STATUS, {
             "arm": arm, "round": round_ if kind == "timed" else -1, "kind": kind, "rc": rc, "started": started,
             "ended": datetime.now().isoformat(timespec="seconds"), "wall_s": time.monotonic() - t0, "error": error,
         })  # fmt: skip
+
+
+ASCEND_REQUIRED = ("kernel_details.csv", "trace_view.json")
+"""Files each rank's ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` must hold after torch_npu's parse: without
+CANN's msprof the parse fails inside torch_npu (caught there, rc 0) and leaves no device kernels."""
+
+
+def missing_ascend_output(profile_dir: Path, ranks: range) -> str | None:
+    """None when every rank's parsed Ascend profile is there, else one line naming what is missing
+    and how to get it (torch_npu writes no done marker: the parsed files are the evidence)."""
+    missing = []
+    for rank in ranks:
+        outputs = sorted((profile_dir / f"rank{rank}").glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT"))
+        have = {p.name for out in outputs for p in out.iterdir()} if outputs else set()
+        lacking = [name for name in ASCEND_REQUIRED if name not in have]
+        if lacking:
+            missing.append(f"rank {rank}: {', '.join(lacking)}")
+    if not missing:
+        return None
+    return (f"the Ascend profile was not parsed ({'; '.join(missing)} missing under {profile_dir}/rank<k>/"
+            f"*_ascend_pt/ASCEND_PROFILER_OUTPUT): torch_npu's parser needs CANN's msprof on PATH — source "
+            f"the CANN toolkit (e.g. source /usr/local/Ascend/ascend-toolkit/set_env.sh, or install the "
+            f"CANN toolkit package) and rerun the profile with --resume, or parse in place with "
+            f"python -c \"from torch_npu.profiler.profiler import analyse; analyse('{profile_dir}/rank0')\"")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

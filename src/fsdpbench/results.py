@@ -122,6 +122,18 @@ def drop_steps(run_dir: str | Path, arm: str, round_: int, keep_to: Path | None 
     return len(dropped)
 
 
+def set_aside_profiles(run_dir: str | Path, arm: str, keep_to: Path) -> Path | None:
+    """Move ``profiles/<arm>`` (an earlier profile launch's traces) to ``keep_to`` before the arm is
+    profiled again, so no old rank trace is analysed beside the new ones. Returns where they went,
+    or None when there was nothing to move."""
+    old = Path(run_dir) / "profiles" / arm
+    if not old.exists():
+        return None
+    keep_to.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(old, keep_to)
+    return keep_to
+
+
 def launch_dir(run_dir: str | Path, arm: str, round_: int | None) -> Path:
     """``launches/<arm>/round<r>`` or ``launches/<arm>/profile`` (``round_`` None or -1)."""
     leaf = "profile" if round_ is None or round_ < 0 else f"round{round_}"
@@ -129,14 +141,15 @@ def launch_dir(run_dir: str | Path, arm: str, round_: int | None) -> Path:
 
 
 def launch_ok(run_dir: str | Path, arm: str, round_: int | None) -> bool:
-    """Whether that launch finished with rc 0."""
+    """Whether that launch finished with rc 0 and passed the launcher's checks (no ``error``)."""
     path = launch_dir(run_dir, arm, round_) / STATUS
     if not path.exists():
         return False
     try:
-        return read_json(path).get("rc") == 0
+        status = read_json(path)
     except InputError:
         return False
+    return status.get("rc") == 0 and not status.get("error")
 
 
 def build_summary(

@@ -17,6 +17,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -39,12 +40,18 @@ FAULT_ENV = "FSDPBENCH_FAULT"
 """Test hook: ``KIND:ARM:ROUND:RANK:STEP`` with KIND crash, hang or oom injects that failure."""
 
 COLLECTIVES = {
-    "all_gather_single": "all_gather", "all_gather": "all_gather", "reduce_scatter_single": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter", "all_reduce": "all_reduce", "broadcast": "broadcast",
-    "all_to_all_single": "all_to_all", "all_to_all": "all_to_all", "barrier": "barrier",
+    "all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather": "all_gather", "all_gather_coalesced": "all_gather",
+    "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "reduce": "reduce", "broadcast": "broadcast",
+    "all_to_all_single": "all_to_all", "all_to_all": "all_to_all", "gather": "gather", "scatter": "scatter",
+    "barrier": "barrier",
 }  # fmt: skip
-"""c10d functions counted by ``--count-collectives`` (fsdp_backends.md §3: the ``*_into_tensor`` and
-``*_tensor`` wrappers forward to the ``*_single`` module globals, so each collective counts once)."""
+"""c10d functions counted by ``--count-collectives``: every spelling that some torch ≥ 2.6 has (the
+``*_single`` functions are new; older torch implements ``all_gather_into_tensor`` itself and
+``_all_gather_base`` forwards to it). Those missing from the installed torch are skipped; a wrapper
+that calls another wrapped spelling counts once (``CollectiveCounter``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,11 +115,17 @@ def local_grad_sq(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 
 class CollectiveCounter:
-    """Counts c10d collectives by type by wrapping ``torch.distributed`` and its c10d module."""
+    """Counts c10d collectives by type by wrapping ``torch.distributed`` and its c10d module.
+
+    Each outermost call counts once: a per-thread depth skips the inner spelling when one wrapped
+    function forwards to another (``all_gather_into_tensor`` → ``all_gather_single`` on torch 2.13,
+    ``_all_gather_base`` → ``all_gather_into_tensor`` on torch 2.6).
+    """
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self._saved: list[tuple[Any, str, Any]] = []
+        self._local = threading.local()
 
     def install(self) -> None:
         import torch.distributed.distributed_c10d as c10d
@@ -121,16 +134,27 @@ class CollectiveCounter:
             orig = getattr(c10d, fn_name, None)
             if orig is None:
                 continue
-
-            @functools.wraps(orig)
-            def wrapped(*args: Any, _orig: Any = orig, _kind: str = kind, **kwargs: Any) -> Any:
-                self.counts[_kind] += 1
-                return _orig(*args, **kwargs)
-
+            wrapped = self._wrap(orig, kind)
             for module in (c10d, dist):
                 if getattr(module, fn_name, None) is orig:
                     self._saved.append((module, fn_name, orig))
                     setattr(module, fn_name, wrapped)
+
+    def _wrap(self, orig: Any, kind: str) -> Any:
+        local = self._local
+
+        @functools.wraps(orig)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            if depth == 0:
+                self.counts[kind] += 1
+            local.depth = depth + 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                local.depth = depth
+
+        return wrapped
 
     def take(self) -> dict[str, int]:
         """The counts since the last call, then reset."""
@@ -139,7 +163,7 @@ class CollectiveCounter:
         return out
 
     def uninstall(self) -> None:
-        for module, fn_name, orig in self._saved:
+        for module, fn_name, orig in reversed(self._saved):
             setattr(module, fn_name, orig)
         self._saved.clear()
 
@@ -180,14 +204,48 @@ def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
     )  # fmt: skip
     return prof.profile(
         activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU], schedule=prof.schedule(**sched),
-        on_trace_ready=prof.tensorboard_trace_handler(str(out_dir), worker_name=f"rank{rank}"),
-        record_shapes=True, experimental_config=experimental,
+        on_trace_ready=npu_trace_handler(prof, out_dir, rank), record_shapes=True, experimental_config=experimental,
     )  # fmt: skip
+
+
+def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
+    """torch_npu's ``tensorboard_trace_handler`` that only exports the raw data (``analyse_flag=False``).
+
+    By default it runs the msprof parse synchronously inside ``prof.step()``, before the step's
+    collectives, so faster ranks wait in HCCL for the slowest parser; ``parse_npu_profile`` parses
+    after the process group is gone. A torch_npu without ``analyse_flag`` keeps its in-step parse.
+    """
+    import inspect
+
+    handler = npu_profiler.tensorboard_trace_handler
+    if "analyse_flag" not in inspect.signature(handler).parameters:
+        log.warning("this torch_npu's tensorboard_trace_handler has no analyse_flag: the profile is parsed "
+                    "inside the profiled step (upgrade torch_npu to parse after the run)")  # fmt: skip
+        return handler(str(out_dir), worker_name=f"rank{rank}")
+    return handler(str(out_dir), worker_name=f"rank{rank}", analyse_flag=False)
+
+
+def parse_npu_profile(out_dir: Path) -> None:
+    """Parse this rank's raw torch_npu profile into ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` (needs
+    CANN's ``msprof`` on PATH). torch_npu swallows parse errors: the launcher checks the outputs."""
+    from torch_npu.profiler.profiler import analyse
+
+    analyse(str(out_dir))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What ``StepRunner.train`` hands to ``StepRunner.record``."""
+
+    elapsed_ms: float
+    loss: torch.Tensor
+    collectives: dict[str, int] | None
 
 
 @dataclasses.dataclass
 class StepRunner:
-    """One launch's training loop body on this rank: ``step(i)`` trains on batch i and records it."""
+    """One launch's training loop body on this rank: ``train(i)`` trains on batch i, ``record(i, ...)``
+    does fsdpbench's bookkeeping for it (``run_steps`` keeps the latter out of the profiled step)."""
 
     cfg: RunConfig
     arm: Arm
@@ -210,15 +268,25 @@ class StepRunner:
     def __post_init__(self) -> None:
         self.params = list(self.model.parameters())
         self.reduce_dtype = torch.float32 if self.device_type == "npu" else torch.float64
+        self._next: tuple[int, torch.Tensor] | None = None
 
     def batch(self, step: int) -> torch.Tensor:
         cfg = self.cfg
         return rank_batch(cfg.seed, step, rank=self.rank, world_size=self.world, batch_size=cfg.batch_size,
                           seq_len=cfg.seq_len, vocab_size=cfg.model.vocab_size).to(self.device)  # fmt: skip
 
-    def step(self, step: int, prof: Any = None) -> dict[str, Any] | None:
-        """Train one step, timed between device syncs; rank 0 appends its record (returned) to steps.jsonl."""
-        ids = self.batch(step)
+    def step(self, step: int) -> dict[str, Any] | None:
+        """``train`` then ``record``: one step without a profiler (rank 0 gets the record, others None)."""
+        return self.record(step, self.train(step))
+
+    def train(self, step: int) -> StepOutcome:
+        """Train one step (forward, backward, optimizer step), timed between device syncs.
+
+        Only this is the profiled work: the batch was prepared by the previous ``record`` and the
+        bookkeeping (metric all-reduces, grad norm, host reads) waits for ``record``.
+        """
+        ids = self._next[1] if self._next is not None and self._next[0] == step else self.batch(step)
+        self._next = None
         self.optimizer.zero_grad(set_to_none=True)
         dev.reset_peak_memory(self.device_type)
         if self.counter:
@@ -233,17 +301,19 @@ class StepRunner:
         dev.synchronize(self.device_type)
         elapsed_ms = (time.perf_counter() - t0) * 1e3
         counts = self.counter.take() if self.counter else None
-        if prof is not None:
-            prof.step()
-        return self._record(step, elapsed_ms, loss, counts)
+        return StepOutcome(elapsed_ms=elapsed_ms, loss=loss, collectives=counts)
 
-    def _record(self, step: int, elapsed_ms: float, loss: torch.Tensor, counts: dict[str, int] | None) -> dict | None:
+    def record(self, step: int, outcome: StepOutcome) -> dict[str, Any] | None:
+        """fsdpbench's bookkeeping after ``train``: the slowest rank's time and memory (all_reduce MAX),
+        loss and grad norm (all_reduce SUM), rank 0 appends the record (returned) to steps.jsonl;
+        then the next step's batch is prepared, so that its copy stays out of the next ``train``."""
         alloc, reserved = dev.peak_memory(self.device_type)
         rd = self.reduce_dtype
-        maxes = torch.tensor([elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
-        sums = torch.stack([loss.detach().to(rd), local_grad_sq(self.params).to(self.device, rd)])
+        maxes = torch.tensor([outcome.elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
+        sums = torch.stack([outcome.loss.detach().to(rd), local_grad_sq(self.params).to(self.device, rd)])
         dist.all_reduce(maxes, op=dist.ReduceOp.MAX)  # the slowest rank's time and memory
         dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        self._next = (step + 1, self.batch(step + 1))
         if self.rank != 0:
             return None
         m, s = maxes.tolist(), sums.tolist()
@@ -255,11 +325,28 @@ class StepRunner:
             "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
             "mem_reserved_bytes": int(m[2]) if reserved is not None else None, "world_size": self.world,
         }  # fmt: skip
-        if counts is not None:
-            record["collectives"] = counts
+        if outcome.collectives is not None:
+            record["collectives"] = outcome.collectives
         results.append_step(self.steps_path, record)
         log.info("%s round %s step %d: %.1f ms loss %.6f", self.arm.label, self.round_, step, m[0], record["loss"])
         return record
+
+
+def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None) -> None:
+    """``n_steps`` steps of ``runner``; with a profiler, ``ProfilerStep#k`` holds only ``train(k)``.
+
+    The profiler's step span runs from one ``prof.step()`` to the next, and the schedule stops the
+    recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
+    bookkeeping on every step except the profiled one, where it comes right after ``train``: the
+    recorded window opens after ``record(P-1)`` and closes before ``record(P)``.
+    """
+    for step in range(n_steps):
+        outcome = runner.train(step)
+        if prof is not None and step == profile_step:
+            prof.step()
+        runner.record(step, outcome)
+        if prof is not None and step != profile_step:
+            prof.step()
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,10 +387,9 @@ def environment_facts(device_type: str, backend: Backend, world: int) -> dict[st
 
 
 def _npu_versions() -> dict[str, Any]:
-    import torch_npu
+    import torch_npu  # sets torch.version.cann on import (torch_npu has no version.cann of its own)
 
-    cann = getattr(getattr(torch_npu, "version", None), "cann", None)
-    return {"torch_npu": getattr(torch_npu, "__version__", None), "cann": cann}
+    return {"torch_npu": getattr(torch_npu, "__version__", None), "cann": getattr(torch.version, "cann", None)}
 
 
 def run(spec: dict[str, Any]) -> None:
@@ -313,6 +399,7 @@ def run(spec: dict[str, Any]) -> None:
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
     kind, round_ = spec["kind"], spec["round"]
     run_dir, launch_dir = Path(spec["run_dir"]), Path(spec["launch_dir"])
+    profile_dir = run_dir / "profiles" / arm.label / f"rank{rank}"
 
     device_type = dev.resolve_device_type(cfg.device)
     device = dev.set_device(device_type, local_rank)
@@ -341,14 +428,13 @@ def run(spec: dict[str, Any]) -> None:
                              spec=spec)  # fmt: skip
         n_steps = cfg.profile_step + 1 if kind == "profile" else cfg.warmup + cfg.steps
         profiler = (
-            make_profiler(device_type, run_dir / "profiles" / arm.label / f"rank{rank}", rank, cfg.profile_step)
+            make_profiler(device_type, profile_dir, rank, cfg.profile_step)
             if kind == "profile" else contextlib.nullcontext()
         )  # fmt: skip
         gc.collect()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
-            for step in range(n_steps):
-                runner.step(step, prof)
+            run_steps(runner, n_steps, prof, cfg.profile_step if kind == "profile" else None)
         gc.enable()
         if counter:
             counter.uninstall()
@@ -359,6 +445,8 @@ def run(spec: dict[str, Any]) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    if kind == "profile" and device_type == "npu":
+        parse_npu_profile(profile_dir)
 
 
 def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:

@@ -64,7 +64,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     d.add_argument("--timeout", type=float, help="seconds per launch before its process group is killed (default 900)")
     o = parser.add_argument_group("output")
     o.add_argument("--profile", action="store_const", const=True, help="add one profiling launch per arm (env ENABLE_PROFILER)")
-    o.add_argument("--profile-step", type=int, help="step recorded by the profiler (default 3)")
+    o.add_argument("--profile-step", type=int, help="step recorded by the profiler, >= 1 (default 3)")
     o.add_argument("--out", help="results root folder (default results/)")
     o.add_argument("--name", help="run name, the folder prefix")
     o.add_argument("--resume", metavar="DIR", help="run only the missing launches of this run folder")

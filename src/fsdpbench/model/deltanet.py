@@ -14,6 +14,9 @@ Sequences are padded internally to a multiple of the chunk, so any length ≥ 1 
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +24,8 @@ from torch import nn
 
 from fsdpbench.config import ModelConfig
 from fsdpbench.model.layers import RMSNormGated
+
+log = logging.getLogger(__name__)
 
 
 class _L2Norm(torch.autograd.Function):
@@ -302,14 +307,51 @@ def causal_depthwise_conv1d(x_BTC: torch.Tensor, w_C1K: torch.Tensor) -> torch.T
     return _CausalDepthwiseConv1d.apply(x_BTC, w_C1K.squeeze(1).t().to(x_BTC.dtype))
 
 
-@functools.cache
-def _fla_chunk_gated_delta_rule():
-    """fla's Triton kernel when installed (CUDA only), else None; imported lazily, once."""
+FLA_GVA_VERSION = (0, 5, 0)
+"""First flash-linear-attention release whose ``chunk_gated_delta_rule`` takes fewer q/k heads than
+value heads (grouped values, fla commit ca3905f0). Before it, H is read from ``q`` and only part of
+``o`` is written: no error, wrong and partly uninitialised output."""
+
+
+def fla_supports_grouped_values(version: str) -> bool:
+    """Whether fla ``version`` accepts q/k with fewer heads than v (see ``FLA_GVA_VERSION``)."""
+    from torch.torch_version import TorchVersion  # packaging's version comparison, vendored by torch
+
     try:
+        return TorchVersion(version) >= FLA_GVA_VERSION
+    except Exception:  # an unparsable version string: assume the old behaviour (repeating is always correct)
+        return False
+
+
+@functools.cache
+def _fla_chunk_gated_delta_rule() -> tuple[Callable[..., Any], bool] | None:
+    """fla's Triton kernel and whether it takes grouped values, when installed (CUDA only), else None;
+    imported lazily, once (so the notice below is logged once per process)."""
+    try:
+        import fla
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_kernel
     except Exception:  # fla missing or broken (e.g. no triton): the pure-PyTorch path is used
         return None
-    return fla_kernel
+    version = str(getattr(fla, "__version__", "0"))
+    grouped = fla_supports_grouped_values(version)
+    if not grouped:
+        log.warning("fla %s predates grouped values (0.5.0): q/k heads are repeated to the value head count "
+                    "before its kernel; upgrade flash-linear-attention to skip that copy", version)  # fmt: skip
+    return fla_kernel, grouped
+
+
+def fla_gated_delta_rule(
+    kernel: Callable[..., Any], grouped_values: bool, q_BTHD: torch.Tensor, k_BTHD: torch.Tensor,
+    v_BTVD: torch.Tensor, g_BTV: torch.Tensor, beta_BTV: torch.Tensor,
+) -> torch.Tensor:  # fmt: skip
+    """fla's ``chunk_gated_delta_rule`` on our layout; q/k heads are repeated to Hv first when the
+    installed fla cannot group values (each q/k head serves Hv/Hk consecutive value heads, as in
+    ``_prepare`` and transformers' ``repeat_interleave``)."""
+    Hk, Hv = k_BTHD.shape[2], v_BTVD.shape[2]
+    if Hk != Hv and not grouped_values:
+        q_BTHD, k_BTHD = _repeat_heads(q_BTHD, Hv // Hk), _repeat_heads(k_BTHD, Hv // Hk)
+    o_BTVD, _ = kernel(q_BTHD, k_BTHD, v_BTVD, g=g_BTV, beta=beta_BTV, use_qk_l2norm_in_kernel=True)
+    return o_BTVD
 
 
 class GatedDeltaNet(nn.Module):
@@ -351,11 +393,9 @@ class GatedDeltaNet(nn.Module):
         beta_BTV = self.in_proj_b(x_BTH).sigmoid()
         g_BTV = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x_BTH).float() + self.dt_bias)
 
-        fla_kernel = _fla_chunk_gated_delta_rule() if self.use_fla and x_BTH.is_cuda else None
-        if fla_kernel is not None:
-            o_BTVD, _ = fla_kernel(
-                q_BTHD, k_BTHD, v_BTVD, g=g_BTV, beta=beta_BTV, use_qk_l2norm_in_kernel=True
-            )
+        fla = _fla_chunk_gated_delta_rule() if self.use_fla and x_BTH.is_cuda else None
+        if fla is not None:
+            o_BTVD = fla_gated_delta_rule(*fla, q_BTHD, k_BTHD, v_BTVD, g_BTV, beta_BTV)
         else:
             o_BTVD = chunk_gated_delta_rule(
                 q_BTHD, k_BTHD, v_BTVD, g_BTV, beta_BTV, chunk_size=self.chunk_size

@@ -40,36 +40,41 @@ def resolve_experts_impl(impl: ExpertsImpl, device: torch.device, dtype: torch.d
     return "grouped_mm"
 
 
+def npu_grouped_matmul_args(counts_E: torch.Tensor) -> dict[str, dict]:
+    """Keyword arguments of the three ``torch_npu.npu_grouped_matmul`` calls of ``_NpuGroupedLinear``.
+
+    All three take the group boundaries as cumulative row counts (``group_list_type=0``, int64): the
+    K-grouped weight-gradient call (``group_type=2``) is exercised upstream only with cumulative sums,
+    and the op's documentation defines both forms, so one form serves all three calls.
+    """
+    group_list = torch.cumsum(counts_E, 0, dtype=torch.int64)
+    m_split = {"group_list": group_list, "split_item": 2, "group_type": 0, "group_list_type": 0}
+    return {
+        "forward": m_split, "dgrad": m_split,
+        "wgrad": {"group_list": group_list, "split_item": 3, "group_type": 2, "group_list_type": 0},
+    }  # fmt: skip
+
+
 class _NpuGroupedLinear(torch.autograd.Function):
     """``y[rows of e] = x[rows of e] @ w[e]`` with ``w [E, K, N]`` via ``torch_npu.npu_grouped_matmul``
-    (counts as int64, ``group_list_type=1``); backward: dgrad with ``wᵀ``, wgrad K-grouped."""
+    (``npu_grouped_matmul_args``); backward: dgrad with ``wᵀ`` (M-grouped), wgrad K-grouped."""
 
     @staticmethod
     def forward(ctx, x_SK, w_EKN, counts_E):
         import torch_npu  # noqa: F401  (only on Ascend)
 
         ctx.save_for_backward(x_SK, w_EKN, counts_E)
-        return torch_npu.npu_grouped_matmul(
-            [x_SK], [w_EKN], group_list=counts_E, split_item=2, group_type=0, group_list_type=1
-        )[0]
+        return torch_npu.npu_grouped_matmul([x_SK], [w_EKN], **npu_grouped_matmul_args(counts_E)["forward"])[0]
 
     @staticmethod
     def backward(ctx, dy_SN):
         import torch_npu
 
         x_SK, w_EKN, counts_E = ctx.saved_tensors
+        args = npu_grouped_matmul_args(counts_E)
         dy_SN = dy_SN.contiguous()
-        dx_SK = torch_npu.npu_grouped_matmul(
-            [dy_SN],
-            [w_EKN.transpose(1, 2)],
-            group_list=counts_E,
-            split_item=2,
-            group_type=0,
-            group_list_type=1,
-        )[0]
-        dw_EKN = torch_npu.npu_grouped_matmul(
-            [x_SK.t()], [dy_SN], group_list=counts_E, split_item=3, group_type=2, group_list_type=1
-        )[0]
+        dx_SK = torch_npu.npu_grouped_matmul([dy_SN], [w_EKN.transpose(1, 2)], **args["dgrad"])[0]
+        dw_EKN = torch_npu.npu_grouped_matmul([x_SK.t()], [dy_SN], **args["wgrad"])[0]
         return dx_SK, dw_EKN, None
 
 
@@ -96,6 +101,16 @@ def grouped_linear(
         chunks = x_SK.split(counts_E.tolist(), dim=0)
         return torch.cat([F.linear(c, w_ENK[e]) for e, c in enumerate(chunks)], dim=0)
     raise ValueError(f"unknown experts implementation {impl!r}; choose auto, grouped_mm, loop or npu")
+
+
+def tokens_per_expert(experts_S: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """Rows routed to each expert (int64 ``[E]``), computed on the device without a host sync.
+
+    ``torch.bincount`` reads ``max()``/``min()`` back to the host on CUDA and NPU (a sync per call,
+    again in recompute with ``ac=full``); a scatter-add of ones into E zeros needs no size from the host.
+    """
+    counts_E = torch.zeros(num_experts, dtype=torch.int64, device=experts_S.device)
+    return counts_E.scatter_add_(0, experts_S, torch.ones_like(experts_S, dtype=torch.int64))
 
 
 class TopKRouter(nn.Module):
@@ -132,7 +147,7 @@ class Experts(nn.Module):
         impl = resolve_experts_impl(self.impl, x_NH.device, x_NH.dtype)
         flat_experts = experts_Nk.reshape(-1)
         order = torch.argsort(flat_experts, stable=True)  # (token, slot) pairs grouped by expert
-        counts_E = torch.bincount(flat_experts, minlength=self.num_experts)
+        counts_E = tokens_per_expert(flat_experts, self.num_experts)
         x_SH = x_NH.index_select(0, order // k)
         gate_SI, up_SI = grouped_linear(x_SH, self.gate_up_proj, counts_E, impl).chunk(2, dim=-1)
         y_SH = grouped_linear(F.silu(gate_SI) * up_SI, self.down_proj, counts_E, impl)
