@@ -39,16 +39,18 @@ def git_head(folder):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
-def source_folder(dist_name, module_folder):
+def commit_of(dist_name, module_folder):
+    # a module outside site-packages (PYTHONPATH, editable install) is its own checkout; else pip's record
+    if not set(module_folder.split(os.sep)) & {"site-packages", "dist-packages"}:
+        return git_head(module_folder)
     try:
         raw = md.distribution(dist_name).read_text("direct_url.json")
     except md.PackageNotFoundError:
         raw = None
-    url = (json.loads(raw).get("url") or "") if raw else ""
-    if url.startswith("file://"):
-        return url[len("file://"):]
-    parts = set(module_folder.split(os.sep))
-    return None if parts & {"site-packages", "dist-packages"} else module_folder
+    direct = json.loads(raw) if raw else {}
+    commit = (direct.get("vcs_info") or {}).get("commit_id")
+    url = direct.get("url") or ""
+    return commit or (git_head(url[len("file://"):]) if url.startswith("file://") else None)
 
 facts = {"executable": sys.executable, "python": platform.python_version(), "libraries": {}}
 for name in LIBRARIES:
@@ -61,9 +63,7 @@ for name in LIBRARIES:
         version = md.version(name)
     except md.PackageNotFoundError:
         version = None
-    source = source_folder(name, folder)
-    facts["libraries"][name] = {"version": version, "location": folder,
-                                "commit": git_head(source) if source else None}
+    facts["libraries"][name] = {"version": version, "location": folder, "commit": commit_of(name, folder)}
 print(json.dumps(facts))
 """
 
