@@ -129,7 +129,7 @@ def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefet
     for arm in steps:
         assert [s["grad_norm"] for s in steps[arm]] == pytest.approx(ref_norms, rel=1e-5), arm
     manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
-    ds = manifest["environment"]["backend"]
+    ds = manifest["backends"]["deepspeed"]  # each arm's own backend facts
     assert ds["library"] == "deepspeed" and ds["config"]["gradient_clipping"] == 0.0
     assert ds["config"]["zero_optimization"]["stage3_param_persistence_threshold"] == 0
     assert manifest["environment_variables"]["TORCH_EXTENSIONS_DIR"] == DS_ENV["TORCH_EXTENSIONS_DIR"]

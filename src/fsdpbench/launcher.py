@@ -246,6 +246,8 @@ class Run:
                 self.manifest["environment"] = facts
             elif facts.get("hyper_parallel"):  # the first launch may have been a torch arm
                 self.manifest["environment"]["hyper_parallel"] = facts["hyper_parallel"]
+            if facts.get("backend"):  # each arm's own backend facts (e.g. DeepSpeed's resolved config)
+                self.manifest.setdefault("backends", {})[arm] = facts["backend"]
         self.manifest["launches"].append({"arm": arm, "round": rec_round, "kind": kind, "rc": rc,
                                           "wall_s": round(time.monotonic() - t0, 3)})  # fmt: skip
         if kind == "profile" and error is None:
