@@ -342,7 +342,7 @@ def _configuration(data: RunData) -> list[Block]:
         return blocks
     arms = manifest.get("arms") or []
     if arms:
-        keys = [k for k in arms[0] if k != "label"]
+        keys = [k for k in arms[0] if k != "label" and any(a.get(k) not in ("", {}, None) for a in arms)]
         blocks.append(Table(["arm", *keys], [[a.get("label", "?"), *(str(a.get(k, "—")) for k in keys)] for a in arms],
                             numeric=False))  # fmt: skip
     interpreters = manifest.get("interpreters") or {}
