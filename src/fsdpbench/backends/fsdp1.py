@@ -23,27 +23,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fsdpbench.backends.base import Backend, FullOf
-from fsdpbench.errors import ConfigError
 
 if TYPE_CHECKING:
     from fsdpbench.config import Arm
 
 WRAPPED_PREFIX = "_fsdp_wrapped_module."
 """FSDP1's infix in parameter and module names (``torch.distributed.fsdp._common_utils.FSDP_WRAPPED_MODULE``)."""
-
-
-def check_fsdp1_arm(arm: Arm, mesh_shape: tuple[int, ...]) -> None:
-    """Refuse what FSDP1 cannot do faithfully, naming the option (raises ``ConfigError``)."""
-    if arm.prefetch > 1:
-        raise ConfigError(
-            f"arm {arm.label!r}: prefetch={arm.prefetch}, but FSDP1 prefetches at most one unit ahead "
-            "(forward_prefetch + BACKWARD_PRE); use prefetch=0 or 1 for the fsdp1 arm"
-        )
-    if len(mesh_shape) == 2 and mesh_shape[1] == 1:
-        raise ConfigError(
-            f"arm {arm.label!r}: mesh {arm.mesh} has shard size 1; FSDP1's HYBRID_SHARD then silently becomes "
-            "NO_SHARD and the replicas drift apart; use a shard size of at least 2 (RxS with S >= 2)"
-        )
 
 
 def clean_name(name: str) -> str:
@@ -69,14 +54,10 @@ class FSDP1Backend(Backend):
     def apply(self, model: torch.nn.Module, mesh: Any, arm: Arm) -> torch.nn.Module:
         """Wrap each decoder layer, then the root; returns the root ``FullyShardedDataParallel``.
 
-        Raises:
-            ConfigError: prefetch > 1, or an HSDP mesh with shard size 1 (``check_fsdp1_arm``).
-        """
+        prefetch > 1 and an HSDP shard size of 1 never get here: ``config.Arm`` refuses them."""
         from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-        mesh_shape = tuple(mesh.shape) if mesh is not None else (torch.distributed.get_world_size(),)
-        check_fsdp1_arm(arm, mesh_shape)
         hybrid = mesh is not None
         if arm.reshard_after_forward:
             strategy = ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD
