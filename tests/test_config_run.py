@@ -16,21 +16,23 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def no_hyper(monkeypatch):
     monkeypatch.setattr(config, "hyper_available", lambda: False)
+    monkeypatch.setattr(config, "deepspeed_available", lambda: False)
 
 
 @pytest.fixture
 def with_hyper(monkeypatch):
     monkeypatch.setattr(config, "hyper_available", lambda: True)
+    monkeypatch.setattr(config, "deepspeed_available", lambda: True)
 
 
-def test_default_arms_are_torch_prefetch0_vs_1_without_hyper(no_hyper):
+def test_default_arms_are_fsdp2_vs_fsdp1_without_optional_libraries(no_hyper):
     cfg = RunConfig.from_sources(env={})
-    assert [a.label for a in cfg.arms] == ["torch", "torch-prefetch1"]
+    assert [a.label for a in cfg.arms] == ["torch", "fsdp1"]
     assert (cfg.preset, cfg.nproc, cfg.rounds, cfg.warmup, cfg.steps) == ("tiny", 2, 3, 2, 8)
 
 
-def test_default_arms_are_torch_vs_hyper_with_hyper(with_hyper):
-    assert [a.label for a in RunConfig.from_sources(env={}).arms] == ["torch", "hyper"]
+def test_default_arms_add_deepspeed_and_hyper_when_importable(with_hyper):
+    assert [a.label for a in RunConfig.from_sources(env={}).arms] == ["torch", "fsdp1", "deepspeed", "hyper"]
 
 
 def test_arm_items_override_shared_flags(no_hyper):

@@ -214,8 +214,16 @@ def coerce(value: Any, annotation: Any, what: str) -> Any:
 # Arms: one FSDP backend plus its options
 # --------------------------------------------------------------------------------------------
 
-BACKENDS = ("torch", "hyper")
+BACKENDS = ("torch", "fsdp1", "deepspeed", "hyper")
 DTYPES = ("float32", "bfloat16", "float16")
+DEEPSPEED_KNOBS: dict[str, str] = {
+    "reduce_bucket_size": "int", "stage3_prefetch_bucket_size": "int", "stage3_max_live_parameters": "int",
+    "stage3_max_reuse_distance": "int", "stage3_param_persistence_threshold": "int", "sub_group_size": "int",
+    "overlap_comm": "bool", "contiguous_gradients": "bool", "reduce_scatter": "bool",
+}  # fmt: skip
+"""DeepSpeed ZeRO-3 knobs a ``deepspeed`` arm may set (``zero_optimization`` keys), with their types."""
+BACKEND_OPTIONS: dict[str, dict[str, str]] = {"deepspeed": DEEPSPEED_KNOBS}
+"""Backend-specific arm options by backend (allow-lists); they go to ``Arm.backend_options``."""
 
 
 @dataclass(kw_only=True)
@@ -223,7 +231,8 @@ class Arm:
     """One FSDP implementation plus its options. The same option names hold for every backend."""
 
     backend: str
-    """``torch`` (PyTorch FSDP2 ``fully_shard``) or ``hyper`` (hyper_parallel ``fully_shard``, Torch backend)."""
+    """``torch`` (PyTorch FSDP2 ``fully_shard``), ``fsdp1`` (PyTorch ``FullyShardedDataParallel``),
+    ``deepspeed`` (DeepSpeed ZeRO stage 3) or ``hyper`` (hyper_parallel ``fully_shard``, Torch backend)."""
     prefetch: int = 0
     """Explicit forward+backward layer prefetch depth; 0 = none."""
     reshard_after_forward: bool = True
@@ -236,6 +245,10 @@ class Arm:
     """hyper only: fuse per-parameter collectives. A clear error where the installed library cannot."""
     ac: str = "off"
     """Activation checkpointing: ``off`` or ``full`` (every decoder layer)."""
+    python: str = ""
+    """Interpreter that runs this arm's ranks (another venv); empty = the launcher's own."""
+    backend_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The backend's own knobs (``BACKEND_OPTIONS``), e.g. DeepSpeed's ``reduce_bucket_size``."""
     label: str = ""
     """Unique name of the arm in results and reports (derived from the spec when empty)."""
 
@@ -259,6 +272,44 @@ class Arm:
             raise ConfigError("arm option comm_fusion applies to the hyper backend only")
         if self.mesh:
             parse_mesh(self.mesh)
+        allowed = BACKEND_OPTIONS.get(self.backend, {})
+        for key in self.backend_options:
+            if key not in allowed:
+                known = f"known: {', '.join(allowed)}" if allowed else f"the {self.backend} backend has none"
+                raise ConfigError(f"arm option {key!r} is not an option of the {self.backend} backend ({known})")
+        self._validate_backend_rules()
+
+    def _validate_backend_rules(self) -> None:
+        """Refuse option combinations a backend has no faithful equivalent for."""
+        what = f"arm {self.label or self.backend!r}"
+        if self.backend == "fsdp1":
+            if self.prefetch > 1:
+                raise ConfigError(
+                    f"{what}: prefetch={self.prefetch}, but FSDP1 prefetches at most one unit ahead "
+                    "(forward_prefetch + BACKWARD_PRE); use prefetch=0 or 1 for the fsdp1 arm"
+                )
+            if self.mesh and len(parse_mesh(self.mesh)) == 2 and parse_mesh(self.mesh)[1] == 1:
+                raise ConfigError(
+                    f"{what}: mesh {self.mesh} has shard size 1; FSDP1's HYBRID_SHARD then silently becomes "
+                    "NO_SHARD and the replicas drift apart; use a shard size of at least 2 (RxS with S >= 2)"
+                )
+        if self.backend == "deepspeed":
+            if self.mesh and len(parse_mesh(self.mesh)) == 2:
+                raise ConfigError(
+                    f"{what}: mesh {self.mesh} asks for HSDP, which DeepSpeed ZeRO-3 has no equivalent of in "
+                    "current releases (MiCS was removed); use a 1-D mesh for the deepspeed arm"
+                )
+            if "float16" in (self.param_dtype, self.reduce_dtype):
+                raise ConfigError(
+                    f"{what}: float16 needs DeepSpeed's loss scaling, which no other arm has; "
+                    "use bfloat16 or float32 for the deepspeed arm"
+                )
+            if self.param_dtype == "float32" and self.reduce_dtype != "float32":
+                raise ConfigError(
+                    f"{what}: reduce_dtype={self.reduce_dtype} with float32 parameters has no DeepSpeed "
+                    "equivalent (its communication dtype follows bf16 mode); use param_dtype=bfloat16 or "
+                    "reduce_dtype=float32"
+                )
 
     def default_label(self) -> str:
         parts = [self.backend]
@@ -270,6 +321,9 @@ class Arm:
                          "comm_fusion": "fusion"}.get(name, name)  # fmt: skip
                 text = {True: "1", False: "0"}.get(value, str(value)) if isinstance(value, bool) else str(value)
                 parts.append(f"{short}{text.replace('bfloat16', 'bf16').replace('float', 'fp')}")
+        parts += [f"{k}{_short_value(v)}" for k, v in sorted(self.backend_options.items())]
+        if self.python:
+            parts.append(interpreter_env_name(self.python))
         return "-".join(parts)
 
     def options(self) -> dict[str, Any]:
@@ -290,7 +344,35 @@ class Arm:
         return shape
 
 
-ARM_OPTION_FIELDS = ("prefetch", "reshard_after_forward", "mesh", "param_dtype", "reduce_dtype", "comm_fusion", "ac", "label")
+ARM_OPTION_FIELDS = ("prefetch", "reshard_after_forward", "mesh", "param_dtype", "reduce_dtype", "comm_fusion", "ac",
+                     "python", "label")  # fmt: skip
+
+
+def _short_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def interpreter_env_name(python: str) -> str:
+    """A short name for an interpreter path: its environment folder (``/x/venvA/bin/python`` → ``venvA``)."""
+    from pathlib import PurePath
+
+    path = PurePath(python)
+    return (path.parent.parent.name if path.parent.name == "bin" else path.parent.name) or path.name
+
+
+def coerce_backend_option(value: Any, kind: str, what: str) -> Any:
+    """Like ``coerce``, but integers may be written as ``5e7``."""
+    if kind == "int" and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"{what} expects int, got {value!r}") from None
+        if not number.is_integer():
+            raise ConfigError(f"{what} expects int, got {value!r}")
+        return int(number)
+    return coerce(value, kind, what)
 
 
 def parse_mesh(text: str | int) -> tuple[int, ...]:
@@ -317,9 +399,17 @@ def parse_arm(spec: str, shared: dict[str, Any] | None = None) -> Arm:
         key = key.strip().replace("-", "_")
         if not sep:
             raise ConfigError(f"arm {spec!r}: option {item!r} is not key=value")
+        own = BACKEND_OPTIONS.get(backend, {})
+        if key in own:
+            knobs = values.setdefault("backend_options", {})
+            knobs[key] = coerce_backend_option(raw.strip(), own[key], f"arm {spec!r} option {key}")
+            continue
         if key not in ARM_OPTION_FIELDS:
-            raise ConfigError(f"arm {spec!r}: unknown option {key!r}; known: {', '.join(ARM_OPTION_FIELDS)}")
+            known = ", ".join([*ARM_OPTION_FIELDS, *own])
+            raise ConfigError(f"arm {spec!r}: unknown option {key!r}; known: {known}")
         values[key] = coerce(raw.strip(), fields[key].type, f"arm {spec!r} option {key}")
+    if "backend_options" in values:
+        values["backend_options"] = dict(values["backend_options"])
     return Arm(backend=backend, **values)
 
 
@@ -357,9 +447,25 @@ def hyper_available() -> bool:
     return importlib.util.find_spec("hyper_parallel") is not None
 
 
+def deepspeed_available() -> bool:
+    """Whether deepspeed is importable, found without importing it (its import probes accelerators)."""
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+OPTIONAL_BACKENDS: dict[str, tuple[Any, str]] = {
+    "deepspeed": (lambda: deepspeed_available(), "deepspeed, which is not installed; pip install deepspeed "
+                  "(or pip install 'fsdpbench[deepspeed]')"),
+    "hyper": (lambda: hyper_available(), "hyper_parallel, which is not installed; install it from its repository "
+              "(pip install --no-deps -e <hyper-parallel checkout>; pip install pyyaml)"),
+}  # fmt: skip
+"""Backends whose library is optional: (is it importable here?, what the error says is missing)."""
+
+
 def default_arm_specs() -> list[str]:
-    """torch vs hyper when hyper_parallel is installed, else torch without vs with layer prefetch."""
-    return ["torch", "hyper"] if hyper_available() else ["torch", "torch:prefetch=1"]
+    """FSDP2 (the base) vs FSDP1, both in every torch; plus deepspeed and hyper when importable."""
+    return ["torch", "fsdp1"] + [name for name, (available, _) in OPTIONAL_BACKENDS.items() if available()]
 
 
 @dataclass(kw_only=True)
@@ -455,12 +561,9 @@ class RunConfig:
             raise ConfigError(f"arm labels must be unique, got {labels}")
         for arm in self.arms:
             arm.mesh_shape(self.world_size)
-            if arm.backend == "hyper" and not hyper_available():
-                raise ConfigError(
-                    f"arm {arm.label!r} needs hyper_parallel, which is not installed; install it from "
-                    "its repository (pip install --no-deps -e <hyper-parallel checkout>; pip install pyyaml) "
-                    "or drop the hyper arm"
-                )
+            optional = OPTIONAL_BACKENDS.get(arm.backend)
+            if optional and not arm.python and not optional[0]():  # python= arms: probed in their interpreter
+                raise ConfigError(f"arm {arm.label!r} needs {optional[1]}, or drop the {arm.backend} arm")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict; ``from_dict`` inverts it."""

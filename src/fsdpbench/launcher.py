@@ -24,6 +24,7 @@ from typing import Any
 from fsdpbench import results
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import InputError, LaunchError
+from fsdpbench.interpreters import arm_interpreter, interpreter_environment, probe_arms
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +58,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_command(cfg: RunConfig, spec_path: Path, log_dir: Path, launch_index: int) -> list[str]:
-    """``python -m torch.distributed.run ... -m fsdpbench.worker SPEC`` for one launch.
+def torchrun_command(
+    cfg: RunConfig, spec_path: Path, log_dir: Path, launch_index: int, python: str | None = None
+) -> list[str]:
+    """``python -m torch.distributed.run ... -m fsdpbench.worker SPEC`` for one launch, run by
+    ``python`` (the arm's interpreter; the launcher's own when None).
 
     Multi-node runs use static rendezvous on ``--rdzv-endpoint`` (or loopback ``--master-port``),
     with the port advanced by the launch index so that a fast node never joins the previous launch.
     """
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
+    cmd = [python or sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
            f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=static",
            f"--log-dir={log_dir}", "--redirects=3", "--max-restarts=0"]  # fmt: skip
     if cfg.rdzv_endpoint:
@@ -76,21 +80,27 @@ def torchrun_command(cfg: RunConfig, spec_path: Path, log_dir: Path, launch_inde
 
 
 RECORDED_ENV_PREFIXES = ("OMP_", "MKL_", "NCCL_", "HCCL_", "ASCEND_", "CUDA_", "PYTORCH_", "TORCH_",
-                         "HYPER_PARALLEL_", "FSDPBENCH_", "TASK_QUEUE_", "CPU_AFFINITY")  # fmt: skip
+                         "HYPER_PARALLEL_", "FSDPBENCH_", "TASK_QUEUE_", "CPU_AFFINITY", "DS_")  # fmt: skip
 """Environment variables that change how the ranks run; the manifest records their values."""
 
 
-def worker_environment() -> dict[str, str]:
-    """The environment given to the ranks: ours, with one thread per rank unless set, and unbuffered."""
+def worker_environment(cfg: RunConfig | None = None) -> dict[str, str]:
+    """The environment given to the ranks: ours, with one thread per rank unless set, and unbuffered.
+
+    With a deepspeed arm, ``TORCH_EXTENSIONS_DIR`` (where DeepSpeed JIT-builds its ops) defaults to
+    ``<out>/.cache/torch_extensions``: out of the user's home, reused by later runs into the same ``--out``.
+    """
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
+    if cfg is not None and any(a.backend == "deepspeed" for a in cfg.arms):
+        env.setdefault("TORCH_EXTENSIONS_DIR", str((Path(cfg.out) / ".cache" / "torch_extensions").resolve()))
     return env
 
 
-def recorded_environment() -> dict[str, str]:
+def recorded_environment(cfg: RunConfig | None = None) -> dict[str, str]:
     """The performance-relevant part of ``worker_environment()`` (for the manifest)."""
-    return {k: v for k, v in sorted(worker_environment().items()) if k.startswith(RECORDED_ENV_PREFIXES)}
+    return {k: v for k, v in sorted(worker_environment(cfg).items()) if k.startswith(RECORDED_ENV_PREFIXES)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,7 +196,8 @@ class Run:
                 "run_dir": str(self.run_dir.resolve()), "launch_dir": str(ldir.resolve())}  # fmt: skip
         spec_path = ldir / "spec.json"
         results.write_json(spec_path, spec)
-        cmd = torchrun_command(self.cfg, spec_path, ldir / "logs", index)
+        arm_cfg = next(a for a in self.cfg.arms if a.label == arm)
+        cmd = torchrun_command(self.cfg, spec_path, ldir / "logs", index, python=arm_interpreter(arm_cfg))
         expected = self.cfg.profile_step + 1 if kind == "profile" else self.cfg.warmup + self.cfg.steps
         started = datetime.now().isoformat(timespec="seconds")
         tail = _StepTail(self.run_dir / results.STEPS)
@@ -197,8 +208,8 @@ class Run:
         rc: int | None = None
         seen = 0
         with open(ldir / "torchrun.log", "wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=worker_environment(),
-                                    start_new_session=True)  # fmt: skip
+            env = interpreter_environment(arm_cfg, worker_environment(self.cfg))
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
                 while rc is None:
                     try:
@@ -239,6 +250,8 @@ class Run:
                 self.manifest["environment"] = facts
             elif facts.get("hyper_parallel"):  # the first launch may have been a torch arm
                 self.manifest["environment"]["hyper_parallel"] = facts["hyper_parallel"]
+            if facts.get("backend"):  # each arm's own backend facts (e.g. DeepSpeed's resolved config)
+                self.manifest.setdefault("backends", {})[arm] = facts["backend"]
         self.manifest["launches"].append({"arm": arm, "round": rec_round, "kind": kind, "rc": rc,
                                           "wall_s": round(time.monotonic() - t0, 3)})  # fmt: skip
         if kind == "profile" and error is None:
@@ -357,6 +370,7 @@ def run_ab(cfg: RunConfig, *, resume: Path | None = None, console: Any = None, c
         except KeyError:
             raise InputError(f"{run_dir / results.MANIFEST}: no 'config'; is this an fsdpbench run folder?") from None
     else:
+        interpreters = probe_arms(cfg.arms, worker_environment(cfg))  # refuse a bad interpreter before launching
         run_dir = results.create_run_dir(cfg.out, cfg.name)
         manifest = {
             "schema_version": results.SCHEMA_VERSION, "name": cfg.name,
@@ -364,7 +378,8 @@ def run_ab(cfg: RunConfig, *, resume: Path | None = None, console: Any = None, c
             "command": list(command if command is not None else ["fsdpbench", *sys.argv[1:]]),
             "config": cfg.to_dict(), "arms": [a.options() for a in cfg.arms],
             "order": interleaved_order([a.label for a in cfg.arms], cfg.rounds, cfg.order, cfg.seed),
-            "environment": None, "environment_variables": recorded_environment(), "launches": [], "profiles": {},
+            "environment": None, "environment_variables": recorded_environment(cfg), "interpreters": interpreters,
+            "launches": [], "profiles": {},
         }  # fmt: skip
         results.write_json(run_dir / results.MANIFEST, manifest)
     run = Run(cfg, run_dir, manifest, console)

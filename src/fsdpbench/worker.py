@@ -31,6 +31,7 @@ import torch.distributed as dist
 from fsdpbench import device as dev
 from fsdpbench import results
 from fsdpbench.backends import Backend, get_backend
+from fsdpbench.backends.base import grad_sq_sum
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
 
@@ -86,12 +87,11 @@ def build_sharded_model(cfg: RunConfig, arm: Arm, backend: Backend, mesh: Any, d
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     if arm.ac == "full":
         apply_activation_checkpointing(model)
-    backend.apply(model, mesh, arm)
-    backend.materialize(model, device)
-    for name, param in model.named_parameters():
-        full = init_full_tensor(name, shapes[name], cfg.seed, dtype=torch.float32, device="cpu")
-        backend.load_full_param(param, full)
-        del full
+    model = backend.apply(model, mesh, arm)
+    model = backend.materialize(model, device)
+    backend.load_full_params(
+        model, lambda name: init_full_tensor(name, shapes[name], cfg.seed, dtype=torch.float32, device="cpu")
+    )
     return model
 
 
@@ -102,16 +102,7 @@ def make_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.op
     return torch.optim.AdamW(params, lr=cfg.lr)
 
 
-def local_grad_sq(params: list[torch.nn.Parameter]) -> torch.Tensor:
-    """Sum of squares of this rank's gradient shards (float32 scalar)."""
-    total = None
-    for p in params:
-        if p.grad is None:
-            continue
-        g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-        sq = g.detach().float().pow(2).sum()
-        total = sq if total is None else total + sq
-    return total if total is not None else torch.zeros(())
+local_grad_sq = grad_sq_sum  # the default backend's rule, kept under its old name
 
 
 class CollectiveCounter:
@@ -296,7 +287,7 @@ class StepRunner:
         if self.spec:
             _inject_fault(self.spec, self.rank, step)
         loss = self.model(ids, labels=ids).loss
-        loss.backward()
+        self.backend.backward(loss)
         self.backend.optimizer_step(self.optimizer)
         dev.synchronize(self.device_type)
         elapsed_ms = (time.perf_counter() - t0) * 1e3
@@ -310,7 +301,7 @@ class StepRunner:
         alloc, reserved = dev.peak_memory(self.device_type)
         rd = self.reduce_dtype
         maxes = torch.tensor([outcome.elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
-        sums = torch.stack([outcome.loss.detach().to(rd), local_grad_sq(self.params).to(self.device, rd)])
+        sums = torch.stack([outcome.loss.detach().to(rd), self.backend.local_grad_sq(self.params).to(self.device, rd)])
         dist.all_reduce(maxes, op=dist.ReduceOp.MAX)  # the slowest rank's time and memory
         dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         self._next = (step + 1, self.batch(step + 1))
@@ -405,13 +396,13 @@ def run(spec: dict[str, Any]) -> None:
     device = dev.set_device(device_type, local_rank)
     backend = get_backend(arm.backend)
     backend.setup(device_type)
-    dist.init_process_group(dev.process_group_backend(device_type), timeout=timedelta(seconds=max(60.0, cfg.timeout)))
+    backend.init_process_group(device_type, timedelta(seconds=max(60.0, cfg.timeout)))
     try:
         mesh_shape = arm.mesh_shape(world)
         mesh = backend.init_mesh(device_type, mesh_shape)
         replicas = mesh_shape[0] if len(mesh_shape) == 2 else 1
         model = build_sharded_model(cfg, arm, backend, mesh, device)
-        optimizer = make_optimizer(cfg, list(model.parameters()))
+        model, optimizer = backend.make_training(model, functools.partial(make_optimizer, cfg))
         if rank == 0:
             from fsdpbench.model import flops_per_token
 
@@ -439,12 +430,15 @@ def run(spec: dict[str, Any]) -> None:
         if counter:
             counter.uninstall()
         if cfg.dump_params:
-            full = {name: backend.full_tensor(p).detach().cpu() for name, p in model.named_parameters()}
+            full = backend.full_state_dict(model)
             if rank == 0:
                 torch.save(full, launch_dir / "final_params.pt")
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        try:
+            backend.close()
+        finally:
+            dist.destroy_process_group()
     if kind == "profile" and device_type == "npu":
         parse_npu_profile(profile_dir)
 

@@ -10,12 +10,14 @@ from fsdpbench.errors import ConfigError, LaunchError
 # name → (module, class)
 BACKEND_CLASSES: dict[str, tuple[str, str]] = {
     "torch": ("fsdpbench.backends.torch_fsdp2", "TorchFSDP2Backend"),
+    "fsdp1": ("fsdpbench.backends.fsdp1", "FSDP1Backend"),
+    "deepspeed": ("fsdpbench.backends.deepspeed_zero3", "DeepSpeedZero3Backend"),
     "hyper": ("fsdpbench.backends.hyper", "HyperBackend"),
 }
 
 
 def get_backend(name: str) -> Backend:
-    """A fresh instance of the backend called ``name`` (``torch`` or ``hyper``)."""
+    """A fresh instance of the backend called ``name`` (a key of ``BACKEND_CLASSES``)."""
     try:
         module_name, class_name = BACKEND_CLASSES[name]
     except KeyError:

@@ -30,8 +30,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     """The options shared by ``run`` and ``ab`` (every default is None: unset flags do not override)."""
     g = parser.add_argument_group("what to run")
     if several_arms:
-        g.add_argument("--arms", help="comma-separated BACKEND[:key=value...] items, e.g. torch,hyper:prefetch=2 "
-                       "(default: torch,hyper if hyper_parallel is installed, else torch,torch:prefetch=1)")
+        g.add_argument("--arms", help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
+                       "hyper; python=PATH runs an arm in another venv), e.g. torch,hyper:prefetch=2 (default: "
+                       "torch,fsdp1, plus deepspeed and hyper when importable)")
     else:
         g.add_argument("--arm", "--arms", dest="arms", help="one BACKEND[:key=value...] item (default: torch)")
     g.add_argument("--config", metavar="FILE.toml", help="a TOML file of options (flags override it)")

@@ -342,9 +342,12 @@ def _configuration(data: RunData) -> list[Block]:
         return blocks
     arms = manifest.get("arms") or []
     if arms:
-        keys = [k for k in arms[0] if k != "label"]
+        keys = [k for k in arms[0] if k != "label" and any(a.get(k) not in ("", {}, None) for a in arms)]
         blocks.append(Table(["arm", *keys], [[a.get("label", "?"), *(str(a.get(k, "—")) for k in keys)] for a in arms],
                             numeric=False))  # fmt: skip
+    interpreters = manifest.get("interpreters") or {}
+    if interpreters:
+        blocks.append(_interpreter_table(interpreters))
     config = dict(manifest.get("config") or {})
     model = config.pop("model", None)
     rows: list[list[str]] = []
@@ -372,6 +375,26 @@ def _configuration(data: RunData) -> list[Block]:
         blocks.append(Details(f"Launches ({len(rows)}; interleaved order of {len(order)} timed launches)",
                               [Table(["arm", "round", "kind", "rc", "wall (s)", "error"], rows, numeric=False)]))  # fmt: skip
     return blocks
+
+
+def _library_text(facts: Any) -> str:
+    if not isinstance(facts, dict):
+        return "—"
+    commit = facts.get("commit")
+    return f"{facts.get('version') or '?'}" + (f" @ {str(commit)[:10]}" if commit else "")
+
+
+def _interpreter_table(interpreters: dict[str, Any]) -> Table:
+    """Each arm's interpreter and library versions/commits, arms side by side (``manifest.interpreters``)."""
+    labels = list(interpreters)
+    rows = [["interpreter", *(str(interpreters[a].get("interpreter", "—")) for a in labels)],
+            ["python", *(str(interpreters[a].get("python", "—")) for a in labels)]]  # fmt: skip
+    names = sorted({n for a in labels for n in (interpreters[a].get("libraries") or {})},
+                   key=lambda n: ("torch", "fsdpbench", "deepspeed", "hyper_parallel").index(n)
+                   if n in ("torch", "fsdpbench", "deepspeed", "hyper_parallel") else 9)  # fmt: skip
+    for name in names:
+        rows.append([name, *(_library_text((interpreters[a].get("libraries") or {}).get(name)) for a in labels)])
+    return Table(["per arm", *labels], rows, numeric=False)
 
 
 def _reproduce(data: RunData) -> list[Block]:

@@ -1,0 +1,141 @@
+"""PyTorch FSDP1 (``torch.distributed.fsdp.FullyShardedDataParallel``) behind the common plan.
+
+The plan of ``backends/plan.py`` with FSDP1's own knobs (facts checked on CPU/gloo, torch 2.13):
+
+* one ``FullyShardedDataParallel`` per decoder layer, then the root; ``use_orig_params=True`` (the
+  optimizer sees the model's parameters), built on meta and materialised per module by
+  ``param_init_fn`` (FSDP1 would otherwise call a ``reset_parameters`` the model's modules do not have);
+* ``reshard_after_forward`` true/false = ``FULL_SHARD`` / ``SHARD_GRAD_OP`` (HSDP: ``HYBRID_SHARD`` /
+  ``_HYBRID_SHARD_ZERO2`` on a 2-D ``(replicate, shard)`` mesh). FSDP1 never frees the root after
+  forward, like the plan's ``reshard_after_forward=False`` for the root;
+* prefetch 1 = ``forward_prefetch=True`` + ``BackwardPrefetch.BACKWARD_PRE``; prefetch 0 turns both off
+  (FSDP1's default would prefetch in backward); FSDP1 has no deeper prefetch;
+* mixed precision = ``MixedPrecision(param_dtype, reduce_dtype)``;
+* FSDP1 flattens each unit's parameters into one ``FlatParameter`` and renames the modules
+  (``_fsdp_wrapped_module.``): weights go in through ``summon_full_params(unit, recurse=False,
+  writeback=True)`` (one unit gathered at a time) and come out through a ``FULL_STATE_DICT``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fsdpbench.backends.base import Backend, FullOf
+
+if TYPE_CHECKING:
+    from fsdpbench.config import Arm
+
+WRAPPED_PREFIX = "_fsdp_wrapped_module."
+"""FSDP1's infix in parameter and module names (``torch.distributed.fsdp._common_utils.FSDP_WRAPPED_MODULE``)."""
+
+
+def clean_name(name: str) -> str:
+    """A parameter or module name without FSDP1's wrapper infix."""
+    return name.replace(WRAPPED_PREFIX, "")
+
+
+class FSDP1Backend(Backend):
+    """FSDP1: one ``FlatParameter`` per unit; one all-gather and one reduce-scatter per unit like FSDP2."""
+
+    name = "fsdp1"
+
+    def init_mesh(self, device_type: str, mesh_shape: tuple[int, ...]) -> Any:
+        """A ``DeviceMesh`` for HSDP (``("replicate", "shard")``); ``None`` for 1-D FSDP (the world)."""
+        if len(mesh_shape) == 1:
+            self._device_type = device_type
+            return None
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self._device_type = device_type
+        return init_device_mesh(device_type, tuple(mesh_shape), mesh_dim_names=("replicate", "shard"))
+
+    def apply(self, model: torch.nn.Module, mesh: Any, arm: Arm) -> torch.nn.Module:
+        """Wrap each decoder layer, then the root; returns the root ``FullyShardedDataParallel``.
+
+        prefetch > 1 and an HSDP shard size of 1 never get here: ``config.Arm`` refuses them."""
+        from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        hybrid = mesh is not None
+        if arm.reshard_after_forward:
+            strategy = ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD
+        else:
+            strategy = ShardingStrategy._HYBRID_SHARD_ZERO2 if hybrid else ShardingStrategy.SHARD_GRAD_OP
+        device = self._device()
+        common: dict[str, Any] = dict(
+            sharding_strategy=strategy,
+            mixed_precision=MixedPrecision(
+                param_dtype=getattr(torch, arm.param_dtype), reduce_dtype=getattr(torch, arm.reduce_dtype)
+            ),
+            device_id=device,
+            param_init_fn=lambda m: m.to_empty(device=device, recurse=False),
+            use_orig_params=True,
+            forward_prefetch=arm.prefetch >= 1,
+            backward_prefetch=BackwardPrefetch.BACKWARD_PRE if arm.prefetch >= 1 else None,
+            limit_all_gathers=True,
+        )
+        if hybrid:
+            common["device_mesh"] = mesh
+        layers = model.model.layers
+        for i, layer in enumerate(layers):
+            layers[i] = FSDP(layer, **common)
+        return FSDP(model, **common)
+
+    def materialize(self, model: torch.nn.Module, device: torch.device | str) -> torch.nn.Module:
+        """Nothing left to do: ``param_init_fn`` gave every module storage while FSDP1 wrapped it."""
+        return model
+
+    def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
+        raise NotImplementedError("FSDP1 loads whole units: use load_full_params")
+
+    def load_full_params(self, model: torch.nn.Module, full_of: FullOf) -> None:
+        """Gather one unit at a time (``summon_full_params``, ``recurse=False``), copy the full values of
+        the parameters it owns, and let FSDP1 write this rank's shard back."""
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        unit_names = {id(m): clean_name(n) for n, m in model.named_modules()}
+        for unit in FSDP.fsdp_modules(model):
+            prefix = unit_names[id(unit)]
+            with FSDP.summon_full_params(unit, recurse=False, writeback=True), torch.no_grad():
+                for name, param in _own_params(unit.module, FSDP):
+                    full = full_of(f"{prefix}.{name}" if prefix else name)
+                    param.copy_(full.to(device=param.device, dtype=param.dtype))
+
+    def full_tensor(self, param: torch.nn.Parameter) -> torch.Tensor:
+        raise NotImplementedError("FSDP1 reads whole units: use full_state_dict")
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """FSDP1's ``FULL_STATE_DICT`` on every rank (``offload_to_cpu`` stays off: on a CPU device it
+        crashed the process in torch 2.13)."""
+        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=False)):
+            state = model.state_dict()
+        return {clean_name(k): v.detach().cpu().clone() for k, v in state.items()}
+
+    def describe(self) -> dict[str, Any]:
+        return {"library": "torch", "api": "FullyShardedDataParallel", "version": torch.__version__}
+
+    def _device(self) -> torch.device:
+        kind = getattr(self, "_device_type", "cpu")
+        if kind == "cpu":
+            return torch.device("cpu")
+        return torch.device(kind, torch.get_device_module(kind).current_device())
+
+
+def _own_params(module: torch.nn.Module, fsdp_class: type) -> list[tuple[str, torch.nn.Parameter]]:
+    """``(name, parameter)`` of ``module``'s parameters that no nested FSDP unit owns."""
+    out: list[tuple[str, torch.nn.Parameter]] = []
+
+    def walk(mod: torch.nn.Module, prefix: str) -> None:
+        for name, param in mod.named_parameters(recurse=False):
+            out.append((prefix + name, param))
+        for child_name, child in mod.named_children():
+            if not isinstance(child, fsdp_class):
+                walk(child, f"{prefix}{child_name}.")
+
+    walk(module, "")
+    return out

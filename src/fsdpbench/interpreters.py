@@ -1,0 +1,129 @@
+"""The Python interpreters that run each arm's ranks: probed before anything launches.
+
+An arm may run in another environment (``python=PATH``: a venv with another torch, hyper_parallel,
+deepspeed or fsdpbench checkout). ``probe_arms`` asks every interpreter once, in a subprocess that
+imports nothing heavy, for its versions and git commits; the launcher records the answers in the
+manifest (``interpreters``) and refuses, before any launch, an interpreter that cannot run the arm.
+Torch-free, like the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fsdpbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fsdpbench.config import Arm
+
+LIBRARIES = ("torch", "fsdpbench", "deepspeed", "hyper_parallel")
+"""Libraries whose version, location and git commit are recorded per interpreter."""
+NEEDS = {"deepspeed": "deepspeed", "hyper": "hyper_parallel"}
+"""Backend → the optional library its interpreter must have."""
+PROBE_TIMEOUT_S = 60.0
+
+# Runs in the probed interpreter: standard library only, and no import of the libraries themselves
+# (hyper_parallel patches torch when imported; torch alone takes seconds).
+_PROBE = r"""
+import importlib.metadata as md, importlib.util, json, os, platform, subprocess, sys
+
+def git_head(folder):
+    try:
+        out = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except Exception:
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+def commit_of(dist_name, module_folder):
+    # a module outside site-packages (PYTHONPATH, editable install) is its own checkout; else pip's record
+    if not set(module_folder.split(os.sep)) & {"site-packages", "dist-packages"}:
+        return git_head(module_folder)
+    try:
+        raw = md.distribution(dist_name).read_text("direct_url.json")
+    except md.PackageNotFoundError:
+        raw = None
+    direct = json.loads(raw) if raw else {}
+    commit = (direct.get("vcs_info") or {}).get("commit_id")
+    url = direct.get("url") or ""
+    return commit or (git_head(url[len("file://"):]) if url.startswith("file://") else None)
+
+facts = {"executable": sys.executable, "python": platform.python_version(), "libraries": {}}
+for name in LIBRARIES:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin:
+        facts["libraries"][name] = None
+        continue
+    folder = os.path.dirname(spec.origin)
+    try:
+        version = md.version(name)
+    except md.PackageNotFoundError:
+        version = None
+    facts["libraries"][name] = {"version": version, "location": folder, "commit": commit_of(name, folder)}
+print(json.dumps(facts))
+"""
+
+
+def arm_interpreter(arm: Arm) -> str:
+    """The interpreter that runs ``arm``'s ranks (its ``python`` option, else the launcher's own)."""
+    return arm.python or sys.executable
+
+
+def interpreter_environment(arm: Arm, env: dict[str, str]) -> dict[str, str]:
+    """``env`` for ``arm``'s processes: another interpreter does not inherit our ``PYTHONPATH`` (it
+    would import this checkout's fsdpbench instead of its own environment's)."""
+    if not arm.python:
+        return env
+    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
+
+
+def probe(python: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Versions, locations and git commits of ``LIBRARIES`` in interpreter ``python``.
+
+    Raises:
+        ConfigError: the interpreter does not exist, does not run, or does not answer.
+    """
+    path = Path(python)
+    if not path.exists():
+        raise ConfigError(f"python={python}: no such interpreter; give the path of a venv's bin/python")
+    code = f"LIBRARIES = {LIBRARIES!r}\n{_PROBE}"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                             env=env if env is not None else dict(os.environ))  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"python={python}: could not run it ({exc}); give the path of a working interpreter") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"python={python}: the probe failed ({last}); is it a Python 3.10+ interpreter?")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe_arms(arms: list[Arm], env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Probe each arm's interpreter (once per distinct one); ``{arm label: facts}``.
+
+    Raises:
+        ConfigError: an interpreter lacks torch or fsdpbench, or the library its backend needs
+            (one line naming the arm, the interpreter and what to install there).
+    """
+    seen: dict[tuple[str, bool], dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        python = arm_interpreter(arm)
+        key = (python, bool(arm.python))
+        if key not in seen:
+            seen[key] = probe(python, interpreter_environment(arm, env))
+        facts = seen[key]
+        libs = facts["libraries"]
+        missing = [name for name in ("torch", "fsdpbench", NEEDS.get(arm.backend)) if name and not libs.get(name)]
+        if missing:
+            raise ConfigError(
+                f"arm {arm.label!r}: interpreter {python} has no {' or '.join(missing)}; install "
+                f"{'them' if len(missing) > 1 else 'it'} in that environment (e.g. {python} -m pip install "
+                f"{' '.join('-e <fsdpbench checkout>' if m == 'fsdpbench' else m for m in missing)})"
+            )
+        out[arm.label] = {"interpreter": python, **facts}
+    return out
