@@ -31,7 +31,6 @@ import torch.distributed as dist
 from fsdpbench import device as dev
 from fsdpbench import results
 from fsdpbench.backends import Backend, get_backend
-from fsdpbench.backends.base import grad_sq_sum
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
 
@@ -102,7 +101,6 @@ def make_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.op
     return torch.optim.AdamW(params, lr=cfg.lr)
 
 
-local_grad_sq = grad_sq_sum  # the default backend's rule, kept under its old name
 
 
 class CollectiveCounter:
