@@ -332,7 +332,7 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
 
     cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nproc": nproc, "profile": True})
     monkeypatch.setattr(launcher, "torchrun_command",
-                        lambda cfg, spec, logs, i: [sys.executable, "-c", _FAKE_LAUNCH, str(spec), json.dumps(files)])  # fmt: skip
+                        lambda cfg, spec, logs, i, python=None: [sys.executable, "-c", _FAKE_LAUNCH, str(spec), json.dumps(files)])  # fmt: skip
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"launches": [], "profiles": {}, "environment": None, "order": []}
