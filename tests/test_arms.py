@@ -23,7 +23,7 @@ from conftest import REPO, free_port, run_cli
 from fsdpbench.config import Arm, RunConfig, parse_arms, preset_tiny
 from fsdpbench.errors import ConfigError, LaunchError
 from fsdpbench.model import build_model
-from reference import LR, SEQ, STEPS, reference_training
+from reference import LR, SEQ, STEPS, reference_grad_norms, reference_training
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAVE_DEEPSPEED, reason="deepspeed is not installed (optional extra)")
@@ -125,7 +125,7 @@ def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefet
     assert steps["deepspeed-prefetch1"][2]["collectives"]["all_gather"] < m
     for arm in steps:
         _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
-    ref_norms = _reference_grad_norms(rows=2)  # DeepSpeed's own global norm, reported as the grad norm
+    ref_norms = reference_grad_norms(rows=2)  # DeepSpeed's own global norm, reported as the grad norm
     for arm in steps:
         assert [s["grad_norm"] for s in steps[arm]] == pytest.approx(ref_norms, rel=1e-5), arm
     manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
@@ -133,28 +133,6 @@ def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefet
     assert ds["library"] == "deepspeed" and ds["config"]["gradient_clipping"] == 0.0
     assert ds["config"]["zero_optimization"]["stage3_param_persistence_threshold"] == 0
     assert manifest["environment_variables"]["TORCH_EXTENSIONS_DIR"] == DS_ENV["TORCH_EXTENSIONS_DIR"]
-
-
-def _reference_grad_norms(rows: int) -> list[float]:
-    """Global gradient norm per step of the unsharded single-process SGD run of ``reference.py``."""
-    from fsdpbench.data import global_batch
-    from fsdpbench.model import init_full_tensor
-    from reference import SEED
-
-    cfg = preset_tiny()
-    model = build_model(cfg, device="cpu")
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(init_full_tensor(name, tuple(p.shape), SEED))
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    norms = []
-    for step in range(STEPS):
-        ids = global_batch(SEED, step, rows, SEQ, cfg.vocab_size)
-        opt.zero_grad(set_to_none=True)
-        model(ids, labels=ids).loss.backward()
-        norms.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item())
-        opt.step()
-    return norms
 
 
 def test_deepspeed_config_is_fair_and_maps_the_shared_options():

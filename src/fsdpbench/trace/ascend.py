@@ -41,7 +41,14 @@ import orjson
 import pandas as pd
 
 from fsdpbench.errors import InputError
-from fsdpbench.trace.ascend_db import db_rank, find_db, read_tables, step_trace_time
+from fsdpbench.trace.ascend_db import (
+    STEP_TRACE_TIME_CSV,
+    db_rank,
+    find_db,
+    read_tables,
+    step_trace_time,
+    summary_frame,
+)
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
     assign_steps,
@@ -252,17 +259,9 @@ def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
     except InputError as exc:
         warnings.append(str(exc))
         return None
-    need = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
-    if any(c not in df.columns for c in need):
-        warnings.append(f"{path}: missing columns {[c for c in need if c not in df.columns]}; cross-check skipped")
+    out = summary_frame(df, path, warnings, STEP_TRACE_TIME_CSV)
+    if out is None:
         return None
-    out = pd.DataFrame({
-        "step": pd.to_numeric(df.get("Step", pd.Series("", index=df.index)), errors="coerce").fillna(-1).astype(np.int64),
-        "compute_us": pd.to_numeric(df["Computing"], errors="coerce"),
-        "comm_us": pd.to_numeric(df["Communication"], errors="coerce"),
-        "exposed_comm_us": pd.to_numeric(df["Communication(Not Overlapped)"], errors="coerce"),
-        "free_us": pd.to_numeric(df["Free"], errors="coerce"),
-    })  # fmt: skip
     if "Device_id" in df.columns:
         out.insert(0, "device_id", df["Device_id"].str.strip())
     return out

@@ -37,6 +37,26 @@ import pandas as pd
 
 from fsdpbench.errors import InputError
 
+# The profiler's per-step summary columns, ours -> theirs: analysis.db StepTraceTime and step_trace_time.csv.
+STEP_TRACE_TIME_DB = {"step": "step", "compute_us": "computing", "comm_us": "communication",
+                      "exposed_comm_us": "communication_not_overlapped", "free_us": "free"}  # fmt: skip
+STEP_TRACE_TIME_CSV = {"step": "Step", "compute_us": "Computing", "comm_us": "Communication",
+                       "exposed_comm_us": "Communication(Not Overlapped)", "free_us": "Free"}  # fmt: skip
+
+
+def summary_frame(df: pd.DataFrame, source: Path, warnings: list[str], names: dict[str, str]) -> pd.DataFrame | None:
+    """The profiler's own per-step summary as ``step, compute_us, comm_us, exposed_comm_us, free_us``
+    from ``df`` whose columns are named by ``names`` (a missing step column gives step -1); None, with a
+    warning, when a time column is missing."""
+    missing = [theirs for ours, theirs in names.items() if ours != "step" and theirs not in df.columns]
+    if missing:
+        warnings.append(f"{source}: missing columns {missing}; cross-check skipped")
+        return None
+    step = df.get(names["step"], pd.Series("", index=df.index))
+    out = {"step": pd.to_numeric(step, errors="coerce").fillna(-1).astype(np.int64)}
+    out.update({ours: pd.to_numeric(df[theirs], errors="coerce") for ours, theirs in names.items() if ours != "step"})
+    return pd.DataFrame(out)
+
 DB_GLOB = "ascend_pytorch_profiler*.db"
 _DB_RANK = re.compile(r"^ascend_pytorch_profiler_(\d+)\.db$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -233,14 +253,4 @@ def step_trace_time(analysis_db: Path, warnings: list[str]) -> pd.DataFrame | No
         return None
     finally:
         con.close()
-    need = ["computing", "communication", "communication_not_overlapped", "free"]
-    if any(c not in df.columns for c in need):
-        warnings.append(f"{analysis_db}: StepTraceTime lacks {[c for c in need if c not in df.columns]}; cross-check skipped")
-        return None
-    return pd.DataFrame({
-        "step": pd.to_numeric(df.get("step", pd.Series("", index=df.index)), errors="coerce").fillna(-1).astype(np.int64),
-        "compute_us": pd.to_numeric(df["computing"], errors="coerce"),
-        "comm_us": pd.to_numeric(df["communication"], errors="coerce"),
-        "exposed_comm_us": pd.to_numeric(df["communication_not_overlapped"], errors="coerce"),
-        "free_us": pd.to_numeric(df["free"], errors="coerce"),
-    })  # fmt: skip
+    return summary_frame(df, analysis_db, warnings, STEP_TRACE_TIME_DB)
