@@ -67,8 +67,19 @@ def test_fragmentation_of_the_base_arm_is_reported_for_the_base():
 
 
 def test_fragmentation_names_comm_fusion_when_the_arm_runs_without_it():
-    d = compare(analysis(), fragmented(10.0), test_label="hyper", test_arm={"prefetch": 0, "comm_fusion": False})
+    arm = {"backend": "hyper", "prefetch": 0, "comm_fusion": False}
+    d = compare(analysis(), fragmented(10.0), test_label="hyper", test_arm=arm)
     assert "comm_fusion=false" in d.finding("fragmentation").action
+
+
+@pytest.mark.parametrize("backend", ["torch", "fsdp1", "deepspeed"])
+def test_fragmentation_suggests_comm_fusion_only_to_hyper(backend):
+    """Every arm's manifest entry has comm_fusion=false, but only hyper has that option; a DeepSpeed arm
+    is told about its own prefetch bucket instead."""
+    arm = {"backend": backend, "prefetch": 0, "comm_fusion": False}
+    action = compare(analysis(), fragmented(10.0), test_label=backend, test_arm=arm).finding("fragmentation").action
+    assert "comm_fusion" not in action
+    assert ("stage3_prefetch_bucket_size" in action) == (backend == "deepspeed")
 
 
 def low_overlap(overlap: float) -> dict:

@@ -298,8 +298,12 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         arm = x.arms.get(side) or {}
         action = ("bucket per-parameter collectives per module: one all-gather and one reduce-scatter per "
                   "shard unit over a flat buffer, as FSDP2 does")  # fmt: skip
-        if arm.get("comm_fusion") is False:
+        backend = arm.get("backend")
+        if backend in (None, "hyper") and arm.get("comm_fusion") is False:  # comm_fusion is hyper's option only
             action += f"; or enable comm fusion (arm {lab} runs comm_fusion=false)"
+        elif backend == "deepspeed" and not arm.get("prefetch"):
+            action += (f"; for DeepSpeed, let it coalesce a prefetch bucket into one all-gather (arm {lab}: "
+                       "prefetch=1 or a larger stage3_prefetch_bucket_size)")  # fmt: skip
         max_ratio = max(r[f"{side}_count"] / r[f"{other}_count"] for r in hits)
         findings.append(Finding(
             "fragmentation", severity, f"{lab}'s communication is {max_ratio:.1f}× more fragmented than {lab_o}'s",
