@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import SHARED
 from fsdpbench.analysis import analyze, rank_metrics
+from fsdpbench.errors import InputError
 from fsdpbench.trace import read_rank
 from fsdpbench.trace.kineto import read_kineto
 from fsdpbench.trace.table import us_strings_to_ns, us_to_ns
@@ -208,3 +210,27 @@ def test_outermost_keeps_spans_not_nested_in_another_on_their_lane():
     assert outermost(idx, start, end, lane).tolist() == [0, 3, 4, 6]
     assert outermost(idx, start, end).tolist() == [0, 3, 6]  # one lane: [3,4] is inside [0,10]
     assert outermost(idx[:0], start, end).size == 0
+
+
+@pytest.mark.parametrize("name", ["ns_resolution_trace", "trace_diff_test"])
+def test_typed_msgspec_decode_gives_the_orjson_table(monkeypatch, name):
+    """The msgspec typed-struct decode and the plain orjson decode read a real trace into the same table."""
+    from fsdpbench.trace import kineto_decode
+
+    pytest.importorskip("msgspec")
+    path = next((SHARED / "fixtures" / "kineto" / name).glob("*.json.gz"))
+    typed = read_kineto(path)
+    monkeypatch.setattr(kineto_decode, "_TYPED", (None, None))
+    plain = read_kineto(path)
+    pd.testing.assert_frame_equal(typed.events, plain.events)
+    pd.testing.assert_frame_equal(typed.steps, plain.steps)
+    assert typed.warnings == plain.warnings and typed.rank == plain.rank
+
+
+def test_a_trace_that_does_not_fit_the_typed_structs_is_read_with_orjson(tmp_path):
+    """A hand-made trace with a string ``ts`` is valid JSON but not the typed schema: read as before."""
+    doc = {"traceEvents": [kernel("k", 1.0, 2.0), {**kernel("k2", 5.0, 1.0), "ts": "oops"}]}
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(doc))
+    with pytest.raises(InputError, match="'ts' holds values that are not numbers"):
+        read_kineto(path)
