@@ -140,8 +140,22 @@ def decoders(path: Path, repeat: int) -> dict[str, float]:
         "gunzip: gzip.decompress": lambda: gzip.decompress(raw),
         "gunzip: zlib streaming (fsdpbench)": lambda: zlib.decompressobj(wbits=47).decompress(raw),
         "decode: orjson.loads": lambda: orjson.loads(text),
-        "decode: fsdpbench (gunzip + chunked orjson + columns)": lambda: decode(path),
     }
+    from fsdpbench.trace import kineto_decode
+
+    def reader(typed: Any) -> Any:
+        def run() -> None:
+            kept, kineto_decode._TYPED = kineto_decode._TYPED, typed
+            try:
+                decode(path)
+            finally:
+                kineto_decode._TYPED = kept
+
+        return run
+
+    cases["fsdpbench decode, orjson (gunzip + chunks + columns)"] = reader((None, None))
+    if kineto_decode._TYPED[1] is not None:
+        cases["fsdpbench decode, msgspec typed (gunzip + chunks + columns)"] = reader(kineto_decode._TYPED)
     if importlib.util.find_spec("isal"):
         from isal import igzip
 
@@ -208,7 +222,7 @@ def main() -> int:
         if args.decoders:
             times = decoders(folder / "rank0.json.gz", args.repeat)
             for name, t in times.items():
-                print(f"{name:55} {t:8.3f} s")
+                print(f"{name:62} {t:8.3f} s")
             if args.json:
                 args.json.write_bytes(orjson.dumps({"events": args.events, "decoders_s": times}, option=orjson.OPT_INDENT_2))
             return 0
