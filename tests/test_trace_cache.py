@@ -47,7 +47,7 @@ def test_second_read_equals_a_fresh_read_and_skips_decoding(tmp_path, monkeypatc
         shutil.copy(GLOO_MIN, path)
     fresh = read_kineto(path)
     first = read_rank(path)
-    assert table_cache.cache_path(path).is_file()
+    assert table_cache.cache_path(path).stat().st_mode == path.stat().st_mode  # same permissions
     _no_decoding(monkeypatch)
     second = read_rank(path)
     _same(first, fresh)

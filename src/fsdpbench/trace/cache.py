@@ -103,6 +103,7 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".fsdpbench-", suffix=".npz.tmp", delete=False) as f:
             tmp = Path(f.name)
             np.savez(f, **arrays)
+        os.chmod(tmp, trace.stat().st_mode & 0o666)  # readable by whoever may read the trace
         os.replace(tmp, cache_path(trace))
     except OSError as exc:
         log.debug("%s: cache not written (%s)", cache_path(trace), exc)
