@@ -15,6 +15,12 @@ SHARED = REPO.parent / "shared"
 ASCEND_FIXTURES = SHARED / "fixtures" / "ascend"
 
 
+@pytest.fixture(autouse=True)
+def _no_table_cache(monkeypatch):
+    """Tests read their traces afresh (no columnar cache beside fixtures); test_trace_cache.py turns it on."""
+    monkeypatch.setenv("FSDPBENCH_NO_CACHE", "1")
+
+
 def free_port() -> int:
     """A TCP port that is free right now on loopback."""
     with socket.socket() as s:

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import SHARED
 from fsdpbench.analysis import analyze, rank_metrics
+from fsdpbench.errors import InputError
 from fsdpbench.trace import read_rank
 from fsdpbench.trace.kineto import read_kineto
 from fsdpbench.trace.table import us_strings_to_ns, us_to_ns
@@ -175,7 +177,7 @@ def test_analyze_a_multi_step_cpu_trace_reports_each_step(tmp_path):
 
 
 def test_chunked_decode_gives_the_same_table_as_a_whole_decode(tmp_path, monkeypatch):
-    from fsdpbench.trace import kineto
+    from fsdpbench.trace import kineto_decode as kineto
     from fsdpbench.trace.synthetic import make_trace, write_trace
 
     doc = make_trace(device_events=400, seed=2)
@@ -185,8 +187,8 @@ def test_chunked_decode_gives_the_same_table_as_a_whole_decode(tmp_path, monkeyp
     path = write_trace(tmp_path / "t.json", doc)
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 300)  # many chunks
     calls = []
-    add = kineto._Columns.add
-    monkeypatch.setattr(kineto._Columns, "add", lambda self, ev, p: (calls.append(len(ev)), add(self, ev, p)))
+    add = kineto.Columns.add
+    monkeypatch.setattr(kineto.Columns, "add", lambda self, ev, p: (calls.append(len(ev)), add(self, ev, p)))
     chunked = read_kineto(path)
     assert len(calls) > 10 and sum(calls) == len(doc["traceEvents"])  # decoded chunk by chunk
     monkeypatch.setattr(kineto, "_EVENTS_KEY", re.compile(rb"(?!)"))  # never matches: whole decode
@@ -194,3 +196,41 @@ def test_chunked_decode_gives_the_same_table_as_a_whole_decode(tmp_path, monkeyp
     pd.testing.assert_frame_equal(chunked.events, reference.events)
     assert chunked.rank == reference.rank == 0
     assert len(chunked.events) == 2 * 400 + 2  # kernels, their launches, the odd kernel, one step
+
+
+def test_outermost_keeps_spans_not_nested_in_another_on_their_lane():
+    from fsdpbench.trace.kineto_cpu import outermost
+
+    # lane 0: [0,10] holds [2,5] and [5,10]; [10,12] touches it (not nested); a same-start longer span wins.
+    # lane 1: [3,4] is outermost on its own lane although lane 0's [0,10] covers it in time.
+    start = np.array([0, 2, 5, 10, 3, 20, 20])
+    end = np.array([10, 5, 10, 12, 4, 21, 25])
+    lane = np.array([0, 0, 0, 0, 1, 1, 1])
+    idx = np.arange(7)
+    assert outermost(idx, start, end, lane).tolist() == [0, 3, 4, 6]
+    assert outermost(idx, start, end).tolist() == [0, 3, 6]  # one lane: [3,4] is inside [0,10]
+    assert outermost(idx[:0], start, end).size == 0
+
+
+@pytest.mark.parametrize("name", ["ns_resolution_trace", "trace_diff_test"])
+def test_typed_msgspec_decode_gives_the_orjson_table(monkeypatch, name):
+    """The msgspec typed-struct decode and the plain orjson decode read a real trace into the same table."""
+    from fsdpbench.trace import kineto_decode
+
+    pytest.importorskip("msgspec")
+    path = next((SHARED / "fixtures" / "kineto" / name).glob("*.json.gz"))
+    typed = read_kineto(path)
+    monkeypatch.setattr(kineto_decode, "_TYPED", (None, None))
+    plain = read_kineto(path)
+    pd.testing.assert_frame_equal(typed.events, plain.events)
+    pd.testing.assert_frame_equal(typed.steps, plain.steps)
+    assert typed.warnings == plain.warnings and typed.rank == plain.rank
+
+
+def test_a_trace_that_does_not_fit_the_typed_structs_is_read_with_orjson(tmp_path):
+    """A hand-made trace with a string ``ts`` is valid JSON but not the typed schema: read as before."""
+    doc = {"traceEvents": [kernel("k", 1.0, 2.0), {**kernel("k2", 5.0, 1.0), "ts": "oops"}]}
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(doc))
+    with pytest.raises(InputError, match="'ts' holds values that are not numbers"):
+        read_kineto(path)

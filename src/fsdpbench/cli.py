@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from fsdpbench import __version__
@@ -26,6 +27,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("fsdpbench.commands.report", "write report.md and a self-contained report.html for a run"),
 }
 
+_TRACE_READERS = ("analyze", "diff", "report")  # the subcommands that read traces (and their cache)
+
 
 def build_parser(chosen: str | None) -> argparse.ArgumentParser:
     """The top-level parser; only ``chosen`` gets its full argument list."""
@@ -37,6 +40,9 @@ def build_parser(chosen: str | None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             importlib.import_module(module).add_arguments(p)
+            if name in _TRACE_READERS:
+                p.add_argument("--no-cache", action="store_true",
+                               help="read every trace afresh: neither read nor write the event-table cache beside it")  # fmt: skip
     return parser
 
 
@@ -52,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if getattr(args, "no_cache", False):
+        os.environ["FSDPBENCH_NO_CACHE"] = "1"  # read by trace.read_rank, here and in worker processes
     try:
         return int(importlib.import_module(SUBCOMMANDS[args.command][0]).main(args) or 0)
     except FsdpbenchError as exc:

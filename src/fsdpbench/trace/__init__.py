@@ -19,8 +19,14 @@ __all__ = [
 ]  # fmt: skip
 
 
-def read_rank(source: Source | str | Path) -> RankTrace:
-    """Read one rank's profile (format from the path when given a path)."""
+def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> RankTrace:
+    """Read one rank's profile (format from the path when given a path).
+
+    Args:
+        source: a rank profile, or the path of one.
+        cache: read and write the columnar cache beside a Kineto trace (:mod:`fsdpbench.trace.cache`);
+            None: unless the ``FSDPBENCH_NO_CACHE`` environment variable is set (``--no-cache``).
+    """
     if not isinstance(source, Source):
         found = find_sources(source)
         if len(found) != 1:
@@ -32,6 +38,20 @@ def read_rank(source: Source | str | Path) -> RankTrace:
         from fsdpbench.trace.ascend import read_ascend
 
         return read_ascend(source.path)
+    from fsdpbench.trace import cache as table_cache
     from fsdpbench.trace.kineto import read_kineto
 
-    return read_kineto(source.path)
+    path = Path(source.path)
+    key = None
+    if table_cache.enabled() if cache is None else cache:
+        try:
+            key = table_cache.trace_key(path)
+        except OSError:
+            key = None  # the reader says what is wrong with the file
+        cached = table_cache.load(path, key) if key is not None else None
+        if cached is not None:
+            return cached
+    trace = read_kineto(path)
+    if key is not None:
+        table_cache.store(path, trace, key)
+    return trace

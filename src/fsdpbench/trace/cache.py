@@ -1,0 +1,144 @@
+"""A columnar cache of a rank's event table beside its trace file, read instead of the trace next time.
+
+``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.npz`` in the same folder: the table's columns as
+numpy arrays (categoricals as codes + categories, no pickles) and the :class:`RankTrace` fields as
+JSON. The cache is used only while its key still matches: the trace's size, mtime (ns) and a hash of
+its first 1 MiB, plus a hash of the reader's own source, so a new fsdpbench version re-reads. A folder
+that is not writable gets no cache (quietly); a cache that cannot be read is ignored and rewritten.
+Set ``FSDPBENCH_NO_CACHE=1`` (what ``--no-cache`` does) to neither read nor write it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from fsdpbench.trace.rank import RankTrace
+
+log = logging.getLogger(__name__)
+
+NO_CACHE_ENV = "FSDPBENCH_NO_CACHE"
+_FORMAT = 1
+_HEAD_BYTES = 1 << 20
+# the modules whose code decides the cached table: a change in any of them invalidates every cache
+_READER_FILES = ("kineto.py", "kineto_decode.py", "kineto_cpu.py", "table.py", "rank.py", "cache.py")
+
+
+def enabled() -> bool:
+    """False when ``FSDPBENCH_NO_CACHE`` is set to anything but ``""``/``0``."""
+    return os.environ.get(NO_CACHE_ENV, "") in ("", "0")
+
+
+def cache_path(trace: Path) -> Path:
+    """Where the cache of ``trace`` lives: a hidden file beside it."""
+    return trace.with_name(f".{trace.name}.fsdpbench.npz")
+
+
+@functools.cache
+def _reader_hash() -> str:
+    here = Path(__file__).parent
+    h = hashlib.blake2b(str(_FORMAT).encode(), digest_size=16)
+    for name in _READER_FILES:
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
+
+
+def trace_key(trace: Path) -> dict[str, Any]:
+    """What a cache must match to stand for ``trace``: size, mtime, a hash of its head, the reader's hash."""
+    st = trace.stat()
+    with trace.open("rb") as f:
+        head = hashlib.blake2b(f.read(_HEAD_BYTES), digest_size=16).hexdigest()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "head": head, "reader": _reader_hash()}
+
+
+def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
+    """The cached table of ``trace``, or None when there is none or it does not match ``key``
+    (:func:`trace_key` of the trace)."""
+    path = cache_path(trace)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = orjson.loads(z["meta"].item())
+            if meta.get("key") != key:
+                return None
+            arrays = {k: z[k] for k in z.files if k != "meta"}
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
+        log.debug("%s: cache not used (%s)", path, exc)
+        return None
+    return RankTrace(
+        rank=meta["rank"], source=str(trace), format=meta["format"], events=_frame(meta["events"], arrays, "e."),
+        steps=_frame(meta["steps"], arrays, "s."), mode=meta["mode"], warnings=list(meta["warnings"]),
+        recorded_tasks=None if meta["recorded_tasks"] is None else tuple(meta["recorded_tasks"]),
+    )  # fmt: skip
+
+
+def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
+    """Write the cache of ``trace`` under ``key`` (taken before the trace was read, so that a trace
+    changed meanwhile is read again next time), atomically; skip quietly when its folder is not
+    writable or the write fails. Traces with a profiler cross-check table are not cached (the Kineto reader has none)."""
+    if rt.cross_check is not None:
+        return
+    folder = trace.parent
+    if not _writable(folder):
+        return
+    arrays: dict[str, np.ndarray] = {}
+    meta = {
+        "key": key, "rank": rt.rank, "format": rt.format, "mode": rt.mode, "warnings": rt.warnings,
+        "recorded_tasks": None if rt.recorded_tasks is None else list(rt.recorded_tasks),
+        "events": _columns(rt.events, arrays, "e."), "steps": _columns(rt.steps, arrays, "s."),
+    }  # fmt: skip
+    tmp = None
+    try:
+        arrays["meta"] = np.array(orjson.dumps(meta).decode())
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fsdpbench-", suffix=".npz.tmp", delete=False) as f:
+            tmp = Path(f.name)
+            np.savez(f, **arrays)
+        os.chmod(tmp, trace.stat().st_mode & 0o666)  # readable by whoever may read the trace
+        os.replace(tmp, cache_path(trace))
+    except OSError as exc:
+        log.debug("%s: cache not written (%s)", cache_path(trace), exc)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+
+def _writable(folder: Path) -> bool:
+    """Writable for us, and not made read-only for everyone (root passes ``os.access`` even then)."""
+    try:
+        return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
+    except OSError:
+        return False
+
+
+def _columns(df: pd.DataFrame, arrays: dict[str, np.ndarray], prefix: str) -> list[list[str]]:
+    """Put ``df``'s columns into ``arrays``; returns [[column, kind], ...] in column order."""
+    spec = []
+    for i, (name, col) in enumerate(df.items()):
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            arrays[f"{prefix}{i}.codes"] = col.cat.codes.to_numpy()
+            arrays[f"{prefix}{i}.cats"] = np.array([str(c) for c in col.cat.categories], dtype=str)
+            spec.append([str(name), "category"])
+        else:
+            arrays[f"{prefix}{i}"] = col.to_numpy()
+            spec.append([str(name), "array"])
+    return spec
+
+
+def _frame(spec: list[list[str]], arrays: dict[str, np.ndarray], prefix: str) -> pd.DataFrame:
+    cols: dict[str, Any] = {}
+    for i, (name, kind) in enumerate(spec):
+        if kind == "category":
+            cats = pd.Index(arrays[f"{prefix}{i}.cats"].tolist(), dtype=object)
+            cols[name] = pd.Categorical.from_codes(arrays[f"{prefix}{i}.codes"], dtype=pd.CategoricalDtype(cats))
+        else:
+            cols[name] = arrays[f"{prefix}{i}"]
+    return pd.DataFrame(cols, copy=False)

@@ -1,0 +1,131 @@
+"""The columnar event-table cache beside Kineto traces (trace/cache.py): the reference is the reader
+itself with the cache off (``read_kineto``), so a cached table must equal a fresh read exactly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import orjson
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_cli
+from fsdpbench.trace import cache as table_cache
+from fsdpbench.trace import kineto, read_rank
+from fsdpbench.trace.kineto import read_kineto
+from fsdpbench.trace.synthetic import make_trace, write_trace
+
+GLOO_MIN = REPO / "tests" / "fixtures" / "traces" / "gloo_min.json"
+
+
+@pytest.fixture(autouse=True)
+def _cache_on(monkeypatch):
+    monkeypatch.delenv(table_cache.NO_CACHE_ENV, raising=False)
+
+
+def _same(a, b) -> None:
+    pd.testing.assert_frame_equal(a.events, b.events)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    assert (a.rank, a.format, a.mode, a.warnings, a.recorded_tasks) == (
+        b.rank, b.format, b.mode, b.warnings, b.recorded_tasks)  # fmt: skip
+
+
+def _no_decoding(monkeypatch) -> None:
+    def fail(path):
+        raise AssertionError(f"{path} was decoded although its cache is valid")
+
+    monkeypatch.setattr(kineto, "decode", fail)
+
+
+@pytest.mark.parametrize("source", ["gpu", "gloo"])
+def test_second_read_equals_a_fresh_read_and_skips_decoding(tmp_path, monkeypatch, source):
+    if source == "gpu":
+        path = write_trace(tmp_path / "rank0.json.gz", make_trace(device_events=300, seed=4))
+    else:
+        path = tmp_path / GLOO_MIN.name
+        shutil.copy(GLOO_MIN, path)
+    fresh = read_kineto(path)
+    first = read_rank(path)
+    assert table_cache.cache_path(path).stat().st_mode == path.stat().st_mode  # same permissions
+    _no_decoding(monkeypatch)
+    second = read_rank(path)
+    _same(first, fresh)
+    _same(second, fresh)
+    assert second.source == str(path)
+
+
+def test_a_changed_trace_is_read_again(tmp_path, monkeypatch):
+    path = write_trace(tmp_path / "rank0.json.gz", make_trace(device_events=200, seed=1))
+    read_rank(path)
+    stat = path.stat()
+    write_trace(path, make_trace(device_events=250, seed=2))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime: size and head hash tell
+    got = read_rank(path)
+    _same(got, read_kineto(path))
+    assert len(got.events) > 2 * 200
+    # same size and mtime, a changed head: read again
+    doc = orjson.loads(GLOO_MIN.read_bytes())
+    plain = tmp_path / "rank1.json"
+    plain.write_bytes(orjson.dumps(doc))
+    read_rank(plain)
+    data = bytearray(plain.read_bytes())
+    stat = plain.stat()
+    at = data.index(b'"ProfilerStep#')
+    data[at + len(b'"ProfilerStep#')] = ord("7")  # step number changes, size does not
+    plain.write_bytes(bytes(data))
+    os.utime(plain, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert plain.stat().st_size == stat.st_size
+    again = read_rank(plain)
+    assert again.steps["step"].iloc[0] == 7
+    _same(again, read_kineto(plain))
+
+
+def test_a_damaged_cache_is_ignored_and_rewritten(tmp_path):
+    path = write_trace(tmp_path / "rank0.json.gz", make_trace(device_events=100, seed=3))
+    read_rank(path)
+    table_cache.cache_path(path).write_bytes(b"not a zip")
+    _same(read_rank(path), read_kineto(path))
+    assert table_cache.load(path, table_cache.trace_key(path)) is not None
+
+
+def test_a_read_only_folder_gets_no_cache(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = write_trace(folder / "rank0.json.gz", make_trace(device_events=100, seed=5))
+    folder.chmod(0o555)
+    try:
+        got = read_rank(path)
+        assert os.listdir(folder) == ["rank0.json.gz"]  # no cache, no temporary file
+        _same(got, read_kineto(path))
+    finally:
+        folder.chmod(0o755)
+
+
+def test_no_cache_neither_reads_nor_writes(tmp_path, monkeypatch):
+    path = write_trace(tmp_path / "rank0.json.gz", make_trace(device_events=100, seed=6))
+    read_rank(path, cache=False)
+    assert not table_cache.cache_path(path).exists()
+    read_rank(path)
+    assert table_cache.cache_path(path).is_file()
+    monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
+    calls = []
+    decode = kineto.decode
+    monkeypatch.setattr(kineto, "decode", lambda p: (calls.append(p), decode(p))[1])
+    read_rank(path)
+    assert len(calls) == 1  # decoded although a valid cache is there
+
+
+def test_cli_no_cache_flag_on_analyze(tmp_path):
+    path = write_trace(tmp_path / "rank0.json.gz", make_trace(device_events=100, seed=7))
+    env = {table_cache.NO_CACHE_ENV: ""}
+    out = run_cli("analyze", str(path), "--no-cache", "--json", str(tmp_path / "a.json"), env=env)
+    assert out.returncode == 0, out.stderr
+    assert not table_cache.cache_path(path).exists()
+    out = run_cli("analyze", str(path), "--json", str(tmp_path / "b.json"), env=env)
+    assert out.returncode == 0, out.stderr
+    assert table_cache.cache_path(path).is_file()
+    out = run_cli("analyze", str(path), "--json", str(tmp_path / "c.json"), env=env)
+    assert out.returncode == 0, out.stderr
+    a, c = (orjson.loads((tmp_path / f"{x}.json").read_bytes()) for x in "ac")
+    assert a == c  # the cached read gives the same numbers as the fresh one
