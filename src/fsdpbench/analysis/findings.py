@@ -83,7 +83,8 @@ RULES: tuple[Rule, ...] = (
          f"[{SIMILAR_BYTES[0]}, {SIMILAR_BYTES[1]}]",
          f"high if those collectives take >= {FRAGMENTATION_HIGH_SHARE:.0%} of the step, else medium",
          "bucket per-parameter collectives per module (one all-gather/reduce-scatter per shard unit); "
-         "or enable comm fusion"),
+         "or enable comm fusion (hyper arms) or let DeepSpeed coalesce a prefetch bucket (prefetch=1 or a larger "
+         "`stage3_prefetch_bucket_size`)"),
     Rule("low_overlap",
          f"an arm's overlap ratio < {LOW_OVERLAP_RATIO} with exposed comm >= {EXPOSED_SHARE:.0%} of its step, "
          f"or its overlap is >= {OVERLAP_GAP} below the other arm's with exposed comm larger by >= "
