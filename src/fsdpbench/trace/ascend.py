@@ -49,6 +49,7 @@ from fsdpbench.trace.ascend_db import (
     step_trace_time,
     summary_frame,
 )
+from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
     assign_steps,
@@ -285,15 +286,11 @@ def _outer_only(task: np.ndarray, df: pd.DataFrame) -> np.ndarray:
     sel = np.flatnonzero(~df["device"].to_numpy(bool) & np.isin(task, _SYNC_TASKS))
     if sel.size < 2:
         return task
-    sub = pd.DataFrame({
-        "lane": df["lane"].to_numpy()[sel], "task": task[sel], "start": df["start_ns"].to_numpy()[sel],
-        "end": df["end_ns"].to_numpy()[sel], "i": sel,
-    }).sort_values(["lane", "task", "start", "end"], ascending=[True, True, True, False])  # fmt: skip
-    reach = sub.groupby(["lane", "task"], sort=False)["end"].cummax()
-    prev = reach.groupby([sub["lane"], sub["task"]], sort=False).shift(1)
-    nested = sub["i"].to_numpy()[(prev >= sub["end"]).to_numpy()]
+    group = np.full(len(df), "", dtype=object)  # spans nest only within one (thread, task kind)
+    group[sel] = df["lane"].astype(str).to_numpy()[sel] + "\x00" + task[sel].astype(str)
+    outer = outermost(sel, df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), group)
     out = task.copy()
-    out[nested] = ""
+    out[np.setdiff1d(sel, outer)] = ""
     return out
 
 
