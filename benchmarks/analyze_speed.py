@@ -62,7 +62,9 @@ def _tree_memory(pid: int) -> tuple[int, int]:
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
     """Run ``cmd``; return wall seconds and the peak process-tree RSS and PSS in MB."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+    )
     peak_rss = peak_pss = 0
     while proc.poll() is None:
         rss, pss = _tree_memory(proc.pid)
@@ -81,7 +83,9 @@ def generate(folder: Path, ranks: int, events: int) -> int:
 
     total = 0
     for r in range(ranks):
-        path = write_trace(folder / f"rank{r}.json.gz", make_trace(rank=r, world_size=ranks, device_events=events, seed=1))
+        path = write_trace(
+            folder / f"rank{r}.json.gz", make_trace(rank=r, world_size=ranks, device_events=events, seed=1)
+        )
         total += path.stat().st_size
     return total
 
@@ -168,10 +172,19 @@ def decoders(path: Path, repeat: int) -> dict[str, float]:
         import msgspec
 
         # only the fields the reader uses; the others are skipped without building objects
-        event = msgspec.defstruct("Event", [
-            ("ph", str, ""), ("name", str, ""), ("cat", str, ""), ("ts", float | None, None), ("dur", float, 0.0),
-            ("pid", int | str | None, None), ("tid", int | str | None, None), ("args", dict[str, Any] | None, None),
-        ])  # fmt: skip
+        event = msgspec.defstruct(
+            "Event",
+            [
+                ("ph", str, ""),
+                ("name", str, ""),
+                ("cat", str, ""),
+                ("ts", float | None, None),
+                ("dur", float, 0.0),
+                ("pid", int | str | None, None),
+                ("tid", int | str | None, None),
+                ("args", dict[str, Any] | None, None),
+            ],
+        )
         doc = msgspec.defstruct("Doc", [("traceEvents", list[event])])
         typed = msgspec.json.Decoder(doc)
         cases["decode: msgspec typed structs"] = lambda: typed.decode(text)
@@ -197,11 +210,18 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=200_000, help="device events per rank")
     ap.add_argument("--keep", type=Path, help="generate into (or reuse) this folder instead of a temp one")
     ap.add_argument("--skip-hta", action="store_true")
-    ap.add_argument("--repeat", type=int, default=2,
-                    help="runs of fsdpbench and of the bare decode; the fastest is kept (HTA runs once)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="runs of fsdpbench and of the bare decode; the fastest is kept (HTA runs once)",
+    )
     ap.add_argument("--json", type=Path, help="also write the figures as JSON")
-    ap.add_argument("--decoders", action="store_true",
-                    help="only time the gunzip and JSON decode options on rank 0 (in-process), side by side")
+    ap.add_argument(
+        "--decoders",
+        action="store_true",
+        help="only time the gunzip and JSON decode options on rank 0 (in-process), side by side",
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -217,16 +237,21 @@ def main() -> int:
         if not sorted(folder.glob("*.json.gz")):
             t0 = time.perf_counter()
             size = generate(folder, args.ranks, args.events)
-            print(f"generated {args.ranks} ranks × {args.events} device events ({size / 2**20:.0f} MB gzipped) "
-                  f"in {time.perf_counter() - t0:.1f} s → {folder}")  # fmt: skip
+            print(
+                f"generated {args.ranks} ranks × {args.events} device events ({size / 2**20:.0f} MB gzipped) "
+                f"in {time.perf_counter() - t0:.1f} s → {folder}"
+            )
         if args.decoders:
             times = decoders(folder / "rank0.json.gz", args.repeat)
             for name, t in times.items():
                 print(f"{name:62} {t:8.3f} s")
             if args.json:
-                args.json.write_bytes(orjson.dumps({"events": args.events, "decoders_s": times}, option=orjson.OPT_INDENT_2))
+                args.json.write_bytes(
+                    orjson.dumps({"events": args.events, "decoders_s": times}, option=orjson.OPT_INDENT_2)
+                )
             return 0
         me = [sys.executable, __file__, "--child"]
+
         def best(cmd: list[str], **kw) -> dict[str, float]:
             tries = [measure(cmd, **kw) for _ in range(max(args.repeat, 1))]
             return min(tries, key=lambda r: r["wall_s"])
@@ -247,23 +272,41 @@ def main() -> int:
         print(f"{name:30} {r['wall_s']:8.2f} {r['peak_pss_mb']:12.0f} {r['peak_rss_mb']:12.0f}")
     ours = runs["fsdpbench analyze"]
     bare = runs[f"orjson.loads ({workers} procs)"]
-    ratios = {"vs_orjson_same_procs_wall": ours["wall_s"] / bare["wall_s"],
-              "vs_orjson_1proc_wall": ours["wall_s"] / runs["orjson.loads (1 proc)"]["wall_s"]}  # fmt: skip
+    ratios = {
+        "vs_orjson_same_procs_wall": ours["wall_s"] / bare["wall_s"],
+        "vs_orjson_1proc_wall": ours["wall_s"] / runs["orjson.loads (1 proc)"]["wall_s"],
+    }
     ratios["cached_over_cold_wall"] = runs["fsdpbench analyze (cached)"]["wall_s"] / ours["wall_s"]
-    print(f"\nfsdpbench second run (cache) / cold run: {ratios['cached_over_cold_wall']:.2f}× the wall time (aim ≤ 0.25×)")
-    print(f"fsdpbench / bare orjson.loads: {ratios['vs_orjson_same_procs_wall']:.2f}× ({workers} procs), "
-          f"{ratios['vs_orjson_1proc_wall']:.2f}× (1 proc) the wall time (aim ≤ 2×)")
+    print(
+        f"\nfsdpbench second run (cache) / cold run: {ratios['cached_over_cold_wall']:.2f}× the wall time (aim ≤ 0.25×)"
+    )
+    print(
+        f"fsdpbench / bare orjson.loads: {ratios['vs_orjson_same_procs_wall']:.2f}× ({workers} procs), "
+        f"{ratios['vs_orjson_1proc_wall']:.2f}× (1 proc) the wall time (aim ≤ 2×)"
+    )
     if "HTA load+overlap+breakdown" in runs:
         hta = runs["HTA load+overlap+breakdown"]
         ratios["hta_over_fsdpbench_wall"] = hta["wall_s"] / ours["wall_s"]
         ratios["fsdpbench_over_hta_peak_pss"] = ours["peak_pss_mb"] / hta["peak_pss_mb"]
         ratios["fsdpbench_over_hta_peak_rss"] = ours["peak_rss_mb"] / hta["peak_rss_mb"]
         print(f"HTA / fsdpbench wall time: {ratios['hta_over_fsdpbench_wall']:.1f}× (target ≥ 10×)")
-        print(f"fsdpbench / HTA peak memory: PSS {ratios['fsdpbench_over_hta_peak_pss']:.3f}, "
-              f"RSS {ratios['fsdpbench_over_hta_peak_rss']:.3f} (target ≤ 0.25)")
+        print(
+            f"fsdpbench / HTA peak memory: PSS {ratios['fsdpbench_over_hta_peak_pss']:.3f}, "
+            f"RSS {ratios['fsdpbench_over_hta_peak_rss']:.3f} (target ≤ 0.25)"
+        )
     if args.json:
-        args.json.write_bytes(orjson.dumps({"ranks": args.ranks, "events": args.events, "workers": workers,
-                                            "runs": runs, "ratios": ratios}, option=orjson.OPT_INDENT_2))  # fmt: skip
+        args.json.write_bytes(
+            orjson.dumps(
+                {
+                    "ranks": args.ranks,
+                    "events": args.events,
+                    "workers": workers,
+                    "runs": runs,
+                    "ratios": ratios,
+                },
+                option=orjson.OPT_INDENT_2,
+            )
+        )
     return 0
 
 

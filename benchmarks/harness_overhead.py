@@ -79,8 +79,15 @@ def bare_worker(args: argparse.Namespace) -> None:
         return (time.perf_counter() - t0) * 1e3
 
     def batch(step: int) -> torch.Tensor:
-        return rank_batch(args.seed, step, rank=rank, world_size=world, batch_size=1, seq_len=args.seq_len,
-                          vocab_size=cfg.vocab_size)  # fmt: skip
+        return rank_batch(
+            args.seed,
+            step,
+            rank=rank,
+            world_size=world,
+            batch_size=1,
+            seq_len=args.seq_len,
+            vocab_size=cfg.vocab_size,
+        )
 
     n = args.warmup + args.steps
     if not args.paired:
@@ -91,12 +98,33 @@ def bare_worker(args: argparse.Namespace) -> None:
         from fsdpbench.config import RunConfig
         from fsdpbench.worker import StepRunner
 
-        run_cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "preset": args.preset, "seq_len": args.seq_len,
-                                                            "layers": args.layers or None, "warmup": args.warmup,
-                                                            "steps": args.steps, "nproc": world})  # fmt: skip
-        runner = StepRunner(cfg=run_cfg, arm=run_cfg.arms[0], backend=TorchFSDP2Backend(), model=model, optimizer=opt,
-                            device_type="cpu", device=torch.device("cpu"), rank=rank, world=world, replicas=1,
-                            round_=0, kind="timed", steps_path=Path(args.bare_out).with_suffix(".steps.jsonl"))  # fmt: skip
+        run_cfg = RunConfig.from_sources(
+            env={},
+            overrides={
+                "arms": "torch",
+                "preset": args.preset,
+                "seq_len": args.seq_len,
+                "layers": args.layers or None,
+                "warmup": args.warmup,
+                "steps": args.steps,
+                "nproc": world,
+            },
+        )
+        runner = StepRunner(
+            cfg=run_cfg,
+            arm=run_cfg.arms[0],
+            backend=TorchFSDP2Backend(),
+            model=model,
+            optimizer=opt,
+            device_type="cpu",
+            device=torch.device("cpu"),
+            rank=rank,
+            world=world,
+            replicas=1,
+            round_=0,
+            kind="timed",
+            steps_path=Path(args.bare_out).with_suffix(".steps.jsonl"),
+        )
         times, harness = [], []
         for step in range(n):  # alternate which goes first, so neither always follows the other
             first_bare = step % 2 == 1
@@ -111,15 +139,20 @@ def bare_worker(args: argparse.Namespace) -> None:
     dist.all_gather_object(gathered, times)
     if rank == 0:
         per_step_max = [max(col) for col in zip(*gathered, strict=True)]
-        Path(args.bare_out).write_text(json.dumps({"bare": per_step_max[args.warmup :],
-                                                   "fsdpbench": harness[args.warmup :]}))  # fmt: skip
+        Path(args.bare_out).write_text(
+            json.dumps({"bare": per_step_max[args.warmup :], "fsdpbench": harness[args.warmup :]})
+        )
     dist.destroy_process_group()
 
 
 def _check_run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600
+    )
     if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
 
 
 def _free_port() -> int:
@@ -131,10 +164,28 @@ def _free_port() -> int:
 
 
 def run_bare(args: argparse.Namespace, out: Path, paired: bool = False) -> dict[str, list[float]]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
-           "--master-addr=127.0.0.1", f"--master-port={_free_port()}", __file__, "--bare-worker",
-           "--bare-out", str(out), "--seq-len", str(args.seq_len), "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--preset", args.preset, "--seed", str(args.seed)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={args.nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={_free_port()}",
+        __file__,
+        "--bare-worker",
+        "--bare-out",
+        str(out),
+        "--seq-len",
+        str(args.seq_len),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--preset",
+        args.preset,
+        "--seed",
+        str(args.seed),
+    ]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
     if paired:
@@ -144,9 +195,31 @@ def run_bare(args: argparse.Namespace, out: Path, paired: bool = False) -> dict[
 
 
 def run_fsdpbench(args: argparse.Namespace, out: Path) -> list[float]:
-    cmd = [sys.executable, "-m", "fsdpbench", "run", "--arm", "torch", "--rounds", "1", "--nproc", str(args.nproc),
-           "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--preset", args.preset, "--seed", str(args.seed), "--out", str(out), "--no-report"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fsdpbench",
+        "run",
+        "--arm",
+        "torch",
+        "--rounds",
+        "1",
+        "--nproc",
+        str(args.nproc),
+        "--seq-len",
+        str(args.seq_len),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--preset",
+        args.preset,
+        "--seed",
+        str(args.seed),
+        "--out",
+        str(out),
+        "--no-report",
+    ]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
     _check_run(cmd)
@@ -190,9 +263,12 @@ def _report(title: str, bare: list[float], harness: list[float], unit: str) -> d
 
     comp = stats.compare("bare", "fsdpbench", bare, harness)
     ci = f"{comp.ci95[0]:.4f}..{comp.ci95[1]:.4f}" if comp.ci95 else "—"
-    print(f"[{title}] median over {unit}: fsdpbench {stats.median(harness):.2f} ms, bare {stats.median(bare):.2f} ms; "
-          f"ratio fsdpbench/bare = {comp.ratio:.4f} ({(comp.ratio - 1) * 100:+.2f}%), 95% CI {ci}; "
-          f"target |difference| <= 1%: {'met' if abs(comp.ratio - 1) <= 0.01 else 'NOT met'}", flush=True)  # fmt: skip
+    print(
+        f"[{title}] median over {unit}: fsdpbench {stats.median(harness):.2f} ms, bare {stats.median(bare):.2f} ms; "
+        f"ratio fsdpbench/bare = {comp.ratio:.4f} ({(comp.ratio - 1) * 100:+.2f}%), 95% CI {ci}; "
+        f"target |difference| <= 1%: {'met' if abs(comp.ratio - 1) <= 0.01 else 'NOT met'}",
+        flush=True,
+    )
     return {"bare_ms": bare, "fsdpbench_ms": harness, **comp.to_dict()}
 
 
@@ -203,9 +279,13 @@ def interleaved_launches(args: argparse.Namespace, tmp: Path) -> dict[str, objec
         for who in ("fsdpbench", "bare") if r % 2 == 0 else ("bare", "fsdpbench"):
             where = tmp / f"{who}{r}"
             where.mkdir()
-            times = run_fsdpbench(args, where) if who == "fsdpbench" else run_bare(args, where / "t.json")["bare"]
+            times = (
+                run_fsdpbench(args, where) if who == "fsdpbench" else run_bare(args, where / "t.json")["bare"]
+            )
             medians[who].append(statistics.median(times))
-            print(f"round {r} {who:9s}: median {medians[who][-1]:8.2f} ms over {len(times)} steps", flush=True)
+            print(
+                f"round {r} {who:9s}: median {medians[who][-1]:8.2f} ms over {len(times)} steps", flush=True
+            )
     return _report("launches", medians["bare"], medians["fsdpbench"], f"{args.rounds} rounds")
 
 

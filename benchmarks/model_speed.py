@@ -170,8 +170,11 @@ def main() -> int:
     for impl in IMPLS:
         proc = subprocess.run(
             [sys.executable, __file__, "--memory-worker", impl, *passthrough],
-            capture_output=True, text=True, env=env, timeout=600,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         if proc.returncode:
             print(proc.stderr, file=sys.stderr)
             return proc.returncode

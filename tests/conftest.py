@@ -33,8 +33,12 @@ def run_cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "fsdpbench", *args],
-        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -43,10 +47,29 @@ def profiled_ab_run(tmp_path_factory) -> Path:
     analysis, diff and report tests. Returns the run folder."""
     out = tmp_path_factory.mktemp("profiled_ab")
     proc = run_cli(
-        "ab", "--arms", "torch,torch:prefetch=1", "--rounds", "1", "--warmup", "1", "--steps", "2",
-        "--profile", "--nproc", "2", "--seq-len", "128", "--out", str(out), "--name", "fixture",
-        "--master-port", str(free_port()), "--no-report", timeout=400,
-    )  # fmt: skip
+        "ab",
+        "--arms",
+        "torch,torch:prefetch=1",
+        "--rounds",
+        "1",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--profile",
+        "--nproc",
+        "2",
+        "--seq-len",
+        "128",
+        "--out",
+        str(out),
+        "--name",
+        "fixture",
+        "--master-port",
+        str(free_port()),
+        "--no-report",
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = sorted(out.glob("fixture_*"))
     assert runs, f"no run folder under {out}: {proc.stdout}{proc.stderr}"

@@ -28,7 +28,9 @@ def _train(rows: int, steps: int) -> tuple[list[float], list[float], dict[str, t
         opt.zero_grad(set_to_none=True)
         loss = model(ids, labels=ids).loss
         loss.backward()
-        norms.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item())
+        norms.append(
+            torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()
+        )
         opt.step()
         losses.append(loss.item())
     return losses, norms, {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -11,7 +11,9 @@ from fsdpbench.trace.synthetic import make_trace, write_trace
 
 def test_parallel_and_in_process_analyses_agree_and_events_reload(tmp_path):
     for rank in range(2):
-        write_trace(tmp_path / f"rank{rank}.json.gz", make_trace(rank=rank, world_size=2, device_events=500, seed=4))
+        write_trace(
+            tmp_path / f"rank{rank}.json.gz", make_trace(rank=rank, world_size=2, device_events=500, seed=4)
+        )
     serial = analyze([tmp_path], workers=1)
     parallel = analyze([tmp_path], workers=2)
     assert serial.to_dict() == parallel.to_dict()

@@ -26,7 +26,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def good_trace(tmp_path: Path, rank: int = 0, **kw) -> Path:
-    return write_trace(tmp_path / f"rank{rank}.json", make_trace(rank=rank, world_size=2, device_events=300, **kw))
+    return write_trace(
+        tmp_path / f"rank{rank}.json", make_trace(rank=rank, world_size=2, device_events=300, **kw)
+    )
 
 
 @pytest.mark.parametrize(
@@ -58,8 +60,11 @@ def test_missing_path_and_empty_folder_are_errors(tmp_path, capsys):
 
 def test_mixed_kineto_and_ascend_inputs_are_rejected(tmp_path):
     good_trace(tmp_path)
-    shutil.copytree(ASCEND_FIXTURES / "msinsight_pt_text_level1" / "rank0_ascend_pt", tmp_path / "r0_ascend_pt",
-                    ignore=shutil.ignore_patterns("operator_*"))  # fmt: skip
+    shutil.copytree(
+        ASCEND_FIXTURES / "msinsight_pt_text_level1" / "rank0_ascend_pt",
+        tmp_path / "r0_ascend_pt",
+        ignore=shutil.ignore_patterns("operator_*"),
+    )
     with pytest.raises(InputError, match="mixed formats"):
         analyze([tmp_path], workers=1)
 
@@ -73,7 +78,9 @@ def test_one_corrupt_rank_is_skipped_with_a_warning_naming_it(tmp_path):
 
 
 def test_trace_without_collectives_warns_and_reports_overlap_null(tmp_path, capsys):
-    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 5}]}
+    doc = {
+        "traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 5}]
+    }
     (tmp_path / "rank0.json").write_bytes(orjson.dumps(doc))
     res = analyze([tmp_path / "rank0.json"], workers=1)
     assert res.ranks[0].overlap_ratio is None
@@ -104,7 +111,9 @@ def test_clock_offset_between_ranks_warns_and_skips_skew(tmp_path):
 
 def test_a_late_rank_is_reported_as_straggler(tmp_path):
     good_trace(tmp_path, 0, seed=3)
-    late = make_trace(rank=0, world_size=2, device_events=300, seed=3, skew_ns=200_000)  # same work, 200 µs late
+    late = make_trace(
+        rank=0, world_size=2, device_events=300, seed=3, skew_ns=200_000
+    )  # same work, 200 µs late
     late["distributedInfo"]["rank"] = 1
     write_trace(tmp_path / "rank1.json", late)
     res = analyze([tmp_path], workers=1)
@@ -131,9 +140,28 @@ def test_json_output_matches_the_data_contract(tmp_path, capsys):
     assert rc == 0
     assert set(d) >= {"schema_version", "sources", "format", "warnings", "ranks", "mean", "across_ranks"}
     r = d["ranks"][0]
-    for key in ("rank", "step", "step_time_us", "overlap_ratio", "compute_us", "comm_us", "overlapped_us",
-                "exposed_comm_us", "free_us", "kernel_time_us", "collectives", "ops", "sync", "steps"):  # fmt: skip
+    for key in (
+        "rank",
+        "step",
+        "step_time_us",
+        "overlap_ratio",
+        "compute_us",
+        "comm_us",
+        "overlapped_us",
+        "exposed_comm_us",
+        "free_us",
+        "kernel_time_us",
+        "collectives",
+        "ops",
+        "sync",
+        "steps",
+    ):
         assert key in r
-    assert r["collectives"]["all_gather"] == {"count": 1, "bytes": 64, "time_us": 14.0, "median_bytes": 64.0,
-                                              "bandwidth_gbps": 64 / 14_000}  # fmt: skip
+    assert r["collectives"]["all_gather"] == {
+        "count": 1,
+        "bytes": 64,
+        "time_us": 14.0,
+        "median_bytes": 64.0,
+        "bandwidth_gbps": 64 / 14_000,
+    }
     assert set(d["across_ranks"]) >= {"min", "max", "slowest_rank", "stragglers"}

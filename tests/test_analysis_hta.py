@@ -26,12 +26,22 @@ def as_kernel_trace(r: RankMetrics) -> dict:
     ev = r.events[r.events["device"]]
     lanes = ev["lane"].cat.codes.to_numpy() + 7
     comm = (ev["category"] == "comm").to_numpy()
-    names = np.where(comm, "ncclDevKernel_" + ev["collective"].astype(str).to_numpy(), ev["op_type"].astype(str).to_numpy())
+    names = np.where(
+        comm, "ncclDevKernel_" + ev["collective"].astype(str).to_numpy(), ev["op_type"].astype(str).to_numpy()
+    )
     events = [
-        {"ph": "X", "cat": "kernel", "name": str(n), "pid": 0, "tid": int(s), "ts": int(a) / 1000, "dur": int(b - a) / 1000,
-         "args": {"stream": int(s), "correlation": i + 1, "device": 0}}
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": str(n),
+            "pid": 0,
+            "tid": int(s),
+            "ts": int(a) / 1000,
+            "dur": int(b - a) / 1000,
+            "args": {"stream": int(s), "correlation": i + 1, "device": 0},
+        }
         for i, (n, s, a, b) in enumerate(zip(names, lanes, ev["start_ns"], ev["end_ns"], strict=True))
-    ]  # fmt: skip
+    ]
     return {"distributedInfo": {"rank": r.rank}, "traceEvents": events}
 
 
@@ -55,6 +65,7 @@ def hta_overlap_and_breakdown(trace_dir: Path) -> tuple[pd.Series, pd.DataFrame]
     finally:
         logging.disable(logging.NOTSET)
     return overlap, temporal
+
 
 GLOO_MIN = Path(__file__).parent / "fixtures" / "traces" / "gloo_min.json"
 
@@ -87,7 +98,9 @@ def test_overlap_equals_hta_on_traces_from_a_profiled_ab_run(profiled_ab_run, tm
     for arm_dir in sorted((profiled_ab_run / "profiles").iterdir()):
         ours = analyze([arm_dir], workers=1)
         assert len(ours.ranks) == 2
-        overlap, temporal = hta_overlap_and_breakdown(write_kernel_traces(ours.ranks, tmp_path / arm_dir.name))
+        overlap, temporal = hta_overlap_and_breakdown(
+            write_kernel_traces(ours.ranks, tmp_path / arm_dir.name)
+        )
         for r in ours.ranks:
             assert r.comm_us > 0 and r.compute_us > 0
             assert 100 * r.overlap_ratio == pytest.approx(overlap[r.rank], abs=0.0051)

@@ -28,14 +28,42 @@ from reference import LR, SEQ, STEPS, reference_grad_norms, reference_training
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAVE_DEEPSPEED, reason="deepspeed is not installed (optional extra)")
 # DeepSpeed JIT-compiles a communication op on first use (1.5-2.5 min): keep one cache for the session.
-DS_ENV = {"TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".ci-cache" / "torch_extensions"))}
+DS_ENV = {
+    "TORCH_EXTENSIONS_DIR": os.environ.get(
+        "TORCH_EXTENSIONS_DIR", str(REPO / ".ci-cache" / "torch_extensions")
+    )
+}
 
 
 def _ab(tmp_path: Path, arms: str, *extra: str, nproc: int = 2, timeout: float = 400, env=None):
     """One ``ab`` run of ``arms`` (1 round of STEPS steps each); returns (run dir, steps by arm)."""
-    proc = run_cli("ab", "--arms", arms, "--nproc", str(nproc), "--rounds", "1", "--warmup", "0", "--steps", str(STEPS),
-                   "--seq-len", str(SEQ), "--lr", str(LR), "--count-collectives", "--dump-params", "--no-report",
-                   "--out", str(tmp_path), "--master-port", str(free_port()), *extra, timeout=timeout, env=env)  # fmt: skip
+    proc = run_cli(
+        "ab",
+        "--arms",
+        arms,
+        "--nproc",
+        str(nproc),
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+        "--steps",
+        str(STEPS),
+        "--seq-len",
+        str(SEQ),
+        "--lr",
+        str(LR),
+        "--count-collectives",
+        "--dump-params",
+        "--no-report",
+        "--out",
+        str(tmp_path),
+        "--master-port",
+        str(free_port()),
+        *extra,
+        timeout=timeout,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = tmp_path.glob("ab_*")
     by_arm: dict[str, list[dict]] = {}
@@ -113,14 +141,22 @@ def test_fsdp1_hsdp_2x2_adds_one_all_reduce_per_unit_and_matches_reference(tmp_p
 @pytest.mark.distributed
 @pytest.mark.timeout(900)
 def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefetch(tmp_path):
-    run_dir, steps = _ab(tmp_path, "deepspeed,deepspeed:reshard_after_forward=false,deepspeed:prefetch=1",
-                         timeout=800, env=DS_ENV)  # fmt: skip
+    run_dir, steps = _ab(
+        tmp_path,
+        "deepspeed,deepspeed:reshard_after_forward=false,deepspeed:prefetch=1",
+        timeout=800,
+        env=DS_ENV,
+    )
     m = _called_modules_with_parameters()
     assert m == 62  # tiny: 65 modules own parameters; the 3 GDN conv1d modules are never called
     # ZeRO-3 records its module trace in steps 0-1; from step 2 on: one all-gather per module in
     # forward (+ one more in backward when resharding), one reduce-scatter bucket, one norm all-reduce
     assert steps["deepspeed"][2]["collectives"] == {"all_gather": 2 * m, "reduce_scatter": 1, "all_reduce": 1}
-    assert steps["deepspeed-raf0"][2]["collectives"] == {"all_gather": m, "reduce_scatter": 1, "all_reduce": 1}
+    assert steps["deepspeed-raf0"][2]["collectives"] == {
+        "all_gather": m,
+        "reduce_scatter": 1,
+        "all_reduce": 1,
+    }
     # prefetch coalesces a bucket's parameters into one all-gather: fewer calls, same parameters
     assert steps["deepspeed-prefetch1"][2]["collectives"]["all_gather"] < m
     for arm in steps:
@@ -140,11 +176,20 @@ def test_deepspeed_config_is_fair_and_maps_the_shared_options():
 
     base = deepspeed_config(Arm(backend="deepspeed"), largest_layer_numel=1000)
     zero = base["zero_optimization"]
-    assert base["gradient_clipping"] == 0.0 and zero["stage"] == 3 and zero["stage3_param_persistence_threshold"] == 0
+    assert (
+        base["gradient_clipping"] == 0.0
+        and zero["stage"] == 3
+        and zero["stage3_param_persistence_threshold"] == 0
+    )
     assert zero["stage3_max_reuse_distance"] == 0 and zero["stage3_prefetch_bucket_size"] == 0
     assert not zero["overlap_comm"] and "bf16" not in base
-    pre = deepspeed_config(parse_arms("deepspeed:prefetch=2:reduce_bucket_size=5e6")[0], largest_layer_numel=1000)
-    assert pre["zero_optimization"]["stage3_prefetch_bucket_size"] == 2000 and pre["zero_optimization"]["overlap_comm"]
+    pre = deepspeed_config(
+        parse_arms("deepspeed:prefetch=2:reduce_bucket_size=5e6")[0], largest_layer_numel=1000
+    )
+    assert (
+        pre["zero_optimization"]["stage3_prefetch_bucket_size"] == 2000
+        and pre["zero_optimization"]["overlap_comm"]
+    )
     assert pre["zero_optimization"]["reduce_bucket_size"] == 5_000_000  # the arm's own knob, as given
     keep = deepspeed_config(Arm(backend="deepspeed", reshard_after_forward=False), 1000)["zero_optimization"]
     assert keep["stage3_max_reuse_distance"] >= 10**12 and keep["stage3_max_live_parameters"] >= 10**12
@@ -175,7 +220,9 @@ def test_extension_cache_defaults_under_out_and_respects_the_variable(tmp_path, 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     cfg = RunConfig(arms=parse_arms("torch,deepspeed"), out=str(tmp_path))
     assert worker_environment(cfg)["TORCH_EXTENSIONS_DIR"] == str(tmp_path / ".cache" / "torch_extensions")
-    assert "TORCH_EXTENSIONS_DIR" not in worker_environment(RunConfig(arms=parse_arms("torch"), out=str(tmp_path)))
+    assert "TORCH_EXTENSIONS_DIR" not in worker_environment(
+        RunConfig(arms=parse_arms("torch"), out=str(tmp_path))
+    )
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/somewhere")
     assert worker_environment(cfg)["TORCH_EXTENSIONS_DIR"] == "/somewhere"
 
@@ -203,8 +250,10 @@ def test_refused_combination_is_one_line_before_anything_launches(tmp_path, arms
 
 
 def test_missing_deepspeed_is_one_line_with_the_install_command(tmp_path):
-    code = ("import sys; sys.modules['deepspeed'] = None\nfrom fsdpbench.cli import main\n"
-            f"sys.exit(main(['ab', '--arms', 'torch,deepspeed', '--out', {str(tmp_path)!r}]))")  # fmt: skip
+    code = (
+        "import sys; sys.modules['deepspeed'] = None\nfrom fsdpbench.cli import main\n"
+        f"sys.exit(main(['ab', '--arms', 'torch,deepspeed', '--out', {str(tmp_path)!r}]))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "pip install deepspeed" in lines[0], proc.stderr
@@ -219,8 +268,12 @@ def _venv(where: Path, *, with_packages: bool) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
     python = where / "bin" / "python"
     if with_packages:
-        target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        target = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         paths = [str(REPO / "src"), *site.getsitepackages()]
         Path(target, "parent_env.pth").write_text("\n".join(paths) + "\n")
     return python
@@ -239,7 +292,9 @@ def test_python_arm_runs_in_a_second_environment_and_the_manifest_records_it(tmp
     assert interp["torch"]["interpreter"] == sys.executable
     assert interp["torch-envB"]["interpreter"] == str(other)
     assert Path(interp["torch-envB"]["executable"]).parent == other.parent
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     for facts in interp.values():
         assert facts["libraries"]["torch"]["version"] == torch.__version__
         assert facts["libraries"]["fsdpbench"]["commit"] == head
@@ -260,5 +315,7 @@ def test_interpreter_without_torch_or_fsdpbench_is_refused_before_launch(tmp_pat
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert f"interpreter {bare} has no torch or fsdpbench" in lines[0]
     assert not (tmp_path / "out").exists()
-    proc = run_cli("ab", "--arms", "torch:python=/nonexistent/bin/python", "--out", str(tmp_path / "out"), timeout=60)
+    proc = run_cli(
+        "ab", "--arms", "torch:python=/nonexistent/bin/python", "--out", str(tmp_path / "out"), timeout=60
+    )
     assert proc.returncode == 2 and "no such interpreter" in proc.stderr and not (tmp_path / "out").exists()

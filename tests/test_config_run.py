@@ -47,10 +47,17 @@ def test_duplicate_arms_get_unique_labels():
 
 def test_toml_then_env_then_flags_later_wins(tmp_path, no_hyper):
     toml = tmp_path / "c.toml"
-    toml.write_text('seq_len = 64\nlayers = 3\nrounds = 5\narms = ["torch"]\n[arm]\nprefetch = 2\n[model]\nhidden_size = 128\n')
+    toml.write_text(
+        'seq_len = 64\nlayers = 3\nrounds = 5\narms = ["torch"]\n[arm]\nprefetch = 2\n[model]\nhidden_size = 128\n'
+    )
     cfg = RunConfig.from_sources(str(toml), env={})
-    assert (cfg.seq_len, cfg.model.num_hidden_layers, cfg.rounds, cfg.arms[0].prefetch, cfg.model.hidden_size) == (
-        64, 3, 5, 2, 128)  # fmt: skip
+    assert (
+        cfg.seq_len,
+        cfg.model.num_hidden_layers,
+        cfg.rounds,
+        cfg.arms[0].prefetch,
+        cfg.model.hidden_size,
+    ) == (64, 3, 5, 2, 128)
     env = {"SEQ_LEN": "96", "NUM_LAYERS": "2", "ENABLE_PROFILER": "1", "PREFETCH": "1"}
     cfg = RunConfig.from_sources(str(toml), env=env)
     assert (cfg.seq_len, cfg.model.num_hidden_layers, cfg.profile, cfg.arms[0].prefetch) == (96, 2, True, 1)
@@ -59,7 +66,9 @@ def test_toml_then_env_then_flags_later_wins(tmp_path, no_hyper):
 
 
 def test_to_dict_round_trips(no_hyper):
-    cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch:ac=full,torch:mesh=1x2", "layers": 2, "seed": 7})
+    cfg = RunConfig.from_sources(
+        env={}, overrides={"arms": "torch:ac=full,torch:mesh=1x2", "layers": 2, "seed": 7}
+    )
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
 
 
@@ -84,7 +93,10 @@ def test_study_configs_resolve_to_8_npus_full_shape(name, with_hyper):
         ({"arms": "torch", "seq_len": 0}, "seq_len must be an integer >= 1"),
         ({"arms": "torch", "seq_len": "long"}, "expects int"),
         ({"arms": "torch", "steps": 0}, "--steps must be an integer >= 1"),
-        ({"arms": "torch", "profile_step": 0}, "--profile-step must be an integer >= 1 (step 0 creates the NCCL/HCCL"),
+        (
+            {"arms": "torch", "profile_step": 0},
+            "--profile-step must be an integer >= 1 (step 0 creates the NCCL/HCCL",
+        ),
         ({"arms": "torch", "device": "tpu"}, "--device 'tpu'"),
         ({"arms": "torch", "nnodes": 2}, "--nnodes > 1 needs --rdzv-endpoint"),
         ({"arms": "torch", "rdzv_endpoint": "nohost"}, "is not HOST:PORT"),

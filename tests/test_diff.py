@@ -19,20 +19,33 @@ def test_side_by_side_gives_each_rank_and_the_mean_with_test_minus_base():
     test = analysis(rank(0, step=1500.0, overlap=0.1), rank(1, step=1300.0, overlap=0.3))
     sbs = compare(base, test).side_by_side
     assert [r["rank"] for r in sbs["ranks"]] == [0, 1]
-    assert sbs["ranks"][0]["delta"]["step_time_us"] == 500.0 and sbs["ranks"][1]["delta"]["step_time_us"] == 100.0
+    assert (
+        sbs["ranks"][0]["delta"]["step_time_us"] == 500.0
+        and sbs["ranks"][1]["delta"]["step_time_us"] == 100.0
+    )
     assert sbs["mean"]["base"]["step_time_us"] == 1100.0 and sbs["mean"]["test"]["step_time_us"] == 1400.0
     assert sbs["mean"]["delta"]["overlap_ratio"] == pytest.approx(-0.4)
     assert sbs["mean"]["ratio"]["step_time_us"] == pytest.approx(1400 / 1100)
 
 
 def test_op_rows_are_sorted_by_size_of_the_difference_with_hta_change_categories():
-    ops_b = [{"op_type": "Slice", "count": 10, "total_us": 100.0}, {"op_type": "Gone", "count": 2, "total_us": 5.0},
-             {"op_type": "MatMul", "count": 5, "total_us": 50.0}]
-    ops_t = [{"op_type": "Slice", "count": 4, "total_us": 36.0}, {"op_type": "New", "count": 1, "total_us": 20.0},
-             {"op_type": "MatMul", "count": 5, "total_us": 50.0}]  # fmt: skip
+    ops_b = [
+        {"op_type": "Slice", "count": 10, "total_us": 100.0},
+        {"op_type": "Gone", "count": 2, "total_us": 5.0},
+        {"op_type": "MatMul", "count": 5, "total_us": 50.0},
+    ]
+    ops_t = [
+        {"op_type": "Slice", "count": 4, "total_us": 36.0},
+        {"op_type": "New", "count": 1, "total_us": 20.0},
+        {"op_type": "MatMul", "count": 5, "total_us": 50.0},
+    ]
     rows = compare(analysis(rank(0, ops=ops_b)), analysis(rank(0, ops=ops_t))).ops
     assert [(r["op_type"], r["delta_us"], r["change"]) for r in rows] == [
-        ("Slice", -64.0, "decreased"), ("New", 20.0, "added"), ("Gone", -5.0, "deleted"), ("MatMul", 0.0, "unchanged")]
+        ("Slice", -64.0, "decreased"),
+        ("New", 20.0, "added"),
+        ("Gone", -5.0, "deleted"),
+        ("MatMul", 0.0, "unchanged"),
+    ]
     assert rows[0]["base_count"] == 10 and rows[0]["test_count"] == 4
 
 
@@ -40,16 +53,41 @@ def test_counts_are_means_per_rank_and_a_type_missing_on_a_rank_counts_zero():
     r0 = rank(0, collectives={"all_gather": {"count": 10, "bytes": 100, "time_us": 1.0}}, sync={"barrier": 4})
     r1 = rank(1, collectives={}, sync={"barrier": 6})
     d = compare(analysis(r0, r1), analysis(r0, r1))
-    assert d.collectives[0]["base_count"] == 5.0 and d.sync[0] == {"name": "barrier", "base": 5.0, "test": 5.0, "delta": 0.0}
+    assert d.collectives[0]["base_count"] == 5.0 and d.sync[0] == {
+        "name": "barrier",
+        "base": 5.0,
+        "test": 5.0,
+        "delta": 0.0,
+    }
 
 
 def test_diff_json_has_the_documented_keys_and_serialises():
-    d = compare(synthetic_analysis(), synthetic_analysis(per_param=True), base_label="torch", test_label="hyper")
+    d = compare(
+        synthetic_analysis(), synthetic_analysis(per_param=True), base_label="torch", test_label="hyper"
+    )
     out = orjson.loads(orjson.dumps(d.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY))
-    assert set(out) == {"schema_version", "base", "test", "warnings", "side_by_side", "collectives", "ops", "sync",
-                        "fits", "findings"}  # fmt: skip
+    assert set(out) == {
+        "schema_version",
+        "base",
+        "test",
+        "warnings",
+        "side_by_side",
+        "collectives",
+        "ops",
+        "sync",
+        "fits",
+        "findings",
+    }
     assert out["base"] == "torch" and out["test"] == "hyper"
-    assert set(out["collectives"][0]) >= {"type", "base_count", "test_count", "count_ratio", "base_bytes", "test_bytes", "bytes_ratio"}
+    assert set(out["collectives"][0]) >= {
+        "type",
+        "base_count",
+        "test_count",
+        "count_ratio",
+        "base_bytes",
+        "test_bytes",
+        "bytes_ratio",
+    }
     assert set(out["fits"]["test"]["all_gather"]) >= {"alpha_us", "beta_us_per_byte", "r2", "n"}
     for f in out["findings"]:
         assert set(f) == {"id", "severity", "title", "evidence", "cause", "action", "estimate"}
@@ -57,8 +95,13 @@ def test_diff_json_has_the_documented_keys_and_serialises():
 
 
 def test_markdown_has_differences_and_conclusions_and_labels_estimates():
-    d = compare(synthetic_analysis(), synthetic_analysis(per_param=True, overlap_ratio=0.1),
-                base_label="torch", test_label="hyper", test_arm={"prefetch": 0})  # fmt: skip
+    d = compare(
+        synthetic_analysis(),
+        synthetic_analysis(per_param=True, overlap_ratio=0.1),
+        base_label="torch",
+        test_label="hyper",
+        test_arm={"prefetch": 0},
+    )
     md = d.to_markdown()
     assert "## Differences: hyper vs torch" in md and "## Conclusions: hyper vs torch" in md
     assert "- AllGather 120 vs 12 (10.0×), same bytes" in md
@@ -89,9 +132,10 @@ def _one_line_error(proc, phrase: str) -> None:
 
 
 def test_cli_bad_inputs_give_one_clear_line(tmp_path):
-    _one_line_error(run_cli("diff", str(tmp_path / "nope"), str(tmp_path / "nope2"), timeout=60),
-                    "BASE path")  # fmt: skip
-    _one_line_error(run_cli("diff", str(tmp_path), timeout=60), "not a fsdpbench run folder (no manifest.json)")
+    _one_line_error(run_cli("diff", str(tmp_path / "nope"), str(tmp_path / "nope2"), timeout=60), "BASE path")
+    _one_line_error(
+        run_cli("diff", str(tmp_path), timeout=60), "not a fsdpbench run folder (no manifest.json)"
+    )
     (tmp_path / "manifest.json").write_text(json.dumps({"arms": [{"label": "torch"}]}))
     _one_line_error(run_cli("diff", str(tmp_path), timeout=60), "lists 1 arm(s); a diff needs at least two")
     (tmp_path / "manifest.json").write_text(json.dumps({"arms": [{"label": "torch"}, {"label": "hyper"}]}))
@@ -105,8 +149,16 @@ def test_cli_diffs_two_analysis_json_files_and_writes_json_and_markdown(tmp_path
 
     (tmp_path / "torch.json").write_bytes(orjson.dumps(strip(synthetic_analysis())))
     (tmp_path / "hyper.json").write_bytes(orjson.dumps(strip(synthetic_analysis(per_param=True, seed=3))))
-    proc = run_cli("diff", str(tmp_path / "torch.json"), str(tmp_path / "hyper.json"), "--json",
-                   str(tmp_path / "d.json"), "--md", str(tmp_path / "d.md"), timeout=60)  # fmt: skip
+    proc = run_cli(
+        "diff",
+        str(tmp_path / "torch.json"),
+        str(tmp_path / "hyper.json"),
+        "--json",
+        str(tmp_path / "d.json"),
+        "--md",
+        str(tmp_path / "d.md"),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "AllGather" in proc.stdout and "more fragmented" in proc.stdout
     out = orjson.loads((tmp_path / "d.json").read_bytes())
@@ -121,9 +173,16 @@ def test_cli_diffs_two_analysis_json_files_and_writes_json_and_markdown(tmp_path
 def _hand_built_run(tmp_path, labels: list[str]):
     """A run folder with a manifest, placeholder profiles and a cached analysis.json (no real traces)."""
     arms = [{"label": lab, "backend": "torch", "prefetch": 0, "comm_fusion": False} for lab in labels]
-    (tmp_path / "manifest.json").write_text(json.dumps({
-        "schema_version": 1, "arms": arms, "environment": {"world_size": 2},
-        "config": {"model": {"num_hidden_layers": 6}}}))  # fmt: skip
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "arms": arms,
+                "environment": {"world_size": 2},
+                "config": {"model": {"num_hidden_layers": 6}},
+            }
+        )
+    )
     for lab in labels:
         (tmp_path / "profiles" / lab).mkdir(parents=True)
         (tmp_path / "profiles" / lab / "placeholder.txt").write_text("not a trace")
@@ -141,7 +200,9 @@ def test_diff_run_uses_a_fresh_analysis_json_and_diffs_every_test_arm_against_th
     assert [(r.base, r.test) for r in results] == [("torch", "hyper"), ("torch", "hyper-prefetch1")]
     frag = results[0].finding("fragmentation")
     assert frag is not None and frag.estimate["one_bucket_per_layer"]["target_counts"] == {
-        "all_gather": 13, "reduce_scatter": 7}  # num_hidden_layers from the manifest's model
+        "all_gather": 13,
+        "reduce_scatter": 7,
+    }  # num_hidden_layers from the manifest's model
     assert "base" not in {k for k, v in results[0].fits.items() if v}  # no events in analysis.json
     assert results[0].fits["aggregate"]["all_gather"].ok
 
@@ -161,8 +222,10 @@ def test_cli_writes_a_list_for_several_test_arms_and_never_imports_torch(tmp_pat
     import sys
 
     run = _hand_built_run(tmp_path, ["torch", "hyper", "hyper-prefetch1"])
-    code = ("import sys; from fsdpbench.cli import main; rc = main(['diff', sys.argv[1], '--quiet']); "
-            "assert 'torch' not in sys.modules, 'torch was imported'; raise SystemExit(rc)")  # fmt: skip
+    code = (
+        "import sys; from fsdpbench.cli import main; rc = main(['diff', sys.argv[1], '--quiet']); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; raise SystemExit(rc)"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = orjson.loads((run / "diff.json").read_bytes())
@@ -192,8 +255,17 @@ def test_profiled_prefetch_run_diff_shows_the_overlap_change_and_a_prefetch_find
     # two profile folders given directly, with labels
     prof = profiled_ab_run / "profiles"
     base_dir, test_dir = sorted(p for p in prof.iterdir() if p.is_dir())
-    proc = run_cli("diff", str(base_dir), str(test_dir), "--labels", "p0,p1", "--quiet", "--json",
-                   str(profiled_ab_run / "pair.json"), timeout=180)  # fmt: skip
+    proc = run_cli(
+        "diff",
+        str(base_dir),
+        str(test_dir),
+        "--labels",
+        "p0,p1",
+        "--quiet",
+        "--json",
+        str(profiled_ab_run / "pair.json"),
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     pair = orjson.loads((profiled_ab_run / "pair.json").read_bytes())
     assert (pair["base"], pair["test"]) == ("p0", "p1") and pair["collectives"] == out["collectives"]

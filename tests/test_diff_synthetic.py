@@ -52,24 +52,50 @@ def synthetic_analysis(
         events = pd.DataFrame(rows, columns=["type", "bytes", "start_ns", "end_ns"])
         dur_us = (events["end_ns"] - events["start_ns"]) / 1e3
         collectives = {
-            kind: {"count": int((events["type"] == kind).sum()), "bytes": int(events.loc[events["type"] == kind, "bytes"].sum()),
-                   "time_us": float(dur_us[events["type"] == kind].sum()), "median_bytes": None, "bandwidth_gbps": None}
+            kind: {
+                "count": int((events["type"] == kind).sum()),
+                "bytes": int(events.loc[events["type"] == kind, "bytes"].sum()),
+                "time_us": float(dur_us[events["type"] == kind].sum()),
+                "median_bytes": None,
+                "bandwidth_gbps": None,
+            }
             for kind in ("all_gather", "reduce_scatter")
-        }  # fmt: skip
+        }
         comm = float(dur_us.sum())
         compute = compute_us * (1 + (rank_compute_skew or {}).get(rank, 0.0))
         overlapped = comm * overlap_ratio
         exposed = comm - overlapped
-        op_rows = [{"op_type": k, "count": c, "total_us": us, "mean_us": us / c if c else None}
-                   for k, (us, c) in (ops or {"MatMul": (compute_us * 0.6, 100)}).items()]  # fmt: skip
-        ranks.append({
-            "rank": rank, "step": 3, "step_time_us": compute + exposed + free_us, "overlap_ratio": overlap_ratio,
-            "compute_us": compute, "comm_us": comm, "overlapped_us": overlapped, "exposed_comm_us": exposed,
-            "free_us": free_us, "kernel_time_us": compute + comm, "collectives": collectives, "ops": op_rows,
-            "sync": {"barrier": 0, "launch_ffts": 0, "device_synchronize": 0, "stream_synchronize": 0,
-                     "event_synchronize": 0, "kernel_launch": 0, **(sync or {})},
-            "steps": [], "collective_events": events,
-        })  # fmt: skip
+        op_rows = [
+            {"op_type": k, "count": c, "total_us": us, "mean_us": us / c if c else None}
+            for k, (us, c) in (ops or {"MatMul": (compute_us * 0.6, 100)}).items()
+        ]
+        ranks.append(
+            {
+                "rank": rank,
+                "step": 3,
+                "step_time_us": compute + exposed + free_us,
+                "overlap_ratio": overlap_ratio,
+                "compute_us": compute,
+                "comm_us": comm,
+                "overlapped_us": overlapped,
+                "exposed_comm_us": exposed,
+                "free_us": free_us,
+                "kernel_time_us": compute + comm,
+                "collectives": collectives,
+                "ops": op_rows,
+                "sync": {
+                    "barrier": 0,
+                    "launch_ffts": 0,
+                    "device_synchronize": 0,
+                    "stream_synchronize": 0,
+                    "event_synchronize": 0,
+                    "kernel_launch": 0,
+                    **(sync or {}),
+                },
+                "steps": [],
+                "collective_events": events,
+            }
+        )
     return {"schema_version": 1, "sources": ["synthetic"], "format": "kineto", "warnings": [], "ranks": ranks}
 
 
@@ -82,7 +108,10 @@ def fragmented_pair(noise: float = 0.0):
 def test_synthetic_fragmented_case_states_the_count_ratio_at_same_bytes():
     base, test = fragmented_pair()
     d = compare(base, test, base_label="torch", test_label="hyper")
-    assert d.collective_lines() == ["AllGather 120 vs 12 (10.0×), same bytes", "ReduceScatter 60 vs 6 (10.0×), same bytes"]
+    assert d.collective_lines() == [
+        "AllGather 120 vs 12 (10.0×), same bytes",
+        "ReduceScatter 60 vs 6 (10.0×), same bytes",
+    ]
     assert d.findings[1].id == "fragmentation" and d.findings[1].severity == "high"
 
 

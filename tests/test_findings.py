@@ -11,22 +11,49 @@ from fsdpbench.analysis import findings as fnd
 from fsdpbench.analysis.diff import compare
 
 
-def rank(r: int = 0, *, step=1_000_000.0, compute=800_000.0, comm=300_000.0, overlap=0.8, free=0.0,
-         collectives=None, ops=None, sync=None) -> dict:
+def rank(
+    r: int = 0,
+    *,
+    step=1_000_000.0,
+    compute=800_000.0,
+    comm=300_000.0,
+    overlap=0.8,
+    free=0.0,
+    collectives=None,
+    ops=None,
+    sync=None,
+) -> dict:
     """One rank of an Analysis JSON with a consistent breakdown (µs)."""
     exposed = comm * (1 - overlap)
-    return {"rank": r, "step": 3, "step_time_us": step, "compute_us": compute, "comm_us": comm,
-            "overlap_ratio": overlap, "overlapped_us": comm - exposed, "exposed_comm_us": exposed,
-            "free_us": free, "kernel_time_us": compute + comm,
-            "collectives": collectives if collectives is not None else
-            {"all_gather": {"count": 12, "bytes": 10**9, "time_us": 200_000.0},
-             "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0}},
-            "ops": ops if ops is not None else [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0}],
-            "sync": sync if sync is not None else {"barrier": 10, "launch_ffts": 59}}  # fmt: skip
+    return {
+        "rank": r,
+        "step": 3,
+        "step_time_us": step,
+        "compute_us": compute,
+        "comm_us": comm,
+        "overlap_ratio": overlap,
+        "overlapped_us": comm - exposed,
+        "exposed_comm_us": exposed,
+        "free_us": free,
+        "kernel_time_us": compute + comm,
+        "collectives": collectives
+        if collectives is not None
+        else {
+            "all_gather": {"count": 12, "bytes": 10**9, "time_us": 200_000.0},
+            "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0},
+        },
+        "ops": ops if ops is not None else [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0}],
+        "sync": sync if sync is not None else {"barrier": 10, "launch_ffts": 59},
+    }
 
 
 def analysis(*ranks: dict) -> dict:
-    return {"schema_version": 1, "sources": ["hand-built"], "warnings": [], "ranks": list(ranks) or [rank(0), rank(1)]}
+    return {
+        "schema_version": 1,
+        "sources": ["hand-built"],
+        "warnings": [],
+        "ranks": list(ranks) or [rank(0), rank(1)],
+    }
 
 
 def ids(result) -> list[str]:
@@ -41,8 +68,10 @@ def test_identical_profiles_give_only_the_step_time_headline():
 
 
 def fragmented(ratio: float, bytes_ratio: float = 1.0) -> dict:
-    coll = {"all_gather": {"count": 12 * ratio, "bytes": 10**9 * bytes_ratio, "time_us": 200_000.0},
-            "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0}}  # fmt: skip
+    coll = {
+        "all_gather": {"count": 12 * ratio, "bytes": 10**9 * bytes_ratio, "time_us": 200_000.0},
+        "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0},
+    }
     return analysis(rank(0, collectives=coll), rank(1, collectives=copy.deepcopy(coll)))
 
 
@@ -77,7 +106,11 @@ def test_fragmentation_suggests_comm_fusion_only_to_hyper(backend):
     """Every arm's manifest entry has comm_fusion=false, but only hyper has that option; a DeepSpeed arm
     is told about its own prefetch bucket instead."""
     arm = {"backend": backend, "prefetch": 0, "comm_fusion": False}
-    action = compare(analysis(), fragmented(10.0), test_label=backend, test_arm=arm).finding("fragmentation").action
+    action = (
+        compare(analysis(), fragmented(10.0), test_label=backend, test_arm=arm)
+        .finding("fragmentation")
+        .action
+    )
     assert "comm_fusion" not in action
     assert ("stage3_prefetch_bucket_size" in action) == (backend == "deepspeed")
 
@@ -99,13 +132,21 @@ def test_low_overlap_recommends_prefetch_naming_the_arms_setting(prefetch, advic
 
 def test_low_overlap_stays_quiet_when_comm_is_hidden_or_exposed_comm_is_small():
     assert compare(low_overlap(0.7), low_overlap(0.6)).finding("low_overlap") is None
-    small = analysis(rank(0, overlap=0.2, comm=50_000.0), rank(1, overlap=0.2, comm=50_000.0))  # 4% of the step
+    small = analysis(
+        rank(0, overlap=0.2, comm=50_000.0), rank(1, overlap=0.2, comm=50_000.0)
+    )  # 4% of the step
     assert compare(small, small).finding("low_overlap") is None
 
 
 def test_prefetch_change_reports_the_measured_overlap_change_only_when_settings_differ():
-    d = compare(low_overlap(0.3), low_overlap(0.6), base_label="torch", test_label="torch-prefetch1",
-                base_arm={"prefetch": 0}, test_arm={"prefetch": 1})  # fmt: skip
+    d = compare(
+        low_overlap(0.3),
+        low_overlap(0.6),
+        base_label="torch",
+        test_label="torch-prefetch1",
+        base_arm={"prefetch": 0},
+        test_arm={"prefetch": 1},
+    )
     f = d.finding("prefetch_change")
     assert f is not None and f.severity == "info" and "30.0% → 60.0% (+30.0 pts)" in f.evidence
     assert f.estimate["exposed_comm_delta_us"] == pytest.approx(-90_000.0)
@@ -122,7 +163,11 @@ def syncs(**counts: int) -> dict:
 def test_sync_storm_fires_on_many_more_barriers_and_launches():
     d = compare(syncs(barrier=10, launch_ffts=59), syncs(barrier=120, launch_ffts=365))
     f = d.finding("sync_storm")
-    assert f is not None and "BARRIER 120 vs 10 (+110 per rank)" in f.evidence and "Launch_Ffts 365 vs 59" in f.evidence
+    assert (
+        f is not None
+        and "BARRIER 120 vs 10 (+110 per rank)" in f.evidence
+        and "Launch_Ffts 365 vs 59" in f.evidence
+    )
 
 
 def test_sync_storm_stays_quiet_for_small_or_proportionally_small_increases():
@@ -136,8 +181,11 @@ def with_ops(**ops_us: float) -> dict:
 
 
 def test_compute_path_names_op_types_whose_time_moves_by_two_percent_of_the_step():
-    d = compare(with_ops(Slice=100_000.0, MatMul=500_000.0, Cast=20_000.0),
-                with_ops(Slice=36_000.0, MatMul=500_000.0, Cast=10_000.0), test_label="hyper")  # fmt: skip
+    d = compare(
+        with_ops(Slice=100_000.0, MatMul=500_000.0, Cast=20_000.0),
+        with_ops(Slice=36_000.0, MatMul=500_000.0, Cast=10_000.0),
+        test_label="hyper",
+    )
     f = d.finding("compute_path")
     assert f is not None and f.severity == "info"
     assert f.title == "hyper's compute path is faster on Slice"  # Cast moved 1% of the step: below threshold
@@ -164,11 +212,16 @@ def test_straggler_stays_quiet_for_small_skew():
 
 @pytest.mark.parametrize(
     ("context", "test", "phrase"),
-    [({"parity": {"valid": False, "reason": "loss differs at step 2"}}, None, "parity failed"),
-     ({}, analysis(rank(0), rank(1), rank(2), rank(3)), "world size differs (2 vs 4 ranks)"),
-     ({"base": {"model": {"num_hidden_layers": 4}}, "test": {"model": {"num_hidden_layers": 8}}}, None,
-      "num_hidden_layers 4 vs 8")],
-)  # fmt: skip
+    [
+        ({"parity": {"valid": False, "reason": "loss differs at step 2"}}, None, "parity failed"),
+        ({}, analysis(rank(0), rank(1), rank(2), rank(3)), "world size differs (2 vs 4 ranks)"),
+        (
+            {"base": {"model": {"num_hidden_layers": 4}}, "test": {"model": {"num_hidden_layers": 8}}},
+            None,
+            "num_hidden_layers 4 vs 8",
+        ),
+    ],
+)
 def test_invalid_comparison_comes_first_and_warns_what_is_compared(context, test, phrase):
     d = compare(analysis(), test or analysis(), base_label="torch", test_label="hyper", context=context)
     assert d.findings[0].id == "invalid_comparison" and phrase in d.findings[0].evidence
@@ -182,13 +235,26 @@ def test_invalid_comparison_names_a_missing_rank_profile_when_world_sizes_match(
 
 
 def test_invalid_comparison_stays_quiet_for_a_valid_comparison():
-    ctx = {"parity": {"valid": True}, "base": {"world_size": 2, "model": {"a": 1}}, "test": {"world_size": 2, "model": {"a": 1}}}
+    ctx = {
+        "parity": {"valid": True},
+        "base": {"world_size": 2, "model": {"a": 1}},
+        "test": {"world_size": 2, "model": {"a": 1}},
+    }
     assert compare(analysis(), analysis(), context=ctx).finding("invalid_comparison") is None
 
 
 def test_findings_are_ranked_by_severity_then_estimated_gain():
-    test = analysis(*(rank(r, overlap=0.2, collectives={"all_gather": {"count": 120, "bytes": 10**9, "time_us": 200_000.0}},
-                           sync={"barrier": 200}) for r in (0, 1)))  # fmt: skip
+    test = analysis(
+        *(
+            rank(
+                r,
+                overlap=0.2,
+                collectives={"all_gather": {"count": 120, "bytes": 10**9, "time_us": 200_000.0}},
+                sync={"barrier": 200},
+            )
+            for r in (0, 1)
+        )
+    )
     d = compare(analysis(), test, base_arm={"prefetch": 0}, test_arm={"prefetch": 0})
     order = ids(d)
     assert order[0] == "step_time"
@@ -218,7 +284,9 @@ def _avg_ops(n_rs: float, n_ar: float = 0.0, us_each: float = 20.0) -> list[dict
     """Op rows as the Ascend reader labels torch_npu's AVG divides (see test_trace_ascend_hccl_avg.py)."""
     ops = [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0}]
     if n_rs:
-        ops.append({"op_type": "RealDiv (HCCL AVG of reduce_scatter)", "count": n_rs, "total_us": n_rs * us_each})
+        ops.append(
+            {"op_type": "RealDiv (HCCL AVG of reduce_scatter)", "count": n_rs, "total_us": n_rs * us_each}
+        )
     if n_ar:
         ops.append({"op_type": "RealDiv (HCCL AVG of all_reduce)", "count": n_ar, "total_us": n_ar * us_each})
     return ops
@@ -234,7 +302,9 @@ def test_hccl_avg_division_names_the_arm_with_more_divides_and_their_collectives
     assert "hyper 125 (1 after AllReduce, 124 after ReduceScatter" in f.evidence
     assert "torch 13 (1 after AllReduce, 12 after ReduceScatter" in f.evidence
     # 125 divides * 200 µs - 13 * 20 µs = 24.74 ms >= 2% of the 1 s base step
-    assert f.severity == "medium" and f.estimate["step_time_delta_us"] == pytest.approx(-(125 * 200.0 - 13 * 20.0))
+    assert f.severity == "medium" and f.estimate["step_time_delta_us"] == pytest.approx(
+        -(125 * 200.0 - 13 * 20.0)
+    )
     assert "SUM" in f.cause and "bucket" in f.action
 
 

@@ -85,8 +85,15 @@ def _fake_npu_grouped_matmul(calls: list[dict]):
     import torch
 
     def npu_grouped_matmul(x, weight, *, group_list, split_item, group_type, group_list_type):
-        calls.append({"group_list": group_list.tolist(), "split_item": split_item, "group_type": group_type,
-                      "group_list_type": group_list_type, "dtype": group_list.dtype})  # fmt: skip
+        calls.append(
+            {
+                "group_list": group_list.tolist(),
+                "split_item": split_item,
+                "group_type": group_type,
+                "group_list_type": group_list_type,
+                "dtype": group_list.dtype,
+            }
+        )
         bounds = group_list.tolist() if group_list_type == 0 else torch.cumsum(group_list, 0).tolist()
         starts = [0, *bounds[:-1]]
         (x,), (w,) = x, weight
@@ -107,7 +114,9 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
     from fsdpbench.model.moe import grouped_linear
 
     calls: list[dict] = []
-    monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=_fake_npu_grouped_matmul(calls)))
+    monkeypatch.setitem(
+        sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=_fake_npu_grouped_matmul(calls))
+    )
     counts = torch.tensor([3, 0, 5, 2])  # an empty expert too
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(10, 6, generator=gen, dtype=torch.float64)
@@ -124,7 +133,11 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
         torch.testing.assert_close(got, ref)
 
     cumulative = [3, 3, 8, 10]
-    assert [(c["split_item"], c["group_type"]) for c in calls] == [(2, 0), (2, 0), (3, 2)]  # fwd, dgrad, wgrad
+    assert [(c["split_item"], c["group_type"]) for c in calls] == [
+        (2, 0),
+        (2, 0),
+        (3, 2),
+    ]  # fwd, dgrad, wgrad
     assert all(c["group_list"] == cumulative and c["group_list_type"] == 0 for c in calls)
     assert all(c["dtype"] == torch.int64 for c in calls)
 
@@ -143,8 +156,9 @@ def _fake_fla_0_4_kernel(q, k, v, *, g, beta, use_qk_l2norm_in_kernel):
 
     H = q.shape[2]
     o = torch.full_like(v, float("nan"))
-    o[:, :, :H] = recurrent_gated_delta_rule(q, k, v[:, :, :H], g[..., :H], beta[..., :H],
-                                             use_qk_l2norm=use_qk_l2norm_in_kernel)  # fmt: skip
+    o[:, :, :H] = recurrent_gated_delta_rule(
+        q, k, v[:, :, :H], g[..., :H], beta[..., :H], use_qk_l2norm=use_qk_l2norm_in_kernel
+    )
     return o, None
 
 
@@ -193,7 +207,9 @@ def test_old_fla_gets_repeated_qk_heads_and_matches_the_reference():
     v = torch.randn(B, T, Hv, D, generator=gen, dtype=torch.float64)
     g = -torch.rand(B, T, Hv, generator=gen, dtype=torch.float64)
     beta = torch.rand(B, T, Hv, generator=gen, dtype=torch.float64)
-    reference = recurrent_gated_delta_rule(q.repeat_interleave(2, dim=2), k.repeat_interleave(2, dim=2), v, g, beta)
+    reference = recurrent_gated_delta_rule(
+        q.repeat_interleave(2, dim=2), k.repeat_interleave(2, dim=2), v, g, beta
+    )
 
     out = fla_gated_delta_rule(_fake_fla_0_4_kernel, False, q, k, v, g, beta)
     torch.testing.assert_close(out, reference)
@@ -210,7 +226,9 @@ def test_old_fla_gets_repeated_qk_heads_and_matches_the_reference():
 def test_profile_step_0_is_refused_on_the_command_line_in_one_line(tmp_path):
     from conftest import run_cli
 
-    proc = run_cli("ab", "--arms", "torch", "--profile", "--profile-step", "0", "--out", str(tmp_path), timeout=120)
+    proc = run_cli(
+        "ab", "--arms", "torch", "--profile", "--profile-step", "0", "--out", str(tmp_path), timeout=120
+    )
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "--profile-step must be an integer >= 1" in line and "communicators" in line
@@ -261,19 +279,31 @@ def _spellings(dist) -> list[tuple[str, object]]:
 
     x, out = torch.ones(4), torch.zeros(4)
     calls = {
-        "all_gather_single": lambda f: f(out, x), "all_gather_into_tensor": lambda f: f(out, x),
-        "_all_gather_base": lambda f: f(out, x), "all_gather": lambda f: f([out], x),
+        "all_gather_single": lambda f: f(out, x),
+        "all_gather_into_tensor": lambda f: f(out, x),
+        "_all_gather_base": lambda f: f(out, x),
+        "all_gather": lambda f: f([out], x),
         "all_gather_coalesced": lambda f: f([[out]], [x]),
-        "reduce_scatter_single": lambda f: f(out, x), "reduce_scatter_tensor": lambda f: f(out, x),
-        "_reduce_scatter_base": lambda f: f(out, x), "reduce_scatter": lambda f: f(out, [x]),
-        "all_reduce": lambda f: f(x), "all_reduce_coalesced": lambda f: f([x]), "reduce": lambda f: f(x, dst=0),
-        "broadcast": lambda f: f(x, src=0), "all_to_all_single": lambda f: f(out, x),
-        "all_to_all": lambda f: f([out], [x]), "gather": lambda f: f(x, [out], dst=0),
-        "scatter": lambda f: f(out, [x], src=0), "barrier": lambda f: f(),
-    }  # fmt: skip
+        "reduce_scatter_single": lambda f: f(out, x),
+        "reduce_scatter_tensor": lambda f: f(out, x),
+        "_reduce_scatter_base": lambda f: f(out, x),
+        "reduce_scatter": lambda f: f(out, [x]),
+        "all_reduce": lambda f: f(x),
+        "all_reduce_coalesced": lambda f: f([x]),
+        "reduce": lambda f: f(x, dst=0),
+        "broadcast": lambda f: f(x, src=0),
+        "all_to_all_single": lambda f: f(out, x),
+        "all_to_all": lambda f: f([out], [x]),
+        "gather": lambda f: f(x, [out], dst=0),
+        "scatter": lambda f: f(out, [x], src=0),
+        "barrier": lambda f: f(),
+    }
     assert set(calls) == set(COLLECTIVES)
-    return [(name, lambda name=name, call=call: call(getattr(dist, name, None) or getattr(c10d, name)))
-            for name, call in calls.items() if hasattr(c10d, name)]  # fmt: skip
+    return [
+        (name, lambda name=name, call=call: call(getattr(dist, name, None) or getattr(c10d, name)))
+        for name, call in calls.items()
+        if hasattr(c10d, name)
+    ]
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -290,7 +320,9 @@ def test_collective_counter_counts_every_installed_spelling_once(gloo_world_of_o
     counter.install()
     try:
         assert {name for _module, name, _orig in counter._saved} == set(originals)
-        assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= set(originals)  # FSDP2's, torch 2.6 and 2.13
+        assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= set(
+            originals
+        )  # FSDP2's, torch 2.6 and 2.13
         counted = {}
         for name, call in _spellings(dist):
             counter.take()
@@ -331,8 +363,17 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     from fsdpbench.config import RunConfig
 
     cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nproc": nproc, "profile": True})
-    monkeypatch.setattr(launcher, "torchrun_command",
-                        lambda cfg, spec, logs, i, python=None: [sys.executable, "-c", _FAKE_LAUNCH, str(spec), json.dumps(files)])  # fmt: skip
+    monkeypatch.setattr(
+        launcher,
+        "torchrun_command",
+        lambda cfg, spec, logs, i, python=None: [
+            sys.executable,
+            "-c",
+            _FAKE_LAUNCH,
+            str(spec),
+            json.dumps(files),
+        ],
+    )
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"launches": [], "profiles": {}, "environment": None, "order": []}
@@ -354,7 +395,9 @@ def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
     kept = run_dir / "launches" / "torch" / "profile" / "discarded_profiles" / "rank0" / old.name
     assert kept.read_text() == "from a failed profile launch"
     assert (run_dir / "profiles" / "other" / "rank0").is_dir()
-    assert run.manifest["profiles"] == {"torch": "profiles/torch"} and results.launch_ok(run_dir, "torch", None)
+    assert run.manifest["profiles"] == {"torch": "profiles/torch"} and results.launch_ok(
+        run_dir, "torch", None
+    )
 
 
 _PT = "profiles/torch/rank{r}/rank{r}_123_20261203_ascend_pt/ASCEND_PROFILER_OUTPUT/"
@@ -365,8 +408,12 @@ def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof
     from fsdpbench import results
     from fsdpbench.errors import LaunchError
 
-    files = {**_NPU_ENV, _PT.format(r=0) + "trace_view.json": "{}", _PT.format(r=0) + "kernel_details.csv": "",
-             _PT.format(r=1) + "trace_view.json": "{}"}  # rank 1's parse failed: no kernel_details.csv
+    files = {
+        **_NPU_ENV,
+        _PT.format(r=0) + "trace_view.json": "{}",
+        _PT.format(r=0) + "kernel_details.csv": "",
+        _PT.format(r=1) + "trace_view.json": "{}",
+    }  # rank 1's parse failed: no kernel_details.csv
     run, launch = _profile_launch(tmp_path, monkeypatch, files)
     with pytest.raises(LaunchError) as err:
         launch()
@@ -381,7 +428,9 @@ def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof
 def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_path, monkeypatch):
     from fsdpbench import results
 
-    parsed = {_PT.format(r=r) + name: "" for r in (0, 1) for name in ("trace_view.json", "kernel_details.csv")}
+    parsed = {
+        _PT.format(r=r) + name: "" for r in (0, 1) for name in ("trace_view.json", "kernel_details.csv")
+    }
     _run, launch = _profile_launch(tmp_path / "npu", monkeypatch, {**_NPU_ENV, **parsed})
     launch()
     assert results.launch_ok(tmp_path / "npu" / "run", "torch", None)
@@ -403,11 +452,15 @@ def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
 
     calls = []
 
-    def handler(dir_name=None, worker_name=None, analyse_flag=True, async_mode=False):  # torch_npu ≥ 2.1 signature
+    def handler(
+        dir_name=None, worker_name=None, analyse_flag=True, async_mode=False
+    ):  # torch_npu ≥ 2.1 signature
         calls.append({"dir_name": dir_name, "worker_name": worker_name, "analyse_flag": analyse_flag})
         return "handler"
 
-    assert npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=handler), tmp_path, 3) == "handler"
+    assert (
+        npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=handler), tmp_path, 3) == "handler"
+    )
     assert calls == [{"dir_name": str(tmp_path), "worker_name": "rank3", "analyse_flag": False}]
 
     def old_handler(dir_name=None, worker_name=None, use_gzip=False):  # early torch_npu: no analyse_flag
@@ -415,7 +468,10 @@ def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
         return "old"
 
     with caplog.at_level("WARNING", logger="fsdpbench.worker"):
-        assert npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=old_handler), tmp_path, 0) == "old"
+        assert (
+            npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=old_handler), tmp_path, 0)
+            == "old"
+        )
     assert calls[-1] == {"dir_name": str(tmp_path), "worker_name": "rank0"}
     assert "no analyse_flag" in caplog.text
 
@@ -428,7 +484,9 @@ def test_parse_npu_profile_calls_torch_npus_offline_analyse_on_the_rank_folder(t
 
     paths = []
     offline = types.ModuleType("torch_npu.profiler.profiler")
-    offline.analyse = lambda profiler_path, max_process_number=1: paths.append(profiler_path)  # documented signature
+    offline.analyse = lambda profiler_path, max_process_number=1: paths.append(
+        profiler_path
+    )  # documented signature
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
     monkeypatch.setitem(sys.modules, "torch_npu.profiler", types.ModuleType("torch_npu.profiler"))
     monkeypatch.setitem(sys.modules, "torch_npu.profiler.profiler", offline)

@@ -25,8 +25,9 @@ from fsdpbench.model import build_model
 from reference import LR, SEQ, STEPS, reference_training
 
 HAVE_HYPER = importlib.util.find_spec("hyper_parallel") is not None
-needs_hyper = pytest.mark.skipif(not HAVE_HYPER, reason="hyper_parallel is not installed (optional dependency)")
-
+needs_hyper = pytest.mark.skipif(
+    not HAVE_HYPER, reason="hyper_parallel is not installed (optional dependency)"
+)
 
 
 # ------------------------------------------------------------------------------ no hyper needed
@@ -107,10 +108,34 @@ def _steps(run_dir) -> list[dict]:
 
 
 def _cli(tmp_path, command: str, arms: str, *extra: str, nproc: int):
-    proc = run_cli(command, "--arms", arms, "--nproc", str(nproc), "--rounds", "1", "--warmup", "0",
-                   "--steps", str(STEPS), "--seq-len", str(SEQ), "--lr", str(LR), "--count-collectives",
-                   "--dump-params", "--no-report", "--out", str(tmp_path), "--name", "h",
-                   "--master-port", str(free_port()), *extra, timeout=280)  # fmt: skip
+    proc = run_cli(
+        command,
+        "--arms",
+        arms,
+        "--nproc",
+        str(nproc),
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+        "--steps",
+        str(STEPS),
+        "--seq-len",
+        str(SEQ),
+        "--lr",
+        str(LR),
+        "--count-collectives",
+        "--dump-params",
+        "--no-report",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "h",
+        "--master-port",
+        str(free_port()),
+        *extra,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = tmp_path.glob("h_*")
     return run_dir
@@ -194,7 +219,9 @@ except ConfigError as exc:
     sys.exit(3)
 """
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110, env=env, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=110, env=env, cwd=REPO
+    )
     if proc.returncode == 4:
         pytest.skip("the installed hyper_parallel's fully_shard has comm_fusion")
     assert proc.returncode == 3, proc.stdout + proc.stderr

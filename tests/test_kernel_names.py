@@ -19,7 +19,11 @@ KERNELS = [
     ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "comm", "send_recv"),
     # NCCL ≥ 2.19
     ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "comm", "all_gather"),
-    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "comm", "reduce_scatter"),
+    (
+        "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        "comm",
+        "reduce_scatter",
+    ),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "comm", "all_reduce"),
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "comm", "send_recv"),
     ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "comm", "other"),
@@ -52,11 +56,23 @@ KERNELS = [
     ("Stream Sync", "sync", ""),
     ("Event Sync", "sync", ""),
     # compute kernels whose names contain the words of other rules
-    ("void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)", "compute", ""),
+    (
+        "void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)",
+        "compute",
+        "",
+    ),
     ("void fbgemm_gpu::asynchronous_complete_cumsum_kernel<long>(long const*, long*, int)", "compute", ""),
-    ("void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<float, 1, 128, 1>(...)", "compute", ""),
+    (
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<float, 1, 128, 1>(...)",
+        "compute",
+        "",
+    ),
     ("void cub::DeviceMemcpy::BatchMemcpyKernel<...>(...)", "compute", ""),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >", "compute", ""),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >",
+        "compute",
+        "",
+    ),
     ("void syncbn_forward_kernel<float>(float const*, float*, int)", "compute", ""),
     ("triton_poi_fused_nccl_buffer_copy_0", "compute", ""),
     ("ampere_sgemm_32x32_sliced1x4_tn", "compute", ""),
@@ -95,7 +111,10 @@ TASKS = [
     ("cudaStreamWaitEvent", ""),
     ("cudaMemcpyAsync", ""),
     ("fbgemm::asynchronous_complete_cumsum", ""),
-    ("void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)", ""),
+    (
+        "void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)",
+        "",
+    ),
     ("aten::_local_scalar_dense", ""),
     ("AscendCL@hcom_allReduce_", ""),
     ("barrier_kernel_of_mine", ""),

@@ -18,7 +18,15 @@ from fsdpbench.analysis import Analysis, analyze
 from fsdpbench.errors import InputError
 from fsdpbench.trace.synthetic import ASYNC_NAME, add_gpu_annotations, make_trace, write_trace
 
-NUMBERS = ("step_time_us", "compute_us", "comm_us", "overlapped_us", "exposed_comm_us", "free_us", "kernel_time_us")
+NUMBERS = (
+    "step_time_us",
+    "compute_us",
+    "comm_us",
+    "overlapped_us",
+    "exposed_comm_us",
+    "free_us",
+    "kernel_time_us",
+)
 
 
 def one(tmp_path: Path, name: str, trace: dict) -> Analysis:
@@ -37,7 +45,11 @@ def same_numbers(a: Analysis, b: Analysis) -> None:
         assert ra.sync == rb.sync
         assert [s.step for s in ra.steps] == [s.step for s in rb.steps]
         for sa, sb in zip(ra.steps, rb.steps, strict=True):
-            assert (sa.compute_us, sa.comm_us, sa.step_time_us) == (sb.compute_us, sb.comm_us, sb.step_time_us)
+            assert (sa.compute_us, sa.comm_us, sa.step_time_us) == (
+                sb.compute_us,
+                sb.comm_us,
+                sb.step_time_us,
+            )
 
 
 def hta_exact(folder: Path) -> tuple[float, float]:
@@ -66,7 +78,10 @@ def test_gpu_side_profiler_step_spans_change_no_number(tmp_path, mode):
     same_numbers(a, b)
     assert [s.step for s in b.ranks[0].steps] == [3, 4, 5]
     ev = b.ranks[0].events
-    labels = ev[ev["name"].astype(str).str.startswith("ProfilerStep#") & ev["lane"].astype(str).str.startswith("stream")]
+    labels = ev[
+        ev["name"].astype(str).str.startswith("ProfilerStep#")
+        & ev["lane"].astype(str).str.startswith("stream")
+    ]
     assert len(labels) == sum(e["name"].startswith("ProfilerStep#") for e in projected) > 0
     assert set(labels["category"].astype(str)) == {"other"} and not labels["device"].any()
 
@@ -74,7 +89,9 @@ def test_gpu_side_profiler_step_spans_change_no_number(tmp_path, mode):
 def test_a_trace_with_gpu_annotations_equals_hta_on_it(tmp_path):
     folder = tmp_path / "t"
     folder.mkdir()
-    write_trace(folder / "rank0.json", add_gpu_annotations(make_trace(device_events=3000, steps=2, seed=5), "short"))
+    write_trace(
+        folder / "rank0.json", add_gpu_annotations(make_trace(device_events=3000, steps=2, seed=5), "short")
+    )
     ours = analyze([folder], workers=1).ranks[0]
     compute, overlap = hta_exact(folder)
     assert ours.compute_us == pytest.approx(compute, abs=0.01)
@@ -114,10 +131,15 @@ def test_orphans_are_left_out_of_a_trace_without_step_markers(tmp_path):
     trace = make_trace(device_events=500, steps=1, seed=4, orphans=5)
     plain = make_trace(device_events=500, steps=1, seed=4)
     for t in (trace, plain):
-        t["traceEvents"] = [e for e in t["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+        t["traceEvents"] = [
+            e for e in t["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+        ]
     a, b = one(tmp_path, "a", plain), one(tmp_path, "b", trace)
     assert b.ranks[0].orphan_events == 5
-    assert (a.ranks[0].compute_us, a.ranks[0].kernel_time_us) == (b.ranks[0].compute_us, b.ranks[0].kernel_time_us)
+    assert (a.ranks[0].compute_us, a.ranks[0].kernel_time_us) == (
+        b.ranks[0].compute_us,
+        b.ranks[0].kernel_time_us,
+    )
 
 
 def test_ac2g_flows_join_device_work_to_its_launch_without_correlation_args(tmp_path):
@@ -127,9 +149,29 @@ def test_ac2g_flows_join_device_work_to_its_launch_without_correlation_args(tmp_
     for e in trace["traceEvents"]:
         if e.get("cat") in ("kernel", "gpu_memcpy"):
             c = e["args"].pop("correlation")
-            flows.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": c, "ts": runtime[c]["ts"], "pid": 0, "tid": 1})
-            flows.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": c, "ts": e["ts"], "pid": 0, "tid": e["tid"],
-                          "bp": "e"})  # fmt: skip
+            flows.append(
+                {
+                    "ph": "s",
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                    "id": c,
+                    "ts": runtime[c]["ts"],
+                    "pid": 0,
+                    "tid": 1,
+                }
+            )
+            flows.append(
+                {
+                    "ph": "f",
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                    "id": c,
+                    "ts": e["ts"],
+                    "pid": 0,
+                    "tid": e["tid"],
+                    "bp": "e",
+                }
+            )
     with_corr = one(tmp_path, "corr", make_trace(device_events=1500, steps=3, seed=6))
     trace["traceEvents"].extend(flows)
     with_flows = one(tmp_path, "flows", trace)
@@ -143,8 +185,17 @@ def test_unknown_categories_beside_cuda_work_are_named_with_counts(tmp_path):
     trace = make_trace(device_events=1000, steps=2, seed=7)
     plain = copy.deepcopy(trace)
     for k in range(4):
-        trace["traceEvents"].append({"ph": "X", "cat": "cuda_profiler_range", "name": f"range{k}", "pid": 0, "tid": 7,
-                                     "ts": 1e9 + k, "dur": 100.0})  # fmt: skip
+        trace["traceEvents"].append(
+            {
+                "ph": "X",
+                "cat": "cuda_profiler_range",
+                "name": f"range{k}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1e9 + k,
+                "dur": 100.0,
+            }
+        )
     res = one(tmp_path, "t", trace)
     same_numbers(one(tmp_path, "plain", plain), res)
     msg = next(w for w in res.warnings if "cuda_profiler_range" in w)
@@ -153,20 +204,61 @@ def test_unknown_categories_beside_cuda_work_are_named_with_counts(tmp_path):
 
 def test_device_activity_of_no_known_kind_is_refused(tmp_path):
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0.0,
+            "dur": 100.0,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 10.0},
-        *[{"ph": "X", "cat": "mtia_runtime", "name": "launch", "pid": 1, "tid": 1, "ts": 20.0 + k, "dur": 0.5} for k in range(3)],
-        *[{"ph": "X", "cat": "mtia_ccp_events", "name": "gemm", "pid": 2, "tid": 3, "ts": 30.0 + k, "dur": 0.5} for k in range(5)],
-    ]  # fmt: skip
+        *[
+            {
+                "ph": "X",
+                "cat": "mtia_runtime",
+                "name": "launch",
+                "pid": 1,
+                "tid": 1,
+                "ts": 20.0 + k,
+                "dur": 0.5,
+            }
+            for k in range(3)
+        ],
+        *[
+            {
+                "ph": "X",
+                "cat": "mtia_ccp_events",
+                "name": "gemm",
+                "pid": 2,
+                "tid": 3,
+                "ts": 30.0 + k,
+                "dur": 0.5,
+            }
+            for k in range(5)
+        ],
+    ]
     write_trace(tmp_path / "rank0.json", {"traceEvents": events})
-    with pytest.raises(InputError, match=r"mtia_runtime \(3 events\).*mtia_ccp_events \(5 events\)|mtia_ccp_events \(5 events\).*mtia_runtime \(3 events\)") as e:  # noqa: E501
+    with pytest.raises(
+        InputError,
+        match=r"mtia_runtime \(3 events\).*mtia_ccp_events \(5 events\)|mtia_ccp_events \(5 events\).*mtia_runtime \(3 events\)",
+    ) as e:  # noqa: E501
         analyze([tmp_path / "rank0.json"], workers=1)
     assert "rank0.json" in str(e.value)
 
 
 def test_unknown_host_only_categories_warn_and_say_what_was_analysed(tmp_path):
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0.0,
+            "dur": 100.0,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 10.0},
         {"ph": "X", "cat": "python_gc_pass", "name": "gc", "pid": 1, "tid": 1, "ts": 50.0, "dur": 1.0},
     ]
@@ -179,7 +271,9 @@ def test_unknown_host_only_categories_warn_and_say_what_was_analysed(tmp_path):
 def test_2021_categories_read_like_current_ones(tmp_path):
     old = make_trace(device_events=1500, steps=2, seed=8, categories="2021")
     assert {e.get("cat") for e in old["traceEvents"]} >= {"Kernel", "Memcpy", "Runtime"}
-    same_numbers(one(tmp_path, "now", make_trace(device_events=1500, steps=2, seed=8)), one(tmp_path, "old", old))
+    same_numbers(
+        one(tmp_path, "now", make_trace(device_events=1500, steps=2, seed=8)), one(tmp_path, "old", old)
+    )
 
 
 def test_integer_nanosecond_timestamps_are_refused_naming_the_unit(tmp_path):

@@ -45,7 +45,11 @@ def hta_exact(name: str) -> tuple[float, float | None]:
 def orphans_by_hand(name: str) -> tuple[int, float]:
     """(count, Σ dur µs) of device events whose correlation id no runtime call in the trace carries."""
     ev = [e for e in raw_events(name) if e.get("ph") == "X"]
-    launched = {e["args"]["correlation"] for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    launched = {
+        e["args"]["correlation"]
+        for e in ev
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     orphans = [e for e in ev if e.get("cat") in DEVICE_CATS and e["args"].get("correlation") not in launched]
     return len(orphans), sum(e["dur"] for e in orphans)
 
@@ -64,7 +68,9 @@ def test_compute_and_overlap_equal_hta_exact_mode(name, has_comm):
         assert overlap is None and r.overlap_ratio is None
 
 
-@pytest.mark.parametrize("name", ["trace_diff_test", "negative_queue_length_values_check", "ns_resolution_trace"])
+@pytest.mark.parametrize(
+    "name", ["trace_diff_test", "negative_queue_length_values_check", "ns_resolution_trace"]
+)
 def test_orphans_are_counted_per_rank_as_the_raw_trace_has_them(name):
     res = analyze([KINETO / name], workers=1)
     r = res.ranks[0]
@@ -77,19 +83,26 @@ def test_orphans_are_counted_per_rank_as_the_raw_trace_has_them(name):
 
 def test_collectives_exclude_orphans_and_include_everything_launched_in_a_step():
     ev = [e for e in raw_events("negative_queue_length_values_check") if e.get("ph") == "X"]
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev
-             if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation"]  # fmt: skip
+    steps = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in ev
+        if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+    ]
     launch_ts = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime"}
     nccl = [e for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
-    in_steps = [e for e in nccl if any(a <= launch_ts.get(e["args"]["correlation"], -1) < b for a, b in steps)]
+    in_steps = [
+        e for e in nccl if any(a <= launch_ts.get(e["args"]["correlation"], -1) < b for a, b in steps)
+    ]
     r = analyze([KINETO / "negative_queue_length_values_check"], workers=1).ranks[0]
     assert sum(c["count"] for c in r.collectives.values()) == len(in_steps) < len(nccl)
 
 
 def test_sync_calls_are_counted_once_per_host_call():
     ev = raw_events("critical_path_alexnet")
-    by_hand = {k: sum(e.get("name") == k and e.get("cat") == "cuda_runtime" for e in ev)
-               for k in ("cudaDeviceSynchronize", "cudaStreamSynchronize")}  # fmt: skip
+    by_hand = {
+        k: sum(e.get("name") == k and e.get("cat") == "cuda_runtime" for e in ev)
+        for k in ("cudaDeviceSynchronize", "cudaStreamSynchronize")
+    }
     assert by_hand == {"cudaDeviceSynchronize": 5, "cudaStreamSynchronize": 16}
     assert sum(e.get("cat") == "cuda_sync" for e in ev) > 0  # the device side records each sync too
     sync = analyze([KINETO / "critical_path_alexnet"], workers=1).ranks[0].sync
@@ -111,7 +124,9 @@ def test_fbgemm_async_kernels_are_compute():
 def test_analyze_cli_reports_orphans_per_rank(tmp_path):
     count, dur_us = orphans_by_hand("negative_queue_length_values_check")
     out = tmp_path / "a.json"
-    proc = run_cli("analyze", str(KINETO / "negative_queue_length_values_check"), "--json", str(out), timeout=120)
+    proc = run_cli(
+        "analyze", str(KINETO / "negative_queue_length_values_check"), "--json", str(out), timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"{count} device events ({dur_us / 1000:.3f} ms" in " ".join(proc.stdout.split())
     rank = orjson.loads(out.read_bytes())["ranks"][0]

@@ -13,8 +13,16 @@ import pytest
 from fsdpbench.analysis import analyze
 from fsdpbench.trace.synthetic import add_gpu_annotations, write_trace
 
-NUMBERS = ("step_time_us", "compute_us", "comm_us", "overlapped_us", "exposed_comm_us", "free_us", "kernel_time_us",
-           "overlap_ratio")  # fmt: skip
+NUMBERS = (
+    "step_time_us",
+    "compute_us",
+    "comm_us",
+    "overlapped_us",
+    "exposed_comm_us",
+    "free_us",
+    "kernel_time_us",
+    "overlap_ratio",
+)
 
 
 @pytest.mark.parametrize("mode", ["exact", "short", "missing"])

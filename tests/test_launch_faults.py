@@ -40,16 +40,29 @@ def test_bad_input_is_one_clear_line_before_any_launch(tmp_path, args, needle):
 
 @pytest.mark.skipif(fsdpbench.config.hyper_available(), reason="hyper_parallel is installed here")
 def test_missing_hyper_parallel_is_named_with_the_fix(tmp_path):
-    _one_line_error(run_cli("ab", "--arms", "torch,hyper", "--out", str(tmp_path), timeout=60),
-                    "needs hyper_parallel, which is not installed")  # fmt: skip
+    _one_line_error(
+        run_cli("ab", "--arms", "torch,hyper", "--out", str(tmp_path), timeout=60),
+        "needs hyper_parallel, which is not installed",
+    )
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(200)
 def test_hung_rank_is_killed_with_its_whole_process_group(tmp_path):
-    proc = run_cli("run", "--arm", "torch", *TINY, "--out", str(tmp_path), "--timeout", "15",
-                   "--master-port", str(free_port()), timeout=150,
-                   env={"FSDPBENCH_FAULT": "hang:torch:0:1:0"})  # fmt: skip
+    proc = run_cli(
+        "run",
+        "--arm",
+        "torch",
+        *TINY,
+        "--out",
+        str(tmp_path),
+        "--timeout",
+        "15",
+        "--master-port",
+        str(free_port()),
+        timeout=150,
+        env={"FSDPBENCH_FAULT": "hang:torch:0:1:0"},
+    )
     _one_line_error(proc, "arm 'torch' round 0: timed out after 15 s")
     (run_dir,) = tmp_path.glob("run_*")
     status = orjson.loads((run_dir / "launches/torch/round0/status.json").read_bytes())
@@ -77,9 +90,12 @@ def test_out_of_memory_is_named_and_resume_runs_only_the_missing_round(tmp_path)
     assert (run_dir / "launches/torch/round0/status.json").read_bytes() == torch_status  # not rerun
     steps = [orjson.loads(ln) for ln in (run_dir / "steps.jsonl").read_bytes().splitlines()]
     assert sorted((s["arm"], s["step"]) for s in steps) == sorted(
-        (a, i) for a in ("torch", "torch-prefetch1") for i in range(3))  # the failed attempt's step 0 is gone
+        (a, i) for a in ("torch", "torch-prefetch1") for i in range(3)
+    )  # the failed attempt's step 0 is gone
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    assert summary["missing"] == [] and summary["parity"]["valid"] and summary["parity"]["steps_compared"] == 3
+    assert (
+        summary["missing"] == [] and summary["parity"]["valid"] and summary["parity"]["steps_compared"] == 3
+    )
     assert list((run_dir / "launches/torch-prefetch1").glob("round0.failed_*/error_rank1.json"))
 
 
@@ -87,8 +103,18 @@ def test_crash_message_names_the_rank_that_failed_first_not_its_peers(tmp_path):
     from fsdpbench.launcher import _explain_failure
     from fsdpbench.results import write_json
 
-    write_json(tmp_path / "error_rank0.json", {"rank": 0, "type": "DistBackendError", "message": "Connection closed by peer",
-                                               "oom": False, "time": 1.0})  # fmt: skip
-    write_json(tmp_path / "error_rank1.json", {"rank": 1, "type": "RuntimeError", "message": "shape mismatch",
-                                               "oom": False, "time": 2.0})  # fmt: skip
+    write_json(
+        tmp_path / "error_rank0.json",
+        {
+            "rank": 0,
+            "type": "DistBackendError",
+            "message": "Connection closed by peer",
+            "oom": False,
+            "time": 1.0,
+        },
+    )
+    write_json(
+        tmp_path / "error_rank1.json",
+        {"rank": 1, "type": "RuntimeError", "message": "shape mismatch", "oom": False, "time": 2.0},
+    )
     assert _explain_failure(tmp_path, 1) == "rank 1 crashed with RuntimeError: shape mismatch"

@@ -275,4 +275,6 @@ def test_hf_config_kwargs_round_trips_through_config_from_hf(preset):
     cfg = preset()
     back = config_from_hf(hf_config_kwargs(cfg))
     defaults = ModelConfig()
-    assert back == dataclasses.replace(cfg, gdn_chunk_size=defaults.gdn_chunk_size, loss_chunk_size=defaults.loss_chunk_size)
+    assert back == dataclasses.replace(
+        cfg, gdn_chunk_size=defaults.gdn_chunk_size, loss_chunk_size=defaults.loss_chunk_size
+    )

@@ -54,9 +54,20 @@ def test_fsdp2_sharded_meta_init_gives_the_same_weights_loss_and_gradients_as_a_
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         str(script)],
-        capture_output=True, text=True, timeout=170, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count(" ok") == 2

@@ -16,15 +16,23 @@ torch.set_num_threads(1)
 def _hf_text_config(cfg, **extra):
     # Written out by hand on purpose (not model.hf.hf_config_kwargs): an independent reference for the bridge.
     return transformers.Qwen3_5MoeTextConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim, linear_num_key_heads=cfg.linear_num_key_heads,
-        linear_num_value_heads=cfg.linear_num_value_heads, linear_key_head_dim=cfg.linear_key_head_dim,
-        linear_value_head_dim=cfg.linear_value_head_dim, num_experts=cfg.num_experts,
-        num_experts_per_tok=cfg.num_experts_per_tok, moe_intermediate_size=cfg.moe_intermediate_size,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        linear_num_key_heads=cfg.linear_num_key_heads,
+        linear_num_value_heads=cfg.linear_num_value_heads,
+        linear_key_head_dim=cfg.linear_key_head_dim,
+        linear_value_head_dim=cfg.linear_value_head_dim,
+        num_experts=cfg.num_experts,
+        num_experts_per_tok=cfg.num_experts_per_tok,
+        moe_intermediate_size=cfg.moe_intermediate_size,
         shared_expert_intermediate_size=cfg.shared_expert_intermediate_size,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}, **extra,
-    )  # fmt: skip
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+        **extra,
+    )
 
 
 def test_transformers_weights_load_strictly_and_give_same_logits_and_loss_gradient():

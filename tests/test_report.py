@@ -32,83 +32,197 @@ def _rank(rank: int, overlap: float, ag: int, rs: int, slice_us: float) -> dict:
     overlapped = overlap * comm_us
     free = step_us - (compute_us + comm_us - overlapped)
     return {
-        "rank": rank, "step": 3, "step_time_us": step_us, "overlap_ratio": overlap, "compute_us": compute_us,
-        "comm_us": comm_us, "overlapped_us": overlapped, "exposed_comm_us": comm_us - overlapped, "free_us": free,
+        "rank": rank,
+        "step": 3,
+        "step_time_us": step_us,
+        "overlap_ratio": overlap,
+        "compute_us": compute_us,
+        "comm_us": comm_us,
+        "overlapped_us": overlapped,
+        "exposed_comm_us": comm_us - overlapped,
+        "free_us": free,
         "kernel_time_us": 200_000.0,
         "collectives": {
-            "all_gather": {"count": ag, "bytes": 4_000_000, "time_us": 50_000.0, "median_bytes": 4_000_000 // ag,
-                           "bandwidth_gbps": 0.08},
-            "reduce_scatter": {"count": rs, "bytes": 2_000_000, "time_us": 40_000.0,
-                               "median_bytes": 2_000_000 // rs, "bandwidth_gbps": 0.05},
+            "all_gather": {
+                "count": ag,
+                "bytes": 4_000_000,
+                "time_us": 50_000.0,
+                "median_bytes": 4_000_000 // ag,
+                "bandwidth_gbps": 0.08,
+            },
+            "reduce_scatter": {
+                "count": rs,
+                "bytes": 2_000_000,
+                "time_us": 40_000.0,
+                "median_bytes": 2_000_000 // rs,
+                "bandwidth_gbps": 0.05,
+            },
         },
-        "ops": [{"op_type": "MatMul", "count": 40, "total_us": 120_000.0, "mean_us": 3000.0},
-                {"op_type": "Slice", "count": 30, "total_us": slice_us, "mean_us": slice_us / 30},
-                {"op_type": "Cast", "count": 12, "total_us": 8_000.0, "mean_us": 666.0}],
-        "sync": {"barrier": ag // 2, "launch_ffts": 0, "device_synchronize": 1, "stream_synchronize": 0,
-                 "event_synchronize": 0, "kernel_launch": 300},
+        "ops": [
+            {"op_type": "MatMul", "count": 40, "total_us": 120_000.0, "mean_us": 3000.0},
+            {"op_type": "Slice", "count": 30, "total_us": slice_us, "mean_us": slice_us / 30},
+            {"op_type": "Cast", "count": 12, "total_us": 8_000.0, "mean_us": 666.0},
+        ],
+        "sync": {
+            "barrier": ag // 2,
+            "launch_ffts": 0,
+            "device_synchronize": 1,
+            "stream_synchronize": 0,
+            "event_synchronize": 0,
+            "kernel_launch": 300,
+        },
         "steps": [],
-    }  # fmt: skip
+    }
 
 
-def make_run(root: Path, *, profiled: bool = True, parity_valid: bool = True, crashed_arm: str | None = None,
-             with_summary: bool = True) -> Path:  # fmt: skip
+def make_run(
+    root: Path,
+    *,
+    profiled: bool = True,
+    parity_valid: bool = True,
+    crashed_arm: str | None = None,
+    with_summary: bool = True,
+) -> Path:
     """A run folder of a 2-arm, 3-round A/B on 2 ranks, per docs/DATA.md."""
     run = root / "ab_20261202_120000"
     run.mkdir(parents=True)
     rounds = 3
     order = [{"round": r, "arm": a} for r in range(rounds) for a in (ARMS if r % 2 == 0 else ARMS[::-1])]
     manifest = {
-        "schema_version": 1, "name": "ab", "created": "2026-12-02T12:00:00",
+        "schema_version": 1,
+        "name": "ab",
+        "created": "2026-12-02T12:00:00",
         "command": ["fsdpbench", "ab", "--arms", "torch,hyper", "--rounds", "3", "--profile"],
-        "config": {"name": "ab", "preset": "tiny", "seq_len": 128, "rounds": rounds, "warmup": 1, "steps": 4,
-                   "nproc": 2, "device": "cpu", "profile": profiled,
-                   "model": {"hidden_size": 64, "num_hidden_layers": 4, "num_experts": 8}},
-        "arms": [{"label": a, "backend": a, "prefetch": 0, "reshard_after_forward": True, "mesh": "",
-                  "param_dtype": "float32", "reduce_dtype": "float32", "comm_fusion": False, "ac": "off"}
-                 for a in ARMS],
+        "config": {
+            "name": "ab",
+            "preset": "tiny",
+            "seq_len": 128,
+            "rounds": rounds,
+            "warmup": 1,
+            "steps": 4,
+            "nproc": 2,
+            "device": "cpu",
+            "profile": profiled,
+            "model": {"hidden_size": 64, "num_hidden_layers": 4, "num_experts": 8},
+        },
+        "arms": [
+            {
+                "label": a,
+                "backend": a,
+                "prefetch": 0,
+                "reshard_after_forward": True,
+                "mesh": "",
+                "param_dtype": "float32",
+                "reduce_dtype": "float32",
+                "comm_fusion": False,
+                "ac": "off",
+            }
+            for a in ARMS
+        ],
         "order": order,
-        "environment": {"python": "3.11.7", "torch": "2.13.0+cpu", "torch_npu": None, "cann": None,
-                        "hyper_parallel": {"version": "0.1.0", "commit": "fdd0a808"}, "host": "box",
-                        "device_type": "cpu", "device_name": "cpu", "device_count": 1, "world_size": 2,
-                        "nnodes": 1, "nproc_per_node": 2, "process_group_backend": "gloo"},
-        "launches": [{"arm": o["arm"], "round": o["round"], "kind": "timed", "rc": 0, "wall_s": 7.1} for o in order],
-    }  # fmt: skip
+        "environment": {
+            "python": "3.11.7",
+            "torch": "2.13.0+cpu",
+            "torch_npu": None,
+            "cann": None,
+            "hyper_parallel": {"version": "0.1.0", "commit": "fdd0a808"},
+            "host": "box",
+            "device_type": "cpu",
+            "device_name": "cpu",
+            "device_count": 1,
+            "world_size": 2,
+            "nnodes": 1,
+            "nproc_per_node": 2,
+            "process_group_backend": "gloo",
+        },
+        "launches": [
+            {"arm": o["arm"], "round": o["round"], "kind": "timed", "rc": 0, "wall_s": 7.1} for o in order
+        ],
+    }
     rng = np.random.default_rng(1)
     lines = []
     for o in order:
         base = 210.0 if o["arm"] == "torch" else 250.0
         for step in range(5):
-            lines.append({"arm": o["arm"], "round": o["round"], "step": step, "kind": "warmup" if step == 0 else "timed",
-                          "time_ms": base * (1.5 if step == 0 else 1.0) + float(rng.normal(0, 3)), "loss": 6.2,
-                          "grad_norm": 1.0, "tokens": 256, "mem_allocated_bytes": None, "mem_reserved_bytes": None,
-                          "world_size": 2})  # fmt: skip
+            lines.append(
+                {
+                    "arm": o["arm"],
+                    "round": o["round"],
+                    "step": step,
+                    "kind": "warmup" if step == 0 else "timed",
+                    "time_ms": base * (1.5 if step == 0 else 1.0) + float(rng.normal(0, 3)),
+                    "loss": 6.2,
+                    "grad_norm": 1.0,
+                    "tokens": 256,
+                    "mem_allocated_bytes": None,
+                    "mem_reserved_bytes": None,
+                    "world_size": 2,
+                }
+            )
         launch = run / "launches" / o["arm"] / f"round{o['round']}"
         launch.mkdir(parents=True)
         failed = crashed_arm == o["arm"] and o["round"] == 2
-        (launch / "status.json").write_bytes(orjson.dumps({
-            "arm": o["arm"], "round": o["round"], "kind": "timed", "rc": 1 if failed else 0, "started": "", "ended": "",
-            "wall_s": 7.0, "error": "rank 1 crashed: RuntimeError: boom" if failed else None}))  # fmt: skip
+        (launch / "status.json").write_bytes(
+            orjson.dumps(
+                {
+                    "arm": o["arm"],
+                    "round": o["round"],
+                    "kind": "timed",
+                    "rc": 1 if failed else 0,
+                    "started": "",
+                    "ended": "",
+                    "wall_s": 7.0,
+                    "error": "rank 1 crashed: RuntimeError: boom" if failed else None,
+                }
+            )
+        )
     (run / "manifest.json").write_bytes(orjson.dumps(manifest))
     (run / "steps.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
     if with_summary:
         summary = {
             "schema_version": 1,
-            "arms": {a: {"status": "failed" if a == crashed_arm else "ok",
-                         "rounds": [{"round": r, "median_ms": m, "n_steps": 4} for r in range(rounds)],
-                         "median_ms": m, "p10_ms": m - 4, "p90_ms": m + 4, "tokens_per_s_per_device": 1000 / m,
-                         "tflops_per_device": 0.01, "mfu": None, "peak_mem_allocated_bytes": None,
-                         "peak_mem_reserved_bytes": None}
-                     for a, m in (("torch", 210.0), ("hyper", 250.0))},
-            "comparisons": [{"base": "torch", "test": "hyper", "ratio": 250 / 210, "ci95": [1.17, 1.21],
-                             "test_faster_pct": -16.0, "significant": True, "rounds_needed_1pct": 5,
-                             "verdict": "hyper is 16.0% slower than torch (CI 14.5%..17.4%)"}],
+            "arms": {
+                a: {
+                    "status": "failed" if a == crashed_arm else "ok",
+                    "rounds": [{"round": r, "median_ms": m, "n_steps": 4} for r in range(rounds)],
+                    "median_ms": m,
+                    "p10_ms": m - 4,
+                    "p90_ms": m + 4,
+                    "tokens_per_s_per_device": 1000 / m,
+                    "tflops_per_device": 0.01,
+                    "mfu": None,
+                    "peak_mem_allocated_bytes": None,
+                    "peak_mem_reserved_bytes": None,
+                }
+                for a, m in (("torch", 210.0), ("hyper", 250.0))
+            },
+            "comparisons": [
+                {
+                    "base": "torch",
+                    "test": "hyper",
+                    "ratio": 250 / 210,
+                    "ci95": [1.17, 1.21],
+                    "test_faster_pct": -16.0,
+                    "significant": True,
+                    "rounds_needed_1pct": 5,
+                    "verdict": "hyper is 16.0% slower than torch (CI 14.5%..17.4%)",
+                }
+            ],
             "verdict": "hyper is 16.0% slower than torch (CI 14.5%..17.4%)",
-            "parity": {"valid": parity_valid, "mode": "exact", "tolerance": 1e-6, "steps_compared": 4,
-                       "max_abs_diff": 0.0 if parity_valid else 0.31, "max_rel_diff": 0.0 if parity_valid else 0.05,
-                       "reason": None if parity_valid else "step 0 loss 6.20 vs 6.51"},
-            "missing": [{"arm": crashed_arm, "round": 2, "why": "launch failed (rc 1)"}] if crashed_arm else [],
+            "parity": {
+                "valid": parity_valid,
+                "mode": "exact",
+                "tolerance": 1e-6,
+                "steps_compared": 4,
+                "max_abs_diff": 0.0 if parity_valid else 0.31,
+                "max_rel_diff": 0.0 if parity_valid else 0.05,
+                "reason": None if parity_valid else "step 0 loss 6.20 vs 6.51",
+            },
+            "missing": [{"arm": crashed_arm, "round": 2, "why": "launch failed (rc 1)"}]
+            if crashed_arm
+            else [],
             "profiles": {a: f"profiles/{a}" for a in ARMS} if profiled else {},
-        }  # fmt: skip
+        }
         (run / "summary.json").write_bytes(orjson.dumps(summary))
     if profiled:
         for a in ARMS:
@@ -117,25 +231,69 @@ def make_run(root: Path, *, profiled: bool = True, parity_valid: bool = True, cr
                 d.mkdir(parents=True)
                 (d / "trace.json").write_text("{}")
         analysis = {
-            "torch": {"schema_version": 1, "sources": ["profiles/torch"], "format": "kineto", "warnings": [],
-                      "ranks": [_rank(k, 0.488, 12, 7, 100_000.0) for k in range(2)]},
-            "hyper": {"schema_version": 1, "sources": ["profiles/hyper"], "format": "kineto", "warnings": [],
-                      "ranks": [_rank(k, 0.059, 124, 57, 36_000.0) for k in range(2)]},
-        }  # fmt: skip
+            "torch": {
+                "schema_version": 1,
+                "sources": ["profiles/torch"],
+                "format": "kineto",
+                "warnings": [],
+                "ranks": [_rank(k, 0.488, 12, 7, 100_000.0) for k in range(2)],
+            },
+            "hyper": {
+                "schema_version": 1,
+                "sources": ["profiles/hyper"],
+                "format": "kineto",
+                "warnings": [],
+                "ranks": [_rank(k, 0.059, 124, 57, 36_000.0) for k in range(2)],
+            },
+        }
         diff = {
-            "schema_version": 1, "base": "torch", "test": "hyper", "warnings": [], "side_by_side": {},
-            "collectives": [{"type": "all_gather", "base_count": 12, "test_count": 124, "count_ratio": 10.3,
-                             "base_bytes": 4_000_000, "test_bytes": 4_000_000, "bytes_ratio": 1.0}],
-            "ops": [{"op_type": f"Op{i}", "base_us": 1000.0, "test_us": 1000.0 + d, "delta_us": d,
-                     "base_count": 1, "test_count": 1} for i, d in enumerate([-64_000.0, 30_000.0, -5_000.0, 2_000.0])],
+            "schema_version": 1,
+            "base": "torch",
+            "test": "hyper",
+            "warnings": [],
+            "side_by_side": {},
+            "collectives": [
+                {
+                    "type": "all_gather",
+                    "base_count": 12,
+                    "test_count": 124,
+                    "count_ratio": 10.3,
+                    "base_bytes": 4_000_000,
+                    "test_bytes": 4_000_000,
+                    "bytes_ratio": 1.0,
+                }
+            ],
+            "ops": [
+                {
+                    "op_type": f"Op{i}",
+                    "base_us": 1000.0,
+                    "test_us": 1000.0 + d,
+                    "delta_us": d,
+                    "base_count": 1,
+                    "test_count": 1,
+                }
+                for i, d in enumerate([-64_000.0, 30_000.0, -5_000.0, 2_000.0])
+            ],
             "sync": [{"name": "launch_ffts", "base": 59, "test": 365, "delta": 306}],
-            "fits": {"test": {"all_gather": {"alpha_us": 10.0, "beta_us_per_byte": 1e-4, "r2": 0.98, "n": 124}}},
-            "findings": [{"id": "fragmentation", "severity": "high", "title": "hyper's collectives are 10.3× more fragmented",
-                          "evidence": "AllGather 124 vs 12 (10.3×), same bytes", "cause": "per-parameter collectives",
-                          "action": "bucket per module",
-                          "estimate": {"label": "estimate", "exposed_comm_delta_us": -200_000.0,
-                                       "step_time_delta_us": -150_000.0}}],
-        }  # fmt: skip
+            "fits": {
+                "test": {"all_gather": {"alpha_us": 10.0, "beta_us_per_byte": 1e-4, "r2": 0.98, "n": 124}}
+            },
+            "findings": [
+                {
+                    "id": "fragmentation",
+                    "severity": "high",
+                    "title": "hyper's collectives are 10.3× more fragmented",
+                    "evidence": "AllGather 124 vs 12 (10.3×), same bytes",
+                    "cause": "per-parameter collectives",
+                    "action": "bucket per module",
+                    "estimate": {
+                        "label": "estimate",
+                        "exposed_comm_delta_us": -200_000.0,
+                        "step_time_delta_us": -150_000.0,
+                    },
+                }
+            ],
+        }
         # the analysis and diff are newer than the profiles, so write_report reuses them
         os.utime(run / "profiles", None)
         (run / "analysis.json").write_bytes(orjson.dumps(analysis))
@@ -203,7 +361,9 @@ def test_profiled_run_report_is_self_contained_html_with_every_figure(tmp_path):
     page = inspect_html(run / "report.html")
     assert page.external == [] and "http" not in (run / "report.html").read_text()
     assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
-    assert {"fig-step_times", "fig-overlap", "fig-breakdown", "fig-collectives", "fig-op_deltas_0"} <= set(page.figures)
+    assert {"fig-step_times", "fig-overlap", "fig-breakdown", "fig-collectives", "fig-op_deltas_0"} <= set(
+        page.figures
+    )
     assert page.tags.get("svg", 0) == len(page.figures)
     text = " ".join(page.text)
     assert "hyper is 16.0% slower than torch" in text
@@ -319,9 +479,14 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
             calls.append(path)
             n = 400
             start = np.arange(n, dtype=np.int64) * 1000
-            events = {"name": np.array(["mm"] * n), "category": np.where(np.arange(n) % 3 == 0, "comm", "compute"),
-                      "start_ns": start, "end_ns": start + 800, "lane": np.where(np.arange(n) % 3 == 0, "gloo", "main"),
-                      "step": np.full(n, 3)}  # fmt: skip
+            events = {
+                "name": np.array(["mm"] * n),
+                "category": np.where(np.arange(n) % 3 == 0, "comm", "compute"),
+                "start_ns": start,
+                "end_ns": start + 800,
+                "lane": np.where(np.arange(n) % 3 == 0, "gloo", "main"),
+                "step": np.full(n, 3),
+            }
             self.ranks = [types.SimpleNamespace(rank=0, step=None, events=events)]
 
         def to_dict(self):
@@ -342,9 +507,14 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
 def test_timeline_takes_the_last_profiled_step_of_the_first_rank_from_zero():
     from fsdpbench.report import timeline_from_analysis
 
-    events = {"name": np.array(["a", "b", "c", "d"]), "category": np.array(["compute", "comm", "compute", "other"]),
-              "start_ns": np.array([100, 5_000, 7_000, 9_000]), "end_ns": np.array([900, 6_000, 8_000, 9_500]),
-              "lane": np.array(["s7", "s9", "s7", "s7"]), "step": np.array([2, 3, 3, -1])}  # fmt: skip
+    events = {
+        "name": np.array(["a", "b", "c", "d"]),
+        "category": np.array(["compute", "comm", "compute", "other"]),
+        "start_ns": np.array([100, 5_000, 7_000, 9_000]),
+        "end_ns": np.array([900, 6_000, 8_000, 9_500]),
+        "lane": np.array(["s7", "s9", "s7", "s7"]),
+        "step": np.array([2, 3, 3, -1]),
+    }
     rank1 = types.SimpleNamespace(rank=1, step=None, events={k: v[:1] for k, v in events.items()})
     rank0 = types.SimpleNamespace(rank=0, step=None, events=events)
     timeline = timeline_from_analysis("torch", types.SimpleNamespace(ranks=[rank1, rank0]))
@@ -369,10 +539,21 @@ def test_report_renders_in_headless_chromium(tmp_path):
     write_report(run)
     png = tmp_path / "report.png"
     profile = tmp_path / "chromium-profile"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", f"--screenshot={png}", "--window-size=1400,3000",
-           (run / "report.html").resolve().as_uri()]  # fmt: skip
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--screenshot={png}",
+        "--window-size=1400,3000",
+        (run / "report.html").resolve().as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert png.is_file(), proc.stderr[-2000:]
     from matplotlib.image import imread
@@ -398,7 +579,9 @@ def test_report_of_a_real_profiled_run_has_profile_figures_and_timeline(profiled
     assert {run / "analysis.json", run / "report.html"} <= set(written)
     page = inspect_html(run / "report.html")
     assert page.external == []
-    assert {"fig-step_times", "fig-overlap", "fig-breakdown", "fig-collectives", "fig-timeline"} <= set(page.figures)
+    assert {"fig-step_times", "fig-overlap", "fig-breakdown", "fig-collectives", "fig-timeline"} <= set(
+        page.figures
+    )
     analysis = orjson.loads((run / "analysis.json").read_bytes())
     manifest = orjson.loads((run / "manifest.json").read_bytes())
     assert set(analysis) == {a["label"] for a in manifest["arms"]}

@@ -10,20 +10,37 @@ from fsdpbench.launcher import interleaved_order, torchrun_command
 
 
 def _manifest(labels=("torch", "hyper"), rounds=3, optimizer="sgd", device_name="cpu"):
-    cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch,torch:prefetch=1", "optimizer": optimizer,
-                                                     "rounds": rounds}).to_dict()  # fmt: skip
+    cfg = RunConfig.from_sources(
+        env={}, overrides={"arms": "torch,torch:prefetch=1", "optimizer": optimizer, "rounds": rounds}
+    ).to_dict()
     for arm, label in zip(cfg["arms"], labels, strict=True):
         arm["label"] = label
-    return {"config": cfg, "arms": cfg["arms"], "order": interleaved_order(list(labels), rounds, "alternate", 0),
-            "environment": {"world_size": 2, "device_name": device_name}}  # fmt: skip
+    return {
+        "config": cfg,
+        "arms": cfg["arms"],
+        "order": interleaved_order(list(labels), rounds, "alternate", 0),
+        "environment": {"world_size": 2, "device_name": device_name},
+    }
 
 
 def _steps(label, round_, times, losses=None, warmup=1):
     out = []
     for i, t in enumerate([999.0] * warmup + list(times)):
-        out.append({"arm": label, "round": round_, "step": i, "kind": "warmup" if i < warmup else "timed",
-                    "time_ms": t, "loss": (losses or [5.0 - 0.1 * k for k in range(20)])[i], "grad_norm": 1.0,
-                    "tokens": 512, "mem_allocated_bytes": None, "mem_reserved_bytes": None, "world_size": 2})  # fmt: skip
+        out.append(
+            {
+                "arm": label,
+                "round": round_,
+                "step": i,
+                "kind": "warmup" if i < warmup else "timed",
+                "time_ms": t,
+                "loss": (losses or [5.0 - 0.1 * k for k in range(20)])[i],
+                "grad_norm": 1.0,
+                "tokens": 512,
+                "mem_allocated_bytes": None,
+                "mem_reserved_bytes": None,
+                "world_size": 2,
+            }
+        )
     return out
 
 
@@ -52,8 +69,13 @@ def test_drop_steps_removes_only_that_arm_round_and_keeps_a_copy(tmp_path):
 
 def test_summary_statistics_use_per_round_medians_of_timed_steps():
     steps = []
-    for r, (a, b) in enumerate([([100, 102, 98], [125, 127, 123]), ([101, 103, 99], [126, 128, 124]),
-                                ([99, 101, 97], [124, 126, 122])]):  # fmt: skip
+    for r, (a, b) in enumerate(
+        [
+            ([100, 102, 98], [125, 127, 123]),
+            ([101, 103, 99], [126, 128, 124]),
+            ([99, 101, 97], [124, 126, 122]),
+        ]
+    ):
         steps += _steps("torch", r, a) + _steps("hyper", r, b)
     s = results.build_summary(_manifest(), steps, flops_per_token=1e6)
     torch_arm = s["arms"]["torch"]
@@ -72,19 +94,25 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
 
 def test_mfu_uses_the_peak_table_for_known_devices():
     steps = _steps("torch", 0, [100.0]) + _steps("hyper", 0, [100.0])
-    s = results.build_summary(_manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3"), steps, flops_per_token=1e9)
+    s = results.build_summary(
+        _manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3"), steps, flops_per_token=1e9
+    )
     assert s["arms"]["torch"]["mfu"] == pytest.approx(1e9 * 2560 / 989e12)
 
 
 def test_loss_mismatch_marks_the_comparison_invalid():
-    steps = _steps("torch", 0, [100.0] * 4) + _steps("hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6])
+    steps = _steps("torch", 0, [100.0] * 4) + _steps(
+        "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
+    )
     s = results.build_summary(_manifest(rounds=1), steps)
     assert not s["parity"]["valid"] and "hyper step 3" in s["parity"]["reason"]
     assert s["verdict"].startswith("INVALID COMPARISON")
 
 
 def test_relative_parity_tolerance_applies_with_adamw():
-    steps = _steps("torch", 0, [100.0] * 4) + _steps("hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6])
+    steps = _steps("torch", 0, [100.0] * 4) + _steps(
+        "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
+    )
     parity = results.build_summary(_manifest(rounds=1, optimizer="adamw"), steps)["parity"]
     assert parity["valid"] and parity["mode"] == "relative" and parity["tolerance"] == 1e-2
 
@@ -98,13 +126,20 @@ def test_unfinished_rounds_are_listed_missing_and_left_out():
 
 def test_alternate_order_is_abba_and_shuffle_is_seeded():
     assert [(o["round"], o["arm"]) for o in interleaved_order(["A", "B"], 3, "alternate", 0)] == [
-        (0, "A"), (0, "B"), (1, "B"), (1, "A"), (2, "A"), (2, "B")]  # fmt: skip
+        (0, "A"),
+        (0, "B"),
+        (1, "B"),
+        (1, "A"),
+        (2, "A"),
+        (2, "B"),
+    ]
     assert interleaved_order(list("ABC"), 4, "shuffle", 3) == interleaved_order(list("ABC"), 4, "shuffle", 3)
 
 
 def test_multinode_launch_uses_static_rendezvous_with_a_port_per_launch(tmp_path):
-    cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nnodes": 2, "node_rank": 1,
-                                                     "rdzv_endpoint": "10.0.0.1:29400"})  # fmt: skip
+    cfg = RunConfig.from_sources(
+        env={}, overrides={"arms": "torch", "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400"}
+    )
     cmd = torchrun_command(cfg, tmp_path / "spec.json", tmp_path / "logs", 3)
     assert "--nnodes=2" in cmd and "--node-rank=1" in cmd and "--rdzv-endpoint=10.0.0.1:29403" in cmd
     assert cmd[-3:] == ["-m", "fsdpbench.worker", str(tmp_path / "spec.json")]

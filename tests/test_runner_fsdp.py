@@ -18,11 +18,29 @@ from reference import LR, SEQ, STEPS, reference_training
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
 
-
 def _run(tmp_path, *extra: str, nproc: int = 2, timeout: float = 240):
-    proc = run_cli("run", "--nproc", str(nproc), "--warmup", "0", "--steps", str(STEPS), "--seq-len", str(SEQ),
-                   "--lr", str(LR), "--count-collectives", "--dump-params", "--no-report", "--out", str(tmp_path),
-                   "--master-port", str(free_port()), *extra, timeout=timeout)  # fmt: skip
+    proc = run_cli(
+        "run",
+        "--nproc",
+        str(nproc),
+        "--warmup",
+        "0",
+        "--steps",
+        str(STEPS),
+        "--seq-len",
+        str(SEQ),
+        "--lr",
+        str(LR),
+        "--count-collectives",
+        "--dump-params",
+        "--no-report",
+        "--out",
+        str(tmp_path),
+        "--master-port",
+        str(free_port()),
+        *extra,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = tmp_path.glob("run_*")
     steps = [orjson.loads(line) for line in (run_dir / "steps.jsonl").read_bytes().splitlines()]
@@ -48,26 +66,60 @@ def test_torch_arm_equals_single_process_training_and_issues_2n_plus_1_all_gathe
     assert manifest["environment"]["process_group_backend"] == "gloo"
     assert manifest["order"] == [{"round": 0, "arm": "torch"}]
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    assert summary["arms"]["torch"]["status"] == "ok" and summary["arms"]["torch"]["rounds"][0]["n_steps"] == STEPS
+    assert (
+        summary["arms"]["torch"]["status"] == "ok"
+        and summary["arms"]["torch"]["rounds"][0]["n_steps"] == STEPS
+    )
 
 
 def test_hsdp_2x2_on_4_ranks_adds_one_all_reduce_per_unit_and_matches_reference(tmp_path):
     run_dir, steps = _run(tmp_path, "--arm", "torch:mesh=2x2", nproc=4, timeout=280)
     layers = preset_tiny().num_hidden_layers
     for s in steps:
-        assert s["collectives"] == {"all_gather": 2 * layers + 1, "reduce_scatter": layers + 1,
-                                    "all_reduce": layers + 1}, s  # fmt: skip
+        assert s["collectives"] == {
+            "all_gather": 2 * layers + 1,
+            "reduce_scatter": layers + 1,
+            "all_reduce": layers + 1,
+        }, s
     _assert_matches_reference(run_dir, steps, rows=4, arm="torch-mesh2x2")
 
 
 def test_two_nodes_on_loopback_train_as_one_world(tmp_path):
     port = str(free_port())
-    common = [sys.executable, "-m", "fsdpbench", "run", "--arm", "torch", "--nnodes", "2", "--nproc", "1",
-              "--master-port", port, "--warmup", "0", "--steps", "2", "--seq-len", str(SEQ), "--lr", str(LR),
-              "--no-report"]  # fmt: skip
+    common = [
+        sys.executable,
+        "-m",
+        "fsdpbench",
+        "run",
+        "--arm",
+        "torch",
+        "--nnodes",
+        "2",
+        "--nproc",
+        "1",
+        "--master-port",
+        port,
+        "--warmup",
+        "0",
+        "--steps",
+        "2",
+        "--seq-len",
+        str(SEQ),
+        "--lr",
+        str(LR),
+        "--no-report",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen([*common, "--node-rank", str(k), "--out", str(tmp_path / f"node{k}")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in (0, 1)]  # fmt: skip
+    nodes = [
+        subprocess.Popen(
+            [*common, "--node-rank", str(k), "--out", str(tmp_path / f"node{k}")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for k in (0, 1)
+    ]
     try:
         outs = [p.communicate(timeout=240)[0] for p in nodes]
     finally:

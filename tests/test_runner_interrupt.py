@@ -20,10 +20,32 @@ from fsdpbench.launcher import write_report_safely
 @pytest.mark.distributed
 @pytest.mark.timeout(200)
 def test_ctrl_c_kills_the_launch_and_keeps_a_summary(tmp_path):
-    cmd = [sys.executable, "-m", "fsdpbench", "run", "--arm", "torch", "--steps", "500", "--warmup", "0",
-           "--seq-len", "32", "--no-report", "--out", str(tmp_path), "--master-port", str(free_port())]  # fmt: skip
-    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fsdpbench",
+        "run",
+        "--arm",
+        "torch",
+        "--steps",
+        "500",
+        "--warmup",
+        "0",
+        "--seq-len",
+        "32",
+        "--no-report",
+        "--out",
+        str(tmp_path),
+        "--master-port",
+        str(free_port()),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 150
         while not list(tmp_path.glob("run_*/steps.jsonl")) and time.monotonic() < deadline:

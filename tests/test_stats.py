@@ -36,7 +36,9 @@ def test_bootstrap_ci_of_constant_rounds_is_the_ratio():
 
 def test_rounds_needed_follows_pyperf_sample_size_rule():
     base, test = [100.0, 102.0, 98.0], [110.0, 111.0, 112.0]
-    var = (statistics.stdev(base) / statistics.mean(base)) ** 2 + (statistics.stdev(test) / statistics.mean(test)) ** 2
+    var = (statistics.stdev(base) / statistics.mean(base)) ** 2 + (
+        statistics.stdev(test) / statistics.mean(test)
+    ) ** 2
     assert stats.rounds_needed(base, test) == math.ceil(1.959963984540054**2 * var / 0.01**2)
     assert stats.rounds_needed([1.0], test) is None
 
@@ -44,7 +46,9 @@ def test_rounds_needed_follows_pyperf_sample_size_rule():
 def test_rounds_needed_for_one_percent_sigma_matches_pyperf_example():
     # pyperf: σ = 1% with a total width of 1% (±0.5%) needs 16 processes; same σ² sum, ±0.5%
     vals = [99.0, 101.0]  # relative std (ddof=1) ≈ 1.414% → σ² = 2e-4
-    assert stats.rounds_needed(vals, [100.0, 100.0], half_width=0.005) == math.ceil(1.96**2 * 2e-4 / 0.005**2 - 1e-9)
+    assert stats.rounds_needed(vals, [100.0, 100.0], half_width=0.005) == math.ceil(
+        1.96**2 * 2e-4 / 0.005**2 - 1e-9
+    )
 
 
 def test_verdict_says_slower_with_ci_in_percent():

@@ -62,20 +62,34 @@ class FakeRunAb:
         if resume is None:
             run = Path(cfg.out) / f"{cfg.name}_{time.strftime('%Y%m%d_%H%M%S')}"
             run.mkdir(parents=True)
-            (run / "manifest.json").write_bytes(orjson.dumps({"name": cfg.name, "config": cfg.to_dict(),
-                                                              "arms": [a.options() for a in cfg.arms]}))  # fmt: skip
+            (run / "manifest.json").write_bytes(
+                orjson.dumps(
+                    {"name": cfg.name, "config": cfg.to_dict(), "arms": [a.options() for a in cfg.arms]}
+                )
+            )
         else:
             run = resume
         labels = [a.label for a in cfg.arms]
         crash = cfg.name in self.crash_once
         ratio = 1.0 + 0.01 * cfg.seq_len / 64
         summary = {
-            "arms": {a: {"status": "ok", "median_ms": 100.0 * (ratio if i else 1.0)} for i, a in enumerate(labels)},
-            "comparisons": [] if crash else [{"base": labels[0], "test": labels[1], "ratio": ratio,
-                                              "ci95": [ratio - 0.01, ratio + 0.01], "verdict": f"ratio {ratio:.2f}"}],
+            "arms": {
+                a: {"status": "ok", "median_ms": 100.0 * (ratio if i else 1.0)} for i, a in enumerate(labels)
+            },
+            "comparisons": []
+            if crash
+            else [
+                {
+                    "base": labels[0],
+                    "test": labels[1],
+                    "ratio": ratio,
+                    "ci95": [ratio - 0.01, ratio + 0.01],
+                    "verdict": f"ratio {ratio:.2f}",
+                }
+            ],
             "parity": {"valid": True},
             "missing": [{"arm": labels[1], "round": 0, "why": "launch failed (rc 1)"}] if crash else [],
-        }  # fmt: skip
+        }
         (run / "summary.json").write_bytes(orjson.dumps(summary))
         if crash:
             self.crash_once.discard(cfg.name)
@@ -96,8 +110,13 @@ def test_grid_expands_experiment_by_experiment_naming_only_varying_axes(tmp_path
 
 
 def test_prefetch_and_mesh_axes_apply_to_every_arm_and_arm_sets_multiply():
-    spec = {"grid": {"prefetch": [0, 2], "mesh": ["", "1x2"], "arms": [["torch", "torch:reshard_after_forward=false"],
-                                                                        "torch,torch:ac=full"]}}  # fmt: skip
+    spec = {
+        "grid": {
+            "prefetch": [0, 2],
+            "mesh": ["", "1x2"],
+            "arms": [["torch", "torch:reshard_after_forward=false"], "torch,torch:ac=full"],
+        }
+    }
     _, _, cells = expand(spec, "x.toml")
     assert len(cells) == 2 * 2 * 2
     assert cells[0][0] == "grid-p0-mdefault-arms0"
@@ -113,11 +132,26 @@ def test_the_study_files_hold_the_three_experiments_and_the_hsdp_variant(monkeyp
     for c in cfg.values():
         assert c.device == "npu" and c.nproc == 8 and c.preset == "full"
         assert [a.backend for a in c.arms] == ["torch", "hyper"]
-    assert (exp1.seq_len, exp1.model.num_hidden_layers, exp1.arms[0].prefetch, exp1.profile) == (16384, 4, 0, True)
+    assert (exp1.seq_len, exp1.model.num_hidden_layers, exp1.arms[0].prefetch, exp1.profile) == (
+        16384,
+        4,
+        0,
+        True,
+    )
     assert (exp2.seq_len, exp2.model.num_hidden_layers, exp2.arms[1].prefetch, exp2.rounds, exp2.profile) == (
-        16384, 4, 1, 3, False)  # fmt: skip
+        16384,
+        4,
+        1,
+        3,
+        False,
+    )
     assert (exp3.seq_len, exp3.model.num_hidden_layers, exp3.arms[0].prefetch, exp3.rounds, exp3.profile) == (
-        8192, 8, 1, 3, True)  # fmt: skip
+        8192,
+        8,
+        1,
+        3,
+        True,
+    )
     assert cfg["16k-4l-prefetch1-hsdp"].arms[1].mesh == "2x4"
     cpu = load_sweep(REPO / "configs" / "study-cpu.toml")
     assert len(cpu.cells) == 3 and all(c.config.device == "cpu" and c.config.nproc == 2 for c in cpu.cells)
@@ -145,7 +179,12 @@ def test_a_rerun_skips_finished_cells_and_resumes_the_failed_one(tmp_path):
     sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
     fake = FakeRunAb(crash_once={"a-s128"})
     cells = run_sweep(sweep, run_ab=fake)
-    assert {c.name: c.status for c in cells} == {"a-s64": "done", "a-s128": "failed", "b-l2": "done", "b-l4": "done"}
+    assert {c.name: c.status for c in cells} == {
+        "a-s64": "done",
+        "a-s128": "failed",
+        "b-l2": "done",
+        "b-l4": "done",
+    }
     failed = next(c for c in cells if c.name == "a-s128")
     assert "rank 1 crashed" in failed.error
     state = orjson.loads((sweep.tree / "sweep.json").read_bytes())
@@ -204,7 +243,9 @@ def test_a_real_one_cell_sweep_runs_reports_and_is_skipped_on_rerun(tmp_path):
     from conftest import run_cli
 
     # one arm, one launch, to stay cheap; master_port stays 0: the launcher picks a free port per launch
-    config = write(tmp_path, """
+    config = write(
+        tmp_path,
+        """
 [sweep]
 name = "e2e"
 [base]
@@ -219,7 +260,8 @@ rounds = 1
 name = "one"
 seq_len = 64
 layers = 2
-""")
+""",
+    )
     first = run_cli("sweep", "--config", str(config), "--out", str(tmp_path), timeout=360)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     tree = tmp_path / "e2e"

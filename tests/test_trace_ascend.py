@@ -87,7 +87,11 @@ def test_level0_na_op_types_are_derived_from_the_name():
 
 def _copy(tmp_path: Path, rank: int = 0) -> Path:
     dst = tmp_path / f"rank{rank}_ascend_pt"
-    shutil.copytree(RANKS[rank], dst, ignore=shutil.ignore_patterns("operator_*", "memory_record.csv", "npu_module_mem.csv"))
+    shutil.copytree(
+        RANKS[rank],
+        dst,
+        ignore=shutil.ignore_patterns("operator_*", "memory_record.csv", "npu_module_mem.csv"),
+    )
     return dst
 
 
@@ -144,8 +148,15 @@ def test_a_runtime_sync_nested_in_its_ascendcl_call_is_one_sync(tmp_path):
     dst = _copy(tmp_path)
     tv = dst / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     events = orjson.loads(tv.read_bytes())
-    outer = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("AscendCL@aclrtSynchronizeStream")]
-    nested = [{**e, "name": "Runtime@StreamSynchronize", "ts": f"{float(e['ts']) + 0.5:.3f}", "dur": e["dur"] - 1} for e in outer]
+    outer = [
+        e
+        for e in events
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("AscendCL@aclrtSynchronizeStream")
+    ]
+    nested = [
+        {**e, "name": "Runtime@StreamSynchronize", "ts": f"{float(e['ts']) + 0.5:.3f}", "dur": e["dur"] - 1}
+        for e in outer
+    ]
     tv.write_bytes(orjson.dumps(events + nested))
     api = pd.read_csv(RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "api_statistic.csv")
     n_api = int(api.loc[api["API Name"].str.startswith("aclrtSynchronizeStream"), "Count"].sum())

@@ -33,7 +33,9 @@ def _step_trace_time(rank: int) -> dict[str, float]:
         RANKS[rank] / "ASCEND_PROFILER_OUTPUT" / "analysis.db",
         "SELECT step, computing, communication, overlapped, communication_not_overlapped, free FROM StepTraceTime",
     )
-    return dict(zip(["step", "computing", "communication", "overlapped", "not_overlapped", "free"], row, strict=True))
+    return dict(
+        zip(["step", "computing", "communication", "overlapped", "not_overlapped", "free"], row, strict=True)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,9 @@ def test_db_free_over_the_device_span_equals_analysis_db_free(rank):
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_db_collectives_equal_comm_analyzer_time(db2, rank):
-    ops = _sql(RANKS[rank] / "ASCEND_PROFILER_OUTPUT" / "analysis.db", "SELECT hccl_op_name FROM CommAnalyzerTime")
+    ops = _sql(
+        RANKS[rank] / "ASCEND_PROFILER_OUTPUT" / "analysis.db", "SELECT hccl_op_name FROM CommAnalyzerTime"
+    )
     assert len(ops) == 4 and all(name.startswith("hcom_allReduce_") for (name,) in ops)
     coll = db2.ranks[rank].collectives
     assert list(coll) == ["all_reduce"] and coll["all_reduce"]["count"] == len(ops)
@@ -90,10 +94,13 @@ def test_db_sync_counts_one_per_host_call_not_per_nested_runtime_call(db2):
     db = RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
     (window,) = _sql(db, "SELECT startNs, endNs FROM STEP_TIME WHERE id = 50")
     acl, runtime = (
-        _sql(db, f"SELECT count(*) FROM CANN_API a JOIN STRING_IDS s ON s.id = a.name WHERE s.value = '{n}' "
-                 f"AND a.startNs >= {window[0]} AND a.startNs < {window[1]}")[0][0]
+        _sql(
+            db,
+            f"SELECT count(*) FROM CANN_API a JOIN STRING_IDS s ON s.id = a.name WHERE s.value = '{n}' "
+            f"AND a.startNs >= {window[0]} AND a.startNs < {window[1]}",
+        )[0][0]
         for n in ("aclrtSynchronizeStreamWithTimeout", "StreamSynchronize")
-    )  # fmt: skip
+    )
     assert acl == runtime == 7
     sync = db2.ranks[0].sync
     assert sync["stream_synchronize"] == acl
@@ -128,13 +135,17 @@ def test_a_database_without_task_table_says_what_it_expected(tmp_path):
     con.execute("DROP TABLE TASK")
     con.commit()
     con.close()
-    with pytest.raises(InputError, match=r"ascend_pytorch_profiler_0\.db: no table TASK; is this a torch_npu export_type=db"):
+    with pytest.raises(
+        InputError, match=r"ascend_pytorch_profiler_0\.db: no table TASK; is this a torch_npu export_type=db"
+    ):
         read_ascend(dst)
 
 
 def test_a_folder_with_no_export_at_all_names_all_three_files(tmp_path):
     (tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
-    with pytest.raises(InputError, match=r"kernel_details\.csv, trace_view\.json or ascend_pytorch_profiler_<rank>\.db"):
+    with pytest.raises(
+        InputError, match=r"kernel_details\.csv, trace_view\.json or ascend_pytorch_profiler_<rank>\.db"
+    ):
         read_ascend(tmp_path / "x_ascend_pt")
 
 
@@ -147,5 +158,7 @@ def test_the_database_file_itself_can_be_passed(db2):
 def test_a_database_outside_its_output_folder_asks_for_the_rank_folder(tmp_path):
     db = tmp_path / "ascend_pytorch_profiler_0.db"
     shutil.copy(RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db", db)
-    with pytest.raises(InputError, match=r"outside its ASCEND_PROFILER_OUTPUT/ folder; pass the \*_ascend_pt folder"):
+    with pytest.raises(
+        InputError, match=r"outside its ASCEND_PROFILER_OUTPUT/ folder; pass the \*_ascend_pt folder"
+    ):
         analyze([db], workers=1)

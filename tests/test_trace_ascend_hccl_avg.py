@@ -40,12 +40,16 @@ def test_divides_on_compute_streams_are_not_hccl_avg(folder):
 
 def test_text_realdiv_on_the_hccl_stream_is_the_avg_of_the_all_reduce_before_it(tmp_path):
     dst = tmp_path / "rank0_ascend_pt"
-    shutil.copytree(TEXT, dst, ignore=shutil.ignore_patterns("operator_*", "memory_record.csv", "npu_module_mem.csv"))
+    shutil.copytree(
+        TEXT, dst, ignore=shutil.ignore_patterns("operator_*", "memory_record.csv", "npu_module_mem.csv")
+    )
     kd = dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     df = pd.read_csv(kd, dtype=str, keep_default_na=False)
     hccl = df[df["Accelerator Core"] == "HCCL"]
     first = hccl.index[0]
-    end = Decimal(hccl.loc[first, "Start Time(us)"].strip()) + Decimal(hccl.loc[first, "Duration(us)"].strip())
+    end = Decimal(hccl.loc[first, "Start Time(us)"].strip()) + Decimal(
+        hccl.loc[first, "Duration(us)"].strip()
+    )
     div = df.index[df["Type"] == "RealDiv"][0]
     df.loc[div, ["Stream ID", "Start Time(us)"]] = ["4", f"{end + Decimal('1.5'):.3f}"]
     df.to_csv(kd, index=False)
@@ -63,8 +67,10 @@ def test_db_realdiv_on_the_hccl_stream_is_the_avg_of_the_all_reduce_before_it(tm
         "SELECT c.globalTaskId FROM COMPUTE_TASK_INFO c JOIN STRING_IDS s ON s.id = c.opType "
         "WHERE s.value = 'RealDiv' LIMIT 1"
     ).fetchone()
-    con.execute("UPDATE TASK SET streamId = 4, startNs = ?, endNs = ? WHERE globalTaskId = ?",
-                (end + 1500, end + 3000, task))  # fmt: skip
+    con.execute(
+        "UPDATE TASK SET streamId = 4, startNs = ?, endNs = ? WHERE globalTaskId = ?",
+        (end + 1500, end + 3000, task),
+    )
     con.commit()
     con.close()
     t = read_ascend(dst)
@@ -82,15 +88,23 @@ def test_db_divides_are_matched_to_the_collective_on_their_own_stream(tmp_path):
     (new_id,) = con.execute("SELECT max(id) + 1 FROM STRING_IDS").fetchone()
     con.execute("INSERT INTO STRING_IDS (id, value) VALUES (?, 'hcom_reduceScatter__865_1_1')", (new_id,))
     con.execute("UPDATE COMMUNICATION_OP SET opName = ? WHERE opId = 2", (new_id,))
-    con.execute("UPDATE TASK SET streamId = 5 WHERE globalTaskId IN "
-                "(SELECT globalTaskId FROM COMMUNICATION_TASK_INFO WHERE opId = 2)")  # fmt: skip
+    con.execute(
+        "UPDATE TASK SET streamId = 5 WHERE globalTaskId IN "
+        "(SELECT globalTaskId FROM COMMUNICATION_TASK_INFO WHERE opId = 2)"
+    )
     (end,) = con.execute("SELECT endNs FROM COMMUNICATION_OP WHERE opId = 2").fetchone()
-    divs = [t for (t,) in con.execute(
-        "SELECT c.globalTaskId FROM COMPUTE_TASK_INFO c JOIN STRING_IDS s ON s.id = c.opType WHERE s.value = 'RealDiv'")]
+    divs = [
+        t
+        for (t,) in con.execute(
+            "SELECT c.globalTaskId FROM COMPUTE_TASK_INFO c JOIN STRING_IDS s ON s.id = c.opType WHERE s.value = 'RealDiv'"
+        )
+    ]
     assert len(divs) == 2
     for task, stream in zip(divs, (4, 5), strict=True):
-        con.execute("UPDATE TASK SET streamId = ?, startNs = ?, endNs = ? WHERE globalTaskId = ?",
-                    (stream, end + 1500, end + 3000, task))  # fmt: skip
+        con.execute(
+            "UPDATE TASK SET streamId = ?, startNs = ?, endNs = ? WHERE globalTaskId = ?",
+            (stream, end + 1500, end + 3000, task),
+        )
     con.commit()
     con.close()
     ops = _op_counts(dst)

@@ -26,8 +26,11 @@ def level0():
 def test_level0_op_types_and_counts_equal_level1_op_statistic(level0, rank):
     """Level0 writes N/A types and instance names (Conv2D1…Conv2D4, ReduceSum7); Level1 of the same
     model and step names the types: the derived types, and each type's count, must equal them."""
-    kd = pd.read_csv(LEVEL0 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", dtype=str,
-                     keep_default_na=False)
+    kd = pd.read_csv(
+        LEVEL0 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv",
+        dtype=str,
+        keep_default_na=False,
+    )
     assert {"Conv2D1", "Conv2D4", "ReduceSum7"} <= set(kd["Name"]) and set(kd["Type"]) == {"N/A"}
     ref = pd.read_csv(LEVEL1 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "op_statistic.csv")
     ref = ref.groupby("OP Type")["Count"].sum()
@@ -47,7 +50,9 @@ def test_sync_counts_are_not_recorded_without_trace_view(level0, rank):
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_level0_compute_and_comm_equal_its_step_trace_time(level0, rank):
-    ref = pd.read_csv(LEVEL0 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").iloc[0]
+    ref = pd.read_csv(
+        LEVEL0 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    ).iloc[0]
     r = level0.ranks[rank]
     assert r.step == 50 and r.collectives["all_reduce"]["count"] == 4
     assert abs(r.compute_us - ref["Computing"]) < 1.0
@@ -63,9 +68,13 @@ def test_a_header_only_kernel_details_warns_clearly_and_no_clock_offset(tmp_path
     (kd.parent / "step_trace_time.csv").unlink()
     res = analyze([dst], workers=1)
     assert [r.rank for r in res.ranks] == [0, 1]
-    assert any("kernel_details.csv has a header but no rows" in w and "no device activity" in w for w in res.warnings)
+    assert any(
+        "kernel_details.csv has a header but no rows" in w and "no device activity" in w for w in res.warnings
+    )
     # the empty rank is not compared with the others (no clock, steps or collectives to compare)
-    assert not any("clocks are offset" in w or "different steps" in w or "different numbers" in w for w in res.warnings)
+    assert not any(
+        "clocks are offset" in w or "different steps" in w or "different numbers" in w for w in res.warnings
+    )
     assert "rank 0: no collectives found — is this a distributed trace?" in res.warnings
     assert res.ranks[1].collectives["all_reduce"]["count"] == 4
 

@@ -28,7 +28,12 @@ def _same(a, b) -> None:
     pd.testing.assert_frame_equal(a.events, b.events)
     pd.testing.assert_frame_equal(a.steps, b.steps)
     assert (a.rank, a.format, a.mode, a.warnings, a.recorded_tasks) == (
-        b.rank, b.format, b.mode, b.warnings, b.recorded_tasks)  # fmt: skip
+        b.rank,
+        b.format,
+        b.mode,
+        b.warnings,
+        b.recorded_tasks,
+    )
 
 
 def _no_decoding(monkeypatch) -> None:

@@ -28,9 +28,19 @@ def write(path: Path, events: list[dict], **top) -> Path:
     return path
 
 
-def kernel(name: str, ts: float, dur: float, stream: int = 7, corr: int = -1, cat: str = "kernel", **args) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"stream": stream, "correlation": corr, **args}}  # fmt: skip
+def kernel(
+    name: str, ts: float, dur: float, stream: int = 7, corr: int = -1, cat: str = "kernel", **args
+) -> dict:
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"stream": stream, "correlation": corr, **args},
+    }
 
 
 def test_a_1_234_us_kernel_keeps_1234_ns(tmp_path):
@@ -50,8 +60,10 @@ def test_us_doubles_with_3_decimals_convert_to_the_exact_ns(ns):
 
 def test_epoch_us_strings_parse_exactly():
     assert us_strings_to_ns(pd.Series(["1736408883704643.212\t", "1699529622790614.8", "7"])).tolist() == [
-        1736408883704643212, 1699529622790614800, 7000,
-    ]  # fmt: skip
+        1736408883704643212,
+        1699529622790614800,
+        7000,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -65,7 +77,9 @@ def test_epoch_us_strings_parse_exactly():
     ],
 )
 def test_nccl_kernel_names_old_new_and_lowercase_are_communication(tmp_path, name, ctype):
-    t = read_kineto(write(tmp_path / "t.json", [kernel(name, 10.0, 5.0, stream=20), kernel("gemm", 10.0, 2.0)]))
+    t = read_kineto(
+        write(tmp_path / "t.json", [kernel(name, 10.0, 5.0, stream=20), kernel("gemm", 10.0, 2.0)])
+    )
     comm = t.events[t.events.category == "comm"]
     assert comm["collective"].tolist() == [ctype]
     assert comm["lane"].astype(str).tolist() == ["stream 20"]
@@ -80,19 +94,45 @@ def test_memcpy_memset_and_sync_are_neither_compute_nor_comm(tmp_path):
     ]
     cats = read_kineto(write(tmp_path / "t.json", evs)).events.set_index("name")["category"].astype(str)
     assert cats.to_dict() == {
-        "Memcpy DtoD (Device -> Device)": "memcpy", "Memset (Device)": "memset", "Stream Wait Event": "sync",
+        "Memcpy DtoD (Device -> Device)": "memcpy",
+        "Memset (Device)": "memset",
+        "Stream Wait Event": "sync",
         "void gemm_kernel<float>()": "compute",
-    }  # fmt: skip
+    }
 
 
 def test_kernels_take_the_step_of_the_runtime_call_that_launched_them(tmp_path):
     evs = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 0, "tid": 1, "ts": 0.0, "dur": 10.0},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 0, "tid": 1, "ts": 10.0, "dur": 10.0},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 1, "ts": 9.0, "dur": 0.5,
-         "args": {"correlation": 77}},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#3",
+            "pid": 0,
+            "tid": 1,
+            "ts": 0.0,
+            "dur": 10.0,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#4",
+            "pid": 0,
+            "tid": 1,
+            "ts": 10.0,
+            "dur": 10.0,
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 0,
+            "tid": 1,
+            "ts": 9.0,
+            "dur": 0.5,
+            "args": {"correlation": 77},
+        },
         kernel("late_kernel", 12.0, 3.0, corr=77),  # runs during step 4's host window, launched in step 3
-    ]  # fmt: skip
+    ]
     t = read_kineto(write(tmp_path / "t.json", evs))
     ev = t.events.set_index("name")
     assert ev.loc["late_kernel", "step"] == 3
@@ -100,8 +140,15 @@ def test_kernels_take_the_step_of_the_runtime_call_that_launched_them(tmp_path):
 
 
 def test_comm_bytes_come_from_kineto_message_args(tmp_path):
-    evs = [kernel("ncclDevKernel_AllGather_RING_LL", 0.0, 4.0, stream=20,
-                  **{"In msg nelems": 1024, "Out msg nelems": 8192, "dtype": "BFloat16"})]  # fmt: skip
+    evs = [
+        kernel(
+            "ncclDevKernel_AllGather_RING_LL",
+            0.0,
+            4.0,
+            stream=20,
+            **{"In msg nelems": 1024, "Out msg nelems": 8192, "dtype": "BFloat16"},
+        )
+    ]
     assert read_kineto(write(tmp_path / "t.json", evs)).events["bytes"].tolist() == [8192 * 2]
 
 
@@ -135,7 +182,11 @@ def test_cpu_gloo_trace_semantics_on_a_hand_made_trace():
     assert cat[("aten::empty", 1010500)] == "other"  # inside the c10d launch
     assert cat[("c10d::_allgather_base_", 1010000)] == "other"  # the launch only enqueues
     gloo = ev[ev.name == "gloo:all_gather"].iloc[0]
-    assert (gloo.category, gloo.collective, gloo.bytes) == ("comm", "all_gather", 16 * 4)  # size from the launch
+    assert (gloo.category, gloo.collective, gloo.bytes) == (
+        "comm",
+        "all_gather",
+        16 * 4,
+    )  # size from the launch
     m = rank_metrics(t)
     # compute [0,10)+[12,30)+[31,33) = 30 µs, comm [11,25) = 14 µs, overlap [12,25) = 13 µs, step 40 µs
     assert (m.compute_us, m.comm_us, m.overlapped_us, m.exposed_comm_us) == (30.0, 14.0, 13.0, 1.0)
@@ -147,12 +198,27 @@ def test_cpu_gloo_trace_semantics_on_a_hand_made_trace():
 def test_reduce_scatter_run_as_gloo_all_reduce_keeps_the_launch_type(tmp_path):
     main, worker = 1, 2
     evs = [
-        {"ph": "X", "cat": "cpu_op", "name": "c10d::_reduce_scatter_base_", "pid": 1, "tid": main, "ts": 0.0,
-         "dur": 1.0, "args": {"Input Dims": [[4], [8]], "Input type": ["float", "float"]}},
-        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": worker, "ts": 0.5,
-         "dur": 3.0},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::_reduce_scatter_base_",
+            "pid": 1,
+            "tid": main,
+            "ts": 0.0,
+            "dur": 1.0,
+            "args": {"Input Dims": [[4], [8]], "Input type": ["float", "float"]},
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": 1,
+            "tid": worker,
+            "ts": 0.5,
+            "dur": 3.0,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": main, "ts": 2.0, "dur": 1.0},
-    ]  # fmt: skip
+    ]
     m = rank_metrics(read_kineto(write(tmp_path / "t.json", evs)))
     assert list(m.collectives) == ["reduce_scatter"]
     assert m.collectives["reduce_scatter"]["bytes"] == 32
@@ -162,10 +228,26 @@ def test_analyze_a_multi_step_cpu_trace_reports_each_step(tmp_path):
     evs = []
     for k, t0 in ((1, 0.0), (2, 100.0)):
         evs += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1, "ts": t0, "dur": 100.0},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{k}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 100.0,
+            },
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0, "dur": 10.0 * k},
-            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": t0 + 5, "dur": 20.0},
-        ]  # fmt: skip
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": 1,
+                "tid": 2,
+                "ts": t0 + 5,
+                "dur": 20.0,
+            },
+        ]
     res = analyze([write(tmp_path / "rank0.json", evs)], workers=1)
     r = res.ranks[0]
     assert [s.step for s in r.steps] == [1, 2]

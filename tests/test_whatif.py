@@ -50,7 +50,9 @@ def test_fit_events_fits_each_collective_type_from_start_and_end_times():
     rows += [("reduce_scatter", b, 10.0, 10.0 + (9.0 + 2e-3 * b) * 1e3) for b in (1e3, 3e3, 9e3)]
     fits = whatif.fit_events(pd.DataFrame(rows, columns=["type", "bytes", "start_ns", "end_ns"]))
     assert set(fits) == {"all_gather", "reduce_scatter"}
-    assert fits["all_gather"].alpha_us == pytest.approx(5.0) and fits["all_gather"].beta_us_per_byte == pytest.approx(1e-3)
+    assert fits["all_gather"].alpha_us == pytest.approx(5.0) and fits[
+        "all_gather"
+    ].beta_us_per_byte == pytest.approx(1e-3)
     assert fits["reduce_scatter"].alpha_us == pytest.approx(9.0)
     assert fits["reduce_scatter"].beta_us_per_byte == pytest.approx(2e-3)
 
@@ -58,18 +60,29 @@ def test_fit_events_fits_each_collective_type_from_start_and_end_times():
 def test_aggregate_fit_separates_alpha_from_beta_when_arms_move_same_bytes_in_different_call_counts():
     alpha, beta, total = 30.0, 1e-4, 2e8
     counts = [12, 12, 124, 124]
-    times = [alpha * n + beta * total + jitter for n, jitter in zip(counts, (1.0, -1.0, 2.0, -2.0), strict=True)]
+    times = [
+        alpha * n + beta * total + jitter for n, jitter in zip(counts, (1.0, -1.0, 2.0, -2.0), strict=True)
+    ]
     fit = whatif.fit_aggregates(counts, [total] * 4, times)
-    assert fit.ok and fit.alpha_us == pytest.approx(alpha, rel=0.01) and fit.beta_us_per_byte == pytest.approx(beta, rel=1e-3)
+    assert (
+        fit.ok
+        and fit.alpha_us == pytest.approx(alpha, rel=0.01)
+        and fit.beta_us_per_byte == pytest.approx(beta, rel=1e-3)
+    )
     assert whatif.fit_aggregates([12, 12, 12], [total] * 3, [1.0, 1.0, 1.0]).status == "same_size"
 
 
 def test_regrouping_estimate_prices_removed_calls_at_alpha_and_keeps_the_overlap_ratio():
     fit = whatif.AlphaBetaFit(10.0, 1e-4, 0.99, 124, "ok")
     est = whatif.estimate_regrouping(
-        {"all_gather": {"count": 124, "time_us": 5000.0}}, {"all_gather": 12}, {"all_gather": ("test", fit)},
-        step_time_us=10_000.0, compute_us=7_000.0, comm_us=5_000.0, exposed_comm_us=2_500.0,
-    )  # fmt: skip
+        {"all_gather": {"count": 124, "time_us": 5000.0}},
+        {"all_gather": 12},
+        {"all_gather": ("test", fit)},
+        step_time_us=10_000.0,
+        compute_us=7_000.0,
+        comm_us=5_000.0,
+        exposed_comm_us=2_500.0,
+    )
     saved = (124 - 12) * 10.0  # 1120 µs
     comm_new = 5000.0 - saved
     assert est["label"] == "estimate"
@@ -82,29 +95,48 @@ def test_regrouping_estimate_prices_removed_calls_at_alpha_and_keeps_the_overlap
 
 def test_regrouping_estimate_counts_a_negative_alpha_as_no_gain_and_says_so():
     fit = whatif.AlphaBetaFit(-3.0, 1e-4, 0.9, 50, "ok")
-    est = whatif.estimate_regrouping({"all_gather": {"count": 50, "time_us": 100.0}}, {"all_gather": 5},
-                                     {"all_gather": ("test", fit)}, step_time_us=1e3, compute_us=900.0,
-                                     comm_us=100.0, exposed_comm_us=50.0)  # fmt: skip
-    assert est["per_type"]["all_gather"]["saved_us"] == 0.0 and "negative" in est["per_type"]["all_gather"]["note"]
+    est = whatif.estimate_regrouping(
+        {"all_gather": {"count": 50, "time_us": 100.0}},
+        {"all_gather": 5},
+        {"all_gather": ("test", fit)},
+        step_time_us=1e3,
+        compute_us=900.0,
+        comm_us=100.0,
+        exposed_comm_us=50.0,
+    )
+    assert (
+        est["per_type"]["all_gather"]["saved_us"] == 0.0
+        and "negative" in est["per_type"]["all_gather"]["note"]
+    )
     assert est["step_time_delta_us"] == 0.0
 
 
 def test_regrouping_estimate_without_a_usable_fit_gives_no_numbers():
-    est = whatif.estimate_regrouping({"all_gather": {"count": 50, "time_us": 100.0}}, {"all_gather": 5}, {},
-                                     step_time_us=1e3, compute_us=900.0, comm_us=100.0, exposed_comm_us=50.0)
+    est = whatif.estimate_regrouping(
+        {"all_gather": {"count": 50, "time_us": 100.0}},
+        {"all_gather": 5},
+        {},
+        step_time_us=1e3,
+        compute_us=900.0,
+        comm_us=100.0,
+        exposed_comm_us=50.0,
+    )
     assert est["step_time_delta_us"] is None and "no usable" in est["per_type"]["all_gather"]["note"]
 
 
 def test_overlap_estimate_hides_comm_up_to_the_target_ratio():
-    est = whatif.estimate_overlap(target_overlap_ratio=0.5, step_time_us=2000.0, compute_us=900.0,
-                                  comm_us=1000.0, exposed_comm_us=800.0)  # fmt: skip
+    est = whatif.estimate_overlap(
+        target_overlap_ratio=0.5, step_time_us=2000.0, compute_us=900.0, comm_us=1000.0, exposed_comm_us=800.0
+    )
     assert est["exposed_comm_delta_us"] == pytest.approx(1000.0 * 0.5 - 800.0)
     assert est["step_time_lower_bound_us"] == 1000.0
-    worse = whatif.estimate_overlap(target_overlap_ratio=0.1, step_time_us=2000.0, compute_us=900.0,
-                                    comm_us=1000.0, exposed_comm_us=800.0)  # fmt: skip
+    worse = whatif.estimate_overlap(
+        target_overlap_ratio=0.1, step_time_us=2000.0, compute_us=900.0, comm_us=1000.0, exposed_comm_us=800.0
+    )
     assert worse["exposed_comm_delta_us"] == 0.0
-    unknown = whatif.estimate_overlap(target_overlap_ratio=0.5, step_time_us=None, compute_us=None,
-                                      comm_us=None, exposed_comm_us=None)  # fmt: skip
+    unknown = whatif.estimate_overlap(
+        target_overlap_ratio=0.5, step_time_us=None, compute_us=None, comm_us=None, exposed_comm_us=None
+    )
     assert unknown["exposed_comm_delta_us"] is None
 
 
@@ -113,7 +145,10 @@ def test_layer_bucket_counts_match_fsdp2_collective_counts():
     assert whatif.layer_bucket_counts(4) == {"all_gather": 9, "reduce_scatter": 5}
     assert whatif.layer_bucket_counts(16) == {"all_gather": 33, "reduce_scatter": 17}
     assert whatif.layer_bucket_counts(4, reshard_after_forward=False, hsdp=True) == {
-        "all_gather": 5, "reduce_scatter": 5, "all_reduce": 5}
+        "all_gather": 5,
+        "reduce_scatter": 5,
+        "all_reduce": 5,
+    }
 
 
 def test_choose_fit_prefers_a_good_fit_with_non_negative_alpha():
@@ -121,7 +156,12 @@ def test_choose_fit_prefers_a_good_fit_with_non_negative_alpha():
     negative = whatif.AlphaBetaFit(-5.0, 1e-4, 0.99, 10, "ok")
     good = whatif.AlphaBetaFit(7.0, 1e-4, 0.95, 10, "ok")
     same = whatif.AlphaBetaFit(None, None, None, 10, "same_size")
-    cands = [("test", {"ag": same}), ("pooled", {"ag": negative}), ("aggregate", {"ag": poor}), ("base", {"ag": good})]
+    cands = [
+        ("test", {"ag": same}),
+        ("pooled", {"ag": negative}),
+        ("aggregate", {"ag": poor}),
+        ("base", {"ag": good}),
+    ]
     assert whatif.choose_fit("ag", *cands) == ("base", good)
     assert whatif.choose_fit("ag", *cands[:3]) == ("aggregate", poor)
     assert whatif.choose_fit("ag", *cands[:2]) == ("pooled", negative)

@@ -41,8 +41,11 @@ def build_parser(chosen: str | None) -> argparse.ArgumentParser:
         if name == chosen:
             importlib.import_module(module).add_arguments(p)
             if name in _TRACE_READERS:
-                p.add_argument("--no-cache", action="store_true",
-                               help="read every trace afresh: neither read nor write the event-table cache beside it")  # fmt: skip
+                p.add_argument(
+                    "--no-cache",
+                    action="store_true",
+                    help="read every trace afresh: neither read nor write the event-table cache beside it",
+                )
     return parser
 
 

@@ -62,18 +62,31 @@ class ModelConfig:
         """``"full_attention"`` or ``"linear_attention"`` per layer (transformers' names)."""
         k = self.full_attention_interval
         return [
-            "full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(self.num_hidden_layers)
+            "full_attention" if (i + 1) % k == 0 else "linear_attention"
+            for i in range(self.num_hidden_layers)
         ]
 
     def validate(self) -> None:
         """Raise ``ConfigError`` (a ``ValueError``) naming the field and the rule it breaks."""
         positive = [
-            "vocab_size", "hidden_size", "num_hidden_layers", "full_attention_interval",
-            "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads",
-            "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-            "linear_conv_kernel_dim", "gdn_chunk_size", "num_experts", "num_experts_per_tok",
-            "moe_intermediate_size", "loss_chunk_size",
-        ]  # fmt: skip
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "full_attention_interval",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+            "gdn_chunk_size",
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "loss_chunk_size",
+        ]
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -209,7 +222,6 @@ def coerce(value: Any, annotation: Any, what: str) -> Any:
     return value
 
 
-
 # --------------------------------------------------------------------------------------------
 # Arms: one FSDP backend plus its options
 # --------------------------------------------------------------------------------------------
@@ -217,10 +229,16 @@ def coerce(value: Any, annotation: Any, what: str) -> Any:
 BACKENDS = ("torch", "fsdp1", "deepspeed", "hyper")
 DTYPES = ("float32", "bfloat16", "float16")
 DEEPSPEED_KNOBS: dict[str, str] = {
-    "reduce_bucket_size": "int", "stage3_prefetch_bucket_size": "int", "stage3_max_live_parameters": "int",
-    "stage3_max_reuse_distance": "int", "stage3_param_persistence_threshold": "int", "sub_group_size": "int",
-    "overlap_comm": "bool", "contiguous_gradients": "bool", "reduce_scatter": "bool",
-}  # fmt: skip
+    "reduce_bucket_size": "int",
+    "stage3_prefetch_bucket_size": "int",
+    "stage3_max_live_parameters": "int",
+    "stage3_max_reuse_distance": "int",
+    "stage3_param_persistence_threshold": "int",
+    "sub_group_size": "int",
+    "overlap_comm": "bool",
+    "contiguous_gradients": "bool",
+    "reduce_scatter": "bool",
+}
 """DeepSpeed ZeRO-3 knobs a ``deepspeed`` arm may set (``zero_optimization`` keys), with their types."""
 BACKEND_OPTIONS: dict[str, dict[str, str]] = {"deepspeed": DEEPSPEED_KNOBS}
 """Backend-specific arm options by backend (allow-lists); they go to ``Arm.backend_options``."""
@@ -265,7 +283,9 @@ class Arm:
             raise ConfigError(f"arm option prefetch must be >= 0, got {self.prefetch}")
         for name in ("param_dtype", "reduce_dtype"):
             if getattr(self, name) not in DTYPES:
-                raise ConfigError(f"arm option {name}={getattr(self, name)!r}; choose one of: {', '.join(DTYPES)}")
+                raise ConfigError(
+                    f"arm option {name}={getattr(self, name)!r}; choose one of: {', '.join(DTYPES)}"
+                )
         if self.ac not in ("off", "full"):
             raise ConfigError(f"arm option ac={self.ac!r}; choose off or full")
         if self.comm_fusion and self.backend != "hyper":
@@ -276,7 +296,9 @@ class Arm:
         for key in self.backend_options:
             if key not in allowed:
                 known = f"known: {', '.join(allowed)}" if allowed else f"the {self.backend} backend has none"
-                raise ConfigError(f"arm option {key!r} is not an option of the {self.backend} backend ({known})")
+                raise ConfigError(
+                    f"arm option {key!r} is not an option of the {self.backend} backend ({known})"
+                )
         self._validate_backend_rules()
 
     def _validate_backend_rules(self) -> None:
@@ -314,12 +336,26 @@ class Arm:
     def default_label(self) -> str:
         parts = [self.backend]
         defaults = {f.name: f.default for f in dataclasses.fields(Arm)}
-        for name in ("prefetch", "reshard_after_forward", "mesh", "param_dtype", "reduce_dtype", "comm_fusion", "ac"):
+        for name in (
+            "prefetch",
+            "reshard_after_forward",
+            "mesh",
+            "param_dtype",
+            "reduce_dtype",
+            "comm_fusion",
+            "ac",
+        ):
             value = getattr(self, name)
             if value != defaults[name]:
-                short = {"reshard_after_forward": "raf", "param_dtype": "pdt", "reduce_dtype": "rdt",
-                         "comm_fusion": "fusion"}.get(name, name)  # fmt: skip
-                text = {True: "1", False: "0"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+                short = {
+                    "reshard_after_forward": "raf",
+                    "param_dtype": "pdt",
+                    "reduce_dtype": "rdt",
+                    "comm_fusion": "fusion",
+                }.get(name, name)
+                text = (
+                    {True: "1", False: "0"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+                )
                 parts.append(f"{short}{text.replace('bfloat16', 'bf16').replace('float', 'fp')}")
         parts += [f"{k}{_short_value(v)}" for k, v in sorted(self.backend_options.items())]
         if self.python:
@@ -344,8 +380,17 @@ class Arm:
         return shape
 
 
-ARM_OPTION_FIELDS = ("prefetch", "reshard_after_forward", "mesh", "param_dtype", "reduce_dtype", "comm_fusion", "ac",
-                     "python", "label")  # fmt: skip
+ARM_OPTION_FIELDS = (
+    "prefetch",
+    "reshard_after_forward",
+    "mesh",
+    "param_dtype",
+    "reduce_dtype",
+    "comm_fusion",
+    "ac",
+    "python",
+    "label",
+)
 
 
 def _short_value(value: Any) -> str:
@@ -436,7 +481,12 @@ def parse_arms(text: str | list[str], shared: dict[str, Any] | None = None) -> l
 DEVICES = ("auto", "cpu", "cuda", "npu")
 OPTIMIZERS = ("sgd", "adamw")
 ORDERS = ("alternate", "shuffle")
-ENV_NAMES = {"SEQ_LEN": "seq_len", "NUM_LAYERS": "layers", "ENABLE_PROFILER": "profile", "PREFETCH": "prefetch"}
+ENV_NAMES = {
+    "SEQ_LEN": "seq_len",
+    "NUM_LAYERS": "layers",
+    "ENABLE_PROFILER": "profile",
+    "PREFETCH": "prefetch",
+}
 """The original study's environment names and the option each one sets (a default below flags)."""
 
 
@@ -455,11 +505,16 @@ def deepspeed_available() -> bool:
 
 
 OPTIONAL_BACKENDS: dict[str, tuple[Any, str]] = {
-    "deepspeed": (lambda: deepspeed_available(), "deepspeed, which is not installed; pip install deepspeed "
-                  "(or pip install 'fsdpbench[deepspeed]')"),
-    "hyper": (lambda: hyper_available(), "hyper_parallel, which is not installed; install it from its repository "
-              "(pip install --no-deps -e <hyper-parallel checkout>; pip install pyyaml)"),
-}  # fmt: skip
+    "deepspeed": (
+        lambda: deepspeed_available(),
+        "deepspeed, which is not installed; pip install deepspeed (or pip install 'fsdpbench[deepspeed]')",
+    ),
+    "hyper": (
+        lambda: hyper_available(),
+        "hyper_parallel, which is not installed; install it from its repository "
+        "(pip install --no-deps -e <hyper-parallel checkout>; pip install pyyaml)",
+    ),
+}
 """Backends whose library is optional: (is it importable here?, what the error says is missing)."""
 
 
@@ -532,13 +587,25 @@ class RunConfig:
         """Raise ``ConfigError`` naming the option, its value and what to use instead."""
         self.model.validate()
         self.model.validate_seq_len(self.seq_len)
-        counts = {"rounds": 1, "steps": 1, "nproc": 1, "nnodes": 1, "batch_size": 1,
-                  "warmup": 0, "node_rank": 0, "profile_step": 1, "master_port": 0, "parity_steps": 0}  # fmt: skip
+        counts = {
+            "rounds": 1,
+            "steps": 1,
+            "nproc": 1,
+            "nnodes": 1,
+            "batch_size": 1,
+            "warmup": 0,
+            "node_rank": 0,
+            "profile_step": 1,
+            "master_port": 0,
+            "parity_steps": 0,
+        }
         why = {"profile_step": " (step 0 creates the NCCL/HCCL communicators and warms the caches)"}
         for name, low in counts.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"--{name.replace('_', '-')} must be an integer >= {low}{why.get(name, '')}, got {value!r}")
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be an integer >= {low}{why.get(name, '')}, got {value!r}"
+                )
         if self.node_rank >= self.nnodes:
             raise ConfigError(f"--node-rank {self.node_rank} must be < --nnodes {self.nnodes}")
         if self.nnodes > 1 and not (self.rdzv_endpoint or self.master_port):

@@ -47,7 +47,9 @@ def _import_torch_npu() -> Any:
     try:
         import torch_npu  # noqa: F401  (registers torch.npu and the hccl backend)
     except ImportError as exc:
-        raise ConfigError(f"--device npu needs torch_npu, which cannot be imported ({exc}); install torch_npu") from None
+        raise ConfigError(
+            f"--device npu needs torch_npu, which cannot be imported ({exc}); install torch_npu"
+        ) from None
     return torch_npu
 
 

@@ -92,10 +92,17 @@ def probe(python: str, env: dict[str, str] | None = None) -> dict[str, Any]:
         raise ConfigError(f"python={python}: no such interpreter; give the path of a venv's bin/python")
     code = f"LIBRARIES = {LIBRARIES!r}\n{_PROBE}"
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                             env=env if env is not None else dict(os.environ))  # fmt: skip
+        out = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=env if env is not None else dict(os.environ),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"python={python}: could not run it ({exc}); give the path of a working interpreter") from None
+        raise ConfigError(
+            f"python={python}: could not run it ({exc}); give the path of a working interpreter"
+        ) from None
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(f"python={python}: the probe failed ({last}); is it a Python 3.10+ interpreter?")
@@ -118,7 +125,9 @@ def probe_arms(arms: list[Arm], env: dict[str, str]) -> dict[str, dict[str, Any]
             seen[key] = probe(python, interpreter_environment(arm, env))
         facts = seen[key]
         libs = facts["libraries"]
-        missing = [name for name in ("torch", "fsdpbench", NEEDS.get(arm.backend)) if name and not libs.get(name)]
+        missing = [
+            name for name in ("torch", "fsdpbench", NEEDS.get(arm.backend)) if name and not libs.get(name)
+        ]
         if missing:
             raise ConfigError(
                 f"arm {arm.label!r}: interpreter {python} has no {' or '.join(missing)}; install "

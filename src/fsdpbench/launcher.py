@@ -67,9 +67,18 @@ def torchrun_command(
     Multi-node runs use static rendezvous on ``--rdzv-endpoint`` (or loopback ``--master-port``),
     with the port advanced by the launch index so that a fast node never joins the previous launch.
     """
-    cmd = [python or sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
-           f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=static",
-           f"--log-dir={log_dir}", "--redirects=3", "--max-restarts=0"]  # fmt: skip
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={cfg.nproc}",
+        f"--nnodes={cfg.nnodes}",
+        f"--node-rank={cfg.node_rank}",
+        "--rdzv-backend=static",
+        f"--log-dir={log_dir}",
+        "--redirects=3",
+        "--max-restarts=0",
+    ]
     if cfg.rdzv_endpoint:
         host, _, port = cfg.rdzv_endpoint.rpartition(":")
         cmd.append(f"--rdzv-endpoint={host}:{int(port) + launch_index}")
@@ -79,8 +88,21 @@ def torchrun_command(
     return cmd + ["-m", "fsdpbench.worker", str(spec_path)]
 
 
-RECORDED_ENV_PREFIXES = ("OMP_", "MKL_", "NCCL_", "HCCL_", "ASCEND_", "CUDA_", "PYTORCH_", "TORCH_",
-                         "HYPER_PARALLEL_", "FSDPBENCH_", "TASK_QUEUE_", "CPU_AFFINITY", "DS_")  # fmt: skip
+RECORDED_ENV_PREFIXES = (
+    "OMP_",
+    "MKL_",
+    "NCCL_",
+    "HCCL_",
+    "ASCEND_",
+    "CUDA_",
+    "PYTORCH_",
+    "TORCH_",
+    "HYPER_PARALLEL_",
+    "FSDPBENCH_",
+    "TASK_QUEUE_",
+    "CPU_AFFINITY",
+    "DS_",
+)
 """Environment variables that change how the ranks run; the manifest records their values."""
 
 
@@ -115,9 +137,14 @@ class _Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}"), console=console, transient=False,
-        )  # fmt: skip
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"),
+            console=console,
+            transient=False,
+        )
         self.overall = self.progress.add_task("launches", total=total, last="")
         self.task: Any = None
 
@@ -132,8 +159,11 @@ class _Progress:
         self.task = self.progress.add_task(label, total=steps, last="starting ranks…")
 
     def step(self, record: dict[str, Any]) -> None:
-        self.progress.update(self.task, completed=record["step"] + 1,
-                             last=f"step {record['step']} ({record['kind']}): {record['time_ms']:.1f} ms")  # fmt: skip
+        self.progress.update(
+            self.task,
+            completed=record["step"] + 1,
+            last=f"step {record['step']} ({record['kind']}): {record['time_ms']:.1f} ms",
+        )
 
     def finish(self, ok: bool, wall_s: float) -> None:
         self.progress.update(self.task, last=f"{'done' if ok else 'FAILED'} in {wall_s:.1f} s")
@@ -166,7 +196,11 @@ class Run:
 
     # ---- bookkeeping
     def done(self) -> set[tuple[str, int]]:
-        return {(i["arm"], i["round"]) for i in self.manifest["order"] if results.launch_ok(self.run_dir, i["arm"], i["round"])}
+        return {
+            (i["arm"], i["round"])
+            for i in self.manifest["order"]
+            if results.launch_ok(self.run_dir, i["arm"], i["round"])
+        }
 
     def flops_per_token(self) -> float | None:
         return (self.manifest.get("environment") or {}).get("flops_per_token")
@@ -176,7 +210,10 @@ class Run:
 
     def write_summary(self) -> dict[str, Any]:
         summary = results.build_summary(
-            self.manifest, results.read_steps(self.run_dir), done=self.done(), flops_per_token=self.flops_per_token()
+            self.manifest,
+            results.read_steps(self.run_dir),
+            done=self.done(),
+            flops_per_token=self.flops_per_token(),
         )
         results.write_json(self.run_dir / results.SUMMARY, summary)
         return summary
@@ -192,8 +229,14 @@ class Run:
         results.drop_steps(self.run_dir, arm, rec_round, keep_to=ldir / "discarded_steps.jsonl")
         if kind == "profile" and results.set_aside_profiles(self.run_dir, arm, ldir / "discarded_profiles"):
             self.manifest.get("profiles", {}).pop(arm, None)
-        spec = {"config": self.cfg.to_dict(), "arm": arm, "round": rec_round, "kind": kind,
-                "run_dir": str(self.run_dir.resolve()), "launch_dir": str(ldir.resolve())}  # fmt: skip
+        spec = {
+            "config": self.cfg.to_dict(),
+            "arm": arm,
+            "round": rec_round,
+            "kind": kind,
+            "run_dir": str(self.run_dir.resolve()),
+            "launch_dir": str(ldir.resolve()),
+        }
         spec_path = ldir / "spec.json"
         results.write_json(spec_path, spec)
         arm_cfg = next(a for a in self.cfg.arms if a.label == arm)
@@ -209,7 +252,9 @@ class Run:
         seen = 0
         with open(ldir / "torchrun.log", "wb") as out:
             env = interpreter_environment(arm_cfg, worker_environment(self.cfg))
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
             try:
                 while rc is None:
                     try:
@@ -224,8 +269,10 @@ class Run:
                     if rc is None and time.monotonic() - t0 > self.cfg.timeout:
                         _kill_group(proc)
                         rc = proc.returncode
-                        error = (f"timed out after {self.cfg.timeout:g} s (a rank hung or is too slow); the whole "
-                                 f"process group was killed — raise --timeout if the run is just slow")  # fmt: skip
+                        error = (
+                            f"timed out after {self.cfg.timeout:g} s (a rank hung or is too slow); the whole "
+                            f"process group was killed — raise --timeout if the run is just slow"
+                        )
             except BaseException:
                 _kill_group(proc)
                 rc = proc.returncode
@@ -252,8 +299,15 @@ class Run:
                 self.manifest["environment"]["hyper_parallel"] = facts["hyper_parallel"]
             if facts.get("backend"):  # each arm's own backend facts (e.g. DeepSpeed's resolved config)
                 self.manifest.setdefault("backends", {})[arm] = facts["backend"]
-        self.manifest["launches"].append({"arm": arm, "round": rec_round, "kind": kind, "rc": rc,
-                                          "wall_s": round(time.monotonic() - t0, 3)})  # fmt: skip
+        self.manifest["launches"].append(
+            {
+                "arm": arm,
+                "round": rec_round,
+                "kind": kind,
+                "rc": rc,
+                "wall_s": round(time.monotonic() - t0, 3),
+            }
+        )
         if kind == "profile" and error is None:
             self.manifest.setdefault("profiles", {})[arm] = f"profiles/{arm}"
         self.write_manifest()
@@ -262,19 +316,39 @@ class Run:
             raise LaunchError(f"arm {arm!r} {where}: {error}; logs in {ldir}")
 
     def _device_type(self, ldir: Path) -> str:
-        facts = results.read_json_if_readable(ldir / "environment.json") or self.manifest.get("environment") or {}
+        facts = (
+            results.read_json_if_readable(ldir / "environment.json") or self.manifest.get("environment") or {}
+        )
         return facts.get("device_type") or self.cfg.device
 
     def _local_ranks(self) -> range:
         first = self.cfg.node_rank * self.cfg.nproc
         return range(first, first + self.cfg.nproc)
 
-    def _write_status(self, ldir: Path, arm: str, round_: int, kind: str, rc: int | None, started: str,
-                      t0: float, error: str | None) -> None:  # fmt: skip
-        results.write_json(ldir / results.STATUS, {
-            "arm": arm, "round": round_ if kind == "timed" else -1, "kind": kind, "rc": rc, "started": started,
-            "ended": datetime.now().isoformat(timespec="seconds"), "wall_s": time.monotonic() - t0, "error": error,
-        })  # fmt: skip
+    def _write_status(
+        self,
+        ldir: Path,
+        arm: str,
+        round_: int,
+        kind: str,
+        rc: int | None,
+        started: str,
+        t0: float,
+        error: str | None,
+    ) -> None:
+        results.write_json(
+            ldir / results.STATUS,
+            {
+                "arm": arm,
+                "round": round_ if kind == "timed" else -1,
+                "kind": kind,
+                "rc": rc,
+                "started": started,
+                "ended": datetime.now().isoformat(timespec="seconds"),
+                "wall_s": time.monotonic() - t0,
+                "error": error,
+            },
+        )
 
 
 ASCEND_REQUIRED = ("kernel_details.csv", "trace_view.json")
@@ -294,11 +368,13 @@ def missing_ascend_output(profile_dir: Path, ranks: range) -> str | None:
             missing.append(f"rank {rank}: {', '.join(lacking)}")
     if not missing:
         return None
-    return (f"the Ascend profile was not parsed ({'; '.join(missing)} missing under {profile_dir}/rank<k>/"
-            f"*_ascend_pt/ASCEND_PROFILER_OUTPUT): torch_npu's parser needs CANN's msprof on PATH — source "
-            f"the CANN toolkit (e.g. source /usr/local/Ascend/ascend-toolkit/set_env.sh, or install the "
-            f"CANN toolkit package) and rerun the profile with --resume, or parse in place with "
-            f"python -c \"from torch_npu.profiler.profiler import analyse; analyse('{profile_dir}/rank0')\"")
+    return (
+        f"the Ascend profile was not parsed ({'; '.join(missing)} missing under {profile_dir}/rank<k>/"
+        f"*_ascend_pt/ASCEND_PROFILER_OUTPUT): torch_npu's parser needs CANN's msprof on PATH — source "
+        f"the CANN toolkit (e.g. source /usr/local/Ascend/ascend-toolkit/set_env.sh, or install the "
+        f"CANN toolkit package) and rerun the profile with --resume, or parse in place with "
+        f"python -c \"from torch_npu.profiler.profiler import analyse; analyse('{profile_dir}/rank0')\""
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -330,8 +406,10 @@ def _explain_failure(ldir: Path, rc: int) -> str:
     oom = [e for e in errors if e.get("oom")]
     if oom:
         e = oom[0]
-        return (f"out of memory on rank {e['rank']} ({e['message']}); reduce --seq-len, --layers or "
-                f"--batch-size, use --ac full or more ranks")  # fmt: skip
+        return (
+            f"out of memory on rank {e['rank']} ({e['message']}); reduce --seq-len, --layers or "
+            f"--batch-size, use --ac full or more ranks"
+        )
     if errors:
         # the first failure is the cause; peers then fail in their collectives (DistBackendError)
         first = min(errors, key=lambda e: (e["type"] == "DistBackendError", e.get("time", 0.0), e["rank"]))
@@ -348,7 +426,9 @@ def _environment_stub(cfg: RunConfig) -> dict[str, Any]:
     return {"world_size": cfg.world_size, "nnodes": cfg.nnodes, "nproc_per_node": cfg.nproc}
 
 
-def run_ab(cfg: RunConfig, *, resume: Path | None = None, console: Any = None, command: list[str] | None = None) -> Path:
+def run_ab(
+    cfg: RunConfig, *, resume: Path | None = None, console: Any = None, command: list[str] | None = None
+) -> Path:
     """Run every arm-round of ``cfg`` (interleaved) and the profiling launches; return the run folder.
 
     Args:
@@ -368,19 +448,28 @@ def run_ab(cfg: RunConfig, *, resume: Path | None = None, console: Any = None, c
         try:
             cfg = RunConfig.from_dict(manifest["config"])
         except KeyError:
-            raise InputError(f"{run_dir / results.MANIFEST}: no 'config'; is this an fsdpbench run folder?") from None
+            raise InputError(
+                f"{run_dir / results.MANIFEST}: no 'config'; is this an fsdpbench run folder?"
+            ) from None
     else:
-        interpreters = probe_arms(cfg.arms, worker_environment(cfg))  # refuse a bad interpreter before launching
+        interpreters = probe_arms(
+            cfg.arms, worker_environment(cfg)
+        )  # refuse a bad interpreter before launching
         run_dir = results.create_run_dir(cfg.out, cfg.name)
         manifest = {
-            "schema_version": results.SCHEMA_VERSION, "name": cfg.name,
+            "schema_version": results.SCHEMA_VERSION,
+            "name": cfg.name,
             "created": datetime.now().isoformat(timespec="seconds"),
             "command": list(command if command is not None else ["fsdpbench", *sys.argv[1:]]),
-            "config": cfg.to_dict(), "arms": [a.options() for a in cfg.arms],
+            "config": cfg.to_dict(),
+            "arms": [a.options() for a in cfg.arms],
             "order": interleaved_order([a.label for a in cfg.arms], cfg.rounds, cfg.order, cfg.seed),
-            "environment": None, "environment_variables": recorded_environment(cfg), "interpreters": interpreters,
-            "launches": [], "profiles": {},
-        }  # fmt: skip
+            "environment": None,
+            "environment_variables": recorded_environment(cfg),
+            "interpreters": interpreters,
+            "launches": [],
+            "profiles": {},
+        }
         results.write_json(run_dir / results.MANIFEST, manifest)
     run = Run(cfg, run_dir, manifest, console)
     todo: list[tuple[str, int, str]] = [
@@ -388,9 +477,11 @@ def run_ab(cfg: RunConfig, *, resume: Path | None = None, console: Any = None, c
     ]
     if cfg.profile:
         todo += [(a.label, -1, "profile") for a in cfg.arms if not results.launch_ok(run_dir, a.label, None)]
-    console.print(f"[bold]fsdpbench[/] {cfg.name}: {len(cfg.arms)} arm(s) × {cfg.rounds} round(s), "
-                  f"{cfg.world_size} rank(s), preset {cfg.preset}, {cfg.model.num_hidden_layers} layers, "
-                  f"seq {cfg.seq_len} → {run_dir}")  # fmt: skip
+    console.print(
+        f"[bold]fsdpbench[/] {cfg.name}: {len(cfg.arms)} arm(s) × {cfg.rounds} round(s), "
+        f"{cfg.world_size} rank(s), preset {cfg.preset}, {cfg.model.num_hidden_layers} layers, "
+        f"seq {cfg.seq_len} → {run_dir}"
+    )
     if resume is not None:
         console.print(f"resuming: {len(todo)} launch(es) left")
     index = len(manifest["launches"])
@@ -420,21 +511,33 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
     for col in ("arm", "rounds", "median ms", "p10", "p90", "tok/s/dev", "TFLOP/s", "MFU", "mem GiB"):
         table.add_column(col, justify="left" if col == "arm" else "right")
     for label, a in summary["arms"].items():
-        table.add_row(label, str(len(a["rounds"])), fmt(a["median_ms"]), fmt(a["p10_ms"]), fmt(a["p90_ms"]),
-                      fmt(a["tokens_per_s_per_device"], ".0f"), fmt(a["tflops_per_device"], ".3g"),
-                      fmt(a["mfu"], ".1%"), fmt(a["peak_mem_allocated_bytes"], ".2f", 1 / 2**30))  # fmt: skip
+        table.add_row(
+            label,
+            str(len(a["rounds"])),
+            fmt(a["median_ms"]),
+            fmt(a["p10_ms"]),
+            fmt(a["p90_ms"]),
+            fmt(a["tokens_per_s_per_device"], ".0f"),
+            fmt(a["tflops_per_device"], ".3g"),
+            fmt(a["mfu"], ".1%"),
+            fmt(a["peak_mem_allocated_bytes"], ".2f", 1 / 2**30),
+        )
     console.print(table)
     for c in summary["comparisons"]:
         ci = "—" if c["ci95"] is None else f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}"
         need = c["rounds_needed_1pct"]
-        console.print(f"{c['test']} / {c['base']}: ratio {c['ratio']:.3f} (95% CI {ci}); "
-                      f"rounds for ±1%: {need if need is not None else '—'}")  # fmt: skip
+        console.print(
+            f"{c['test']} / {c['base']}: ratio {c['ratio']:.3f} (95% CI {ci}); "
+            f"rounds for ±1%: {need if need is not None else '—'}"
+        )
     parity = summary["parity"]
     if not parity["valid"]:
         console.print(f"[bold red]PARITY FAILED — the comparison is INVALID: {parity['reason']}[/]")
     elif parity["steps_compared"]:
-        console.print(f"parity ok ({parity['mode']}, {parity['steps_compared']} steps, "
-                      f"max |Δloss| {parity['max_abs_diff']:.2e})")  # fmt: skip
+        console.print(
+            f"parity ok ({parity['mode']}, {parity['steps_compared']} steps, "
+            f"max |Δloss| {parity['max_abs_diff']:.2e})"
+        )
     if summary["missing"]:
         missing = ", ".join(f"{m['arm']} round {m['round']}" for m in summary["missing"])
         console.print(f"[yellow]missing: {missing} — complete them with fsdpbench ab --resume RUN_DIR[/]")
@@ -452,8 +555,10 @@ def write_report_safely(run_dir: Path, console: Any) -> None:
     try:
         write_report(run_dir)
     except Exception as exc:  # noqa: BLE001 - the run's results are already on disk
-        console.print(f"[yellow]warning: the report could not be written ({type(exc).__name__}: {exc}); "
-                      f"the results in {run_dir} are complete — retry with fsdpbench report {run_dir}[/]")  # fmt: skip
+        console.print(
+            f"[yellow]warning: the report could not be written ({type(exc).__name__}: {exc}); "
+            f"the results in {run_dir} are complete — retry with fsdpbench report {run_dir}[/]"
+        )
 
 
 __all__ = ["run_ab", "interleaved_order", "torchrun_command", "print_summary", "write_report_safely"]

@@ -192,11 +192,22 @@ def build_summary(
     for label in labels:
         rounds = timed.get(label, {})
         if not rounds:
-            arms[label] = {"status": "missing", "rounds": [], "median_ms": None, "p10_ms": None, "p90_ms": None,
-                           "tokens_per_s_per_device": None, "tflops_per_device": None, "mfu": None,
-                           "peak_mem_allocated_bytes": None, "peak_mem_reserved_bytes": None}  # fmt: skip
+            arms[label] = {
+                "status": "missing",
+                "rounds": [],
+                "median_ms": None,
+                "p10_ms": None,
+                "p90_ms": None,
+                "tokens_per_s_per_device": None,
+                "tflops_per_device": None,
+                "mfu": None,
+                "peak_mem_allocated_bytes": None,
+                "peak_mem_reserved_bytes": None,
+            }
             continue
-        per_round = [{"round": r, "median_ms": stats.median(v), "n_steps": len(v)} for r, v in sorted(rounds.items())]
+        per_round = [
+            {"round": r, "median_ms": stats.median(v), "n_steps": len(v)} for r, v in sorted(rounds.items())
+        ]
         medians = [r["median_ms"] for r in per_round]
         round_medians[label] = medians
         pooled = [t for v in rounds.values() for t in v]
@@ -206,20 +217,26 @@ def build_summary(
         allocs = [m[0] for m in mem[label] if m[0] is not None]
         reserved = [m[1] for m in mem[label] if m[1] is not None]
         arms[label] = {
-            "status": "ok", "rounds": per_round, "median_ms": med,
-            "p10_ms": stats.percentile(pooled, 10), "p90_ms": stats.percentile(pooled, 90),
-            "tokens_per_s_per_device": tps, "tflops_per_device": tflops,
+            "status": "ok",
+            "rounds": per_round,
+            "median_ms": med,
+            "p10_ms": stats.percentile(pooled, 10),
+            "p90_ms": stats.percentile(pooled, 90),
+            "tokens_per_s_per_device": tps,
+            "tflops_per_device": tflops,
             "mfu": tflops * 1e12 / peak if (tflops is not None and peak) else None,
             "peak_mem_allocated_bytes": max(allocs) if allocs else None,
             "peak_mem_reserved_bytes": max(reserved) if reserved else None,
-        }  # fmt: skip
+        }
 
     comparisons = []
     if labels and labels[0] in round_medians:
         base = labels[0]
         for label in labels[1:]:
             if label in round_medians:
-                comp = stats.compare(base, label, round_medians[base], round_medians[label], seed=cfg.get("seed", 0))
+                comp = stats.compare(
+                    base, label, round_medians[base], round_medians[label], seed=cfg.get("seed", 0)
+                )
                 comparisons.append(comp.to_dict())
     parity = check_parity(steps, labels, cfg, done)
     verdict = "; ".join(c["verdict"] for c in comparisons) or None
@@ -231,15 +248,23 @@ def build_summary(
         if key not in (done if done is not None else {(a, r) for a, rs in timed.items() for r in rs}):
             missing.append({"arm": item["arm"], "round": item["round"], "why": "not run yet"})
     return {
-        "schema_version": SCHEMA_VERSION, "arms": arms, "comparisons": comparisons, "verdict": verdict,
-        "parity": parity, "missing": missing,
+        "schema_version": SCHEMA_VERSION,
+        "arms": arms,
+        "comparisons": comparisons,
+        "verdict": verdict,
+        "parity": parity,
+        "missing": missing,
         "profiles": {a: f"profiles/{a}" for a in labels if (manifest.get("profiles") or {}).get(a)},
-        "flops_per_token": flops_per_token, "peak_bf16_flops_per_device": peak,
-    }  # fmt: skip
+        "flops_per_token": flops_per_token,
+        "peak_bf16_flops_per_device": peak,
+    }
 
 
 def check_parity(
-    steps: list[dict[str, Any]], labels: list[str], cfg: dict[str, Any], done: set[tuple[str, int]] | None = None
+    steps: list[dict[str, Any]],
+    labels: list[str],
+    cfg: dict[str, Any],
+    done: set[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Compare the losses of the first ``parity_steps`` steps of every arm against the first arm.
 
@@ -260,11 +285,20 @@ def check_parity(
                 if done is not None and rec["round"] >= 0 and (label, rec["round"]) not in done:
                     continue
                 by_round[rec["round"]][rec["step"]] = float(rec["loss"])
-        full = [r for r in sorted(by_round, key=lambda r: (r < 0, r)) if all(s in by_round[r] for s in range(n))]
+        full = [
+            r for r in sorted(by_round, key=lambda r: (r < 0, r)) if all(s in by_round[r] for s in range(n))
+        ]
         if full:
             losses[label] = [by_round[full[0]][s] for s in range(n)]
-    result = {"valid": True, "mode": mode, "tolerance": tol, "steps_compared": 0,
-              "max_abs_diff": None, "max_rel_diff": None, "reason": None}  # fmt: skip
+    result = {
+        "valid": True,
+        "mode": mode,
+        "tolerance": tol,
+        "steps_compared": 0,
+        "max_abs_diff": None,
+        "max_rel_diff": None,
+        "reason": None,
+    }
     present = [lb for lb in labels if lb in losses]
     if len(present) < 2 or n == 0:
         result["reason"] = "fewer than two arms with losses to compare"

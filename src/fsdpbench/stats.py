@@ -101,12 +101,16 @@ class Comparison:
     def verdict(self) -> str:
         """``"<test> is x% faster/slower than <base> (CI a%..b%)"`` or ``"no difference detected ..."``."""
         if self.ci95 is None:
-            return (f"no difference detected between {self.test} and {self.base} "
-                    f"(ratio {self.ratio:.3f} from one round per arm; use --rounds 3 or more for a CI)")  # fmt: skip
+            return (
+                f"no difference detected between {self.test} and {self.base} "
+                f"(ratio {self.ratio:.3f} from one round per arm; use --rounds 3 or more for a CI)"
+            )
         lo, hi = ((1.0 / r - 1.0) * 100.0 for r in self.ci95)
         if not self.significant:
-            return (f"no difference detected between {self.test} and {self.base} "
-                    f"(ratio {self.ratio:.3f}, CI {self.ci95[0]:.3f}..{self.ci95[1]:.3f})")  # fmt: skip
+            return (
+                f"no difference detected between {self.test} and {self.base} "
+                f"(ratio {self.ratio:.3f}, CI {self.ci95[0]:.3f}..{self.ci95[1]:.3f})"
+            )
         pct = self.test_faster_pct
         word = "faster" if pct > 0 else "slower"
         a, b = sorted((abs(lo), abs(hi)))
@@ -114,14 +118,20 @@ class Comparison:
 
     def to_dict(self) -> dict:
         return {
-            "base": self.base, "test": self.test, "ratio": self.ratio,
-            "ci95": list(self.ci95) if self.ci95 else None, "test_faster_pct": self.test_faster_pct,
-            "significant": self.significant, "rounds_needed_1pct": self.rounds_needed_1pct,
+            "base": self.base,
+            "test": self.test,
+            "ratio": self.ratio,
+            "ci95": list(self.ci95) if self.ci95 else None,
+            "test_faster_pct": self.test_faster_pct,
+            "significant": self.significant,
+            "rounds_needed_1pct": self.rounds_needed_1pct,
             "verdict": self.verdict,
-        }  # fmt: skip
+        }
 
 
-def compare(base_label: str, test_label: str, base: Sequence[float], test: Sequence[float], *, seed: int = 0) -> Comparison:
+def compare(
+    base_label: str, test_label: str, base: Sequence[float], test: Sequence[float], *, seed: int = 0
+) -> Comparison:
     """Compare per-round medians of two arms: ratio of medians, bootstrap CI, significance."""
     ratio = median(test) / median(base)
     ci = None

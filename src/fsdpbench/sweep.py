@@ -77,11 +77,15 @@ class Cell:
 
     def record(self, tree: Path) -> dict[str, Any]:
         return {
-            "name": self.name, "experiment": self.experiment, "params": self.params,
+            "name": self.name,
+            "experiment": self.experiment,
+            "params": self.params,
             "run_dir": os.path.relpath(self.run_dir, tree) if self.run_dir else None,
-            "status": self.status, "error": self.error, "wall_s": self.wall_s,
+            "status": self.status,
+            "error": self.error,
+            "wall_s": self.wall_s,
             "config": comparable_config(self.config),
-        }  # fmt: skip
+        }
 
 
 @dataclasses.dataclass
@@ -117,7 +121,9 @@ def _arm_sets(value: Any, where: str) -> list[str | None]:
     if isinstance(value, list) and all(isinstance(v, list | str) for v in value):
         # any nested list makes every item an arm set (a list of specs or one comma string)
         return [",".join(map(str, v)) if isinstance(v, list) else v for v in value]
-    raise ConfigError(f"{where}: arms must be a string, a list of arm specs, or a list of such lists; got {value!r}")
+    raise ConfigError(
+        f"{where}: arms must be a string, a list of arm specs, or a list of such lists; got {value!r}"
+    )
 
 
 def _cell_name(exp: str, values: dict[str, Any], varying: set[str], arm_index: int) -> str:
@@ -131,7 +137,9 @@ def _cell_name(exp: str, values: dict[str, Any], varying: set[str], arm_index: i
     return "-".join(str(p) for p in parts)
 
 
-def expand(spec: dict[str, Any], source: str = "sweep file") -> tuple[str, dict[str, Any], list[tuple[str, str, dict[str, Any], dict[str, Any]]]]:
+def expand(
+    spec: dict[str, Any], source: str = "sweep file"
+) -> tuple[str, dict[str, Any], list[tuple[str, str, dict[str, Any], dict[str, Any]]]]:
     """Expand a parsed sweep file into cells, without building configs.
 
     Returns:
@@ -139,7 +147,9 @@ def expand(spec: dict[str, Any], source: str = "sweep file") -> tuple[str, dict[
     """
     unknown = set(spec) - {"sweep", "base", "grid", "experiment"}
     if unknown:
-        raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; use [sweep], [base], [grid], [[experiment]]")
+        raise ConfigError(
+            f"{source}: unknown table(s) {sorted(unknown)}; use [sweep], [base], [grid], [[experiment]]"
+        )
     sweep = dict(spec.get("sweep") or {})
     if set(sweep) - {"name", "out"}:
         raise ConfigError(f"{source}: [sweep] takes name and out, not {sorted(set(sweep) - {'name', 'out'})}")
@@ -151,7 +161,9 @@ def expand(spec: dict[str, Any], source: str = "sweep file") -> tuple[str, dict[
     grid = {**{k: base.pop(k) for k in AXES if k in base}, **dict(spec.get("grid") or {})}
     bad_axes = set(grid) - set(AXES)
     if bad_axes:
-        raise ConfigError(f"{source}: [grid] has {sorted(bad_axes)}, which are not axes; axes are {', '.join(AXES)}")
+        raise ConfigError(
+            f"{source}: [grid] has {sorted(bad_axes)}, which are not axes; axes are {', '.join(AXES)}"
+        )
     experiments = spec.get("experiment") or [{"name": "grid"}]
     if not isinstance(experiments, list):
         raise ConfigError(f"{source}: experiments are written [[experiment]] (an array of tables)")
@@ -161,7 +173,9 @@ def expand(spec: dict[str, Any], source: str = "sweep file") -> tuple[str, dict[
         exp = dict(exp)
         exp_name = str(exp.pop("name", f"exp{i}"))
         if not re.fullmatch(r"[A-Za-z0-9._-]+", exp_name):
-            raise ConfigError(f"{source}: experiment name {exp_name!r} may hold only letters, digits, '.', '_', '-'")
+            raise ConfigError(
+                f"{source}: experiment name {exp_name!r} may hold only letters, digits, '.', '_', '-'"
+            )
         axes = {**grid, **{k: v for k, v in exp.items() if k in AXES}}
         options = {**base, **{k: v for k, v in exp.items() if k not in AXES}}
         model = {**(base.get("model") or {}), **(exp.get("model") or {})}
@@ -175,17 +189,23 @@ def expand(spec: dict[str, Any], source: str = "sweep file") -> tuple[str, dict[
         lists = [_as_list(axes.get(k)) for k in ("seq_len", "layers", "prefetch", "mesh")]
         empty = [k for k, v in zip(("seq_len", "layers", "prefetch", "mesh"), lists, strict=True) if not v]
         if empty or not arm_sets:
-            raise ConfigError(f"{source}: experiment {exp_name!r}: axis {(empty or ['arms'])[0]} is an empty list; "
-                              "give it at least one value or leave it out")  # fmt: skip
-        varying = {k for k, v in zip(("seq_len", "layers", "prefetch", "mesh"), lists, strict=True) if len(v) > 1}
+            raise ConfigError(
+                f"{source}: experiment {exp_name!r}: axis {(empty or ['arms'])[0]} is an empty list; "
+                "give it at least one value or leave it out"
+            )
+        varying = {
+            k for k, v in zip(("seq_len", "layers", "prefetch", "mesh"), lists, strict=True) if len(v) > 1
+        }
         if len(arm_sets) > 1:
             varying.add("arms")
         for seq_len, layers, prefetch, mesh, (arm_i, arms) in itertools.product(*lists, enumerate(arm_sets)):
             values = {"seq_len": seq_len, "layers": layers, "prefetch": prefetch, "mesh": mesh, "arms": arms}
             cell = _cell_name(exp_name, values, varying, arm_i)
             if cell in seen:
-                raise ConfigError(f"{source}: cell {cell!r} appears twice (experiments {seen[cell]!r} and {exp_name!r}); "
-                                  "give the experiments different names")  # fmt: skip
+                raise ConfigError(
+                    f"{source}: cell {cell!r} appears twice (experiments {seen[cell]!r} and {exp_name!r}); "
+                    "give the experiments different names"
+                )
             seen[cell] = exp_name
             cells.append((cell, exp_name, values, options))
     return name, sweep, cells
@@ -205,7 +225,12 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
     tree = Path(out if out is not None else sweep_table.get("out", "results")) / name
     cells = []
     for cell_name, exp, values, options in raw_cells:
-        overrides = {**options, **{k: v for k, v in values.items() if v is not None}, "name": cell_name, "out": str(tree)}
+        overrides = {
+            **options,
+            **{k: v for k, v in values.items() if v is not None},
+            "name": cell_name,
+            "out": str(tree),
+        }
         try:
             cfg = RunConfig.from_sources(None, env={}, overrides=overrides)
         except ConfigError as exc:
@@ -271,10 +296,13 @@ def write_state(sweep: Sweep, command: list[str] | None = None) -> Path:
     sweep.tree.mkdir(parents=True, exist_ok=True)
     path = sweep.tree / STATE_FILE
     payload = {
-        "schema_version": SCHEMA_VERSION, "name": sweep.name, "source": sweep.source,
-        "command": command or [], "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "schema_version": SCHEMA_VERSION,
+        "name": sweep.name,
+        "source": sweep.source,
+        "command": command or [],
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "cells": [c.record(sweep.tree) for c in sweep.cells],
-    }  # fmt: skip
+    }
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
     os.replace(tmp, path)
@@ -346,6 +374,7 @@ def run_sweep(
     selected = [c for c in sweep.cells if only is None or fnmatch.fnmatchcase(c.name, only)]
     if only is not None and not selected:
         raise ConfigError(f"--only {only!r} matches no cell; cells: {', '.join(c.name for c in sweep.cells)}")
+
     def say(message: str) -> None:
         if console is not None:
             console.print(message, markup=False, highlight=False)
@@ -389,7 +418,11 @@ def run_sweep(
             cell.run_dir = find_run_dir(sweep.tree, cell.name)
             cell.status, cell.error = "failed", f"{type(exc).__name__}: {exc}"
         cell.wall_s = round(time.monotonic() - started, 1)
-        say(f"{prefix}: {cell.status}" + (f" — {cell.error}" if cell.error else "") + f" ({cell.wall_s:.0f} s)")
+        say(
+            f"{prefix}: {cell.status}"
+            + (f" — {cell.error}" if cell.error else "")
+            + f" ({cell.wall_s:.0f} s)"
+        )
         write_state(sweep, command)
         if write_index:
             _index(sweep)
@@ -405,8 +438,10 @@ def _cell_report(run_dir: Path, say: Callable[[str], Any]) -> None:
 
         write_report(run_dir)
     except Exception as exc:
-        say(f"warning: the report of {run_dir} could not be written ({type(exc).__name__}: {exc}); "
-            f"retry with fsdpbench report {run_dir}")  # fmt: skip
+        say(
+            f"warning: the report of {run_dir} could not be written ({type(exc).__name__}: {exc}); "
+            f"retry with fsdpbench report {run_dir}"
+        )
 
 
 def _restore_errors(sweep: Sweep) -> None:
@@ -423,8 +458,14 @@ def _why_partial(run_dir: Path) -> str:
     summary = read_json_if_readable(run_dir / "summary.json")
     if summary is None:
         return "the run wrote no summary.json"
-    bad = [f"{a}: {s.get('status')}" for a, s in (summary.get("arms") or {}).items() if s.get("status", "ok") != "ok"]
-    missing = [f"{m.get('arm')} round {m.get('round')} ({m.get('why')})" for m in summary.get("missing") or []]
+    bad = [
+        f"{a}: {s.get('status')}"
+        for a, s in (summary.get("arms") or {}).items()
+        if s.get("status", "ok") != "ok"
+    ]
+    missing = [
+        f"{m.get('arm')} round {m.get('round')} ({m.get('why')})" for m in summary.get("missing") or []
+    ]
     return "; ".join(bad + missing[:4]) or "incomplete"
 
 
@@ -447,12 +488,19 @@ def describe_cells(sweep: Sweep) -> list[list[str]]:
     for cell in sweep.cells:
         cfg = cell.config
         run_dir = find_run_dir(sweep.tree, cell.name)
-        rows.append([
-            cell.name, str(cfg.seq_len), str(cfg.model.num_hidden_layers),
-            str(cell.params.get("prefetch") if cell.params.get("prefetch") is not None else "—"),
-            str(cell.params.get("mesh") or "—"), cell.params["arms"], str(cfg.rounds),
-            "yes" if cfg.profile else "no", run_status(run_dir),
-        ])  # fmt: skip
+        rows.append(
+            [
+                cell.name,
+                str(cfg.seq_len),
+                str(cfg.model.num_hidden_layers),
+                str(cell.params.get("prefetch") if cell.params.get("prefetch") is not None else "—"),
+                str(cell.params.get("mesh") or "—"),
+                cell.params["arms"],
+                str(cfg.rounds),
+                "yes" if cfg.profile else "no",
+                run_status(run_dir),
+            ]
+        )
     return rows
 
 

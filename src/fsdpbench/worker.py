@@ -40,14 +40,25 @@ FAULT_ENV = "FSDPBENCH_FAULT"
 """Test hook: ``KIND:ARM:ROUND:RANK:STEP`` with KIND crash, hang or oom injects that failure."""
 
 COLLECTIVES = {
-    "all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
-    "all_gather": "all_gather", "all_gather_coalesced": "all_gather",
-    "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "reduce": "reduce", "broadcast": "broadcast",
-    "all_to_all_single": "all_to_all", "all_to_all": "all_to_all", "gather": "gather", "scatter": "scatter",
+    "all_gather_single": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "_all_gather_base": "all_gather",
+    "all_gather": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "reduce_scatter_single": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "all_reduce": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "reduce": "reduce",
+    "broadcast": "broadcast",
+    "all_to_all_single": "all_to_all",
+    "all_to_all": "all_to_all",
+    "gather": "gather",
+    "scatter": "scatter",
     "barrier": "barrier",
-}  # fmt: skip
+}
 """c10d functions counted by ``--count-collectives``: every spelling that some torch ≥ 2.6 has (the
 ``*_single`` functions are new; older torch implements ``all_gather_into_tensor`` itself and
 ``_all_gather_base`` forwards to it). Those missing from the installed torch are skipped; a wrapper
@@ -77,7 +88,9 @@ def apply_activation_checkpointing(model: torch.nn.Module) -> None:
         layer.forward = forward
 
 
-def build_sharded_model(cfg: RunConfig, arm: Arm, backend: Backend, mesh: Any, device: torch.device) -> torch.nn.Module:
+def build_sharded_model(
+    cfg: RunConfig, arm: Arm, backend: Backend, mesh: Any, device: torch.device
+) -> torch.nn.Module:
     """Build on meta, checkpoint (ac=full), shard with ``backend``, materialise on ``device`` and load
     the seeded initial weights one parameter at a time (the same values for every arm and mesh)."""
     from fsdpbench.model import build_model, init_full_tensor
@@ -99,8 +112,6 @@ def make_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.op
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr)
     return torch.optim.AdamW(params, lr=cfg.lr)
-
-
 
 
 class CollectiveCounter:
@@ -178,9 +189,11 @@ def make_profiler(device_type: str, out_dir: Path, rank: int, profile_step: int)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
     return profile(
-        activities=activities, schedule=schedule(**sched), record_shapes=True,
+        activities=activities,
+        schedule=schedule(**sched),
+        record_shapes=True,
         on_trace_ready=tensorboard_trace_handler(str(out_dir), worker_name=f"rank{rank}", use_gzip=True),
-    )  # fmt: skip
+    )
 
 
 def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
@@ -188,13 +201,17 @@ def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
 
     prof = torch_npu.profiler
     experimental = prof._ExperimentalConfig(
-        profiler_level=prof.ProfilerLevel.Level1, aic_metrics=prof.AiCMetrics.PipeUtilization,
+        profiler_level=prof.ProfilerLevel.Level1,
+        aic_metrics=prof.AiCMetrics.PipeUtilization,
         data_simplification=False,
-    )  # fmt: skip
+    )
     return prof.profile(
-        activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU], schedule=prof.schedule(**sched),
-        on_trace_ready=npu_trace_handler(prof, out_dir, rank), record_shapes=True, experimental_config=experimental,
-    )  # fmt: skip
+        activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
+        schedule=prof.schedule(**sched),
+        on_trace_ready=npu_trace_handler(prof, out_dir, rank),
+        record_shapes=True,
+        experimental_config=experimental,
+    )
 
 
 def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
@@ -208,8 +225,10 @@ def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
 
     handler = npu_profiler.tensorboard_trace_handler
     if "analyse_flag" not in inspect.signature(handler).parameters:
-        log.warning("this torch_npu's tensorboard_trace_handler has no analyse_flag: the profile is parsed "
-                    "inside the profiled step (upgrade torch_npu to parse after the run)")  # fmt: skip
+        log.warning(
+            "this torch_npu's tensorboard_trace_handler has no analyse_flag: the profile is parsed "
+            "inside the profiled step (upgrade torch_npu to parse after the run)"
+        )
         return handler(str(out_dir), worker_name=f"rank{rank}")
     return handler(str(out_dir), worker_name=f"rank{rank}", analyse_flag=False)
 
@@ -261,8 +280,15 @@ class StepRunner:
 
     def batch(self, step: int) -> torch.Tensor:
         cfg = self.cfg
-        return rank_batch(cfg.seed, step, rank=self.rank, world_size=self.world, batch_size=cfg.batch_size,
-                          seq_len=cfg.seq_len, vocab_size=cfg.model.vocab_size).to(self.device)  # fmt: skip
+        return rank_batch(
+            cfg.seed,
+            step,
+            rank=self.rank,
+            world_size=self.world,
+            batch_size=cfg.batch_size,
+            seq_len=cfg.seq_len,
+            vocab_size=cfg.model.vocab_size,
+        ).to(self.device)
 
     def step(self, step: int) -> dict[str, Any] | None:
         """``train`` then ``record``: one step without a profiler (rank 0 gets the record, others None)."""
@@ -299,7 +325,9 @@ class StepRunner:
         alloc, reserved = dev.peak_memory(self.device_type)
         rd = self.reduce_dtype
         maxes = torch.tensor([outcome.elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
-        sums = torch.stack([outcome.loss.detach().to(rd), self.backend.local_grad_sq(self.params).to(self.device, rd)])
+        sums = torch.stack(
+            [outcome.loss.detach().to(rd), self.backend.local_grad_sq(self.params).to(self.device, rd)]
+        )
         dist.all_reduce(maxes, op=dist.ReduceOp.MAX)  # the slowest rank's time and memory
         dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         self._next = (step + 1, self.batch(step + 1))
@@ -308,16 +336,24 @@ class StepRunner:
         m, s = maxes.tolist(), sums.tolist()
         kind = "profile" if self.kind == "profile" else ("warmup" if step < self.cfg.warmup else "timed")
         record = {
-            "arm": self.arm.label, "round": self.round_, "step": step, "kind": kind,
-            "time_ms": m[0], "loss": s[0] / self.world, "grad_norm": (s[1] / self.replicas) ** 0.5,
+            "arm": self.arm.label,
+            "round": self.round_,
+            "step": step,
+            "kind": kind,
+            "time_ms": m[0],
+            "loss": s[0] / self.world,
+            "grad_norm": (s[1] / self.replicas) ** 0.5,
             "tokens": self.world * self.cfg.batch_size * self.cfg.seq_len,
             "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
-            "mem_reserved_bytes": int(m[2]) if reserved is not None else None, "world_size": self.world,
-        }  # fmt: skip
+            "mem_reserved_bytes": int(m[2]) if reserved is not None else None,
+            "world_size": self.world,
+        }
         if outcome.collectives is not None:
             record["collectives"] = outcome.collectives
         results.append_step(self.steps_path, record)
-        log.info("%s round %s step %d: %.1f ms loss %.6f", self.arm.label, self.round_, step, m[0], record["loss"])
+        log.info(
+            "%s round %s step %d: %.1f ms loss %.6f", self.arm.label, self.round_, step, m[0], record["loss"]
+        )
         return record
 
 
@@ -362,12 +398,20 @@ def _inject_fault(spec: dict[str, Any], rank: int, step: int) -> None:
 def environment_facts(device_type: str, backend: Backend, world: int) -> dict[str, Any]:
     """Versions, host and devices for the manifest."""
     facts: dict[str, Any] = {
-        "python": platform.python_version(), "torch": torch.__version__, "torch_npu": None, "cann": None,
-        "hyper_parallel": None, "host": socket.gethostname(), "device_type": device_type, **dev.device_facts(device_type),
-        "world_size": world, "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_npu": None,
+        "cann": None,
+        "hyper_parallel": None,
+        "host": socket.gethostname(),
+        "device_type": device_type,
+        **dev.device_facts(device_type),
+        "world_size": world,
+        "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
         "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
-        "process_group_backend": dev.process_group_backend(device_type), "backend": backend.describe(),
-    }  # fmt: skip
+        "process_group_backend": dev.process_group_backend(device_type),
+        "backend": backend.describe(),
+    }
     if device_type == "npu":
         facts.update(_npu_versions())
     if backend.name == "hyper":
@@ -378,12 +422,19 @@ def environment_facts(device_type: str, backend: Backend, world: int) -> dict[st
 def _npu_versions() -> dict[str, Any]:
     import torch_npu  # sets torch.version.cann on import (torch_npu has no version.cann of its own)
 
-    return {"torch_npu": getattr(torch_npu, "__version__", None), "cann": getattr(torch.version, "cann", None)}
+    return {
+        "torch_npu": getattr(torch_npu, "__version__", None),
+        "cann": getattr(torch.version, "cann", None),
+    }
 
 
 def run(spec: dict[str, Any]) -> None:
     """One launch on this rank (see the module docstring)."""
-    rank, world, local_rank = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    rank, world, local_rank = (
+        int(os.environ["RANK"]),
+        int(os.environ["WORLD_SIZE"]),
+        int(os.environ["LOCAL_RANK"]),
+    )
     cfg = RunConfig.from_dict(spec["config"])
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
     kind, round_ = spec["kind"], spec["round"]
@@ -411,15 +462,29 @@ def run(spec: dict[str, Any]) -> None:
         counter = CollectiveCounter() if cfg.count_collectives else None
         if counter:
             counter.install()
-        runner = StepRunner(cfg=cfg, arm=arm, backend=backend, model=model, optimizer=optimizer,
-                             device_type=device_type, device=device, rank=rank, world=world, replicas=replicas,
-                             round_=round_, kind=kind, steps_path=run_dir / results.STEPS, counter=counter,
-                             spec=spec)  # fmt: skip
+        runner = StepRunner(
+            cfg=cfg,
+            arm=arm,
+            backend=backend,
+            model=model,
+            optimizer=optimizer,
+            device_type=device_type,
+            device=device,
+            rank=rank,
+            world=world,
+            replicas=replicas,
+            round_=round_,
+            kind=kind,
+            steps_path=run_dir / results.STEPS,
+            counter=counter,
+            spec=spec,
+        )
         n_steps = cfg.profile_step + 1 if kind == "profile" else cfg.warmup + cfg.steps
         profiler = (
             make_profiler(device_type, profile_dir, rank, cfg.profile_step)
-            if kind == "profile" else contextlib.nullcontext()
-        )  # fmt: skip
+            if kind == "profile"
+            else contextlib.nullcontext()
+        )
         gc.collect()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
@@ -448,9 +513,15 @@ def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
         oom = False
     results.write_json(
         launch_dir / f"error_rank{rank}.json",
-        {"rank": rank, "type": type(exc).__name__, "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
-         "oom": oom, "time": time.time(), "traceback": traceback.format_exc()[-4000:]},
-    )  # fmt: skip
+        {
+            "rank": rank,
+            "type": type(exc).__name__,
+            "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
+            "oom": oom,
+            "time": time.time(),
+            "traceback": traceback.format_exc()[-4000:],
+        },
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,12 +56,19 @@ def _metrics(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int], step:
     b = breakdown(events, window)
     stats = op_stats(events)
     return StepMetrics(
-        step=step, step_time_us=b.window_ns / 1000.0, overlap_ratio=b.overlap_ratio,
-        compute_us=b.compute_ns / 1000.0, comm_us=b.comm_ns / 1000.0, overlapped_us=b.overlapped_ns / 1000.0,
-        exposed_comm_us=b.exposed_comm_ns / 1000.0, free_us=b.free_ns / 1000.0,
-        kernel_time_us=kernel_time_us(stats), collectives=summarize(collective_events(events)),
-        op_stats=stats, sync=sync_counts(events, trace.recorded_tasks),
-    )  # fmt: skip
+        step=step,
+        step_time_us=b.window_ns / 1000.0,
+        overlap_ratio=b.overlap_ratio,
+        compute_us=b.compute_ns / 1000.0,
+        comm_us=b.comm_ns / 1000.0,
+        overlapped_us=b.overlapped_ns / 1000.0,
+        exposed_comm_us=b.exposed_comm_ns / 1000.0,
+        free_us=b.free_ns / 1000.0,
+        kernel_time_us=kernel_time_us(stats),
+        collectives=summarize(collective_events(events)),
+        op_stats=stats,
+        sync=sync_counts(events, trace.recorded_tasks),
+    )
 
 
 def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
@@ -80,7 +87,9 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     known = sorted(int(s) for s in set(trace.steps["step"]) | set(ev["step"][ev["step"] >= 0]))
     if step is not None:
         if step not in known:
-            raise InputError(f"{trace.source}: step {step} was not profiled (steps in the trace: {known or 'none'})")
+            raise InputError(
+                f"{trace.source}: step {step} was not profiled (steps in the trace: {known or 'none'})"
+            )
         chosen = [step]
     else:
         chosen = known
@@ -88,15 +97,29 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None)
     per_step = [_metrics(trace, ev[ev["step"] == s], [s], s) for s in chosen] if len(chosen) > 1 else [total]
     dev = ev["device"].to_numpy()
-    span = (int(ev["start_ns"].to_numpy()[dev].min()), int(ev["end_ns"].to_numpy()[dev].max())) if dev.any() else None
+    span = (
+        (int(ev["start_ns"].to_numpy()[dev].min()), int(ev["end_ns"].to_numpy()[dev].max()))
+        if dev.any()
+        else None
+    )
     dur = (all_ev["end_ns"] - all_ev["start_ns"]).to_numpy()
     all_dev_ns = int(dur[all_ev["device"].to_numpy()].sum())
     orphan_ns = int(dur[orphans].sum())
-    return RankMetrics(**total.__dict__, rank=int(trace.rank or 0), source=trace.source, format=trace.format,
-                       mode=trace.mode, steps=per_step, collective_events=collective_events(sel),
-                       cross_check=trace.cross_check, device_span_ns=span, orphan_events=int(orphans.sum()),
-                       orphan_us=orphan_ns / 1000.0, orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
-                       _events=all_ev)  # fmt: skip
+    return RankMetrics(
+        **total.__dict__,
+        rank=int(trace.rank or 0),
+        source=trace.source,
+        format=trace.format,
+        mode=trace.mode,
+        steps=per_step,
+        collective_events=collective_events(sel),
+        cross_check=trace.cross_check,
+        device_span_ns=span,
+        orphan_events=int(orphans.sum()),
+        orphan_us=orphan_ns / 1000.0,
+        orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
+        _events=all_ev,
+    )
 
 
 def _analyze_one(
@@ -138,7 +161,11 @@ def _cross_check_warnings(r: RankMetrics) -> list[str]:
 
 
 def analyze(
-    paths: Sequence[str | Path], *, step: int | None = None, workers: int | None = None, top: int | None = None
+    paths: Sequence[str | Path],
+    *,
+    step: int | None = None,
+    workers: int | None = None,
+    top: int | None = None,
 ) -> Analysis:
     """Analyse the rank profiles under ``paths``.
 
@@ -171,7 +198,9 @@ def analyze(
             errors.append(err)
             continue
         if trace_rank is None:
-            warnings.append(f"{src.path}: no rank in the trace or its path; using its position ({len(ranks)})")
+            warnings.append(
+                f"{src.path}: no rank in the trace or its path; using its position ({len(ranks)})"
+            )
         ranks.append(metrics)  # type: ignore[arg-type]
     if not ranks:
         raise InputError("nothing could be analysed: " + "; ".join(errors))
@@ -184,7 +213,9 @@ def analyze(
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         clash = [r.source for r in ranks if r.rank == dup[0]]
-        raise InputError(f"two inputs claim rank {dup[0]}: {clash[0]} and {clash[1]}; pass one profile per rank")
+        raise InputError(
+            f"two inputs claim rank {dup[0]}: {clash[0]} and {clash[1]}; pass one profile per rank"
+        )
     ranks.sort(key=lambda r: r.rank)
     for r in ranks:
         if not r.collectives:
@@ -196,7 +227,9 @@ def analyze(
                 "they are left out of every number (as HTA does)"
             )
         warnings.extend(_cross_check_warnings(r))
-    timed = [r for r in ranks if r.device_span_ns]  # a rank with no device events has no steps or clock to compare
+    timed = [
+        r for r in ranks if r.device_span_ns
+    ]  # a rank with no device events has no steps or clock to compare
     step_sets = {r.rank: tuple(s.step for s in r.steps) for r in timed}
     if len(set(step_sets.values())) > 1:
         warnings.append(
@@ -204,7 +237,9 @@ def analyze(
             + ", ".join(f"rank {k}: {list(v)}" for k, v in step_sets.items())
             + "); per-rank figures are valid, cross-rank comparisons mix steps"
         )
-    res = Analysis(sources=[str(p) for p in paths], format=sources[0].format, ranks=ranks, warnings=warnings, top=top)
+    res = Analysis(
+        sources=[str(p) for p in paths], format=sources[0].format, ranks=ranks, warnings=warnings, top=top
+    )
     offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
     if offset:
         warnings.append(offset)

@@ -28,20 +28,35 @@ from fsdpbench.errors import InputError
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-METRICS = ("step_time_us", "compute_us", "comm_us", "overlap_ratio", "exposed_comm_us", "free_us",
-           "kernel_time_us")  # fmt: skip
+METRICS = (
+    "step_time_us",
+    "compute_us",
+    "comm_us",
+    "overlap_ratio",
+    "exposed_comm_us",
+    "free_us",
+    "kernel_time_us",
+)
 METRIC_NAMES = {
-    "step_time_us": "step time", "compute_us": "compute", "comm_us": "communication",
-    "overlap_ratio": "overlap ratio", "exposed_comm_us": "exposed comm", "free_us": "free",
+    "step_time_us": "step time",
+    "compute_us": "compute",
+    "comm_us": "communication",
+    "overlap_ratio": "overlap ratio",
+    "exposed_comm_us": "exposed comm",
+    "free_us": "free",
     "kernel_time_us": "total kernel time",
-}  # fmt: skip
+}
 SAME_BYTES_TOL = 0.01
 """Bytes within this relative difference are reported as "same bytes"."""
 OPS_IN_MARKDOWN = 15
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -84,7 +99,9 @@ def normalise(analysis: Any, what: str) -> tuple[dict[str, Any], list[pd.DataFra
             ranks.append(rank)
         data["ranks"] = ranks
     else:
-        raise InputError(f"{what}: expected an analysis (Analysis or its JSON dict), got {type(analysis).__name__}")
+        raise InputError(
+            f"{what}: expected an analysis (Analysis or its JSON dict), got {type(analysis).__name__}"
+        )
     if not data.get("ranks"):
         raise InputError(f"{what}: the analysis has no ranks; analyze the profiles first (fsdpbench analyze)")
     events += [None] * (len(data["ranks"]) - len(events))
@@ -98,12 +115,17 @@ def _mean_metrics(data: Mapping[str, Any]) -> dict[str, float | None]:
     for key in METRICS:
         values = [_num(r.get(key)) for r in ranks]
         values = [v for v in values if v is not None]
-        out[key] = _num(given.get(key)) if _num(given.get(key)) is not None else (
-            sum(values) / len(values) if values else None)
+        out[key] = (
+            _num(given.get(key))
+            if _num(given.get(key)) is not None
+            else (sum(values) / len(values) if values else None)
+        )
     return out
 
 
-def _mean_table(ranks: list[Mapping[str, Any]], rows_of, key: str, fields: tuple[str, ...]) -> dict[str, dict[str, float]]:
+def _mean_table(
+    ranks: list[Mapping[str, Any]], rows_of, key: str, fields: tuple[str, ...]
+) -> dict[str, dict[str, float]]:
     """Mean over ranks of ``fields`` per ``key`` value; a key missing on a rank counts as 0 there."""
     per_rank = [{str(row[key]): row for row in rows_of(r)} for r in ranks]
     keys = sorted({k for table in per_rank for k in table})
@@ -145,11 +167,19 @@ class DiffResult:
     def to_dict(self) -> dict[str, Any]:
         """The Diff JSON of docs/DATA.md."""
         return {
-            "schema_version": SCHEMA_VERSION, "base": self.base, "test": self.test, "warnings": list(self.warnings),
-            "side_by_side": self.side_by_side, "collectives": self.collectives, "ops": self.ops, "sync": self.sync,
-            "fits": {src: {t: f.to_dict() for t, f in fits.items()} for src, fits in self.fits.items() if fits},
+            "schema_version": SCHEMA_VERSION,
+            "base": self.base,
+            "test": self.test,
+            "warnings": list(self.warnings),
+            "side_by_side": self.side_by_side,
+            "collectives": self.collectives,
+            "ops": self.ops,
+            "sync": self.sync,
+            "fits": {
+                src: {t: f.to_dict() for t, f in fits.items()} for src, fits in self.fits.items() if fits
+            },
             "findings": [f.to_dict() for f in self.findings],
-        }  # fmt: skip
+        }
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
         """The first finding of ``rule_id``, or ``None``."""
@@ -164,8 +194,16 @@ class DiffResult:
             name = fnd.COLLECTIVE_NAMES.get(r["type"], r["type"])
             ratio = f" ({r['count_ratio']:.1f}×)" if r["count_ratio"] is not None else ""
             br = r["bytes_ratio"]
-            by = ("bytes n/a" if br is None else "same bytes" if abs(br - 1) <= SAME_BYTES_TOL else f"bytes {br:.2f}×")
-            lines.append(f"{name} {fnd.fmt_count(r['test_count'])} vs {fnd.fmt_count(r['base_count'])}{ratio}, {by}")
+            by = (
+                "bytes n/a"
+                if br is None
+                else "same bytes"
+                if abs(br - 1) <= SAME_BYTES_TOL
+                else f"bytes {br:.2f}×"
+            )
+            lines.append(
+                f"{name} {fnd.fmt_count(r['test_count'])} vs {fnd.fmt_count(r['base_count'])}{ratio}, {by}"
+            )
         return lines
 
     def to_markdown(self) -> str:
@@ -178,8 +216,12 @@ class DiffResult:
             md.append("")
         mean = self.side_by_side["mean"]
         n_ranks = len(self.side_by_side["ranks"])
-        md += [f"Profiled step, mean over {n_ranks} rank(s); Δ = {t} − {b}.", "",
-               f"| metric | {b} | {t} | Δ |", "|---|---:|---:|---:|"]  # fmt: skip
+        md += [
+            f"Profiled step, mean over {n_ranks} rank(s); Δ = {t} − {b}.",
+            "",
+            f"| metric | {b} | {t} | Δ |",
+            "|---|---:|---:|---:|",
+        ]
         for key in METRICS:
             vb, vt, dv = mean["base"].get(key), mean["test"].get(key), mean["delta"].get(key)
             if vb is None and vt is None:
@@ -190,32 +232,46 @@ class DiffResult:
                 cells = (fnd.fmt_us(vb), fnd.fmt_us(vt), fnd.fmt_us(dv, signed=True))
             md.append(f"| {METRIC_NAMES[key]} | " + " | ".join(cells) + " |")
         if n_ranks > 1:
-            md += ["", "Per rank:", "", f"| rank | step {b} | step {t} | overlap {b} | overlap {t} | exposed {b} | exposed {t} |",
-                   "|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+            md += [
+                "",
+                "Per rank:",
+                "",
+                f"| rank | step {b} | step {t} | overlap {b} | overlap {t} | exposed {b} | exposed {t} |",
+                "|---:|---:|---:|---:|---:|---:|---:|",
+            ]
             for r in self.side_by_side["ranks"]:
                 rb, rt = r["base"] or {}, r["test"] or {}
                 md.append(
                     f"| {r['rank']} | {fnd.fmt_us(rb.get('step_time_us'))} | {fnd.fmt_us(rt.get('step_time_us'))} | "
                     f"{fnd.fmt_ratio(rb.get('overlap_ratio'))} | {fnd.fmt_ratio(rt.get('overlap_ratio'))} | "
-                    f"{fnd.fmt_us(rb.get('exposed_comm_us'))} | {fnd.fmt_us(rt.get('exposed_comm_us'))} |")
+                    f"{fnd.fmt_us(rb.get('exposed_comm_us'))} | {fnd.fmt_us(rt.get('exposed_comm_us'))} |"
+                )
         md += ["", "### Collectives (calls per rank)", ""]
         md += [f"- {line}" for line in self.collective_lines()] or ["- none recognised on either side"]
         if self.collectives:
-            md += ["", f"| type | calls {b} | calls {t} | ratio | bytes {b} | bytes {t} | time {b} | time {t} |",
-                   "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+            md += [
+                "",
+                f"| type | calls {b} | calls {t} | ratio | bytes {b} | bytes {t} | time {b} | time {t} |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|",
+            ]
             for r in self.collectives:
                 md.append(
                     f"| {fnd.COLLECTIVE_NAMES.get(r['type'], r['type'])} | {fnd.fmt_count(r['base_count'])} | "
                     f"{fnd.fmt_count(r['test_count'])} | {_fmt_x(r['count_ratio'])} | {fnd.fmt_bytes(r['base_bytes'])} | "
-                    f"{fnd.fmt_bytes(r['test_bytes'])} | {fnd.fmt_us(r['base_time_us'])} | {fnd.fmt_us(r['test_time_us'])} |")
+                    f"{fnd.fmt_bytes(r['test_bytes'])} | {fnd.fmt_us(r['base_time_us'])} | {fnd.fmt_us(r['test_time_us'])} |"
+                )
         md += ["", "### Kernel time by op type (largest differences first)", ""]
         if self.ops:
-            md += [f"| op type | {b} | {t} | Δ | calls {b} | calls {t} | change |", "|---|---:|---:|---:|---:|---:|---|"]
+            md += [
+                f"| op type | {b} | {t} | Δ | calls {b} | calls {t} | change |",
+                "|---|---:|---:|---:|---:|---:|---|",
+            ]
             for r in self.ops[:OPS_IN_MARKDOWN]:
                 md.append(
                     f"| {r['op_type']} | {fnd.fmt_us(r['base_us'])} | {fnd.fmt_us(r['test_us'])} | "
                     f"{fnd.fmt_us(r['delta_us'], signed=True)} | {fnd.fmt_count(r['base_count'])} | "
-                    f"{fnd.fmt_count(r['test_count'])} | {r['change']} |")
+                    f"{fnd.fmt_count(r['test_count'])} | {r['change']} |"
+                )
             if len(self.ops) > OPS_IN_MARKDOWN:
                 md.append(f"\n({len(self.ops) - OPS_IN_MARKDOWN} more op types in diff.json)")
         else:
@@ -225,8 +281,16 @@ class DiffResult:
         if sync_rows:
             md += [f"| task | {b} | {t} | Δ |", "|---|---:|---:|---:|"]
             for r in sync_rows:
-                d = "n/a" if r["delta"] is None else f"{r['delta']:+.0f}" if float(r["delta"]).is_integer() else f"{r['delta']:+.1f}"
-                md.append(f"| {fnd.SYNC_NAMES.get(r['name'], r['name'])} | {fnd.fmt_count(r['base'])} | {fnd.fmt_count(r['test'])} | {d} |")
+                d = (
+                    "n/a"
+                    if r["delta"] is None
+                    else f"{r['delta']:+.0f}"
+                    if float(r["delta"]).is_integer()
+                    else f"{r['delta']:+.1f}"
+                )
+                md.append(
+                    f"| {fnd.SYNC_NAMES.get(r['name'], r['name'])} | {fnd.fmt_count(r['base'])} | {fnd.fmt_count(r['test'])} | {d} |"
+                )
         else:
             md.append("None counted on either side (all zero or not in the traces).")
         md += ["", "### Latency–bandwidth fits, time = α + β·bytes (estimates)", ""]
@@ -237,30 +301,45 @@ class DiffResult:
                 md.append(
                     f"| {src} | {fnd.COLLECTIVE_NAMES.get(kind, kind)} | {fnd.fmt_us(fit.alpha_us)} | "
                     f"{'n/a' if fit.beta_us_per_byte is None else f'{fit.beta_us_per_byte * 1e6:.3g}'} | "
-                    f"{'n/a' if fit.r2 is None else f'{fit.r2:.3f}'} | {fit.n} | {_fit_status(fit)} |")
-            md.append("\nSources: each arm's own calls; `pooled` = both arms' calls together; `aggregate` = per-rank "
-                      "totals of both arms, time = α·calls + β·bytes (the only source when per-call events are not "
-                      "available). Estimates use the first good fit in the order: own, pooled, aggregate, other arm.")
+                    f"{'n/a' if fit.r2 is None else f'{fit.r2:.3f}'} | {fit.n} | {_fit_status(fit)} |"
+                )
+            md.append(
+                "\nSources: each arm's own calls; `pooled` = both arms' calls together; `aggregate` = per-rank "
+                "totals of both arms, time = α·calls + β·bytes (the only source when per-call events are not "
+                "available). Estimates use the first good fit in the order: own, pooled, aggregate, other arm."
+            )
         else:
             md.append("No fits: no collective with a known size on either side.")
         md += ["", f"## Conclusions: {t} vs {b}", ""]
         if not self.findings:
             md.append("No rule fired: the profiles show no difference above the thresholds.")
         for i, f in enumerate(self.findings, 1):
-            md += [f"{i}. **{f.title}** ({f.severity})", f"   - Evidence: {f.evidence}", f"   - Likely cause: {f.cause}",
-                   f"   - Action: {f.action}"]  # fmt: skip
+            md += [
+                f"{i}. **{f.title}** ({f.severity})",
+                f"   - Evidence: {f.evidence}",
+                f"   - Likely cause: {f.cause}",
+                f"   - Action: {f.action}",
+            ]
             est = _estimate_text(f.estimate)
             if est:
                 md.append(f"   - {est}")
-        actions = [f for f in self.findings if f.id not in ("step_time", "invalid_comparison") and f.severity != "info"]
+        actions = [
+            f
+            for f in self.findings
+            if f.id not in ("step_time", "invalid_comparison") and f.severity != "info"
+        ]
         if actions:
             md += ["", "Fixes ranked (P0 first):", ""]
             for i, f in enumerate(actions):
                 est = f.estimate or {}
                 gain, best = est.get("step_time_delta_us"), est.get("best_case_step_time_delta_us")
-                tail = (f" — estimated {fnd.fmt_us(gain, signed=True)} per step" if isinstance(gain, (int, float))
-                        else f" — at best {fnd.fmt_us(best, signed=True)} per step (bound)"
-                        if isinstance(best, (int, float)) else "")  # fmt: skip
+                tail = (
+                    f" — estimated {fnd.fmt_us(gain, signed=True)} per step"
+                    if isinstance(gain, (int, float))
+                    else f" — at best {fnd.fmt_us(best, signed=True)} per step (bound)"
+                    if isinstance(best, (int, float))
+                    else ""
+                )
                 md.append(f"- P{i}: {f.action}{tail}")
         return "\n".join(md) + "\n"
 
@@ -282,8 +361,7 @@ class DiffResult:
         for key in METRICS:
             vb, vt, dv = mean["base"].get(key), mean["test"].get(key), mean["delta"].get(key)
             if key == "overlap_ratio":
-                table.add_row(METRIC_NAMES[key], fnd.fmt_ratio(vb), fnd.fmt_ratio(vt),
-                              fnd.fmt_points(dv))
+                table.add_row(METRIC_NAMES[key], fnd.fmt_ratio(vb), fnd.fmt_ratio(vt), fnd.fmt_points(dv))
             else:
                 table.add_row(METRIC_NAMES[key], fnd.fmt_us(vb), fnd.fmt_us(vt), fnd.fmt_us(dv, signed=True))
         console.print(table)
@@ -292,18 +370,28 @@ class DiffResult:
             for col in ("type", f"calls {b}", f"calls {t}", "ratio", f"bytes {b}", f"bytes {t}"):
                 table.add_column(col, justify="left" if col == "type" else "right")
             for r in self.collectives:
-                table.add_row(fnd.COLLECTIVE_NAMES.get(r["type"], r["type"]), fnd.fmt_count(r["base_count"]),
-                              fnd.fmt_count(r["test_count"]), _fmt_x(r["count_ratio"]),
-                              fnd.fmt_bytes(r["base_bytes"]), fnd.fmt_bytes(r["test_bytes"]))  # fmt: skip
+                table.add_row(
+                    fnd.COLLECTIVE_NAMES.get(r["type"], r["type"]),
+                    fnd.fmt_count(r["base_count"]),
+                    fnd.fmt_count(r["test_count"]),
+                    _fmt_x(r["count_ratio"]),
+                    fnd.fmt_bytes(r["base_bytes"]),
+                    fnd.fmt_bytes(r["test_bytes"]),
+                )
             console.print(table)
         if self.ops:
             table = Table(title="kernel time by op type, largest differences")
             for col in ("op type", b, t, "Δ", f"calls {b}", f"calls {t}"):
                 table.add_column(col, justify="left" if col == "op type" else "right")
             for r in self.ops[:10]:
-                table.add_row(r["op_type"], fnd.fmt_us(r["base_us"]), fnd.fmt_us(r["test_us"]),
-                              fnd.fmt_us(r["delta_us"], signed=True), fnd.fmt_count(r["base_count"]),
-                              fnd.fmt_count(r["test_count"]))  # fmt: skip
+                table.add_row(
+                    r["op_type"],
+                    fnd.fmt_us(r["base_us"]),
+                    fnd.fmt_us(r["test_us"]),
+                    fnd.fmt_us(r["delta_us"], signed=True),
+                    fnd.fmt_count(r["base_count"]),
+                    fnd.fmt_count(r["test_count"]),
+                )
             console.print(table)
         sync_rows = [r for r in self.sync if r["base"] or r["test"]]
         if sync_rows:
@@ -311,8 +399,12 @@ class DiffResult:
             for col in ("task", b, t, "Δ"):
                 table.add_column(col, justify="left" if col == "task" else "right")
             for r in sync_rows:
-                table.add_row(fnd.SYNC_NAMES.get(r["name"], r["name"]), fnd.fmt_count(r["base"]),
-                              fnd.fmt_count(r["test"]), fnd.fmt_count(r["delta"]))
+                table.add_row(
+                    fnd.SYNC_NAMES.get(r["name"], r["name"]),
+                    fnd.fmt_count(r["base"]),
+                    fnd.fmt_count(r["test"]),
+                    fnd.fmt_count(r["delta"]),
+                )
             console.print(table)
         colours = {"high": "red", "medium": "yellow", "low": "cyan", "info": "blue"}
         for i, f in enumerate(self.findings, 1):
@@ -341,17 +433,24 @@ def _estimate_text(est: Mapping[str, Any] | None) -> str:
         return ""
     label = str(est.get("label", "estimate")).capitalize()
     parts = []
-    for key, name in (("step_time_delta_us", "step time"), ("exposed_comm_delta_us", "exposed comm"),
-                      ("comm_delta_us", "communication")):  # fmt: skip
+    for key, name in (
+        ("step_time_delta_us", "step time"),
+        ("exposed_comm_delta_us", "exposed comm"),
+        ("comm_delta_us", "communication"),
+    ):
         if isinstance(est.get(key), (int, float)):
             parts.append(f"{name} {fnd.fmt_us(est[key], signed=True)}")
     if isinstance(est.get("best_case_step_time_delta_us"), (int, float)):
         parts.append(f"best case step time {fnd.fmt_us(est['best_case_step_time_delta_us'], signed=True)}")
     if isinstance(est.get("step_time_lower_bound_us"), (int, float)):
-        parts.append(f"lower bound on the step max(compute, comm) = {fnd.fmt_us(est['step_time_lower_bound_us'])}")
+        parts.append(
+            f"lower bound on the step max(compute, comm) = {fnd.fmt_us(est['step_time_lower_bound_us'])}"
+        )
     layer = est.get("one_bucket_per_layer")
     if isinstance(layer, Mapping) and isinstance(layer.get("step_time_delta_us"), (int, float)):
-        parts.append(f"one bucket per layer: step time {fnd.fmt_us(layer['step_time_delta_us'], signed=True)}")
+        parts.append(
+            f"one bucket per layer: step time {fnd.fmt_us(layer['step_time_delta_us'], signed=True)}"
+        )
     if not parts:
         return f"{label}: {est.get('note', 'not priced')}" if label == "Estimate" else ""
     scenario = est.get("scenario") or est.get("grouping")
@@ -373,10 +472,14 @@ def _side_by_side(db: Mapping[str, Any], dt: Mapping[str, Any]) -> dict[str, Any
         ranks.append({"rank": rank, "base": rb, "test": rt, "delta": delta})
     return {
         "metrics": list(METRICS),
-        "mean": {"base": mb, "test": mt, "delta": {k: _delta(mt[k], mb[k]) for k in METRICS},
-                 "ratio": {k: _ratio(mt[k], mb[k]) for k in METRICS if k != "overlap_ratio"}},
+        "mean": {
+            "base": mb,
+            "test": mt,
+            "delta": {k: _delta(mt[k], mb[k]) for k in METRICS},
+            "ratio": {k: _ratio(mt[k], mb[k]) for k in METRICS if k != "overlap_ratio"},
+        },
         "ranks": ranks,
-    }  # fmt: skip
+    }
 
 
 def _collectives(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -387,13 +490,20 @@ def _collectives(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[dict[str,
     rows = []
     for kind in sorted(set(cb) | set(ct), key=lambda k: (order.index(k) if k in order else len(order), k)):
         b, t = cb.get(kind, {}), ct.get(kind, {})
-        rows.append({
-            "type": kind, "base_count": b.get("count"), "test_count": t.get("count"),
-            "count_ratio": _ratio(t.get("count"), b.get("count")),
-            "base_bytes": b.get("bytes"), "test_bytes": t.get("bytes"), "bytes_ratio": _ratio(t.get("bytes"), b.get("bytes")),
-            "base_time_us": b.get("time_us"), "test_time_us": t.get("time_us"),
-            "time_delta_us": _delta(t.get("time_us"), b.get("time_us")),
-        })  # fmt: skip
+        rows.append(
+            {
+                "type": kind,
+                "base_count": b.get("count"),
+                "test_count": t.get("count"),
+                "count_ratio": _ratio(t.get("count"), b.get("count")),
+                "base_bytes": b.get("bytes"),
+                "test_bytes": t.get("bytes"),
+                "bytes_ratio": _ratio(t.get("bytes"), b.get("bytes")),
+                "base_time_us": b.get("time_us"),
+                "test_time_us": t.get("time_us"),
+                "time_delta_us": _delta(t.get("time_us"), b.get("time_us")),
+            }
+        )
     return rows
 
 
@@ -407,11 +517,28 @@ def _ops(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[dict[str, Any]]:
         bu = b["total_us"] if b else 0.0
         tu = t["total_us"] if t else 0.0
         delta = _delta(tu, bu)
-        change = ("added" if not b or not b["count"] else "deleted" if not t or not t["count"]
-                  else "unchanged" if delta == 0 else "increased" if delta and delta > 0 else "decreased")  # fmt: skip
-        rows.append({"op_type": op, "base_us": bu, "test_us": tu, "delta_us": delta,
-                     "base_count": b["count"] if b else 0.0, "test_count": t["count"] if t else 0.0,
-                     "change": change})  # fmt: skip
+        change = (
+            "added"
+            if not b or not b["count"]
+            else "deleted"
+            if not t or not t["count"]
+            else "unchanged"
+            if delta == 0
+            else "increased"
+            if delta and delta > 0
+            else "decreased"
+        )
+        rows.append(
+            {
+                "op_type": op,
+                "base_us": bu,
+                "test_us": tu,
+                "delta_us": delta,
+                "base_count": b["count"] if b else 0.0,
+                "test_count": t["count"] if t else 0.0,
+                "change": change,
+            }
+        )
     return sorted(rows, key=lambda r: (-abs(r["delta_us"] or 0.0), r["op_type"]))
 
 
@@ -446,15 +573,19 @@ def _problems(db: Mapping[str, Any], dt: Mapping[str, Any], context: Mapping[str
     problems = []
     parity = context.get("parity") or {}
     if parity.get("valid") is False:
-        problems.append(f"numerical parity failed ({parity.get('reason') or 'losses differ'}): the arms may not "
-                        "compute the same thing")  # fmt: skip
+        problems.append(
+            f"numerical parity failed ({parity.get('reason') or 'losses differ'}): the arms may not "
+            "compute the same thing"
+        )
     cb, ct = context.get("base") or {}, context.get("test") or {}
     wb, wt = cb.get("world_size") or len(db["ranks"]), ct.get("world_size") or len(dt["ranks"])
     if wb != wt:
         problems.append(f"world size differs ({wb} vs {wt} ranks): per-rank communication is not comparable")
     elif len(db["ranks"]) != len(dt["ranks"]):
-        problems.append(f"ranks analysed differ ({len(db['ranks'])} vs {len(dt['ranks'])} of {wb}): a rank's "
-                        "profile is missing or unreadable, so the means cover different ranks")  # fmt: skip
+        problems.append(
+            f"ranks analysed differ ({len(db['ranks'])} vs {len(dt['ranks'])} of {wb}): a rank's "
+            "profile is missing or unreadable, so the means cover different ranks"
+        )
     mb, mt = cb.get("model"), ct.get("model")
     if isinstance(mb, Mapping) and isinstance(mt, Mapping) and mb != mt:
         keys = sorted(k for k in set(mb) | set(mt) if mb.get(k) != mt.get(k))
@@ -463,11 +594,15 @@ def _problems(db: Mapping[str, Any], dt: Mapping[str, Any], context: Mapping[str
     nb = {len(r.get("steps") or []) for r in db["ranks"]} - {0}
     nt = {len(r.get("steps") or []) for r in dt["ranks"]} - {0}
     if nb and nt and nb != nt:
-        problems.append(f"number of profiled steps differs ({sorted(nb)} vs {sorted(nt)}): totals cover different work")
+        problems.append(
+            f"number of profiled steps differs ({sorted(nb)} vs {sorted(nt)}): totals cover different work"
+        )
     sb = {r.get("step") for r in db["ranks"]} - {None}
     st = {r.get("step") for r in dt["ranks"]} - {None}
     if sb and st and sb != st:
-        problems.append(f"profiled step differs (step {sorted(sb)} vs {sorted(st)}): warm-up effects may differ")
+        problems.append(
+            f"profiled step differs (step {sorted(sb)} vs {sorted(st)}): warm-up effects may differ"
+        )
     return problems
 
 
@@ -499,25 +634,44 @@ def compare(
     context = dict(context or {})
     db, eb = normalise(base, f"base ({base_label})")
     dt, et = normalise(test, f"test ({test_label})")
-    warnings = [f"{lab}: {w}" for lab, d in ((base_label, db), (test_label, dt)) for w in d.get("warnings") or []]
+    warnings = [
+        f"{lab}: {w}" for lab, d in ((base_label, db), (test_label, dt)) for w in d.get("warnings") or []
+    ]
     problems = _problems(db, dt, context)
     if problems:
-        what = (f"comparing {_describe(base_label, db, context.get('base') or {})} with "
-                f"{_describe(test_label, dt, context.get('test') or {})}")  # fmt: skip
+        what = (
+            f"comparing {_describe(base_label, db, context.get('base') or {})} with "
+            f"{_describe(test_label, dt, context.get('test') or {})}"
+        )
         warnings += [f"{what}: {p}" for p in problems]
-    fits = {"base": whatif.fit_ranks(eb), "test": whatif.fit_ranks(et), "pooled": whatif.fit_ranks(eb + et),
-            "aggregate": _aggregate_fits(db, dt)}
+    fits = {
+        "base": whatif.fit_ranks(eb),
+        "test": whatif.fit_ranks(et),
+        "pooled": whatif.fit_ranks(eb + et),
+        "aggregate": _aggregate_fits(db, dt),
+    }
     side = _side_by_side(db, dt)
     collectives, ops, sync = _collectives(db, dt), _ops(db, dt), _sync(db, dt)
     for lab, rows_key in ((base_label, "base_count"), (test_label, "test_count")):
         if not any(r[rows_key] for r in collectives):
-            warnings.append(f"{lab}: no collectives recognised; its overlap and comm numbers are not meaningful")
+            warnings.append(
+                f"{lab}: no collectives recognised; its overlap and comm numbers are not meaningful"
+            )
     rule_input = fnd.RuleInput(
-        labels={"base": base_label, "test": test_label}, mean={"base": side["mean"]["base"], "test": side["mean"]["test"]},
-        ranks={"base": db["ranks"], "test": dt["ranks"]}, collectives=collectives, ops=ops, sync=sync, fits=fits,
-        arms={"base": base_arm, "test": test_arm}, problems=problems, num_layers=context.get("num_layers"),
-    )  # fmt: skip
-    return DiffResult(base_label, test_label, side, collectives, ops, sync, fits, fnd.evaluate(rule_input), warnings)
+        labels={"base": base_label, "test": test_label},
+        mean={"base": side["mean"]["base"], "test": side["mean"]["test"]},
+        ranks={"base": db["ranks"], "test": dt["ranks"]},
+        collectives=collectives,
+        ops=ops,
+        sync=sync,
+        fits=fits,
+        arms={"base": base_arm, "test": test_arm},
+        problems=problems,
+        num_layers=context.get("num_layers"),
+    )
+    return DiffResult(
+        base_label, test_label, side, collectives, ops, sync, fits, fnd.evaluate(rule_input), warnings
+    )
 
 
 # ---- a run folder ------------------------------------------------------------------------------------------
@@ -536,7 +690,9 @@ def _newest_mtime(folder: Path) -> float:
     return max((p.stat().st_mtime for p in folder.rglob("*") if p.is_file()), default=0.0)
 
 
-def load_run_analyses(run_dir: Path, *, reanalyze: bool = False, step: int | None = None) -> tuple[dict, dict[str, Any]]:
+def load_run_analyses(
+    run_dir: Path, *, reanalyze: bool = False, step: int | None = None
+) -> tuple[dict, dict[str, Any]]:
     """The manifest and ``{arm label: analysis}`` of a run folder, in manifest order.
 
     Uses ``analysis.json`` for an arm when present and newer than every file under its profiles
@@ -546,20 +702,26 @@ def load_run_analyses(run_dir: Path, *, reanalyze: bool = False, step: int | Non
     run_dir = Path(run_dir)
     manifest_path = run_dir / "manifest.json"
     if not manifest_path.is_file():
-        raise InputError(f"{run_dir} is not a fsdpbench run folder (no manifest.json); pass a run folder "
-                         "written by `fsdpbench ab --profile`, or two trace paths BASE TEST")  # fmt: skip
+        raise InputError(
+            f"{run_dir} is not a fsdpbench run folder (no manifest.json); pass a run folder "
+            "written by `fsdpbench ab --profile`, or two trace paths BASE TEST"
+        )
     manifest = _read_json(manifest_path, "manifest")
     labels = [a.get("label") for a in manifest.get("arms") or []]
     if len(labels) < 2:
-        raise InputError(f"{manifest_path} lists {len(labels)} arm(s); a diff needs at least two (base and test)")
+        raise InputError(
+            f"{manifest_path} lists {len(labels)} arm(s); a diff needs at least two (base and test)"
+        )
     cached_path = run_dir / "analysis.json"
     cached = _read_json(cached_path, "analysis") if cached_path.is_file() and not reanalyze else {}
     analyses: dict[str, Any] = {}
     for label in labels:
         folder = run_dir / "profiles" / str(label)
         if not folder.is_dir() or not any(p.is_file() for p in folder.rglob("*")):
-            raise InputError(f"arm {label!r}: no profiles under {folder}; rerun with `fsdpbench ab --profile` "
-                             "(or the arm failed: see launches/<arm>/profile/)")  # fmt: skip
+            raise InputError(
+                f"arm {label!r}: no profiles under {folder}; rerun with `fsdpbench ab --profile` "
+                "(or the arm failed: see launches/<arm>/profile/)"
+            )
         if label in cached and cached_path.stat().st_mtime >= _newest_mtime(folder) and step is None:
             log.info("arm %s: using %s", label, cached_path)
             analyses[label] = cached[label]
@@ -585,9 +747,23 @@ def diff_run(run_dir: Path, *, reanalyze: bool = False, step: int | None = None)
     env = manifest.get("environment") or {}
     model = (manifest.get("config") or {}).get("model")
     side = {"world_size": env.get("world_size"), "model": model}
-    context = {"parity": summary.get("parity"), "base": side, "test": side,
-               "num_layers": (model or {}).get("num_hidden_layers") if isinstance(model, Mapping) else None}
+    context = {
+        "parity": summary.get("parity"),
+        "base": side,
+        "test": side,
+        "num_layers": (model or {}).get("num_hidden_layers") if isinstance(model, Mapping) else None,
+    }
     labels = list(arms)
     base = labels[0]
-    return [compare(analyses[base], analyses[label], base_label=base, test_label=label, base_arm=arms[base],
-                    test_arm=arms[label], context=context) for label in labels[1:]]  # fmt: skip
+    return [
+        compare(
+            analyses[base],
+            analyses[label],
+            base_label=base,
+            test_label=label,
+            base_arm=arms[base],
+            test_arm=arms[label],
+            context=context,
+        )
+        for label in labels[1:]
+    ]

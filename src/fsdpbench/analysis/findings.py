@@ -51,15 +51,23 @@ HCCL_AVG_RE = re.compile(r"^(?P<op>\S+) \(HCCL AVG of (?P<collective>\w+)\)$")
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 COLLECTIVE_NAMES = {
-    "all_gather": "AllGather", "reduce_scatter": "ReduceScatter", "all_reduce": "AllReduce",
-    "broadcast": "Broadcast", "all_to_all": "AllToAll", "send_recv": "SendRecv", "barrier": "Barrier",
+    "all_gather": "AllGather",
+    "reduce_scatter": "ReduceScatter",
+    "all_reduce": "AllReduce",
+    "broadcast": "Broadcast",
+    "all_to_all": "AllToAll",
+    "send_recv": "SendRecv",
+    "barrier": "Barrier",
     "other": "Other",
-}  # fmt: skip
+}
 SYNC_NAMES = {
-    "barrier": "BARRIER", "launch_ffts": "Launch_Ffts", "device_synchronize": "DeviceSynchronize",
-    "stream_synchronize": "StreamSynchronize", "event_synchronize": "EventSynchronize",
+    "barrier": "BARRIER",
+    "launch_ffts": "Launch_Ffts",
+    "device_synchronize": "DeviceSynchronize",
+    "stream_synchronize": "StreamSynchronize",
+    "event_synchronize": "EventSynchronize",
     "kernel_launch": "kernel launches",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -73,40 +81,66 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("invalid_comparison",
-         "parity failed, or world size, analysed ranks, model or profiled steps differ between the arms",
-         "high", "compare like with like: same model, world size and step; fix parity first"),
-    Rule("step_time", "always (both step times known): the headline and its breakdown", "info",
-         "none: read the findings below for the causes"),
-    Rule("fragmentation",
-         f"a collective type's count ratio >= {FRAGMENTATION_COUNT_RATIO:g}x with bytes ratio in "
-         f"[{SIMILAR_BYTES[0]}, {SIMILAR_BYTES[1]}]",
-         f"high if those collectives take >= {FRAGMENTATION_HIGH_SHARE:.0%} of the step, else medium",
-         "bucket per-parameter collectives per module (one all-gather/reduce-scatter per shard unit); "
-         "or enable comm fusion (hyper arms) or let DeepSpeed coalesce a prefetch bucket (prefetch=1 or a larger "
-         "`stage3_prefetch_bucket_size`)"),
-    Rule("low_overlap",
-         f"an arm's overlap ratio < {LOW_OVERLAP_RATIO} with exposed comm >= {EXPOSED_SHARE:.0%} of its step, "
-         f"or its overlap is >= {OVERLAP_GAP} below the other arm's with exposed comm larger by >= "
-         f"{EXPOSED_GAP_SHARE:.0%} of the other's step",
-         "high", "explicit layer prefetch (the arm's prefetch setting is named; try one deeper)"),
-    Rule("prefetch_change", "the arms' prefetch settings differ (from the manifest)",
-         "info, or medium when the deeper prefetch did not reduce exposed comm",
-         "keep the prefetch depth that exposes less comm"),
-    Rule("sync_storm",
-         f"a sync/launch count >= {SYNC_RATIO:g}x the other arm's and >= {SYNC_MIN_DELTA} more per rank",
-         "medium", "remove per-parameter synchronisation and launches (fewer, larger operations)"),
-    Rule("compute_path",
-         f"op types whose time differs by >= {OP_DELTA_SHARE:.0%} of the base step (top {OP_MAX_LISTED})",
-         "medium when the test arm is slower in total, else info",
-         "adopt the faster arm's op path for those op types"),
-    Rule("straggler", f"a rank's compute time >= {STRAGGLER_SKEW:.0%} above the median of the other ranks", "medium",
-         "find why that rank computes longer (placement, imbalance, a noisy neighbour)"),
-    Rule("hccl_avg_division",
-         "an arm runs divide kernels on the HCCL stream (torch_npu's ReduceOp.AVG = SUM + one divide per "
-         "reduce-scatter/all-reduce) and the arms' counts differ",
-         f"medium when the divides' time differs by >= {OP_DELTA_SHARE:.0%} of the base step, else info",
-         "fewer, bucketed reduce-scatters (one divide per bucket), or reduce with SUM and scale the gradients once"),
+    Rule(
+        "invalid_comparison",
+        "parity failed, or world size, analysed ranks, model or profiled steps differ between the arms",
+        "high",
+        "compare like with like: same model, world size and step; fix parity first",
+    ),
+    Rule(
+        "step_time",
+        "always (both step times known): the headline and its breakdown",
+        "info",
+        "none: read the findings below for the causes",
+    ),
+    Rule(
+        "fragmentation",
+        f"a collective type's count ratio >= {FRAGMENTATION_COUNT_RATIO:g}x with bytes ratio in "
+        f"[{SIMILAR_BYTES[0]}, {SIMILAR_BYTES[1]}]",
+        f"high if those collectives take >= {FRAGMENTATION_HIGH_SHARE:.0%} of the step, else medium",
+        "bucket per-parameter collectives per module (one all-gather/reduce-scatter per shard unit); "
+        "or enable comm fusion (hyper arms) or let DeepSpeed coalesce a prefetch bucket (prefetch=1 or a larger "
+        "`stage3_prefetch_bucket_size`)",
+    ),
+    Rule(
+        "low_overlap",
+        f"an arm's overlap ratio < {LOW_OVERLAP_RATIO} with exposed comm >= {EXPOSED_SHARE:.0%} of its step, "
+        f"or its overlap is >= {OVERLAP_GAP} below the other arm's with exposed comm larger by >= "
+        f"{EXPOSED_GAP_SHARE:.0%} of the other's step",
+        "high",
+        "explicit layer prefetch (the arm's prefetch setting is named; try one deeper)",
+    ),
+    Rule(
+        "prefetch_change",
+        "the arms' prefetch settings differ (from the manifest)",
+        "info, or medium when the deeper prefetch did not reduce exposed comm",
+        "keep the prefetch depth that exposes less comm",
+    ),
+    Rule(
+        "sync_storm",
+        f"a sync/launch count >= {SYNC_RATIO:g}x the other arm's and >= {SYNC_MIN_DELTA} more per rank",
+        "medium",
+        "remove per-parameter synchronisation and launches (fewer, larger operations)",
+    ),
+    Rule(
+        "compute_path",
+        f"op types whose time differs by >= {OP_DELTA_SHARE:.0%} of the base step (top {OP_MAX_LISTED})",
+        "medium when the test arm is slower in total, else info",
+        "adopt the faster arm's op path for those op types",
+    ),
+    Rule(
+        "straggler",
+        f"a rank's compute time >= {STRAGGLER_SKEW:.0%} above the median of the other ranks",
+        "medium",
+        "find why that rank computes longer (placement, imbalance, a noisy neighbour)",
+    ),
+    Rule(
+        "hccl_avg_division",
+        "an arm runs divide kernels on the HCCL stream (torch_npu's ReduceOp.AVG = SUM + one divide per "
+        "reduce-scatter/all-reduce) and the arms' counts differ",
+        f"medium when the divides' time differs by >= {OP_DELTA_SHARE:.0%} of the base step, else info",
+        "fewer, bucketed reduce-scatters (one divide per bucket), or reduce with SUM and scale the gradients once",
+    ),
 )
 RULE_ORDER = {r.id: i for i, r in enumerate(RULES)}
 
@@ -124,8 +158,15 @@ class Finding:
     estimate: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "severity": self.severity, "title": self.title, "evidence": self.evidence,
-                "cause": self.cause, "action": self.action, "estimate": self.estimate}  # fmt: skip
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "cause": self.cause,
+            "action": self.action,
+            "estimate": self.estimate,
+        }
 
 
 @dataclass
@@ -210,12 +251,16 @@ def _share(part: float | None, whole: float | None) -> float | None:
 def rule_invalid_comparison(x: RuleInput) -> list[Finding]:
     if not x.problems:
         return []
-    return [Finding(
-        "invalid_comparison", "high", f"Comparison may mislead: {x.labels['base']} vs {x.labels['test']}",
-        "; ".join(x.problems),
-        "the arms did not run the same workload under the same conditions, so differences mix causes",
-        RULES[0].action,
-    )]  # fmt: skip
+    return [
+        Finding(
+            "invalid_comparison",
+            "high",
+            f"Comparison may mislead: {x.labels['base']} vs {x.labels['test']}",
+            "; ".join(x.problems),
+            "the arms did not run the same workload under the same conditions, so differences mix causes",
+            RULES[0].action,
+        )
+    ]
 
 
 def rule_step_time(x: RuleInput) -> list[Finding]:
@@ -231,11 +276,16 @@ def rule_step_time(x: RuleInput) -> list[Finding]:
         vb, vt = _num(b, key), _num(t, key)
         if vb is not None and vt is not None:
             parts.append(f"{name} {fmt_us(vb)} → {fmt_us(vt)} ({fmt_us(vt - vb, signed=True)})")
-    return [Finding(
-        "step_time", "info", f"{lt} is {abs(change):.1%} {verb} than {lb} in the profiled step",
-        f"step {fmt_us(sb)} → {fmt_us(st)} ({fmt_us(st - sb, signed=True)}); " + "; ".join(parts),
-        "the findings below attribute the difference", RULES[1].action,
-    )]  # fmt: skip
+    return [
+        Finding(
+            "step_time",
+            "info",
+            f"{lt} is {abs(change):.1%} {verb} than {lb} in the profiled step",
+            f"step {fmt_us(sb)} → {fmt_us(st)} ({fmt_us(st - sb, signed=True)}); " + "; ".join(parts),
+            "the findings below attribute the difference",
+            RULES[1].action,
+        )
+    ]
 
 
 def _fit_candidates(x: RuleInput, side: str) -> list[tuple[str, Mapping[str, whatif.AlphaBetaFit]]]:
@@ -253,7 +303,10 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
             b_side, b_other = row.get(f"{side}_bytes"), row.get(f"{other}_bytes")
             if not n_side or not n_other or not b_side or not b_other:
                 continue
-            if n_side / n_other >= FRAGMENTATION_COUNT_RATIO and SIMILAR_BYTES[0] <= b_side / b_other <= SIMILAR_BYTES[1]:
+            if (
+                n_side / n_other >= FRAGMENTATION_COUNT_RATIO
+                and SIMILAR_BYTES[0] <= b_side / b_other <= SIMILAR_BYTES[1]
+            ):
                 hits.append(row)
         if not hits:
             continue
@@ -261,13 +314,21 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         evidence = "; ".join(
             f"{COLLECTIVE_NAMES.get(r['type'], r['type'])} {fmt_count(r[f'{side}_count'])} vs "
             f"{fmt_count(r[f'{other}_count'])} ({r[f'{side}_count'] / r[f'{other}_count']:.1f}×), "
-            + ("same bytes" if abs(r[f"{side}_bytes"] / r[f"{other}_bytes"] - 1) < 0.01
-               else f"bytes {r[f'{side}_bytes'] / r[f'{other}_bytes']:.2f}×")
-            + (f", {fmt_us(r.get(f'{side}_time_us'))} vs {fmt_us(r.get(f'{other}_time_us'))}"
-               if r.get(f"{side}_time_us") is not None else "")
+            + (
+                "same bytes"
+                if abs(r[f"{side}_bytes"] / r[f"{other}_bytes"] - 1) < 0.01
+                else f"bytes {r[f'{side}_bytes'] / r[f'{other}_bytes']:.2f}×"
+            )
+            + (
+                f", {fmt_us(r.get(f'{side}_time_us'))} vs {fmt_us(r.get(f'{other}_time_us'))}"
+                if r.get(f"{side}_time_us") is not None
+                else ""
+            )
             for r in hits
-        )  # fmt: skip
-        per_type = {r["type"]: {"count": r[f"{side}_count"], "time_us": r.get(f"{side}_time_us")} for r in hits}
+        )
+        per_type = {
+            r["type"]: {"count": r[f"{side}_count"], "time_us": r.get(f"{side}_time_us")} for r in hits
+        }
         targets = {r["type"]: r[f"{other}_count"] for r in hits}
         fit_for = {}
         for r in hits:
@@ -280,11 +341,21 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         estimate["grouping"] = f"{lab}'s collectives issued at {lab_o}'s granularity"
         if x.num_layers:
             layer = whatif.layer_bucket_counts(
-                x.num_layers, reshard_after_forward=bool((x.arms.get(side) or {}).get("reshard_after_forward", True)))
+                x.num_layers,
+                reshard_after_forward=bool((x.arms.get(side) or {}).get("reshard_after_forward", True)),
+            )
             per_layer = whatif.estimate_regrouping(
-                per_type, {k: v for k, v in layer.items() if k in per_type}, fit_for, **breakdown)
-            estimate["one_bucket_per_layer"] = {k: per_layer[k] for k in (
-                "comm_delta_us", "exposed_comm_delta_us", "step_time_delta_us", "step_time_lower_bound_us")}
+                per_type, {k: v for k, v in layer.items() if k in per_type}, fit_for, **breakdown
+            )
+            estimate["one_bucket_per_layer"] = {
+                k: per_layer[k]
+                for k in (
+                    "comm_delta_us",
+                    "exposed_comm_delta_us",
+                    "step_time_delta_us",
+                    "step_time_lower_bound_us",
+                )
+            }
             estimate["one_bucket_per_layer"]["target_counts"] = layer
         frag_time = sum(float(r.get(f"{side}_time_us") or 0.0) for r in hits)
         share = _share(frag_time, _num(m, "step_time_us"))
@@ -294,24 +365,38 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         elif share <= 1.0:
             share_text = f"; these collectives take {share:.1%} of {lab}'s step"
         else:  # calls on several comm threads/streams run concurrently, so their sum can exceed the step
-            share_text = (f"; their calls add up to {fmt_us(frag_time)}, more than {lab}'s whole step "
-                          f"({fmt_us(_num(m, 'step_time_us'))}): they run concurrently")  # fmt: skip
+            share_text = (
+                f"; their calls add up to {fmt_us(frag_time)}, more than {lab}'s whole step "
+                f"({fmt_us(_num(m, 'step_time_us'))}): they run concurrently"
+            )
         arm = x.arms.get(side) or {}
-        action = ("bucket per-parameter collectives per module: one all-gather and one reduce-scatter per "
-                  "shard unit over a flat buffer, as FSDP2 does")  # fmt: skip
+        action = (
+            "bucket per-parameter collectives per module: one all-gather and one reduce-scatter per "
+            "shard unit over a flat buffer, as FSDP2 does"
+        )
         backend = arm.get("backend")
-        if backend in (None, "hyper") and arm.get("comm_fusion") is False:  # comm_fusion is hyper's option only
+        if (
+            backend in (None, "hyper") and arm.get("comm_fusion") is False
+        ):  # comm_fusion is hyper's option only
             action += f"; or enable comm fusion (arm {lab} runs comm_fusion=false)"
         elif backend == "deepspeed" and not arm.get("prefetch"):
-            action += (f"; for DeepSpeed, let it coalesce a prefetch bucket into one all-gather (arm {lab}: "
-                       "prefetch=1 or a larger stage3_prefetch_bucket_size)")  # fmt: skip
+            action += (
+                f"; for DeepSpeed, let it coalesce a prefetch bucket into one all-gather (arm {lab}: "
+                "prefetch=1 or a larger stage3_prefetch_bucket_size)"
+            )
         max_ratio = max(r[f"{side}_count"] / r[f"{other}_count"] for r in hits)
-        findings.append(Finding(
-            "fragmentation", severity, f"{lab}'s communication is {max_ratio:.1f}× more fragmented than {lab_o}'s",
-            evidence + share_text,
-            "per-parameter collectives (one call per tensor) instead of one per module: every call pays the "
-            "fixed latency alpha again, and small calls use the link poorly", action, estimate,
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "fragmentation",
+                severity,
+                f"{lab}'s communication is {max_ratio:.1f}× more fragmented than {lab_o}'s",
+                evidence + share_text,
+                "per-parameter collectives (one call per tensor) instead of one per module: every call pays the "
+                "fixed latency alpha again, and small calls use the link poorly",
+                action,
+                estimate,
+            )
+        )
     return findings
 
 
@@ -335,32 +420,53 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
         if ov is None or exp is None or not step:
             continue
         absolute = ov < LOW_OVERLAP_RATIO and exp / step >= EXPOSED_SHARE
-        relative = (ov_o is not None and exp_o is not None and bool(step_o)
-                    and ov <= ov_o - OVERLAP_GAP and exp - exp_o >= EXPOSED_GAP_SHARE * step_o)  # fmt: skip
+        relative = (
+            ov_o is not None
+            and exp_o is not None
+            and bool(step_o)
+            and ov <= ov_o - OVERLAP_GAP
+            and exp - exp_o >= EXPOSED_GAP_SHARE * step_o
+        )
         if not (absolute or relative):
             continue
         lab, lab_o = x.labels[side], x.labels[other]
         phrase, depth = _prefetch_phrase(x, side)
-        action = (f"{phrase}: enable explicit layer prefetch (prefetch=1)" if depth == 0
-                  else f"{phrase}: try prefetch={depth + 1}" if depth is not None
-                  else f"{phrase}: enable explicit layer prefetch (prefetch=1 or deeper)")  # fmt: skip
-        evidence = (f"overlap {fmt_ratio(ov)} ({lab}) vs {fmt_ratio(ov_o)} ({lab_o}); exposed comm "
-                    f"{fmt_us(exp)} = {exp / step:.1%} of {lab}'s step"
-                    + (f" vs {fmt_us(exp_o)} ({lab_o})" if exp_o is not None else ""))  # fmt: skip
+        action = (
+            f"{phrase}: enable explicit layer prefetch (prefetch=1)"
+            if depth == 0
+            else f"{phrase}: try prefetch={depth + 1}"
+            if depth is not None
+            else f"{phrase}: enable explicit layer prefetch (prefetch=1 or deeper)"
+        )
+        evidence = (
+            f"overlap {fmt_ratio(ov)} ({lab}) vs {fmt_ratio(ov_o)} ({lab_o}); exposed comm "
+            f"{fmt_us(exp)} = {exp / step:.1%} of {lab}'s step"
+            + (f" vs {fmt_us(exp_o)} ({lab_o})" if exp_o is not None else "")
+        )
         breakdown = {k: _num(m, k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")}
         if ov_o is not None and ov_o >= ov + OVERLAP_GAP:
             estimate = whatif.estimate_overlap(target_overlap_ratio=ov_o, **breakdown)
             estimate["scenario"] = f"{lab} hides comm as well as {lab_o} does ({fmt_ratio(ov_o)})"
         else:  # no arm shows what is achievable: give only the best case, which is a bound, not an estimate
             best = whatif.estimate_overlap(target_overlap_ratio=1.0, **breakdown)
-            estimate = {**best, "exposed_comm_delta_us": None, "step_time_delta_us": None,
-                        "best_case_step_time_delta_us": best["step_time_delta_us"],
-                        "scenario": f"no arm overlaps much better than {lab}; best case = all comm hidden"}  # fmt: skip
-        findings.append(Finding(
-            "low_overlap", "high", f"{lab} leaves {fmt_us(exp)} of communication exposed (overlap {fmt_ratio(ov)})",
-            evidence, "collectives are issued when their layer needs them, not ahead of time, so compute waits",
-            action, estimate,
-        ))  # fmt: skip
+            estimate = {
+                **best,
+                "exposed_comm_delta_us": None,
+                "step_time_delta_us": None,
+                "best_case_step_time_delta_us": best["step_time_delta_us"],
+                "scenario": f"no arm overlaps much better than {lab}; best case = all comm hidden",
+            }
+        findings.append(
+            Finding(
+                "low_overlap",
+                "high",
+                f"{lab} leaves {fmt_us(exp)} of communication exposed (overlap {fmt_ratio(ov)})",
+                evidence,
+                "collectives are issued when their layer needs them, not ahead of time, so compute waits",
+                action,
+                estimate,
+            )
+        )
     return findings
 
 
@@ -376,9 +482,11 @@ def rule_prefetch_change(x: RuleInput) -> list[Finding]:
     e_deep, e_shallow = (et, eb) if deeper == "test" else (eb, et)
     helped = e_deep is not None and e_shallow is not None and e_deep < e_shallow
     change = "" if ovb is None or ovt is None else f" ({fmt_points(ovt - ovb)})"
-    evidence = (f"prefetch={pb} ({lb}) vs prefetch={pt} ({lt}): overlap {fmt_ratio(ovb)} → {fmt_ratio(ovt)}{change}; "
-                f"exposed comm {fmt_us(eb)} → {fmt_us(et)}"
-                + (f" ({fmt_us(et - eb, signed=True)})" if eb is not None and et is not None else ""))  # fmt: skip
+    evidence = (
+        f"prefetch={pb} ({lb}) vs prefetch={pt} ({lt}): overlap {fmt_ratio(ovb)} → {fmt_ratio(ovt)}{change}; "
+        f"exposed comm {fmt_us(eb)} → {fmt_us(et)}"
+        + (f" ({fmt_us(et - eb, signed=True)})" if eb is not None and et is not None else "")
+    )
     hi, lo = max(int(pb), int(pt)), min(int(pb), int(pt))
     gap = None if e_deep is None or e_shallow is None else e_deep - e_shallow
     if helped:
@@ -386,35 +494,60 @@ def rule_prefetch_change(x: RuleInput) -> list[Finding]:
         action = f"keep prefetch={hi} (arm {x.labels[deeper]})"
     else:
         title = f"Prefetch={hi} did not reduce exposed communication" + (
-            f" ({fmt_us(gap, signed=True)} vs prefetch={lo})" if gap is not None else "")
-        action = (f"keep the shallower prefetch (arm {x.labels[shallower]}); deeper prefetch only costs "
-                  "memory here")  # fmt: skip
-    return [Finding(
-        "prefetch_change", "info" if helped else "medium", title, evidence,
-        "explicit prefetch issues the next layer's all-gather while the current layer computes",
-        action, {"label": "measured", "exposed_comm_delta_us": None if eb is None or et is None else et - eb},
-    )]  # fmt: skip
+            f" ({fmt_us(gap, signed=True)} vs prefetch={lo})" if gap is not None else ""
+        )
+        action = (
+            f"keep the shallower prefetch (arm {x.labels[shallower]}); deeper prefetch only costs memory here"
+        )
+    return [
+        Finding(
+            "prefetch_change",
+            "info" if helped else "medium",
+            title,
+            evidence,
+            "explicit prefetch issues the next layer's all-gather while the current layer computes",
+            action,
+            {"label": "measured", "exposed_comm_delta_us": None if eb is None or et is None else et - eb},
+        )
+    ]
 
 
 def rule_sync_storm(x: RuleInput) -> list[Finding]:
     findings = []
     for side in ("test", "base"):
         other = x.other(side)
-        hits = [r for r in x.sync if r.get(side) is not None and r.get(other) is not None
-                and r[side] - r[other] >= SYNC_MIN_DELTA and r[side] >= SYNC_RATIO * r[other]]  # fmt: skip
+        hits = [
+            r
+            for r in x.sync
+            if r.get(side) is not None
+            and r.get(other) is not None
+            and r[side] - r[other] >= SYNC_MIN_DELTA
+            and r[side] >= SYNC_RATIO * r[other]
+        ]
         if not hits:
             continue
         lab, lab_o = x.labels[side], x.labels[other]
         evidence = "; ".join(
             f"{SYNC_NAMES.get(r['name'], r['name'])} {fmt_count(r[side])} vs {fmt_count(r[other])} "
-            f"(+{fmt_count(r[side] - r[other])} per rank)" for r in hits)  # fmt: skip
-        findings.append(Finding(
-            "sync_storm", "medium", f"{lab} issues far more sync/launch tasks than {lab_o}", evidence,
-            "synchronisation or a launch per parameter or per collective: each one stalls the host or the "
-            "device queue", RULES[RULE_ORDER["sync_storm"]].action,
-            {"label": "estimate", "step_time_delta_us": None,
-             "note": "not priced: the trace does not give the cost of one sync"},
-        ))  # fmt: skip
+            f"(+{fmt_count(r[side] - r[other])} per rank)"
+            for r in hits
+        )
+        findings.append(
+            Finding(
+                "sync_storm",
+                "medium",
+                f"{lab} issues far more sync/launch tasks than {lab_o}",
+                evidence,
+                "synchronisation or a launch per parameter or per collective: each one stalls the host or the "
+                "device queue",
+                RULES[RULE_ORDER["sync_storm"]].action,
+                {
+                    "label": "estimate",
+                    "step_time_delta_us": None,
+                    "note": "not priced: the trace does not give the cost of one sync",
+                },
+            )
+        )
     return findings
 
 
@@ -431,7 +564,8 @@ def rule_compute_path(x: RuleInput) -> list[Finding]:
     evidence = "; ".join(
         f"{r['op_type']} {fmt_us(r['delta_us'], signed=True)} ({fmt_us(r.get('base_us'))} → "
         f"{fmt_us(r.get('test_us'))}, count {fmt_count(r.get('base_count'))} → {fmt_count(r.get('test_count'))})"
-        for r in hits)  # fmt: skip
+        for r in hits
+    )
     slower = [r for r in hits if r["delta_us"] > 0]
     faster = [r for r in hits if r["delta_us"] < 0]
     if net < 0:  # the test arm is faster overall: price what the base would gain from the test's ops
@@ -439,14 +573,22 @@ def rule_compute_path(x: RuleInput) -> list[Finding]:
     else:
         title, adopter, donor, gain_rows = f"{lt}'s compute path is slower on ", lt, lb, slower
     title += ", ".join(r["op_type"] for r in gain_rows)
-    return [Finding(
-        "compute_path", "medium" if net > 0 else "info", title, f"{lt} − {lb} kernel time: {evidence}",
-        "the arms run different ops for the same model step (e.g. copies/slices around the flat buffers, "
-        "casts for mixed precision)",
-        f"adopt {donor}'s path for {', '.join(r['op_type'] for r in gain_rows)} in {adopter}",
-        {"label": "estimate", "step_time_delta_us": -sum(abs(r["delta_us"]) for r in gain_rows),
-         "scenario": f"{adopter} runs {donor}'s faster ops; an upper bound on the gain, as compute may overlap comm"},
-    )]  # fmt: skip
+    return [
+        Finding(
+            "compute_path",
+            "medium" if net > 0 else "info",
+            title,
+            f"{lt} − {lb} kernel time: {evidence}",
+            "the arms run different ops for the same model step (e.g. copies/slices around the flat buffers, "
+            "casts for mixed precision)",
+            f"adopt {donor}'s path for {', '.join(r['op_type'] for r in gain_rows)} in {adopter}",
+            {
+                "label": "estimate",
+                "step_time_delta_us": -sum(abs(r["delta_us"]) for r in gain_rows),
+                "scenario": f"{adopter} runs {donor}'s faster ops; an upper bound on the gain, as compute may overlap comm",
+            },
+        )
+    ]
 
 
 def rule_straggler(x: RuleInput) -> list[Finding]:
@@ -468,16 +610,27 @@ def rule_straggler(x: RuleInput) -> list[Finding]:
         _, rank, worst, mid = max(skews)
         lab = x.labels[side]
         what = "compute" if key == "compute_us" else "step time"
-        findings.append(Finding(
-            "straggler", "medium", f"rank {rank} is a straggler in {lab}",
-            f"rank {rank} {what} {fmt_us(worst)} vs {fmt_us(mid)} "
-            + ("on the other rank " if len(values) == 2 else f"(median of the other {len(values) - 1} ranks) ")
-            + f"(+{worst / mid - 1:.1%})",
-            "one rank computes longer and every collective waits for it",
-            f"find why rank {rank} of {lab} computes longer (placement, imbalance, a noisy neighbour)",
-            {"label": "estimate", "step_time_delta_us": -(worst - mid),
-             "scenario": f"rank {rank} computes as fast as the other ranks (median)"},
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "straggler",
+                "medium",
+                f"rank {rank} is a straggler in {lab}",
+                f"rank {rank} {what} {fmt_us(worst)} vs {fmt_us(mid)} "
+                + (
+                    "on the other rank "
+                    if len(values) == 2
+                    else f"(median of the other {len(values) - 1} ranks) "
+                )
+                + f"(+{worst / mid - 1:.1%})",
+                "one rank computes longer and every collective waits for it",
+                f"find why rank {rank} of {lab} computes longer (placement, imbalance, a noisy neighbour)",
+                {
+                    "label": "estimate",
+                    "step_time_delta_us": -(worst - mid),
+                    "scenario": f"rank {rank} computes as fast as the other ranks (median)",
+                },
+            )
+        )
     return findings
 
 
@@ -505,29 +658,43 @@ def rule_hccl_avg_division(x: RuleInput) -> list[Finding]:
     severity = "medium" if step and delta >= OP_DELTA_SHARE * step else "info"
 
     def side_text(side: str) -> str:
-        parts = [f"{fmt_count(v['count'])} after {COLLECTIVE_NAMES.get(c, c)}" for c, v in sorted(per[side].items())
-                 if v["count"]]  # fmt: skip
+        parts = [
+            f"{fmt_count(v['count'])} after {COLLECTIVE_NAMES.get(c, c)}"
+            for c, v in sorted(per[side].items())
+            if v["count"]
+        ]
         return f"{fmt_count(n[side])} ({', '.join(parts) or 'none'}; {fmt_us(us[side])})"
 
-    return [Finding(
-        "hccl_avg_division", severity,
-        f"{lab} runs {fmt_count(n[more])} HCCL AVG divides vs {fmt_count(n[fewer])} in {lab_o}",
-        f"divide kernels on the HCCL stream: {lab} {side_text(more)}; {lab_o} {side_text(fewer)}",
-        "HCCL has no AVG reduce: torch_npu reduces with SUM and then divides on the HCCL stream, one divide "
-        "kernel per reduce-scatter/all-reduce, so more (per-parameter) collectives mean as many more divides, "
-        "counted as compute",
-        RULES[RULE_ORDER["hccl_avg_division"]].action,
-        {"label": "estimate", "step_time_delta_us": -delta if delta > 0 else None,
-         "scenario": f"{lab} runs as many divides as {lab_o}; an upper bound, as they may overlap other work"},
-    )]  # fmt: skip
+    return [
+        Finding(
+            "hccl_avg_division",
+            severity,
+            f"{lab} runs {fmt_count(n[more])} HCCL AVG divides vs {fmt_count(n[fewer])} in {lab_o}",
+            f"divide kernels on the HCCL stream: {lab} {side_text(more)}; {lab_o} {side_text(fewer)}",
+            "HCCL has no AVG reduce: torch_npu reduces with SUM and then divides on the HCCL stream, one divide "
+            "kernel per reduce-scatter/all-reduce, so more (per-parameter) collectives mean as many more divides, "
+            "counted as compute",
+            RULES[RULE_ORDER["hccl_avg_division"]].action,
+            {
+                "label": "estimate",
+                "step_time_delta_us": -delta if delta > 0 else None,
+                "scenario": f"{lab} runs as many divides as {lab_o}; an upper bound, as they may overlap other work",
+            },
+        )
+    ]
 
 
 RULE_FUNCTIONS: dict[str, Callable[[RuleInput], list[Finding]]] = {
-    "invalid_comparison": rule_invalid_comparison, "step_time": rule_step_time,
-    "fragmentation": rule_fragmentation, "low_overlap": rule_low_overlap,
-    "prefetch_change": rule_prefetch_change, "sync_storm": rule_sync_storm,
-    "compute_path": rule_compute_path, "straggler": rule_straggler, "hccl_avg_division": rule_hccl_avg_division,
-}  # fmt: skip
+    "invalid_comparison": rule_invalid_comparison,
+    "step_time": rule_step_time,
+    "fragmentation": rule_fragmentation,
+    "low_overlap": rule_low_overlap,
+    "prefetch_change": rule_prefetch_change,
+    "sync_storm": rule_sync_storm,
+    "compute_path": rule_compute_path,
+    "straggler": rule_straggler,
+    "hccl_avg_division": rule_hccl_avg_division,
+}
 
 
 def _gain(f: Finding) -> float:
@@ -543,5 +710,7 @@ def evaluate(x: RuleInput) -> list[Finding]:
     """
     findings = [f for rule in RULES for f in RULE_FUNCTIONS[rule.id](x)]
     pinned = {"invalid_comparison": 0, "step_time": 1}
-    return sorted(findings, key=lambda f: (pinned.get(f.id, 2), SEVERITY_ORDER.get(f.severity, 9), -_gain(f),
-                                           RULE_ORDER[f.id]))  # fmt: skip
+    return sorted(
+        findings,
+        key=lambda f: (pinned.get(f.id, 2), SEVERITY_ORDER.get(f.severity, 9), -_gain(f), RULE_ORDER[f.id]),
+    )

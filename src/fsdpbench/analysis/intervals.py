@@ -59,10 +59,14 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
         return empty()
     # sweep: +1/-1 at a's edges, +2/-2 at b's; the running sum is 3 where both are active
     times = np.concatenate([sa, ea, sb, eb])
-    delta = np.concatenate([
-        np.ones(sa.size, np.int8), -np.ones(ea.size, np.int8),
-        np.full(sb.size, 2, np.int8), np.full(eb.size, -2, np.int8),
-    ])  # fmt: skip
+    delta = np.concatenate(
+        [
+            np.ones(sa.size, np.int8),
+            -np.ones(ea.size, np.int8),
+            np.full(sb.size, 2, np.int8),
+            np.full(eb.size, -2, np.int8),
+        ]
+    )
     order = np.lexsort((delta, times))  # at equal times, ends (negative) before starts
     t, state = times[order], np.cumsum(delta[order], dtype=np.int64)
     both = state == 3

@@ -17,10 +17,13 @@ def op_stats(events: pd.DataFrame) -> pd.DataFrame:
     k = events.loc[sel, ["op_type", "start_ns", "end_ns"]]
     dur = (k["end_ns"] - k["start_ns"]).rename("dur")
     g = dur.groupby(k["op_type"].astype(str), sort=False).agg(["count", "sum"])
-    out = pd.DataFrame({
-        "op_type": g.index.astype(str), "count": g["count"].to_numpy(int),
-        "total_us": g["sum"].to_numpy(float) / 1000.0,
-    })  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "op_type": g.index.astype(str),
+            "count": g["count"].to_numpy(int),
+            "total_us": g["sum"].to_numpy(float) / 1000.0,
+        }
+    )
     out["mean_us"] = out["total_us"] / out["count"]
     return out.sort_values(["total_us", "op_type"], ascending=[False, True], ignore_index=True)
 

@@ -62,6 +62,8 @@ def breakdown(events: pd.DataFrame, window_ns: int | None = None) -> Breakdown:
         s, e = events["start_ns"].to_numpy()[dev], events["end_ns"].to_numpy()[dev]
         window_ns = int(e.max() - s.min()) if s.size else 0
     return Breakdown(
-        window_ns=int(window_ns), compute_ns=iv.length(comp), comm_ns=iv.length(comm),
+        window_ns=int(window_ns),
+        compute_ns=iv.length(comp),
+        comm_ns=iv.length(comm),
         overlapped_ns=iv.intersection_length(comp, comm),
-    )  # fmt: skip
+    )

@@ -13,9 +13,15 @@ import pandas as pd
 SCHEMA_VERSION = 1
 # scalar metrics averaged / min / max across ranks
 SCALARS = (
-    "step_time_us", "overlap_ratio", "compute_us", "comm_us", "overlapped_us", "exposed_comm_us", "free_us",
+    "step_time_us",
+    "overlap_ratio",
+    "compute_us",
+    "comm_us",
+    "overlapped_us",
+    "exposed_comm_us",
+    "free_us",
     "kernel_time_us",
-)  # fmt: skip
+)
 
 
 @dataclass
@@ -42,16 +48,24 @@ class StepMetrics:
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         ops = self.op_stats if top is None else self.op_stats.head(top)
         return {
-            "step": self.step, "step_time_us": self.step_time_us, "overlap_ratio": self.overlap_ratio,
-            "compute_us": self.compute_us, "comm_us": self.comm_us, "overlapped_us": self.overlapped_us,
-            "exposed_comm_us": self.exposed_comm_us, "free_us": self.free_us, "kernel_time_us": self.kernel_time_us,
+            "step": self.step,
+            "step_time_us": self.step_time_us,
+            "overlap_ratio": self.overlap_ratio,
+            "compute_us": self.compute_us,
+            "comm_us": self.comm_us,
+            "overlapped_us": self.overlapped_us,
+            "exposed_comm_us": self.exposed_comm_us,
+            "free_us": self.free_us,
+            "kernel_time_us": self.kernel_time_us,
             "collectives": self.collectives,
             "ops": [
                 {"op_type": str(o), "count": int(c), "total_us": float(t), "mean_us": float(m)}
-                for o, c, t, m in zip(ops["op_type"], ops["count"], ops["total_us"], ops["mean_us"], strict=True)
+                for o, c, t, m in zip(
+                    ops["op_type"], ops["count"], ops["total_us"], ops["mean_us"], strict=True
+                )
             ],
             "sync": self.sync,
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -93,8 +107,13 @@ class RankMetrics(StepMetrics):
         return self._events
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        d = {"rank": self.rank, **super().to_dict(top), "orphan_events": self.orphan_events,
-             "orphan_us": self.orphan_us, "orphan_share": self.orphan_share}  # fmt: skip
+        d = {
+            "rank": self.rank,
+            **super().to_dict(top),
+            "orphan_events": self.orphan_events,
+            "orphan_us": self.orphan_us,
+            "orphan_share": self.orphan_share,
+        }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
 
@@ -146,7 +165,11 @@ class Analysis:
     def to_dict(self) -> dict[str, Any]:
         """The "Analysis" JSON object of docs/DATA.md."""
         return {
-            "schema_version": SCHEMA_VERSION, "sources": self.sources, "format": self.format,
-            "warnings": self.warnings, "ranks": [r.to_dict(self.top) for r in self.ranks], "mean": self.mean,
+            "schema_version": SCHEMA_VERSION,
+            "sources": self.sources,
+            "format": self.format,
+            "warnings": self.warnings,
+            "ranks": [r.to_dict(self.top) for r in self.ranks],
+            "mean": self.mean,
             "across_ranks": self.across_ranks(),
-        }  # fmt: skip
+        }

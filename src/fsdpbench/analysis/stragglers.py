@@ -29,7 +29,9 @@ def clock_offset_warning(ranks: Sequence[int], spans: Sequence[tuple[int, int]])
     )
 
 
-def collective_skew(ranks: Sequence[int], events: Sequence[pd.DataFrame]) -> tuple[dict[int, float], list[str]]:
+def collective_skew(
+    ranks: Sequence[int], events: Sequence[pd.DataFrame]
+) -> tuple[dict[int, float], list[str]]:
     """Median lateness (µs) of each rank at collectives: for the k-th collective of each type, the
     rank's start minus the earliest start over ranks.
 

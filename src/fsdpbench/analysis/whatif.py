@@ -123,8 +123,10 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
     move the same bytes in different numbers of calls separate alpha from beta. ``r2`` is the usual
     coefficient of determination around the mean total time.
     """
-    n_arr, b_arr, t_arr = (pd.to_numeric(pd.Series(v, dtype="object"), errors="coerce").to_numpy(dtype=float)
-                           for v in (counts, nbytes, time_us))  # fmt: skip
+    n_arr, b_arr, t_arr = (
+        pd.to_numeric(pd.Series(v, dtype="object"), errors="coerce").to_numpy(dtype=float)
+        for v in (counts, nbytes, time_us)
+    )
     keep = np.isfinite(n_arr) & np.isfinite(b_arr) & np.isfinite(t_arr) & (n_arr > 0)
     n_arr, b_arr, t_arr = n_arr[keep], b_arr[keep], t_arr[keep]
     npts = int(n_arr.size)
@@ -142,7 +144,9 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
     return AlphaBetaFit(float(alpha), float(beta), r2, npts, "ok", mean_us, mean_bytes)
 
 
-def choose_fit(kind: str, *candidates: tuple[str, Mapping[str, AlphaBetaFit]]) -> tuple[str, AlphaBetaFit] | None:
+def choose_fit(
+    kind: str, *candidates: tuple[str, Mapping[str, AlphaBetaFit]]
+) -> tuple[str, AlphaBetaFit] | None:
     """The best usable fit of ``kind`` among ``(source_name, fits)`` candidates, given in preference order.
 
     Preference: the first ``ok`` fit that is not poor (R² >= POOR_FIT_R2) and has ``alpha >= 0``; else
@@ -157,14 +161,18 @@ def choose_fit(kind: str, *candidates: tuple[str, Mapping[str, AlphaBetaFit]]) -
     return next((tier[0] for tier in tiers if tier), None)
 
 
-def layer_bucket_counts(num_layers: int, *, reshard_after_forward: bool = True, hsdp: bool = False) -> dict[str, int]:
+def layer_bucket_counts(
+    num_layers: int, *, reshard_after_forward: bool = True, hsdp: bool = False
+) -> dict[str, int]:
     """Collective calls per step if every layer were one bucket plus one root bucket (FSDP2's grouping).
 
     From reference/fsdp_backends.md §3: all-gather ``2L+1`` with reshard after forward (forward and the
     backward re-gather) or ``L+1`` without; reduce-scatter ``L+1``; all-reduce ``L+1`` for HSDP only.
     """
-    counts = {"all_gather": (2 * num_layers + 1) if reshard_after_forward else (num_layers + 1),
-              "reduce_scatter": num_layers + 1}  # fmt: skip
+    counts = {
+        "all_gather": (2 * num_layers + 1) if reshard_after_forward else (num_layers + 1),
+        "reduce_scatter": num_layers + 1,
+    }
     if hsdp:
         counts["all_reduce"] = num_layers + 1
     return counts
@@ -227,14 +235,21 @@ def estimate_regrouping(
             if fit.alpha_us is not None and fit.alpha_us < 0:
                 row["note"] = "fitted alpha is negative (per-call cost not resolved); counted as 0"
             elif fit.poor:
-                row["note"] = f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
+                row["note"] = (
+                    f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
+                )
             saved_total += saved
         rows[kind] = row
     priced = any("saved_us" in r for r in rows.values())
     result: dict[str, Any] = {
-        "label": "estimate", "comm_delta_us": None, "exposed_comm_delta_us": None, "step_time_delta_us": None,
-        "step_time_lower_bound_us": None, "per_type": rows, "assumptions": assumptions,
-    }  # fmt: skip
+        "label": "estimate",
+        "comm_delta_us": None,
+        "exposed_comm_delta_us": None,
+        "step_time_delta_us": None,
+        "step_time_lower_bound_us": None,
+        "per_type": rows,
+        "assumptions": assumptions,
+    }
     if not priced or comm_us is None or not summed_time:
         return result
     comm_new = float(comm_us) * (1.0 - min(saved_total / summed_time, 1.0))
@@ -264,10 +279,13 @@ def estimate_overlap(
     breakdown is missing; a target below the current overlap gives no gain (delta 0).
     """
     out: dict[str, Any] = {
-        "label": "estimate", "target_overlap_ratio": target_overlap_ratio, "exposed_comm_delta_us": None,
-        "step_time_delta_us": None, "step_time_lower_bound_us": None,
+        "label": "estimate",
+        "target_overlap_ratio": target_overlap_ratio,
+        "exposed_comm_delta_us": None,
+        "step_time_delta_us": None,
+        "step_time_lower_bound_us": None,
         "assumptions": ["compute and total comm time unchanged; only the hidden share of comm changes"],
-    }  # fmt: skip
+    }
     if comm_us is None or exposed_comm_us is None or not math.isfinite(target_overlap_ratio):
         return out
     delta = min(float(comm_us) * (1.0 - target_overlap_ratio) - float(exposed_comm_us), 0.0)

@@ -90,7 +90,9 @@ class Backend(abc.ABC):
             self.load_full_param(param, full_of(name))
 
     def make_training(
-        self, model: torch.nn.Module, make_optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
+        self,
+        model: torch.nn.Module,
+        make_optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
     ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         """(the module to call, the optimizer); ``make_optimizer(params)`` builds the run's optimizer."""
         return model, make_optimizer(list(model.parameters()))

@@ -109,7 +109,9 @@ class DeepSpeedZero3Backend(Backend):
         try:
             import deepspeed  # noqa: F401
         except ImportError as exc:
-            raise LaunchError(f"the deepspeed arm needs deepspeed, which is not importable ({exc}); {INSTALL_HINT}") from None
+            raise LaunchError(
+                f"the deepspeed arm needs deepspeed, which is not importable ({exc}); {INSTALL_HINT}"
+            ) from None
 
     def init_process_group(self, device_type: str, timeout: timedelta) -> None:
         """``deepspeed.init_distributed`` with the device's process-group backend (gloo on CPU)."""
@@ -146,7 +148,9 @@ class DeepSpeedZero3Backend(Backend):
         largest = max((sum(p.numel() for p in layer.parameters()) for layer in layers), default=0)
         self.config = deepspeed_config(self._arm, largest)
         optimizer = make_optimizer(list(model.parameters()))
-        self.engine, ds_optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
+        self.engine, ds_optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=self.config
+        )
         return self.engine, ds_optimizer
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -112,7 +112,9 @@ class FSDP1Backend(Backend):
         from torch.distributed.fsdp import FullStateDictConfig, StateDictType
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=False)):
+        with FSDP.state_dict_type(
+            model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=False)
+        ):
             state = model.state_dict()
         return {clean_name(k): v.detach().cpu().clone() for k, v in state.items()}
 

@@ -145,13 +145,17 @@ class HyperBackend(Backend):
         try:
             import yaml  # noqa: F401  (hyper_parallel imports it when it creates its first DTensor)
         except ImportError:
-            raise LaunchError("the hyper arm needs pyyaml, which hyper_parallel does not declare: pip install pyyaml") from None
+            raise LaunchError(
+                "the hyper arm needs pyyaml, which hyper_parallel does not declare: pip install pyyaml"
+            ) from None
         try:
             import hyper_parallel  # noqa: F401
             from hyper_parallel.core.fully_shard import fully_shard  # noqa: F401
             from hyper_parallel.platform import get_platform
         except ImportError as exc:
-            raise LaunchError(f"the hyper arm needs hyper_parallel, which is not importable ({exc}); {INSTALL_HINT}") from None
+            raise LaunchError(
+                f"the hyper arm needs hyper_parallel, which is not importable ({exc}); {INSTALL_HINT}"
+            ) from None
         platform = get_platform()
         if "torch" not in type(platform).__module__:
             raise LaunchError(
@@ -204,11 +208,17 @@ class HyperBackend(Backend):
         def placement(param: torch.nn.Parameter) -> Any:
             return Shard(by_shape.get(tuple(param.shape), 0))
 
-        mp = MixedPrecisionPolicy(param_dtype=getattr(torch, arm.param_dtype), reduce_dtype=getattr(torch, arm.reduce_dtype))
+        mp = MixedPrecisionPolicy(
+            param_dtype=getattr(torch, arm.param_dtype), reduce_dtype=getattr(torch, arm.reduce_dtype)
+        )
         common = dict(mesh=mesh, shard_placement_fn=placement, mp_policy=mp, device=self._device, **extra)
         with _forward_shard_placement_fn(placement):
             units = apply_plan(
-                model, fully_shard, reshard_after_forward=arm.reshard_after_forward, prefetch=arm.prefetch, **common
+                model,
+                fully_shard,
+                reshard_after_forward=arm.reshard_after_forward,
+                prefetch=arm.prefetch,
+                **common,
             )
         model.register_forward_hook(_expose_dataclass_output, prepend=True)
         self._wrapped, self._owners = units, {}
@@ -274,11 +284,14 @@ class HyperBackend(Backend):
         if owner is None:
             # by module and name: to_empty may have put new Parameter objects on the modules
             self._owners = {
-                id(getattr(o._module_info.module, o._module_info.param_name)): o for o in _hsdp_params(self._wrapped)
+                id(getattr(o._module_info.module, o._module_info.param_name)): o
+                for o in _hsdp_params(self._wrapped)
             }
             owner = self._owners.get(id(param))
         if owner is None:
-            raise LaunchError("hyper arm: load_full_param got a parameter that hyper's fully_shard did not shard")
+            raise LaunchError(
+                "hyper arm: load_full_param got a parameter that hyper's fully_shard did not shard"
+            )
         return owner
 
 

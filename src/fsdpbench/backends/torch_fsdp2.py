@@ -26,7 +26,9 @@ class TorchFSDP2Backend(Backend):
     def init_mesh(self, device_type: str, mesh_shape: tuple[int, ...]) -> Any:
         from torch.distributed.device_mesh import init_device_mesh
 
-        return init_device_mesh(device_type, tuple(mesh_shape), mesh_dim_names=mesh_dim_names(len(mesh_shape)))
+        return init_device_mesh(
+            device_type, tuple(mesh_shape), mesh_dim_names=mesh_dim_names(len(mesh_shape))
+        )
 
     def apply(self, model: torch.nn.Module, mesh: Any, arm: Arm) -> torch.nn.Module:
         """Shard each decoder layer, then the root (embed_tokens, norm, lm_head); set prefetch chains."""
@@ -41,7 +43,13 @@ class TorchFSDP2Backend(Backend):
             ),
             "shard_placement_fn": lambda p: Shard(shard_dim(p.shape, shard_size)),
         }
-        apply_plan(model, fully_shard, reshard_after_forward=arm.reshard_after_forward, prefetch=arm.prefetch, **common)
+        apply_plan(
+            model,
+            fully_shard,
+            reshard_after_forward=arm.reshard_after_forward,
+            prefetch=arm.prefetch,
+            **common,
+        )
         return model
 
     def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
@@ -49,7 +57,10 @@ class TorchFSDP2Backend(Backend):
         from torch.distributed.tensor import distribute_tensor
 
         local = distribute_tensor(
-            full.to(device=param.device, dtype=param.dtype), param.device_mesh, param.placements, src_data_rank=None
+            full.to(device=param.device, dtype=param.dtype),
+            param.device_mesh,
+            param.placements,
+            src_data_rank=None,
         ).to_local()
         with torch.no_grad():
             param.to_local().copy_(local)

@@ -11,10 +11,42 @@ from typing import Any
 from fsdpbench.config import DEVICES, DTYPES, OPTIMIZERS, ORDERS, RunConfig
 
 # flag dest → RunConfig / shared arm option key (None defaults: only flags given override)
-RUN_FLAGS = ("arms", "rounds", "warmup", "steps", "seq_len", "batch_size", "layers", "preset", "nproc", "nnodes",
-             "node_rank", "rdzv_endpoint", "master_port", "device", "profile", "profile_step", "out", "name", "seed",
-             "optimizer", "lr", "order", "timeout", "report", "parity_steps", "count_collectives", "dump_params",
-             "prefetch", "mesh", "reshard_after_forward", "param_dtype", "reduce_dtype", "ac", "comm_fusion")  # fmt: skip
+RUN_FLAGS = (
+    "arms",
+    "rounds",
+    "warmup",
+    "steps",
+    "seq_len",
+    "batch_size",
+    "layers",
+    "preset",
+    "nproc",
+    "nnodes",
+    "node_rank",
+    "rdzv_endpoint",
+    "master_port",
+    "device",
+    "profile",
+    "profile_step",
+    "out",
+    "name",
+    "seed",
+    "optimizer",
+    "lr",
+    "order",
+    "timeout",
+    "report",
+    "parity_steps",
+    "count_collectives",
+    "dump_params",
+    "prefetch",
+    "mesh",
+    "reshard_after_forward",
+    "param_dtype",
+    "reduce_dtype",
+    "ac",
+    "comm_fusion",
+)
 
 
 def _bool(text: str) -> bool:
@@ -30,11 +62,16 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     """The options shared by ``run`` and ``ab`` (every default is None: unset flags do not override)."""
     g = parser.add_argument_group("what to run")
     if several_arms:
-        g.add_argument("--arms", help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
-                       "hyper; python=PATH runs an arm in another venv), e.g. torch,hyper:prefetch=2 (default: "
-                       "torch,fsdp1, plus deepspeed and hyper when importable)")
+        g.add_argument(
+            "--arms",
+            help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
+            "hyper; python=PATH runs an arm in another venv), e.g. torch,hyper:prefetch=2 (default: "
+            "torch,fsdp1, plus deepspeed and hyper when importable)",
+        )
     else:
-        g.add_argument("--arm", "--arms", dest="arms", help="one BACKEND[:key=value...] item (default: torch)")
+        g.add_argument(
+            "--arm", "--arms", dest="arms", help="one BACKEND[:key=value...] item (default: torch)"
+        )
     g.add_argument("--config", metavar="FILE.toml", help="a TOML file of options (flags override it)")
     g.add_argument("--preset", help="model preset: tiny (default) or full")
     g.add_argument("--layers", type=int, help="decoder layers (env NUM_LAYERS)")
@@ -43,7 +80,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     g.add_argument("--rounds", type=int, help="timed launches per arm (ab default 3, run default 1)")
     g.add_argument("--warmup", type=int, help="untimed steps per launch (default 2)")
     g.add_argument("--steps", type=int, help="timed steps per launch (default 8)")
-    g.add_argument("--order", choices=ORDERS, help="launch order per round (default alternate: A B, B A, ...)")
+    g.add_argument(
+        "--order", choices=ORDERS, help="launch order per round (default alternate: A B, B A, ...)"
+    )
     g.add_argument("--seed", type=int, help="seed of weights and tokens (default 0)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, help="sgd (default; exact parity) or adamw")
     g.add_argument("--lr", type=float, help="learning rate (default 1e-3)")
@@ -62,20 +101,37 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     d.add_argument("--rdzv-endpoint", help="HOST:PORT of node 0 (multi-node)")
     d.add_argument("--master-port", type=int, help="rendezvous port on loopback (default: a free one)")
     d.add_argument("--device", choices=DEVICES, help="auto (default), cpu (gloo), cuda (nccl) or npu (hccl)")
-    d.add_argument("--timeout", type=float, help="seconds per launch before its process group is killed (default 900)")
+    d.add_argument(
+        "--timeout", type=float, help="seconds per launch before its process group is killed (default 900)"
+    )
     o = parser.add_argument_group("output")
-    o.add_argument("--profile", action="store_const", const=True, help="add one profiling launch per arm (env ENABLE_PROFILER)")
+    o.add_argument(
+        "--profile",
+        action="store_const",
+        const=True,
+        help="add one profiling launch per arm (env ENABLE_PROFILER)",
+    )
     o.add_argument("--profile-step", type=int, help="step recorded by the profiler, >= 1 (default 3)")
     o.add_argument("--out", help="results root folder (default results/)")
     o.add_argument("--name", help="run name, the folder prefix")
     o.add_argument("--resume", metavar="DIR", help="run only the missing launches of this run folder")
-    o.add_argument("--no-report", dest="report", action="store_const", const=False, help="skip report.md/html")
+    o.add_argument(
+        "--no-report", dest="report", action="store_const", const=False, help="skip report.md/html"
+    )
     dbg = parser.add_argument_group("debugging")
     dbg.add_argument("--parity-steps", type=int, help="leading steps whose losses must agree (default 4)")
-    dbg.add_argument("--count-collectives", action="store_const", const=True,
-                     help="record collective counts per step in steps.jsonl")
-    dbg.add_argument("--dump-params", action="store_const", const=True,
-                     help="save the final full parameters of each launch (final_params.pt)")
+    dbg.add_argument(
+        "--count-collectives",
+        action="store_const",
+        const=True,
+        help="record collective counts per step in steps.jsonl",
+    )
+    dbg.add_argument(
+        "--dump-params",
+        action="store_const",
+        const=True,
+        help="save the final full parameters of each launch (final_params.pt)",
+    )
 
 
 def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> RunConfig:

@@ -16,13 +16,24 @@ from fsdpbench.errors import ConfigError, InputError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fsdpbench analyze``."""
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="Kineto trace (.json/.json.gz), rank folder, *_ascend_pt folder, or a folder of ranks")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="Kineto trace (.json/.json.gz), rank folder, *_ascend_pt folder, or a folder of ranks",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the analysis as JSON to FILE ('-' for stdout)")
     parser.add_argument("--step", type=int, metavar="N", help="only profiler step N (ProfilerStep#N)")
-    parser.add_argument("--top", type=int, default=15, metavar="N",
-                        help="op types shown in the terminal (default 15; the JSON lists them all)")
-    parser.add_argument("--workers", type=int, metavar="N", help="processes reading ranks (default: one per CPU)")
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=15,
+        metavar="N",
+        help="op types shown in the terminal (default 15; the JSON lists them all)",
+    )
+    parser.add_argument(
+        "--workers", type=int, metavar="N", help="processes reading ranks (default: one per CPU)"
+    )
 
 
 def _ms(us: float | None) -> str:
@@ -40,18 +51,47 @@ def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich type
 
     con = console or Console()
     t = Table(title=f"Per rank ({res.format}; times in ms)", title_justify="left")
-    for col in ("rank", "step", "step time", "compute", "comm", "overlapped", "exposed comm", "free",
-                "overlap", "kernel time"):  # fmt: skip
+    for col in (
+        "rank",
+        "step",
+        "step time",
+        "compute",
+        "comm",
+        "overlapped",
+        "exposed comm",
+        "free",
+        "overlap",
+        "kernel time",
+    ):
         t.add_column(col, justify="right")
     for r in res.ranks:
-        t.add_row(str(r.rank), "all" if r.step is None else str(r.step), _ms(r.step_time_us), _ms(r.compute_us),
-                  _ms(r.comm_us), _ms(r.overlapped_us), _ms(r.exposed_comm_us), _ms(r.free_us), _pct(r.overlap_ratio),
-                  _ms(r.kernel_time_us))  # fmt: skip
+        t.add_row(
+            str(r.rank),
+            "all" if r.step is None else str(r.step),
+            _ms(r.step_time_us),
+            _ms(r.compute_us),
+            _ms(r.comm_us),
+            _ms(r.overlapped_us),
+            _ms(r.exposed_comm_us),
+            _ms(r.free_us),
+            _pct(r.overlap_ratio),
+            _ms(r.kernel_time_us),
+        )
     m = res.mean
     if len(res.ranks) > 1:
-        t.add_row("mean", "", _ms(m["step_time_us"]), _ms(m["compute_us"]), _ms(m["comm_us"]), _ms(m["overlapped_us"]),
-                  _ms(m["exposed_comm_us"]), _ms(m["free_us"]), _pct(m["overlap_ratio"]), _ms(m["kernel_time_us"]),
-                  style="bold")  # fmt: skip
+        t.add_row(
+            "mean",
+            "",
+            _ms(m["step_time_us"]),
+            _ms(m["compute_us"]),
+            _ms(m["comm_us"]),
+            _ms(m["overlapped_us"]),
+            _ms(m["exposed_comm_us"]),
+            _ms(m["free_us"]),
+            _pct(m["overlap_ratio"]),
+            _ms(m["kernel_time_us"]),
+            style="bold",
+        )
     con.print(t)
 
     c = Table(title="Collectives", title_justify="left")
@@ -60,8 +100,15 @@ def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich type
     for r in res.ranks:
         for ctype, s in r.collectives.items():
             bw = "?" if s["bandwidth_gbps"] is None else f"{s['bandwidth_gbps']:.3f}"
-            c.add_row(str(r.rank), ctype, str(s["count"]), fmt_bytes(s["bytes"], missing="?"),
-                      fmt_bytes(s["median_bytes"], missing="?"), _ms(s["time_us"]), bw)  # fmt: skip
+            c.add_row(
+                str(r.rank),
+                ctype,
+                str(s["count"]),
+                fmt_bytes(s["bytes"], missing="?"),
+                fmt_bytes(s["median_bytes"], missing="?"),
+                _ms(s["time_us"]),
+                bw,
+            )
     if c.row_count:
         con.print(c)
 
@@ -84,7 +131,9 @@ def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich type
 
     across = res.across_ranks()
     if len(res.ranks) > 1:
-        strag = ", ".join(f"rank {d['rank']} (+{d['skew_us']:.1f} µs)" for d in across["stragglers"]) or "none"
+        strag = (
+            ", ".join(f"rank {d['rank']} (+{d['skew_us']:.1f} µs)" for d in across["stragglers"]) or "none"
+        )
         con.print(f"slowest rank: {across['slowest_rank']}; stragglers by collective start skew: {strag}")
     for w in res.warnings:
         con.print(f"[yellow]warning:[/yellow] {w}", highlight=False)

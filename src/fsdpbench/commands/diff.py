@@ -21,21 +21,41 @@ ANALYSIS_JSON_MAX_BYTES = 64 << 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fsdpbench diff``."""
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="BASE TEST (trace paths or analysis JSON files), or one RUN_DIR of `fsdpbench ab --profile`")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the diff JSON here (RUN_DIR: default RUN_DIR/diff.json)")
-    parser.add_argument("--md", type=Path, metavar="FILE", help="write the markdown here (RUN_DIR: default RUN_DIR/diff.md)")
-    parser.add_argument("--labels", metavar="BASE,TEST", help="names of the two sides (default: the path names)")
-    parser.add_argument("--step", type=int, help="analyze only this profiler step (default: the analysis default)")
-    parser.add_argument("--reanalyze", action="store_true",
-                        help="RUN_DIR: analyze the profiles again even if analysis.json is fresh "
-                        "(per-call alpha-beta fits need the traces)")
-    parser.add_argument("--quiet", action="store_true", help="no terminal tables")  # fmt: skip
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="BASE TEST (trace paths or analysis JSON files), or one RUN_DIR of `fsdpbench ab --profile`",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="write the diff JSON here (RUN_DIR: default RUN_DIR/diff.json)",
+    )
+    parser.add_argument(
+        "--md", type=Path, metavar="FILE", help="write the markdown here (RUN_DIR: default RUN_DIR/diff.md)"
+    )
+    parser.add_argument(
+        "--labels", metavar="BASE,TEST", help="names of the two sides (default: the path names)"
+    )
+    parser.add_argument(
+        "--step", type=int, help="analyze only this profiler step (default: the analysis default)"
+    )
+    parser.add_argument(
+        "--reanalyze",
+        action="store_true",
+        help="RUN_DIR: analyze the profiles again even if analysis.json is fresh "
+        "(per-call alpha-beta fits need the traces)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no terminal tables")
 
 
 def _load_side(path: Path, what: str, step: int | None) -> Any:
     if not path.exists():
-        raise InputError(f"{what} path {path} does not exist; pass a profile folder/trace or an analysis JSON")
+        raise InputError(
+            f"{what} path {path} does not exist; pass a profile folder/trace or an analysis JSON"
+        )
     name = path.name
     if path.is_file() and name.endswith(".json") and not name.endswith(".pt.trace.json"):
         if path.stat().st_size <= ANALYSIS_JSON_MAX_BYTES:
@@ -66,10 +86,14 @@ def main(args: argparse.Namespace) -> int:
     if len(paths) == 1:
         run_dir = paths[0]
         if args.labels:
-            raise ConfigError("--labels applies to BASE TEST; a RUN_DIR takes the arm labels from its manifest")
+            raise ConfigError(
+                "--labels applies to BASE TEST; a RUN_DIR takes the arm labels from its manifest"
+            )
         if not run_dir.is_dir():
-            raise InputError(f"{run_dir} is not a run folder; pass a RUN_DIR of `fsdpbench ab --profile` or two "
-                             "paths BASE TEST")  # fmt: skip
+            raise InputError(
+                f"{run_dir} is not a run folder; pass a RUN_DIR of `fsdpbench ab --profile` or two "
+                "paths BASE TEST"
+            )
         results = diff_run(run_dir, reanalyze=args.reanalyze, step=args.step)
         json_path, md_path = args.json or run_dir / "diff.json", args.md or run_dir / "diff.md"
     elif len(paths) == 2:

@@ -24,17 +24,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seq-len", type=int, default=8192, help="sequence length for FLOPs (default 8192)")
     parser.add_argument("--mesh", default="8", help="FSDP mesh: N (1D over N ranks) or RxS (HSDP); default 8")
-    parser.add_argument("--param-dtype", default="bfloat16", choices=DTYPES,
-                        help="compute / all-gather dtype (default bfloat16)")  # fmt: skip
-    parser.add_argument("--reduce-dtype", default="float32", choices=DTYPES,
-                        help="gradient reduce-scatter dtype (default float32)")  # fmt: skip
-    parser.add_argument("--master-dtype", default="float32", choices=DTYPES,
-                        help="dtype of the sharded parameters, gradients and AdamW states (default float32)")  # fmt: skip
+    parser.add_argument(
+        "--param-dtype",
+        default="bfloat16",
+        choices=DTYPES,
+        help="compute / all-gather dtype (default bfloat16)",
+    )
+    parser.add_argument(
+        "--reduce-dtype",
+        default="float32",
+        choices=DTYPES,
+        help="gradient reduce-scatter dtype (default float32)",
+    )
+    parser.add_argument(
+        "--master-dtype",
+        default="float32",
+        choices=DTYPES,
+        help="dtype of the sharded parameters, gradients and AdamW states (default float32)",
+    )
     parser.add_argument(
         "--prefetch", type=int, default=0, help="layers prefetched ahead (adds unsharded copies)"
     )
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override any ModelConfig field, e.g. --set num_experts=64 (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override any ModelConfig field, e.g. --set num_experts=64 (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -64,8 +82,16 @@ def resolve_config(args: argparse.Namespace) -> ModelConfig:
     return model_preset(args.preset).replace(**overrides)
 
 
-def summarize(cfg: ModelConfig, seq_len: int, mesh: tuple[int, ...], *, param_dtype: str = "bfloat16",
-              reduce_dtype: str = "float32", master_dtype: str = "float32", prefetch: int = 0) -> dict[str, Any]:  # fmt: skip
+def summarize(
+    cfg: ModelConfig,
+    seq_len: int,
+    mesh: tuple[int, ...],
+    *,
+    param_dtype: str = "bfloat16",
+    reduce_dtype: str = "float32",
+    master_dtype: str = "float32",
+    prefetch: int = 0,
+) -> dict[str, Any]:
     """Everything ``fsdpbench model`` reports, as a JSON-ready dict (bytes, FLOPs and counts unrounded)."""
     from fsdpbench.model.flops import (
         DTYPE_BYTES,
@@ -75,7 +101,7 @@ def summarize(cfg: ModelConfig, seq_len: int, mesh: tuple[int, ...], *, param_dt
         fsdp_memory_per_rank,
         params_per_layer,
         total_params,
-    )  # fmt: skip
+    )
 
     cfg.validate_seq_len(seq_len)
     if prefetch < 0:
@@ -154,9 +180,14 @@ def _print_tables(s: dict[str, Any]) -> None:
     for col in ("unit", "all-gather", "reduce-scatter", "AG per rank", "RS per rank", "HSDP all-reduce"):
         table.add_column(col, justify="left" if col == "unit" else "right")
     for unit, b in s["comm_bytes_per_layer"].items():
-        table.add_row(unit, gb(b["all_gather_bytes"]), gb(b["reduce_scatter_bytes"]),
-                      gb(b["all_gather_bytes_per_rank"]), gb(b["reduce_scatter_bytes_per_rank"]),
-                      gb(b["all_reduce_bytes"]))  # fmt: skip
+        table.add_row(
+            unit,
+            gb(b["all_gather_bytes"]),
+            gb(b["reduce_scatter_bytes"]),
+            gb(b["all_gather_bytes_per_rank"]),
+            gb(b["reduce_scatter_bytes_per_rank"]),
+            gb(b["all_reduce_bytes"]),
+        )
     console.print(table)
 
 
@@ -164,8 +195,15 @@ def main(args: argparse.Namespace) -> int:
     """Resolve the config, compute the summary, print it as tables or JSON."""
     cfg = resolve_config(args)
     mesh = parse_mesh(args.mesh)
-    summary = summarize(cfg, args.seq_len, mesh, param_dtype=args.param_dtype, reduce_dtype=args.reduce_dtype,
-                        master_dtype=args.master_dtype, prefetch=args.prefetch)  # fmt: skip
+    summary = summarize(
+        cfg,
+        args.seq_len,
+        mesh,
+        param_dtype=args.param_dtype,
+        reduce_dtype=args.reduce_dtype,
+        master_dtype=args.master_dtype,
+        prefetch=args.prefetch,
+    )
     if args.json:
         import sys
 

@@ -11,8 +11,12 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                        help="a results folder of `fsdpbench ab`/`run`, or a sweep results tree (writes its index)")  # fmt: skip
+    parser.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        help="a results folder of `fsdpbench ab`/`run`, or a sweep results tree (writes its index)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -8,13 +8,25 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="FILE.toml",
-                        help="the sweep file ([sweep], [base], [grid], [[experiment]]; see configs/study.toml)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder that holds the sweep tree (default: [sweep] out, else results/)")
-    parser.add_argument("--only", default=None, metavar="GLOB", help="run only the cells whose name matches GLOB")
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE.toml",
+        help="the sweep file ([sweep], [base], [grid], [[experiment]]; see configs/study.toml)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder that holds the sweep tree (default: [sweep] out, else results/)",
+    )
+    parser.add_argument(
+        "--only", default=None, metavar="GLOB", help="run only the cells whose name matches GLOB"
+    )
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state; run nothing")
-    parser.add_argument("--index-only", action="store_true", help="rewrite index.md/index.html from what exists")  # fmt: skip
+    parser.add_argument(
+        "--index-only", action="store_true", help="rewrite index.md/index.html from what exists"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,7 +54,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
     cells = sweep_mod.run_sweep(sweep, only=args.only, console=console, command=sweep_mod.main_command())
     failed = [c for c in cells if c.status == "failed"]
-    console.print(f"sweep {sweep.name}: " + ", ".join(
-        f"{sum(c.status == s for c in cells)} {s}" for s in ("done", "failed", "partial", "pending")))  # fmt: skip
+    console.print(
+        f"sweep {sweep.name}: "
+        + ", ".join(
+            f"{sum(c.status == s for c in cells)} {s}" for s in ("done", "failed", "partial", "pending")
+        )
+    )
     console.print(f"index: {sweep.tree / 'index.html'}")
     return 1 if failed else 0

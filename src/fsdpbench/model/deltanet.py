@@ -335,15 +335,23 @@ def _fla_chunk_gated_delta_rule() -> tuple[Callable[..., Any], bool] | None:
     version = str(getattr(fla, "__version__", "0"))
     grouped = fla_supports_grouped_values(version)
     if not grouped:
-        log.warning("fla %s predates grouped values (0.5.0): q/k heads are repeated to the value head count "
-                    "before its kernel; upgrade flash-linear-attention to skip that copy", version)  # fmt: skip
+        log.warning(
+            "fla %s predates grouped values (0.5.0): q/k heads are repeated to the value head count "
+            "before its kernel; upgrade flash-linear-attention to skip that copy",
+            version,
+        )
     return fla_kernel, grouped
 
 
 def fla_gated_delta_rule(
-    kernel: Callable[..., Any], grouped_values: bool, q_BTHD: torch.Tensor, k_BTHD: torch.Tensor,
-    v_BTVD: torch.Tensor, g_BTV: torch.Tensor, beta_BTV: torch.Tensor,
-) -> torch.Tensor:  # fmt: skip
+    kernel: Callable[..., Any],
+    grouped_values: bool,
+    q_BTHD: torch.Tensor,
+    k_BTHD: torch.Tensor,
+    v_BTVD: torch.Tensor,
+    g_BTV: torch.Tensor,
+    beta_BTV: torch.Tensor,
+) -> torch.Tensor:
     """fla's ``chunk_gated_delta_rule`` on our layout; q/k heads are repeated to Hv first when the
     installed fla cannot group values (each q/k head serves Hv/Hk consecutive value heads, as in
     ``_prepare`` and transformers' ``repeat_interleave``)."""
@@ -371,9 +379,13 @@ class GatedDeltaNet(nn.Module):
         self.chunk_size = cfg.gdn_chunk_size
         conv_dim = 2 * self.key_dim + self.value_dim
         self.conv1d = nn.Conv1d(
-            conv_dim, conv_dim, cfg.linear_conv_kernel_dim, groups=conv_dim, bias=False,
+            conv_dim,
+            conv_dim,
+            cfg.linear_conv_kernel_dim,
+            groups=conv_dim,
+            bias=False,
             padding=cfg.linear_conv_kernel_dim - 1,
-        )  # fmt: skip
+        )
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = RMSNormGated(self.head_v_dim, eps=cfg.rms_norm_eps)

@@ -152,8 +152,9 @@ def fsdp_memory_per_rank(
     return out
 
 
-def comm_bytes_per_unit(cfg: ModelConfig, mesh: tuple[int, ...], *, param_dtype: str = "bfloat16",
-                        reduce_dtype: str = "float32") -> dict[str, dict[str, float]]:  # fmt: skip
+def comm_bytes_per_unit(
+    cfg: ModelConfig, mesh: tuple[int, ...], *, param_dtype: str = "bfloat16", reduce_dtype: str = "float32"
+) -> dict[str, dict[str, float]]:
     """Per shard unit (each layer type, and the root = embed + norm + lm_head): bytes of the
     unsharded tensor each all-gather produces and each reduce-scatter consumes, the bytes each rank
     receives/sends ((S−1)/S of that, ring algorithm), and, for HSDP (R > 1), the all-reduce of the

@@ -13,12 +13,25 @@ from fsdpbench.config import ModelConfig
 from fsdpbench.errors import ConfigError
 
 _SAME_NAME = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-    "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts", "num_experts_per_tok",
-    "moe_intermediate_size", "shared_expert_intermediate_size", "rms_norm_eps", "initializer_range",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "rms_norm_eps",
+    "initializer_range",
     "tie_word_embeddings",
-)  # fmt: skip
+)
 
 
 def _interval_of(layer_types: list[str]) -> int:
@@ -66,8 +79,10 @@ def hf_config_kwargs(cfg: ModelConfig) -> dict[str, Any]:
     ``config_from_hf``; fields transformers has no name for, such as chunk sizes, are left out)."""
     kwargs: dict[str, Any] = {k: getattr(cfg, k) for k in _SAME_NAME}
     kwargs["rope_parameters"] = {
-        "rope_type": "default", "rope_theta": cfg.rope_theta, "partial_rotary_factor": cfg.partial_rotary_factor,
-    }  # fmt: skip
+        "rope_type": "default",
+        "rope_theta": cfg.rope_theta,
+        "partial_rotary_factor": cfg.partial_rotary_factor,
+    }
     kwargs["layer_types"] = cfg.layer_types
     return kwargs
 

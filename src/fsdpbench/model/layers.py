@@ -135,9 +135,12 @@ class GatedAttention(nn.Module):
         else:  # KV is small: repeating it keeps every fused backend (e.g. the NPU's) eligible
             rep = self.num_heads // self.num_kv_heads
             y_BNTD = F.scaled_dot_product_attention(
-                q_BNTD, k_BKTD.repeat_interleave(rep, dim=1), v_BKTD.repeat_interleave(rep, dim=1),
-                is_causal=True, scale=1.0 / math.sqrt(D),
-            )  # fmt: skip
+                q_BNTD,
+                k_BKTD.repeat_interleave(rep, dim=1),
+                v_BKTD.repeat_interleave(rep, dim=1),
+                is_causal=True,
+                scale=1.0 / math.sqrt(D),
+            )
         y_BTND = y_BNTD.transpose(1, 2)
         return self.o_proj((y_BTND * torch.sigmoid(gate_BTND)).reshape(B, T, self.num_heads * D))
 

@@ -75,9 +75,12 @@ class TextModel(nn.Module):
         h_BTH = self.embed_tokens(input_ids_BT)
         cfg = self.cfg
         rope = rope_cos_sin(
-            input_ids_BT.shape[1], int(cfg.head_dim * cfg.partial_rotary_factor), cfg.rope_theta,
-            device=h_BTH.device, dtype=h_BTH.dtype,
-        )  # fmt: skip
+            input_ids_BT.shape[1],
+            int(cfg.head_dim * cfg.partial_rotary_factor),
+            cfg.rope_theta,
+            device=h_BTH.device,
+            dtype=h_BTH.dtype,
+        )
         for layer in self.layers:
             h_BTH = layer(h_BTH, rope)
         return self.norm(h_BTH)

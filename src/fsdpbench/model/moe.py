@@ -50,9 +50,10 @@ def npu_grouped_matmul_args(counts_E: torch.Tensor) -> dict[str, dict]:
     group_list = torch.cumsum(counts_E, 0, dtype=torch.int64)
     m_split = {"group_list": group_list, "split_item": 2, "group_type": 0, "group_list_type": 0}
     return {
-        "forward": m_split, "dgrad": m_split,
+        "forward": m_split,
+        "dgrad": m_split,
         "wgrad": {"group_list": group_list, "split_item": 3, "group_type": 2, "group_list_type": 0},
-    }  # fmt: skip
+    }
 
 
 class _NpuGroupedLinear(torch.autograd.Function):
@@ -64,7 +65,9 @@ class _NpuGroupedLinear(torch.autograd.Function):
         import torch_npu  # noqa: F401  (only on Ascend)
 
         ctx.save_for_backward(x_SK, w_EKN, counts_E)
-        return torch_npu.npu_grouped_matmul([x_SK], [w_EKN], **npu_grouped_matmul_args(counts_E)["forward"])[0]
+        return torch_npu.npu_grouped_matmul([x_SK], [w_EKN], **npu_grouped_matmul_args(counts_E)["forward"])[
+            0
+        ]
 
     @staticmethod
     def backward(ctx, dy_SN):

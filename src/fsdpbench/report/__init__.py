@@ -59,7 +59,9 @@ def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
     try:
         from fsdpbench.analysis import analyze
     except ImportError as exc:
-        data.missing.append(f"the profiles could not be analysed: the analysis module is unavailable ({exc}).")
+        data.missing.append(
+            f"the profiles could not be analysed: the analysis module is unavailable ({exc})."
+        )
         return {}
     results: dict[str, Any] = {}
     as_json: dict[str, Any] = {}
@@ -71,7 +73,11 @@ def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
             log.warning("analysis of %s failed", folder, exc_info=True)
             data.missing.append(f"the profiles of arm `{arm}` (`{folder}`) could not be analysed: {exc}")
     if as_json:
-        written.append(_atomic_write(target, orjson.dumps(as_json, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)))
+        written.append(
+            _atomic_write(
+                target, orjson.dumps(as_json, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+            )
+        )
         data.analysis = as_json
     return results
 
@@ -100,7 +106,9 @@ def _ensure_diff(data: RunData, written: list[Path]) -> None:
     if not dicts:
         return
     payload = dicts[0] if len(dicts) == 1 else dicts
-    written.append(_atomic_write(target, orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)))
+    written.append(
+        _atomic_write(target, orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    )
     written.append(_atomic_write(data.run_dir / "diff.md", "\n\n".join(r.to_markdown() for r in results)))
     data.diffs = dicts
 
@@ -137,7 +145,9 @@ def timeline_from_analysis(arm: str, analysis: Any) -> Timeline | None:
     step_col = _column(events, "step")
     chosen = getattr(rank, "step", None)
     if step_col is not None:
-        valid = step_col[np.asarray([v is not None for v in step_col])] if step_col.dtype == object else step_col
+        valid = (
+            step_col[np.asarray([v is not None for v in step_col])] if step_col.dtype == object else step_col
+        )
         valid = np.asarray(valid, dtype=np.float64)
         valid = valid[np.isfinite(valid) & (valid >= 0)]
         if chosen is None and valid.size:
@@ -217,7 +227,9 @@ def render(folder: Path, stem: str, title: str, blocks: list) -> list[Path]:
     if figs:
         fig_dir.mkdir(exist_ok=True)
     for fig in figs:
-        written.append(_atomic_write(fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg))
+        written.append(
+            _atomic_write(fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg)
+        )
     written.append(_atomic_write(folder / f"{stem}.md", to_markdown(title, blocks)))
     written.append(_atomic_write(folder / f"{stem}.html", to_html(title, blocks)))
     return written

@@ -102,7 +102,11 @@ def _block_md(block: Block, figure_dir: str) -> list[str]:
         return [f"> {icon} **{block.kind.upper()}**: {block.text}"]
     if isinstance(block, Table):
         head = "| " + " | ".join(_md_cell(h) for h in block.headers) + " |"
-        rule = "|" + "|".join("---" if i == 0 or not block.numeric else "---:" for i in range(len(block.headers))) + "|"
+        rule = (
+            "|"
+            + "|".join("---" if i == 0 or not block.numeric else "---:" for i in range(len(block.headers)))
+            + "|"
+        )
         body = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows]
         return [head, rule, *body]
     if isinstance(block, Figure):
@@ -178,8 +182,8 @@ def to_html(title: str, blocks: list[Block]) -> str:
     """One self-contained HTML page (UTF-8, inline CSS and SVG)."""
     body = "\n".join(_block_html(b) for b in blocks)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}</title>"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
         f"<style>{_CSS}</style></head>\n<body><main>\n<h1>{html.escape(title)}</h1>\n{body}\n</main></body></html>\n"
     )
 
@@ -198,7 +202,9 @@ def _block_html(block: Block) -> str:
         rows = []
         for row in block.rows:
             cells = "".join(
-                f'<td class="n">{inline_html(str(c))}</td>' if i and block.numeric else f"<td>{inline_html(str(c))}</td>"
+                f'<td class="n">{inline_html(str(c))}</td>'
+                if i and block.numeric
+                else f"<td>{inline_html(str(c))}</td>"
                 for i, c in enumerate(row)
             )
             rows.append(f"<tr>{cells}</tr>")

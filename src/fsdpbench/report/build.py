@@ -56,7 +56,10 @@ def _missing(data: RunData) -> list[Block]:
         return []
     return [
         Heading("Missing pieces"),
-        Banner("warning", f"{len(data.missing)} piece(s) of this run are missing or failed; the rest is shown below."),
+        Banner(
+            "warning",
+            f"{len(data.missing)} piece(s) of this run are missing or failed; the rest is shown below.",
+        ),
         Bullets(list(dict.fromkeys(data.missing))),
     ]
 
@@ -76,12 +79,16 @@ def _glance(data: RunData) -> Para:
     if manifest.get("created"):
         bits.append(str(manifest["created"]).replace("T", " "))
     if env.get("world_size"):
-        bits.append(f"{env['world_size']} × {env.get('device_name') or env.get('device_type', '?')} "
-                    f"({env.get('process_group_backend', '?')})")  # fmt: skip
+        bits.append(
+            f"{env['world_size']} × {env.get('device_name') or env.get('device_type', '?')} "
+            f"({env.get('process_group_backend', '?')})"
+        )
     if cfg:
-        bits.append(f"preset {cfg.get('preset', '?')}, {model.get('num_hidden_layers', '?')} layers, "
-                    f"seq {cfg.get('seq_len', '?')}, {cfg.get('rounds', '?')} round(s) × {cfg.get('steps', '?')} "
-                    f"timed steps{', profiled' if cfg.get('profile') else ''}")  # fmt: skip
+        bits.append(
+            f"preset {cfg.get('preset', '?')}, {model.get('num_hidden_layers', '?')} layers, "
+            f"seq {cfg.get('seq_len', '?')}, {cfg.get('rounds', '?')} round(s) × {cfg.get('steps', '?')} "
+            f"timed steps{', profiled' if cfg.get('profile') else ''}"
+        )
     if data.arms:
         bits.append("arms " + ", ".join(f"`{a}`" for a in data.arms))
     return Para(" · ".join(bits))
@@ -96,13 +103,17 @@ def _verdict(data: RunData) -> list[Block]:
             f"losses differ by up to {_sci(parity.get('max_abs_diff'))} (abs) / "
             f"{_sci(parity.get('max_rel_diff'))} (rel), tolerance {parity.get('tolerance')}"
         )
-        blocks.append(Banner(
-            "error",
-            f"COMPARISON INVALID — the arms did not compute the same thing (parity failed: {reason}). "
-            "The timings below are shown for debugging only; do not read them as an A/B result.",
-        ))  # fmt: skip
+        blocks.append(
+            Banner(
+                "error",
+                f"COMPARISON INVALID — the arms did not compute the same thing (parity failed: {reason}). "
+                "The timings below are shown for debugging only; do not read them as an A/B result.",
+            )
+        )
     verdict = summary.get("verdict")
-    blocks.append(Para(f"**{verdict}**" if verdict else "**No verdict yet** — the summary is missing or incomplete."))
+    blocks.append(
+        Para(f"**{verdict}**" if verdict else "**No verdict yet** — the summary is missing or incomplete.")
+    )
     comparisons = summary.get("comparisons") or []
     arms_stats = summary.get("arms") or {}
     if comparisons:
@@ -110,32 +121,52 @@ def _verdict(data: RunData) -> list[Block]:
         for c in comparisons:
             base, test = c.get("base", "?"), c.get("test", "?")
             ci = c.get("ci95") or [None, None]
-            rows.append([
-                f"{test} vs {base}",
-                fmt((arms_stats.get(base) or {}).get("median_ms"), 1),
-                fmt((arms_stats.get(test) or {}).get("median_ms"), 1),
-                fmt(c.get("ratio"), 3),
-                f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 else "—",
-                fmt(c.get("test_faster_pct"), 1, "%"),
-                {True: "yes", False: "**not significant**"}.get(c.get("significant"), "—"),
-                str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else "—"),
-            ])  # fmt: skip
-        blocks.append(Table(
-            ["comparison", "base median (ms)", "test median (ms)", "ratio test/base", "95% CI of ratio",
-             "test faster by", "significant", "rounds for ±1% CI"], rows,
-        ))  # fmt: skip
-        blocks.append(Para(
-            "Ratio = median of the test arm's per-round medians / the base arm's; the CI is a bootstrap over "
-            "rounds (each round is a fresh launch). Below 1 the test arm is faster."
-        ))  # fmt: skip
+            rows.append(
+                [
+                    f"{test} vs {base}",
+                    fmt((arms_stats.get(base) or {}).get("median_ms"), 1),
+                    fmt((arms_stats.get(test) or {}).get("median_ms"), 1),
+                    fmt(c.get("ratio"), 3),
+                    f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 else "—",
+                    fmt(c.get("test_faster_pct"), 1, "%"),
+                    {True: "yes", False: "**not significant**"}.get(c.get("significant"), "—"),
+                    str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else "—"),
+                ]
+            )
+        blocks.append(
+            Table(
+                [
+                    "comparison",
+                    "base median (ms)",
+                    "test median (ms)",
+                    "ratio test/base",
+                    "95% CI of ratio",
+                    "test faster by",
+                    "significant",
+                    "rounds for ±1% CI",
+                ],
+                rows,
+            )
+        )
+        blocks.append(
+            Para(
+                "Ratio = median of the test arm's per-round medians / the base arm's; the CI is a bootstrap over "
+                "rounds (each round is a fresh launch). Below 1 the test arm is faster."
+            )
+        )
     if parity:
         if parity.get("valid"):
-            blocks.append(Banner(
-                "ok", f"Parity holds: losses match over {parity.get('steps_compared', '?')} step(s) "
-                f"({parity.get('mode', '?')}, max abs diff {_sci(parity.get('max_abs_diff'))}).",
-            ))  # fmt: skip
+            blocks.append(
+                Banner(
+                    "ok",
+                    f"Parity holds: losses match over {parity.get('steps_compared', '?')} step(s) "
+                    f"({parity.get('mode', '?')}, max abs diff {_sci(parity.get('max_abs_diff'))}).",
+                )
+            )
     elif data.summary is not None:
-        blocks.append(Banner("warning", "No parity result in the summary: the arms' losses were not compared."))
+        blocks.append(
+            Banner("warning", "No parity result in the summary: the arms' losses were not compared.")
+        )
     blocks.extend(_warnings(data))
     return blocks
 
@@ -150,25 +181,34 @@ def _warnings(data: RunData) -> list[Block]:
         if status != "ok":
             errors = [s.get("error") for s in data.statuses if s.get("arm") == arm and s.get("error")]
             detail = f": {errors[-1]}" if errors else ""
-            out.append(Banner("warning", f"Arm `{arm}` has status **{status}**{detail}. See `launches/{arm}/`."))
+            out.append(
+                Banner("warning", f"Arm `{arm}` has status **{status}**{detail}. See `launches/{arm}/`.")
+            )
         med, p10, p90 = (as_float(stats.get(k)) for k in ("median_ms", "p10_ms", "p90_ms"))
         if med and p10 is not None and p90 is not None and (p90 - p10) / med >= 0.10:
-            out.append(Banner(
-                "warning",
-                f"Arm `{arm}` is unstable: p10–p90 spans {100 * (p90 - p10) / med:.0f}% of its median. "
-                "Quiet the machine, add warmup steps, or run more rounds.",
-            ))  # fmt: skip
+            out.append(
+                Banner(
+                    "warning",
+                    f"Arm `{arm}` is unstable: p10–p90 spans {100 * (p90 - p10) / med:.0f}% of its median. "
+                    "Quiet the machine, add warmup steps, or run more rounds.",
+                )
+            )
     for c in summary.get("comparisons") or []:
         needed = c.get("rounds_needed_1pct")
         if isinstance(needed, int) and isinstance(n_rounds, int) and needed > n_rounds:
-            advice = (f"rerun with `--rounds {needed}` for a tighter answer" if needed <= MAX_SENSIBLE_ROUNDS
-                      else "rounds vary too much for that to be practical: quiet the machine (no other jobs, "
-                           "fixed clocks) or run more steps per round first")  # fmt: skip
-            out.append(Banner(
-                "info",
-                f"`{c.get('test')}` vs `{c.get('base')}`: a ±1% CI would need about {needed} rounds "
-                f"(this run has {n_rounds}); {advice}.",
-            ))  # fmt: skip
+            advice = (
+                f"rerun with `--rounds {needed}` for a tighter answer"
+                if needed <= MAX_SENSIBLE_ROUNDS
+                else "rounds vary too much for that to be practical: quiet the machine (no other jobs, "
+                "fixed clocks) or run more steps per round first"
+            )
+            out.append(
+                Banner(
+                    "info",
+                    f"`{c.get('test')}` vs `{c.get('base')}`: a ±1% CI would need about {needed} rounds "
+                    f"(this run has {n_rounds}); {advice}.",
+                )
+            )
     for item in summary.get("missing") or []:
         if isinstance(item, dict):
             data.missing.append(f"arm `{item.get('arm')}` round {item.get('round')}: {item.get('why')}.")
@@ -195,8 +235,13 @@ def _step_times(data: RunData) -> list[Block]:
         for rnd, values in sorted(samples.get(arm, {}).items()):
             v = np.asarray(values)
             rows.append([arm, str(rnd), str(v.size), fmt(np.median(v), 1), fmt(v.min(), 1), fmt(v.max(), 1)])
-    blocks.append(Figure("step_times", figures.step_times(arms, samples),
-                         "Every timed step (warmup and profiling steps excluded); the box spans all rounds."))  # fmt: skip
+    blocks.append(
+        Figure(
+            "step_times",
+            figures.step_times(arms, samples),
+            "Every timed step (warmup and profiling steps excluded); the box spans all rounds.",
+        )
+    )
     blocks.append(Table(["arm", "round", "timed steps", "median (ms)", "min (ms)", "max (ms)"], rows))
     return blocks
 
@@ -210,28 +255,54 @@ def _throughput(data: RunData) -> list[Block]:
     rows = []
     for arm in [a for a in data.arms if a in arms_stats] + [a for a in arms_stats if a not in data.arms]:
         s = arms_stats[arm]
-        rows.append([
-            arm, str(s.get("status", "—")), fmt(s.get("median_ms"), 1), fmt(s.get("p10_ms"), 1),
-            fmt(s.get("p90_ms"), 1), fmt(s.get("tokens_per_s_per_device"), 1),
-            fmt_sig(s.get("tflops_per_device")), fmt_pct(s.get("mfu")),
-            fmt_bytes(s.get("peak_mem_allocated_bytes")), fmt_bytes(s.get("peak_mem_reserved_bytes")),
-        ])  # fmt: skip
-    blocks.append(Table(
-        ["arm", "status", "median (ms)", "p10 (ms)", "p90 (ms)", "tokens/s/device", "TFLOP/s/device", "MFU",
-         "peak mem allocated", "peak mem reserved"], rows,
-    ))  # fmt: skip
-    blocks.append(Para(
-        "Medians are over the per-round medians of timed steps. MFU is left blank on devices without a known "
-        "peak (CPU); memory is blank on CPU, where no device allocator reports it."
-    ))  # fmt: skip
+        rows.append(
+            [
+                arm,
+                str(s.get("status", "—")),
+                fmt(s.get("median_ms"), 1),
+                fmt(s.get("p10_ms"), 1),
+                fmt(s.get("p90_ms"), 1),
+                fmt(s.get("tokens_per_s_per_device"), 1),
+                fmt_sig(s.get("tflops_per_device")),
+                fmt_pct(s.get("mfu")),
+                fmt_bytes(s.get("peak_mem_allocated_bytes")),
+                fmt_bytes(s.get("peak_mem_reserved_bytes")),
+            ]
+        )
+    blocks.append(
+        Table(
+            [
+                "arm",
+                "status",
+                "median (ms)",
+                "p10 (ms)",
+                "p90 (ms)",
+                "tokens/s/device",
+                "TFLOP/s/device",
+                "MFU",
+                "peak mem allocated",
+                "peak mem reserved",
+            ],
+            rows,
+        )
+    )
+    blocks.append(
+        Para(
+            "Medians are over the per-round medians of timed steps. MFU is left blank on devices without a known "
+            "peak (CPU); memory is blank on CPU, where no device allocator reports it."
+        )
+    )
     return blocks
 
 
 def _diagnosis(data: RunData) -> list[Block]:
     blocks: list[Block] = [Heading("Diagnosis: findings and what-if estimates")]
     if not data.diffs:
-        why = ("this run has fewer than two profiled arms" if len(data.analysis or {}) < 2
-               else "the diff is missing (see Missing pieces)")  # fmt: skip
+        why = (
+            "this run has fewer than two profiled arms"
+            if len(data.analysis or {}) < 2
+            else "the diff is missing (see Missing pieces)"
+        )
         blocks.append(Para(f"No diff: {why}."))
         return blocks
     for d in data.diffs:
@@ -250,7 +321,9 @@ def _diagnosis(data: RunData) -> list[Block]:
             estimate = f.get("estimate")
             if isinstance(estimate, dict) and estimate:
                 items.extend(estimate_lines(estimate))
-            blocks.append(Para(f"**{i}. [{str(f.get('severity', '?')).upper()}] {f.get('title', f.get('id', ''))}**"))
+            blocks.append(
+                Para(f"**{i}. [{str(f.get('severity', '?')).upper()}] {f.get('title', f.get('id', ''))}**")
+            )
             blocks.append(Bullets(items))
         fits = d.get("fits") or {}
         rows = []
@@ -258,13 +331,22 @@ def _diagnosis(data: RunData) -> list[Block]:
             for ctype, fit in (per_type or {}).items():
                 if isinstance(fit, dict):
                     beta = as_float(fit.get("beta_us_per_byte"))
-                    rows.append([
-                        f"{side}", ctype, fmt(fit.get("alpha_us"), 2), fmt(beta * 1e6 if beta is not None else None, 1),
-                        fmt(fit.get("r2"), 3), str(fit.get("n", "—")), str(fit.get("status", "")).replace("_", " "),
-                    ])  # fmt: skip
+                    rows.append(
+                        [
+                            f"{side}",
+                            ctype,
+                            fmt(fit.get("alpha_us"), 2),
+                            fmt(beta * 1e6 if beta is not None else None, 1),
+                            fmt(fit.get("r2"), 3),
+                            str(fit.get("n", "—")),
+                            str(fit.get("status", "")).replace("_", " "),
+                        ]
+                    )
         if rows:
             blocks.append(Table(["trace", "collective", "α (µs)", "β (µs/MB)", "R²", "n", "fit"], rows))
-            blocks.append(Para("α + β·bytes fitted to each trace's own collectives; the estimates above rest on it."))
+            blocks.append(
+                Para("α + β·bytes fitted to each trace's own collectives; the estimates above rest on it.")
+            )
     if (data.run_dir / "diff.md").is_file():
         blocks.append(Para("The full side-by-side tables are in [diff.md](diff.md)."))
     return blocks
@@ -294,7 +376,10 @@ def estimate_lines(estimate: dict[str, Any]) -> list[str]:
     label = estimate.get("label", "estimate")
     story = estimate.get("scenario") or estimate.get("grouping") or ""
     headline = [_value_text(k, v) for k, v in estimate.items() if k.endswith("_us") or k.endswith("ratio")]
-    lines = [f"**{label}** (what-if, not a measurement){' — ' + str(story) if story else ''}: " + "; ".join(headline)]
+    lines = [
+        f"**{label}** (what-if, not a measurement){' — ' + str(story) if story else ''}: "
+        + "; ".join(headline)
+    ]
     for key, value in estimate.items():
         if key in ("label", "scenario", "grouping") or key.endswith("_us") or key.endswith("ratio"):
             continue
@@ -302,9 +387,11 @@ def estimate_lines(estimate: dict[str, Any]) -> list[str]:
             per = []
             for ctype, d in value.items():
                 if isinstance(d, dict):
-                    per.append(f"{ctype} {fmt(d.get('count'), 0)} → {fmt(d.get('target_count'), 0)} calls "
-                               f"(saves {fmt_us_as_ms(d.get('saved_us'))} ms; α {fmt(d.get('alpha_us'), 1)} µs, "
-                               f"R² {fmt(d.get('fit_r2'), 2)})")  # fmt: skip
+                    per.append(
+                        f"{ctype} {fmt(d.get('count'), 0)} → {fmt(d.get('target_count'), 0)} calls "
+                        f"(saves {fmt_us_as_ms(d.get('saved_us'))} ms; α {fmt(d.get('alpha_us'), 1)} µs, "
+                        f"R² {fmt(d.get('fit_r2'), 2)})"
+                    )
             lines.append("per type: " + "; ".join(per))
         else:
             lines.append(_value_text(key, value))
@@ -343,8 +430,13 @@ def _configuration(data: RunData) -> list[Block]:
     arms = manifest.get("arms") or []
     if arms:
         keys = [k for k in arms[0] if k != "label" and any(a.get(k) not in ("", {}, None) for a in arms)]
-        blocks.append(Table(["arm", *keys], [[a.get("label", "?"), *(str(a.get(k, "—")) for k in keys)] for a in arms],
-                            numeric=False))  # fmt: skip
+        blocks.append(
+            Table(
+                ["arm", *keys],
+                [[a.get("label", "?"), *(str(a.get(k, "—")) for k in keys)] for a in arms],
+                numeric=False,
+            )
+        )
     interpreters = manifest.get("interpreters") or {}
     if interpreters:
         blocks.append(_interpreter_table(interpreters))
@@ -361,19 +453,35 @@ def _configuration(data: RunData) -> list[Block]:
     if isinstance(model, dict):
         model_rows: list[list[str]] = []
         _flatten("", model, model_rows)
-        blocks.append(Details(f"Model shape ({config.get('preset', '?')} preset with overrides)",
-                              [_folded("model field", model_rows)]))  # fmt: skip
+        blocks.append(
+            Details(
+                f"Model shape ({config.get('preset', '?')} preset with overrides)",
+                [_folded("model field", model_rows)],
+            )
+        )
     order = manifest.get("order") or []
     launches = {(x.get("arm"), x.get("round"), x.get("kind")): x for x in manifest.get("launches") or []}
     statuses = {(s.get("arm"), s.get("round"), s.get("kind")): s for s in data.statuses}
     rows = []
     for key in list(launches) + [k for k in statuses if k not in launches]:
         launch = {**launches.get(key, {}), **statuses.get(key, {})}
-        rows.append([str(key[0]), str(key[1]), str(key[2]), str(launch.get("rc", "—")), fmt(launch.get("wall_s"), 1),
-                     str(launch.get("error") or "")])  # fmt: skip
+        rows.append(
+            [
+                str(key[0]),
+                str(key[1]),
+                str(key[2]),
+                str(launch.get("rc", "—")),
+                fmt(launch.get("wall_s"), 1),
+                str(launch.get("error") or ""),
+            ]
+        )
     if rows:
-        blocks.append(Details(f"Launches ({len(rows)}; interleaved order of {len(order)} timed launches)",
-                              [Table(["arm", "round", "kind", "rc", "wall (s)", "error"], rows, numeric=False)]))  # fmt: skip
+        blocks.append(
+            Details(
+                f"Launches ({len(rows)}; interleaved order of {len(order)} timed launches)",
+                [Table(["arm", "round", "kind", "rc", "wall (s)", "error"], rows, numeric=False)],
+            )
+        )
     return blocks
 
 
@@ -387,13 +495,22 @@ def _library_text(facts: Any) -> str:
 def _interpreter_table(interpreters: dict[str, Any]) -> Table:
     """Each arm's interpreter and library versions/commits, arms side by side (``manifest.interpreters``)."""
     labels = list(interpreters)
-    rows = [["interpreter", *(str(interpreters[a].get("interpreter", "—")) for a in labels)],
-            ["python", *(str(interpreters[a].get("python", "—")) for a in labels)]]  # fmt: skip
-    names = sorted({n for a in labels for n in (interpreters[a].get("libraries") or {})},
-                   key=lambda n: ("torch", "fsdpbench", "deepspeed", "hyper_parallel").index(n)
-                   if n in ("torch", "fsdpbench", "deepspeed", "hyper_parallel") else 9)  # fmt: skip
+    rows = [
+        ["interpreter", *(str(interpreters[a].get("interpreter", "—")) for a in labels)],
+        ["python", *(str(interpreters[a].get("python", "—")) for a in labels)],
+    ]
+    names = sorted(
+        {n for a in labels for n in (interpreters[a].get("libraries") or {})},
+        key=lambda n: (
+            ("torch", "fsdpbench", "deepspeed", "hyper_parallel").index(n)
+            if n in ("torch", "fsdpbench", "deepspeed", "hyper_parallel")
+            else 9
+        ),
+    )
     for name in names:
-        rows.append([name, *(_library_text((interpreters[a].get("libraries") or {}).get(name)) for a in labels)])
+        rows.append(
+            [name, *(_library_text((interpreters[a].get("libraries") or {}).get(name)) for a in labels)]
+        )
     return Table(["per arm", *labels], rows, numeric=False)
 
 
@@ -408,10 +525,12 @@ def _reproduce(data: RunData) -> list[Block]:
         blocks.append(Para("The original command line is unknown (`manifest.json` is missing)."))
     run = shlex.quote(str(data.run_dir))
     lines += [
-        "# finish missing rounds of this run:", f"fsdpbench ab --resume {run}",
+        "# finish missing rounds of this run:",
+        f"fsdpbench ab --resume {run}",
         "# the analysis, the diff and this report from the saved files:",
-        f"fsdpbench analyze {shlex.quote(str(data.run_dir / 'profiles'))}/<arm>", f"fsdpbench diff {run}",
+        f"fsdpbench analyze {shlex.quote(str(data.run_dir / 'profiles'))}/<arm>",
+        f"fsdpbench diff {run}",
         f"fsdpbench report {run}",
-    ]  # fmt: skip
+    ]
     blocks.append(Code("\n".join(lines)))
     return blocks

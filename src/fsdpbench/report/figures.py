@@ -80,20 +80,34 @@ def step_times(arms: Sequence[str], samples: dict[str, dict[int, Sequence[float]
         all_values = [v for r in rounds for v in per_round.get(r, [])]
         if all_values:
             ax.boxplot(
-                [all_values], positions=[i], widths=width, showfliers=False, patch_artist=True,
+                [all_values],
+                positions=[i],
+                widths=width,
+                showfliers=False,
+                patch_artist=True,
                 boxprops={"facecolor": "#f2f2f2", "edgecolor": "#9a9a9a"},
                 medianprops={"color": "#333333", "linewidth": 1.6},
-                whiskerprops={"color": "#9a9a9a"}, capprops={"color": "#9a9a9a"},
-            )  # fmt: skip
+                whiskerprops={"color": "#9a9a9a"},
+                capprops={"color": "#9a9a9a"},
+            )
         for j, r in enumerate(rounds):
             values = np.asarray(per_round.get(r, []), dtype=float)
             if values.size == 0:
                 continue
             offset = (j - (len(rounds) - 1) / 2) * (width / max(len(rounds), 1)) * 0.8
             x = i + offset + rng.uniform(-0.04, 0.04, values.size)
-            ax.scatter(x, values, s=18, color=round_colors[r], alpha=0.85, zorder=3,
-                       label=f"round {r}" if i == 0 or r not in per_round else None)  # fmt: skip
-            ax.hlines(np.median(values), i + offset - 0.07, i + offset + 0.07, color="black", linewidth=2, zorder=4)
+            ax.scatter(
+                x,
+                values,
+                s=18,
+                color=round_colors[r],
+                alpha=0.85,
+                zorder=3,
+                label=f"round {r}" if i == 0 or r not in per_round else None,
+            )
+            ax.hlines(
+                np.median(values), i + offset - 0.07, i + offset + 0.07, color="black", linewidth=2, zorder=4
+            )
     ax.set_xticks(range(len(arms)), arms)
     ax.set_xlim(-0.6, len(arms) - 0.4)
     ax.set_ylabel("step time (ms)")
@@ -101,7 +115,9 @@ def step_times(arms: Sequence[str], samples: dict[str, dict[int, Sequence[float]
     handles = [Patch(color=round_colors[r], label=f"round {r}") for r in rounds]
     if handles:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=9)
-    ax.set_title("Timed step times per arm (dots: steps, coloured by round; ticks: round medians)", fontsize=10)
+    ax.set_title(
+        "Timed step times per arm (dots: steps, coloured by round; ticks: round medians)", fontsize=10
+    )
     return to_svg(fig, "step_times")
 
 
@@ -118,8 +134,15 @@ def overlap_per_rank(arms: Sequence[str], ratios: dict[str, Sequence[float | Non
         bars = ax.bar(x, heights, width * 0.95, color=arm_color(i), label=arm)
         for bar, v in zip(bars, values, strict=True):
             text = "n/a" if v is None else f"{100 * v:.0f}"
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize=7, xytext=(0, 1), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                text,
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 1),
+                textcoords="offset points",
+            )
     ax.set_xticks(range(n_ranks), [f"rank {r}" for r in range(n_ranks)])
     ax.set_ylim(0, 105)
     ax.set_ylabel("overlap ratio (%)")
@@ -137,27 +160,49 @@ def breakdown(arms: Sequence[str], parts_ms: dict[str, dict[str, float]]) -> str
         left = 0.0
         for part, color in PART_COLORS.items():
             value = parts_ms.get(arm, {}).get(part) or 0.0
-            ax.barh(i, value, left=left, color=color, height=0.6,
-                    label=part if i == 0 else None, edgecolor="white", linewidth=0.5)  # fmt: skip
+            ax.barh(
+                i,
+                value,
+                left=left,
+                color=color,
+                height=0.6,
+                label=part if i == 0 else None,
+                edgecolor="white",
+                linewidth=0.5,
+            )
             total = sum((parts_ms.get(arm, {}).get(p) or 0.0) for p in PART_COLORS)
             if total and value / total > 0.07:
-                ax.text(left + value / 2, i, f"{value:.1f}", ha="center", va="center", fontsize=8,
-                        color="white" if part in ("compute only", "exposed comm") else "#222")  # fmt: skip
+                ax.text(
+                    left + value / 2,
+                    i,
+                    f"{value:.1f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if part in ("compute only", "exposed comm") else "#222",
+                )
             left += value
     ax.set_yticks(range(len(arms)), arms)
     ax.invert_yaxis()
     ax.set_xlabel("time in the profiled step, mean over ranks (ms)")
     ax.spines["top"].set_visible(False)
     ax.spines["right"].set_visible(False)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(arms) < 3 else -0.2), ncol=4,
-              frameon=False, fontsize=9)  # fmt: skip
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35 if len(arms) < 3 else -0.2),
+        ncol=4,
+        frameon=False,
+        fontsize=9,
+    )
     ax.set_title("Where the step goes", fontsize=10)
     return to_svg(fig, "breakdown")
 
 
 def collective_counts(arms: Sequence[str], counts: dict[str, dict[str, float]]) -> str:
     """Grouped bars: collectives per step by type, one bar per arm (mean over ranks)."""
-    types = sorted({t for c in counts.values() for t in c}, key=lambda t: -max(c.get(t, 0) for c in counts.values()))
+    types = sorted(
+        {t for c in counts.values() for t in c}, key=lambda t: -max(c.get(t, 0) for c in counts.values())
+    )
     fig = _figure(min(10.0, max(7.0, 1.1 * len(types) + 3.0)), 3.4)
     ax = fig.add_subplot()
     width = 0.8 / max(len(arms), 1)
@@ -166,8 +211,15 @@ def collective_counts(arms: Sequence[str], counts: dict[str, dict[str, float]]) 
         x = np.arange(len(types)) + (i - (len(arms) - 1) / 2) * width
         bars = ax.bar(x, values, width * 0.95, color=arm_color(i), label=arm)
         for bar, v in zip(bars, values, strict=True):
-            ax.annotate(f"{v:g}" if v == int(v) else f"{v:.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                f"{v:g}" if v == int(v) else f"{v:.1f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 1),
+                textcoords="offset points",
+            )
     ax.set_xticks(range(len(types)), types)
     ax.set_ylabel("count in the profiled step")
     ax.margins(y=0.12)
@@ -187,12 +239,21 @@ def op_deltas(base: str, test: str, rows: Sequence[tuple[str, float]], name: str
     ax.barh(range(len(rows)), values, color=colors, height=0.7)
     span = float(np.abs(values).max()) if values.size else 1.0
     for y, v in enumerate(values):
-        ax.text(v + (0.01 * span if v >= 0 else -0.01 * span), y, f"{v:+.2f}", va="center",
-                ha="left" if v >= 0 else "right", fontsize=7)  # fmt: skip
+        ax.text(
+            v + (0.01 * span if v >= 0 else -0.01 * span),
+            y,
+            f"{v:+.2f}",
+            va="center",
+            ha="left" if v >= 0 else "right",
+            fontsize=7,
+        )
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0, color="#444", linewidth=0.8)
-    ax.set_xlim(-1.25 * span if (values < 0).any() else -0.05 * span, 1.25 * span if (values > 0).any() else 0.05 * span)
+    ax.set_xlim(
+        -1.25 * span if (values < 0).any() else -0.05 * span,
+        1.25 * span if (values > 0).any() else 0.05 * span,
+    )
     ax.set_xlabel(f"kernel/op time {test} − {base} (ms, mean over ranks; negative = {test} faster)")
     ax.spines["top"].set_visible(False)
     ax.spines["right"].set_visible(False)
@@ -244,8 +305,13 @@ def timeline(timelines: Sequence, max_lanes: int = 8) -> str:
         prepared.append((t, lanes, cats, start, end, chosen, has_comm))
     total_rows = sum(len(p[5]) for p in prepared)
     fig = _figure(11.5, 0.34 * total_rows + 0.9 * len(prepared) + 0.8)
-    axes = fig.subplots(len(prepared), 1, sharex=True, squeeze=False,
-                        gridspec_kw={"height_ratios": [max(len(p[5]), 1) for p in prepared]})[:, 0]  # fmt: skip
+    axes = fig.subplots(
+        len(prepared),
+        1,
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [max(len(p[5]), 1) for p in prepared]},
+    )[:, 0]
     min_gap = span_ms / 1500.0
     for ax, (t, lanes, cats, start, end, chosen, has_comm) in zip(axes, prepared, strict=True):
         for row, lane in enumerate(chosen):
@@ -257,9 +323,16 @@ def timeline(timelines: Sequence, max_lanes: int = 8) -> str:
                     continue
                 s, e = _merge_for_display(start[mask], end[mask], min_gap)
                 height = 0.3 if cat == "other" else 0.76
-                ax.broken_barh(np.column_stack([s, np.maximum(e - s, span_ms / 3000.0)]), (row - height / 2, height),
-                               facecolors=CATEGORY_COLORS.get(cat, "#B5B5B5"), linewidth=0)  # fmt: skip
-        labels = [("⇄ " if has_comm[lane] else "") + (lane if len(lane) <= 28 else lane[:26] + "…") for lane in chosen]
+                ax.broken_barh(
+                    np.column_stack([s, np.maximum(e - s, span_ms / 3000.0)]),
+                    (row - height / 2, height),
+                    facecolors=CATEGORY_COLORS.get(cat, "#B5B5B5"),
+                    linewidth=0,
+                )
+        labels = [
+            ("⇄ " if has_comm[lane] else "") + (lane if len(lane) <= 28 else lane[:26] + "…")
+            for lane in chosen
+        ]
         ax.set_yticks(range(len(chosen)), labels, fontsize=7)
         ax.set_ylim(len(chosen) - 0.5, -0.5)
         step = f", step {t.step}" if t.step is not None else ""
@@ -276,8 +349,12 @@ def timeline(timelines: Sequence, max_lanes: int = 8) -> str:
     return to_svg(fig, "timeline")
 
 
-def ratio_per_cell(labels: Sequence[str], ratios: Sequence[float | None],
-                   ci: Sequence[tuple[float, float] | None], xlabel: str) -> str:  # fmt: skip
+def ratio_per_cell(
+    labels: Sequence[str],
+    ratios: Sequence[float | None],
+    ci: Sequence[tuple[float, float] | None],
+    xlabel: str,
+) -> str:
     """Dot plot of the A/B ratio (test/base median step time) per sweep cell with its 95% CI."""
     fig = _figure(10.0, 0.38 * len(labels) + 1.4)
     ax = fig.add_subplot()
@@ -298,5 +375,7 @@ def ratio_per_cell(labels: Sequence[str], ratios: Sequence[float | None],
     ax.spines["right"].set_visible(False)
     ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
     ax.set_axisbelow(True)
-    ax.set_title("A/B ratio per cell (test median / base median; < 1 = test faster; bars: 95% CI)", fontsize=10)
+    ax.set_title(
+        "A/B ratio per cell (test median / base median; < 1 = test faster; bars: 95% CI)", fontsize=10
+    )
     return to_svg(fig, "ratio_per_cell")

@@ -91,7 +91,9 @@ def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
         return None
     rows, bad = parse_jsonl(path.read_bytes())
     if bad:
-        data.missing.append(f"`steps.jsonl` has {bad} unreadable line(s) (a crash mid-write?); they are skipped.")
+        data.missing.append(
+            f"`steps.jsonl` has {bad} unreadable line(s) (a crash mid-write?); they are skipped."
+        )
     if not rows:
         return None
     return pd.DataFrame(rows)
@@ -105,7 +107,9 @@ def is_run_dir(path: Path) -> bool:
 def not_a_run_error(path: Path) -> InputError:
     """The error for a folder that is not a run, naming run folders below it when there are some."""
     if not path.exists():
-        return InputError(f"{path}: no such folder; pass a run folder written by `fsdpbench ab` or `fsdpbench run`")
+        return InputError(
+            f"{path}: no such folder; pass a run folder written by `fsdpbench ab` or `fsdpbench run`"
+        )
     if not path.is_dir():
         return InputError(f"{path} is a file, not a run folder; pass the folder that holds manifest.json")
     below = sorted(p.parent for m in RUN_MARKERS for p in path.glob(f"*/{m}"))
@@ -113,9 +117,7 @@ def not_a_run_error(path: Path) -> InputError:
     if below:
         names = ", ".join(str(p) for p in list(dict.fromkeys(below))[:3])
         hint = f"; run folders below it: {names}"
-    return InputError(
-        f"{path} is not a fsdpbench run folder (none of {', '.join(RUN_MARKERS)} in it){hint}"
-    )
+    return InputError(f"{path} is not a fsdpbench run folder (none of {', '.join(RUN_MARKERS)} in it){hint}")
 
 
 def load_run(run_dir: Path) -> RunData:
@@ -126,7 +128,9 @@ def load_run(run_dir: Path) -> RunData:
     data = RunData(run_dir=run_dir)
     data.manifest = read_json(run_dir / "manifest.json", data, "the manifest")
     if data.manifest is None:
-        data.missing.append("`manifest.json` is missing: configuration, environment and commands are unknown.")
+        data.missing.append(
+            "`manifest.json` is missing: configuration, environment and commands are unknown."
+        )
     data.summary = read_json(run_dir / "summary.json", data, "the summary")
     if data.summary is None:
         data.missing.append(

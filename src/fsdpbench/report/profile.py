@@ -31,40 +31,77 @@ def profile_section(data: RunData) -> list[Block]:
     analysis = data.analysis or {}
     arms = [a for a in data.arms if a in analysis] + [a for a in analysis if a not in data.arms]
     if not arms:
-        blocks.append(Para(
-            "This run was not profiled (no `profiles/`), or its profiles could not be analysed. Rerun with "
-            "`--profile` to get overlap, collectives, op times and a timeline."
-        ))  # fmt: skip
+        blocks.append(
+            Para(
+                "This run was not profiled (no `profiles/`), or its profiles could not be analysed. Rerun with "
+                "`--profile` to get overlap, collectives, op times and a timeline."
+            )
+        )
         return blocks
     ranks = {arm: _rank_table(analysis[arm]) for arm in arms}
     for arm in arms:
         for warning in analysis[arm].get("warnings") or []:
             blocks.append(Banner("warning", f"`{arm}`: {warning}"))
     # overlap per rank
-    ratios = {arm: [r.get("overlap_ratio") for r in sorted(ranks[arm], key=lambda r: r.get("rank", 0))] for arm in arms}
+    ratios = {
+        arm: [r.get("overlap_ratio") for r in sorted(ranks[arm], key=lambda r: r.get("rank", 0))]
+        for arm in arms
+    }
     blocks.append(Heading("Communication overlap", 3))
-    blocks.append(Figure("overlap", figures.overlap_per_rank(arms, ratios),
-                         "Overlap ratio per rank = |∪comm ∩ ∪compute| / |∪comm|; n/a = no communication found."))  # fmt: skip
+    blocks.append(
+        Figure(
+            "overlap",
+            figures.overlap_per_rank(arms, ratios),
+            "Overlap ratio per rank = |∪comm ∩ ∪compute| / |∪comm|; n/a = no communication found.",
+        )
+    )
     rows = []
     for arm in arms:
         r = ranks[arm]
-        rows.append([
-            arm, str(len(r)), fmt_pct(_mean_key(r, "overlap_ratio")), fmt_us_as_ms(_mean_key(r, "step_time_us")),
-            fmt_us_as_ms(_mean_key(r, "compute_us")), fmt_us_as_ms(_mean_key(r, "comm_us")),
-            fmt_us_as_ms(_mean_key(r, "overlapped_us")), fmt_us_as_ms(_mean_key(r, "exposed_comm_us")),
-            fmt_us_as_ms(_mean_key(r, "free_us")), fmt_us_as_ms(_mean_key(r, "kernel_time_us")),
-        ])  # fmt: skip
-    blocks.append(Table(
-        ["arm", "ranks", "overlap ratio", "step (ms)", "compute (ms)", "comm (ms)", "overlapped (ms)",
-         "exposed comm (ms)", "free (ms)", "kernel time (ms)"], rows,
-    ))  # fmt: skip
-    blocks.append(Para("Means over ranks of the profiled step. Exposed comm = comm − overlapped: the "
-                       "communication time nothing hides."))  # fmt: skip
+        rows.append(
+            [
+                arm,
+                str(len(r)),
+                fmt_pct(_mean_key(r, "overlap_ratio")),
+                fmt_us_as_ms(_mean_key(r, "step_time_us")),
+                fmt_us_as_ms(_mean_key(r, "compute_us")),
+                fmt_us_as_ms(_mean_key(r, "comm_us")),
+                fmt_us_as_ms(_mean_key(r, "overlapped_us")),
+                fmt_us_as_ms(_mean_key(r, "exposed_comm_us")),
+                fmt_us_as_ms(_mean_key(r, "free_us")),
+                fmt_us_as_ms(_mean_key(r, "kernel_time_us")),
+            ]
+        )
+    blocks.append(
+        Table(
+            [
+                "arm",
+                "ranks",
+                "overlap ratio",
+                "step (ms)",
+                "compute (ms)",
+                "comm (ms)",
+                "overlapped (ms)",
+                "exposed comm (ms)",
+                "free (ms)",
+                "kernel time (ms)",
+            ],
+            rows,
+        )
+    )
+    blocks.append(
+        Para(
+            "Means over ranks of the profiled step. Exposed comm = comm − overlapped: the "
+            "communication time nothing hides."
+        )
+    )
     # breakdown
     parts = {}
     for arm in arms:
         r = ranks[arm]
-        compute, comm, overlapped, free = (_mean_key(r, k) for k in ("compute_us", "comm_us", "overlapped_us", "free_us"))
+        compute, comm, overlapped, free = (
+            _mean_key(r, k) for k in ("compute_us", "comm_us", "overlapped_us", "free_us")
+        )
         overlapped = overlapped or 0.0
         parts[arm] = {
             "compute only": max((compute or 0.0) - overlapped, 0.0) / 1000,
@@ -73,8 +110,13 @@ def profile_section(data: RunData) -> list[Block]:
             "free (idle)": (free or 0.0) / 1000,
         }
     blocks.append(Heading("Time breakdown", 3))
-    blocks.append(Figure("breakdown", figures.breakdown(arms, parts),
-                         "Compute only + overlapped comm + exposed comm + free = the profiled step (mean over ranks)."))  # fmt: skip
+    blocks.append(
+        Figure(
+            "breakdown",
+            figures.breakdown(arms, parts),
+            "Compute only + overlapped comm + exposed comm + free = the profiled step (mean over ranks).",
+        )
+    )
     blocks.extend(_collectives(arms, ranks))
     blocks.extend(_ops(data, arms, ranks))
     blocks.extend(_sync(arms, ranks))
@@ -95,23 +137,34 @@ def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> lis
             n_ranks = max(len(ranks[arm]), 1)
             count = sum(as_float(c.get("count")) or 0 for c in items) / n_ranks
             counts[arm][ctype] = count
-            rows.append([
-                arm, ctype, fmt(count, 1 if count != int(count) else 0),
-                fmt_bytes(_mean_key(items, "bytes")), fmt_bytes(_mean_key(items, "median_bytes")),
-                fmt_us_as_ms(_mean_key(items, "time_us")), fmt(_mean_key(items, "bandwidth_gbps"), 2),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    arm,
+                    ctype,
+                    fmt(count, 1 if count != int(count) else 0),
+                    fmt_bytes(_mean_key(items, "bytes")),
+                    fmt_bytes(_mean_key(items, "median_bytes")),
+                    fmt_us_as_ms(_mean_key(items, "time_us")),
+                    fmt(_mean_key(items, "bandwidth_gbps"), 2),
+                ]
+            )
     if not rows:
         return [Heading("Collectives", 3), Para("No collectives were recognised in the profiles.")]
     return [
         Heading("Collectives", 3),
-        Figure("collectives", figures.collective_counts(arms, counts),
-               "Collectives per profiled step by type (mean over ranks)."),  # fmt: skip
+        Figure(
+            "collectives",
+            figures.collective_counts(arms, counts),
+            "Collectives per profiled step by type (mean over ranks).",
+        ),
         Table(["arm", "type", "count", "bytes", "median message", "time (ms)", "bandwidth (GB/s)"], rows),
     ]
 
 
 def _op_rows_from_diff(diff: dict[str, Any]) -> list[tuple[str, float]]:
-    ops = [o for o in diff.get("ops") or [] if isinstance(o, dict) and as_float(o.get("delta_us")) is not None]
+    ops = [
+        o for o in diff.get("ops") or [] if isinstance(o, dict) and as_float(o.get("delta_us")) is not None
+    ]
     ops.sort(key=lambda o: -abs(as_float(o["delta_us"]) or 0.0))
     return [(str(o.get("op_type")), (as_float(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
 
@@ -120,7 +173,9 @@ def _op_means(rank_list: list[dict[str, Any]]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for r in rank_list:
         for op in r.get("ops") or []:
-            totals[str(op.get("op_type"))] = totals.get(str(op.get("op_type")), 0.0) + (as_float(op.get("total_us")) or 0.0)
+            totals[str(op.get("op_type"))] = totals.get(str(op.get("op_type")), 0.0) + (
+                as_float(op.get("total_us")) or 0.0
+            )
     n = max(len(rank_list), 1)
     return {k: v / n for k, v in totals.items()}
 
@@ -139,7 +194,10 @@ def _ops(data: RunData, arms: list[str], ranks: dict[str, list[dict[str, Any]]])
         base_ops = _op_means(ranks[arms[0]])
         for test in arms[1:]:
             test_ops = _op_means(ranks[test])
-            deltas = [(k, (test_ops.get(k, 0.0) - base_ops.get(k, 0.0)) / 1000) for k in set(base_ops) | set(test_ops)]
+            deltas = [
+                (k, (test_ops.get(k, 0.0) - base_ops.get(k, 0.0)) / 1000)
+                for k in set(base_ops) | set(test_ops)
+            ]
             deltas = sorted((d for d in deltas if d[1] != 0), key=lambda d: -abs(d[1]))[:TOP_OPS]
             if deltas:
                 pairs.append((arms[0], test, deltas, "analysis (top ops per rank only)"))
@@ -147,8 +205,13 @@ def _ops(data: RunData, arms: list[str], ranks: dict[str, list[dict[str, Any]]])
         blocks.append(Para("No op-type statistics in the analysis."))
         return blocks
     for i, (base, test, rows, source) in enumerate(pairs):
-        blocks.append(Figure(f"op_deltas_{i}", figures.op_deltas(base, test, rows, f"op_deltas_{i}"),
-                             f"Top {len(rows)} op types by |time difference|, {test} − {base} (source: {source})."))  # fmt: skip
+        blocks.append(
+            Figure(
+                f"op_deltas_{i}",
+                figures.op_deltas(base, test, rows, f"op_deltas_{i}"),
+                f"Top {len(rows)} op types by |time difference|, {test} − {base} (source: {source}).",
+            )
+        )
     return blocks
 
 
@@ -170,21 +233,35 @@ def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block
             rows.append([name, *(fmt(m, 1) for m in means)])
     heading = Heading("Synchronisation and launch counts", 3)
     if not rows:
-        return [heading, Para(f"None recorded ({', '.join(names)} are 0 or not recordable in these traces: "
-                              "CPU/gloo traces have no such tasks).")]
+        return [
+            heading,
+            Para(
+                f"None recorded ({', '.join(names)} are 0 or not recordable in these traces: "
+                "CPU/gloo traces have no such tasks)."
+            ),
+        ]
     return [heading, Table(["count (mean over ranks)", *arms], rows)]
 
 
 def _timeline(data: RunData) -> list[Block]:
     blocks: list[Block] = [Heading("Timeline of one step", 3)]
     if not data.timelines:
-        blocks.append(Para("No timeline: the event tables of the profiles were not available "
-                           "(the analysis module is missing or could not read the traces)."))  # fmt: skip
+        blocks.append(
+            Para(
+                "No timeline: the event tables of the profiles were not available "
+                "(the analysis module is missing or could not read the traces)."
+            )
+        )
         return blocks
     ordered = [data.timelines[a] for a in data.arms if a in data.timelines]
     ordered += [t for a, t in data.timelines.items() if a not in data.arms]
-    blocks.append(Figure("timeline", figures.timeline(ordered),
-                         "One profiled step on one rank per arm. Each row is a lane (device stream or CPU thread; "
-                         "⇄ marks lanes with communication); colours are event categories. Up to 8 busiest lanes "
-                         "per arm are shown; neighbouring events closer than a pixel are drawn merged."))  # fmt: skip
+    blocks.append(
+        Figure(
+            "timeline",
+            figures.timeline(ordered),
+            "One profiled step on one rank per arm. Each row is a lane (device stream or CPU thread; "
+            "⇄ marks lanes with communication); colours are event categories. Up to 8 busiest lanes "
+            "per arm are shown; neighbouring events closer than a pixel are drawn merged.",
+        )
+    )
     return blocks

@@ -14,9 +14,16 @@ from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import CATEGORIES, COLLECTIVE_TYPES, COLUMNS, TASKS
 
 __all__ = [
-    "CATEGORIES", "COLLECTIVE_TYPES", "COLUMNS", "TASKS", "RankTrace", "Source", "find_all", "find_sources",
+    "CATEGORIES",
+    "COLLECTIVE_TYPES",
+    "COLUMNS",
+    "TASKS",
+    "RankTrace",
+    "Source",
+    "find_all",
+    "find_sources",
     "read_rank",
-]  # fmt: skip
+]
 
 
 def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> RankTrace:

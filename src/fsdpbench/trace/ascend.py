@@ -158,16 +158,40 @@ def _kernel_events(path: Path) -> pd.DataFrame:
     typ = _derive_missing_types(typ, name)
     steps = pd.to_numeric(step, errors="coerce").fillna(-1).astype(np.int64) if step is not None else -1
     lane = np.where(
-        is_comm, "HCCL", "Stream " + (stream if stream is not None else pd.Series("?", index=df.index)).astype(str)
+        is_comm,
+        "HCCL",
+        "Stream " + (stream if stream is not None else pd.Series("?", index=df.index)).astype(str),
     )
-    return pd.DataFrame({
-        "name": name, "category": np.where(is_comm, "comm", "compute"), "start_ns": start, "end_ns": start + dur,
-        "lane": lane, "device": True, "op_type": typ, "step": steps,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "name": name,
+            "category": np.where(is_comm, "comm", "compute"),
+            "start_ns": start,
+            "end_ns": start + dur,
+            "lane": lane,
+            "device": True,
+            "op_type": typ,
+            "step": steps,
+        }
+    )
 
 
-_HCCL_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfp16": 2, "int8": 1,
-                     "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "fp64": 8, "uint64": 8, "uint32": 4}
+_HCCL_DTYPE_BYTES = {
+    "fp32": 4,
+    "float32": 4,
+    "fp16": 2,
+    "float16": 2,
+    "bf16": 2,
+    "bfp16": 2,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "fp64": 8,
+    "uint64": 8,
+    "uint32": 4,
+}
 
 
 def _hccl_bytes(args: dict) -> float:
@@ -190,10 +214,18 @@ def _frame(events: list[dict], category: str, lanes: list[str], device: bool, pa
         dur = us_to_ns(np.array([float(e.get("dur", 0) or 0) for e in events], dtype=np.float64))
     except (ValueError, TypeError, OverflowError) as exc:
         raise InputError(f"{path}: an event has a bad 'ts' or 'dur' ({exc})") from None
-    return pd.DataFrame({
-        "name": names, "category": category, "start_ns": start, "end_ns": start + dur, "lane": lanes,
-        "device": device, "op_type": names, "step": -1,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "name": names,
+            "category": category,
+            "start_ns": start,
+            "end_ns": start + dur,
+            "lane": lanes,
+            "device": device,
+            "op_type": names,
+            "step": -1,
+        }
+    )
 
 
 def _trace_view_events(
@@ -231,11 +263,15 @@ def _trace_view_events(
         if proc in ("HCCL", "Communication") and "Communication" in thread:
             hccl_bytes[str(e.get("name", ""))] = _hccl_bytes(a)
             comm.append((e, f"HCCL {thread}"))
-        elif proc in ("HCCL", "Communication") and hccl_streams is not None and a.get("stream id") is not None:
+        elif (
+            proc in ("HCCL", "Communication") and hccl_streams is not None and a.get("stream id") is not None
+        ):
             hccl_streams.add(f"Stream {a['stream id']}")
-        elif proc == "Ascend Hardware" and a.get("Task Type") in _COMPUTE_TASK_TYPES and not str(
-            e.get("name", "")
-        ).endswith(("AicpuKernel", "AivKernel")):
+        elif (
+            proc == "Ascend Hardware"
+            and a.get("Task Type") in _COMPUTE_TASK_TYPES
+            and not str(e.get("name", "")).endswith(("AicpuKernel", "AivKernel"))
+        ):
             comp.append((e, thread))
         if proc in ("Python", "CANN") or (proc == "Ascend Hardware" and e.get("name") == "BARRIER"):
             keep.append((e, f"{proc} {thread}"))
@@ -247,10 +283,13 @@ def _trace_view_events(
     host, device = parts[0], pd.concat(parts[1:], ignore_index=True)
     device["op_type"] = _derive_missing_types(pd.Series("N/A", index=device.index), device["name"])
     is_step = host["name"].str.match(_STEP_RE.pattern).to_numpy(dtype=bool)
-    steps = pd.DataFrame({
-        "step": host["name"][is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
-        "start_ns": host["start_ns"].to_numpy()[is_step], "end_ns": host["end_ns"].to_numpy()[is_step],
-    }).sort_values("start_ns", ignore_index=True)  # fmt: skip
+    steps = pd.DataFrame(
+        {
+            "step": host["name"][is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
+            "start_ns": host["start_ns"].to_numpy()[is_step],
+            "end_ns": host["end_ns"].to_numpy()[is_step],
+        }
+    ).sort_values("start_ns", ignore_index=True)
     return host, steps, device
 
 
@@ -303,14 +342,22 @@ HCCL_AVG_LABEL = "{op} (HCCL AVG of {collective})"
 
 
 def _label_hccl_avg(
-    op_type: np.ndarray, category: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray,
-    collective: np.ndarray, hccl_streams: set[str], comm_stream: np.ndarray | None = None,
+    op_type: np.ndarray,
+    category: np.ndarray,
+    lane: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    collective: np.ndarray,
+    hccl_streams: set[str],
+    comm_stream: np.ndarray | None = None,
 ) -> np.ndarray:
     """Relabel divide kernels that run on an HCCL stream with the collective they complete: the
     last collective that ended before the kernel started (``RealDiv (HCCL AVG of reduce_scatter)``),
     on the same stream when ``comm_stream`` gives each collective's stream (db export; each process
     group has its own HCCL stream, so HSDP's reduce-scatters and all-reduces are told apart)."""
-    avg = np.flatnonzero((category == "compute") & np.isin(lane, list(hccl_streams)) & np.isin(op_type, _DIV_TYPES))
+    avg = np.flatnonzero(
+        (category == "compute") & np.isin(lane, list(hccl_streams)) & np.isin(op_type, _DIV_TYPES)
+    )
     if not avg.size:
         return op_type
     out = op_type.copy()
@@ -323,13 +370,21 @@ def _label_hccl_avg(
         order = cand[np.argsort(end[cand], kind="stable")]
         k = np.searchsorted(end[order], start[mine], side="right") - 1
         for i, j in zip(mine, k, strict=True):  # a handful per collective, not per event of the trace
-            out[i] = HCCL_AVG_LABEL.format(op=op_type[i], collective=collective[order[j]] if j >= 0 else "unknown")
+            out[i] = HCCL_AVG_LABEL.format(
+                op=op_type[i], collective=collective[order[j]] if j >= 0 else "unknown"
+            )
     return out
 
 
 def _assemble(
-    folder: Path, kernels: pd.DataFrame, host: pd.DataFrame | None, steps: pd.DataFrame, warnings: list[str],
-    cross: pd.DataFrame | None, rank: int | None, hccl_streams: set[str] | None = None,
+    folder: Path,
+    kernels: pd.DataFrame,
+    host: pd.DataFrame | None,
+    steps: pd.DataFrame,
+    warnings: list[str],
+    cross: pd.DataFrame | None,
+    rank: int | None,
+    hccl_streams: set[str] | None = None,
     recorded_tasks: tuple[str, ...] | None = None,
 ) -> RankTrace:
     """The event table of one rank from its device frame (``name, category, start_ns, end_ns, lane,
@@ -341,10 +396,14 @@ def _assemble(
     if host is None:
         host = kernels.iloc[:0]
     if len(host):
-        host = host.assign(step=assign_steps(
-            host["start_ns"].to_numpy(np.int64), steps["start_ns"].to_numpy(np.int64),
-            steps["end_ns"].to_numpy(np.int64), steps["step"].to_numpy(np.int64),
-        ))  # fmt: skip
+        host = host.assign(
+            step=assign_steps(
+                host["start_ns"].to_numpy(np.int64),
+                steps["start_ns"].to_numpy(np.int64),
+                steps["end_ns"].to_numpy(np.int64),
+                steps["step"].to_numpy(np.int64),
+            )
+        )
     df = pd.concat([kernels, host], ignore_index=True) if len(host) else kernels
     names = pd.Categorical(df["name"].astype(str))
     task = _outer_only(task_of(names), df)
@@ -358,17 +417,34 @@ def _assemble(
     start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
     op_type = df["op_type"].astype(str).to_numpy(dtype=object)
     if hccl_streams:
-        comm_stream = df["hccl_stream"].fillna("").astype(str).to_numpy() if "hccl_stream" in df.columns else None
+        comm_stream = (
+            df["hccl_stream"].fillna("").astype(str).to_numpy() if "hccl_stream" in df.columns else None
+        )
         op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams, comm_stream)
     table = build_table(
-        name=names, category=category, start_ns=start, end_ns=end, lane=lane,
-        device=df["device"].to_numpy(bool), collective=collective, nbytes=nbytes, op_type=op_type,
-        task=task, step=df["step"].to_numpy(np.int64),
-    )  # fmt: skip
+        name=names,
+        category=category,
+        start_ns=start,
+        end_ns=end,
+        lane=lane,
+        device=df["device"].to_numpy(bool),
+        collective=collective,
+        nbytes=nbytes,
+        op_type=op_type,
+        task=task,
+        step=df["step"].to_numpy(np.int64),
+    )
     return RankTrace(
-        rank=rank, source=str(folder), format="ascend", events=table, steps=steps, mode="device",
-        warnings=warnings, cross_check=cross, recorded_tasks=recorded_tasks,
-    )  # fmt: skip
+        rank=rank,
+        source=str(folder),
+        format="ascend",
+        events=table,
+        steps=steps,
+        mode="device",
+        warnings=warnings,
+        cross_check=cross,
+        recorded_tasks=recorded_tasks,
+    )
 
 
 def _derive_missing_types(typ: pd.Series, names: pd.Series) -> pd.Series:
@@ -387,23 +463,49 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
     steps = raw["steps"]
     compute, other, comm = raw["compute"], raw["other_tasks"], raw["comm"]
     hccl_kernel = compute["name"].str.endswith(("AicpuKernel", "AivKernel")).to_numpy(bool)
-    dev = pd.concat([
-        pd.DataFrame({
-            "name": compute["name"], "category": np.where(hccl_kernel, "other", "compute"),
-            "start_ns": compute["start_ns"], "end_ns": compute["end_ns"], "lane": compute["lane"],
-            "op_type": _derive_missing_types(compute["op_type"], compute["name"]), "connection": compute["connection"],
-        }),
-        pd.DataFrame({
-            "name": other["name"], "category": "other", "start_ns": other["start_ns"], "end_ns": other["end_ns"],
-            "lane": other["lane"], "op_type": other["name"], "connection": other["connection"],
-        }),
-        pd.DataFrame({
-            "name": comm["name"], "category": "comm", "start_ns": comm["start_ns"], "end_ns": comm["end_ns"],
-            "lane": comm["lane"], "op_type": [op_type_from_name(n) for n in comm["name"]],
-            "connection": comm["connection"], "hccl_stream": comm["hccl_stream"],
-            "bytes": [_hccl_bytes({"data_type": d, "count": c}) for d, c in zip(comm["data_type"], comm["count"], strict=True)],
-        }),
-    ], ignore_index=True)  # fmt: skip
+    dev = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "name": compute["name"],
+                    "category": np.where(hccl_kernel, "other", "compute"),
+                    "start_ns": compute["start_ns"],
+                    "end_ns": compute["end_ns"],
+                    "lane": compute["lane"],
+                    "op_type": _derive_missing_types(compute["op_type"], compute["name"]),
+                    "connection": compute["connection"],
+                }
+            ),
+            pd.DataFrame(
+                {
+                    "name": other["name"],
+                    "category": "other",
+                    "start_ns": other["start_ns"],
+                    "end_ns": other["end_ns"],
+                    "lane": other["lane"],
+                    "op_type": other["name"],
+                    "connection": other["connection"],
+                }
+            ),
+            pd.DataFrame(
+                {
+                    "name": comm["name"],
+                    "category": "comm",
+                    "start_ns": comm["start_ns"],
+                    "end_ns": comm["end_ns"],
+                    "lane": comm["lane"],
+                    "op_type": [op_type_from_name(n) for n in comm["name"]],
+                    "connection": comm["connection"],
+                    "hccl_stream": comm["hccl_stream"],
+                    "bytes": [
+                        _hccl_bytes({"data_type": d, "count": c})
+                        for d, c in zip(comm["data_type"], comm["count"], strict=True)
+                    ],
+                }
+            ),
+        ],
+        ignore_index=True,
+    )
     # tasks that are neither compute nor communication are counted (BARRIER) but not timed: the text
     # export leaves them out of kernel_details.csv and CANN's Overlap Analysis out of its step span
     dev["device"] = (dev["category"] != "other").to_numpy()
@@ -412,20 +514,26 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
     known = launch.notna().to_numpy()
     if len(steps):
         step[known] = assign_steps(
-            launch[known].to_numpy(np.int64), steps["start_ns"].to_numpy(np.int64),
-            steps["end_ns"].to_numpy(np.int64), steps["step"].to_numpy(np.int64),
-        )  # fmt: skip
+            launch[known].to_numpy(np.int64),
+            steps["start_ns"].to_numpy(np.int64),
+            steps["end_ns"].to_numpy(np.int64),
+            steps["step"].to_numpy(np.int64),
+        )
         step[~known] = _steps_by_time(dev[~known], steps)
     dev = dev.drop(columns="connection").assign(step=step)
     host = raw["host"].assign(category="other", device=False, op_type=raw["host"]["name"], step=-1)
     if not len(dev):
-        warnings.append(f"{folder.name}: {db.name} has no device tasks (TASK is empty); nothing ran on the NPU")
+        warnings.append(
+            f"{folder.name}: {db.name} has no device tasks (TASK is empty); nothing ran on the NPU"
+        )
     analysis_db = db.parent / "analysis.db"
     cross = step_trace_time(analysis_db, warnings) if analysis_db.is_file() else None
     rank = rank_of_folder(folder)
     for alt in (raw["rank"], db_rank(db)):
         rank = alt if rank is None else rank
-    return _assemble(folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"])
+    return _assemble(
+        folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"]
+    )
 
 
 def read_ascend(folder: str | Path) -> RankTrace:
@@ -457,16 +565,21 @@ def read_ascend(folder: str | Path) -> RankTrace:
     if tv.is_file():
         host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams)
     else:
-        warnings.append(f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable")
+        warnings.append(
+            f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable"
+        )
     kernels = _kernel_events(kd) if kd.is_file() else None
     if kernels is not None and not len(kernels):
         kernels = None
         warnings.append(
             f"{folder.name}: {OUTPUT_DIR}/kernel_details.csv has a header but no rows (no device task was "
             "recorded: the profiler's device parse failed or the profiled step ran nothing on the NPU); "
-            + ("device tasks taken from trace_view.json" if tv_device is not None and len(tv_device)
-               else "there is no device activity to analyse")
-        )  # fmt: skip
+            + (
+                "device tasks taken from trace_view.json"
+                if tv_device is not None and len(tv_device)
+                else "there is no device activity to analyse"
+            )
+        )
     elif kernels is None:
         warnings.append(
             f"{folder.name}: no {OUTPUT_DIR}/kernel_details.csv; device tasks taken from trace_view.json "
@@ -483,12 +596,21 @@ def read_ascend(folder: str | Path) -> RankTrace:
     cross = _cross_check(stt, warnings) if stt.is_file() else None
     # Syncs, launches and BARRIER tasks are all read from trace_view.json: without it none is recorded.
     recorded = None if tv.is_file() else ()
-    return _assemble(folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded)
+    return _assemble(
+        folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded
+    )
 
 
 def _kernel_frame_empty() -> pd.DataFrame:
-    return pd.DataFrame({
-        "name": pd.Series([], dtype=object), "category": pd.Series([], dtype=object),
-        "start_ns": np.array([], np.int64), "end_ns": np.array([], np.int64), "lane": pd.Series([], dtype=object),
-        "device": np.array([], bool), "op_type": pd.Series([], dtype=object), "step": np.array([], np.int64),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "name": pd.Series([], dtype=object),
+            "category": pd.Series([], dtype=object),
+            "start_ns": np.array([], np.int64),
+            "end_ns": np.array([], np.int64),
+            "lane": pd.Series([], dtype=object),
+            "device": np.array([], bool),
+            "op_type": pd.Series([], dtype=object),
+            "step": np.array([], np.int64),
+        }
+    )

@@ -38,13 +38,25 @@ import pandas as pd
 from fsdpbench.errors import InputError
 
 # The profiler's per-step summary columns, ours -> theirs: analysis.db StepTraceTime and step_trace_time.csv.
-STEP_TRACE_TIME_DB = {"step": "step", "compute_us": "computing", "comm_us": "communication",
-                      "exposed_comm_us": "communication_not_overlapped", "free_us": "free"}  # fmt: skip
-STEP_TRACE_TIME_CSV = {"step": "Step", "compute_us": "Computing", "comm_us": "Communication",
-                       "exposed_comm_us": "Communication(Not Overlapped)", "free_us": "Free"}  # fmt: skip
+STEP_TRACE_TIME_DB = {
+    "step": "step",
+    "compute_us": "computing",
+    "comm_us": "communication",
+    "exposed_comm_us": "communication_not_overlapped",
+    "free_us": "free",
+}
+STEP_TRACE_TIME_CSV = {
+    "step": "Step",
+    "compute_us": "Computing",
+    "comm_us": "Communication",
+    "exposed_comm_us": "Communication(Not Overlapped)",
+    "free_us": "Free",
+}
 
 
-def summary_frame(df: pd.DataFrame, source: Path, warnings: list[str], names: dict[str, str]) -> pd.DataFrame | None:
+def summary_frame(
+    df: pd.DataFrame, source: Path, warnings: list[str], names: dict[str, str]
+) -> pd.DataFrame | None:
     """The profiler's own per-step summary as ``step, compute_us, comm_us, exposed_comm_us, free_us``
     from ``df`` whose columns are named by ``names`` (a missing step column gives step -1); None, with a
     warning, when a time column is missing."""
@@ -54,15 +66,24 @@ def summary_frame(df: pd.DataFrame, source: Path, warnings: list[str], names: di
         return None
     step = df.get(names["step"], pd.Series("", index=df.index))
     out = {"step": pd.to_numeric(step, errors="coerce").fillna(-1).astype(np.int64)}
-    out.update({ours: pd.to_numeric(df[theirs], errors="coerce") for ours, theirs in names.items() if ours != "step"})
+    out.update(
+        {ours: pd.to_numeric(df[theirs], errors="coerce") for ours, theirs in names.items() if ours != "step"}
+    )
     return pd.DataFrame(out)
+
 
 DB_GLOB = "ascend_pytorch_profiler*.db"
 _DB_RANK = re.compile(r"^ascend_pytorch_profiler_(\d+)\.db$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 # ENUM_API_TYPE names → the "<Level>@" prefix trace_view.json writes for the same CANN events
-_API_LEVEL = {"acl": "AscendCL", "runtime": "Runtime", "node": "Node", "model": "Model", "hccl": "Hccl",
-              "communication": "Communication"}  # fmt: skip
+_API_LEVEL = {
+    "acl": "AscendCL",
+    "runtime": "Runtime",
+    "node": "Node",
+    "model": "Model",
+    "hccl": "Hccl",
+    "communication": "Communication",
+}
 _NOT_WORK = ("PROFILING_ENABLE", "PROFILING_DISABLE")
 
 
@@ -100,7 +121,9 @@ def _query(con: sqlite3.Connection, db: Path, sql: str) -> pd.DataFrame:
     try:
         return pd.read_sql_query(sql, con)
     except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-        raise InputError(f"{db}: cannot read ({' '.join(str(exc).split())}); is this a torch_npu db export?") from None
+        raise InputError(
+            f"{db}: cannot read ({' '.join(str(exc).split())}); is this a torch_npu db export?"
+        ) from None
 
 
 def _ns(col: pd.Series, db: Path, what: str) -> np.ndarray:
@@ -136,94 +159,162 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
         def s(col: pd.Series) -> pd.Series:
             return col.map(strings).fillna("").astype(str)
 
-        task = _query(con, db, "SELECT startNs, endNs, connectionId, globalTaskId, taskType, streamId FROM TASK")
+        task = _query(
+            con, db, "SELECT startNs, endNs, connectionId, globalTaskId, taskType, streamId FROM TASK"
+        )
         task["task_type"] = s(task["taskType"])
         if "COMPUTE_TASK_INFO" in have:
-            cti = _query(con, db, "SELECT globalTaskId, name, opType, taskType AS coreType FROM COMPUTE_TASK_INFO")
+            cti = _query(
+                con, db, "SELECT globalTaskId, name, opType, taskType AS coreType FROM COMPUTE_TASK_INFO"
+            )
         else:
             cti = pd.DataFrame(columns=["globalTaskId", "name", "opType", "coreType"])
         comm_tasks = (
             set(_query(con, db, "SELECT DISTINCT globalTaskId FROM COMMUNICATION_TASK_INFO")["globalTaskId"])
-            if "COMMUNICATION_TASK_INFO" in have else set()
-        )  # fmt: skip
+            if "COMMUNICATION_TASK_INFO" in have
+            else set()
+        )
         on_hccl = task["globalTaskId"].isin(comm_tasks)
         hccl_streams = {f"Stream {s_}" for s_ in task.loc[on_hccl, "streamId"].unique()}
         compute = task.merge(cti, on="globalTaskId", how="inner")
-        compute = pd.DataFrame({
-            "name": s(compute["name"]), "op_type": s(compute["opType"]), "core": s(compute["coreType"]),
-            "start_ns": _ns(compute["startNs"], db, "TASK.startNs"), "end_ns": _ns(compute["endNs"], db, "TASK.endNs"),
-            "lane": "Stream " + compute["streamId"].astype(str), "connection": compute["connectionId"].to_numpy(),
-        })  # fmt: skip
-        rest = ~task["globalTaskId"].isin(set(cti["globalTaskId"]) | comm_tasks) & ~task["task_type"].isin(_NOT_WORK)
+        compute = pd.DataFrame(
+            {
+                "name": s(compute["name"]),
+                "op_type": s(compute["opType"]),
+                "core": s(compute["coreType"]),
+                "start_ns": _ns(compute["startNs"], db, "TASK.startNs"),
+                "end_ns": _ns(compute["endNs"], db, "TASK.endNs"),
+                "lane": "Stream " + compute["streamId"].astype(str),
+                "connection": compute["connectionId"].to_numpy(),
+            }
+        )
+        rest = ~task["globalTaskId"].isin(set(cti["globalTaskId"]) | comm_tasks) & ~task["task_type"].isin(
+            _NOT_WORK
+        )
         other = task[rest]
-        other_tasks = pd.DataFrame({
-            "name": other["task_type"], "start_ns": _ns(other["startNs"], db, "TASK.startNs"),
-            "end_ns": _ns(other["endNs"], db, "TASK.endNs"), "lane": "Stream " + other["streamId"].astype(str),
-            "connection": other["connectionId"].to_numpy(),
-        })  # fmt: skip
+        other_tasks = pd.DataFrame(
+            {
+                "name": other["task_type"],
+                "start_ns": _ns(other["startNs"], db, "TASK.startNs"),
+                "end_ns": _ns(other["endNs"], db, "TASK.endNs"),
+                "lane": "Stream " + other["streamId"].astype(str),
+                "connection": other["connectionId"].to_numpy(),
+            }
+        )
         if "COMMUNICATION_OP" in have:
-            op = _query(con, db, "SELECT opName, startNs, endNs, connectionId, groupName, dataType, count, opId "
-                                 "FROM COMMUNICATION_OP")
+            op = _query(
+                con,
+                db,
+                "SELECT opName, startNs, endNs, connectionId, groupName, dataType, count, opId "
+                "FROM COMMUNICATION_OP",
+            )
             dtypes = (
                 _query(con, db, "SELECT id, name FROM ENUM_HCCL_DATA_TYPE").set_index("id")["name"]
-                if "ENUM_HCCL_DATA_TYPE" in have else pd.Series(dtype=object)
-            )  # fmt: skip
+                if "ENUM_HCCL_DATA_TYPE" in have
+                else pd.Series(dtype=object)
+            )
             op_stream = (
-                _query(con, db, "SELECT i.opId, min(t.streamId) AS streamId FROM COMMUNICATION_TASK_INFO i "
-                                "JOIN TASK t USING (globalTaskId) GROUP BY i.opId").set_index("opId")["streamId"]
-                if "COMMUNICATION_TASK_INFO" in have else pd.Series(dtype=np.int64)
-            )  # fmt: skip
+                _query(
+                    con,
+                    db,
+                    "SELECT i.opId, min(t.streamId) AS streamId FROM COMMUNICATION_TASK_INFO i "
+                    "JOIN TASK t USING (globalTaskId) GROUP BY i.opId",
+                ).set_index("opId")["streamId"]
+                if "COMMUNICATION_TASK_INFO" in have
+                else pd.Series(dtype=np.int64)
+            )
             stream = op["opId"].map(op_stream) if "opId" in op.columns else pd.Series(np.nan, index=op.index)
-            comm = pd.DataFrame({
-                "name": s(op["opName"]), "start_ns": _ns(op["startNs"], db, "COMMUNICATION_OP.startNs"),
-                "end_ns": _ns(op["endNs"], db, "COMMUNICATION_OP.endNs"), "lane": "HCCL " + s(op["groupName"]),
-                "connection": op["connectionId"].to_numpy(), "data_type": op["dataType"].map(dtypes).fillna("").astype(str),
-                "count": pd.to_numeric(op["count"], errors="coerce"),
-                "hccl_stream": np.where(stream.notna(), "Stream " + stream.astype("Int64").astype(str), ""),
-            })  # fmt: skip
+            comm = pd.DataFrame(
+                {
+                    "name": s(op["opName"]),
+                    "start_ns": _ns(op["startNs"], db, "COMMUNICATION_OP.startNs"),
+                    "end_ns": _ns(op["endNs"], db, "COMMUNICATION_OP.endNs"),
+                    "lane": "HCCL " + s(op["groupName"]),
+                    "connection": op["connectionId"].to_numpy(),
+                    "data_type": op["dataType"].map(dtypes).fillna("").astype(str),
+                    "count": pd.to_numeric(op["count"], errors="coerce"),
+                    "hccl_stream": np.where(
+                        stream.notna(), "Stream " + stream.astype("Int64").astype(str), ""
+                    ),
+                }
+            )
         else:
-            comm = pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane", "connection", "data_type", "count",
-                                         "hccl_stream"])  # fmt: skip
+            comm = pd.DataFrame(
+                columns=[
+                    "name",
+                    "start_ns",
+                    "end_ns",
+                    "lane",
+                    "connection",
+                    "data_type",
+                    "count",
+                    "hccl_stream",
+                ]
+            )
         host_parts = []
         launch_ns = pd.Series(dtype=np.int64)
         if "CANN_API" in have:
             api = _query(con, db, "SELECT startNs, endNs, type, globalTid, connectionId, name FROM CANN_API")
             levels = (
                 _query(con, db, "SELECT id, name FROM ENUM_API_TYPE").set_index("id")["name"]
-                if "ENUM_API_TYPE" in have else pd.Series(dtype=object)
-            )  # fmt: skip
-            levels = pd.Series({k: _API_LEVEL.get(str(v), str(v).capitalize()) for k, v in levels.items()}, dtype=object)
+                if "ENUM_API_TYPE" in have
+                else pd.Series(dtype=object)
+            )
+            levels = pd.Series(
+                {k: _API_LEVEL.get(str(v), str(v).capitalize()) for k, v in levels.items()}, dtype=object
+            )
             level = api["type"].map(levels).fillna("").astype(str)
             start = _ns(api["startNs"], db, "CANN_API.startNs")
-            host_parts.append(pd.DataFrame({
-                "name": level + "@" + s(api["name"]), "start_ns": start, "end_ns": _ns(api["endNs"], db, "CANN_API.endNs"),
-                "lane": "CANN " + api["globalTid"].astype(str),
-            }))  # fmt: skip
+            host_parts.append(
+                pd.DataFrame(
+                    {
+                        "name": level + "@" + s(api["name"]),
+                        "start_ns": start,
+                        "end_ns": _ns(api["endNs"], db, "CANN_API.endNs"),
+                        "lane": "CANN " + api["globalTid"].astype(str),
+                    }
+                )
+            )
             launch_ns = pd.Series(start, index=api["connectionId"].to_numpy())
             launch_ns = launch_ns[~launch_ns.index.duplicated()]
         if "PYTORCH_API" in have:
             py = _query(con, db, "SELECT startNs, endNs, globalTid, name FROM PYTORCH_API")
-            host_parts.append(pd.DataFrame({
-                "name": s(py["name"]), "start_ns": _ns(py["startNs"], db, "PYTORCH_API.startNs"),
-                "end_ns": _ns(py["endNs"], db, "PYTORCH_API.endNs"), "lane": "Python " + py["globalTid"].astype(str),
-            }))  # fmt: skip
+            host_parts.append(
+                pd.DataFrame(
+                    {
+                        "name": s(py["name"]),
+                        "start_ns": _ns(py["startNs"], db, "PYTORCH_API.startNs"),
+                        "end_ns": _ns(py["endNs"], db, "PYTORCH_API.endNs"),
+                        "lane": "Python " + py["globalTid"].astype(str),
+                    }
+                )
+            )
         host = (
-            pd.concat(host_parts, ignore_index=True) if host_parts
+            pd.concat(host_parts, ignore_index=True)
+            if host_parts
             else pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane"])
-        )  # fmt: skip
+        )
         if "STEP_TIME" in have:
             st = _query(con, db, "SELECT id, startNs, endNs FROM STEP_TIME")
-            steps = pd.DataFrame({
-                "step": pd.to_numeric(st["id"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
-                "start_ns": _ns(st["startNs"], db, "STEP_TIME.startNs"), "end_ns": _ns(st["endNs"], db, "STEP_TIME.endNs"),
-            })  # fmt: skip
+            steps = pd.DataFrame(
+                {
+                    "step": pd.to_numeric(st["id"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+                    "start_ns": _ns(st["startNs"], db, "STEP_TIME.startNs"),
+                    "end_ns": _ns(st["endNs"], db, "STEP_TIME.endNs"),
+                }
+            )
         else:
             is_step = host["name"].astype(str).str.match(_STEP_RE.pattern)
-            steps = pd.DataFrame({
-                "step": host["name"][is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
-                "start_ns": host["start_ns"][is_step].to_numpy(np.int64),
-                "end_ns": host["end_ns"][is_step].to_numpy(np.int64),
-            })  # fmt: skip
+            steps = pd.DataFrame(
+                {
+                    "step": host["name"][is_step]
+                    .str.extract(_STEP_RE.pattern)[0]
+                    .astype(np.int64)
+                    .to_numpy(),
+                    "start_ns": host["start_ns"][is_step].to_numpy(np.int64),
+                    "end_ns": host["end_ns"][is_step].to_numpy(np.int64),
+                }
+            )
         rank = None
         if "RANK_DEVICE_MAP" in have:
             rows = _query(con, db, "SELECT rankId FROM RANK_DEVICE_MAP")["rankId"]
@@ -232,8 +323,16 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
     finally:
         con.close()
     steps = steps[steps["step"] >= 0].sort_values("start_ns", ignore_index=True)
-    return {"compute": compute, "comm": comm, "other_tasks": other_tasks, "host": host, "steps": steps,
-            "launch_ns": launch_ns, "rank": rank, "hccl_streams": hccl_streams}  # fmt: skip
+    return {
+        "compute": compute,
+        "comm": comm,
+        "other_tasks": other_tasks,
+        "host": host,
+        "steps": steps,
+        "launch_ns": launch_ns,
+        "rank": rank,
+        "hccl_streams": hccl_streams,
+    }
 
 
 def step_trace_time(analysis_db: Path, warnings: list[str]) -> pd.DataFrame | None:

@@ -76,10 +76,15 @@ def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
         log.debug("%s: cache not used (%s)", path, exc)
         return None
     return RankTrace(
-        rank=meta["rank"], source=str(trace), format=meta["format"], events=_frame(meta["events"], arrays, "e."),
-        steps=_frame(meta["steps"], arrays, "s."), mode=meta["mode"], warnings=list(meta["warnings"]),
+        rank=meta["rank"],
+        source=str(trace),
+        format=meta["format"],
+        events=_frame(meta["events"], arrays, "e."),
+        steps=_frame(meta["steps"], arrays, "s."),
+        mode=meta["mode"],
+        warnings=list(meta["warnings"]),
         recorded_tasks=None if meta["recorded_tasks"] is None else tuple(meta["recorded_tasks"]),
-    )  # fmt: skip
+    )
 
 
 def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
@@ -93,14 +98,21 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         return
     arrays: dict[str, np.ndarray] = {}
     meta = {
-        "key": key, "rank": rt.rank, "format": rt.format, "mode": rt.mode, "warnings": rt.warnings,
+        "key": key,
+        "rank": rt.rank,
+        "format": rt.format,
+        "mode": rt.mode,
+        "warnings": rt.warnings,
         "recorded_tasks": None if rt.recorded_tasks is None else list(rt.recorded_tasks),
-        "events": _columns(rt.events, arrays, "e."), "steps": _columns(rt.steps, arrays, "s."),
-    }  # fmt: skip
+        "events": _columns(rt.events, arrays, "e."),
+        "steps": _columns(rt.steps, arrays, "s."),
+    }
     tmp = None
     try:
         arrays["meta"] = np.array(orjson.dumps(meta).decode())
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fsdpbench-", suffix=".npz.tmp", delete=False) as f:
+        with tempfile.NamedTemporaryFile(
+            dir=folder, prefix=".fsdpbench-", suffix=".npz.tmp", delete=False
+        ) as f:
             tmp = Path(f.name)
             np.savez(f, **arrays)
         os.chmod(tmp, trace.stat().st_mode & 0o666)  # readable by whoever may read the trace
@@ -138,7 +150,9 @@ def _frame(spec: list[list[str]], arrays: dict[str, np.ndarray], prefix: str) ->
     for i, (name, kind) in enumerate(spec):
         if kind == "category":
             cats = pd.Index(arrays[f"{prefix}{i}.cats"].tolist(), dtype=object)
-            cols[name] = pd.Categorical.from_codes(arrays[f"{prefix}{i}.codes"], dtype=pd.CategoricalDtype(cats))
+            cols[name] = pd.Categorical.from_codes(
+                arrays[f"{prefix}{i}.codes"], dtype=pd.CategoricalDtype(cats)
+            )
         else:
             cols[name] = arrays[f"{prefix}{i}"]
     return pd.DataFrame(cols, copy=False)

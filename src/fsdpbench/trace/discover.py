@@ -55,13 +55,17 @@ def find_sources(path: str | Path) -> list[Source]:
         )
     if _is_ascend_folder(p):
         return [Source(p, "ascend")]
-    ascend = sorted({q for q in p.rglob(f"*{ASCEND_SUFFIX}") if q.is_dir()} | {
-        q.parent for q in p.rglob(ASCEND_OUTPUT) if q.is_dir()
-    })  # fmt: skip
+    ascend = sorted(
+        {q for q in p.rglob(f"*{ASCEND_SUFFIX}") if q.is_dir()}
+        | {q.parent for q in p.rglob(ASCEND_OUTPUT) if q.is_dir()}
+    )
     kineto = sorted(
-        q for q in p.rglob("*") if q.is_file() and _is_kineto_name(q)
+        q
+        for q in p.rglob("*")
+        if q.is_file()
+        and _is_kineto_name(q)
         and not any(part.endswith(ASCEND_SUFFIX) for part in q.relative_to(p).parts)
-    )  # fmt: skip
+    )
     if ascend and kineto:
         raise InputError(
             f"{p}: mixed formats: {len(kineto)} Kineto trace(s) (e.g. {kineto[0]}) and {len(ascend)} Ascend "

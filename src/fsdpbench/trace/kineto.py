@@ -60,21 +60,39 @@ _RANK_IN_PATH = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 # device work (lower-cased category → table category; None: by name). ``Memcpy``/``Memset``/``Kernel``
 # are the 2021-era (PyTorch 1.8–1.10) spellings.
 _DEVICE_CATS = {
-    "kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync", "memcpy": "memcpy",
+    "kernel": None,
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+    "memcpy": "memcpy",
     "memset": "memset",
-}  # fmt: skip
+}
 # host-side categories read as such (``Runtime``/``Operator``: 2021-era spellings; "" in hand-made traces)
 _HOST_CATS = {
-    "", "cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "driver", "hip_runtime",
-    "python_function", "python", "trace", "overhead", "cpu_instant_event",
-}  # fmt: skip
+    "",
+    "cpu_op",
+    "operator",
+    "user_annotation",
+    "cuda_runtime",
+    "runtime",
+    "cuda_driver",
+    "driver",
+    "hip_runtime",
+    "python_function",
+    "python",
+    "trace",
+    "overhead",
+    "cpu_instant_event",
+}
 _RUNTIME_CATS = ["cuda_runtime", "runtime", "cuda_driver", "driver", "hip_runtime"]
 # Device-side projections of host annotations (``gpu_user_annotation``, and any other
 # ``<device>_user_annotation``): labels only, never compute, communication or step windows.
 _DEVICE_ANNOTATION = re.compile(r"^(?!user_annotation$)\w*annotation$", re.IGNORECASE)
 # an unknown category with one of these words is taken as device activity
-_DEVICEISH = re.compile(r"runtime|driver|kernel|memcpy|memset|ccp|gpu|cuda|hip|rocm|mtia|xpu|npu|hpu|device|dma|stream",
-                        re.IGNORECASE)  # fmt: skip
+_DEVICEISH = re.compile(
+    r"runtime|driver|kernel|memcpy|memset|ccp|gpu|cuda|hip|rocm|mtia|xpu|npu|hpu|device|dma|stream",
+    re.IGNORECASE,
+)
 _NS_EPOCH_TS = 1e17  # as µs this is past the year 5000: such timestamps are nanoseconds
 
 
@@ -161,9 +179,16 @@ def _read_kineto(path: Path) -> RankTrace:
         new_index = np.cumsum(good) - 1
         sizes = {int(new_index[i]): b for i, b in sizes.items() if good[i]}
         ts, dur, corr = ts[keep], dur[keep], corr[keep]
-        name_codes, cat_codes, pid_codes, tid_codes = name_codes[keep], cat_codes[keep], pid_codes[keep], tid_codes[keep]
+        name_codes, cat_codes, pid_codes, tid_codes = (
+            name_codes[keep],
+            cat_codes[keep],
+            pid_codes[keep],
+            tid_codes[keep],
+        )
     if needs_string_parse(ts) and not np.array_equal(ts, np.floor(ts)):
-        warnings.append(f"{path.name}: timestamps beyond 2**43 µs with fractions; times are exact only to the double's precision")
+        warnings.append(
+            f"{path.name}: timestamps beyond 2**43 µs with fractions; times are exact only to the double's precision"
+        )
     start = us_to_ns(ts)
     end = start + us_to_ns(dur)
     del ts, dur
@@ -183,7 +208,9 @@ def _read_kineto(path: Path) -> RankTrace:
     step_idx = [i for i, c in enumerate(names.categories) if _STEP_RE.match(c)]
     is_step = np.isin(names.codes, step_idx) & ~is_dev_cat & ~is_annot
     sel = np.flatnonzero(is_step)
-    step_ids = np.array([int(_STEP_RE.match(names.categories[names.codes[i]]).group(1)) for i in sel], dtype=np.int64)
+    step_ids = np.array(
+        [int(_STEP_RE.match(names.categories[names.codes[i]]).group(1)) for i in sel], dtype=np.int64
+    )
     steps = pd.DataFrame({"step": step_ids, "start_ns": start[sel], "end_ns": end[sel]})
     steps = steps.sort_values("start_ns", ignore_index=True)
 
@@ -193,7 +220,9 @@ def _read_kineto(path: Path) -> RankTrace:
     category = object_full(n, "other")
     device = np.zeros(n, dtype=bool)
     orphan = np.zeros(n, dtype=bool)
-    step = assign_steps(start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
+    step = assign_steps(
+        start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy()
+    )
     task[is_annot] = ""
 
     if is_dev_cat.any():
@@ -217,11 +246,19 @@ def _read_kineto(path: Path) -> RankTrace:
         collective[comm] = collective_of(names)[comm]
         for i in np.flatnonzero(comm):
             nbytes[i] = sizes.get(int(i), np.nan)
-        orphan = _join_launches(start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows)
-        host_sync = ~is_dev_cat & np.isin(task, ["device_synchronize", "stream_synchronize", "event_synchronize"])
+        orphan = _join_launches(
+            start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows
+        )
+        host_sync = ~is_dev_cat & np.isin(
+            task, ["device_synchronize", "stream_synchronize", "event_synchronize"]
+        )
         category[host_sync] = "sync"
         runtime = np.isin(cat_lower, _RUNTIME_CATS)
-        recorded = ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch") if runtime.any() else ()
+        recorded = (
+            ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch")
+            if runtime.any()
+            else ()
+        )
         if not runtime.any():
             warnings.append(
                 f"{path.name}: no runtime (cuda_runtime) events; kernel launches and syncs are not recorded, "
@@ -230,17 +267,48 @@ def _read_kineto(path: Path) -> RankTrace:
     else:
         mode = "cpu"
         lane = _lanes(pair_codes, name_lane)
-        classify_cpu(names, cat_lower, start, end, pair_codes, is_step, is_annot, sizes, category, device, collective,
-                      nbytes, warnings, path)  # fmt: skip
+        classify_cpu(
+            names,
+            cat_lower,
+            start,
+            end,
+            pair_codes,
+            is_step,
+            is_annot,
+            sizes,
+            category,
+            device,
+            collective,
+            nbytes,
+            warnings,
+            path,
+        )
         recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
         task[:] = ""
 
     table = build_table(
-        name=names, category=category, start_ns=start, end_ns=end, lane=lane, device=device,
-        collective=collective, nbytes=nbytes, task=task, step=step, orphan=orphan,
-    )  # fmt: skip
-    return RankTrace(rank=rank, source=str(path), format="kineto", events=table, steps=steps, mode=mode,
-                     warnings=warnings, recorded_tasks=recorded)  # fmt: skip
+        name=names,
+        category=category,
+        start_ns=start,
+        end_ns=end,
+        lane=lane,
+        device=device,
+        collective=collective,
+        nbytes=nbytes,
+        task=task,
+        step=step,
+        orphan=orphan,
+    )
+    return RankTrace(
+        rank=rank,
+        source=str(path),
+        format="kineto",
+        events=table,
+        steps=steps,
+        mode=mode,
+        warnings=warnings,
+        recorded_tasks=recorded,
+    )
 
 
 def _unknown_categories(
@@ -249,8 +317,14 @@ def _unknown_categories(
     """Warn about event categories the reader does not know (naming each and its count), or raise
     InputError when the trace's only device activity is of such categories."""
     counts = np.bincount(cats.codes[cats.codes >= 0], minlength=len(cats.categories))
-    unknown = [(c, int(k)) for c, k in zip(cats.categories, counts, strict=True)
-               if k and c.lower() not in _DEVICE_CATS and c.lower() not in _HOST_CATS and not _DEVICE_ANNOTATION.match(c)]  # fmt: skip
+    unknown = [
+        (c, int(k))
+        for c, k in zip(cats.categories, counts, strict=True)
+        if k
+        and c.lower() not in _DEVICE_CATS
+        and c.lower() not in _HOST_CATS
+        and not _DEVICE_ANNOTATION.match(c)
+    ]
     if not unknown:
         return
     listed = ", ".join(f"{c} ({k} events)" for c, k in unknown)
@@ -261,19 +335,28 @@ def _unknown_categories(
             "would be right for this trace"
         )
     if is_dev_cat.any():
-        what = (f"{int(is_dev_cat.sum())} device events of the categories "
-                f"{', '.join(sorted({c for c, k in zip(cats.categories, np.bincount(cats.codes[is_dev_cat], minlength=len(cats.categories)), strict=True) if k}))}"
-                " were analysed")  # fmt: skip
+        what = (
+            f"{int(is_dev_cat.sum())} device events of the categories "
+            f"{', '.join(sorted({c for c, k in zip(cats.categories, np.bincount(cats.codes[is_dev_cat], minlength=len(cats.categories)), strict=True) if k}))}"
+            " were analysed"
+        )
     else:
         what = "it was analysed as a CPU-only trace (training-thread operators as compute, gloo spans as communication)"
     warnings.append(f"{path.name}: event categories not read, left out of every number: {listed}; {what}")
 
 
 def _join_launches(
-    start: np.ndarray, corr: np.ndarray, step: np.ndarray, steps: pd.DataFrame, is_dev: np.ndarray,
-    is_annot: np.ndarray, task: np.ndarray, pair_codes: np.ndarray, pairs: list[tuple[Any, Any]],
+    start: np.ndarray,
+    corr: np.ndarray,
+    step: np.ndarray,
+    steps: pd.DataFrame,
+    is_dev: np.ndarray,
+    is_annot: np.ndarray,
+    task: np.ndarray,
+    pair_codes: np.ndarray,
+    pairs: list[tuple[Any, Any]],
     flows: list[tuple[Any, Any, Any, Any, Any]],
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Give each device event the step of the runtime call that launched it (in place in ``step``),
     joined by correlation id, else by an ``ac2g`` flow. Returns the orphans: device events whose
     launch is not in a trace that records launches (left out of every total, as HTA does).
@@ -302,9 +385,13 @@ def _join_launches(
 
 
 def _flow_steps(
-    start: np.ndarray, candidates: np.ndarray, steps: pd.DataFrame, pair_codes: np.ndarray,
-    pairs: list[tuple[Any, Any]], flows: list[tuple[Any, Any, Any, Any, Any]],
-) -> dict[int, int]:  # fmt: skip
+    start: np.ndarray,
+    candidates: np.ndarray,
+    steps: pd.DataFrame,
+    pair_codes: np.ndarray,
+    pairs: list[tuple[Any, Any]],
+    flows: list[tuple[Any, Any, Any, Any, Any]],
+) -> dict[int, int]:
     """{device event index: step of its launch} through ``ac2g`` flows: the flow's start ('s') is at the
     runtime call, its end ('f') at the device event's start on the device event's (pid, tid)."""
     if not flows or candidates.size == 0:
@@ -325,7 +412,9 @@ def _flow_steps(
         return out
     s_ns = us_to_ns(np.array([launch_ts[f] for f in ids], dtype=np.float64))
     f_ns = us_to_ns(np.array([ends[f][2] for f in ids], dtype=np.float64))
-    st = assign_steps(s_ns, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
+    st = assign_steps(
+        s_ns, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy()
+    )
     for f, fns, s in zip(ids, f_ns.tolist(), st.tolist(), strict=True):
         i = by_key.get((ends[f][0], ends[f][1], fns))
         if i is not None:

@@ -14,8 +14,16 @@ from fsdpbench.trace.table import collective_of
 _LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms$|nccl:|c10d_functional::|_c10d_functional::)")
 # namespaces of wrappers (autograd nodes, FSDP hooks, profiler, collectives): they can contain a
 # blocking wait, so they are never compute themselves; the operators inside them are
-_WRAPPER_PREFIXES = ("autograd::", "torch::autograd::", "FSDP::", "c10d::", "_c10d_functional::",
-                     "c10d_functional::", "profiler::", "torch::jit::")  # fmt: skip
+_WRAPPER_PREFIXES = (
+    "autograd::",
+    "torch::autograd::",
+    "FSDP::",
+    "c10d::",
+    "_c10d_functional::",
+    "c10d_functional::",
+    "profiler::",
+    "torch::jit::",
+)
 _OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]")
 
 
@@ -24,7 +32,9 @@ def _is_operator(name: str) -> bool:
     return bool(_OP_NAME.match(name)) and not name.startswith(_WRAPPER_PREFIXES)
 
 
-def outermost(idx: np.ndarray, start: np.ndarray, end: np.ndarray, lane: np.ndarray | None = None) -> np.ndarray:
+def outermost(
+    idx: np.ndarray, start: np.ndarray, end: np.ndarray, lane: np.ndarray | None = None
+) -> np.ndarray:
     """The spans among ``idx`` not nested in another of them (on the same lane when ``lane`` is
     given), in (lane, start) order. A span is nested when it starts before the furthest end reached
     by the spans that start before it (ties: the longer span is the outer one)."""
@@ -42,10 +52,21 @@ def outermost(idx: np.ndarray, start: np.ndarray, end: np.ndarray, lane: np.ndar
 
 
 def classify_cpu(
-    names: pd.Categorical, cat_lower: np.ndarray, start: np.ndarray, end: np.ndarray, lane_codes: np.ndarray,
-    is_step: np.ndarray, is_annot: np.ndarray, sizes: dict[int, float], category: np.ndarray, device: np.ndarray,
-    collective: np.ndarray, nbytes: np.ndarray, warnings: list[str], path: Path,
-) -> None:  # fmt: skip
+    names: pd.Categorical,
+    cat_lower: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    lane_codes: np.ndarray,
+    is_step: np.ndarray,
+    is_annot: np.ndarray,
+    sizes: dict[int, float],
+    category: np.ndarray,
+    device: np.ndarray,
+    collective: np.ndarray,
+    nbytes: np.ndarray,
+    warnings: list[str],
+    path: Path,
+) -> None:
     """Fill category/device/collective/bytes in place for a CPU-only trace (see the Kineto module
     docstring); ``sizes`` maps event index → message bytes. Device-side annotations (``is_annot``)
     are labels: never a collective, a launch or compute."""
@@ -58,8 +79,14 @@ def classify_cpu(
     else:
         main = np.bincount(lane_codes).argmax()
     on_main = lane_codes == main
-    is_gloo = np.array([c.lower().startswith("gloo:") for c in names.categories] + [False])[names.codes] & ~is_annot
-    is_launch = ~is_annot & on_main & np.array([bool(_LAUNCH_RE.match(c)) for c in names.categories] + [False])[names.codes]
+    is_gloo = (
+        np.array([c.lower().startswith("gloo:") for c in names.categories] + [False])[names.codes] & ~is_annot
+    )
+    is_launch = (
+        ~is_annot
+        & on_main
+        & np.array([bool(_LAUNCH_RE.match(c)) for c in names.categories] + [False])[names.codes]
+    )
     is_launch &= ~is_gloo
 
     # outermost launch ops, and everything nested inside them on the training thread

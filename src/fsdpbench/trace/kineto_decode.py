@@ -34,11 +34,32 @@ except ImportError:  # optional: without it the events are decoded with orjson a
 from fsdpbench.errors import InputError
 
 _ITEMSIZE = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "c10::half": 2, "half": 2, "float16": 2,
-    "c10::bfloat16": 2, "bfloat16": 2, "long": 8, "long int": 8, "int64": 8, "int": 4, "int32": 4,
-    "short": 2, "int16": 2, "signed char": 1, "unsigned char": 1, "int8": 1, "uint8": 1, "bool": 1,
-    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
-}  # fmt: skip
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float64": 8,
+    "c10::half": 2,
+    "half": 2,
+    "float16": 2,
+    "c10::bfloat16": 2,
+    "bfloat16": 2,
+    "long": 8,
+    "long int": 8,
+    "int64": 8,
+    "int": 4,
+    "int32": 4,
+    "short": 2,
+    "int16": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+}
 
 
 def message_bytes(args: Any) -> float:
@@ -95,7 +116,9 @@ def _factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     try:
         index = dict.fromkeys(values)
     except TypeError:
-        values = [v if isinstance(v, str | int | float | type(None)) else orjson.dumps(v).decode() for v in values]
+        values = [
+            v if isinstance(v, str | int | float | type(None)) else orjson.dumps(v).decode() for v in values
+        ]
         index = dict.fromkeys(values)
     uniques = list(index)
     for i, u in enumerate(uniques):
@@ -122,7 +145,9 @@ def _field(events: list[dict], key: str, default: Any = None) -> list[Any]:
 
 def _floats(events: list[dict], key: str, default: Any, path: Path) -> np.ndarray:
     try:
-        return np.fromiter(map(dict.get, events, repeat(key), repeat(default)), dtype=np.float64, count=len(events))
+        return np.fromiter(
+            map(dict.get, events, repeat(key), repeat(default)), dtype=np.float64, count=len(events)
+        )
     except (TypeError, ValueError, OverflowError):  # strings, lists or None in a hand-made trace
         return _numbers(_field(events, key, default), key, path)
 
@@ -150,14 +175,24 @@ def _typed_decoder() -> tuple[type | None, Any]:
         return None, None
     unset = msgspec.UNSET
     args = msgspec.defstruct(
-        "KinetoArgs", [("correlation", int | None, -1), *[(a, Any, unset) for a in _ARG_ATTRS[1:]]],
+        "KinetoArgs",
+        [("correlation", int | None, -1), *[(a, Any, unset) for a in _ARG_ATTRS[1:]]],
         rename=dict(zip(_ARG_ATTRS, _ARG_KEYS, strict=True)),
-    )  # fmt: skip
-    event = msgspec.defstruct("KinetoEvent", [
-        ("ph", Any, None), ("name", Any, ""), ("cat", Any, ""), ("ts", float | None, float("nan")),
-        ("dur", float | None, 0.0), ("pid", Any, None), ("tid", Any, None), ("id", Any, None),
-        ("args", args | None, None),
-    ])  # fmt: skip
+    )
+    event = msgspec.defstruct(
+        "KinetoEvent",
+        [
+            ("ph", Any, None),
+            ("name", Any, ""),
+            ("cat", Any, ""),
+            ("ts", float | None, float("nan")),
+            ("dur", float | None, 0.0),
+            ("pid", Any, None),
+            ("tid", Any, None),
+            ("id", Any, None),
+            ("args", args | None, None),
+        ],
+    )
     return event, msgspec.json.Decoder(list[event])
 
 
@@ -167,7 +202,9 @@ def _attr(name: str) -> Any:
 
 def _args_dict(a: Any) -> dict[str, Any]:
     """The kept ``args`` fields of a typed event as the dict :func:`message_bytes` reads."""
-    return {k: v for k, attr in zip(_ARG_KEYS, _ARG_ATTRS, strict=True) if (v := getattr(a, attr)) is not _UNSET}
+    return {
+        k: v for k, attr in zip(_ARG_KEYS, _ARG_ATTRS, strict=True) if (v := getattr(a, attr)) is not _UNSET
+    }
 
 
 _TYPED = _typed_decoder()
@@ -205,7 +242,9 @@ def _pieces(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
                         yield out
                 data = f.read(size)
             if not d.eof:
-                raise InputError(f"{path}: corrupt or truncated gzip (the stream ends early); re-export the profile")
+                raise InputError(
+                    f"{path}: corrupt or truncated gzip (the stream ends early); re-export the profile"
+                )
             if not produced:
                 raise InputError(f"{path}: the file is empty after decompression; re-export the profile")
     except zlib.error as exc:
@@ -285,7 +324,9 @@ class _Interner:
 
     def add(self, values: list[Any]) -> None:
         codes, uniques = _factorize(values)
-        to_global = np.array([self.index.setdefault(u, len(self.index)) for u in uniques] + [0], dtype=np.int32)
+        to_global = np.array(
+            [self.index.setdefault(u, len(self.index)) for u in uniques] + [0], dtype=np.int32
+        )
         self.codes.append(to_global[codes] if len(uniques) else np.zeros(len(values), np.int32))
 
     def result(self) -> tuple[np.ndarray, list[Any]]:
@@ -318,7 +359,9 @@ class Columns:
             events = [e for e in events if type(e) is dict]
             ph = _field(events, "ph")
         ph_codes, ph_uniq = _factorize(ph)
-        is_ph = {v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M", "s", "f") and type(v) is str}
+        is_ph = {
+            v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M", "s", "f") and type(v) is str
+        }
         no = np.zeros(len(ph), dtype=bool)
         for i in np.flatnonzero(is_ph.get("s", no) | is_ph.get("f", no)):
             e = events[i]
@@ -348,26 +391,35 @@ class Columns:
         corr = np.full(k, -1, dtype=np.int64)
         try:
             corr[has_args] = np.fromiter(
-                map(dict.get, compress(args, has_args), repeat("correlation"), repeat(-1)), dtype=np.int64,
+                map(dict.get, compress(args, has_args), repeat("correlation"), repeat(-1)),
+                dtype=np.int64,
                 count=int(has_args.sum()),
-            )  # fmt: skip
+            )
         except (TypeError, ValueError, OverflowError):  # odd values in a hand-made trace
             raw_corr = [a.get("correlation", -1) if type(a) is dict else -1 for a in args]
-            corr = pd.to_numeric(pd.Series(raw_corr, dtype=object), errors="coerce").fillna(-1).to_numpy(np.int64)
+            corr = (
+                pd.to_numeric(pd.Series(raw_corr, dtype=object), errors="coerce")
+                .fillna(-1)
+                .to_numpy(np.int64)
+            )
         self.corr.append(corr)
         self._sizes(names, has_args, args, lambda a: a)
         self.n += len(xs)
 
     def _sizes(self, names: list[Any], has_args: np.ndarray, args: list[Any], as_dict: Any) -> None:
         codes, uniques = _factorize(names)
-        wanted = np.array([isinstance(u, str) and bool(_ARGS_NAME.search(u)) for u in uniques] + [False])[codes]
+        wanted = np.array([isinstance(u, str) and bool(_ARGS_NAME.search(u)) for u in uniques] + [False])[
+            codes
+        ]
         for i in np.flatnonzero(wanted & has_args):
             self.nbytes[self.n + int(i)] = message_bytes(as_dict(args[i]))
 
     def _add_typed(self, events: list[Any]) -> None:
         """:meth:`add` for msgspec structs (``_TYPED``): the same columns, read by attribute."""
         ph_codes, ph_uniq = _factorize(list(map(_attr("ph"), events)))
-        is_ph = {v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M", "s", "f") and type(v) is str}
+        is_ph = {
+            v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M", "s", "f") and type(v) is str
+        }
         no = np.zeros(len(events), dtype=bool)
         for i in np.flatnonzero(is_ph.get("s", no) | is_ph.get("f", no)):
             e = events[i]
@@ -394,10 +446,13 @@ class Columns:
         has_args = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=len(xs))
         corr = np.full(len(xs), -1, dtype=np.int64)
         try:
-            corr[has_args] = np.fromiter(map(_attr("correlation"), compress(args, has_args)), dtype=np.int64,
-                                         count=int(has_args.sum()))  # fmt: skip
+            corr[has_args] = np.fromiter(
+                map(_attr("correlation"), compress(args, has_args)), dtype=np.int64, count=int(has_args.sum())
+            )
         except TypeError:  # "correlation": null
-            corr[has_args] = [-1 if c is None else c for c in map(_attr("correlation"), compress(args, has_args))]
+            corr[has_args] = [
+                -1 if c is None else c for c in map(_attr("correlation"), compress(args, has_args))
+            ]
         self.corr.append(corr)
         self._sizes(names, has_args, args, _args_dict)
         self.n += len(xs)
@@ -423,7 +478,9 @@ def decode(path: Path) -> tuple[Any, Columns]:
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc}); the trace is truncated or corrupt, re-export it") from None
+        raise InputError(
+            f"{path}: not valid JSON ({exc}); the trace is truncated or corrupt, re-export it"
+        ) from None
     del raw
     if isinstance(doc, dict):
         events, dist = doc.get("traceEvents"), doc.get("distributedInfo")

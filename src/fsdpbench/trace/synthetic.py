@@ -33,16 +33,27 @@ COMPUTE_NAMES = [
     "triton_poi_fused_cat_slice_0",
     "flash_fwd_kernel",
 ]
-ASYNC_NAME = "void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)"
+ASYNC_NAME = (
+    "void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)"
+)
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 _RUNTIME_CATS = ("cuda_runtime", "Runtime")
 
 
 def make_trace(
-    *, rank: int = 0, world_size: int = 8, device_events: int = 2000, steps: int = 1, seed: int = 0,
-    skew_ns: int = 0, compute_gap_ns: int = 4_000, async_kernels: int = 0, orphans: int = 0,
-    categories: str = "current", ns_integers: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+    *,
+    rank: int = 0,
+    world_size: int = 8,
+    device_events: int = 2000,
+    steps: int = 1,
+    seed: int = 0,
+    skew_ns: int = 0,
+    compute_gap_ns: int = 4_000,
+    async_kernels: int = 0,
+    orphans: int = 0,
+    categories: str = "current",
+    ns_integers: bool = False,
+) -> dict[str, Any]:
     """A Kineto-shaped dict with about ``device_events`` device events over ``steps`` profiler steps.
 
     ``skew_ns`` delays every event of this rank (to make a straggler); ``compute_gap_ns`` is the
@@ -89,14 +100,25 @@ def make_trace(
         {"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "thread 1 (python)"}},
     ]
     for k in range(steps):
-        events.append({
-            "ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 3}", "pid": 0, "tid": 1,
-            "ts": (base + k * step_len - 500) / 1000, "dur": step_len / 1000,
-        })  # fmt: skip
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{k + 3}",
+                "pid": 0,
+                "tid": 1,
+                "ts": (base + k * step_len - 500) / 1000,
+                "dur": step_len / 1000,
+            }
+        )
     comp_names = np.array(COMPUTE_NAMES + [ASYNC_NAME])[rng.integers(0, len(COMPUTE_NAMES), n_comp)]
     comp_names[rng.permutation(n_comp)[: min(async_kernels, n_comp)]] = ASYNC_NAME
-    names = np.concatenate([comp_names, np.array(COMM_NAMES)[comm_kind], np.full(n_mem, "Memcpy DtoD (Device -> Device)")])
-    cats = np.concatenate([np.full(n_comp, "kernel"), np.full(n_comm, "kernel"), np.full(n_mem, "gpu_memcpy")])
+    names = np.concatenate(
+        [comp_names, np.array(COMM_NAMES)[comm_kind], np.full(n_mem, "Memcpy DtoD (Device -> Device)")]
+    )
+    cats = np.concatenate(
+        [np.full(n_comp, "kernel"), np.full(n_comm, "kernel"), np.full(n_mem, "gpu_memcpy")]
+    )
     # launches: 2-6 µs before the kernel's step-local start, clamped into its step
     launch = np.maximum(starts - rng.integers(2_000, 6_000, n), base + step_of * step_len)
     ts_us = (starts / 1000).tolist()
@@ -112,16 +134,51 @@ def make_trace(
             j = i - n_comp
             ne = int(nelems[j])
             kind = int(comm_kind[j])
-            args.update({"In msg nelems": ne // world_size if kind == 0 else ne, "Out msg nelems": ne if kind != 1 else ne // world_size,
-                         "Group size": world_size, "dtype": "Float"})  # fmt: skip
-        events.append({"ph": "X", "cat": cats_l[i], "name": names_l[i], "pid": 0, "tid": lanes_l[i],
-                       "ts": ts_us[i], "dur": dur_us[i], "args": args})  # fmt: skip
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 1,
-                       "ts": launch_us[i], "dur": 1.5, "args": {"correlation": corr}})  # fmt: skip
+            args.update(
+                {
+                    "In msg nelems": ne // world_size if kind == 0 else ne,
+                    "Out msg nelems": ne if kind != 1 else ne // world_size,
+                    "Group size": world_size,
+                    "dtype": "Float",
+                }
+            )
+        events.append(
+            {
+                "ph": "X",
+                "cat": cats_l[i],
+                "name": names_l[i],
+                "pid": 0,
+                "tid": lanes_l[i],
+                "ts": ts_us[i],
+                "dur": dur_us[i],
+                "args": args,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 0,
+                "tid": 1,
+                "ts": launch_us[i],
+                "dur": 1.5,
+                "args": {"correlation": corr},
+            }
+        )
     for k in range(orphans):  # device work launched before the profiler started: no runtime event
-        events.append({"ph": "X", "cat": "kernel", "name": COMPUTE_NAMES[k % len(COMPUTE_NAMES)], "pid": 0, "tid": 7,
-                       "ts": (base - 400_000 + 3_000 * k) / 1000, "dur": 2.5,
-                       "args": {"device": 0, "stream": 7, "correlation": 500_000 + k}})  # fmt: skip
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": COMPUTE_NAMES[k % len(COMPUTE_NAMES)],
+                "pid": 0,
+                "tid": 7,
+                "ts": (base - 400_000 + 3_000 * k) / 1000,
+                "dur": 2.5,
+                "args": {"device": 0, "stream": 7, "correlation": 500_000 + k},
+            }
+        )
     if categories == "2021":
         old = {"kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset", "cuda_runtime": "Runtime"}
         for e in events:
@@ -132,13 +189,16 @@ def make_trace(
     if ns_integers:
         for e in events:
             if "ts" in e:
-                e["ts"] = round(e["ts"] * 1000) + 1_700_000_000 * 10**9  # on an epoch clock, as exporters write ns
+                e["ts"] = (
+                    round(e["ts"] * 1000) + 1_700_000_000 * 10**9
+                )  # on an epoch clock, as exporters write ns
                 e["dur"] = round(e["dur"] * 1000)
     return {
-        "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
         "traceEvents": events,
-    }  # fmt: skip
+    }
 
 
 def write_trace(path: str | Path, trace: dict[str, Any]) -> Path:
@@ -169,9 +229,14 @@ def add_gpu_annotations(trace: dict[str, Any], mode: str = "exact", *, stream: i
         raise ValueError(f"mode must be exact, short or missing (got {mode!r})")
     evs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     host = [e for e in evs if e.get("cat") == "user_annotation"]
-    launch_ts = {e["args"]["correlation"]: e["ts"] for e in evs
-                 if e.get("cat") in _RUNTIME_CATS and isinstance(e.get("args"), dict) and "correlation" in e["args"]}  # fmt: skip
-    dev = [e for e in evs if e.get("cat") in _DEVICE_CATS and e.get("args", {}).get("correlation") in launch_ts]
+    launch_ts = {
+        e["args"]["correlation"]: e["ts"]
+        for e in evs
+        if e.get("cat") in _RUNTIME_CATS and isinstance(e.get("args"), dict) and "correlation" in e["args"]
+    }
+    dev = [
+        e for e in evs if e.get("cat") in _DEVICE_CATS and e.get("args", {}).get("correlation") in launch_ts
+    ]
     d_launch = np.array([launch_ts[e["args"]["correlation"]] for e in dev], dtype=np.float64)
     d_start = np.array([e["ts"] for e in dev], dtype=np.float64)
     d_end = d_start + np.array([e["dur"] for e in dev], dtype=np.float64)
@@ -184,7 +249,12 @@ def add_gpu_annotations(trace: dict[str, Any], mode: str = "exact", *, stream: i
             steps_seen += 1
             if mode == "missing" and steps_seen % 2 == 0:
                 continue
-        base = {"ph": "X", "cat": "gpu_user_annotation", "name": h["name"], "args": {"External id": 900_000 + k}}
+        base = {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": h["name"],
+            "args": {"External id": 900_000 + k},
+        }
         if not dev:
             dur = h["dur"] * (0.01 if is_step and mode == "short" else 1.0)
             out.append({**base, "pid": 0, "tid": stream, "ts": h["ts"], "dur": dur})

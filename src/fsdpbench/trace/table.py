@@ -29,15 +29,37 @@ import pandas as pd
 
 CATEGORIES = ["compute", "comm", "memcpy", "memset", "sync", "other"]
 COLLECTIVE_TYPES = [
-    "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "barrier", "other",
-]  # fmt: skip
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "broadcast",
+    "all_to_all",
+    "send_recv",
+    "barrier",
+    "other",
+]
 TASKS = [
-    "barrier", "launch_ffts", "device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch",
-]  # fmt: skip
+    "barrier",
+    "launch_ffts",
+    "device_synchronize",
+    "stream_synchronize",
+    "event_synchronize",
+    "kernel_launch",
+]
 COLUMNS = [
-    "name", "category", "start_ns", "end_ns", "lane", "device", "collective", "bytes", "op_type", "task", "step",
+    "name",
+    "category",
+    "start_ns",
+    "end_ns",
+    "lane",
+    "device",
+    "collective",
+    "bytes",
+    "op_type",
+    "task",
+    "step",
     "orphan",
-]  # fmt: skip
+]
 
 # Checked in order on the lower-cased name with "_" removed; the first match wins.
 _COLLECTIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -59,7 +81,12 @@ KERNEL_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("comm", re.compile(r"^(?:void\s+)?(?:nccl|rccl|msccl|hccl)|^hcom_", re.IGNORECASE)),
     ("memcpy", re.compile(r"^(?:hip|cuda)?memcpy(?-i:(?![a-z]))|^dma(?-i:(?![a-z]))", re.IGNORECASE)),
     ("memset", re.compile(r"^(?:hip|cuda)?memset(?-i:(?![a-z]))", re.IGNORECASE)),
-    ("sync", re.compile(r"^(?:stream wait event|(?:stream|event|context|device) sync(?:hronize)?)$", re.IGNORECASE)),
+    (
+        "sync",
+        re.compile(
+            r"^(?:stream wait event|(?:stream|event|context|device) sync(?:hronize)?)$", re.IGNORECASE
+        ),
+    ),
 ]
 
 # Host API / device-side names → sync and launch task kinds. An optional ``Prefix@`` is Ascend's API
@@ -68,18 +95,37 @@ _API = r"^(?:\w+@)?"
 TASK_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("launch_ffts", re.compile(_API + r"launch_ffts$", re.IGNORECASE)),
     ("barrier", re.compile(_API + r"barrier(?:tasklaunch)?$", re.IGNORECASE)),
-    ("device_synchronize", re.compile(
-        _API + r"(?:(?:cuda|hip|cu)?(?:device|ctx)synchronize|aclrtsynchronizedevice(?:withtimeout)?"
-        r"|devicesynchronize|context sync)$", re.IGNORECASE)),
-    ("stream_synchronize", re.compile(
-        _API + r"(?:(?:cuda|hip|cu)?streamsynchronize|aclrtsynchronizestream(?:withtimeout)?|stream sync)$",
-        re.IGNORECASE)),
-    ("event_synchronize", re.compile(
-        _API + r"(?:(?:cuda|hip|cu)?eventsynchronize|aclrtsynchronizeevent(?:withtimeout)?|event sync)$",
-        re.IGNORECASE)),
-    ("kernel_launch", re.compile(
-        r"^(?:cuda|cu|hip)(?:ext)?(?:module)?launch(?:cooperative)?kernel\w*$|^node@launch$", re.IGNORECASE)),
-]  # fmt: skip
+    (
+        "device_synchronize",
+        re.compile(
+            _API + r"(?:(?:cuda|hip|cu)?(?:device|ctx)synchronize|aclrtsynchronizedevice(?:withtimeout)?"
+            r"|devicesynchronize|context sync)$",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "stream_synchronize",
+        re.compile(
+            _API
+            + r"(?:(?:cuda|hip|cu)?streamsynchronize|aclrtsynchronizestream(?:withtimeout)?|stream sync)$",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "event_synchronize",
+        re.compile(
+            _API + r"(?:(?:cuda|hip|cu)?eventsynchronize|aclrtsynchronizeevent(?:withtimeout)?|event sync)$",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "kernel_launch",
+        re.compile(
+            r"^(?:cuda|cu|hip)(?:ext)?(?:module)?launch(?:cooperative)?kernel\w*$|^node@launch$",
+            re.IGNORECASE,
+        ),
+    ),
+]
 
 
 def collective_type(name: str) -> str:
@@ -91,11 +137,14 @@ def collective_type(name: str) -> str:
     return "other"
 
 
-def classify_names(names: pd.Categorical, rules: Sequence[tuple[str, re.Pattern[str]]], default: str) -> np.ndarray:
+def classify_names(
+    names: pd.Categorical, rules: Sequence[tuple[str, re.Pattern[str]]], default: str
+) -> np.ndarray:
     """Apply ordered regex rules to the *categories* of ``names`` once and broadcast by code."""
     cats = [str(c) for c in names.categories]
-    labels = np.array([next((lab for lab, pat in rules if pat.search(c)), default) for c in cats] + [default],
-                      dtype=object)  # fmt: skip
+    labels = np.array(
+        [next((lab for lab, pat in rules if pat.search(c)), default) for c in cats] + [default], dtype=object
+    )
     return labels[names.codes]  # code -1 (NaN) picks the trailing default
 
 
@@ -209,26 +258,35 @@ def build_table(
         "end_ns": np.asarray(end_ns, dtype=np.int64)[order],
         "lane": (lane if isinstance(lane, pd.Categorical) else pd.Categorical(lane))[order],
         "device": np.asarray(device, dtype=bool)[order],
-        "collective": _coded(object_full(n, "") if collective is None else collective, ["", *COLLECTIVE_TYPES])[order],
+        "collective": _coded(
+            object_full(n, "") if collective is None else collective, ["", *COLLECTIVE_TYPES]
+        )[order],
         "bytes": np.full(n, np.nan) if nbytes is None else np.asarray(nbytes, dtype=np.float64)[order],
-        "op_type": names if op_type is None else (
-            op_type if isinstance(op_type, pd.Categorical) else pd.Categorical(op_type))[order],
+        "op_type": names
+        if op_type is None
+        else (op_type if isinstance(op_type, pd.Categorical) else pd.Categorical(op_type))[order],
         "task": _coded(object_full(n, "") if task is None else task, ["", *TASKS])[order],
         "step": np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
         "orphan": np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
-    }  # fmt: skip
+    }
     return pd.DataFrame(cols, copy=False)
 
 
 def empty_table() -> pd.DataFrame:
     """A table with the right columns and no rows."""
     return build_table(
-        name=[], category=np.array([], dtype=object), start_ns=np.array([], np.int64),
-        end_ns=np.array([], np.int64), lane=[], device=np.array([], bool),
-    )  # fmt: skip
+        name=[],
+        category=np.array([], dtype=object),
+        start_ns=np.array([], np.int64),
+        end_ns=np.array([], np.int64),
+        lane=[],
+        device=np.array([], bool),
+    )
 
 
-def assign_steps(starts_ns: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_ids: np.ndarray) -> np.ndarray:
+def assign_steps(
+    starts_ns: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_ids: np.ndarray
+) -> np.ndarray:
     """Step id of each time point: the step window ``[start, end)`` containing it, else -1."""
     out = np.full(len(starts_ns), -1, dtype=np.int64)
     if len(step_ids) == 0:
