@@ -87,7 +87,7 @@ def test_trace_without_collectives_warns_and_reports_overlap_null(tmp_path, caps
     assert res.to_dict()["ranks"][0]["overlap_ratio"] is None
     assert f"rank 0: {NO_COLLECTIVES}" in res.warnings
     rc, out, _ = run(capsys, str(tmp_path / "rank0.json"))
-    assert rc == 0 and "no collectives found" in out and "null" in out
+    assert rc == 0 and "no collectives found" in out and "—" in out  # overlap: the missing glyph, never 0%
 
 
 def test_ranks_with_different_steps_warn(tmp_path):

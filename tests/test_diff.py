@@ -10,6 +10,7 @@ import pytest
 from conftest import run_cli
 from fsdpbench.analysis.diff import compare, diff_run
 from fsdpbench.errors import InputError
+from fsdpbench.report.diff_md import to_markdown
 from test_diff_synthetic import synthetic_analysis
 from test_findings import analysis, rank
 
@@ -40,20 +41,20 @@ def test_op_rows_are_sorted_by_size_of_the_difference_with_hta_change_categories
         {"op_type": "MatMul", "count": 5, "total_us": 50.0},
     ]
     rows = compare(analysis(rank(0, ops=ops_b)), analysis(rank(0, ops=ops_t))).ops
-    assert [(r["op_type"], r["delta_us"], r["change"]) for r in rows] == [
+    assert [(r.op_type, r.delta_us, r.change) for r in rows] == [
         ("Slice", -64.0, "decreased"),
         ("New", 20.0, "added"),
         ("Gone", -5.0, "deleted"),
         ("MatMul", 0.0, "unchanged"),
     ]
-    assert rows[0]["base_count"] == 10 and rows[0]["test_count"] == 4
+    assert rows[0].base.count == 10 and rows[0].test.count == 4
 
 
 def test_counts_are_means_per_rank_and_a_type_missing_on_a_rank_counts_zero():
     r0 = rank(0, collectives={"all_gather": {"count": 10, "bytes": 100, "time_us": 1.0}}, sync={"barrier": 4})
     r1 = rank(1, collectives={}, sync={"barrier": 6})
     d = compare(analysis(r0, r1), analysis(r0, r1))
-    assert d.collectives[0]["base_count"] == 5.0 and d.sync[0] == {
+    assert d.collectives[0].base.count == 5.0 and d.sync[0].to_dict() == {
         "name": "barrier",
         "base": 5.0,
         "test": 5.0,
@@ -102,7 +103,7 @@ def test_markdown_has_differences_and_conclusions_and_labels_estimates():
         test_label="hyper",
         test_arm={"prefetch": 0},
     )
-    md = d.to_markdown()
+    md = to_markdown(d)
     assert "## Differences: hyper vs torch" in md and "## Conclusions: hyper vs torch" in md
     assert "- AllGather 120 vs 12 (10.0×), same bytes" in md
     assert "Estimate — hyper's collectives issued at torch's granularity" in md
@@ -199,7 +200,7 @@ def test_diff_run_uses_a_fresh_analysis_json_and_diffs_every_test_arm_against_th
     results = diff_run(run)
     assert [(r.base, r.test) for r in results] == [("torch", "hyper"), ("torch", "hyper-prefetch1")]
     frag = results[0].finding("fragmentation")
-    assert frag is not None and frag.estimate["one_bucket_per_layer"]["target_counts"] == {
+    assert frag is not None and frag.estimate.one_bucket_per_layer.target_counts == {
         "all_gather": 13,
         "reduce_scatter": 7,
     }  # num_hidden_layers from the manifest's model

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from fsdpbench.analysis.diff import compare
+from fsdpbench.report.diff_md import collective_lines
 
 ALPHA_US = 40.0
 BETA_US_PER_BYTE = 2e-4  # 5 GB/s
@@ -108,7 +109,7 @@ def fragmented_pair(noise: float = 0.0):
 def test_synthetic_fragmented_case_states_the_count_ratio_at_same_bytes():
     base, test = fragmented_pair()
     d = compare(base, test, base_label="torch", test_label="hyper")
-    assert d.collective_lines() == [
+    assert collective_lines(d) == [
         "AllGather 120 vs 12 (10.0×), same bytes",
         "ReduceScatter 60 vs 6 (10.0×), same bytes",
     ]
@@ -125,14 +126,14 @@ def test_fragmentation_estimate_matches_removing_calls_at_the_true_alpha():
     removed_calls = (120 - 12) + (60 - 6)
     comm = test["ranks"][0]["comm_us"]
     comm_new = comm - removed_calls * ALPHA_US
-    assert est["comm_delta_us"] == pytest.approx(comm_new - comm)
+    assert est.comm_delta_us == pytest.approx(comm_new - comm)
     exposed = test["ranks"][0]["exposed_comm_us"]
-    assert est["exposed_comm_delta_us"] == pytest.approx(exposed * comm_new / comm - exposed)
-    assert est["step_time_lower_bound_us"] == pytest.approx(max(test["ranks"][0]["compute_us"], comm_new))
+    assert est.exposed_comm_delta_us == pytest.approx(exposed * comm_new / comm - exposed)
+    assert est.step_time_lower_bound_us == pytest.approx(max(test["ranks"][0]["compute_us"], comm_new))
     # one bucket per layer for 6 layers is FSDP2's 13 all-gathers / 7 reduce-scatters: one call more each
-    per_layer = est["one_bucket_per_layer"]
-    assert per_layer["target_counts"] == {"all_gather": 13, "reduce_scatter": 7}
-    assert per_layer["comm_delta_us"] == pytest.approx(-(removed_calls - 2) * ALPHA_US)
+    per_layer = est.one_bucket_per_layer
+    assert per_layer.target_counts == {"all_gather": 13, "reduce_scatter": 7}
+    assert per_layer.comm_delta_us == pytest.approx(-(removed_calls - 2) * ALPHA_US)
 
 
 def test_fits_with_noise_stay_close_to_the_true_parameters():

@@ -81,7 +81,7 @@ def test_fragmentation_fires_at_three_times_the_calls_for_the_same_bytes():
     assert f is not None and f.severity == "high"  # 200 ms of 1 s step >= 10%
     assert "AllGather 124 vs 12 (10.3×), same bytes" in f.evidence
     assert "ReduceScatter" not in f.evidence
-    assert "bucket" in f.action and f.estimate["label"] == "estimate"
+    assert "bucket" in f.action and f.estimate.label == "estimate"
     assert compare(analysis(), fragmented(3.0)).finding("fragmentation") is not None
 
 
@@ -127,7 +127,7 @@ def test_low_overlap_recommends_prefetch_naming_the_arms_setting(prefetch, advic
     assert f is not None and f.severity == "high" and advice in f.action
     assert "overlap 20.0% (hyper) vs 80.0% (base)" in f.evidence
     # hiding comm as well as the base: exposed 300k*(1-0.8) - 300k*(1-0.2) = -180 ms
-    assert f.estimate["exposed_comm_delta_us"] == pytest.approx(-180_000.0)
+    assert f.estimate.exposed_comm_delta_us == pytest.approx(-180_000.0)
 
 
 def test_low_overlap_stays_quiet_when_comm_is_hidden_or_exposed_comm_is_small():
@@ -149,7 +149,7 @@ def test_prefetch_change_reports_the_measured_overlap_change_only_when_settings_
     )
     f = d.finding("prefetch_change")
     assert f is not None and f.severity == "info" and "30.0% → 60.0% (+30.0 pts)" in f.evidence
-    assert f.estimate["exposed_comm_delta_us"] == pytest.approx(-90_000.0)
+    assert f.estimate.exposed_comm_delta_us == pytest.approx(-90_000.0)
     worse = compare(low_overlap(0.6), low_overlap(0.3), base_arm={"prefetch": 0}, test_arm={"prefetch": 1})
     assert worse.finding("prefetch_change").severity == "medium"
     same = compare(low_overlap(0.3), low_overlap(0.6), base_arm={"prefetch": 1}, test_arm={"prefetch": 1})
@@ -191,7 +191,7 @@ def test_compute_path_names_op_types_whose_time_moves_by_two_percent_of_the_step
     assert f.title == "hyper's compute path is faster on Slice"  # Cast moved 1% of the step: below threshold
     assert "Slice −64.0 ms" in f.evidence
     slower = compare(with_ops(Slice=36_000.0), with_ops(Slice=100_000.0)).finding("compute_path")
-    assert slower.severity == "medium" and slower.estimate["step_time_delta_us"] == pytest.approx(-64_000.0)
+    assert slower.severity == "medium" and slower.estimate.step_time_delta_us == pytest.approx(-64_000.0)
 
 
 def test_compute_path_stays_quiet_for_small_op_differences():
@@ -262,9 +262,18 @@ def test_findings_are_ranked_by_severity_then_estimated_gain():
     assert severities == sorted(severities) and {"low_overlap", "fragmentation", "sync_storm"} <= set(order)
 
 
-def test_rules_table_documents_every_rule_function():
-    assert [r.id for r in fnd.RULES] == list(fnd.RULE_FUNCTIONS)
-    assert all(r.fires_when and r.severity and r.action for r in fnd.RULES)
+def test_every_rule_carries_its_check_and_its_findings_carry_its_id():
+    assert len({r.id for r in fnd.RULES}) == len(fnd.RULES)
+    assert all(r.fires_when and r.severity and r.action and callable(r.check) for r in fnd.RULES)
+    test = analysis(
+        *(
+            rank(r, overlap=0.2, collectives={"all_gather": {"count": 120, "bytes": 10**9, "time_us": 2e5}})
+            for r in (0, 1)
+        )
+    )
+    d = compare(analysis(), test, base_arm={"prefetch": 0}, test_arm={"prefetch": 1})
+    assert {"step_time", "fragmentation", "low_overlap", "prefetch_change"} <= {f.id for f in d.findings}
+    assert [r.check.__name__ for r in fnd.RULES] == [f"rule_{r.id}" for r in fnd.RULES]
 
 
 def test_readme_rules_table_matches_the_code():
@@ -276,8 +285,8 @@ def test_readme_rules_table_matches_the_code():
 def test_low_overlap_without_a_better_arm_gives_only_the_best_case_bound():
     d = compare(low_overlap(0.1), low_overlap(0.2), test_label="hyper")
     f = next(f for f in d.findings if f.id == "low_overlap" and f.title.startswith("hyper"))
-    assert f.estimate["step_time_delta_us"] is None
-    assert f.estimate["best_case_step_time_delta_us"] == pytest.approx(-300_000.0 * 0.8)
+    assert f.estimate.step_time_delta_us is None
+    assert f.estimate.best_case_step_time_delta_us == pytest.approx(-300_000.0 * 0.8)
 
 
 def _avg_ops(n_rs: float, n_ar: float = 0.0, us_each: float = 20.0) -> list[dict]:
@@ -302,7 +311,7 @@ def test_hccl_avg_division_names_the_arm_with_more_divides_and_their_collectives
     assert "hyper 125 (1 after AllReduce, 124 after ReduceScatter" in f.evidence
     assert "torch 13 (1 after AllReduce, 12 after ReduceScatter" in f.evidence
     # 125 divides * 200 µs - 13 * 20 µs = 24.74 ms >= 2% of the 1 s base step
-    assert f.severity == "medium" and f.estimate["step_time_delta_us"] == pytest.approx(
+    assert f.severity == "medium" and f.estimate.step_time_delta_us == pytest.approx(
         -(125 * 200.0 - 13 * 20.0)
     )
     assert "SUM" in f.cause and "bucket" in f.action

@@ -88,7 +88,7 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
     assert torch_arm["mfu"] is None  # cpu: no peak FLOP/s, no guess
     comp = s["comparisons"][0]
     assert comp["ratio"] == pytest.approx(1.25) and comp["significant"]
-    assert s["verdict"].startswith("hyper is 20.0% slower than torch")
+    assert s["verdict"].startswith("hyper is 1.25× slower than torch (+25.0%")
     assert s["parity"]["valid"] and s["parity"]["mode"] == "exact" and s["missing"] == []
 
 

@@ -51,16 +51,22 @@ def test_rounds_needed_for_one_percent_sigma_matches_pyperf_example():
     )
 
 
-def test_verdict_says_slower_with_ci_in_percent():
+def test_verdict_says_the_time_ratio_first_then_the_step_time_change():
+    """125 ms vs 100 ms: 1.25× the time, +25% step time (one meaning of %: the time change)."""
     comp = stats.compare("torch", "hyper", [100.0, 101.0, 99.0], [125.0, 126.0, 124.0])
     assert comp.significant and comp.ratio == pytest.approx(1.25)
-    assert comp.test_faster_pct == pytest.approx(-20.0)
-    assert comp.verdict.startswith("hyper is 20.0% slower than torch (CI ")
+    assert comp.time_change_pct == pytest.approx(25.0)
+    assert comp.verdict.startswith("hyper is 1.25× slower than torch (+25.0%; 95% CI ")
+    lo, hi = comp.ci95
+    assert comp.verdict.endswith(f"CI {lo:.2f}×–{hi:.2f}×)")
 
 
 def test_verdict_says_faster_when_test_is_quicker():
+    """80 ms vs 100 ms: the base takes 1.25× the test's time; the test's step time changed by −20%."""
     comp = stats.compare("a", "b", [100.0, 101.0, 99.0], [80.0, 80.5, 79.5])
-    assert comp.verdict.startswith("b is 25.0% faster than a")
+    assert comp.verdict.startswith("b is 1.25× faster than a (−20.0%; 95% CI ")
+    lo, hi = comp.ci95
+    assert comp.verdict.endswith(f"CI {1 / hi:.2f}×–{1 / lo:.2f}×)")
 
 
 def test_overlapping_rounds_give_no_difference_detected():

@@ -86,4 +86,4 @@ def test_a_diff_across_profiler_levels_shows_no_phantom_added_or_removed_ops(lev
 
     d = compare(analyze([LEVEL1], workers=1), level0, base_label="level1", test_label="level0")
     assert len(d.ops) == 33
-    assert not [r["op_type"] for r in d.ops if r["change"] in ("added", "deleted")]
+    assert not [r.op_type for r in d.ops if r.change in ("added", "deleted")]

@@ -75,7 +75,7 @@ def test_aggregate_fit_separates_alpha_from_beta_when_arms_move_same_bytes_in_di
 def test_regrouping_estimate_prices_removed_calls_at_alpha_and_keeps_the_overlap_ratio():
     fit = whatif.AlphaBetaFit(10.0, 1e-4, 0.99, 124, "ok")
     est = whatif.estimate_regrouping(
-        {"all_gather": {"count": 124, "time_us": 5000.0}},
+        {"all_gather": (124, 5000.0)},
         {"all_gather": 12},
         {"all_gather": ("test", fit)},
         step_time_us=10_000.0,
@@ -85,18 +85,18 @@ def test_regrouping_estimate_prices_removed_calls_at_alpha_and_keeps_the_overlap
     )
     saved = (124 - 12) * 10.0  # 1120 µs
     comm_new = 5000.0 - saved
-    assert est["label"] == "estimate"
-    assert est["per_type"]["all_gather"]["saved_us"] == pytest.approx(saved)
-    assert est["comm_delta_us"] == pytest.approx(-saved)
-    assert est["exposed_comm_delta_us"] == pytest.approx(2500.0 * comm_new / 5000.0 - 2500.0)
-    assert est["step_time_delta_us"] == est["exposed_comm_delta_us"]
-    assert est["step_time_lower_bound_us"] == pytest.approx(max(7000.0, comm_new))
+    assert est.label == "estimate"
+    assert est.per_type["all_gather"].saved_us == pytest.approx(saved)
+    assert est.comm_delta_us == pytest.approx(-saved)
+    assert est.exposed_comm_delta_us == pytest.approx(2500.0 * comm_new / 5000.0 - 2500.0)
+    assert est.step_time_delta_us == est.exposed_comm_delta_us
+    assert est.step_time_lower_bound_us == pytest.approx(max(7000.0, comm_new))
 
 
 def test_regrouping_estimate_counts_a_negative_alpha_as_no_gain_and_says_so():
     fit = whatif.AlphaBetaFit(-3.0, 1e-4, 0.9, 50, "ok")
     est = whatif.estimate_regrouping(
-        {"all_gather": {"count": 50, "time_us": 100.0}},
+        {"all_gather": (50, 100.0)},
         {"all_gather": 5},
         {"all_gather": ("test", fit)},
         step_time_us=1e3,
@@ -104,16 +104,13 @@ def test_regrouping_estimate_counts_a_negative_alpha_as_no_gain_and_says_so():
         comm_us=100.0,
         exposed_comm_us=50.0,
     )
-    assert (
-        est["per_type"]["all_gather"]["saved_us"] == 0.0
-        and "negative" in est["per_type"]["all_gather"]["note"]
-    )
-    assert est["step_time_delta_us"] == 0.0
+    assert est.per_type["all_gather"].saved_us == 0.0 and "negative" in est.per_type["all_gather"].note
+    assert est.step_time_delta_us == 0.0
 
 
 def test_regrouping_estimate_without_a_usable_fit_gives_no_numbers():
     est = whatif.estimate_regrouping(
-        {"all_gather": {"count": 50, "time_us": 100.0}},
+        {"all_gather": (50, 100.0)},
         {"all_gather": 5},
         {},
         step_time_us=1e3,
@@ -121,23 +118,23 @@ def test_regrouping_estimate_without_a_usable_fit_gives_no_numbers():
         comm_us=100.0,
         exposed_comm_us=50.0,
     )
-    assert est["step_time_delta_us"] is None and "no usable" in est["per_type"]["all_gather"]["note"]
+    assert est.step_time_delta_us is None and "no usable" in est.per_type["all_gather"].note
 
 
 def test_overlap_estimate_hides_comm_up_to_the_target_ratio():
     est = whatif.estimate_overlap(
         target_overlap_ratio=0.5, step_time_us=2000.0, compute_us=900.0, comm_us=1000.0, exposed_comm_us=800.0
     )
-    assert est["exposed_comm_delta_us"] == pytest.approx(1000.0 * 0.5 - 800.0)
-    assert est["step_time_lower_bound_us"] == 1000.0
+    assert est.exposed_comm_delta_us == pytest.approx(1000.0 * 0.5 - 800.0)
+    assert est.step_time_lower_bound_us == 1000.0
     worse = whatif.estimate_overlap(
         target_overlap_ratio=0.1, step_time_us=2000.0, compute_us=900.0, comm_us=1000.0, exposed_comm_us=800.0
     )
-    assert worse["exposed_comm_delta_us"] == 0.0
+    assert worse.exposed_comm_delta_us == 0.0
     unknown = whatif.estimate_overlap(
         target_overlap_ratio=0.5, step_time_us=None, compute_us=None, comm_us=None, exposed_comm_us=None
     )
-    assert unknown["exposed_comm_delta_us"] is None
+    assert unknown.exposed_comm_delta_us is None
 
 
 def test_layer_bucket_counts_match_fsdp2_collective_counts():

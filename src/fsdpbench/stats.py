@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fsdpbench.fmt import speed_phrase
+
 Z95 = 1.959963984540054
 
 
@@ -93,28 +95,25 @@ class Comparison:
     rounds_needed_1pct: int | None
 
     @property
-    def test_faster_pct(self) -> float:
-        """How much faster the test arm is, in % of its throughput gain (negative = slower)."""
-        return (1.0 / self.ratio - 1.0) * 100.0
+    def time_change_pct(self) -> float:
+        """The test arm's step time relative to the base arm's, in % (``(ratio − 1) · 100``; > 0 = slower)."""
+        return (self.ratio - 1.0) * 100.0
 
     @property
     def verdict(self) -> str:
-        """``"<test> is x% faster/slower than <base> (CI a%..b%)"`` or ``"no difference detected ..."``."""
+        """``"<test> is 1.25× slower than <base> (+25.0%; 95% CI 1.21×–1.29×)"`` (``fmt.speed_phrase``), or
+        ``"no difference detected ..."`` when the CI contains 1 or there is no CI."""
         if self.ci95 is None:
             return (
                 f"no difference detected between {self.test} and {self.base} "
                 f"(ratio {self.ratio:.3f} from one round per arm; use --rounds 3 or more for a CI)"
             )
-        lo, hi = ((1.0 / r - 1.0) * 100.0 for r in self.ci95)
         if not self.significant:
             return (
                 f"no difference detected between {self.test} and {self.base} "
                 f"(ratio {self.ratio:.3f}, CI {self.ci95[0]:.3f}..{self.ci95[1]:.3f})"
             )
-        pct = self.test_faster_pct
-        word = "faster" if pct > 0 else "slower"
-        a, b = sorted((abs(lo), abs(hi)))
-        return f"{self.test} is {abs(pct):.1f}% {word} than {self.base} (CI {a:.1f}%..{b:.1f}%)"
+        return speed_phrase(self.test, self.base, self.ratio, self.ci95)
 
     def to_dict(self) -> dict:
         return {
@@ -122,7 +121,7 @@ class Comparison:
             "test": self.test,
             "ratio": self.ratio,
             "ci95": list(self.ci95) if self.ci95 else None,
-            "test_faster_pct": self.test_faster_pct,
+            "time_change_pct": self.time_change_pct,
             "significant": self.significant,
             "rounds_needed_1pct": self.rounds_needed_1pct,
             "verdict": self.verdict,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -56,6 +56,88 @@ class AlphaBetaFit:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AlphaBetaFit:
+        """A fit read back from diff.json."""
+        values = {f.name: data.get(f.name) for f in fields(cls)}
+        return cls(**{**values, "n": int(values["n"] or 0), "status": str(values["status"] or "unknown")})
+
+    @property
+    def status_text(self) -> str:
+        """The status in words, flagging a poor fit and an unresolved (negative) alpha."""
+        if self.poor:
+            return f"poor fit (R² < {POOR_FIT_R2})"
+        if self.ok and self.alpha_us is not None and self.alpha_us < 0:
+            return "ok, α < 0 (not resolved)"
+        return self.status.replace("_", " ")
+
+
+@dataclass
+class TypeSaving:
+    """What regrouping one collective type buys: calls now and after, the time saved and how it was priced."""
+
+    count: float
+    target_count: float
+    saved_us: float | None = None
+    alpha_us: float | None = None
+    fit_source: str | None = None
+    fit_r2: float | None = None
+    note: str | None = None
+
+
+@dataclass
+class Estimate:
+    """A finding's what-if (``label="estimate"``, modelled) or the measured change it rests on
+    (``label="measured"``). Deltas are in µs, negative = a gain; ``None`` = not priced.
+
+    ``best_case_step_time_delta_us`` is a bound (everything hidden), given instead of
+    ``step_time_delta_us`` when no arm shows what is achievable. ``one_bucket_per_layer`` is a second
+    scenario (FSDP2's grouping: one bucket per layer, ``target_counts`` calls) for the fragmentation rule.
+    ``to_dict()`` leaves out what is ``None`` or empty; ``from_dict`` reads it back (diff.json).
+    """
+
+    label: Literal["estimate", "measured"] = "estimate"
+    scenario: str | None = None
+    comm_delta_us: float | None = None
+    exposed_comm_delta_us: float | None = None
+    step_time_delta_us: float | None = None
+    best_case_step_time_delta_us: float | None = None
+    step_time_lower_bound_us: float | None = None
+    target_overlap_ratio: float | None = None
+    per_type: dict[str, TypeSaving] = field(default_factory=dict)
+    one_bucket_per_layer: Estimate | None = None
+    target_counts: dict[str, int] = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == {} or value == []:
+                continue
+            if isinstance(value, Estimate):
+                value = value.to_dict()
+            elif f.name == "per_type":
+                value = {k: {n: v for n, v in asdict(t).items() if v is not None} for k, t in value.items()}
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Estimate:
+        """The inverse of ``to_dict`` (unknown keys are ignored, so older diff.json files still load)."""
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        if "grouping" in data and "scenario" not in data:  # diff.json before the two were one field
+            kw["scenario"] = data["grouping"]
+        kw["per_type"] = {
+            k: TypeSaving(**{n: v for n, v in t.items() if n in TypeSaving.__dataclass_fields__})
+            for k, t in (data.get("per_type") or {}).items()
+        }
+        if isinstance(data.get("one_bucket_per_layer"), dict):
+            kw["one_bucket_per_layer"] = cls.from_dict(data["one_bucket_per_layer"])
+        return cls(**kw)
 
 
 def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
@@ -179,7 +261,7 @@ def layer_bucket_counts(
 
 
 def estimate_regrouping(
-    per_type: Mapping[str, Mapping[str, float | None]],
+    per_type: Mapping[str, tuple[float | None, float | None]],
     target_counts: Mapping[str, float],
     fit_for: Mapping[str, tuple[str, AlphaBetaFit]],
     *,
@@ -187,80 +269,69 @@ def estimate_regrouping(
     compute_us: float | None,
     comm_us: float | None,
     exposed_comm_us: float | None,
-) -> dict[str, Any]:
+) -> Estimate:
     """Estimate the effect of issuing each collective type's bytes in ``target_counts`` calls.
 
     Args:
-        per_type: per collective type, the measured ``count`` and ``time_us`` (mean per rank).
+        per_type: per collective type, the measured ``(count, time_us)`` (mean per rank).
         target_counts: per type, the call count after regrouping (types not listed stay as they are).
         fit_for: per type, ``(source, fit)``: the α–β fit to price a removed call at ``alpha_us``.
         step_time_us, compute_us, comm_us, exposed_comm_us: the measured rank-mean step breakdown.
 
     Returns:
-        ``{"label": "estimate", "comm_delta_us", "exposed_comm_delta_us", "step_time_delta_us",
-        "step_time_lower_bound_us", "per_type": {...}, "assumptions": [...]}``; the deltas are ``None``
-        when no type could be priced. Saved time per type = ``(count − target) · max(alpha, 0)``;
-        comm shrinks by the saved share of the summed collective time; exposed comm keeps its share of
-        comm (same overlap ratio); compute is unchanged, so the step shrinks by the exposed-comm change.
+        An ``Estimate`` with ``comm_delta_us``, ``exposed_comm_delta_us``, ``step_time_delta_us``,
+        ``step_time_lower_bound_us``, ``per_type`` and ``assumptions``; the deltas are ``None`` when no
+        type could be priced. Saved time per type = ``(count − target) · max(alpha, 0)``; comm shrinks by
+        the saved share of the summed collective time; exposed comm keeps its share of comm (same overlap
+        ratio); compute is unchanged, so the step shrinks by the exposed-comm change.
         ``step_time_lower_bound_us = max(compute, new comm)``: perfect overlap, no idle time.
     """
-    rows: dict[str, Any] = {}
+    rows: dict[str, TypeSaving] = {}
     saved_total = 0.0
-    summed_time = sum(float(v.get("time_us") or 0.0) for v in per_type.values())
-    assumptions = [
-        "a removed call saves the fitted fixed cost alpha; the bytes and per-byte cost stay the same",
-        "the overlap ratio stays the same, so exposed comm shrinks in proportion to comm",
-        "compute time is unchanged",
-    ]
-    for kind, measured in per_type.items():
-        count = measured.get("count")
+    summed_time = sum(float(time_us or 0.0) for _, time_us in per_type.values())
+    result = Estimate(
+        assumptions=[
+            "a removed call saves the fitted fixed cost alpha; the bytes and per-byte cost stay the same",
+            "the overlap ratio stays the same, so exposed comm shrinks in proportion to comm",
+            "compute time is unchanged",
+        ],
+        per_type=rows,
+    )
+    for kind, (count, time_us) in per_type.items():
         if kind not in target_counts or count is None:
             continue
-        target = float(target_counts[kind])
-        row: dict[str, Any] = {"count": count, "target_count": target}
+        row = TypeSaving(count=count, target_count=float(target_counts[kind]))
         chosen = fit_for.get(kind)
         if chosen is None:
-            row["note"] = "no usable alpha-beta fit for this type; not priced"
-        elif target >= count:
-            row["saved_us"] = 0.0
-            row["note"] = "already at or below the target granularity"
+            row.note = "no usable alpha-beta fit for this type; not priced"
+        elif row.target_count >= count:
+            row.saved_us = 0.0
+            row.note = "already at or below the target granularity"
         else:
             source, fit = chosen
             alpha = max(float(fit.alpha_us or 0.0), 0.0)
-            saved = (float(count) - target) * alpha
-            time_us = measured.get("time_us")
+            saved = (float(count) - row.target_count) * alpha
             if time_us is not None:
                 saved = min(saved, float(time_us))  # cannot save more than the type takes
-            row.update(saved_us=saved, alpha_us=alpha, fit_source=source, fit_r2=fit.r2)
+            row.saved_us, row.alpha_us, row.fit_source, row.fit_r2 = saved, alpha, source, fit.r2
             if fit.alpha_us is not None and fit.alpha_us < 0:
-                row["note"] = "fitted alpha is negative (per-call cost not resolved); counted as 0"
+                row.note = "fitted alpha is negative (per-call cost not resolved); counted as 0"
             elif fit.poor:
-                row["note"] = (
-                    f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
-                )
+                row.note = f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
             saved_total += saved
         rows[kind] = row
-    priced = any("saved_us" in r for r in rows.values())
-    result: dict[str, Any] = {
-        "label": "estimate",
-        "comm_delta_us": None,
-        "exposed_comm_delta_us": None,
-        "step_time_delta_us": None,
-        "step_time_lower_bound_us": None,
-        "per_type": rows,
-        "assumptions": assumptions,
-    }
+    priced = any(r.saved_us is not None for r in rows.values())
     if not priced or comm_us is None or not summed_time:
         return result
     comm_new = float(comm_us) * (1.0 - min(saved_total / summed_time, 1.0))
-    result["comm_delta_us"] = comm_new - float(comm_us)
+    result.comm_delta_us = comm_new - float(comm_us)
     if exposed_comm_us is not None and comm_us:
         exposed_delta = float(exposed_comm_us) * (comm_new / float(comm_us)) - float(exposed_comm_us)
-        result["exposed_comm_delta_us"] = exposed_delta
+        result.exposed_comm_delta_us = exposed_delta
         if step_time_us is not None:
-            result["step_time_delta_us"] = exposed_delta
+            result.step_time_delta_us = exposed_delta
     if compute_us is not None:
-        result["step_time_lower_bound_us"] = max(float(compute_us), comm_new)
+        result.step_time_lower_bound_us = max(float(compute_us), comm_new)
     return result
 
 
@@ -271,27 +342,23 @@ def estimate_overlap(
     compute_us: float | None,
     comm_us: float | None,
     exposed_comm_us: float | None,
-) -> dict[str, Any]:
+) -> Estimate:
     """Estimate the effect of hiding comm up to ``target_overlap_ratio`` (e.g. the other arm's, via prefetch).
 
     New exposed comm = ``comm · (1 − target)``; the step changes by the exposed-comm change (compute and
     comm unchanged); ``step_time_lower_bound_us = max(compute, comm)``. Deltas are ``None`` when the
     breakdown is missing; a target below the current overlap gives no gain (delta 0).
     """
-    out: dict[str, Any] = {
-        "label": "estimate",
-        "target_overlap_ratio": target_overlap_ratio,
-        "exposed_comm_delta_us": None,
-        "step_time_delta_us": None,
-        "step_time_lower_bound_us": None,
-        "assumptions": ["compute and total comm time unchanged; only the hidden share of comm changes"],
-    }
+    out = Estimate(
+        target_overlap_ratio=target_overlap_ratio,
+        assumptions=["compute and total comm time unchanged; only the hidden share of comm changes"],
+    )
     if comm_us is None or exposed_comm_us is None or not math.isfinite(target_overlap_ratio):
         return out
     delta = min(float(comm_us) * (1.0 - target_overlap_ratio) - float(exposed_comm_us), 0.0)
-    out["exposed_comm_delta_us"] = delta
+    out.exposed_comm_delta_us = delta
     if step_time_us is not None:
-        out["step_time_delta_us"] = delta
+        out.step_time_delta_us = delta
     if compute_us is not None:
-        out["step_time_lower_bound_us"] = max(float(compute_us), float(comm_us))
+        out.step_time_lower_bound_us = max(float(compute_us), float(comm_us))
     return out

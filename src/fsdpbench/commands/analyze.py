@@ -10,8 +10,8 @@ from pathlib import Path
 
 import orjson
 
-from fsdpbench.analysis.findings import fmt_bytes
 from fsdpbench.errors import ConfigError, InputError
+from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,11 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _ms(us: float | None) -> str:
-    return "—" if us is None else f"{us / 1000:.3f}"
+    return fmt_us_as_ms(us, 3)
 
 
 def _pct(r: float | None) -> str:
-    return "null" if r is None else f"{100 * r:.1f}%"
+    return fmt_pct(r)
 
 
 def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich types kept lazy)
@@ -99,13 +99,13 @@ def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich type
         c.add_column(col, justify="right")
     for r in res.ranks:
         for ctype, s in r.collectives.items():
-            bw = "?" if s["bandwidth_gbps"] is None else f"{s['bandwidth_gbps']:.3f}"
+            bw = fmt(s["bandwidth_gbps"], 3)
             c.add_row(
                 str(r.rank),
                 ctype,
                 str(s["count"]),
-                fmt_bytes(s["bytes"], missing="?"),
-                fmt_bytes(s["median_bytes"], missing="?"),
+                fmt_bytes(s["bytes"]),
+                fmt_bytes(s["median_bytes"]),
                 _ms(s["time_us"]),
                 bw,
             )

@@ -80,6 +80,8 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from fsdpbench.analysis.diff import compare, diff_run
+    from fsdpbench.report.diff_md import to_markdown
+    from fsdpbench.report.terminal import render_diff
 
     paths: list[Path] = [Path(p) for p in args.paths]
     console = Console()
@@ -112,12 +114,12 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"diff takes BASE TEST or one RUN_DIR, got {len(paths)} paths")
     if not args.quiet:
         for result in results:
-            result.render(console)
+            render_diff(result, console)
     if json_path is not None:
         payload: Any = results[0].to_dict() if len(results) == 1 else [r.to_dict() for r in results]
         _write(json_path, orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
         console.print(f"wrote {json_path}", highlight=False)
     if md_path is not None:
-        _write(md_path, "\n".join(r.to_markdown() for r in results).encode())
+        _write(md_path, "\n".join(to_markdown(r) for r in results).encode())
         console.print(f"wrote {md_path}", highlight=False)
     return 0

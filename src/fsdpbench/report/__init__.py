@@ -109,7 +109,9 @@ def _ensure_diff(data: RunData, written: list[Path]) -> None:
     written.append(
         _atomic_write(target, orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     )
-    written.append(_atomic_write(data.run_dir / "diff.md", "\n\n".join(r.to_markdown() for r in results)))
+    from fsdpbench.report.diff_md import to_markdown as diff_markdown
+
+    written.append(_atomic_write(data.run_dir / "diff.md", "\n\n".join(diff_markdown(r) for r in results)))
     data.diffs = dicts
 
 

@@ -14,9 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis.findings import Finding, finite
+from fsdpbench.analysis.whatif import AlphaBetaFit
+from fsdpbench.fmt import MISSING, fmt, fmt_bytes, fmt_pct, fmt_sig, speed_text
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Bullets, Code, Details, Figure, Heading, Para, Table
-from fsdpbench.report.fmt import as_float, fmt, fmt_bytes, fmt_pct, fmt_sig, fmt_us_as_ms
+from fsdpbench.report.diff_md import FIT_HEADER, FIT_SOURCES, fit_rows
+from fsdpbench.report.estimate import estimate_lines
 from fsdpbench.report.load import RunData
 from fsdpbench.report.profile import profile_section
 
@@ -65,8 +69,8 @@ def _missing(data: RunData) -> list[Block]:
 
 
 def _sci(value: Any) -> str:
-    f = as_float(value)
-    return "—" if f is None else f"{f:.2g}"
+    f = finite(value)
+    return MISSING if f is None else f"{f:.2g}"
 
 
 def _glance(data: RunData) -> Para:
@@ -80,13 +84,13 @@ def _glance(data: RunData) -> Para:
         bits.append(str(manifest["created"]).replace("T", " "))
     if env.get("world_size"):
         bits.append(
-            f"{env['world_size']} × {env.get('device_name') or env.get('device_type', '?')} "
-            f"({env.get('process_group_backend', '?')})"
+            f"{env['world_size']} × {env.get('device_name') or env.get('device_type', MISSING)} "
+            f"({env.get('process_group_backend', MISSING)})"
         )
     if cfg:
         bits.append(
-            f"preset {cfg.get('preset', '?')}, {model.get('num_hidden_layers', '?')} layers, "
-            f"seq {cfg.get('seq_len', '?')}, {cfg.get('rounds', '?')} round(s) × {cfg.get('steps', '?')} "
+            f"preset {cfg.get('preset', MISSING)}, {model.get('num_hidden_layers', MISSING)} layers, "
+            f"seq {cfg.get('seq_len', MISSING)}, {cfg.get('rounds', MISSING)} round(s) × {cfg.get('steps', MISSING)} "
             f"timed steps{', profiled' if cfg.get('profile') else ''}"
         )
     if data.arms:
@@ -119,7 +123,7 @@ def _verdict(data: RunData) -> list[Block]:
     if comparisons:
         rows = []
         for c in comparisons:
-            base, test = c.get("base", "?"), c.get("test", "?")
+            base, test = c.get("base", MISSING), c.get("test", MISSING)
             ci = c.get("ci95") or [None, None]
             rows.append(
                 [
@@ -127,10 +131,10 @@ def _verdict(data: RunData) -> list[Block]:
                     fmt((arms_stats.get(base) or {}).get("median_ms"), 1),
                     fmt((arms_stats.get(test) or {}).get("median_ms"), 1),
                     fmt(c.get("ratio"), 3),
-                    f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 else "—",
-                    fmt(c.get("test_faster_pct"), 1, "%"),
-                    {True: "yes", False: "**not significant**"}.get(c.get("significant"), "—"),
-                    str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else "—"),
+                    f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 else MISSING,
+                    speed_text(finite(c.get("ratio"))),
+                    {True: "yes", False: "**not significant**"}.get(c.get("significant"), MISSING),
+                    str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else MISSING),
                 ]
             )
         blocks.append(
@@ -141,7 +145,7 @@ def _verdict(data: RunData) -> list[Block]:
                     "test median (ms)",
                     "ratio test/base",
                     "95% CI of ratio",
-                    "test faster by",
+                    "test vs base",
                     "significant",
                     "rounds for ±1% CI",
                 ],
@@ -151,7 +155,8 @@ def _verdict(data: RunData) -> list[Block]:
         blocks.append(
             Para(
                 "Ratio = median of the test arm's per-round medians / the base arm's; the CI is a bootstrap over "
-                "rounds (each round is a fresh launch). Below 1 the test arm is faster."
+                'rounds (each round is a fresh launch). Below 1 the test arm is faster. "1.25× slower (+25.0%)": '
+                "the slower arm takes 1.25× the faster one's time; the % is the test arm's step-time change."
             )
         )
     if parity:
@@ -159,8 +164,8 @@ def _verdict(data: RunData) -> list[Block]:
             blocks.append(
                 Banner(
                     "ok",
-                    f"Parity holds: losses match over {parity.get('steps_compared', '?')} step(s) "
-                    f"({parity.get('mode', '?')}, max abs diff {_sci(parity.get('max_abs_diff'))}).",
+                    f"Parity holds: losses match over {parity.get('steps_compared', MISSING)} step(s) "
+                    f"({parity.get('mode', MISSING)}, max abs diff {_sci(parity.get('max_abs_diff'))}).",
                 )
             )
     elif data.summary is not None:
@@ -184,7 +189,7 @@ def _warnings(data: RunData) -> list[Block]:
             out.append(
                 Banner("warning", f"Arm `{arm}` has status **{status}**{detail}. See `launches/{arm}/`.")
             )
-        med, p10, p90 = (as_float(stats.get(k)) for k in ("median_ms", "p10_ms", "p90_ms"))
+        med, p10, p90 = (finite(stats.get(k)) for k in ("median_ms", "p10_ms", "p90_ms"))
         if med and p10 is not None and p90 is not None and (p90 - p10) / med >= 0.10:
             out.append(
                 Banner(
@@ -258,7 +263,7 @@ def _throughput(data: RunData) -> list[Block]:
         rows.append(
             [
                 arm,
-                str(s.get("status", "—")),
+                str(s.get("status", MISSING)),
                 fmt(s.get("median_ms"), 1),
                 fmt(s.get("p10_ms"), 1),
                 fmt(s.get("p90_ms"), 1),
@@ -306,96 +311,37 @@ def _diagnosis(data: RunData) -> list[Block]:
         blocks.append(Para(f"No diff: {why}."))
         return blocks
     for d in data.diffs:
-        base, test = d.get("base", "?"), d.get("test", "?")
+        base, test = d.get("base", MISSING), d.get("test", MISSING)
         blocks.append(Heading(f"{test} vs {base}", 3))
         for warning in d.get("warnings") or []:
             blocks.append(Banner("warning", str(warning)))
-        findings = [f for f in d.get("findings") or [] if isinstance(f, dict)]  # in the diff's own ranking
-        if not findings:
+        findings = [Finding.from_dict(f) for f in d.get("findings") or [] if isinstance(f, dict)]
+        if not findings:  # in the diff's own ranking
             blocks.append(Para("No finding fired: the two profiles show no difference the rules flag."))
         for i, f in enumerate(findings, 1):
-            items = []
-            for key in ("evidence", "cause", "action"):
-                if f.get(key):
-                    items.append(f"**{key}**: {f[key]}")
-            estimate = f.get("estimate")
-            if isinstance(estimate, dict) and estimate:
-                items.extend(estimate_lines(estimate))
-            blocks.append(
-                Para(f"**{i}. [{str(f.get('severity', '?')).upper()}] {f.get('title', f.get('id', ''))}**")
-            )
+            items = [
+                f"**{key}**: {getattr(f, key)}" for key in ("evidence", "cause", "action") if getattr(f, key)
+            ]
+            items.extend(estimate_lines(f.estimate, details=True))
+            blocks.append(Para(f"**{i}. [{(f.severity or MISSING).upper()}] {f.title or f.id}**"))
             blocks.append(Bullets(items))
-        fits = d.get("fits") or {}
-        rows = []
-        for side, per_type in fits.items():
-            for ctype, fit in (per_type or {}).items():
-                if isinstance(fit, dict):
-                    beta = as_float(fit.get("beta_us_per_byte"))
-                    rows.append(
-                        [
-                            f"{side}",
-                            ctype,
-                            fmt(fit.get("alpha_us"), 2),
-                            fmt(beta * 1e6 if beta is not None else None, 1),
-                            fmt(fit.get("r2"), 3),
-                            str(fit.get("n", "—")),
-                            str(fit.get("status", "")).replace("_", " "),
-                        ]
-                    )
+        fits = {
+            source: {
+                kind: AlphaBetaFit.from_dict(fit)
+                for kind, fit in (per_type or {}).items()
+                if isinstance(fit, dict)
+            }
+            for source, per_type in (d.get("fits") or {}).items()
+        }
+        rows = fit_rows(fits)
         if rows:
-            blocks.append(Table(["trace", "collective", "α (µs)", "β (µs/MB)", "R²", "n", "fit"], rows))
+            blocks.append(Table(FIT_HEADER, rows))
             blocks.append(
-                Para("α + β·bytes fitted to each trace's own collectives; the estimates above rest on it.")
+                Para("α + β·bytes fitted to the collectives; the estimates above rest on it. " + FIT_SOURCES)
             )
     if (data.run_dir / "diff.md").is_file():
         blocks.append(Para("The full side-by-side tables are in [diff.md](diff.md)."))
     return blocks
-
-
-def _value_text(key: str, value: Any) -> str:
-    """One estimate field in words: µs → ms with a sign for deltas, ratios in %, nested dicts inline."""
-    name = key.removesuffix("_us").replace("_delta", " Δ").replace("_", " ")
-    if isinstance(value, dict):
-        inner = ", ".join(_value_text(k, v) for k, v in value.items())
-        return f"{name} ({inner})"
-    if isinstance(value, list):
-        return f"{name}: " + "; ".join(map(str, value))
-    number = as_float(value)
-    if number is None:
-        return f"{name} {value}"
-    if key.endswith("_us"):
-        sign = "+" if "delta" in key and number > 0 else ""
-        return f"{name} {sign}{number / 1000:,.2f} ms"
-    if key.endswith("ratio") or key.endswith("r2"):
-        return f"{name} {number * 100:.1f}%" if key.endswith("ratio") else f"R² {number:.2f}"
-    return f"{name} {number:g}"
-
-
-def estimate_lines(estimate: dict[str, Any]) -> list[str]:
-    """A finding's what-if estimate as bullet lines: the headline deltas, then details and assumptions."""
-    label = estimate.get("label", "estimate")
-    story = estimate.get("scenario") or estimate.get("grouping") or ""
-    headline = [_value_text(k, v) for k, v in estimate.items() if k.endswith("_us") or k.endswith("ratio")]
-    lines = [
-        f"**{label}** (what-if, not a measurement){' — ' + str(story) if story else ''}: "
-        + "; ".join(headline)
-    ]
-    for key, value in estimate.items():
-        if key in ("label", "scenario", "grouping") or key.endswith("_us") or key.endswith("ratio"):
-            continue
-        if key == "per_type" and isinstance(value, dict):
-            per = []
-            for ctype, d in value.items():
-                if isinstance(d, dict):
-                    per.append(
-                        f"{ctype} {fmt(d.get('count'), 0)} → {fmt(d.get('target_count'), 0)} calls "
-                        f"(saves {fmt_us_as_ms(d.get('saved_us'))} ms; α {fmt(d.get('alpha_us'), 1)} µs, "
-                        f"R² {fmt(d.get('fit_r2'), 2)})"
-                    )
-            lines.append("per type: " + "; ".join(per))
-        else:
-            lines.append(_value_text(key, value))
-    return lines
 
 
 def _flatten(prefix: str, value: Any, out: list[list[str]]) -> None:
@@ -405,7 +351,7 @@ def _flatten(prefix: str, value: Any, out: list[list[str]]) -> None:
     elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         out.append([prefix, f"{len(value)} item(s)"])
     else:
-        out.append([prefix, "—" if value is None else str(value)])
+        out.append([prefix, MISSING if value is None else str(value)])
 
 
 def _folded(what: str, pairs: list[list[str]], columns: int = 3) -> Table:
@@ -433,7 +379,7 @@ def _configuration(data: RunData) -> list[Block]:
         blocks.append(
             Table(
                 ["arm", *keys],
-                [[a.get("label", "?"), *(str(a.get(k, "—")) for k in keys)] for a in arms],
+                [[a.get("label", MISSING), *(str(a.get(k, MISSING)) for k in keys)] for a in arms],
                 numeric=False,
             )
         )
@@ -455,7 +401,7 @@ def _configuration(data: RunData) -> list[Block]:
         _flatten("", model, model_rows)
         blocks.append(
             Details(
-                f"Model shape ({config.get('preset', '?')} preset with overrides)",
+                f"Model shape ({config.get('preset', MISSING)} preset with overrides)",
                 [_folded("model field", model_rows)],
             )
         )
@@ -470,7 +416,7 @@ def _configuration(data: RunData) -> list[Block]:
                 str(key[0]),
                 str(key[1]),
                 str(key[2]),
-                str(launch.get("rc", "—")),
+                str(launch.get("rc", MISSING)),
                 fmt(launch.get("wall_s"), 1),
                 str(launch.get("error") or ""),
             ]
@@ -487,17 +433,17 @@ def _configuration(data: RunData) -> list[Block]:
 
 def _library_text(facts: Any) -> str:
     if not isinstance(facts, dict):
-        return "—"
+        return MISSING
     commit = facts.get("commit")
-    return f"{facts.get('version') or '?'}" + (f" @ {str(commit)[:10]}" if commit else "")
+    return f"{facts.get('version') or MISSING}" + (f" @ {str(commit)[:10]}" if commit else "")
 
 
 def _interpreter_table(interpreters: dict[str, Any]) -> Table:
     """Each arm's interpreter and library versions/commits, arms side by side (``manifest.interpreters``)."""
     labels = list(interpreters)
     rows = [
-        ["interpreter", *(str(interpreters[a].get("interpreter", "—")) for a in labels)],
-        ["python", *(str(interpreters[a].get("python", "—")) for a in labels)],
+        ["interpreter", *(str(interpreters[a].get("interpreter", MISSING)) for a in labels)],
+        ["python", *(str(interpreters[a].get("python", MISSING)) for a in labels)],
     ]
     names = sorted(
         {n for a in labels for n in (interpreters[a].get("libraries") or {})},

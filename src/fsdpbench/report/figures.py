@@ -17,6 +17,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from fsdpbench.fmt import MISSING
+
 ARM_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#937860", "#DA8BC3", "#8C8C8C"]
 PART_COLORS = {
     "compute only": "#4C72B0",
@@ -133,7 +135,7 @@ def overlap_per_rank(arms: Sequence[str], ratios: dict[str, Sequence[float | Non
         heights = [100.0 * v if v is not None else 0.0 for v in values]
         bars = ax.bar(x, heights, width * 0.95, color=arm_color(i), label=arm)
         for bar, v in zip(bars, values, strict=True):
-            text = "n/a" if v is None else f"{100 * v:.0f}"
+            text = MISSING if v is None else f"{100 * v:.0f}"
             ax.annotate(
                 text,
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),

@@ -11,16 +11,17 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis.findings import finite
 from fsdpbench.errors import InputError
+from fsdpbench.fmt import MISSING, fmt, fmt_pct
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
-from fsdpbench.report.fmt import as_float, fmt, fmt_pct
 from fsdpbench.results import read_json_if_readable
 
 
 def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
     ranks = ((analysis or {}).get(arm) or {}).get("ranks") or []
-    values = [as_float(r.get("overlap_ratio")) for r in ranks if isinstance(r, dict)]
+    values = [finite(r.get("overlap_ratio")) for r in ranks if isinstance(r, dict)]
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
 
@@ -35,12 +36,12 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
     cells = [c for c in state.get("cells") or [] if isinstance(c, dict)]
     counts: dict[str, int] = {}
     for c in cells:
-        counts[c.get("status", "?")] = counts.get(c.get("status", "?"), 0) + 1
+        counts[c.get("status", MISSING)] = counts.get(c.get("status", MISSING), 0) + 1
     blocks: list[Block] = [
         Para(
             f"**{len(cells)} cells** — "
             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            + f". Tree: `{tree}`; source: `{state.get('source', '?')}`; updated {state.get('updated', '?')}."
+            + f". Tree: `{tree}`; source: `{state.get('source', MISSING)}`; updated {state.get('updated', MISSING)}."
         ),
     ]
     if counts.get("failed"):
@@ -79,33 +80,33 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
         bad_parity = parity.get("valid") is False
         if bad_parity:
             invalid.append(c.get("name"))
-        medians = " / ".join(f"{a} {fmt(s.get('median_ms'), 1)}" for a, s in arms.items()) or "—"
+        medians = " / ".join(f"{a} {fmt(s.get('median_ms'), 1)}" for a, s in arms.items()) or MISSING
         overlaps = " / ".join(
             f"{a} {fmt_pct(_mean_overlap(analysis, a), 0)}"
             for a in arms
             if _mean_overlap(analysis, a) is not None
         )
         report = run_dir / "report.html" if run_dir else None
-        link = f"[report]({run_rel}/report.html)" if report is not None and report.is_file() else "—"
+        link = f"[report]({run_rel}/report.html)" if report is not None and report.is_file() else MISSING
         comparisons = summary.get("comparisons") or [{}]
         for comp in comparisons:
             ci = comp.get("ci95") or None
-            ratio = as_float(comp.get("ratio"))
-            verdict = comp.get("verdict") or summary.get("verdict") or c.get("error") or "—"
+            ratio = finite(comp.get("ratio"))
+            verdict = comp.get("verdict") or summary.get("verdict") or c.get("error") or MISSING
             if bad_parity:
                 verdict = "**INVALID (parity failed)** " + str(verdict)
             rows.append(
                 [
                     str(c.get("name")),
                     str(c.get("status")),
-                    str(params.get("seq_len") or "—"),
-                    str(params.get("layers") or "—"),
-                    str(params.get("prefetch") if params.get("prefetch") is not None else "—"),
-                    str(params.get("mesh") or "—"),
+                    str(params.get("seq_len") or MISSING),
+                    str(params.get("layers") or MISSING),
+                    str(params.get("prefetch") if params.get("prefetch") is not None else MISSING),
+                    str(params.get("mesh") or MISSING),
                     medians,
                     fmt(ratio, 3),
-                    f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}" if ci and len(ci) == 2 else "—",
-                    overlaps or "—",
+                    f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}" if ci and len(ci) == 2 else MISSING,
+                    overlaps or MISSING,
                     str(verdict),
                     link,
                 ]

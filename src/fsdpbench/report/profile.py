@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis.findings import finite
+from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Figure, Heading, Para, Table
-from fsdpbench.report.fmt import as_float, fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 from fsdpbench.report.load import RunData
 
 TOP_OPS = 15
@@ -20,7 +21,7 @@ def _rank_table(analysis: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _mean_key(ranks: list[dict[str, Any]], key: str) -> float | None:
-    values = [as_float(r.get(key)) for r in ranks]
+    values = [finite(r.get(key)) for r in ranks]
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
 
@@ -52,7 +53,7 @@ def profile_section(data: RunData) -> list[Block]:
         Figure(
             "overlap",
             figures.overlap_per_rank(arms, ratios),
-            "Overlap ratio per rank = |∪comm ∩ ∪compute| / |∪comm|; n/a = no communication found.",
+            "Overlap ratio per rank = |∪comm ∩ ∪compute| / |∪comm|; — = no communication found.",
         )
     )
     rows = []
@@ -135,7 +136,7 @@ def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> lis
         counts[arm] = {}
         for ctype, items in sorted(per_type.items()):
             n_ranks = max(len(ranks[arm]), 1)
-            count = sum(as_float(c.get("count")) or 0 for c in items) / n_ranks
+            count = sum(finite(c.get("count")) or 0 for c in items) / n_ranks
             counts[arm][ctype] = count
             rows.append(
                 [
@@ -162,11 +163,9 @@ def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> lis
 
 
 def _op_rows_from_diff(diff: dict[str, Any]) -> list[tuple[str, float]]:
-    ops = [
-        o for o in diff.get("ops") or [] if isinstance(o, dict) and as_float(o.get("delta_us")) is not None
-    ]
-    ops.sort(key=lambda o: -abs(as_float(o["delta_us"]) or 0.0))
-    return [(str(o.get("op_type")), (as_float(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
+    ops = [o for o in diff.get("ops") or [] if isinstance(o, dict) and finite(o.get("delta_us")) is not None]
+    ops.sort(key=lambda o: -abs(finite(o["delta_us"]) or 0.0))
+    return [(str(o.get("op_type")), (finite(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
 
 
 def _op_means(rank_list: list[dict[str, Any]]) -> dict[str, float]:
@@ -174,7 +173,7 @@ def _op_means(rank_list: list[dict[str, Any]]) -> dict[str, float]:
     for r in rank_list:
         for op in r.get("ops") or []:
             totals[str(op.get("op_type"))] = totals.get(str(op.get("op_type")), 0.0) + (
-                as_float(op.get("total_us")) or 0.0
+                finite(op.get("total_us")) or 0.0
             )
     n = max(len(rank_list), 1)
     return {k: v / n for k, v in totals.items()}
@@ -226,7 +225,7 @@ def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block
     for name in names:
         means = []
         for arm in arms:
-            values = [as_float((r.get("sync") or {}).get(name)) for r in ranks[arm]]
+            values = [finite((r.get("sync") or {}).get(name)) for r in ranks[arm]]
             values = [v for v in values if v is not None]
             means.append(float(np.mean(values)) if values else None)
         if any(m for m in means):  # rows of zeros only say "not recorded"

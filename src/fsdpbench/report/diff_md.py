@@ -1,0 +1,198 @@
+"""A ``DiffResult`` as markdown (diff.md): the "differences" tables and the "conclusions" list."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
+from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, collective_phrase
+from fsdpbench.analysis.whatif import AlphaBetaFit
+from fsdpbench.fmt import fmt, fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x
+from fsdpbench.report.estimate import estimate_lines
+
+OPS_IN_MARKDOWN = 15
+MIB = 2**20
+FIT_HEADER = ["source", "type", "α (µs)", "β (µs/MiB)", "R²", "n", "status"]
+FIT_SOURCES = (
+    "Sources: each arm's own calls; `pooled` = both arms' calls together; `aggregate` = per-rank "
+    "totals of both arms, time = α·calls + β·bytes (the only source when per-call events are not "
+    "available). Estimates use the first good fit in the order: own, pooled, aggregate, other arm."
+)
+
+
+def metric_cells(key: str, base: float | None, test: float | None, delta: float | None) -> list[str]:
+    """One side-by-side row's cells: a ratio in % with a delta in points, times in ms/µs."""
+    if key == "overlap_ratio":
+        return [fmt_pct(base), fmt_pct(test), fmt_points(delta)]
+    return [fmt_us(base), fmt_us(test), fmt_us(delta, signed=True)]
+
+
+def collective_lines(result: DiffResult) -> list[str]:
+    """One line per collective type: ``"AllGather 124 vs 12 (10.3×), same bytes"`` (test vs base)."""
+    return [collective_phrase(r.name, r.test, r.base) for r in result.collectives]
+
+
+def fit_rows(fits: Mapping[str, Mapping[str, AlphaBetaFit]]) -> list[list[str]]:
+    """The α–β fits as table rows under ``FIT_HEADER`` (β per MiB, as every size is in binary units)."""
+    return [
+        [
+            source,
+            COLLECTIVE_NAMES.get(kind, kind),
+            fmt(fit.alpha_us, 2),
+            fmt(None if fit.beta_us_per_byte is None else fit.beta_us_per_byte * MIB, 3),
+            fmt(fit.r2, 3),
+            str(fit.n),
+            fit.status_text,
+        ]
+        for source, per_type in fits.items()
+        for kind, fit in per_type.items()
+    ]
+
+
+def fix_lines(findings: list[Finding]) -> list[str]:
+    """The actions of the findings that call for one, ranked P0 first, with the gain each is worth."""
+    actions = [
+        f for f in findings if f.id not in ("step_time", "invalid_comparison") and f.severity != "info"
+    ]
+    lines = []
+    for i, f in enumerate(actions):
+        est = f.estimate
+        gain = None if est is None else est.step_time_delta_us
+        best = None if est is None else est.best_case_step_time_delta_us
+        tail = (
+            f" — estimated {fmt_us(gain, signed=True)} per step"
+            if gain is not None
+            else f" — at best {fmt_us(best, signed=True)} per step (bound)"
+            if best is not None
+            else ""
+        )
+        lines.append(f"P{i}: {f.action}{tail}")
+    return lines
+
+
+def _table(header: list[str], rows: list[list[str]], align: str = "") -> list[str]:
+    """A markdown table; ``align`` has one ``l``/``r`` per column (default: the first left, the rest right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    rule = "|".join("---" if a == "l" else "---:" for a in align)
+    return ["| " + " | ".join(header) + " |", f"|{rule}|"] + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def to_markdown(result: DiffResult) -> str:
+    """A "differences" and a "conclusions" section, like the study's report."""
+    b, t = result.base, result.test
+    md = [f"## Differences: {t} vs {b}", ""]
+    md += [f"> **Warning:** {w}" for w in result.warnings]
+    if result.warnings:
+        md.append("")
+    mean = result.side_by_side["mean"]
+    n_ranks = len(result.side_by_side["ranks"])
+    md += [f"Profiled step, mean over {n_ranks} rank(s); Δ = {t} − {b}.", ""]
+    rows = [
+        [METRIC_NAMES[key], *metric_cells(key, mean["base"][key], mean["test"][key], mean["delta"][key])]
+        for key in METRICS
+        if mean["base"][key] is not None or mean["test"][key] is not None
+    ]
+    md += _table(["metric", b, t, "Δ"], rows)
+    if n_ranks > 1:
+        rows = []
+        for r in result.side_by_side["ranks"]:
+            rb, rt = r["base"] or {}, r["test"] or {}
+            rows.append(
+                [
+                    str(r["rank"]),
+                    fmt_us(rb.get("step_time_us")),
+                    fmt_us(rt.get("step_time_us")),
+                    fmt_pct(rb.get("overlap_ratio")),
+                    fmt_pct(rt.get("overlap_ratio")),
+                    fmt_us(rb.get("exposed_comm_us")),
+                    fmt_us(rt.get("exposed_comm_us")),
+                ]
+            )
+        header = [
+            "rank",
+            f"step {b}",
+            f"step {t}",
+            f"overlap {b}",
+            f"overlap {t}",
+            f"exposed {b}",
+            f"exposed {t}",
+        ]
+        md += ["", "Per rank:", ""] + _table(header, rows, "r" * 7)
+    md += ["", "### Collectives (calls per rank)", ""]
+    md += [f"- {line}" for line in collective_lines(result)] or ["- none recognised on either side"]
+    if result.collectives:
+        rows = [
+            [
+                r.name,
+                fmt_count(r.base.count),
+                fmt_count(r.test.count),
+                fmt_x(r.count_ratio),
+                fmt_bytes(r.base.bytes),
+                fmt_bytes(r.test.bytes),
+                fmt_us(r.base.time_us),
+                fmt_us(r.test.time_us),
+            ]
+            for r in result.collectives
+        ]
+        header = [
+            "type",
+            f"calls {b}",
+            f"calls {t}",
+            "ratio",
+            f"bytes {b}",
+            f"bytes {t}",
+            f"time {b}",
+            f"time {t}",
+        ]
+        md += [""] + _table(header, rows)
+    md += ["", "### Kernel time by op type (largest differences first)", ""]
+    if result.ops:
+        rows = [
+            [
+                r.op_type,
+                fmt_us(r.base.us),
+                fmt_us(r.test.us),
+                fmt_us(r.delta_us, signed=True),
+                fmt_count(r.base.count),
+                fmt_count(r.test.count),
+                r.change,
+            ]
+            for r in result.ops[:OPS_IN_MARKDOWN]
+        ]
+        md += _table(["op type", b, t, "Δ", f"calls {b}", f"calls {t}", "change"], rows, "lrrrrrl")
+        if len(result.ops) > OPS_IN_MARKDOWN:
+            md.append(f"\n({len(result.ops) - OPS_IN_MARKDOWN} more op types in diff.json)")
+    else:
+        md.append("No op types on either side.")
+    md += ["", "### Sync and launch tasks (per rank)", ""]
+    sync_rows = [r for r in result.sync if r.base or r.test]
+    if sync_rows:
+        rows = [
+            [r.label, fmt_count(r.base), fmt_count(r.test), fmt_count(r.delta, signed=True)]
+            for r in sync_rows
+        ]
+        md += _table(["task", b, t, "Δ"], rows)
+    else:
+        md.append("None counted on either side (all zero or not in the traces).")
+    md += ["", "### Latency–bandwidth fits, time = α + β·bytes (estimates)", ""]
+    rows = fit_rows(result.fits)
+    if rows:
+        md += _table(FIT_HEADER, rows, "llrrrrl")
+        md.append(f"\n{FIT_SOURCES}")
+    else:
+        md.append("No fits: no collective with a known size on either side.")
+    md += ["", f"## Conclusions: {t} vs {b}", ""]
+    if not result.findings:
+        md.append("No rule fired: the profiles show no difference above the thresholds.")
+    for i, f in enumerate(result.findings, 1):
+        md += [
+            f"{i}. **{f.title}** ({f.severity})",
+            f"   - Evidence: {f.evidence}",
+            f"   - Likely cause: {f.cause}",
+            f"   - Action: {f.action}",
+        ]
+        md += [f"   - {line}" for line in estimate_lines(f.estimate)]
+    fixes = fix_lines(result.findings)
+    if fixes:
+        md += ["", "Fixes ranked (P0 first):", ""] + [f"- {line}" for line in fixes]
+    return "\n".join(md) + "\n"

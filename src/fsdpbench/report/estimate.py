@@ -1,0 +1,78 @@
+"""A finding's what-if estimate in words: the one renderer for diff.md, report.md/html and the terminal."""
+
+from __future__ import annotations
+
+from fsdpbench.analysis.findings import COLLECTIVE_NAMES
+from fsdpbench.analysis.whatif import Estimate
+from fsdpbench.fmt import fmt, fmt_count, fmt_pct, fmt_us
+
+
+def _deltas(est: Estimate) -> list[str]:
+    parts = [
+        f"{name} {fmt_us(value, signed=True)}"
+        for value, name in (
+            (est.step_time_delta_us, "step time"),
+            (est.exposed_comm_delta_us, "exposed comm"),
+            (est.comm_delta_us, "communication"),
+        )
+        if value is not None
+    ]
+    if est.best_case_step_time_delta_us is not None:
+        parts.append(f"best case step time {fmt_us(est.best_case_step_time_delta_us, signed=True)} (a bound)")
+    if est.step_time_lower_bound_us is not None:
+        parts.append(f"lower bound on the step max(compute, comm) = {fmt_us(est.step_time_lower_bound_us)}")
+    return parts
+
+
+def estimate_lines(est: Estimate | None, *, details: bool = False) -> list[str]:
+    """The estimate as lines of text: a headline, then (``details``) how it was priced and its assumptions.
+
+    Headline: ``"Estimate — <scenario>: step time −1.2 ms; exposed comm −1.0 ms; ..."`` for a modelled
+    what-if, ``"Measured: exposed comm −3.0 ms"`` for a measured change, ``"Estimate: not priced ..."``
+    when the rule could not price it. Missing numbers are left out, never printed as ``None``.
+    No lines for ``None``.
+    """
+    if est is None:
+        return []
+    label = "Measured" if est.label == "measured" else "Estimate"
+    parts = _deltas(est)
+    layer = est.one_bucket_per_layer
+    if layer is not None and layer.step_time_delta_us is not None:
+        parts.append(f"one bucket per layer: step time {fmt_us(layer.step_time_delta_us, signed=True)}")
+    if parts:
+        lines = [f"{label}{f' — {est.scenario}' if est.scenario else ''}: " + "; ".join(parts)]
+    elif label == "Estimate":
+        lines = [f"{label}: {est.note or 'not priced'}"]
+    else:
+        return []
+    if not details:
+        return lines
+    if est.target_overlap_ratio is not None:
+        lines.append(f"target overlap ratio {fmt_pct(est.target_overlap_ratio)}")
+    if est.per_type:
+        per = []
+        for kind, t in est.per_type.items():
+            priced = (
+                f"saves {fmt_us(t.saved_us)}; α {fmt(t.alpha_us, 1)} µs from the {t.fit_source} fit, "
+                f"R² {fmt(t.fit_r2, 2)}"
+                if t.saved_us is not None and t.fit_source
+                else f"saves {fmt_us(t.saved_us)}"
+                if t.saved_us is not None
+                else "not priced"
+            )
+            note = f"; {t.note}" if t.note else ""
+            per.append(
+                f"{COLLECTIVE_NAMES.get(kind, kind)} {fmt_count(t.count)} → {fmt_count(t.target_count)} calls "
+                f"({priced}{note})"
+            )
+        lines.append("per type: " + "; ".join(per))
+    if layer is not None:
+        targets = ", ".join(f"{COLLECTIVE_NAMES.get(k, k)} {v}" for k, v in layer.target_counts.items())
+        lines.append(
+            f"one bucket per layer ({targets} calls): " + ("; ".join(_deltas(layer)) or "not priced")
+        )
+    if est.note and parts:
+        lines.append(f"note: {est.note}")
+    if est.assumptions:
+        lines.append("assumptions: " + "; ".join(est.assumptions))
+    return lines
