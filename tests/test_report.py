@@ -16,9 +16,12 @@ import numpy as np
 import orjson
 import pytest
 
+from fsdpbench.analysis.whatif import Estimate, TypeSaving
 from fsdpbench.errors import InputError
+from fsdpbench.fmt import fmt_us
 from fsdpbench.report import load_run, write_report
 from fsdpbench.report.build import build_report
+from fsdpbench.report.estimate import estimate_lines
 
 ARMS = ["torch", "hyper"]
 
@@ -202,13 +205,13 @@ def make_run(
                     "test": "hyper",
                     "ratio": 250 / 210,
                     "ci95": [1.17, 1.21],
-                    "test_faster_pct": -16.0,
+                    "time_change_pct": (250 / 210 - 1) * 100,
                     "significant": True,
                     "rounds_needed_1pct": 5,
-                    "verdict": "hyper is 16.0% slower than torch (CI 14.5%..17.4%)",
+                    "verdict": "hyper is 1.19× slower than torch (+19.0%; 95% CI 1.17×–1.21×)",
                 }
             ],
-            "verdict": "hyper is 16.0% slower than torch (CI 14.5%..17.4%)",
+            "verdict": "hyper is 1.19× slower than torch (+19.0%; 95% CI 1.17×–1.21×)",
             "parity": {
                 "valid": parity_valid,
                 "mode": "exact",
@@ -291,7 +294,20 @@ def make_run(
                         "exposed_comm_delta_us": -200_000.0,
                         "step_time_delta_us": -150_000.0,
                     },
-                }
+                },
+                {  # as diff.json files before the typed Estimate wrote it: explicit nulls
+                    "id": "prefetch_change",
+                    "severity": "info",
+                    "title": "Prefetch=1 exposes 3.0 ms less communication than prefetch=0",
+                    "evidence": "prefetch=0 (torch) vs prefetch=1 (hyper)",
+                    "cause": "explicit prefetch",
+                    "action": "keep prefetch=1",
+                    "estimate": {
+                        "label": "measured",
+                        "exposed_comm_delta_us": -3000.0,
+                        "step_time_delta_us": None,
+                    },
+                },
             ],
         }
         # the analysis and diff are newer than the profiles, so write_report reuses them
@@ -366,8 +382,13 @@ def test_profiled_run_report_is_self_contained_html_with_every_figure(tmp_path):
     )
     assert page.tags.get("svg", 0) == len(page.figures)
     text = " ".join(page.text)
-    assert "hyper is 16.0% slower than torch" in text
+    assert "hyper is 1.19× slower than torch (+19.0%" in text
+    assert f"{250 / 210:.2f}× slower (+{(250 / 210 - 1) * 100:.1f}%)" in text  # the verdict table's cell
     assert "bucket per module" in text  # the diff's finding
+    assert "Estimate: step time −150.0 ms; exposed comm −200.0 ms" in text
+    # a measured change is labelled as one, and a missing number is left out, never printed as None
+    assert "Measured: exposed comm −3.0 ms" in text and "not a measurement" not in text
+    assert "None" not in (run / "report.md").read_text()
     assert "fsdpbench ab --arms torch,hyper --rounds 3 --profile" in text  # the command from the manifest
 
 
@@ -416,7 +437,7 @@ def test_run_without_profiles_still_reports_and_says_so(tmp_path):
     text = " ".join(page.text)
     assert "was not profiled" in text and "--profile" in text
     assert "fig-step_times" in page.figures and "fig-overlap" not in page.figures
-    assert "hyper is 16.0% slower" in text
+    assert "hyper is 1.19× slower" in text
 
 
 def test_failed_parity_puts_a_loud_banner_first(tmp_path):
@@ -502,6 +523,30 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
     page = inspect_html(run / "report.html")
     assert "fig-timeline" in page.figures
     assert "diff module is unavailable" in (run / "report.md").read_text()
+
+
+def test_estimate_lines_name_measured_changes_bounds_and_unpriced_estimates_without_none():
+    measured = Estimate(label="measured", exposed_comm_delta_us=-3000.0)
+    assert estimate_lines(measured, details=True) == ["Measured: exposed comm −3.0 ms"]
+    bound = Estimate(best_case_step_time_delta_us=-240_000.0, scenario="all comm hidden")
+    assert estimate_lines(bound) == ["Estimate — all comm hidden: best case step time −240.0 ms (a bound)"]
+    assert estimate_lines(Estimate(note="not priced: no cost of one sync")) == [
+        "Estimate: not priced: no cost of one sync"
+    ]
+    assert estimate_lines(Estimate(label="measured")) == [] and estimate_lines(None) == []
+    priced = Estimate(
+        step_time_delta_us=-1120.0,
+        per_type={
+            "all_gather": TypeSaving(124, 12, saved_us=1120.0, alpha_us=10.0, fit_source="test", fit_r2=0.99)
+        },
+        assumptions=["compute time is unchanged"],
+    )
+    lines = estimate_lines(priced, details=True)
+    assert lines == [
+        "Estimate: step time −1.1 ms",
+        "per type: AllGather 124 → 12 calls (saves 1.1 ms; α 10.0 µs from the test fit, R² 0.99)",
+        "assumptions: compute time is unchanged",
+    ]
 
 
 def test_timeline_takes_the_last_profiled_step_of_the_first_rank_from_zero():
@@ -593,3 +638,11 @@ def test_report_of_a_real_profiled_run_has_profile_figures_and_timeline(profiled
         ratios = [r["overlap_ratio"] for r in analysis[row[0]]["ranks"] if r["overlap_ratio"] is not None]
         expected = f"{100 * float(np.mean(ratios)):.1f}%" if ratios else "—"
         assert row[2] == expected
+    # prefetch 0 vs 1: the measured exposed-comm change is labelled "Measured", nothing reads "None"
+    md = (run / "report.md").read_text()
+    diff = orjson.loads((run / "diff.json").read_bytes())
+    prefetch = next(f for f in diff["findings"] if f["id"] == "prefetch_change")
+    measured = prefetch["estimate"]["exposed_comm_delta_us"]
+    assert f"Measured: exposed comm {fmt_us(measured, signed=True)}" in md
+    assert "None" not in md and "None" not in (run / "diff.md").read_text()
+    assert not [line for line in md.splitlines() if "Measured" in line and "not a measurement" in line]

@@ -163,3 +163,24 @@ def test_choose_fit_prefers_a_good_fit_with_non_negative_alpha():
     assert whatif.choose_fit("ag", *cands[:3]) == ("aggregate", poor)
     assert whatif.choose_fit("ag", *cands[:2]) == ("pooled", negative)
     assert whatif.choose_fit("ag", cands[0]) is None and whatif.choose_fit("rs", *cands) is None
+
+
+def test_estimate_round_trips_through_its_json_and_reads_the_old_grouping_key():
+    fit = whatif.AlphaBetaFit(10.0, 1e-4, 0.99, 124, "ok")
+    est = whatif.estimate_regrouping(
+        {"all_gather": (124, 5000.0)},
+        {"all_gather": 12},
+        {"all_gather": ("test", fit)},
+        step_time_us=10_000.0,
+        compute_us=7_000.0,
+        comm_us=5_000.0,
+        exposed_comm_us=2_500.0,
+    )
+    est.scenario = "hyper at torch's granularity"
+    est.one_bucket_per_layer = whatif.Estimate(comm_delta_us=-100.0, target_counts={"all_gather": 9})
+    data = est.to_dict()
+    assert None not in data.values() and data["per_type"]["all_gather"]["fit_source"] == "test"
+    assert whatif.Estimate.from_dict(data) == est
+    old = whatif.Estimate.from_dict({"label": "estimate", "grouping": "g", "step_time_delta_us": None})
+    assert old.scenario == "g" and old.step_time_delta_us is None
+    assert whatif.AlphaBetaFit.from_dict(fit.to_dict()) == fit

@@ -131,7 +131,7 @@ def _verdict(data: RunData) -> list[Block]:
                     fmt((arms_stats.get(base) or {}).get("median_ms"), 1),
                     fmt((arms_stats.get(test) or {}).get("median_ms"), 1),
                     fmt(c.get("ratio"), 3),
-                    f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 else MISSING,
+                    f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 and None not in ci else MISSING,
                     speed_text(finite(c.get("ratio"))),
                     {True: "yes", False: "**not significant**"}.get(c.get("significant"), MISSING),
                     str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else MISSING),

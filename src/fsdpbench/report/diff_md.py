@@ -173,7 +173,7 @@ def to_markdown(result: DiffResult) -> str:
         ]
         md += _table(["task", b, t, "Δ"], rows)
     else:
-        md.append("None counted on either side (all zero or not in the traces).")
+        md.append("No sync or launch task counted on either side (all zero or not in the traces).")
     md += ["", "### Latency–bandwidth fits, time = α + β·bytes (estimates)", ""]
     rows = fit_rows(result.fits)
     if rows:

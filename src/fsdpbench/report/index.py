@@ -105,7 +105,7 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
                     str(params.get("mesh") or MISSING),
                     medians,
                     fmt(ratio, 3),
-                    f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}" if ci and len(ci) == 2 else MISSING,
+                    f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}" if ci and len(ci) == 2 and None not in ci else MISSING,
                     overlaps or MISSING,
                     str(verdict),
                     link,

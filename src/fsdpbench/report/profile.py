@@ -235,7 +235,7 @@ def _sync(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block
         return [
             heading,
             Para(
-                f"None recorded ({', '.join(names)} are 0 or not recordable in these traces: "
+                f"No sync or launch task recorded ({', '.join(names)} are 0 or not recordable in these traces: "
                 "CPU/gloo traces have no such tasks)."
             ),
         ]
