@@ -33,6 +33,8 @@ from fsdpbench.analysis.findings import (
     SideMetrics,
     SyncRow,
     finite,
+    safe_delta,
+    safe_ratio,
 )
 from fsdpbench.errors import InputError
 
@@ -48,14 +50,6 @@ METRIC_NAMES = {
     "free_us": "free",
     "kernel_time_us": "total kernel time",
 }
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def _delta(a: float | None, b: float | None) -> float | None:
-    return a - b if a is not None and b is not None else None
 
 
 # ---- input normalisation ----------------------------------------------------------------------------
@@ -193,7 +187,7 @@ def _side_by_side(ranks: Pair[list[SideMetrics]], mean: Pair[SideMetrics]) -> di
     rows = []
     for rank in sorted(set(by_rank_b) | set(by_rank_t), key=lambda x: (x is None, x)):
         rb, rt = by_rank_b.get(rank), by_rank_t.get(rank)
-        delta = {k: _delta(getattr(rt, k), getattr(rb, k)) for k in METRICS} if rb and rt else None
+        delta = {k: safe_delta(getattr(rt, k), getattr(rb, k)) for k in METRICS} if rb and rt else None
         rows.append(
             {
                 "rank": rank,
@@ -208,8 +202,8 @@ def _side_by_side(ranks: Pair[list[SideMetrics]], mean: Pair[SideMetrics]) -> di
         "mean": {
             "base": mb,
             "test": mt,
-            "delta": {k: _delta(mt[k], mb[k]) for k in METRICS},
-            "ratio": {k: _ratio(mt[k], mb[k]) for k in METRICS if k != "overlap_ratio"},
+            "delta": {k: safe_delta(mt[k], mb[k]) for k in METRICS},
+            "ratio": {k: safe_ratio(mt[k], mb[k]) for k in METRICS if k != "overlap_ratio"},
         },
         "ranks": rows,
     }

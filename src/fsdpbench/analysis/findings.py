@@ -90,11 +90,13 @@ def finite(value: Any) -> float | None:
     return None
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def safe_ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or ``None`` when either is unknown or ``b`` is 0."""
     return a / b if a is not None and b else None
 
 
-def _delta(a: float | None, b: float | None) -> float | None:
+def safe_delta(a: float | None, b: float | None) -> float | None:
+    """``a − b``, or ``None`` when either is unknown."""
     return a - b if a is not None and b is not None else None
 
 
@@ -203,11 +205,11 @@ class CollectiveRow:
 
     @property
     def count_ratio(self) -> float | None:
-        return _ratio(self.test.count, self.base.count)
+        return safe_ratio(self.test.count, self.base.count)
 
     @property
     def bytes_ratio(self) -> float | None:
-        return _ratio(self.test.bytes, self.base.bytes)
+        return safe_ratio(self.test.bytes, self.base.bytes)
 
     def to_dict(self) -> dict[str, Any]:
         b, t = self.base, self.test
@@ -221,17 +223,17 @@ class CollectiveRow:
             "bytes_ratio": self.bytes_ratio,
             "base_time_us": b.time_us,
             "test_time_us": t.time_us,
-            "time_delta_us": _delta(t.time_us, b.time_us),
+            "time_delta_us": safe_delta(t.time_us, b.time_us),
         }
 
 
 def collective_phrase(name: str, side: CollectiveSide, other: CollectiveSide) -> str:
     """``"AllGather 124 vs 12 (10.3×), same bytes"``: ``side``'s calls against ``other``'s."""
     n = f"{name} {fmt_count(side.count)} vs {fmt_count(other.count)}"
-    count_ratio = _ratio(side.count, other.count)
+    count_ratio = safe_ratio(side.count, other.count)
     if count_ratio is not None:
         n += f" ({fmt_x(count_ratio)})"
-    bytes_ratio = _ratio(side.bytes, other.bytes)
+    bytes_ratio = safe_ratio(side.bytes, other.bytes)
     if bytes_ratio is None:
         return f"{n}, bytes unknown"
     return f"{n}, " + (
@@ -288,7 +290,7 @@ class SyncRow:
 
     @property
     def delta(self) -> float | None:
-        return _delta(self.test, self.base)
+        return safe_delta(self.test, self.base)
 
     @property
     def label(self) -> str:
@@ -578,14 +580,14 @@ def rule_prefetch_change(x: RuleInput) -> list[Finding]:
     e_deep, e_shallow = (et, eb) if deeper == "test" else (eb, et)
     helped = e_deep is not None and e_shallow is not None and e_deep < e_shallow
     change = "" if ovb is None or ovt is None else f" ({fmt_points(ovt - ovb)})"
-    measured = _delta(et, eb)
+    measured = safe_delta(et, eb)
     evidence = (
         f"prefetch={pb} ({lb}) vs prefetch={pt} ({lt}): overlap {fmt_pct(ovb)} → {fmt_pct(ovt)}{change}; "
         f"exposed comm {fmt_us(eb)} → {fmt_us(et)}"
         + (f" ({fmt_us(measured, signed=True)})" if measured is not None else "")
     )
     hi, lo = max(pb, pt), min(pb, pt)
-    gap = _delta(e_deep, e_shallow)
+    gap = safe_delta(e_deep, e_shallow)
     if helped:
         title = f"Prefetch={hi} exposes {fmt_us(-gap)} less communication than prefetch={lo}"
         action = f"keep prefetch={hi} (arm {x.labels[deeper]})"
