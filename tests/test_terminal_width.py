@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -60,3 +61,72 @@ def test_ab_summary_leaves_out_columns_empty_for_every_arm():
     print_summary(console, _summary({"torch": _arm(339.8, 0.00131), "fsdp1": _arm(245.5, 0.00181)}))
     header = next(line for line in console.export_text().splitlines() if "median" in line)
     assert "MFU" not in header and "GiB" not in header and "tok/s" in header
+
+
+GLOO_MIN = Path(__file__).parent / "fixtures" / "traces" / "gloo_min.json"
+LONG_KERNEL = (
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<at::native::(anonymous "
+    "namespace)::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
+    "{lambda(float)#1}>(at::TensorIteratorBase&, at::native::(anonymous namespace)::direct_copy_kernel"
+    "_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1} const&)::"
+    "{lambda(int)#1}>(int, at::native::gpu_kernel_impl_tail_sgemm_128x64_nn)"
+)
+
+
+def _analysis_with_a_long_kernel_name():
+    from fsdpbench.analysis import analyze
+
+    res = analyze([GLOO_MIN], workers=1)
+    res.ranks[0].op_stats.loc[0, "op_type"] = LONG_KERNEL
+    return res
+
+
+def test_analyze_fits_80_columns_with_whole_headers_and_middle_shortened_names():
+    from fsdpbench.commands.analyze import render
+
+    console = _console()
+    render(_analysis_with_a_long_kernel_name(), console=console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if "compute" in line)
+    assert [h.strip() for h in header.strip("┃").split("┃")] == [
+        "rank",
+        "step",
+        "time",
+        "compute",
+        "comm",
+        "exposed",
+        "overlap",
+    ]
+    cut = [line for line in lines if "…" in line]
+    assert len(cut) == 1  # only the long kernel name, on one line, and nothing else
+    name = cut[0].split("│")[1].strip()
+    head, tail = name.split("…")
+    assert LONG_KERNEL.startswith(head) and LONG_KERNEL.endswith(tail) and len(head) > 15 and len(tail) > 15
+    assert any(h in " ".join(lines) for h in ("ms: total kernel time", "times in ms"))
+
+
+def test_analyze_wide_adds_the_remaining_per_rank_columns():
+    from fsdpbench.commands.analyze import render
+
+    console = Console(width=160, record=True, file=io.StringIO(), color_system=None)
+    render(_analysis_with_a_long_kernel_name(), console=console, wide=True)
+    header = next(line for line in console.export_text().splitlines() if "compute" in line)
+    assert [h.strip() for h in header.strip("┃").split("┃")][2:] == [
+        "time",
+        "compute",
+        "comm",
+        "overlapped",
+        "exposed",
+        "free",
+        "overlap",
+        "kernel",
+    ]
+
+
+def test_shorten_middle_keeps_both_ends_and_the_width():
+    from fsdpbench.commands.analyze import shorten_middle
+
+    assert shorten_middle("abcdefghij", 10) == "abcdefghij"
+    assert shorten_middle("abcdefghijk", 5) == "ab…jk"
+    assert shorten_middle("abcdefghijk", 6) == "abc…jk"
