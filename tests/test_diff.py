@@ -18,7 +18,7 @@ from test_findings import analysis, rank
 def test_side_by_side_gives_each_rank_and_the_mean_with_test_minus_base():
     base = analysis(rank(0, step=1000.0, overlap=0.5), rank(1, step=1200.0, overlap=0.7))
     test = analysis(rank(0, step=1500.0, overlap=0.1), rank(1, step=1300.0, overlap=0.3))
-    sbs = compare(base, test).side_by_side
+    sbs = compare(base, test).side_by_side.to_dict()
     assert [r["rank"] for r in sbs["ranks"]] == [0, 1]
     assert (
         sbs["ranks"][0]["delta"]["step_time_us"] == 500.0

@@ -138,17 +138,65 @@ def _sync_rows(rank: Mapping[str, Any]) -> list[dict[str, Any]]:
 # ---- the result ---------------------------------------------------------------------------------------
 
 
+def _metric_deltas(base: SideMetrics, test: SideMetrics) -> dict[str, float | None]:
+    return {k: safe_delta(getattr(test, k), getattr(base, k)) for k in METRICS}
+
+
+@dataclass(frozen=True)
+class RankPair:
+    """One rank on both sides (``None`` where a side has no profile of that rank)."""
+
+    rank: int | None
+    base: SideMetrics | None
+    test: SideMetrics | None
+
+    def to_dict(self) -> dict[str, Any]:
+        both = self.base is not None and self.test is not None
+        return {
+            "rank": self.rank,
+            "base": None if self.base is None else self.base.to_dict(),
+            "test": None if self.test is None else self.test.to_dict(),
+            "delta": _metric_deltas(self.base, self.test) if both else None,
+        }
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """The step breakdown of both arms: the mean over ranks and each rank; deltas are ``test − base``."""
+
+    mean: Pair[SideMetrics]
+    ranks: list[RankPair]
+
+    def delta(self, key: str) -> float | None:
+        """The rank-mean ``test − base`` of one metric."""
+        return safe_delta(getattr(self.mean.test, key), getattr(self.mean.base, key))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The Diff JSON's ``side_by_side`` object (``ratio`` omits ``overlap_ratio``: its delta is in points)."""
+        mb, mt = self.mean.base.to_dict(), self.mean.test.to_dict()
+        return {
+            "metrics": list(METRICS),
+            "mean": {
+                "base": mb,
+                "test": mt,
+                "delta": _metric_deltas(self.mean.base, self.mean.test),
+                "ratio": {k: safe_ratio(mt[k], mb[k]) for k in METRICS if k != "overlap_ratio"},
+            },
+            "ranks": [r.to_dict() for r in self.ranks],
+        }
+
+
 @dataclass
 class DiffResult:
     """The comparison of a test arm against a base arm; ``to_dict()`` gives the Diff JSON.
 
-    ``side_by_side`` is the Diff JSON's ``side_by_side`` object (mean, ratio and per-rank metrics);
-    the rows and findings are typed (``fsdpbench.analysis.findings``).
+    Every part is typed (``SideBySide`` here, the rows and findings in ``fsdpbench.analysis.findings``);
+    ``to_dict()`` of each gives its Diff JSON object.
     """
 
     base: str
     test: str
-    side_by_side: dict[str, Any]
+    side_by_side: SideBySide
     collectives: list[CollectiveRow]
     ops: list[OpRow]
     sync: list[SyncRow]
@@ -163,7 +211,7 @@ class DiffResult:
             "base": self.base,
             "test": self.test,
             "warnings": list(self.warnings),
-            "side_by_side": self.side_by_side,
+            "side_by_side": self.side_by_side.to_dict(),
             "collectives": [r.to_dict() for r in self.collectives],
             "ops": [r.to_dict() for r in self.ops],
             "sync": [r.to_dict() for r in self.sync],
@@ -181,32 +229,11 @@ class DiffResult:
 # ---- comparison ---------------------------------------------------------------------------------------
 
 
-def _side_by_side(ranks: Pair[list[SideMetrics]], mean: Pair[SideMetrics]) -> dict[str, Any]:
+def _side_by_side(ranks: Pair[list[SideMetrics]], mean: Pair[SideMetrics]) -> SideBySide:
     by_rank_b = {r.rank: r for r in ranks.base}
     by_rank_t = {r.rank: r for r in ranks.test}
-    rows = []
-    for rank in sorted(set(by_rank_b) | set(by_rank_t), key=lambda x: (x is None, x)):
-        rb, rt = by_rank_b.get(rank), by_rank_t.get(rank)
-        delta = {k: safe_delta(getattr(rt, k), getattr(rb, k)) for k in METRICS} if rb and rt else None
-        rows.append(
-            {
-                "rank": rank,
-                "base": rb.to_dict() if rb else None,
-                "test": rt.to_dict() if rt else None,
-                "delta": delta,
-            }
-        )
-    mb, mt = mean.base.to_dict(), mean.test.to_dict()
-    return {
-        "metrics": list(METRICS),
-        "mean": {
-            "base": mb,
-            "test": mt,
-            "delta": {k: safe_delta(mt[k], mb[k]) for k in METRICS},
-            "ratio": {k: safe_ratio(mt[k], mb[k]) for k in METRICS if k != "overlap_ratio"},
-        },
-        "ranks": rows,
-    }
+    order = sorted(set(by_rank_b) | set(by_rank_t), key=lambda x: (x is None, x))
+    return SideBySide(mean, [RankPair(rank, by_rank_b.get(rank), by_rank_t.get(rank)) for rank in order])
 
 
 def _collectives(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[CollectiveRow]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
-from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, collective_phrase
+from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, SideMetrics, collective_phrase
 from fsdpbench.analysis.whatif import AlphaBetaFit
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x
 from fsdpbench.report.estimate import estimate_lines
@@ -84,28 +84,27 @@ def to_markdown(result: DiffResult) -> str:
     md += [f"> **Warning:** {w}" for w in result.warnings]
     if result.warnings:
         md.append("")
-    mean = result.side_by_side["mean"]
-    n_ranks = len(result.side_by_side["ranks"])
-    md += [f"Profiled step, mean over {n_ranks} rank(s); Δ = {t} − {b}.", ""]
-    rows = [
-        [METRIC_NAMES[key], *metric_cells(key, mean["base"][key], mean["test"][key], mean["delta"][key])]
-        for key in METRICS
-        if mean["base"][key] is not None or mean["test"][key] is not None
-    ]
+    sbs = result.side_by_side
+    md += [f"Profiled step, mean over {len(sbs.ranks)} rank(s); Δ = {t} − {b}.", ""]
+    rows = []
+    for key in METRICS:
+        base, test = getattr(sbs.mean.base, key), getattr(sbs.mean.test, key)
+        if base is not None or test is not None:
+            rows.append([METRIC_NAMES[key], *metric_cells(key, base, test, sbs.delta(key))])
     md += _table(["metric", b, t, "Δ"], rows)
-    if n_ranks > 1:
+    if len(sbs.ranks) > 1:
         rows = []
-        for r in result.side_by_side["ranks"]:
-            rb, rt = r["base"] or {}, r["test"] or {}
+        for r in sbs.ranks:
+            rb, rt = r.base or SideMetrics(), r.test or SideMetrics()
             rows.append(
                 [
-                    str(r["rank"]),
-                    fmt_us(rb.get("step_time_us")),
-                    fmt_us(rt.get("step_time_us")),
-                    fmt_pct(rb.get("overlap_ratio")),
-                    fmt_pct(rt.get("overlap_ratio")),
-                    fmt_us(rb.get("exposed_comm_us")),
-                    fmt_us(rt.get("exposed_comm_us")),
+                    str(r.rank),
+                    fmt_us(rb.step_time_us),
+                    fmt_us(rt.step_time_us),
+                    fmt_pct(rb.overlap_ratio),
+                    fmt_pct(rt.overlap_ratio),
+                    fmt_us(rb.exposed_comm_us),
+                    fmt_us(rt.exposed_comm_us),
                 ]
             )
         header = [

@@ -29,12 +29,11 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
     b, t = result.base, result.test
     for w in result.warnings:
         console.print(f"[bold yellow]warning:[/] {w}")
-    mean = result.side_by_side["mean"]
+    sbs = result.side_by_side
     side = table(f"{t} vs {b}: profiled step, rank mean", ["metric", b, t, "Δ"])
     for key in METRICS:
-        side.add_row(
-            METRIC_NAMES[key], *metric_cells(key, mean["base"][key], mean["test"][key], mean["delta"][key])
-        )
+        base, test = getattr(sbs.mean.base, key), getattr(sbs.mean.test, key)
+        side.add_row(METRIC_NAMES[key], *metric_cells(key, base, test, sbs.delta(key)))
     console.print(side)
     if result.collectives:
         coll = table(
