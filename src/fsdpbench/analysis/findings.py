@@ -82,8 +82,8 @@ T = TypeVar("T")
 def finite(value: Any) -> float | None:
     """``value`` as a float when it is a finite number (not a bool), else ``None``.
 
-    The one check of numbers read from JSON: ``compare`` applies it where an Analysis dict enters, so
-    every typed value below is a float or ``None``.
+    The one check of numbers read from JSON, applied where JSON enters: ``compare`` on an Analysis dict
+    (so every typed value below is a float or ``None``) and the report on summary/analysis JSON.
     """
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
