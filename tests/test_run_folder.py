@@ -191,3 +191,26 @@ def test_a_sweep_cell_is_done_only_when_every_profile_launch_passed(tmp_path, st
     results.write_json(tmp_path / results.SUMMARY, summary)
     results.write_json(results.launch_dir(tmp_path, "torch", results.PROFILE_ROUND) / results.STATUS, status)
     assert run_status(tmp_path) == ("done" if ok else "partial")
+
+
+def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkeypatch):
+    labels = ["torch", "hyper"]
+    cached = {lab: synthetic_analysis(per_param=i > 0, seed=i) for i, lab in enumerate(labels)}
+    for analysis in cached.values():
+        for rank in analysis["ranks"]:
+            del rank["collective_events"]
+    run = _run(tmp_path, labels, cached=cached, analysis_at=T0 + 10)
+    results.ensure_diffs(run, lambda diffs: "first")
+    analysed = []
+
+    class Fresh:  # the new analysis of hyper: the cached one, standing in for a trace read
+        def to_dict(self):
+            return cached["hyper"]
+
+    monkeypatch.setattr(
+        "fsdpbench.analysis.analyze", lambda paths, step=None: analysed.append(paths[0].name) or Fresh()
+    )
+    _touch(_trace(run, "hyper"), time.time() + 20)  # profiled again after diff.json was written
+    diffs = results.ensure_diffs(run, lambda diffs: "second")
+    assert analysed == ["hyper"] and [d["test"] for d in diffs] == ["hyper"]
+    assert (run / results.DIFF_MD).read_text() == "second"

@@ -569,8 +569,9 @@ def diff_run(run_dir: str | Path, *, reanalyze: bool = False, step: int | None =
 
 
 def ensure_diffs(run_dir: str | Path, markdown: Callable[[list[DiffResult]], str]) -> list[dict[str, Any]]:
-    """The diff JSON of every test arm: ``diff.json`` when it is no older than ``analysis.json``, else a new
-    ``diff_run`` (analysing what is stale) written to ``diff.json`` and ``diff.md``.
+    """The diff JSON of every test arm: ``diff.json`` while it is no older than ``analysis.json`` (itself no
+    older than the profiles), else a new diff (analysing what is stale) written to ``diff.json`` and
+    ``diff.md``.
 
     Args:
         run_dir: a profiled run folder.
@@ -582,12 +583,18 @@ def ensure_diffs(run_dir: str | Path, markdown: Callable[[list[DiffResult]], str
     """
     run_dir = Path(run_dir)
     manifest = _run_manifest(run_dir)
-    analyses = ensure_analysis(run_dir, [a.get("label") for a in manifest["arms"]])
+    labels = [a.get("label") for a in manifest["arms"]]
     saved_at, analysed_at = _mtime(run_dir / DIFF_JSON), _mtime(run_dir / ANALYSIS)
-    if saved_at is not None and analysed_at is not None and saved_at >= analysed_at:
+    if (
+        saved_at is not None
+        and analysed_at is not None
+        and saved_at >= analysed_at
+        and all(analysed_at >= _newest_mtime(profile_dir(run_dir, arm)) for arm in labels)
+    ):
         diffs = diff_list(read_json_if_readable(run_dir / DIFF_JSON))
         if diffs:
             return diffs
+    analyses = ensure_analysis(run_dir, labels)
     results = _diff_arms(run_dir, manifest, analyses)
     diffs = [r.to_dict() for r in results]
     write_diffs(diffs, run_dir / DIFF_JSON, run_dir / DIFF_MD, markdown(results))
