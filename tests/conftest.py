@@ -11,8 +11,22 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("FSDPBENCH_SHARED") or REPO.parent / "shared")
+"""The real-trace fixtures (../shared beside the checkout; ``FSDPBENCH_SHARED`` points elsewhere)."""
 ASCEND_FIXTURES = SHARED / "fixtures" / "ascend"
+
+
+@pytest.fixture(scope="session")
+def shared_fixtures() -> Path:
+    """``SHARED``, or skip the test when it is absent (e.g. a clone without ../shared beside it).
+
+    Session-scoped so that it runs (and skips) before any module fixture that reads the files.
+    """
+    if not (SHARED / "fixtures").is_dir():
+        pytest.skip(
+            f"{SHARED / 'fixtures'} is absent: the real-trace fixtures live in ../shared beside the checkout"
+        )
+    return SHARED
 
 
 @pytest.fixture(autouse=True)

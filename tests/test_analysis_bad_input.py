@@ -58,7 +58,7 @@ def test_missing_path_and_empty_folder_are_errors(tmp_path, capsys):
     assert rc == 2 and "no profiles found" in err
 
 
-def test_mixed_kineto_and_ascend_inputs_are_rejected(tmp_path):
+def test_mixed_kineto_and_ascend_inputs_are_rejected(tmp_path, shared_fixtures):
     good_trace(tmp_path)
     shutil.copytree(
         ASCEND_FIXTURES / "msinsight_pt_text_level1" / "rank0_ascend_pt",

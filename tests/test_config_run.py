@@ -15,14 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def no_hyper(monkeypatch):
-    monkeypatch.setattr(config, "hyper_available", lambda: False)
-    monkeypatch.setattr(config, "deepspeed_available", lambda: False)
+    monkeypatch.setattr(config.arms, "hyper_available", lambda: False)
+    monkeypatch.setattr(config.arms, "deepspeed_available", lambda: False)
 
 
 @pytest.fixture
 def with_hyper(monkeypatch):
-    monkeypatch.setattr(config, "hyper_available", lambda: True)
-    monkeypatch.setattr(config, "deepspeed_available", lambda: True)
+    monkeypatch.setattr(config.arms, "hyper_available", lambda: True)
+    monkeypatch.setattr(config.arms, "deepspeed_available", lambda: True)
 
 
 def test_default_arms_are_fsdp2_vs_fsdp1_without_optional_libraries(no_hyper):
@@ -118,3 +118,27 @@ def test_bad_toml_names_the_file(tmp_path):
         RunConfig.from_sources(str(bad), env={})
     with pytest.raises(ConfigError, match="no such file"):
         RunConfig.from_sources(str(tmp_path / "missing.toml"), env={})
+
+
+@pytest.mark.parametrize(
+    ("toml_text", "needle"),
+    [
+        ('order = "random"\n', "--order 'random'; choose one of: alternate, shuffle"),
+        ('optimizer = "lamb"\n', "--optimizer 'lamb'; choose one of: sgd, adamw"),
+        ('ac = "some"\n', "option ac 'some'; choose one of: off, full"),
+        ('param_dtype = "fp8"\n', "option param_dtype 'fp8'; choose one of: float32, bfloat16, float16"),
+        ("profile = 2\n", "--profile expects bool, got 2"),
+    ],
+)
+def test_closed_choices_are_checked_when_read(tmp_path, no_hyper, toml_text, needle):
+    """A TOML value outside a ``Literal`` choice fails in one line naming the option and every allowed value."""
+    path = tmp_path / "c.toml"
+    path.write_text('arms = ["torch"]\n' + toml_text)
+    with pytest.raises(ConfigError, match=None) as err:
+        RunConfig.from_sources(str(path), env={})
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_arm_spec_choice_names_the_spec_and_the_values():
+    with pytest.raises(ConfigError, match=r"arm 'torch:ac=half' option ac 'half'; choose one of: off, full"):
+        parse_arms("torch:ac=half")

@@ -214,7 +214,8 @@ def test_diff_run_reanalyzes_when_profiles_are_newer_than_analysis_json(tmp_path
     run = _hand_built_run(tmp_path, ["torch", "hyper"])
     cached = run / "analysis.json"
     os.utime(cached, (cached.stat().st_atime, cached.stat().st_mtime - 100))
-    with pytest.raises(InputError):  # the placeholder is not a trace: proves the profiles were read
+    # the placeholder is not a trace: the error proves the profiles were read, not the cached analysis.json
+    with pytest.raises(InputError, match=r"profiles/torch: no profiles found"):
         diff_run(run)
 
 

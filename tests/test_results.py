@@ -136,6 +136,25 @@ def test_alternate_order_is_abba_and_shuffle_is_seeded():
     assert interleaved_order(list("ABC"), 4, "shuffle", 3) == interleaved_order(list("ABC"), 4, "shuffle", 3)
 
 
+def _rounds(order: list[dict]) -> list[tuple[str, ...]]:
+    by_round: dict[int, list[str]] = {}
+    for o in order:
+        by_round.setdefault(o["round"], []).append(o["arm"])
+    return [tuple(by_round[r]) for r in sorted(by_round)]
+
+
+def test_shuffle_is_a_real_seeded_permutation_per_round():
+    """Fails for an identity "shuffle", for ``alternate`` under another name and for an unseeded one."""
+    labels, rounds = list("ABCD"), 12
+    shuffled = _rounds(interleaved_order(labels, rounds, "shuffle", 3))
+    assert all(sorted(r) == labels for r in shuffled)  # every arm once per round
+    assert shuffled == _rounds(interleaved_order(labels, rounds, "shuffle", 3))  # reproducible
+    assert shuffled != _rounds(interleaved_order(labels, rounds, "alternate", 3))
+    assert any(r != tuple(labels) for r in shuffled)  # not the identity
+    assert len(set(shuffled)) > 2  # more than the two orders alternate knows
+    assert shuffled != _rounds(interleaved_order(labels, rounds, "shuffle", 4))  # the seed matters
+
+
 def test_multinode_launch_uses_static_rendezvous_with_a_port_per_launch(tmp_path):
     cfg = RunConfig.from_sources(
         env={}, overrides={"arms": "torch", "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400"}

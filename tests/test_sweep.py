@@ -125,7 +125,7 @@ def test_prefetch_and_mesh_axes_apply_to_every_arm_and_arm_sets_multiply():
 
 def test_the_study_files_hold_the_three_experiments_and_the_hsdp_variant(monkeypatch):
     # the files name hyper arms; whether hyper_parallel is installed here is not what this test checks
-    monkeypatch.setattr("fsdpbench.config.hyper_available", lambda: True)
+    monkeypatch.setattr("fsdpbench.config.arms.hyper_available", lambda: True)
     sweep = load_sweep(REPO / "configs" / "study.toml")
     cfg = {c.name: c.config for c in sweep.cells}
     exp1, exp2, exp3 = cfg["16k-4l-noprefetch"], cfg["16k-4l-prefetch1"], cfg["8k-8l-prefetch1"]

@@ -25,7 +25,7 @@ def _stt(folder: Path) -> pd.Series:
 
 
 @pytest.fixture(scope="module")
-def level1():
+def level1(shared_fixtures):
     return analyze([LEVEL1], workers=1)
 
 
@@ -43,7 +43,7 @@ def test_compute_comm_and_exposed_equal_step_trace_time_within_1us(level1, rank)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_free_over_the_device_span_equals_step_trace_time_free(rank):
+def test_free_over_the_device_span_equals_step_trace_time_free(rank, shared_fixtures):
     """Ascend's Free is measured over the device span (first to last task); ours over the wall step."""
     t = read_ascend(RANKS[rank])
     assert abs(breakdown(t.events).free_ns / 1000 - _stt(RANKS[rank])["Free"]) < 1.0
@@ -95,7 +95,7 @@ def _copy(tmp_path: Path, rank: int = 0) -> Path:
     return dst
 
 
-def test_level0_style_kernel_details_still_classify_hccl_rows(tmp_path):
+def test_level0_style_kernel_details_still_classify_hccl_rows(tmp_path, shared_fixtures):
     dst = _copy(tmp_path)
     kd = dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     df = pd.read_csv(kd, dtype=str, keep_default_na=False)
@@ -107,7 +107,7 @@ def test_level0_style_kernel_details_still_classify_hccl_rows(tmp_path):
     assert abs(r.compute_us - _stt(RANKS[0])["Computing"]) < 1.0
 
 
-def test_kernel_details_missing_a_column_names_the_file_and_column(tmp_path):
+def test_kernel_details_missing_a_column_names_the_file_and_column(tmp_path, shared_fixtures):
     dst = _copy(tmp_path)
     kd = dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     pd.read_csv(kd, dtype=str).drop(columns=["Duration(us)"]).to_csv(kd, index=False)
@@ -115,14 +115,14 @@ def test_kernel_details_missing_a_column_names_the_file_and_column(tmp_path):
         read_ascend(dst)
 
 
-def test_rank_comes_from_profiler_info(tmp_path):
+def test_rank_comes_from_profiler_info(tmp_path, shared_fixtures):
     dst = _copy(tmp_path, 1)
     renamed = dst.rename(tmp_path / "host_123_20260101_ascend_pt")
     assert read_ascend(renamed).rank == 1
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_without_kernel_details_trace_view_lanes_give_the_same_numbers(tmp_path, rank):
+def test_without_kernel_details_trace_view_lanes_give_the_same_numbers(tmp_path, rank, shared_fixtures):
     """Ascend Hardware compute tasks + HCCL op lanes of trace_view.json reproduce step_trace_time too."""
     dst = _copy(tmp_path, rank)
     (dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
@@ -141,7 +141,7 @@ def test_a_folder_with_neither_csv_nor_trace_view_is_an_error(tmp_path):
         read_ascend(tmp_path / "x_ascend_pt")
 
 
-def test_a_runtime_sync_nested_in_its_ascendcl_call_is_one_sync(tmp_path):
+def test_a_runtime_sync_nested_in_its_ascendcl_call_is_one_sync(tmp_path, shared_fixtures):
     """Level2 traces record ``Runtime@StreamSynchronize`` inside each ``AscendCL@aclrtSynchronizeStream*``
     on the same thread (generated here from the Level1 trace): one user call, counted once, as
     api_statistic.csv counts it."""
@@ -164,7 +164,7 @@ def test_a_runtime_sync_nested_in_its_ascendcl_call_is_one_sync(tmp_path):
     assert analyze([dst], workers=1).ranks[0].sync["stream_synchronize"] == n_api
 
 
-def test_kernel_details_without_step_ids_take_the_host_step(tmp_path):
+def test_kernel_details_without_step_ids_take_the_host_step(tmp_path, shared_fixtures):
     dst = _copy(tmp_path)
     kd = dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     pd.read_csv(kd, dtype=str, keep_default_na=False).drop(columns=["Step Id"]).to_csv(kd, index=False)

@@ -39,7 +39,7 @@ def _step_trace_time(rank: int) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def db2():
+def db2(shared_fixtures):
     return analyze([DB2], workers=1)
 
 
@@ -56,7 +56,7 @@ def test_db_export_matches_analysis_db_step_trace_time_within_1us(db2, rank):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_db_free_over_the_device_span_equals_analysis_db_free(rank):
+def test_db_free_over_the_device_span_equals_analysis_db_free(rank, shared_fixtures):
     t = read_ascend(RANKS[rank])
     assert abs(breakdown(t.events).free_ns / 1000 - _step_trace_time(rank)["free"]) < 1.0
 
@@ -107,7 +107,7 @@ def test_db_sync_counts_one_per_host_call_not_per_nested_runtime_call(db2):
     assert sync["launch_ffts"] == 4 and sync["kernel_launch"] > 0
 
 
-def test_db_folder_is_found_under_a_parent_and_ranks_come_from_profiler_info(tmp_path):
+def test_db_folder_is_found_under_a_parent_and_ranks_come_from_profiler_info(tmp_path, shared_fixtures):
     dst = tmp_path / "run"
     shutil.copytree(DB2, dst)
     (dst / "rank1_ascend_pt").rename(dst / "host_99_20260101_ascend_pt")
@@ -121,14 +121,14 @@ def _one_rank(tmp_path: Path) -> Path:
     return dst
 
 
-def test_a_corrupt_database_names_the_file(tmp_path):
+def test_a_corrupt_database_names_the_file(tmp_path, shared_fixtures):
     dst = _one_rank(tmp_path)
     (dst / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db").write_bytes(b"not a database" * 100)
     with pytest.raises(InputError, match=r"ascend_pytorch_profiler_0\.db: not a readable sqlite database"):
         read_ascend(dst)
 
 
-def test_a_database_without_task_table_says_what_it_expected(tmp_path):
+def test_a_database_without_task_table_says_what_it_expected(tmp_path, shared_fixtures):
     dst = _one_rank(tmp_path)
     db = dst / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
     con = sqlite3.connect(db)
@@ -149,13 +149,13 @@ def test_a_folder_with_no_export_at_all_names_all_three_files(tmp_path):
         read_ascend(tmp_path / "x_ascend_pt")
 
 
-def test_the_database_file_itself_can_be_passed(db2):
+def test_the_database_file_itself_can_be_passed(db2, shared_fixtures):
     db = RANKS[1] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_1.db"
     r = analyze([db], workers=1).ranks[0]
     assert r.rank == 1 and r.compute_us == db2.ranks[1].compute_us
 
 
-def test_a_database_outside_its_output_folder_asks_for_the_rank_folder(tmp_path):
+def test_a_database_outside_its_output_folder_asks_for_the_rank_folder(tmp_path, shared_fixtures):
     db = tmp_path / "ascend_pytorch_profiler_0.db"
     shutil.copy(RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db", db)
     with pytest.raises(

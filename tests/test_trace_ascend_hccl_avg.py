@@ -25,6 +25,7 @@ from fsdpbench.trace.ascend import read_ascend
 TEXT = ASCEND_FIXTURES / "msinsight_pt_text_level1" / "rank0_ascend_pt"
 DB = ASCEND_FIXTURES / "msinsight_pt_db_level2" / "rank0_ascend_pt"
 LABEL = "RealDiv (HCCL AVG of all_reduce)"
+pytestmark = pytest.mark.usefixtures("shared_fixtures")  # every test reads the real exports
 
 
 def _op_counts(folder: Path) -> dict[str, int]:

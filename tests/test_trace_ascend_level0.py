@@ -18,12 +18,12 @@ LEVEL1 = ASCEND_FIXTURES / "msinsight_pt_text_level1"
 
 
 @pytest.fixture(scope="module")
-def level0():
+def level0(shared_fixtures):
     return analyze([LEVEL0], workers=1)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_level0_op_types_and_counts_equal_level1_op_statistic(level0, rank):
+def test_level0_op_types_and_counts_equal_level1_op_statistic(level0, rank, shared_fixtures):
     """Level0 writes N/A types and instance names (Conv2D1…Conv2D4, ReduceSum7); Level1 of the same
     model and step names the types: the derived types, and each type's count, must equal them."""
     kd = pd.read_csv(
@@ -79,7 +79,7 @@ def test_a_header_only_kernel_details_warns_clearly_and_no_clock_offset(tmp_path
     assert res.ranks[1].collectives["all_reduce"]["count"] == 4
 
 
-def test_a_diff_across_profiler_levels_shows_no_phantom_added_or_removed_ops(level0):
+def test_a_diff_across_profiler_levels_shows_no_phantom_added_or_removed_ops(level0, shared_fixtures):
     """Level1 and Level0 of the same model and step run the same ops: the diff may change their
     times, but must not list Conv2D1… as added and Conv2D as deleted."""
     from fsdpbench.analysis.diff import compare

@@ -295,7 +295,7 @@ def test_outermost_keeps_spans_not_nested_in_another_on_their_lane():
 
 
 @pytest.mark.parametrize("name", ["ns_resolution_trace", "trace_diff_test"])
-def test_typed_msgspec_decode_gives_the_orjson_table(monkeypatch, name):
+def test_typed_msgspec_decode_gives_the_orjson_table(monkeypatch, name, shared_fixtures):
     """The msgspec typed-struct decode and the plain orjson decode read a real trace into the same table."""
     from fsdpbench.trace import kineto_decode
 

@@ -509,27 +509,24 @@ def run_ab(
 
 def print_summary(console: Any, summary: dict[str, Any]) -> None:
     """The final table per arm, the comparisons and the parity gate."""
-    from rich.table import Table
 
     def fmt(v: Any, spec: str = ".1f", scale: float = 1.0) -> str:
         return "—" if v is None else format(v * scale, spec)
 
-    table = Table(title="step time per arm (median of per-round medians)")
-    for col in ("arm", "rounds", "median ms", "p10", "p90", "tok/s/dev", "TFLOP/s", "MFU", "mem GiB"):
-        table.add_column(col, justify="left" if col == "arm" else "right")
-    for label, a in summary["arms"].items():
-        table.add_row(
-            label,
-            str(len(a["rounds"])),
-            fmt(a["median_ms"]),
-            fmt(a["p10_ms"]),
-            fmt(a["p90_ms"]),
-            fmt(a["tokens_per_s_per_device"], ".0f"),
-            fmt(a["tflops_per_device"], ".3g"),
-            fmt(a["mfu"], ".1%"),
-            fmt(a["peak_mem_allocated_bytes"], ".2f", 1 / 2**30),
-        )
-    console.print(table)
+    rows = {
+        label: {
+            "n": str(len(a["rounds"])),
+            "median": fmt(a["median_ms"]),
+            "p10": fmt(a["p10_ms"]),
+            "p90": fmt(a["p90_ms"]),
+            "tok/s": fmt(a["tokens_per_s_per_device"], ".0f"),
+            "TFLOP/s": fmt(a["tflops_per_device"], ".3g"),
+            "MFU": fmt(a["mfu"], ".1%"),
+            "GiB": fmt(a["peak_mem_allocated_bytes"], ".2f", 1 / 2**30),
+        }
+        for label, a in summary["arms"].items()
+    }
+    console.print(summary_table(rows, console.width))
     for c in summary["comparisons"]:
         ci = "—" if c["ci95"] is None else f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}"
         need = c["rounds_needed_1pct"]
@@ -550,6 +547,40 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
         console.print(f"[yellow]missing: {missing} — complete them with fsdpbench ab --resume RUN_DIR[/]")
     if summary["verdict"]:
         console.print(f"[bold]verdict:[/] {summary['verdict']}")
+
+
+def summary_table(rows: dict[str, dict[str, str]], width: int) -> Any:
+    """The per-arm table of ``print_summary`` fitted to ``width`` columns.
+
+    Units go in the caption; columns with no value for any arm (MFU and memory on CPU) are left out;
+    arm labels are never cut: when they do not fit beside the numbers, the rows are numbered and the
+    caption names each arm.
+    """
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    columns = [c for c in next(iter(rows.values()), {}) if any(r[c] != "—" for r in rows.values())]
+    caption = (
+        "ms: median of per-round medians, p10 and p90 of the timed steps; n: rounds; tok/s, TFLOP/s, MFU: "
+        "per device" + ("; GiB: peak memory allocated" if "GiB" in columns else "")
+    )
+
+    def build(names: list[str], caption: str) -> Table:
+        table = Table(title="step time per arm (ms)", caption=caption, caption_justify="left")
+        table.add_column("arm", no_wrap=True)
+        for col in columns:
+            table.add_column(col, justify="right", no_wrap=True)
+        for name, values in zip(names, rows.values(), strict=True):
+            table.add_row(name, *(values[c] for c in columns))
+        return table
+
+    table = build(list(rows), caption)
+    measure = Console(width=10_000)  # natural width, unwrapped
+    if Measurement.get(measure, measure.options, table).maximum <= width:
+        return table
+    legend = "; ".join(f"{i} = {label}" for i, label in enumerate(rows, 1))
+    return build([str(i) for i in range(1, len(rows) + 1)], f"arms: {legend}. {caption}")
 
 
 def write_report_safely(run_dir: Path, console: Any) -> None:

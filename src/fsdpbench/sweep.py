@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 
 from fsdpbench import results
-from fsdpbench.config import RunConfig, _read_toml
+from fsdpbench.config import RunConfig, read_toml
 from fsdpbench.errors import ConfigError, FsdpbenchError, InputError
 from fsdpbench.results import read_json_if_readable
 
@@ -221,7 +221,7 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
         out: the folder that holds the tree (overrides ``[sweep] out``; default ``results``).
     """
     source = str(path)
-    spec = _read_toml(source)
+    spec = read_toml(source)
     name, sweep_table, raw_cells = expand(spec, source)
     tree = Path(out if out is not None else sweep_table.get("out", "results")) / name
     cells = []

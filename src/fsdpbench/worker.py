@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -272,6 +273,8 @@ class StepRunner:
     counter: CollectiveCounter | None = None
     spec: dict[str, Any] | None = None
     """The launch spec, for the ``FSDPBENCH_FAULT`` test hook (None: no faults)."""
+    clock: Callable[[], float] = time.perf_counter
+    """Seconds, read just after the device sync before and after each step (tests pass a fake one)."""
 
     def __post_init__(self) -> None:
         self.params = list(self.model.parameters())
@@ -307,14 +310,14 @@ class StepRunner:
         if self.counter:
             self.counter.take()
         dev.synchronize(self.device_type)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         if self.spec:
             _inject_fault(self.spec, self.rank, step)
         loss = self.model(ids, labels=ids).loss
         self.backend.backward(loss)
         self.backend.optimizer_step(self.optimizer)
         dev.synchronize(self.device_type)
-        elapsed_ms = (time.perf_counter() - t0) * 1e3
+        elapsed_ms = (self.clock() - t0) * 1e3
         counts = self.counter.take() if self.counter else None
         return StepOutcome(elapsed_ms=elapsed_ms, loss=loss, collectives=counts)
 

@@ -146,12 +146,12 @@ def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None =
 
 def _set_elsewhere(args: argparse.Namespace, key: str) -> bool:
     """Whether the TOML file or an environment name sets ``key`` (then a command default must not)."""
-    from fsdpbench.config import ENV_NAMES, _read_toml
+    from fsdpbench.config import ENV_NAMES, read_toml
 
     if key in ENV_NAMES.values() and any(os.environ.get(e) for e, k in ENV_NAMES.items() if k == key):
         return True
     if getattr(args, "config", None):
-        data = _read_toml(args.config)
+        data = read_toml(args.config)
         return key in data or key in (data.get("arm") or {})
     return False
 

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, metavar="N", help="processes reading ranks (default: one per CPU)"
     )
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="every per-rank column (adds overlapped, free and kernel time) for a wide terminal",
+    )
 
 
 def _ms(us: float | None) -> str:
@@ -44,58 +49,71 @@ def _pct(r: float | None) -> str:
     return "null" if r is None else f"{100 * r:.1f}%"
 
 
-def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich types kept lazy)
-    """Print the analysis as rich tables."""
+# Per-rank columns: (header, metric, in the default narrow set?, caption text)
+RANK_COLUMNS = (
+    ("time", "step_time_us", True, "time: the profiled step"),
+    ("compute", "compute_us", True, ""),
+    ("comm", "comm_us", True, ""),
+    ("overlapped", "overlapped_us", False, "overlapped: comm hidden under compute"),
+    ("exposed", "exposed_comm_us", True, "exposed: comm − overlapped"),
+    ("free", "free_us", False, "free: step − |compute ∪ comm|"),
+    ("overlap", "overlap_ratio", True, "overlap: overlapped / comm"),
+    ("kernel", "kernel_time_us", False, "kernel: total kernel time"),
+)
+SYNC_HEADERS = {
+    "barrier": "barrier",
+    "launch_ffts": "ffts",
+    "device_synchronize": "device",
+    "stream_synchronize": "stream",
+    "event_synchronize": "event",
+    "kernel_launch": "launches",
+}
+"""Short headers for the sync/launch counts (the caption says what each is)."""
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters by replacing its middle with "…" (kernel names differ at both ends)."""
+    if len(text) <= width:
+        return text
+    head = width // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def _rank_cells(values: dict, columns: list[tuple[str, str, bool, str]]) -> list[str]:
+    return [_pct(values[key]) if key == "overlap_ratio" else _ms(values[key]) for _, key, _, _ in columns]
+
+
+def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noqa: ANN001 (rich types kept lazy)
+    """Print the analysis as rich tables that fit the console's width.
+
+    Short headers with the units in each table's caption; op type names shortened in the middle;
+    ``wide`` adds the per-rank columns overlapped, free and kernel time.
+    """
     from rich.console import Console
     from rich.table import Table
 
     con = console or Console()
-    t = Table(title=f"Per rank ({res.format}; times in ms)", title_justify="left")
-    for col in (
-        "rank",
-        "step",
-        "step time",
-        "compute",
-        "comm",
-        "overlapped",
-        "exposed comm",
-        "free",
-        "overlap",
-        "kernel time",
-    ):
-        t.add_column(col, justify="right")
+    columns = [c for c in RANK_COLUMNS if wide or c[2]]
+    caption = "; ".join(["times in ms", *(c[3] for c in columns if c[3])])
+    t = Table(title=f"Per rank ({res.format})", title_justify="left", caption=caption, caption_justify="left")
+    t.add_column("rank", justify="right")
+    t.add_column("step", justify="right")
+    for header, *_ in columns:
+        t.add_column(header, justify="right", no_wrap=True)
     for r in res.ranks:
-        t.add_row(
-            str(r.rank),
-            "all" if r.step is None else str(r.step),
-            _ms(r.step_time_us),
-            _ms(r.compute_us),
-            _ms(r.comm_us),
-            _ms(r.overlapped_us),
-            _ms(r.exposed_comm_us),
-            _ms(r.free_us),
-            _pct(r.overlap_ratio),
-            _ms(r.kernel_time_us),
-        )
-    m = res.mean
+        values = {key: getattr(r, key) for _, key, _, _ in columns}
+        t.add_row(str(r.rank), "all" if r.step is None else str(r.step), *_rank_cells(values, columns))
     if len(res.ranks) > 1:
-        t.add_row(
-            "mean",
-            "",
-            _ms(m["step_time_us"]),
-            _ms(m["compute_us"]),
-            _ms(m["comm_us"]),
-            _ms(m["overlapped_us"]),
-            _ms(m["exposed_comm_us"]),
-            _ms(m["free_us"]),
-            _pct(m["overlap_ratio"]),
-            _ms(m["kernel_time_us"]),
-            style="bold",
-        )
+        t.add_row("mean", "", *_rank_cells(res.mean, columns), style="bold")
     con.print(t)
 
-    c = Table(title="Collectives", title_justify="left")
-    for col in ("rank", "type", "count", "bytes", "median size", "time (ms)", "bandwidth (GB/s)"):
+    c = Table(
+        title="Collectives",
+        title_justify="left",
+        caption="bytes: total; median: message size; ms: time; GB/s: bandwidth",
+        caption_justify="left",
+    )
+    for col in ("rank", "type", "count", "bytes", "median", "ms", "GB/s"):
         c.add_column(col, justify="right")
     for r in res.ranks:
         for ctype, s in r.collectives.items():
@@ -114,17 +132,30 @@ def render(res, top: int = 15, console=None) -> None:  # noqa: ANN001 (rich type
 
     if res.ranks:
         r0 = res.ranks[0]
-        o = Table(title=f"Top {top} op types by kernel time (rank {r0.rank})", title_justify="left")
-        for col in ("op type", "count", "total (ms)", "mean (µs)"):
-            o.add_column(col, justify="right" if col != "op type" else "left")
+        o = Table(
+            title=f"Top {top} op types by kernel time (rank {r0.rank})",
+            title_justify="left",
+            caption="ms: total kernel time; mean µs: per call",
+            caption_justify="left",
+        )
+        for col in ("op type", "count", "ms", "mean µs"):
+            o.add_column(col, justify="right" if col != "op type" else "left", no_wrap=True)
+        name_width = max(16, con.width - 40)  # what the three number columns and the borders leave
         for row in r0.op_stats.head(top).itertuples(index=False):
-            o.add_row(str(row.op_type), str(row.count), _ms(row.total_us), f"{row.mean_us:.2f}")
+            name = shorten_middle(str(row.op_type), name_width)
+            o.add_row(name, str(row.count), _ms(row.total_us), f"{row.mean_us:.2f}")
         con.print(o)
 
-        s = Table(title="Sync and launch counts (n/r: the trace cannot record it)", title_justify="left")
+        s = Table(
+            title="Sync and launch counts",
+            title_justify="left",
+            caption="ffts: Launch_Ffts tasks; device, stream, event: synchronise calls; launches: kernel "
+            "launches; n/r: the trace cannot record it",
+            caption_justify="left",
+        )
         s.add_column("rank", justify="right")
         for k in r0.sync:
-            s.add_column(k, justify="right")
+            s.add_column(SYNC_HEADERS.get(k, k), justify="right")
         for r in res.ranks:
             s.add_row(str(r.rank), *["n/r" if v is None else str(v) for v in r.sync.values()])
         con.print(s)
@@ -152,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json == "-":
         sys.stdout.buffer.write(data + b"\n")
         return 0
-    render(res, top=args.top)
+    render(res, top=args.top, wide=args.wide)
     if args.json:
         out = Path(args.json)
         try:

@@ -69,7 +69,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             close = difflib.get_close_matches(key, fields, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; fields: {', '.join(fields)}"
             raise ConfigError(f"--set {key}: unknown model field{hint}")
-        out[key] = coerce(raw.strip(), fields[key].type, f"--set {key}")
+        out[key] = coerce(raw.strip(), fields[key], f"--set {key}")
     return out
 
 

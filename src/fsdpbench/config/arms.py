@@ -1,0 +1,294 @@
+"""Arms: one FSDP implementation plus its options, their parsing (``BACKEND[:key=value...]``) and
+which optional libraries are importable here."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, get_args
+
+from fsdpbench.config.types import Ac, Backend, Dtype, coerce, field_types
+from fsdpbench.errors import ConfigError
+
+BACKENDS: tuple[str, ...] = get_args(Backend)
+DTYPES: tuple[str, ...] = get_args(Dtype)
+DEEPSPEED_KNOBS: dict[str, type] = {
+    "reduce_bucket_size": int,
+    "stage3_prefetch_bucket_size": int,
+    "stage3_max_live_parameters": int,
+    "stage3_max_reuse_distance": int,
+    "stage3_param_persistence_threshold": int,
+    "sub_group_size": int,
+    "overlap_comm": bool,
+    "contiguous_gradients": bool,
+    "reduce_scatter": bool,
+}
+"""DeepSpeed ZeRO-3 knobs a ``deepspeed`` arm may set (``zero_optimization`` keys), with their types."""
+BACKEND_OPTIONS: dict[str, dict[str, type]] = {"deepspeed": DEEPSPEED_KNOBS}
+"""Backend-specific arm options by backend (allow-lists); they go to ``Arm.backend_options``."""
+
+
+@dataclass(kw_only=True)
+class Arm:
+    """One FSDP implementation plus its options. The same option names hold for every backend."""
+
+    backend: Backend
+    """``torch`` (PyTorch FSDP2 ``fully_shard``), ``fsdp1`` (PyTorch ``FullyShardedDataParallel``),
+    ``deepspeed`` (DeepSpeed ZeRO stage 3) or ``hyper`` (hyper_parallel ``fully_shard``, Torch backend)."""
+    prefetch: int = 0
+    """Explicit forward+backward layer prefetch depth; 0 = none."""
+    reshard_after_forward: bool = True
+    """Always a bool: the two libraries read ``None`` differently."""
+    mesh: str = ""
+    """``N`` (1D FSDP over N ranks) or ``RxS`` (HSDP, replicate × shard); empty = 1D over the world."""
+    param_dtype: Dtype = "float32"
+    reduce_dtype: Dtype = "float32"
+    comm_fusion: bool = False
+    """hyper only: fuse per-parameter collectives. A clear error where the installed library cannot."""
+    ac: Ac = "off"
+    """Activation checkpointing: ``off`` or ``full`` (every decoder layer)."""
+    python: str = ""
+    """Interpreter that runs this arm's ranks (another venv); empty = the launcher's own."""
+    backend_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The backend's own knobs (``BACKEND_OPTIONS``), e.g. DeepSpeed's ``reduce_bucket_size``."""
+    label: str = ""
+    """Unique name of the arm in results and reports (derived from the spec when empty)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+        if not self.label:
+            self.label = self.default_label()
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the option and the allowed values."""
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}")
+        if self.prefetch < 0:
+            raise ConfigError(f"arm option prefetch must be >= 0, got {self.prefetch}")
+        for name in ("param_dtype", "reduce_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(
+                    f"arm option {name}={getattr(self, name)!r}; choose one of: {', '.join(DTYPES)}"
+                )
+        if self.ac not in get_args(Ac):
+            raise ConfigError(f"arm option ac={self.ac!r}; choose one of: {', '.join(get_args(Ac))}")
+        if self.comm_fusion and self.backend != "hyper":
+            raise ConfigError("arm option comm_fusion applies to the hyper backend only")
+        if self.mesh:
+            parse_mesh(self.mesh)
+        allowed = BACKEND_OPTIONS.get(self.backend, {})
+        for key in self.backend_options:
+            if key not in allowed:
+                known = f"known: {', '.join(allowed)}" if allowed else f"the {self.backend} backend has none"
+                raise ConfigError(
+                    f"arm option {key!r} is not an option of the {self.backend} backend ({known})"
+                )
+        self._validate_backend_rules()
+
+    def _validate_backend_rules(self) -> None:
+        """Refuse option combinations a backend has no faithful equivalent for."""
+        what = f"arm {self.label or self.backend!r}"
+        if self.backend == "fsdp1":
+            if self.prefetch > 1:
+                raise ConfigError(
+                    f"{what}: prefetch={self.prefetch}, but FSDP1 prefetches at most one unit ahead "
+                    "(forward_prefetch + BACKWARD_PRE); use prefetch=0 or 1 for the fsdp1 arm"
+                )
+            if self.mesh and len(parse_mesh(self.mesh)) == 2 and parse_mesh(self.mesh)[1] == 1:
+                raise ConfigError(
+                    f"{what}: mesh {self.mesh} has shard size 1; FSDP1's HYBRID_SHARD then silently becomes "
+                    "NO_SHARD and the replicas drift apart; use a shard size of at least 2 (RxS with S >= 2)"
+                )
+        if self.backend == "deepspeed":
+            if self.mesh and len(parse_mesh(self.mesh)) == 2:
+                raise ConfigError(
+                    f"{what}: mesh {self.mesh} asks for HSDP, which DeepSpeed ZeRO-3 has no equivalent of in "
+                    "current releases (MiCS was removed); use a 1-D mesh for the deepspeed arm"
+                )
+            if "float16" in (self.param_dtype, self.reduce_dtype):
+                raise ConfigError(
+                    f"{what}: float16 needs DeepSpeed's loss scaling, which no other arm has; "
+                    "use bfloat16 or float32 for the deepspeed arm"
+                )
+            if self.param_dtype == "float32" and self.reduce_dtype != "float32":
+                raise ConfigError(
+                    f"{what}: reduce_dtype={self.reduce_dtype} with float32 parameters has no DeepSpeed "
+                    "equivalent (its communication dtype follows bf16 mode); use param_dtype=bfloat16 or "
+                    "reduce_dtype=float32"
+                )
+
+    def default_label(self) -> str:
+        parts = [self.backend]
+        defaults = {f.name: f.default for f in dataclasses.fields(Arm)}
+        for name in (
+            "prefetch",
+            "reshard_after_forward",
+            "mesh",
+            "param_dtype",
+            "reduce_dtype",
+            "comm_fusion",
+            "ac",
+        ):
+            value = getattr(self, name)
+            if value != defaults[name]:
+                short = {
+                    "reshard_after_forward": "raf",
+                    "param_dtype": "pdt",
+                    "reduce_dtype": "rdt",
+                    "comm_fusion": "fusion",
+                }.get(name, name)
+                text = (
+                    {True: "1", False: "0"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+                )
+                parts.append(f"{short}{text.replace('bfloat16', 'bf16').replace('float', 'fp')}")
+        parts += [f"{k}{_short_value(v)}" for k, v in sorted(self.backend_options.items())]
+        if self.python:
+            parts.append(interpreter_env_name(self.python))
+        return "-".join(parts)
+
+    def options(self) -> dict[str, Any]:
+        """The options as a plain dict (for manifests and the worker's command line)."""
+        return dataclasses.asdict(self)
+
+    def mesh_shape(self, world_size: int) -> tuple[int, ...]:
+        """The mesh as a tuple for ``world_size`` ranks; raise if it does not cover the world exactly."""
+        shape = parse_mesh(self.mesh) if self.mesh else (world_size,)
+        total = 1
+        for n in shape:
+            total *= n
+        if total != world_size:
+            raise ConfigError(
+                f"mesh {self.mesh or world_size!r} of arm {self.label!r} covers {total} ranks but the world "
+                f"size is {world_size}; use --mesh {world_size} or RxS with R×S = {world_size}"
+            )
+        return shape
+
+
+ARM_OPTION_FIELDS = (
+    "prefetch",
+    "reshard_after_forward",
+    "mesh",
+    "param_dtype",
+    "reduce_dtype",
+    "comm_fusion",
+    "ac",
+    "python",
+    "label",
+)
+
+
+ARM_TYPES: dict[str, Any] = field_types(Arm)
+"""Each ``Arm`` field's type (``Literal`` for the closed choices), for ``coerce``."""
+
+
+def _short_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def interpreter_env_name(python: str) -> str:
+    """A short name for an interpreter path: its environment folder (``/x/venvA/bin/python`` → ``venvA``)."""
+    from pathlib import PurePath
+
+    path = PurePath(python)
+    return (path.parent.parent.name if path.parent.name == "bin" else path.parent.name) or path.name
+
+
+def coerce_backend_option(value: Any, kind: type, what: str) -> Any:
+    """Like ``coerce``, but integers may be written as ``5e7``."""
+    if kind is int and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"{what} expects int, got {value!r}") from None
+        if not number.is_integer():
+            raise ConfigError(f"{what} expects int, got {value!r}")
+        return int(number)
+    return coerce(value, kind, what)
+
+
+def parse_mesh(text: str | int) -> tuple[int, ...]:
+    """``"8"`` → ``(8,)``; ``"2x4"`` → ``(2, 4)`` (replicate × shard)."""
+    parts = str(text).lower().split("x")
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"mesh {text!r} is not N or RxS (e.g. 8 or 2x4)") from None
+    if len(shape) > 2 or any(n < 1 for n in shape):
+        raise ConfigError(f"mesh {text!r} is not N or RxS with positive integers (e.g. 8 or 2x4)")
+    return shape
+
+
+def parse_arm(spec: str, shared: dict[str, Any] | None = None) -> Arm:
+    """Parse ``BACKEND[:key=value...]`` (e.g. ``hyper:prefetch=2:mesh=2x4``) on top of ``shared`` options."""
+    backend, *items = [s.strip() for s in spec.strip().split(":")]
+    values: dict[str, Any] = dict(shared or {})
+    for item in items:
+        if not item:
+            continue
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise ConfigError(f"arm {spec!r}: option {item!r} is not key=value")
+        own = BACKEND_OPTIONS.get(backend, {})
+        if key in own:
+            knobs = values.setdefault("backend_options", {})
+            knobs[key] = coerce_backend_option(raw.strip(), own[key], f"arm {spec!r} option {key}")
+            continue
+        if key not in ARM_OPTION_FIELDS:
+            known = ", ".join([*ARM_OPTION_FIELDS, *own])
+            raise ConfigError(f"arm {spec!r}: unknown option {key!r}; known: {known}")
+        values[key] = coerce(raw.strip(), ARM_TYPES[key], f"arm {spec!r} option {key}")
+    if "backend_options" in values:
+        values["backend_options"] = dict(values["backend_options"])
+    return Arm(backend=backend, **values)
+
+
+def parse_arms(text: str | list[str], shared: dict[str, Any] | None = None) -> list[Arm]:
+    """Parse a comma-separated list of arm specs; labels are made unique."""
+    specs = text.split(",") if isinstance(text, str) else list(text)
+    arms = [parse_arm(s, shared) for s in specs if s.strip()]
+    if not arms:
+        raise ConfigError("no arms given; e.g. --arms torch,hyper:prefetch=1")
+    seen: dict[str, int] = {}
+    for arm in arms:
+        if arm.label in seen:
+            seen[arm.label] += 1
+            arm.label = f"{arm.label}-{seen[arm.label]}"
+        else:
+            seen[arm.label] = 1
+    return arms
+
+
+def hyper_available() -> bool:
+    """Whether hyper_parallel is importable, found without importing it (its import patches torch)."""
+    import importlib.util
+
+    return importlib.util.find_spec("hyper_parallel") is not None
+
+
+def deepspeed_available() -> bool:
+    """Whether deepspeed is importable, found without importing it (its import probes accelerators)."""
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+OPTIONAL_BACKENDS: dict[str, tuple[Any, str]] = {
+    "deepspeed": (
+        lambda: deepspeed_available(),
+        "deepspeed, which is not installed; pip install deepspeed (or pip install 'fsdpbench[deepspeed]')",
+    ),
+    "hyper": (
+        lambda: hyper_available(),
+        "hyper_parallel, which is not installed; install it from its repository "
+        "(pip install --no-deps -e <hyper-parallel checkout>; pip install pyyaml)",
+    ),
+}
+"""Backends whose library is optional: (is it importable here?, what the error says is missing)."""
+
+
+def default_arm_specs() -> list[str]:
+    """FSDP2 (the base) vs FSDP1, both in every torch; plus deepspeed and hyper when importable."""
+    return ["torch", "fsdp1"] + [name for name, (available, _) in OPTIONAL_BACKENDS.items() if available()]

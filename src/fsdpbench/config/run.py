@@ -1,0 +1,244 @@
+"""``RunConfig``: everything one ``fsdpbench run``/``ab`` needs, resolved from its sources.
+
+Values are resolved in this order (later wins): preset → TOML file → study environment names
+(``SEQ_LEN``, ``NUM_LAYERS``, ``ENABLE_PROFILER``, ``PREFETCH``) → command-line flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, get_args
+
+from fsdpbench.config.arms import (
+    ARM_OPTION_FIELDS,
+    ARM_TYPES,
+    OPTIONAL_BACKENDS,
+    Arm,
+    default_arm_specs,
+    parse_arms,
+)
+from fsdpbench.config.model import ModelConfig, model_fields, model_preset, preset_tiny
+from fsdpbench.config.types import Device, Optimizer, Order, coerce, field_types
+from fsdpbench.errors import ConfigError
+
+DEVICES: tuple[str, ...] = get_args(Device)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+ORDERS: tuple[str, ...] = get_args(Order)
+ENV_NAMES = {
+    "SEQ_LEN": "seq_len",
+    "NUM_LAYERS": "layers",
+    "ENABLE_PROFILER": "profile",
+    "PREFETCH": "prefetch",
+}
+"""The original study's environment names and the option each one sets (a default below flags)."""
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """Everything one ``fsdpbench run``/``ab`` needs; ``to_dict()`` is what the manifest records."""
+
+    name: str = "ab"
+    """Results folder prefix: ``<out>/<name>_<YYYYmmdd_HHMMSS>``."""
+    arms: list[Arm] = dataclasses.field(default_factory=list)
+    """The arms, in order; the first is the base of every comparison."""
+    preset: str = "tiny"
+    model: ModelConfig = dataclasses.field(default_factory=preset_tiny)
+    """The resolved model shape (preset, then ``[model]`` overrides, then ``layers``)."""
+    seq_len: int = 256
+    batch_size: int = 1
+    """Sequences per rank per step."""
+    rounds: int = 3
+    """Timed launches per arm (fresh processes each), interleaved across arms."""
+    warmup: int = 2
+    """Untimed steps at the start of every launch."""
+    steps: int = 8
+    """Timed steps per launch."""
+    nproc: int = 2
+    """Ranks per node."""
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
+    """``host:port`` of node 0 for multi-node runs (static rendezvous); empty = loopback."""
+    master_port: int = 0
+    """Rendezvous port on loopback; 0 = a free port per launch (single node only)."""
+    device: Device = "auto"
+    profile: bool = False
+    """Add one profiling launch per arm (never mixed with the timed rounds)."""
+    profile_step: int = 3
+    """Step index (0-based, within the profiling launch) that the profiler records; ≥ 1."""
+    out: str = "results"
+    seed: int = 0
+    """Seeds the initial weights and the synthetic tokens (identical for every arm and round)."""
+    optimizer: Optimizer = "sgd"
+    lr: float = 1e-3
+    order: Order = "alternate"
+    """``alternate`` (A B, B A, ...) or ``shuffle`` (a seeded permutation per round)."""
+    timeout: float = 900.0
+    """Seconds one launch may take before its whole process group is killed."""
+    report: bool = True
+    """Write the report at the end (``--no-report`` turns it off)."""
+    parity_steps: int = 4
+    """Leading steps whose losses must agree across arms."""
+    count_collectives: bool = False
+    """Debug: count collectives per step by wrapping ``torch.distributed`` (adds a ``collectives`` field)."""
+    dump_params: bool = False
+    """Debug: rank 0 saves the final full parameters of each launch to ``final_params.pt``."""
+
+    def __post_init__(self) -> None:
+        if not self.arms:
+            self.arms = parse_arms(default_arm_specs())
+        self.validate()
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the option, its value and what to use instead."""
+        self.model.validate()
+        self.model.validate_seq_len(self.seq_len)
+        counts = {
+            "rounds": 1,
+            "steps": 1,
+            "nproc": 1,
+            "nnodes": 1,
+            "batch_size": 1,
+            "warmup": 0,
+            "node_rank": 0,
+            "profile_step": 1,
+            "master_port": 0,
+            "parity_steps": 0,
+        }
+        why = {"profile_step": " (step 0 creates the NCCL/HCCL communicators and warms the caches)"}
+        for name, low in counts.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be an integer >= {low}{why.get(name, '')}, got {value!r}"
+                )
+        if self.node_rank >= self.nnodes:
+            raise ConfigError(f"--node-rank {self.node_rank} must be < --nnodes {self.nnodes}")
+        if self.nnodes > 1 and not (self.rdzv_endpoint or self.master_port):
+            raise ConfigError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (or --master-port on loopback)")
+        if self.rdzv_endpoint:
+            host, _, port = self.rdzv_endpoint.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT")
+        for name, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("order", ORDERS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"--{name} {getattr(self, name)!r}; choose one of: {', '.join(allowed)}")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if not self.timeout > 0:
+            raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout}")
+        if not self.name or any(c in self.name for c in "/\\ "):
+            raise ConfigError(f"--name {self.name!r} must be non-empty, without slashes or spaces")
+        labels = [a.label for a in self.arms]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"arm labels must be unique, got {labels}")
+        for arm in self.arms:
+            arm.mesh_shape(self.world_size)
+            optional = OPTIONAL_BACKENDS.get(arm.backend)
+            if optional and not arm.python and not optional[0]():  # python= arms: probed in their interpreter
+                raise ConfigError(f"arm {arm.label!r} needs {optional[1]}, or drop the {arm.backend} arm")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict; ``from_dict`` inverts it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["arms"] = [a.options() for a in self.arms]
+        out["model"] = dataclasses.asdict(self.model)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Rebuild a config written by ``to_dict`` (e.g. from a manifest, for ``--resume``)."""
+        values = dict(data)
+        values["arms"] = [Arm(**a) for a in values.get("arms", [])]
+        values["model"] = ModelConfig(**values.get("model", {}))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+    @classmethod
+    def from_sources(
+        cls,
+        toml_path: str | None = None,
+        env: dict[str, str] | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> RunConfig:
+        """Resolve preset → TOML file → study environment names → ``overrides`` (later wins).
+
+        Args:
+            toml_path: a TOML file with run fields at the top level (``arms`` a list or a comma
+                string), shared arm options (``prefetch``, ``mesh``, ...) at the top level or in an
+                ``[arm]`` table, ``layers``, and model field overrides in a ``[model]`` table.
+            env: environment to read ``SEQ_LEN``, ``NUM_LAYERS``, ``ENABLE_PROFILER``, ``PREFETCH`` from
+                (``os.environ`` when None; pass ``{}`` to ignore it).
+            overrides: the same keys as the TOML top level (e.g. parsed command-line flags); ``None``
+                values are ignored.
+        """
+        import os
+
+        merged: dict[str, Any] = {}
+        model_overrides: dict[str, Any] = {}
+        if toml_path:
+            data = read_toml(toml_path)
+            model_overrides.update(data.pop("model", {}) or {})
+            merged.update(data.pop("arm", {}) or {})
+            merged.update(data)
+        for env_name, key in ENV_NAMES.items():
+            value = (os.environ if env is None else env).get(env_name)
+            if value not in (None, ""):
+                merged[key] = value
+        for key, value in (overrides or {}).items():
+            if key == "model" and value:
+                model_overrides.update(value)
+            elif value is not None:
+                merged[key] = value
+        return cls._build(merged, model_overrides, source=str(toml_path) if toml_path else "options")
+
+    @classmethod
+    def _build(cls, merged: dict[str, Any], model_overrides: dict[str, Any], source: str) -> RunConfig:
+        fields = field_types(cls)
+        shared: dict[str, Any] = {}
+        values: dict[str, Any] = {}
+        arms_spec = merged.pop("arms", None)
+        layers = merged.pop("layers", None)
+        preset = str(merged.pop("preset", "tiny"))
+        for key, value in merged.items():
+            key = key.replace("-", "_")
+            if key in ARM_OPTION_FIELDS and key != "label":
+                shared[key] = coerce(value, ARM_TYPES[key], f"option {key}")
+            elif key in fields and key not in ("model", "arms", "preset"):
+                values[key] = coerce(value, fields[key], f"--{key.replace('_', '-')}")
+            else:
+                raise ConfigError(f"{source}: unknown option {key!r}")
+        model = model_preset(preset)
+        mfields = model_fields()
+        typed: dict[str, Any] = {}
+        for key, value in model_overrides.items():
+            if key not in mfields:
+                raise ConfigError(f"{source}: unknown model field {key!r}")
+            typed[key] = coerce(value, mfields[key], f"model.{key}")
+        if layers is not None:
+            typed["num_hidden_layers"] = coerce(layers, int, "--layers")
+            if typed["num_hidden_layers"] < 1:
+                raise ConfigError(f"--layers must be >= 1, got {layers!r}")
+        model = model.replace(**typed) if typed else model
+        arms = parse_arms(arms_spec if arms_spec else default_arm_specs(), shared)
+        return cls(arms=arms, preset=preset, model=model, **values)
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """Load a TOML file, or raise a one-line ``ConfigError`` naming it (missing, or not valid TOML)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {path}: not valid TOML ({exc})") from None
