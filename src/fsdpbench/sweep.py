@@ -50,7 +50,6 @@ import orjson
 from fsdpbench import results
 from fsdpbench.config import RunConfig, read_toml
 from fsdpbench.errors import ConfigError, FsdpbenchError, InputError
-from fsdpbench.results import read_json_if_readable
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +257,7 @@ def run_status(run_dir: Path | None) -> str:
     the folder exists otherwise; ``pending`` when there is no folder."""
     if run_dir is None or not run_dir.is_dir():
         return "pending"
-    summary = read_json_if_readable(run_dir / results.SUMMARY)
+    summary = results.read_json_if_readable(run_dir / results.SUMMARY)
     if summary is None:
         return "partial"
     arms = summary.get("arms") or {}
@@ -270,7 +269,7 @@ def run_status(run_dir: Path | None) -> str:
 
 def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
     """When the run asked for profiles, every arm's profile launch must have succeeded."""
-    manifest = read_json_if_readable(run_dir / results.MANIFEST)
+    manifest = results.read_json_if_readable(run_dir / results.MANIFEST)
     if manifest is None:
         return False
     if not (manifest.get("config") or {}).get("profile"):
@@ -447,7 +446,7 @@ def _restore_errors(sweep: Sweep) -> None:
 
 
 def _why_partial(run_dir: Path) -> str:
-    summary = read_json_if_readable(run_dir / results.SUMMARY)
+    summary = results.read_json_if_readable(run_dir / results.SUMMARY)
     if summary is None:
         return f"the run wrote no {results.SUMMARY}"
     bad = [
