@@ -8,9 +8,10 @@ import orjson
 import pytest
 
 from conftest import run_cli
-from fsdpbench.analysis.diff import compare, diff_run
+from fsdpbench.analysis.diff import compare
 from fsdpbench.errors import InputError
 from fsdpbench.report.diff_md import to_markdown
+from fsdpbench.results import diff_run
 from test_diff_synthetic import synthetic_analysis
 from test_findings import analysis, rank
 

@@ -359,7 +359,7 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     import json
     import sys
 
-    from fsdpbench import launcher
+    from fsdpbench import launcher, results
     from fsdpbench.config import RunConfig
 
     cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nproc": nproc, "profile": True})
@@ -378,7 +378,7 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"launches": [], "profiles": {}, "environment": None, "order": []}
     run = launcher.Run(cfg, run_dir, manifest, console=None)
-    return run, lambda: run.launch("torch", -1, "profile", 0, None)
+    return run, lambda: run.launch("torch", results.PROFILE_ROUND, 0, None)
 
 
 def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
@@ -396,7 +396,7 @@ def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
     assert kept.read_text() == "from a failed profile launch"
     assert (run_dir / "profiles" / "other" / "rank0").is_dir()
     assert run.manifest["profiles"] == {"torch": "profiles/torch"} and results.launch_ok(
-        run_dir, "torch", None
+        run_dir, "torch", results.PROFILE_ROUND
     )
 
 
@@ -421,7 +421,9 @@ def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof
     assert "\n" not in msg
     assert "rank 1: kernel_details.csv" in msg and "rank 0" not in msg.split("missing")[0]
     assert "msprof" in msg and "set_env.sh" in msg and "analyse(" in msg
-    assert not results.launch_ok(tmp_path / "run", "torch", None)  # --resume profiles it again
+    assert not results.launch_ok(
+        tmp_path / "run", "torch", results.PROFILE_ROUND
+    )  # --resume profiles it again
     assert "torch" not in run.manifest["profiles"]
 
 
@@ -433,11 +435,11 @@ def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_pat
     }
     _run, launch = _profile_launch(tmp_path / "npu", monkeypatch, {**_NPU_ENV, **parsed})
     launch()
-    assert results.launch_ok(tmp_path / "npu" / "run", "torch", None)
+    assert results.launch_ok(tmp_path / "npu" / "run", "torch", results.PROFILE_ROUND)
     cpu = {"{ldir}/environment.json": '{"device_type": "cpu"}', "profiles/torch/rank0/t.json.gz": ""}
     _run, launch = _profile_launch(tmp_path / "cpu", monkeypatch, cpu)
     launch()
-    assert results.launch_ok(tmp_path / "cpu" / "run", "torch", None)
+    assert results.launch_ok(tmp_path / "cpu" / "run", "torch", results.PROFILE_ROUND)
 
 
 # --------------------------------------------------------------------------------------------

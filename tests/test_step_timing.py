@@ -63,7 +63,6 @@ def test_recorded_step_times_are_the_clock_differences(tmp_path, one_rank_gloo):
         world=1,
         replicas=1,
         round_=0,
-        kind="timed",
         steps_path=tmp_path / results.STEPS,
         clock=clock,
     )

@@ -219,38 +219,38 @@ class Run:
         return summary
 
     # ---- one launch
-    def launch(self, arm: str, round_: int, kind: str, index: int, progress: _Progress | None) -> None:
-        """Run one torchrun launch to completion; raise ``LaunchError`` if it fails (status.json says why)."""
-        ldir = results.launch_dir(self.run_dir, arm, round_ if kind == "timed" else None)
+    def launch(self, arm: str, round_: int, index: int, progress: _Progress | None) -> None:
+        """Run one torchrun launch (a timed round, or ``results.PROFILE_ROUND``) to completion; raise
+        ``LaunchError`` if it fails (status.json says why)."""
+        profile = round_ == results.PROFILE_ROUND
+        ldir = results.launch_dir(self.run_dir, arm, round_)
         if ldir.exists():  # an earlier, failed attempt: keep it aside, never overwrite
             ldir.rename(ldir.with_name(f"{ldir.name}.failed_{datetime.now():%Y%m%d_%H%M%S_%f}"))
         ldir.mkdir(parents=True)
-        rec_round = round_ if kind == "timed" else -1
-        results.drop_steps(self.run_dir, arm, rec_round, keep_to=ldir / "discarded_steps.jsonl")
-        if kind == "profile" and results.set_aside_profiles(self.run_dir, arm, ldir / "discarded_profiles"):
+        results.drop_steps(self.run_dir, arm, round_, keep_to=ldir / "discarded_steps.jsonl")
+        if profile and results.set_aside_profiles(self.run_dir, arm, ldir / "discarded_profiles"):
             self.manifest.get("profiles", {}).pop(arm, None)
         spec = {
             "config": self.cfg.to_dict(),
             "arm": arm,
-            "round": rec_round,
-            "kind": kind,
+            "round": round_,
             "run_dir": str(self.run_dir.resolve()),
             "launch_dir": str(ldir.resolve()),
         }
-        spec_path = ldir / "spec.json"
+        spec_path = ldir / results.LAUNCH_SPEC
         results.write_json(spec_path, spec)
         arm_cfg = next(a for a in self.cfg.arms if a.label == arm)
         cmd = torchrun_command(self.cfg, spec_path, ldir / "logs", index, python=arm_interpreter(arm_cfg))
-        expected = self.cfg.profile_step + 1 if kind == "profile" else self.cfg.warmup + self.cfg.steps
+        expected = self.cfg.profile_step + 1 if profile else self.cfg.warmup + self.cfg.steps
         started = datetime.now().isoformat(timespec="seconds")
         tail = _StepTail(self.run_dir / results.STEPS)
         if progress:
-            progress.start(f"{arm} {'profile' if kind == 'profile' else f'round {round_}'}", expected)
+            progress.start(f"{arm} {'profile' if profile else f'round {round_}'}", expected)
         t0 = time.monotonic()
         error: str | None = None
         rc: int | None = None
         seen = 0
-        with open(ldir / "torchrun.log", "wb") as out:
+        with open(ldir / results.LAUNCH_LOG, "wb") as out:
             env = interpreter_environment(arm_cfg, worker_environment(self.cfg))
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -262,7 +262,7 @@ class Run:
                     except subprocess.TimeoutExpired:
                         pass
                     for rec in tail.new():
-                        if rec.get("arm") == arm and rec.get("round") == rec_round:
+                        if rec.get("arm") == arm and rec.get("round") == round_:
                             seen += 1
                             if progress:
                                 progress.step(rec)
@@ -276,21 +276,21 @@ class Run:
             except BaseException:
                 _kill_group(proc)
                 rc = proc.returncode
-                self._write_status(ldir, arm, round_, kind, rc, started, t0, "interrupted")
+                self._write_status(ldir, arm, round_, rc, started, t0, "interrupted")
                 raise
-        seen += sum(1 for r in tail.new() if r.get("arm") == arm and r.get("round") == rec_round)
+        seen += sum(1 for r in tail.new() if r.get("arm") == arm and r.get("round") == round_)
         if error is None and rc != 0:
             error = _explain_failure(ldir, rc)
         if error is None and seen < expected:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
         if self.cfg.node_rank != 0:
             error = None if rc == 0 else error
-        if kind == "profile" and error is None and self._device_type(ldir) == "npu":
-            error = missing_ascend_output(self.run_dir / "profiles" / arm, self._local_ranks())
-        self._write_status(ldir, arm, round_, kind, rc, started, t0, error)
+        if profile and error is None and self._device_type(ldir) == "npu":
+            error = missing_ascend_output(results.profile_dir(self.run_dir, arm), self._local_ranks())
+        self._write_status(ldir, arm, round_, rc, started, t0, error)
         if progress:
             progress.finish(error is None, time.monotonic() - t0)
-        env_path = ldir / "environment.json"
+        env_path = ldir / results.LAUNCH_ENVIRONMENT
         if env_path.exists():
             facts = results.read_json(env_path)
             if not self.manifest.get("environment"):
@@ -302,22 +302,24 @@ class Run:
         self.manifest["launches"].append(
             {
                 "arm": arm,
-                "round": rec_round,
-                "kind": kind,
+                "round": round_,
+                "kind": results.launch_kind(round_),
                 "rc": rc,
                 "wall_s": round(time.monotonic() - t0, 3),
             }
         )
-        if kind == "profile" and error is None:
-            self.manifest.setdefault("profiles", {})[arm] = f"profiles/{arm}"
+        if profile and error is None:
+            self.manifest.setdefault("profiles", {})[arm] = f"{results.PROFILES}/{arm}"
         self.write_manifest()
         if error is not None:
-            where = "profile launch" if kind == "profile" else f"round {round_}"
+            where = "profile launch" if profile else f"round {round_}"
             raise LaunchError(f"arm {arm!r} {where}: {error}; logs in {ldir}")
 
     def _device_type(self, ldir: Path) -> str:
         facts = (
-            results.read_json_if_readable(ldir / "environment.json") or self.manifest.get("environment") or {}
+            results.read_json_if_readable(ldir / results.LAUNCH_ENVIRONMENT)
+            or self.manifest.get("environment")
+            or {}
         )
         return facts.get("device_type") or self.cfg.device
 
@@ -330,7 +332,6 @@ class Run:
         ldir: Path,
         arm: str,
         round_: int,
-        kind: str,
         rc: int | None,
         started: str,
         t0: float,
@@ -340,8 +341,8 @@ class Run:
             ldir / results.STATUS,
             {
                 "arm": arm,
-                "round": round_ if kind == "timed" else -1,
-                "kind": kind,
+                "round": round_,
+                "kind": results.launch_kind(round_),
                 "rc": rc,
                 "started": started,
                 "ended": datetime.now().isoformat(timespec="seconds"),
@@ -398,7 +399,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def _explain_failure(ldir: Path, rc: int) -> str:
     """One line from the ranks' error files (out of memory first), else the tail of torchrun's log."""
     errors = []
-    for path in sorted(ldir.glob("error_rank*.json")):
+    for path in sorted(ldir.glob(results.LAUNCH_ERROR.format(rank="*"))):
         try:
             errors.append(results.read_json(path))
         except InputError:
@@ -417,7 +418,8 @@ def _explain_failure(ldir: Path, rc: int) -> str:
         if first["type"] in ("ConfigError", "InputError", "LaunchError"):  # already says what to do
             return f"rank {first['rank']}: {msg}"
         return f"rank {first['rank']} crashed with {first['type']}: {msg}"
-    text = (ldir / "torchrun.log").read_text(errors="replace") if (ldir / "torchrun.log").exists() else ""
+    log_path = ldir / results.LAUNCH_LOG
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return f"torchrun exited with code {rc}" + (f": {lines[-1].strip()[:300]}" if lines else "")
 
@@ -472,11 +474,16 @@ def run_ab(
         }
         results.write_json(run_dir / results.MANIFEST, manifest)
     run = Run(cfg, run_dir, manifest, console)
-    todo: list[tuple[str, int, str]] = [
-        (i["arm"], i["round"], "timed") for i in manifest["order"] if (i["arm"], i["round"]) not in run.done()
+    done = run.done()
+    todo: list[tuple[str, int]] = [
+        (i["arm"], i["round"]) for i in manifest["order"] if (i["arm"], i["round"]) not in done
     ]
     if cfg.profile:
-        todo += [(a.label, -1, "profile") for a in cfg.arms if not results.launch_ok(run_dir, a.label, None)]
+        todo += [
+            (a.label, results.PROFILE_ROUND)
+            for a in cfg.arms
+            if not results.launch_ok(run_dir, a.label, results.PROFILE_ROUND)
+        ]
     console.print(
         f"[bold]fsdpbench[/] {cfg.name}: {len(cfg.arms)} arm(s) × {cfg.rounds} round(s), "
         f"{cfg.world_size} rank(s), preset {cfg.preset}, {cfg.model.num_hidden_layers} layers, "
@@ -487,8 +494,8 @@ def run_ab(
     index = len(manifest["launches"])
     try:
         with _Progress(console, len(todo)) as progress:
-            for arm, round_, kind in todo:
-                run.launch(arm, round_, kind, index, progress)
+            for arm, round_ in todo:
+                run.launch(arm, round_, index, progress)
                 index += 1
                 run.write_summary()
     finally:
@@ -577,12 +584,9 @@ def summary_table(rows: dict[str, dict[str, str]], width: int) -> Any:
 
 
 def write_report_safely(run_dir: Path, console: Any) -> None:
-    """Call the report writer when it is installed; a failure there is a warning, never a lost run."""
-    try:
-        from fsdpbench.report import write_report
-    except ImportError:
-        console.print("[dim]report: fsdpbench.report is not available; skipped[/]")
-        return
+    """Write the run's report; a failure there is a warning, never a lost run."""
+    from fsdpbench.report import write_report
+
     try:
         write_report(run_dir)
     except Exception as exc:  # noqa: BLE001 - the run's results are already on disk

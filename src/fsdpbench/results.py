@@ -1,16 +1,20 @@
-"""The results folder of ``fsdpbench run``/``ab`` (layout and fields: docs/DATA.md).
+"""The results folder of ``fsdpbench run``/``ab``: its one owner (layout and fields: docs/DATA.md).
 
-Writing is crash-safe: JSON files are replaced atomically, ``steps.jsonl`` is only appended (and a
-partial last line, from a killed writer, is ignored when reading). Torch-free.
+Every other module takes the folder's file names, JSON reading and writing, launch bookkeeping and the
+derived files (``analysis.json``, ``diff.json``) from here. Writing is crash-safe: files are replaced
+atomically, ``steps.jsonl`` is only appended (and a partial last line, from a killed writer, is ignored
+when reading). Torch-free; the analysis modules are imported only by the functions that analyse.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -18,11 +22,58 @@ from fsdpbench import stats
 from fsdpbench.device import peak_bf16_flops
 from fsdpbench.errors import InputError
 
+if TYPE_CHECKING:  # the analysis side imports pandas: only the functions that analyse load it
+    from fsdpbench.analysis.diff import DiffResult
+
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 1
+
+# ---- names in a run folder (docs/DATA.md) -------------------------------------------------------------------
 MANIFEST = "manifest.json"
 STEPS = "steps.jsonl"
 SUMMARY = "summary.json"
 STATUS = "status.json"
+ANALYSIS = "analysis.json"
+DIFF_JSON = "diff.json"
+DIFF_MD = "diff.md"
+PROFILES = "profiles"
+LAUNCHES = "launches"
+REPORT = "report"
+"""Stem of ``report.md`` / ``report.html``; their figures go to ``FIGURES``."""
+FIGURES = "figures"
+SWEEP_STATE = "sweep.json"
+"""The state file at the top of a sweep tree (``fsdpbench sweep``), beside its run folders."""
+RUN_MARKERS = (MANIFEST, SUMMARY, STEPS)
+"""A folder holding any of these is a run folder."""
+
+# in each launch folder (launches/<arm>/round<r> or .../profile)
+LAUNCH_SPEC = "spec.json"
+LAUNCH_LOG = "torchrun.log"
+LAUNCH_ENVIRONMENT = "environment.json"
+"""Rank 0's facts about the device, libraries and backend, merged into the manifest by the launcher."""
+LAUNCH_ERROR = "error_rank{rank}.json"
+"""What a failing rank writes (``LAUNCH_ERROR.format(rank=k)``); the launcher explains the failure from it."""
+
+PROFILE_ROUND = -1
+"""The ``round`` of an arm's profile launch, everywhere (launch specs, ``steps.jsonl``, ``status.json``,
+the manifest's launches); timed rounds are 0, 1, ... On disk the launch's ``kind`` says the same."""
+
+
+def launch_kind(round_: int) -> str:
+    """``profile`` for the profile launch (``PROFILE_ROUND``), else ``timed``."""
+    return "profile" if round_ == PROFILE_ROUND else "timed"
+
+
+def profile_dir(run_dir: str | Path, arm: str) -> Path:
+    """``profiles/<arm>``: the arm's profiler output, one ``rank<k>/`` folder per rank."""
+    return Path(run_dir) / PROFILES / arm
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when ``path`` is a folder holding at least one of a run's own files (``RUN_MARKERS``)."""
+    path = Path(path)
+    return path.is_dir() and any((path / m).is_file() for m in RUN_MARKERS)
 
 
 def create_run_dir(out: str | Path, name: str) -> Path:
@@ -40,13 +91,20 @@ def create_run_dir(out: str | Path, name: str) -> Path:
     raise InputError(f"cannot create a new run folder under {root}")
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    """Write ``data`` as indented JSON, atomically (a reader sees the old or the new file, never half)."""
+def write_atomic(path: str | Path, content: str | bytes) -> Path:
+    """Write ``content`` to ``path`` atomically (a reader sees the old or the new file, never half);
+    creates the parent folder. Returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.write_bytes(content.encode() if isinstance(content, str) else content)
     os.replace(tmp, path)
+    return path
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write ``data`` as indented JSON, atomically. Returns ``path``."""
+    return write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def read_json(path: str | Path) -> Any:
@@ -55,8 +113,10 @@ def read_json(path: str | Path) -> Any:
         return orjson.loads(Path(path).read_bytes())
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
     except orjson.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
+        raise InputError(f"{path}: not valid JSON ({exc}); rerun the command that wrote it") from None
 
 
 def read_json_if_readable(path: str | Path) -> Any:
@@ -116,9 +176,7 @@ def drop_steps(run_dir: str | Path, arm: str, round_: int, keep_to: Path | None 
             keep_to.parent.mkdir(parents=True, exist_ok=True)
             with open(keep_to, "ab") as f:
                 f.write(b"\n".join(dropped) + b"\n")
-        tmp = path.with_name(f".{STEPS}.tmp")
-        tmp.write_bytes(b"".join(line + b"\n" for line in kept))
-        os.replace(tmp, path)
+        write_atomic(path, b"".join(line + b"\n" for line in kept))
     return len(dropped)
 
 
@@ -126,7 +184,7 @@ def set_aside_profiles(run_dir: str | Path, arm: str, keep_to: Path) -> Path | N
     """Move ``profiles/<arm>`` (an earlier profile launch's traces) to ``keep_to`` before the arm is
     profiled again, so no old rank trace is analysed beside the new ones. Returns where they went,
     or None when there was nothing to move."""
-    old = Path(run_dir) / "profiles" / arm
+    old = profile_dir(run_dir, arm)
     if not old.exists():
         return None
     keep_to.parent.mkdir(parents=True, exist_ok=True)
@@ -134,22 +192,16 @@ def set_aside_profiles(run_dir: str | Path, arm: str, keep_to: Path) -> Path | N
     return keep_to
 
 
-def launch_dir(run_dir: str | Path, arm: str, round_: int | None) -> Path:
-    """``launches/<arm>/round<r>`` or ``launches/<arm>/profile`` (``round_`` None or -1)."""
-    leaf = "profile" if round_ is None or round_ < 0 else f"round{round_}"
-    return Path(run_dir) / "launches" / arm / leaf
+def launch_dir(run_dir: str | Path, arm: str, round_: int) -> Path:
+    """``launches/<arm>/round<r>``, or ``launches/<arm>/profile`` for ``PROFILE_ROUND``."""
+    leaf = "profile" if round_ == PROFILE_ROUND else f"round{round_}"
+    return Path(run_dir) / LAUNCHES / arm / leaf
 
 
-def launch_ok(run_dir: str | Path, arm: str, round_: int | None) -> bool:
+def launch_ok(run_dir: str | Path, arm: str, round_: int) -> bool:
     """Whether that launch finished with rc 0 and passed the launcher's checks (no ``error``)."""
-    path = launch_dir(run_dir, arm, round_) / STATUS
-    if not path.exists():
-        return False
-    try:
-        status = read_json(path)
-    except InputError:
-        return False
-    return status.get("rc") == 0 and not status.get("error")
+    status = read_json_if_readable(launch_dir(run_dir, arm, round_) / STATUS)
+    return isinstance(status, dict) and status.get("rc") == 0 and not status.get("error")
 
 
 def build_summary(
@@ -254,7 +306,7 @@ def build_summary(
         "verdict": verdict,
         "parity": parity,
         "missing": missing,
-        "profiles": {a: f"profiles/{a}" for a in labels if (manifest.get("profiles") or {}).get(a)},
+        "profiles": {a: f"{PROFILES}/{a}" for a in labels if (manifest.get("profiles") or {}).get(a)},
         "flops_per_token": flops_per_token,
         "peak_bf16_flops_per_device": peak,
     }
@@ -282,11 +334,13 @@ def check_parity(
         by_round: dict[int, dict[int, float]] = defaultdict(dict)
         for rec in steps:
             if rec.get("arm") == label and rec.get("loss") is not None:
-                if done is not None and rec["round"] >= 0 and (label, rec["round"]) not in done:
+                if done is not None and rec["round"] != PROFILE_ROUND and (label, rec["round"]) not in done:
                     continue
                 by_round[rec["round"]][rec["step"]] = float(rec["loss"])
         full = [
-            r for r in sorted(by_round, key=lambda r: (r < 0, r)) if all(s in by_round[r] for s in range(n))
+            r
+            for r in sorted(by_round, key=lambda r: (r == PROFILE_ROUND, r))
+            if all(s in by_round[r] for s in range(n))
         ]
         if full:
             losses[label] = [by_round[full[0]][s] for s in range(n)]
@@ -320,3 +374,228 @@ def check_parity(
     if worst:
         result.update(valid=False, reason=f"{mode} tolerance {tol:g} exceeded at {worst}")
     return result
+
+
+# ---- derived files: analysis.json and diff.json ----------------------------------------------------------
+
+
+def _newest_mtime(folder: Path) -> float:
+    """The newest modification time of the profiler output under ``folder`` (0 when it holds none).
+
+    Hidden files are skipped: the trace readers' event-table caches (``.<trace>.fsdpbench.npz``) and
+    temporary files are written beside the traces when they are read, and are not new profiles."""
+    newest = 0.0
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            if name.startswith("."):
+                continue
+            try:
+                newest = max(newest, os.stat(os.path.join(dirpath, name)).st_mtime)
+            except OSError:  # removed while we walk
+                pass
+    return newest
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def profiled_arms(run_dir: str | Path) -> list[str]:
+    """Arms with a non-empty ``profiles/<arm>`` folder: the manifest's arms first, in its order, then
+    any other folder by name."""
+    root = Path(run_dir) / PROFILES
+    if not root.is_dir():
+        return []
+    found = sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.iterdir()))
+    manifest = read_json_if_readable(Path(run_dir) / MANIFEST)
+    order = [a.get("label") for a in (manifest or {}).get("arms") or [] if isinstance(a, dict)]
+    return [a for a in order if a in found] + [a for a in found if a not in order]
+
+
+def ensure_analysis(
+    run_dir: str | Path,
+    arms: Iterable[str] | None = None,
+    *,
+    step: int | None = None,
+    reanalyze: bool = False,
+    failed: dict[str, Exception] | None = None,
+) -> dict[str, Any]:
+    """Each arm's analysis: its ``analysis.json`` entry when fresh, else a new analysis of its profiles.
+
+    An entry is fresh when ``analysis.json`` is no older than every file under ``profiles/<arm>``. New
+    analyses of the default steps (``step`` None) are written back into ``analysis.json`` in one atomic
+    write, which keeps the other fresh entries and drops stale ones, so the next call reuses them.
+
+    Args:
+        run_dir: a run folder (docs/DATA.md).
+        arms: arm labels (default: ``profiled_arms``).
+        step: analyse only this profiler step (never cached: ``analysis.json`` holds the default).
+        reanalyze: analyse even fresh arms (the per-call α–β fits need the collective events, which
+            ``analysis.json`` does not keep).
+        failed: when given, an arm whose profiles are missing or cannot be analysed is put here and left
+            out of the result; when None the error propagates.
+    Returns:
+        arm → its analysis JSON dict (reused) or ``Analysis`` object (analysed now), in ``arms`` order.
+    Raises:
+        InputError: (``failed`` None) an arm has no profiles, or its analysis failed.
+    """
+    run_dir = Path(run_dir)
+    arms = profiled_arms(run_dir) if arms is None else list(arms)
+    path = run_dir / ANALYSIS
+    saved_at = _mtime(path)
+    cached = read_json_if_readable(path) if saved_at is not None else None
+    cached = cached if isinstance(cached, dict) else {}
+    fresh = {
+        arm: entry
+        for arm, entry in cached.items()
+        if saved_at is not None and saved_at >= _newest_mtime(profile_dir(run_dir, arm))
+    }
+    out: dict[str, Any] = {}
+    new: dict[str, Any] = {}
+    for arm in arms:
+        if arm in fresh and step is None and not reanalyze:
+            log.debug("arm %s: using %s", arm, path)
+            out[arm] = fresh[arm]
+            continue
+        folder = profile_dir(run_dir, arm)
+        try:
+            if not folder.is_dir() or _newest_mtime(folder) == 0.0:
+                raise InputError(
+                    f"arm {arm!r}: no profiles under {folder}; rerun with `fsdpbench ab --profile` "
+                    f"(or the arm failed: see {LAUNCHES}/<arm>/profile/)"
+                )
+            from fsdpbench.analysis import analyze  # pandas and the trace readers: only when analysing
+
+            log.debug("arm %s: analyzing %s", arm, folder)
+            out[arm] = analyze([folder], step=step)
+        except Exception as exc:
+            if failed is None:
+                raise
+            log.debug("analysis of %s failed", folder, exc_info=True)
+            failed[arm] = exc
+            fresh.pop(arm, None)
+            continue
+        if step is None:
+            new[arm] = out[arm].to_dict()
+    if new:
+        write_json(path, {**fresh, **new})
+    return out
+
+
+def diff_list(payload: Any) -> list[dict[str, Any]]:
+    """The diffs of a diff.json payload (one diff object, or a list of them for several test arms)."""
+    if isinstance(payload, dict):
+        return [payload]
+    if isinstance(payload, list):
+        return [d for d in payload if isinstance(d, dict)]
+    return []
+
+
+def write_diffs(
+    diffs: list[dict[str, Any]], json_path: str | Path | None, md_path: str | Path | None, markdown: str
+) -> list[Path]:
+    """Write diff.json (one object for one test arm, else a list; docs/DATA.md) and diff.md atomically;
+    a ``None`` path is skipped. Returns the paths written."""
+    written = []
+    if json_path is not None:
+        written.append(write_json(json_path, diffs[0] if len(diffs) == 1 else diffs))
+    if md_path is not None:
+        written.append(write_atomic(md_path, markdown))
+    return written
+
+
+def _run_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        raise InputError(
+            f"{run_dir} is not a fsdpbench run folder (no {MANIFEST}); pass a run folder "
+            "written by `fsdpbench ab --profile`, or two trace paths BASE TEST"
+        )
+    manifest = read_json(path)
+    if len(manifest.get("arms") or []) < 2:
+        raise InputError(
+            f"{path} lists {len(manifest.get('arms') or [])} arm(s); a diff needs at least two (base and test)"
+        )
+    return manifest
+
+
+def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, Any]) -> list[DiffResult]:
+    from fsdpbench.analysis.diff import compare
+
+    summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
+    arms = {a["label"]: a for a in manifest["arms"]}
+    env = manifest.get("environment") or {}
+    model = (manifest.get("config") or {}).get("model")
+    side = {"world_size": env.get("world_size"), "model": model}
+    context = {
+        "parity": summary.get("parity"),
+        "base": side,
+        "test": side,
+        "num_layers": (model or {}).get("num_hidden_layers") if isinstance(model, Mapping) else None,
+    }
+    labels = list(arms)
+    base = labels[0]
+    return [
+        compare(
+            analyses[base],
+            analyses[label],
+            base_label=base,
+            test_label=label,
+            base_arm=arms[base],
+            test_arm=arms[label],
+            context=context,
+        )
+        for label in labels[1:]
+    ]
+
+
+def diff_run(run_dir: str | Path, *, reanalyze: bool = False, step: int | None = None) -> list[DiffResult]:
+    """One ``DiffResult`` per test arm of a profiled run, each against the manifest's first arm.
+
+    The analyses come from ``ensure_analysis``; parity from summary.json, the world size and model from
+    manifest.json, the arms' options (prefetch, comm_fusion) from the manifest's arm entries.
+
+    Raises:
+        InputError: the folder is not a run, has fewer than two arms, or an arm has no profiles.
+    """
+    run_dir = Path(run_dir)
+    manifest = _run_manifest(run_dir)
+    labels = [a.get("label") for a in manifest["arms"]]
+    analyses = ensure_analysis(run_dir, labels, step=step, reanalyze=reanalyze)
+    return _diff_arms(run_dir, manifest, analyses)
+
+
+def ensure_diffs(run_dir: str | Path, markdown: Callable[[list[DiffResult]], str]) -> list[dict[str, Any]]:
+    """The diff JSON of every test arm: ``diff.json`` while it is no older than ``analysis.json`` (itself no
+    older than the profiles), else a new diff (analysing what is stale) written to ``diff.json`` and
+    ``diff.md``.
+
+    Args:
+        run_dir: a profiled run folder.
+        markdown: renders the new diffs as the text of ``diff.md``.
+    Returns:
+        One diff dict per test arm, in manifest order (always a list).
+    Raises:
+        InputError: as ``diff_run``.
+    """
+    run_dir = Path(run_dir)
+    manifest = _run_manifest(run_dir)
+    labels = [a.get("label") for a in manifest["arms"]]
+    saved_at, analysed_at = _mtime(run_dir / DIFF_JSON), _mtime(run_dir / ANALYSIS)
+    if (
+        saved_at is not None
+        and analysed_at is not None
+        and saved_at >= analysed_at
+        and all(analysed_at >= _newest_mtime(profile_dir(run_dir, arm)) for arm in labels)
+    ):
+        diffs = diff_list(read_json_if_readable(run_dir / DIFF_JSON))
+        if diffs:
+            return diffs
+    analyses = ensure_analysis(run_dir, labels)
+    results = _diff_arms(run_dir, manifest, analyses)
+    diffs = [r.to_dict() for r in results]
+    write_diffs(diffs, run_dir / DIFF_JSON, run_dir / DIFF_MD, markdown(results))
+    return diffs

@@ -47,15 +47,15 @@ from typing import Any
 
 import orjson
 
+from fsdpbench import results
 from fsdpbench.config import RunConfig, read_toml
-from fsdpbench.errors import ConfigError, FsdpbenchError
-from fsdpbench.results import read_json_if_readable
+from fsdpbench.errors import ConfigError, FsdpbenchError, InputError
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 AXES = ("seq_len", "layers", "prefetch", "mesh", "arms")
-STATE_FILE = "sweep.json"
+STATE_FILE = results.SWEEP_STATE
 # fields of a cell's resolved config that may differ between reruns without changing what it measures
 VOLATILE = ("out", "master_port", "report", "timeout")
 
@@ -257,7 +257,7 @@ def run_status(run_dir: Path | None) -> str:
     the folder exists otherwise; ``pending`` when there is no folder."""
     if run_dir is None or not run_dir.is_dir():
         return "pending"
-    summary = read_json_if_readable(run_dir / "summary.json")
+    summary = results.read_json_if_readable(run_dir / results.SUMMARY)
     if summary is None:
         return "partial"
     arms = summary.get("arms") or {}
@@ -268,17 +268,13 @@ def run_status(run_dir: Path | None) -> str:
 
 
 def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
-    """When the run asked for profiles, every arm's profiling launch must have succeeded."""
-    manifest = read_json_if_readable(run_dir / "manifest.json")
+    """When the run asked for profiles, every arm's profile launch must have succeeded."""
+    manifest = results.read_json_if_readable(run_dir / results.MANIFEST)
     if manifest is None:
         return False
     if not (manifest.get("config") or {}).get("profile"):
         return True
-    for arm in arms:
-        status = read_json_if_readable(run_dir / "launches" / arm / "profile" / "status.json")
-        if status is None or status.get("rc") != 0:
-            return False
-    return True
+    return all(results.launch_ok(run_dir, arm, results.PROFILE_ROUND) for arm in arms)
 
 
 def read_state(tree: Path) -> dict[str, Any] | None:
@@ -286,15 +282,13 @@ def read_state(tree: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is corrupt ({exc}); move it away to start the sweep afresh") from None
+        return results.read_json(path)
+    except InputError as exc:
+        raise ConfigError(f"{exc}; move it away to start the sweep afresh") from None
 
 
 def write_state(sweep: Sweep, command: list[str] | None = None) -> Path:
     """Rewrite ``sweep.json`` atomically."""
-    sweep.tree.mkdir(parents=True, exist_ok=True)
-    path = sweep.tree / STATE_FILE
     payload = {
         "schema_version": SCHEMA_VERSION,
         "name": sweep.name,
@@ -303,10 +297,7 @@ def write_state(sweep: Sweep, command: list[str] | None = None) -> Path:
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "cells": [c.record(sweep.tree) for c in sweep.cells],
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
-    return path
+    return results.write_json(sweep.tree / STATE_FILE, payload)
 
 
 def check_against_state(sweep: Sweep) -> None:
@@ -455,9 +446,9 @@ def _restore_errors(sweep: Sweep) -> None:
 
 
 def _why_partial(run_dir: Path) -> str:
-    summary = read_json_if_readable(run_dir / "summary.json")
+    summary = results.read_json_if_readable(run_dir / results.SUMMARY)
     if summary is None:
-        return "the run wrote no summary.json"
+        return f"the run wrote no {results.SUMMARY}"
     bad = [
         f"{a}: {s.get('status')}"
         for a, s in (summary.get("arms") or {}).items()

@@ -1,7 +1,7 @@
 """What each rank runs under torchrun: build → shard → load weights → warmup → timed or profiled steps.
 
 ``python -m fsdpbench.worker SPEC.json`` — the launcher writes the spec (the resolved run config,
-the arm label, the round, the kind of launch and the folders). Rank 0 appends one record per step to
+the arm label, the round (``results.PROFILE_ROUND`` for the profile launch) and the folders). Rank 0 appends one record per step to
 ``steps.jsonl`` (the slowest rank's time via all_reduce MAX). Any rank that fails writes
 ``error_rank<k>.json`` in the launch folder so the launcher can say what went wrong.
 """
@@ -268,7 +268,7 @@ class StepRunner:
     replicas: int
     """Size of the HSDP replicate axis (1 for FSDP): grads are counted once per replica group."""
     round_: int
-    kind: str
+    """The launch's round; ``results.PROFILE_ROUND`` for the profile launch."""
     steps_path: Path
     counter: CollectiveCounter | None = None
     spec: dict[str, Any] | None = None
@@ -337,7 +337,10 @@ class StepRunner:
         if self.rank != 0:
             return None
         m, s = maxes.tolist(), sums.tolist()
-        kind = "profile" if self.kind == "profile" else ("warmup" if step < self.cfg.warmup else "timed")
+        if self.round_ == results.PROFILE_ROUND:
+            kind = "profile"
+        else:
+            kind = "warmup" if step < self.cfg.warmup else "timed"
         record = {
             "arm": self.arm.label,
             "round": self.round_,
@@ -440,9 +443,10 @@ def run(spec: dict[str, Any]) -> None:
     )
     cfg = RunConfig.from_dict(spec["config"])
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
-    kind, round_ = spec["kind"], spec["round"]
+    round_ = spec["round"]
+    profile = round_ == results.PROFILE_ROUND
     run_dir, launch_dir = Path(spec["run_dir"]), Path(spec["launch_dir"])
-    profile_dir = run_dir / "profiles" / arm.label / f"rank{rank}"
+    profile_dir = results.profile_dir(run_dir, arm.label) / f"rank{rank}"
 
     device_type = dev.resolve_device_type(cfg.device)
     device = dev.set_device(device_type, local_rank)
@@ -460,7 +464,7 @@ def run(spec: dict[str, Any]) -> None:
 
             facts = environment_facts(device_type, backend, world)
             facts["flops_per_token"] = float(flops_per_token(cfg.model, cfg.seq_len))
-            results.write_json(launch_dir / "environment.json", facts)
+            results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
 
         counter = CollectiveCounter() if cfg.count_collectives else None
         if counter:
@@ -477,21 +481,20 @@ def run(spec: dict[str, Any]) -> None:
             world=world,
             replicas=replicas,
             round_=round_,
-            kind=kind,
             steps_path=run_dir / results.STEPS,
             counter=counter,
             spec=spec,
         )
-        n_steps = cfg.profile_step + 1 if kind == "profile" else cfg.warmup + cfg.steps
+        n_steps = cfg.profile_step + 1 if profile else cfg.warmup + cfg.steps
         profiler = (
             make_profiler(device_type, profile_dir, rank, cfg.profile_step)
-            if kind == "profile"
+            if profile
             else contextlib.nullcontext()
         )
         gc.collect()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
-            run_steps(runner, n_steps, prof, cfg.profile_step if kind == "profile" else None)
+            run_steps(runner, n_steps, prof, cfg.profile_step if profile else None)
         gc.enable()
         if counter:
             counter.uninstall()
@@ -505,7 +508,7 @@ def run(spec: dict[str, Any]) -> None:
             backend.close()
         finally:
             dist.destroy_process_group()
-    if kind == "profile" and device_type == "npu":
+    if profile and device_type == "npu":
         parse_npu_profile(profile_dir)
 
 
@@ -515,7 +518,7 @@ def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
     except Exception:  # noqa: BLE001 - never mask the original error
         oom = False
     results.write_json(
-        launch_dir / f"error_rank{rank}.json",
+        launch_dir / results.LAUNCH_ERROR.format(rank=rank),
         {
             "rank": rank,
             "type": type(exc).__name__,

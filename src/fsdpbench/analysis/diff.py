@@ -2,8 +2,8 @@
 
 ``compare(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
 ``to_dict()`` gives it) plus, when present, each rank's ``collective_events`` table for the α–β fits.
-``diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the manifest is the
-base, every other arm a test. The vocabulary follows HTA's TraceDiff (control/test, ``test − base``
+``fsdpbench.results.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
+manifest is the base, every other arm a test. The vocabulary follows HTA's TraceDiff (control/test, ``test − base``
 deltas, change categories added/deleted/increased/decreased/unchanged). The result is data; its
 markdown and terminal renderings are in ``fsdpbench.report.diff_md`` and ``fsdpbench.report.terminal``.
 
@@ -15,10 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import orjson
 import pandas as pd
 
 from fsdpbench.analysis import findings as fnd
@@ -402,98 +400,3 @@ def compare(
     return DiffResult(
         base_label, test_label, side, collectives, ops, sync, fits, fnd.evaluate(rule_input), warnings
     )
-
-
-# ---- a run folder ------------------------------------------------------------------------------------------
-
-
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from exc
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"{what} {path} is not valid JSON ({exc}); rerun the command that wrote it") from exc
-
-
-def _newest_mtime(folder: Path) -> float:
-    return max((p.stat().st_mtime for p in folder.rglob("*") if p.is_file()), default=0.0)
-
-
-def load_run_analyses(
-    run_dir: Path, *, reanalyze: bool = False, step: int | None = None
-) -> tuple[dict, dict[str, Any]]:
-    """The manifest and ``{arm label: analysis}`` of a run folder, in manifest order.
-
-    Uses ``analysis.json`` for an arm when present and newer than every file under its profiles
-    folder (unless ``reanalyze``), else analyzes the profiles. Raises ``InputError`` when the folder is
-    not a run, has fewer than two arms, or an arm has no profiles.
-    """
-    run_dir = Path(run_dir)
-    manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise InputError(
-            f"{run_dir} is not a fsdpbench run folder (no manifest.json); pass a run folder "
-            "written by `fsdpbench ab --profile`, or two trace paths BASE TEST"
-        )
-    manifest = _read_json(manifest_path, "manifest")
-    labels = [a.get("label") for a in manifest.get("arms") or []]
-    if len(labels) < 2:
-        raise InputError(
-            f"{manifest_path} lists {len(labels)} arm(s); a diff needs at least two (base and test)"
-        )
-    cached_path = run_dir / "analysis.json"
-    cached = _read_json(cached_path, "analysis") if cached_path.is_file() and not reanalyze else {}
-    analyses: dict[str, Any] = {}
-    for label in labels:
-        folder = run_dir / "profiles" / str(label)
-        if not folder.is_dir() or not any(p.is_file() for p in folder.rglob("*")):
-            raise InputError(
-                f"arm {label!r}: no profiles under {folder}; rerun with `fsdpbench ab --profile` "
-                "(or the arm failed: see launches/<arm>/profile/)"
-            )
-        if label in cached and cached_path.stat().st_mtime >= _newest_mtime(folder) and step is None:
-            log.info("arm %s: using %s", label, cached_path)
-            analyses[label] = cached[label]
-        else:
-            from fsdpbench.analysis import analyze  # the analysis package's facade
-
-            log.info("arm %s: analyzing %s", label, folder)
-            analyses[label] = analyze([folder], step=step)
-    return manifest, analyses
-
-
-def diff_run(run_dir: Path, *, reanalyze: bool = False, step: int | None = None) -> list[DiffResult]:
-    """One ``DiffResult`` per test arm of a profiled run, each against the manifest's first arm.
-
-    Parity comes from summary.json, the world size and model from manifest.json, the arms' options
-    (prefetch, comm_fusion) from the manifest's arm entries.
-    """
-    run_dir = Path(run_dir)
-    manifest, analyses = load_run_analyses(run_dir, reanalyze=reanalyze, step=step)
-    summary_path = run_dir / "summary.json"
-    summary = _read_json(summary_path, "summary") if summary_path.is_file() else {}
-    arms = {a["label"]: a for a in manifest["arms"]}
-    env = manifest.get("environment") or {}
-    model = (manifest.get("config") or {}).get("model")
-    side = {"world_size": env.get("world_size"), "model": model}
-    context = {
-        "parity": summary.get("parity"),
-        "base": side,
-        "test": side,
-        "num_layers": (model or {}).get("num_hidden_layers") if isinstance(model, Mapping) else None,
-    }
-    labels = list(arms)
-    base = labels[0]
-    return [
-        compare(
-            analyses[base],
-            analyses[label],
-            base_label=base,
-            test_label=label,
-            base_arm=arms[base],
-            test_arm=arms[label],
-            context=context,
-        )
-        for label in labels[1:]
-    ]

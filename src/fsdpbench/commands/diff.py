@@ -11,8 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from fsdpbench import results as run_folder
 from fsdpbench.errors import ConfigError, InputError
 
 ANALYSIS_JSON_MAX_BYTES = 64 << 20
@@ -60,9 +59,9 @@ def _load_side(path: Path, what: str, step: int | None) -> Any:
     if path.is_file() and name.endswith(".json") and not name.endswith(".pt.trace.json"):
         if path.stat().st_size <= ANALYSIS_JSON_MAX_BYTES:
             try:
-                data = orjson.loads(path.read_bytes())
-            except orjson.JSONDecodeError as exc:
-                raise InputError(f"{what} {path} is not valid JSON ({exc})") from exc
+                data = run_folder.read_json(path)
+            except InputError as exc:
+                raise InputError(f"{what} {exc}") from None
             if isinstance(data, dict) and "ranks" in data and "schema_version" in data:
                 return data
     from fsdpbench.analysis import analyze
@@ -70,16 +69,11 @@ def _load_side(path: Path, what: str, step: int | None) -> Any:
     return analyze([path], step=step)
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
 def main(args: argparse.Namespace) -> int:
     """Run the diff, print the tables and write the requested files; 0 on success."""
     from rich.console import Console
 
-    from fsdpbench.analysis.diff import compare, diff_run
+    from fsdpbench.analysis.diff import compare
     from fsdpbench.report.diff_md import to_markdown
     from fsdpbench.report.terminal import render_diff
 
@@ -96,8 +90,9 @@ def main(args: argparse.Namespace) -> int:
                 f"{run_dir} is not a run folder; pass a RUN_DIR of `fsdpbench ab --profile` or two "
                 "paths BASE TEST"
             )
-        results = diff_run(run_dir, reanalyze=args.reanalyze, step=args.step)
-        json_path, md_path = args.json or run_dir / "diff.json", args.md or run_dir / "diff.md"
+        results = run_folder.diff_run(run_dir, reanalyze=args.reanalyze, step=args.step)
+        json_path = args.json or run_dir / run_folder.DIFF_JSON
+        md_path = args.md or run_dir / run_folder.DIFF_MD
     elif len(paths) == 2:
         if args.reanalyze:
             raise ConfigError("--reanalyze applies to a RUN_DIR; BASE TEST traces are always analyzed")
@@ -115,11 +110,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.quiet:
         for result in results:
             render_diff(result, console)
-    if json_path is not None:
-        payload: Any = results[0].to_dict() if len(results) == 1 else [r.to_dict() for r in results]
-        _write(json_path, orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-        console.print(f"wrote {json_path}", highlight=False)
-    if md_path is not None:
-        _write(md_path, "\n".join(to_markdown(r) for r in results).encode())
-        console.print(f"wrote {md_path}", highlight=False)
+    markdown = "\n\n".join(to_markdown(r) for r in results) if md_path is not None else ""
+    for path in run_folder.write_diffs([r.to_dict() for r in results], json_path, md_path, markdown):
+        console.print(f"wrote {path}", highlight=False)
     return 0

@@ -10,14 +10,14 @@ report's "Missing pieces" section; the rest is still shown.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
+from fsdpbench import results
 from fsdpbench.report.blocks import Figure, to_html, to_markdown
+from fsdpbench.report.diff_md import to_markdown as diff_markdown
 from fsdpbench.report.load import RunData, Timeline, load_run
 
 __all__ = ["write_report", "write_index", "load_run", "RunData"]
@@ -25,94 +25,42 @@ __all__ = ["write_report", "write_index", "load_run", "RunData"]
 log = logging.getLogger(__name__)
 
 
-def _atomic_write(path: Path, content: str | bytes) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(content.encode() if isinstance(content, str) else content)
-    os.replace(tmp, path)
-    return path
-
-
-def _newest_mtime(root: Path) -> float:
-    newest = 0.0
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            try:
-                newest = max(newest, os.stat(os.path.join(dirpath, f)).st_mtime)
-            except OSError:
-                pass
-    return newest
-
-
-def _stale(target: Path, source_mtime: float) -> bool:
-    return not target.is_file() or target.stat().st_mtime < source_mtime
-
-
 def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
-    """Analyse each arm's profiles when analysis.json is absent or stale. Returns arm → Analysis objects
-    (empty when the existing analysis.json was reused)."""
-    profile_dirs = data.profile_dirs()
-    if not profile_dirs:
+    """``results.ensure_analysis`` of every profiled arm; an arm that fails is named in the report.
+    Returns arm → the ``Analysis`` objects analysed now (empty when analysis.json was reused)."""
+    if not data.profile_dirs():
         return {}
-    target = data.run_dir / "analysis.json"
-    if not _stale(target, _newest_mtime(data.run_dir / "profiles")) and data.analysis:
-        return {}
-    try:
-        from fsdpbench.analysis import analyze
-    except ImportError as exc:
+    path = data.run_dir / results.ANALYSIS
+    before = path.stat().st_mtime_ns if path.is_file() else None
+    failed: dict[str, Exception] = {}
+    analyses = results.ensure_analysis(data.run_dir, list(data.profile_dirs()), failed=failed)
+    for arm, exc in failed.items():
+        log.warning("analysis of arm %s failed: %s", arm, exc)
         data.missing.append(
-            f"the profiles could not be analysed: the analysis module is unavailable ({exc})."
+            f"the profiles of arm `{arm}` (`{results.profile_dir(data.run_dir, arm)}`) could not be "
+            f"analysed: {exc}"
         )
-        return {}
-    results: dict[str, Any] = {}
-    as_json: dict[str, Any] = {}
-    for arm, folder in profile_dirs.items():
-        try:
-            results[arm] = analyze([folder])
-            as_json[arm] = results[arm].to_dict()
-        except Exception as exc:  # one arm's bad trace must not hide the others
-            log.warning("analysis of %s failed", folder, exc_info=True)
-            data.missing.append(f"the profiles of arm `{arm}` (`{folder}`) could not be analysed: {exc}")
-    if as_json:
-        written.append(
-            _atomic_write(
-                target, orjson.dumps(as_json, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-            )
-        )
-        data.analysis = as_json
-    return results
+    if path.is_file() and path.stat().st_mtime_ns != before:
+        written.append(path)
+        data.analysis = results.read_json(path)
+    return {a: r for a, r in analyses.items() if not isinstance(r, dict)}
 
 
 def _ensure_diff(data: RunData, written: list[Path]) -> None:
-    """Run ``diff_run`` when at least two arms are analysed and diff.json is absent or stale."""
+    """``results.ensure_diffs`` when at least two arms are analysed; a failure is named in the report."""
     if len(data.analysis or {}) < 2:
         return
-    target = data.run_dir / "diff.json"
-    analysis_file = data.run_dir / "analysis.json"
-    source_mtime = analysis_file.stat().st_mtime if analysis_file.is_file() else 0.0
-    if data.diffs and not _stale(target, source_mtime):
-        return
+    paths = [data.run_dir / results.DIFF_JSON, data.run_dir / results.DIFF_MD]
+    before = [p.stat().st_mtime_ns if p.is_file() else None for p in paths]
     try:
-        from fsdpbench.analysis.diff import diff_run
-    except ImportError as exc:
-        data.missing.append(f"no diff: the diff module is unavailable ({exc}).")
-        return
-    try:
-        results = diff_run(data.run_dir)
+        data.diffs = results.ensure_diffs(
+            data.run_dir, lambda diffs: "\n\n".join(diff_markdown(r) for r in diffs)
+        )
     except Exception as exc:
         log.warning("diff of %s failed", data.run_dir, exc_info=True)
         data.missing.append(f"the diff of the arms failed: {exc}")
         return
-    dicts = [r.to_dict() for r in results]
-    if not dicts:
-        return
-    payload = dicts[0] if len(dicts) == 1 else dicts
-    written.append(
-        _atomic_write(target, orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    )
-    from fsdpbench.report.diff_md import to_markdown as diff_markdown
-
-    written.append(_atomic_write(data.run_dir / "diff.md", "\n\n".join(diff_markdown(r) for r in results)))
-    data.diffs = dicts
+    written += [p for p, t in zip(paths, before, strict=True) if p.is_file() and p.stat().st_mtime_ns != t]
 
 
 def _column(events: Any, name: str) -> np.ndarray | None:
@@ -218,22 +166,24 @@ def write_report(run_dir: Path | str) -> list[Path]:
     if data.profile_dirs():
         _ensure_timelines(data, analysed)
     title, blocks = build_report(data)
-    return written + render(data.run_dir, "report", title, blocks)
+    return written + render(data.run_dir, results.REPORT, title, blocks)
 
 
 def render(folder: Path, stem: str, title: str, blocks: list) -> list[Path]:
     """Write ``{stem}.md`` + ``figures/*.svg`` and ``{stem}.html`` under ``folder``; return their paths."""
     written: list[Path] = []
     figs = [b for b in _walk(blocks) if isinstance(b, Figure)]
-    fig_dir = folder / "figures"
+    fig_dir = folder / results.FIGURES
     if figs:
         fig_dir.mkdir(exist_ok=True)
     for fig in figs:
         written.append(
-            _atomic_write(fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg)
+            results.write_atomic(
+                fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg
+            )
         )
-    written.append(_atomic_write(folder / f"{stem}.md", to_markdown(title, blocks)))
-    written.append(_atomic_write(folder / f"{stem}.html", to_html(title, blocks)))
+    written.append(results.write_atomic(folder / f"{stem}.md", to_markdown(title, blocks)))
+    written.append(results.write_atomic(folder / f"{stem}.html", to_html(title, blocks)))
     return written
 
 

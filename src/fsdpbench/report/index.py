@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench import results
 from fsdpbench.analysis.findings import finite
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import MISSING, fmt, fmt_pct
@@ -28,7 +29,7 @@ def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
 
 def build_index(tree: Path) -> tuple[str, list[Block]]:
     """Title and blocks of the index of ``tree`` (a folder holding sweep.json)."""
-    state = read_json_if_readable(tree / "sweep.json")
+    state = read_json_if_readable(tree / results.SWEEP_STATE)
     if not isinstance(state, dict):
         raise InputError(
             f"{tree} is not a sweep results tree (no readable sweep.json); run `fsdpbench sweep --config FILE`"
@@ -71,8 +72,8 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
     for c in cells:
         run_rel = c.get("run_dir")
         run_dir = tree / run_rel if run_rel else None
-        summary = read_json_if_readable(run_dir / "summary.json") if run_dir else None
-        analysis = read_json_if_readable(run_dir / "analysis.json") if run_dir else None
+        summary = read_json_if_readable(run_dir / results.SUMMARY) if run_dir else None
+        analysis = read_json_if_readable(run_dir / results.ANALYSIS) if run_dir else None
         summary = summary if isinstance(summary, dict) else {}
         arms = summary.get("arms") or {}
         params = c.get("params") or {}
@@ -86,8 +87,12 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
             for a in arms
             if _mean_overlap(analysis, a) is not None
         )
-        report = run_dir / "report.html" if run_dir else None
-        link = f"[report]({run_rel}/report.html)" if report is not None and report.is_file() else MISSING
+        report = run_dir / f"{results.REPORT}.html" if run_dir else None
+        link = (
+            f"[report]({run_rel}/{results.REPORT}.html)"
+            if report is not None and report.is_file()
+            else MISSING
+        )
         comparisons = summary.get("comparisons") or [{}]
         for comp in comparisons:
             ci = comp.get("ci95") or None

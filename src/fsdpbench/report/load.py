@@ -11,15 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pandas as pd
 
+from fsdpbench import results
 from fsdpbench.errors import InputError
-from fsdpbench.results import parse_jsonl
+from fsdpbench.results import RUN_MARKERS, is_run_dir
 
 log = logging.getLogger(__name__)
-
-RUN_MARKERS = ("manifest.json", "summary.json", "steps.jsonl")
 
 
 @dataclass
@@ -52,12 +50,9 @@ class RunData:
 
     def profile_dirs(self) -> dict[str, Path]:
         """arm label → its profile folder, for arms that have one."""
-        root = self.run_dir / "profiles"
-        if not root.is_dir():
-            return {}
-        found = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and any(p.iterdir())}
         order = {a: i for i, a in enumerate(self.arms)}
-        return dict(sorted(found.items(), key=lambda kv: order.get(kv[0], len(order))))
+        found = sorted(results.profiled_arms(self.run_dir), key=lambda a: order.get(a, len(order)))
+        return {a: results.profile_dir(self.run_dir, a) for a in found}
 
 
 @dataclass
@@ -79,8 +74,8 @@ def read_json(path: Path, data: RunData, what: str) -> Any:
     if not path.is_file():
         return None
     try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        return results.read_json(path)
+    except InputError as exc:
         data.missing.append(f"{what} `{path.name}` could not be read ({exc}); it is left out.")
         return None
 
@@ -89,7 +84,7 @@ def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
     """steps.jsonl as a DataFrame; a torn last line (a crash mid-write) is skipped with a note."""
     if not path.is_file():
         return None
-    rows, bad = parse_jsonl(path.read_bytes())
+    rows, bad = results.parse_jsonl(path.read_bytes())
     if bad:
         data.missing.append(
             f"`steps.jsonl` has {bad} unreadable line(s) (a crash mid-write?); they are skipped."
@@ -97,11 +92,6 @@ def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
     if not rows:
         return None
     return pd.DataFrame(rows)
-
-
-def is_run_dir(path: Path) -> bool:
-    """True when ``path`` holds at least one of a run's own files."""
-    return path.is_dir() and any((path / m).is_file() for m in RUN_MARKERS)
 
 
 def not_a_run_error(path: Path) -> InputError:
@@ -126,38 +116,26 @@ def load_run(run_dir: Path) -> RunData:
     if not is_run_dir(run_dir):
         raise not_a_run_error(run_dir)
     data = RunData(run_dir=run_dir)
-    data.manifest = read_json(run_dir / "manifest.json", data, "the manifest")
+    data.manifest = read_json(run_dir / results.MANIFEST, data, "the manifest")
     if data.manifest is None:
         data.missing.append(
             "`manifest.json` is missing: configuration, environment and commands are unknown."
         )
-    data.summary = read_json(run_dir / "summary.json", data, "the summary")
+    data.summary = read_json(run_dir / results.SUMMARY, data, "the summary")
     if data.summary is None:
         data.missing.append(
             "`summary.json` is missing: no verdict or statistics yet "
             f"(the run may have stopped early; `fsdpbench ab --resume {run_dir}` finishes it)."
         )
-    data.steps = read_steps(run_dir / "steps.jsonl", data)
+    data.steps = read_steps(run_dir / results.STEPS, data)
     if data.steps is None:
         data.missing.append("`steps.jsonl` is missing or empty: no step times to plot.")
-    for status in sorted((run_dir / "launches").glob("*/*/status.json")):
+    for status in sorted((run_dir / results.LAUNCHES).glob(f"*/*/{results.STATUS}")):
         parsed = read_json(status, data, "a launch status")
         if isinstance(parsed, dict):
             data.statuses.append(parsed)
-    analysis = read_json(run_dir / "analysis.json", data, "the analysis")
+    analysis = read_json(run_dir / results.ANALYSIS, data, "the analysis")
     if isinstance(analysis, dict):
         data.analysis = analysis
-    diff = read_json(run_dir / "diff.json", data, "the diff")
-    data.diffs = normalise_diffs(diff)
+    data.diffs = results.diff_list(read_json(run_dir / results.DIFF_JSON, data, "the diff"))
     return data
-
-
-def normalise_diffs(diff: Any) -> list[dict[str, Any]]:
-    """diff.json holds one diff object, a list of them, or ``{"diffs": [...]}``; return a list."""
-    if isinstance(diff, dict) and isinstance(diff.get("diffs"), list):
-        return [d for d in diff["diffs"] if isinstance(d, dict)]
-    if isinstance(diff, dict):
-        return [diff]
-    if isinstance(diff, list):
-        return [d for d in diff if isinstance(d, dict)]
-    return []
