@@ -165,3 +165,17 @@ def test_diff_keeps_short_labels_as_headers():
     header = next(line for line in text.splitlines() if "metric" in line)
     assert [h.strip() for h in header.strip("┃").split("┃")] == ["metric", "torch", "hyper", "Δ"]
     assert "base = " not in text
+
+
+def test_diff_bookkeeping_log_lines_show_only_with_verbose(tmp_path):
+    """The "arm torch: using .../analysis.json" bookkeeping is not in diff's output (nor in ab's report step)."""
+    from conftest import run_cli
+    from test_diff import _hand_built_run
+
+    run = _hand_built_run(tmp_path, ["torch", "hyper"])
+    quiet = run_cli("diff", str(run), "--quiet", timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "using" not in quiet.stdout + quiet.stderr and "INFO" not in quiet.stderr
+    verbose = run_cli("-v", "diff", str(run), "--quiet", timeout=120)
+    assert verbose.returncode == 0, verbose.stderr
+    assert "arm torch: using" in verbose.stderr
