@@ -125,8 +125,57 @@ def test_analyze_wide_adds_the_remaining_per_rank_columns():
 
 
 def test_shorten_middle_keeps_both_ends_and_the_width():
-    from fsdpbench.commands.analyze import shorten_middle
+    from fsdpbench.fmt import shorten_middle
 
     assert shorten_middle("abcdefghij", 10) == "abcdefghij"
     assert shorten_middle("abcdefghijk", 5) == "ab…jk"
     assert shorten_middle("abcdefghijk", 6) == "abc…jk"
+
+
+def test_diff_fits_80_columns_with_long_labels_and_kernel_names():
+    from fsdpbench.analysis import analyze
+    from fsdpbench.analysis.diff import compare
+    from fsdpbench.report.terminal import render_diff
+
+    base, test = _analysis_with_a_long_kernel_name(), analyze([GLOO_MIN], workers=1)
+    labels = ("torch-prefetch2-mesh1x2-pdtbf16", "hyper-prefetch2-pdtbf16-rdtfp32-fusion1")
+    console = _console()
+    render_diff(compare(base, test, base_label=labels[0], test_label=labels[1]), console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    words = " ".join(" ".join(lines).split())
+    assert words.count(f"base = {labels[0]}; test = {labels[1]}") == 1  # the legend, once, whole
+    tables = [line for line in lines if line.startswith(("┃", "│"))]
+    cut = [line for line in tables if "…" in line]
+    assert len(cut) == 1 and "op type" not in cut[0]  # only the long kernel name is shortened
+    head, tail = cut[0].split("│")[1].strip().split("…")
+    assert LONG_KERNEL.startswith(head) and LONG_KERNEL.endswith(tail)
+    assert any("calls base" in line for line in tables) or not base.ranks[0].collectives
+
+
+def test_diff_keeps_short_labels_as_headers():
+    from fsdpbench.analysis import analyze
+    from fsdpbench.analysis.diff import compare
+    from fsdpbench.report.terminal import render_diff
+
+    res = analyze([GLOO_MIN], workers=1)
+    console = _console()
+    render_diff(compare(res, res, base_label="torch", test_label="hyper"), console)
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "metric" in line)
+    assert [h.strip() for h in header.strip("┃").split("┃")] == ["metric", "torch", "hyper", "Δ"]
+    assert "base = " not in text
+
+
+def test_diff_bookkeeping_log_lines_show_only_with_verbose(tmp_path):
+    """The "arm torch: using .../analysis.json" bookkeeping is not in diff's output (nor in ab's report step)."""
+    from conftest import run_cli
+    from test_diff import _hand_built_run
+
+    run = _hand_built_run(tmp_path, ["torch", "hyper"])
+    quiet = run_cli("diff", str(run), "--quiet", timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "using" not in quiet.stdout + quiet.stderr and "INFO" not in quiet.stderr
+    verbose = run_cli("-v", "diff", str(run), "--quiet", timeout=120)
+    assert verbose.returncode == 0, verbose.stderr
+    assert "arm torch: using" in verbose.stderr

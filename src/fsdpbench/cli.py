@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = next((a for a in argv if a in SUBCOMMANDS), None)
     parser = build_parser(chosen)
     args = parser.parse_args(argv)
+    # Progress and results go to the console; log records are warnings, and bookkeeping (which cached
+    # analysis a diff used, ...) only with -v.
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     if args.command is None:
         parser.print_help()

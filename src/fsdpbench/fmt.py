@@ -120,3 +120,11 @@ def speed_phrase(test: str, base: str, time_ratio: float, ci95: tuple[float, flo
     )
     ci = "" if shown is None else f"; 95% CI {shown[0]:.2f}×–{shown[1]:.2f}×"
     return f"{test} is {multiple} {'as' if time_ratio == 1 else 'than'} {base} ({pct}{ci})"
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters by replacing its middle with "…" (kernel names differ at both ends)."""
+    if len(text) <= width:
+        return text
+    head = width // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]

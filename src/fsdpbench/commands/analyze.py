@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from fsdpbench.errors import ConfigError, InputError
-from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
+from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms, shorten_middle
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,14 +69,6 @@ SYNC_HEADERS = {
     "kernel_launch": "launches",
 }
 """Short headers for the sync/launch counts (the caption says what each is)."""
-
-
-def shorten_middle(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters by replacing its middle with "…" (kernel names differ at both ends)."""
-    if len(text) <= width:
-        return text
-    head = width // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 def _rank_cells(values: dict, columns: list[tuple[str, str, bool, str]]) -> list[str]:

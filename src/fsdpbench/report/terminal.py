@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
-from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_us, fmt_x
+from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_us, fmt_x, shorten_middle
 from fsdpbench.report.diff_md import metric_cells
 from fsdpbench.report.estimate import estimate_lines
 
@@ -14,62 +14,110 @@ OPS_IN_TERMINAL = 10
 SEVERITY_COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "blue"}
 
 
+def _natural_width(table: Any) -> int:
+    """The width ``table`` takes when nothing is wrapped or cut."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    wide = Console(width=10_000)
+    return Measurement.get(wide, wide.options, table).maximum
+
+
 def render_diff(result: DiffResult, console: Any = None) -> None:
-    """Print rich tables: the side by side, collectives, top op deltas, syncs, then the findings."""
+    """Print rich tables: the side by side, collectives, top op deltas, syncs, then the findings.
+
+    The tables fit the console's width: the two sides' labels head the columns when they fit, else
+    "base" and "test" do and the caption names them; op type names are shortened in the middle.
+    """
     from rich.console import Console
     from rich.table import Table
 
-    def table(title: str, columns: list[str]) -> Table:
-        t = Table(title=title)
-        for i, col in enumerate(columns):
-            t.add_column(col, justify="left" if i == 0 else "right")
-        return t
-
     console = console or Console()
     b, t = result.base, result.test
+    short = False
+
+    def table(title: str, columns: list[str], caption: str | None = None) -> Table:
+        tab = Table(title=title, caption=caption, caption_justify="left")
+        for i, col in enumerate(columns):
+            tab.add_column(col, justify="left" if i == 0 else "right")
+        return tab
+
+    def fitted(build: Any) -> Table:
+        """``build(base_header, test_header)``, with the labels as headers when that fits."""
+        nonlocal short
+        tab = build(b, t)
+        if not short and _natural_width(tab) <= console.width:
+            return tab
+        if not short:  # from here on every table says base/test
+            console.print(f"base = {b}; test = {t}", highlight=False)
+            short = True
+        return build("base", "test")
+
     for w in result.warnings:
         console.print(f"[bold yellow]warning:[/] {w}")
     sbs = result.side_by_side
-    side = table(f"{t} vs {b}: profiled step, rank mean", ["metric", b, t, "Δ"])
-    for key in METRICS:
-        base, test = getattr(sbs.mean.base, key), getattr(sbs.mean.test, key)
-        side.add_row(METRIC_NAMES[key], *metric_cells(key, base, test, sbs.delta(key)))
-    console.print(side)
+
+    def side_table(hb: str, ht: str) -> Table:
+        side = table(f"{t} vs {b}: profiled step, rank mean", ["metric", hb, ht, "Δ"])
+        for key in METRICS:
+            base, test = getattr(sbs.mean.base, key), getattr(sbs.mean.test, key)
+            side.add_row(METRIC_NAMES[key], *metric_cells(key, base, test, sbs.delta(key)))
+        return side
+
+    console.print(fitted(side_table))
     if result.collectives:
-        coll = table(
-            "collectives (calls per rank)",
-            ["type", f"calls {b}", f"calls {t}", "ratio", f"bytes {b}", f"bytes {t}"],
-        )
-        for r in result.collectives:
-            coll.add_row(
-                r.name,
-                fmt_count(r.base.count),
-                fmt_count(r.test.count),
-                fmt_x(r.count_ratio),
-                fmt_bytes(r.base.bytes),
-                fmt_bytes(r.test.bytes),
+
+        def coll_table(hb: str, ht: str) -> Table:
+            coll = table(
+                "collectives (calls per rank)",
+                ["type", f"calls {hb}", f"calls {ht}", "ratio", f"bytes {hb}", f"bytes {ht}"],
             )
-        console.print(coll)
+            for r in result.collectives:
+                coll.add_row(
+                    r.name,
+                    fmt_count(r.base.count),
+                    fmt_count(r.test.count),
+                    fmt_x(r.count_ratio),
+                    fmt_bytes(r.base.bytes),
+                    fmt_bytes(r.test.bytes),
+                )
+            return coll
+
+        console.print(fitted(coll_table))
     if result.ops:
-        ops = table(
-            "kernel time by op type, largest differences", ["op type", b, t, "Δ", f"calls {b}", f"calls {t}"]
-        )
-        for r in result.ops[:OPS_IN_TERMINAL]:
-            ops.add_row(
-                r.op_type,
-                fmt_us(r.base.us),
-                fmt_us(r.test.us),
-                fmt_us(r.delta_us, signed=True),
-                fmt_count(r.base.count),
-                fmt_count(r.test.count),
+        rows = result.ops[:OPS_IN_TERMINAL]
+
+        def ops_table(hb: str, ht: str, name_width: int | None = None) -> Table:
+            ops = table(
+                "kernel time by op type, largest differences",
+                ["op type", hb, ht, "Δ", f"n {hb}", f"n {ht}"],
+                caption="kernel time (mean over ranks); n: calls",
             )
-        console.print(ops)
+            for r in rows:
+                ops.add_row(
+                    r.op_type if name_width is None else shorten_middle(r.op_type, name_width),
+                    fmt_us(r.base.us),
+                    fmt_us(r.test.us),
+                    fmt_us(r.delta_us, signed=True),
+                    fmt_count(r.base.count),
+                    fmt_count(r.test.count),
+                )
+            return ops
+
+        # the names get what the numbers leave (at least 16 characters), shortened in the middle
+        numbers = fitted(lambda hb, ht: ops_table(hb, ht, name_width=len("op type")))
+        spare = console.width - _natural_width(numbers) + len("op type")
+        console.print(fitted(lambda hb, ht: ops_table(hb, ht, name_width=max(16, spare))))
     sync_rows = [r for r in result.sync if r.base or r.test]
     if sync_rows:
-        sync = table("sync / launch tasks per rank", ["task", b, t, "Δ"])
-        for r in sync_rows:
-            sync.add_row(r.label, fmt_count(r.base), fmt_count(r.test), fmt_count(r.delta, signed=True))
-        console.print(sync)
+
+        def sync_table(hb: str, ht: str) -> Table:
+            sync = table("sync / launch tasks per rank", ["task", hb, ht, "Δ"])
+            for r in sync_rows:
+                sync.add_row(r.label, fmt_count(r.base), fmt_count(r.test), fmt_count(r.delta, signed=True))
+            return sync
+
+        console.print(fitted(sync_table))
     for i, f in enumerate(result.findings, 1):
         console.print(f"{i}. [{SEVERITY_COLOURS.get(f.severity, 'white')}]{f.severity}[/] [bold]{f.title}[/]")
         console.print(f"   evidence: {f.evidence}", highlight=False)
