@@ -156,10 +156,12 @@ def _read_kineto(path: Path) -> RankTrace:
         raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
     thread_names = cols.thread_names
     ts, dur = np.concatenate(cols.ts), np.concatenate(cols.dur)
-    name_codes, name_uniq = cols.name.result()
-    cat_codes, cat_uniq = cols.cat.result()
-    pid_codes, pid_uniq = cols.pid.result()
-    tid_codes, tid_uniq = cols.tid.result()
+    fields = cols.fields()
+    name_codes, name_uniq = fields["name"]
+    cat_codes, cat_uniq = fields["cat"]
+    pid_codes, pid_uniq = fields["pid"]
+    tid_codes, tid_uniq = fields["tid"]
+    del fields
     corr = np.concatenate(cols.corr)
     sizes = cols.nbytes
     finite_ts = ts[np.isfinite(ts)]
@@ -195,12 +197,17 @@ def _read_kineto(path: Path) -> RankTrace:
     names = _categorical(name_codes, name_uniq)
     cats = _categorical(cat_codes, cat_uniq)
     cat_names = [str(c) for c in cats.categories]
-    cat_lower = np.array([c.lower() for c in cat_names] + [""], dtype=object)[cats.codes]
+    lower = [c.lower() for c in cat_names]
+    cat_lower = np.array(lower + [""], dtype=object)[cats.codes]
+
+    def of_cats(wanted: Any) -> np.ndarray:  # per event, from one test per category (not per event)
+        return np.array([c in wanted for c in lower] + [False], dtype=bool)[cats.codes]
+
     pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
     n = len(start)
 
-    is_dev_cat = np.isin(cat_lower, list(_DEVICE_CATS))
+    is_dev_cat = of_cats(_DEVICE_CATS)
     is_annot = np.array([bool(_DEVICE_ANNOTATION.match(c)) for c in cat_names] + [False])[cats.codes]
     _unknown_categories(path, cats, is_dev_cat, is_annot, warnings)
     name_lane = [_get(thread_names, (p, t)) or f"thread {t}" for p, t in pairs]
@@ -253,7 +260,7 @@ def _read_kineto(path: Path) -> RankTrace:
             task, ["device_synchronize", "stream_synchronize", "event_synchronize"]
         )
         category[host_sync] = "sync"
-        runtime = np.isin(cat_lower, _RUNTIME_CATS)
+        runtime = of_cats(_RUNTIME_CATS)
         recorded = (
             ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch")
             if runtime.any()
