@@ -3,6 +3,7 @@ itself with the cache off (``read_kineto``), so a cached table must equal a fres
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 
@@ -157,7 +158,7 @@ def test_cached_ranks_are_read_in_process_without_a_worker_pool(tmp_path, monkey
     def no_pool(*args, **kwargs):
         raise AssertionError("a worker pool was started although every rank has a valid cache")
 
-    monkeypatch.setattr(analysis, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
     _no_decoding(monkeypatch)
     assert analysis.analyze([tmp_path], workers=2).to_dict() == reference
 
@@ -168,14 +169,14 @@ def test_only_uncached_ranks_go_to_the_workers(tmp_path, monkeypatch):
     _ranks(tmp_path, 3)
     read_rank(tmp_path / "rank1.json.gz")  # only rank 1 has a cache
     submitted = []
-    real = analysis.ProcessPoolExecutor
+    real = concurrent.futures.ProcessPoolExecutor
 
     class Spy(real):
         def submit(self, fn, source, *args):
             submitted.append(source.path.name)
             return super().submit(fn, source, *args)
 
-    monkeypatch.setattr(analysis, "ProcessPoolExecutor", Spy)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Spy)
     got = analysis.analyze([tmp_path], workers=2)
     assert sorted(submitted) == ["rank0.json.gz", "rank2.json.gz"]
     monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")

@@ -8,11 +8,11 @@ counts; across ranks, mean / min / max, the slowest rank and stragglers.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +229,8 @@ def analyze(
     with contextlib.ExitStack() as stack:
         futures = {}
         if parallel:  # forked before the progress bar starts its thread
+            from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
+
             pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
             futures = {pool.submit(_analyze_one, sources[i], step, False): i for i in todo}
         advance = stack.enter_context(_progress_bar(n, progress))
@@ -236,7 +238,7 @@ def analyze(
             if not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
                 results[i] = _analyze_one(sources[i], step, keep)
                 advance()
-        for fut in as_completed(futures):
+        for fut in concurrent.futures.as_completed(futures):
             results[futures[fut]] = fut.result()
             advance()
     warnings: list[str] = []
