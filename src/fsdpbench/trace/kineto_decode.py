@@ -265,7 +265,9 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
     that neither the whole text nor all event objects are ever in memory at once. Returns the
     document without its events (for ``distributedInfo``). Raises _ChunkError when the document
     does not split cleanly (each chunk must parse on its own, so a wrong split cannot go unnoticed)."""
-    buf = b""
+    # buf[0] is the slot before the next event ('[' or the ',' after the last one): each chunk is
+    # decoded in place, as buf[0:end + 1] with '[' and ']' written into its two ends, without copies
+    buf = bytearray()
     head = None
     for piece in _pieces(path):
         buf += piece
@@ -275,29 +277,35 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
                 if len(buf) > (64 << 20):
                     raise _ChunkError
                 continue
-            head, buf = buf[: m.start()], buf[m.end() :]
+            head = bytes(buf[: m.start()])
+            del buf[: m.end() - 1]
         while len(buf) > _CHUNK_BYTES:
             cut = _BOUNDARY.search(buf, _CHUNK_BYTES)
             if cut is None:
                 break
-            events = _loads(b"[" + buf[: cut.start() + 1] + b"]", typed)
+            end = cut.start() + 1  # just after the chunk's last '}'
+            buf[0], buf[end] = ord("["), ord("]")
+            with memoryview(buf)[: end + 1] as chunk:
+                events = _loads(chunk, typed)
             if events is None:
                 raise _ChunkError
-            buf = buf[cut.end() - 1 :]
+            del buf[: cut.end() - 2]  # keep the byte before the next '{' as its slot
             cols.add(events, path)
             del events
     if head is None:
         raise _ChunkError
+    buf[0] = ord("[")
     pos = len(buf)
     for _ in range(32):  # the array ends at one of the last ']' (metadata may follow it)
         pos = buf.rfind(b"]", 0, pos)
-        if pos < 0:
+        if pos <= 0:
             break
         try:
             meta = orjson.loads(head + b'"traceEvents":[]' + buf[pos + 1 :])
         except orjson.JSONDecodeError:
             continue
-        events = _loads(b"[" + buf[:pos] + b"]", typed)
+        with memoryview(buf)[: pos + 1] as rest:
+            events = _loads(rest, typed)
         if events is None:
             continue
         if isinstance(meta, dict):
@@ -306,7 +314,7 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
     raise _ChunkError
 
 
-def _loads(text: bytes, typed: Any) -> list[Any] | None:
+def _loads(text: bytes | memoryview, typed: Any) -> list[Any] | None:
     """The events of a JSON array (typed structs when ``typed``), or None when it is not valid JSON;
     _TypedError when valid JSON does not fit the typed structs."""
     if typed is None:
