@@ -163,6 +163,7 @@ def _read_kineto(path: Path) -> RankTrace:
     tid_codes, tid_uniq = fields["tid"]
     del fields
     corr = np.concatenate(cols.corr)
+    cols.ts = cols.dur = cols.corr = cols.x_keys = []  # concatenated: the chunks' arrays can go
     sizes = cols.nbytes
     finite_ts = ts[np.isfinite(ts)]
     if finite_ts.size and np.abs(finite_ts).max() >= _NS_EPOCH_TS:
@@ -196,15 +197,16 @@ def _read_kineto(path: Path) -> RankTrace:
     del ts, dur
     names = _categorical(name_codes, name_uniq)
     cats = _categorical(cat_codes, cat_uniq)
+    del name_codes, cat_codes
     cat_names = [str(c) for c in cats.categories]
     lower = [c.lower() for c in cat_names]
-    cat_lower = np.array(lower + [""], dtype=object)[cats.codes]
 
     def of_cats(wanted: Any) -> np.ndarray:  # per event, from one test per category (not per event)
         return np.array([c in wanted for c in lower] + [False], dtype=bool)[cats.codes]
 
     pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
+    del pid_codes, tid_codes
     n = len(start)
 
     is_dev_cat = of_cats(_DEVICE_CATS)
@@ -276,7 +278,7 @@ def _read_kineto(path: Path) -> RankTrace:
         lane = _lanes(pair_codes, name_lane)
         classify_cpu(
             names,
-            cat_lower,
+            np.array(lower + [""], dtype=object)[cats.codes],
             start,
             end,
             pair_codes,
@@ -293,19 +295,30 @@ def _read_kineto(path: Path) -> RankTrace:
         recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
         task[:] = ""
 
-    table = build_table(
-        name=names,
-        category=category,
-        start_ns=start,
-        end_ns=end,
-        lane=lane,
-        device=device,
-        collective=collective,
-        nbytes=nbytes,
-        task=task,
-        step=step,
-        orphan=orphan,
-    )
+    # sort here, one column at a time, each unsorted column freed as its sorted copy is made (peak
+    # memory: the columns plus one copy); build_table finds them in order and copies nothing
+    del corr, pair_codes
+    cols_ = {
+        "name": names,
+        "category": category,
+        "start_ns": start,
+        "end_ns": end,
+        "lane": lane,
+        "device": device,
+        "collective": collective,
+        "nbytes": nbytes,
+        "task": task,
+        "step": step,
+        "orphan": orphan,
+    }
+    del names, category, end, lane, device, collective, nbytes, task, step, orphan
+    order = np.argsort(start, kind="stable")
+    del start
+    for key in cols_:
+        cols_[key] = cols_[key][order]
+    del order
+    table = build_table(**cols_)
+    del cols_
     return RankTrace(
         rank=rank,
         source=str(path),

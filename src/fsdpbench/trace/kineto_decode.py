@@ -222,7 +222,7 @@ class _ChunkError(Exception):
     """The fast chunked decode cannot split this document; decode it whole instead."""
 
 
-def _pieces(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
+def _pieces(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
     """The file's (decompressed) bytes, piece by piece; InputError on a read or gzip problem."""
     try:
         with path.open("rb") as f:

@@ -249,7 +249,9 @@ def build_table(
     """Assemble the event table with the dtypes of the module docstring, sorted by start."""
     n = len(start_ns)
     start_ns = np.asarray(start_ns, dtype=np.int64)
-    order = np.argsort(start_ns, kind="stable")
+    # columns already in order (a reader that sorted them itself) are used as they are: no copies
+    ordered = n < 2 or bool((start_ns[1:] >= start_ns[:-1]).all())
+    order = slice(None) if ordered else np.argsort(start_ns, kind="stable")
     names = (name if isinstance(name, pd.Categorical) else pd.Categorical(name))[order]
     cols = {
         "name": names,
