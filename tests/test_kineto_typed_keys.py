@@ -56,3 +56,20 @@ def test_odd_values_in_keys_give_the_orjson_table(tmp_path, monkeypatch, field, 
     path.write_bytes(orjson.dumps(doc))
     typed, plain = _both(path, monkeypatch)
     _same(typed, plain)
+
+
+def test_message_sizes_of_repeated_and_odd_collective_args_match_orjson(tmp_path, monkeypatch):
+    """Sizes are computed once per distinct (dtype, In/Out msg nelems): repeated messages, a list
+    where a count belongs, and a missing dtype give the same bytes as the per-event orjson path."""
+    doc = make_trace(device_events=400, seed=5)
+    comm = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "nccl" in str(e.get("name", "")).lower()]
+    assert len(comm) > 4 and all("In msg nelems" in e["args"] for e in comm)
+    comm[0]["args"]["In msg nelems"] = [1, 2]
+    comm[1]["args"].pop("dtype")
+    comm[2]["args"]["Out msg nelems"] = "4096"
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(doc))
+    typed, plain = _both(path, monkeypatch)
+    _same(typed, plain)
+    sized = typed.events["bytes"].notna().sum()
+    assert 0 < sized <= len(comm) - 2  # the list and the missing dtype give no size

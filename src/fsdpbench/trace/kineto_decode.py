@@ -367,6 +367,7 @@ class Columns:
         self.key_kind = np.zeros(0, dtype=np.int8)  # per key: _OTHER, _X, _META or _FLOW
         self.key_sized = np.zeros(0, dtype=bool)  # per key: a name whose message size is read
         self.x_keys: list[np.ndarray] = []  # the X events' key codes, chunk by chunk
+        self.size_memo: dict[tuple[Any, Any, Any], float] = {}  # (dtype, In, Out msg nelems) → bytes
 
     def fields(self) -> dict[str, tuple[np.ndarray, list[Any]]]:
         """Codes of the X events and the values in first-seen order, of ``name, cat, pid, tid``."""
@@ -511,8 +512,21 @@ class Columns:
                 -1 if c is None else c for c in map(_attr("correlation"), compress(args, has_args))
             ]
         self.corr.append(corr)
-        for i in np.flatnonzero(self.key_sized[x_codes] & has_args):
-            self.nbytes[self.n + int(i)] = message_bytes(_args_dict(args[i]))
+        memo = self.size_memo
+        for i in np.flatnonzero(self.key_sized[x_codes] & has_args).tolist():
+            a = args[i]
+            if a.in_nelems is _UNSET and a.out_nelems is _UNSET:  # sized by its Input Dims
+                self.nbytes[self.n + i] = message_bytes(_args_dict(a))
+                continue
+            # sized by (dtype, In/Out msg nelems) alone: one computation per distinct message
+            sig = (a.dtype, a.in_nelems, a.out_nelems)
+            try:
+                size = memo[sig]
+            except KeyError:
+                size = memo[sig] = message_bytes(_args_dict(a))
+            except TypeError:  # a list where a number belongs (hand-made trace)
+                size = message_bytes(_args_dict(a))
+            self.nbytes[self.n + i] = size
         self.n += k
 
 
