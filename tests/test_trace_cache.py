@@ -3,6 +3,7 @@ itself with the cache off (``read_kineto``), so a cached table must equal a fres
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 
@@ -134,3 +135,74 @@ def test_cli_no_cache_flag_on_analyze(tmp_path):
     assert out.returncode == 0, out.stderr
     a, c = (orjson.loads((tmp_path / f"{x}.json").read_bytes()) for x in "ac")
     assert a == c  # the cached read gives the same numbers as the fresh one
+
+
+def _ranks(folder, n: int, events: int = 200):
+    for rank in range(n):
+        write_trace(
+            folder / f"rank{rank}.json.gz",
+            make_trace(rank=rank, world_size=n, device_events=events, seed=rank),
+        )
+
+
+def test_cached_ranks_are_read_in_process_without_a_worker_pool(tmp_path, monkeypatch):
+    from fsdpbench import analysis
+
+    _ranks(tmp_path, 3)
+    monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
+    reference = analysis.analyze([tmp_path], workers=1).to_dict()  # decoded, no cache involved
+    monkeypatch.delenv(table_cache.NO_CACHE_ENV)
+    assert analysis.analyze([tmp_path], workers=2).to_dict() == reference  # writes the caches
+    assert all(table_cache.fresh(p) for p in tmp_path.glob("rank*.json.gz"))
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a worker pool was started although every rank has a valid cache")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
+    _no_decoding(monkeypatch)
+    assert analysis.analyze([tmp_path], workers=2).to_dict() == reference
+
+
+def test_only_uncached_ranks_go_to_the_workers(tmp_path, monkeypatch):
+    from fsdpbench import analysis
+
+    _ranks(tmp_path, 3)
+    read_rank(tmp_path / "rank1.json.gz")  # only rank 1 has a cache
+    submitted = []
+    real = concurrent.futures.ProcessPoolExecutor
+
+    class Spy(real):
+        def submit(self, fn, source, *args):
+            submitted.append(source.path.name)
+            return super().submit(fn, source, *args)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Spy)
+    got = analysis.analyze([tmp_path], workers=2)
+    assert sorted(submitted) == ["rank0.json.gz", "rank2.json.gz"]
+    monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
+    assert got.to_dict() == analysis.analyze([tmp_path], workers=1).to_dict()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_event_table_is_kept_for_more_than_one_rank(tmp_path, workers):
+    from fsdpbench.analysis import analyze
+
+    _ranks(tmp_path, 3)
+    res = analyze([tmp_path], workers=workers)
+    assert [r._events for r in res.ranks] == [None] * 3  # one table at a time, none held at the end
+    # read again on first use, equal to a fresh read
+    pd.testing.assert_frame_equal(res.ranks[2].events, read_kineto(tmp_path / "rank2.json.gz").events)
+    single = analyze([tmp_path / "rank0.json.gz"])
+    assert single.ranks[0]._events is not None  # a single rank keeps its table
+
+
+def test_progress_bar_on_stderr_only_when_asked_or_on_a_terminal(tmp_path, capsys):
+    from fsdpbench.analysis import analyze
+
+    _ranks(tmp_path, 5, events=50)
+    analyze([tmp_path], workers=1)  # stderr is not a terminal here: no bar
+    assert capsys.readouterr() == ("", "")
+    analyze([tmp_path], workers=2, progress=True)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "reading ranks" in err and "5/5" in err

@@ -8,10 +8,13 @@ counts; across ranks, mean / min / max, the slowest rank and stragglers.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,10 +28,12 @@ from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew,
 from fsdpbench.analysis.sync import sync_counts
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
+from fsdpbench.trace import cache as table_cache
 
 __all__ = ["Analysis", "RankMetrics", "StepMetrics", "analyze", "rank_metrics"]
 
 NO_COLLECTIVES = "no collectives found — is this a distributed trace?"
+PROGRESS_MIN_RANKS = 4  # more ranks than this get a progress bar (on a terminal)
 
 
 def _window(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int]) -> int:
@@ -136,8 +141,30 @@ def _analyze_one(
     except FsdpbenchError as exc:
         return True, trace.rank, trace.warnings, None, str(exc)
     if not keep_events:
-        metrics._events = None  # not worth shipping between processes: read again on first use
+        metrics._events = None  # the bulk of the memory: read again on first use
     return True, trace.rank, trace.warnings, metrics, None
+
+
+@contextlib.contextmanager
+def _progress_bar(total: int, show: bool) -> Iterator[Callable[[], None]]:
+    """A rich progress bar over the ranks on stderr (never stdout, which may carry ``--json -``);
+    yields the function that counts one rank done (a no-op when ``show`` is false)."""
+    if not show:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("reading ranks"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    task = bar.add_task("ranks", total=total)
+    with bar:
+        yield lambda: bar.advance(task)
 
 
 def _cross_check_warnings(r: RankMetrics) -> list[str]:
@@ -166,15 +193,23 @@ def analyze(
     step: int | None = None,
     workers: int | None = None,
     top: int | None = None,
+    progress: bool | None = None,
 ) -> Analysis:
     """Analyse the rank profiles under ``paths``.
+
+    Ranks whose event-table cache is valid (:mod:`fsdpbench.trace.cache`) are read in this process;
+    the others in worker processes, one rank at a time each. Only the small per-rank metrics come
+    back, never an event table, so memory is bounded by one table per process whatever the rank count
+    (``RankMetrics.events`` reads a rank again on first use).
 
     Args:
         paths: Kineto trace files (.json/.json.gz), rank folders, ``*_ascend_pt`` folders, or folders
             of ranks (e.g. ``results/<run>/profiles/<arm>``).
         step: only this profiler step (None: all profiled steps).
-        workers: processes reading ranks in parallel (default: min(ranks, CPUs); 1 = in-process).
+        workers: processes reading uncached ranks in parallel (default: min(uncached ranks, CPUs);
+            1 = in-process).
         top: how many op types each rank lists in ``to_dict`` (None: all).
+        progress: a progress bar on stderr; None: when more than 4 ranks are read and stderr is a terminal.
     Returns:
         The :class:`Analysis`; ranks that could not be read are left out and named in ``warnings``.
     Raises:
@@ -183,12 +218,29 @@ def analyze(
     """
     sources = find_all(paths)
     n = len(sources)
-    workers = min(n, os.cpu_count() or 1) if workers is None else max(1, min(workers, n))
-    if workers <= 1:
-        results = [_analyze_one(s, step) for s in sources]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_analyze_one, sources, [step] * n, [False] * n))
+    keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
+    cached = [s.format == "kineto" and table_cache.fresh(s.path) for s in sources]
+    todo = [i for i in range(n) if not cached[i]]
+    workers = min(len(todo), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(todo)))
+    results: list[Any] = [None] * n
+    if progress is None:
+        progress = n > PROGRESS_MIN_RANKS and sys.stderr.isatty()
+    parallel = workers > 1 and bool(todo)
+    with contextlib.ExitStack() as stack:
+        futures = {}
+        if parallel:  # forked before the progress bar starts its thread
+            from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
+
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
+            futures = {pool.submit(_analyze_one, sources[i], step, False): i for i in todo}
+        advance = stack.enter_context(_progress_bar(n, progress))
+        for i in range(n):
+            if not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
+                results[i] = _analyze_one(sources[i], step, keep)
+                advance()
+        for fut in concurrent.futures.as_completed(futures):
+            results[futures[fut]] = fut.result()
+            advance()
     warnings: list[str] = []
     errors: list[str] = []
     ranks: list[RankMetrics] = []

@@ -46,7 +46,6 @@ def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> Rank
 
         return read_ascend(source.path)
     from fsdpbench.trace import cache as table_cache
-    from fsdpbench.trace.kineto import read_kineto
 
     path = Path(source.path)
     key = None
@@ -58,6 +57,8 @@ def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> Rank
         cached = table_cache.load(path, key) if key is not None else None
         if cached is not None:
             return cached
+    from fsdpbench.trace.kineto import read_kineto  # the decoder's imports only on a cache miss
+
     trace = read_kineto(path)
     if key is not None:
         table_cache.store(path, trace, key)

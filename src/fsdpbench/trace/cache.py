@@ -60,6 +60,20 @@ def trace_key(trace: Path) -> dict[str, Any]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "head": head, "reader": _reader_hash()}
 
 
+def fresh(trace: Path) -> bool:
+    """True when the cache is on and ``trace`` has a cache that matches it (only the cache's small
+    ``meta`` member is read): reading it is then cheaper than starting a worker process."""
+    if not enabled() or not cache_path(trace).is_file():
+        return False
+    try:
+        key = trace_key(trace)
+        with np.load(cache_path(trace), allow_pickle=False) as z:
+            return orjson.loads(z["meta"].item()).get("key") == key
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
+        log.debug("%s: cache not used (%s)", cache_path(trace), exc)
+        return False
+
+
 def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
     """The cached table of ``trace``, or None when there is none or it does not match ``key``
     (:func:`trace_key` of the trace)."""

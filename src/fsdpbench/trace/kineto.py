@@ -156,11 +156,14 @@ def _read_kineto(path: Path) -> RankTrace:
         raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
     thread_names = cols.thread_names
     ts, dur = np.concatenate(cols.ts), np.concatenate(cols.dur)
-    name_codes, name_uniq = cols.name.result()
-    cat_codes, cat_uniq = cols.cat.result()
-    pid_codes, pid_uniq = cols.pid.result()
-    tid_codes, tid_uniq = cols.tid.result()
+    fields = cols.fields()
+    name_codes, name_uniq = fields["name"]
+    cat_codes, cat_uniq = fields["cat"]
+    pid_codes, pid_uniq = fields["pid"]
+    tid_codes, tid_uniq = fields["tid"]
+    del fields
     corr = np.concatenate(cols.corr)
+    cols.ts = cols.dur = cols.corr = cols.x_keys = []  # concatenated: the chunks' arrays can go
     sizes = cols.nbytes
     finite_ts = ts[np.isfinite(ts)]
     if finite_ts.size and np.abs(finite_ts).max() >= _NS_EPOCH_TS:
@@ -194,13 +197,19 @@ def _read_kineto(path: Path) -> RankTrace:
     del ts, dur
     names = _categorical(name_codes, name_uniq)
     cats = _categorical(cat_codes, cat_uniq)
+    del name_codes, cat_codes
     cat_names = [str(c) for c in cats.categories]
-    cat_lower = np.array([c.lower() for c in cat_names] + [""], dtype=object)[cats.codes]
+    lower = [c.lower() for c in cat_names]
+
+    def of_cats(wanted: Any) -> np.ndarray:  # per event, from one test per category (not per event)
+        return np.array([c in wanted for c in lower] + [False], dtype=bool)[cats.codes]
+
     pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
+    del pid_codes, tid_codes
     n = len(start)
 
-    is_dev_cat = np.isin(cat_lower, list(_DEVICE_CATS))
+    is_dev_cat = of_cats(_DEVICE_CATS)
     is_annot = np.array([bool(_DEVICE_ANNOTATION.match(c)) for c in cat_names] + [False])[cats.codes]
     _unknown_categories(path, cats, is_dev_cat, is_annot, warnings)
     name_lane = [_get(thread_names, (p, t)) or f"thread {t}" for p, t in pairs]
@@ -253,7 +262,7 @@ def _read_kineto(path: Path) -> RankTrace:
             task, ["device_synchronize", "stream_synchronize", "event_synchronize"]
         )
         category[host_sync] = "sync"
-        runtime = np.isin(cat_lower, _RUNTIME_CATS)
+        runtime = of_cats(_RUNTIME_CATS)
         recorded = (
             ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch")
             if runtime.any()
@@ -269,7 +278,7 @@ def _read_kineto(path: Path) -> RankTrace:
         lane = _lanes(pair_codes, name_lane)
         classify_cpu(
             names,
-            cat_lower,
+            np.array(lower + [""], dtype=object)[cats.codes],
             start,
             end,
             pair_codes,
@@ -286,19 +295,30 @@ def _read_kineto(path: Path) -> RankTrace:
         recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
         task[:] = ""
 
-    table = build_table(
-        name=names,
-        category=category,
-        start_ns=start,
-        end_ns=end,
-        lane=lane,
-        device=device,
-        collective=collective,
-        nbytes=nbytes,
-        task=task,
-        step=step,
-        orphan=orphan,
-    )
+    # sort here, one column at a time, each unsorted column freed as its sorted copy is made (peak
+    # memory: the columns plus one copy); build_table finds them in order and copies nothing
+    del corr, pair_codes
+    cols_ = {
+        "name": names,
+        "category": category,
+        "start_ns": start,
+        "end_ns": end,
+        "lane": lane,
+        "device": device,
+        "collective": collective,
+        "nbytes": nbytes,
+        "task": task,
+        "step": step,
+        "orphan": orphan,
+    }
+    del names, category, end, lane, device, collective, nbytes, task, step, orphan
+    order = np.argsort(start, kind="stable")
+    del start
+    for key in cols_:
+        cols_[key] = cols_[key][order]
+    del order
+    table = build_table(**cols_)
+    del cols_
     return RankTrace(
         rank=rank,
         source=str(path),

@@ -17,8 +17,9 @@ import gzip
 import operator
 import re
 import zlib
+from collections import defaultdict
 from collections.abc import Iterator
-from itertools import compress, repeat
+from itertools import compress, count, repeat
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,12 @@ def _attr(name: str) -> Any:
     return operator.attrgetter(name)
 
 
+_KEY = operator.attrgetter("ph", "name", "cat", "pid", "tid")
+_FIELDS = ("name", "cat", "pid", "tid")
+_OTHER, _X, _META, _FLOW = 0, 1, 2, 3
+_KINDS = {"X": _X, "M": _META, "s": _FLOW, "f": _FLOW}
+
+
 def _args_dict(a: Any) -> dict[str, Any]:
     """The kept ``args`` fields of a typed event as the dict :func:`message_bytes` reads."""
     return {
@@ -215,7 +222,7 @@ class _ChunkError(Exception):
     """The fast chunked decode cannot split this document; decode it whole instead."""
 
 
-def _pieces(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
+def _pieces(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
     """The file's (decompressed) bytes, piece by piece; InputError on a read or gzip problem."""
     try:
         with path.open("rb") as f:
@@ -258,7 +265,9 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
     that neither the whole text nor all event objects are ever in memory at once. Returns the
     document without its events (for ``distributedInfo``). Raises _ChunkError when the document
     does not split cleanly (each chunk must parse on its own, so a wrong split cannot go unnoticed)."""
-    buf = b""
+    # buf[0] is the slot before the next event ('[' or the ',' after the last one): each chunk is
+    # decoded in place, as buf[0:end + 1] with '[' and ']' written into its two ends, without copies
+    buf = bytearray()
     head = None
     for piece in _pieces(path):
         buf += piece
@@ -268,29 +277,35 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
                 if len(buf) > (64 << 20):
                     raise _ChunkError
                 continue
-            head, buf = buf[: m.start()], buf[m.end() :]
+            head = bytes(buf[: m.start()])
+            del buf[: m.end() - 1]
         while len(buf) > _CHUNK_BYTES:
             cut = _BOUNDARY.search(buf, _CHUNK_BYTES)
             if cut is None:
                 break
-            events = _loads(b"[" + buf[: cut.start() + 1] + b"]", typed)
+            end = cut.start() + 1  # just after the chunk's last '}'
+            buf[0], buf[end] = ord("["), ord("]")
+            with memoryview(buf)[: end + 1] as chunk:
+                events = _loads(chunk, typed)
             if events is None:
                 raise _ChunkError
-            buf = buf[cut.end() - 1 :]
+            del buf[: cut.end() - 2]  # keep the byte before the next '{' as its slot
             cols.add(events, path)
             del events
     if head is None:
         raise _ChunkError
+    buf[0] = ord("[")
     pos = len(buf)
     for _ in range(32):  # the array ends at one of the last ']' (metadata may follow it)
         pos = buf.rfind(b"]", 0, pos)
-        if pos < 0:
+        if pos <= 0:
             break
         try:
             meta = orjson.loads(head + b'"traceEvents":[]' + buf[pos + 1 :])
         except orjson.JSONDecodeError:
             continue
-        events = _loads(b"[" + buf[:pos] + b"]", typed)
+        with memoryview(buf)[: pos + 1] as rest:
+            events = _loads(rest, typed)
         if events is None:
             continue
         if isinstance(meta, dict):
@@ -299,7 +314,7 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
     raise _ChunkError
 
 
-def _loads(text: bytes, typed: Any) -> list[Any] | None:
+def _loads(text: bytes | memoryview, typed: Any) -> list[Any] | None:
     """The events of a JSON array (typed structs when ``typed``), or None when it is not valid JSON;
     _TypedError when valid JSON does not fit the typed structs."""
     if typed is None:
@@ -347,6 +362,30 @@ class Columns:
         self.thread_names: dict[tuple[Any, Any], str] = {}
         self.flows: list[tuple[Any, Any, Any, Any, Any]] = []  # ac2g flow ends: (ph, id, ts, pid, tid)
         self.n = 0
+        # typed path: one code per distinct (ph, name, cat, pid, tid), numbered in first-seen order
+        self.keys: defaultdict[tuple[Any, ...], int] = defaultdict(count().__next__)
+        self.key_kind = np.zeros(0, dtype=np.int8)  # per key: _OTHER, _X, _META or _FLOW
+        self.key_sized = np.zeros(0, dtype=bool)  # per key: a name whose message size is read
+        self.x_keys: list[np.ndarray] = []  # the X events' key codes, chunk by chunk
+        self.size_memo: dict[tuple[Any, Any, Any], float] = {}  # (dtype, In, Out msg nelems) → bytes
+
+    def fields(self) -> dict[str, tuple[np.ndarray, list[Any]]]:
+        """Codes of the X events and the values in first-seen order, of ``name, cat, pid, tid``."""
+        if not self.x_keys:
+            return {f: interner.result() for f, interner in zip(_FIELDS, self._interners(), strict=True)}
+        keys = list(self.keys)
+        used = np.flatnonzero(self.key_kind == _X)  # X keys, in the order their first event came
+        remap = np.zeros(len(keys), dtype=np.int64)
+        remap[used] = np.arange(used.size)
+        x_codes = remap[np.concatenate(self.x_keys)]
+        out = {}
+        for j, f in enumerate(_FIELDS, start=1):
+            codes, uniques = _factorize([keys[u][j] for u in used.tolist()])
+            out[f] = (codes[x_codes], uniques)
+        return out
+
+    def _interners(self) -> tuple[_Interner, ...]:
+        return self.name, self.cat, self.pid, self.tid
 
     def add(self, events: list[Any], path: Path) -> None:
         """Gather one chunk of decoded events (dicts from orjson, or the typed structs of msgspec)."""
@@ -415,36 +454,55 @@ class Columns:
             self.nbytes[self.n + int(i)] = message_bytes(as_dict(args[i]))
 
     def _add_typed(self, events: list[Any]) -> None:
-        """:meth:`add` for msgspec structs (``_TYPED``): the same columns, read by attribute."""
-        ph_codes, ph_uniq = _factorize(list(map(_attr("ph"), events)))
-        is_ph = {
-            v: ph_codes == i for i, v in enumerate(ph_uniq) if v in ("X", "M", "s", "f") and type(v) is str
-        }
-        no = np.zeros(len(events), dtype=bool)
-        for i in np.flatnonzero(is_ph.get("s", no) | is_ph.get("f", no)):
+        """:meth:`add` for msgspec structs (``_TYPED``): one C-level pass codes each event by its
+        (ph, name, cat, pid, tid), and the kind of event, the fields and whether its message size is
+        read are then looked up per distinct key rather than per event."""
+        try:
+            codes = np.fromiter(
+                map(self.keys.__getitem__, map(_KEY, events)), dtype=np.int64, count=len(events)
+            )
+        except TypeError:  # a list or an object as name/pid/… (hand-made trace): the orjson path reads it
+            raise _TypedError from None
+        if len(self.keys) > self.key_kind.size:
+            new = list(self.keys)[self.key_kind.size :]
+            self.key_kind = np.concatenate(
+                [
+                    self.key_kind,
+                    np.array(
+                        [_KINDS.get(k[0], _OTHER) if type(k[0]) is str else _OTHER for k in new], np.int8
+                    ),
+                ]
+            )
+            self.key_sized = np.concatenate(
+                [
+                    self.key_sized,
+                    np.array([type(k[1]) is str and bool(_ARGS_NAME.search(k[1])) for k in new], bool),
+                ]
+            )
+        kind = self.key_kind[codes]
+        for i in np.flatnonzero(kind == _FLOW):
             e = events[i]
             if e.cat == "ac2g":
                 self.flows.append((e.ph, e.id, e.ts, e.pid, e.tid))
-        for i in np.flatnonzero(is_ph.get("M", no)):
+        for i in np.flatnonzero(kind == _META):
             e = events[i]
             if e.name == "thread_name" and e.args is not None:
                 try:
                     self.thread_names[(e.pid, e.tid)] = "" if e.args.name is _UNSET else str(e.args.name)
                 except TypeError:
                     pass
-        xs = list(compress(events, is_ph.get("X", no)))
+        is_x = kind == _X
+        xs = list(compress(events, is_x))
         if not xs:
             return
-        self.ts.append(np.array(list(map(_attr("ts"), xs)), dtype=np.float64))  # null → NaN (skipped later)
-        self.dur.append(np.array(list(map(_attr("dur"), xs)), dtype=np.float64))
-        names = list(map(_attr("name"), xs))
-        self.name.add(names)
-        self.cat.add(list(map(_attr("cat"), xs)))
-        self.pid.add(list(map(_attr("pid"), xs)))
-        self.tid.add(list(map(_attr("tid"), xs)))
+        k = len(xs)
+        x_codes = codes[is_x]
+        self.x_keys.append(x_codes)
+        self.ts.append(_attr_floats(xs, "ts"))  # null → NaN (skipped later)
+        self.dur.append(_attr_floats(xs, "dur"))
         args = list(map(_attr("args"), xs))
-        has_args = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=len(xs))
-        corr = np.full(len(xs), -1, dtype=np.int64)
+        has_args = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=k)
+        corr = np.full(k, -1, dtype=np.int64)
         try:
             corr[has_args] = np.fromiter(
                 map(_attr("correlation"), compress(args, has_args)), dtype=np.int64, count=int(has_args.sum())
@@ -454,8 +512,30 @@ class Columns:
                 -1 if c is None else c for c in map(_attr("correlation"), compress(args, has_args))
             ]
         self.corr.append(corr)
-        self._sizes(names, has_args, args, _args_dict)
-        self.n += len(xs)
+        memo = self.size_memo
+        for i in np.flatnonzero(self.key_sized[x_codes] & has_args).tolist():
+            a = args[i]
+            if a.in_nelems is _UNSET and a.out_nelems is _UNSET:  # sized by its Input Dims
+                self.nbytes[self.n + i] = message_bytes(_args_dict(a))
+                continue
+            # sized by (dtype, In/Out msg nelems) alone: one computation per distinct message
+            sig = (a.dtype, a.in_nelems, a.out_nelems)
+            try:
+                size = memo[sig]
+            except KeyError:
+                size = memo[sig] = message_bytes(_args_dict(a))
+            except TypeError:  # a list where a number belongs (hand-made trace)
+                size = message_bytes(_args_dict(a))
+            self.nbytes[self.n + i] = size
+        self.n += k
+
+
+def _attr_floats(xs: list[Any], name: str) -> np.ndarray:
+    """A float attribute of every struct as an array; null (None) becomes NaN."""
+    try:
+        return np.fromiter(map(_attr(name), xs), dtype=np.float64, count=len(xs))
+    except TypeError:
+        return np.array(list(map(_attr(name), xs)), dtype=np.float64)
 
 
 def decode(path: Path) -> tuple[Any, Columns]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -226,8 +225,9 @@ def _coded(values: Any, categories: list[str]) -> pd.Categorical:
     if isinstance(values, pd.Categorical):
         return pd.Categorical(values, categories=categories)
     index = {c: i for i, c in enumerate(categories)}
-    vals = np.asarray(values, dtype=object)
-    codes = np.fromiter(map(index.get, vals, repeat(-1)), dtype=np.int64, count=len(vals))
+    found, uniques = pd.factorize(np.asarray(values, dtype=object))  # hashes each value once, in C
+    # per distinct value its category's code; the trailing -1 serves the missing values (code -1)
+    codes = np.array([index.get(u, -1) for u in uniques] + [-1], dtype=np.int64)[found]
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(categories, dtype=object)))
 
 
@@ -249,7 +249,9 @@ def build_table(
     """Assemble the event table with the dtypes of the module docstring, sorted by start."""
     n = len(start_ns)
     start_ns = np.asarray(start_ns, dtype=np.int64)
-    order = np.argsort(start_ns, kind="stable")
+    # columns already in order (a reader that sorted them itself) are used as they are: no copies
+    ordered = n < 2 or bool((start_ns[1:] >= start_ns[:-1]).all())
+    order = slice(None) if ordered else np.argsort(start_ns, kind="stable")
     names = (name if isinstance(name, pd.Categorical) else pd.Categorical(name))[order]
     cols = {
         "name": names,
