@@ -36,6 +36,9 @@ class AlphaBetaFit:
     bytes, so the fixed and per-byte costs cannot be told apart); ``no_bytes`` (sizes unknown).
     ``alpha_us``/``beta_us_per_byte``/``r2`` are ``None`` unless ``status == "ok"`` (``r2`` is also ``None``
     when all durations are equal). ``mean_us`` and ``mean_bytes`` are always the plain averages.
+    Fits are non-negative least squares: ``alpha_us, beta_us_per_byte >= 0`` always, and ``constrained``
+    is true when the unconstrained optimum had a negative coefficient, so one (or both) was held at 0 and
+    ``r2`` is that of the constrained model.
     """
 
     alpha_us: float | None
@@ -45,6 +48,7 @@ class AlphaBetaFit:
     status: str
     mean_us: float | None = None
     mean_bytes: float | None = None
+    constrained: bool = False
 
     @property
     def ok(self) -> bool:
@@ -58,8 +62,29 @@ class AlphaBetaFit:
         return asdict(self)
 
 
+def _nnls2(design: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Non-negative least squares with two columns: ``(coefficients, constrained)``.
+
+    The optimum is the unconstrained one when both coefficients are >= 0; otherwise it lies on a face of
+    the feasible quadrant, i.e. it is the better of the two one-column fits (each clamped at 0) and 0.
+    """
+    coef, *_ = np.linalg.lstsq(design, t, rcond=None)
+    if (coef >= 0).all():
+        return coef, False
+    candidates = [np.zeros(2)]
+    for j in range(2):
+        col = design[:, j]
+        norm = float(col @ col)
+        one = np.zeros(2)
+        one[j] = max(float(col @ t) / norm, 0.0) if norm > 0 else 0.0
+        candidates.append(one)
+    best = min(candidates, key=lambda c: float(((t - design @ c) ** 2).sum()))
+    return best, True
+
+
 def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
-    """Least-squares fit of ``dur_us = alpha_us + beta_us_per_byte * nbytes``.
+    """Non-negative least-squares fit of ``dur_us = alpha_us + beta_us_per_byte * nbytes``
+    (``alpha_us, beta_us_per_byte >= 0``; ``constrained`` says when a bound was active).
 
     Args:
         nbytes: bytes moved by each call (array-like; NaN/None entries are dropped with their duration).
@@ -85,11 +110,11 @@ def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
     if np.unique(b).size < 2:
         return AlphaBetaFit(None, None, None, n, "same_size", mean_us, mean_bytes)
     design = np.column_stack([np.ones(n), b])
-    (alpha, beta), *_ = np.linalg.lstsq(design, t, rcond=None)
+    (alpha, beta), constrained = _nnls2(design, t)
     ss_tot = float(((t - mean_us) ** 2).sum())
     ss_res = float(((t - design @ np.array([alpha, beta])) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
-    return AlphaBetaFit(float(alpha), float(beta), r2, n, "ok", mean_us, mean_bytes)
+    return AlphaBetaFit(float(alpha), float(beta), r2, n, "ok", mean_us, mean_bytes, constrained)
 
 
 def fit_events(events: pd.DataFrame | None) -> dict[str, AlphaBetaFit]:
@@ -120,8 +145,9 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
 
     The fallback when the per-call events are not available (e.g. a cached analysis.json): each point is
     one rank of one arm (its call count, total bytes and total time of that collective type). Arms that
-    move the same bytes in different numbers of calls separate alpha from beta. ``r2`` is the usual
-    coefficient of determination around the mean total time.
+    move the same bytes in different numbers of calls separate alpha from beta. Non-negative least
+    squares (``constrained`` says when a bound was active); ``r2`` is the coefficient of determination of
+    the (constrained) model around the mean total time.
     """
     n_arr, b_arr, t_arr = (
         pd.to_numeric(pd.Series(v, dtype="object"), errors="coerce").to_numpy(dtype=float)
@@ -137,11 +163,11 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
     design = np.column_stack([n_arr, b_arr])
     if np.linalg.matrix_rank(design) < 2:
         return AlphaBetaFit(None, None, None, npts, "same_size", mean_us, mean_bytes)
-    (alpha, beta), *_ = np.linalg.lstsq(design, t_arr, rcond=None)
+    (alpha, beta), constrained = _nnls2(design, t_arr)
     ss_tot = float(((t_arr - t_arr.mean()) ** 2).sum())
     ss_res = float(((t_arr - design @ np.array([alpha, beta])) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
-    return AlphaBetaFit(float(alpha), float(beta), r2, npts, "ok", mean_us, mean_bytes)
+    return AlphaBetaFit(float(alpha), float(beta), r2, npts, "ok", mean_us, mean_bytes, constrained)
 
 
 def choose_fit(
