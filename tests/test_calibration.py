@@ -40,7 +40,11 @@ FRAG = {  # torch-unitmodule (base) issues 121/62 calls, torch (test) 9/5
             "estimate": {
                 "label": "estimate",
                 "step_time_delta_us": -60_000.0,
-                "per_type": {"all_gather": {"count": 121}, "reduce_scatter": {"count": 62}},
+                "comm_delta_us": -70_000.0,
+                "per_type": {
+                    "all_gather": {"count": 121, "fit_source": "aggregate"},
+                    "reduce_scatter": {"count": 62, "fit_source": "base"},
+                },
                 "one_bucket_per_layer": {"step_time_delta_us": -55_000.0},
             },
         },
@@ -52,7 +56,11 @@ FRAG = {  # torch-unitmodule (base) issues 121/62 calls, torch (test) 9/5
 def test_regrouping_is_checked_against_the_unit_layer_arm_with_hand_computed_errors():
     arms = {"torch-unitmodule": _arm("torch-unitmodule", unit="module"), "torch": _arm("torch")}
     diff = _diff(
-        "torch-unitmodule", "torch", {"step_time_us": 400_000.0}, {"step_time_us": 320_000.0}, **FRAG
+        "torch-unitmodule",
+        "torch",
+        {"step_time_us": 400_000.0, "comm_us": 150_000.0},
+        {"step_time_us": 320_000.0, "comm_us": 60_000.0},
+        **FRAG,
     )
     timed = {"torch-unitmodule": 500.0, "torch": 400.0}
     entries = cal.calibrate_diff(diff, arms, timed)
@@ -67,6 +75,12 @@ def test_regrouping_is_checked_against_the_unit_layer_arm_with_hand_computed_err
     assert e["predicted_timed_ms"] == pytest.approx(-60.0 * 500 / 400)  # scaled by the subject's distortion
     assert e["error_timed_pct"] == pytest.approx((-75 + 100) / 100 * 100)
     assert entries[1]["predicted_ms"] == pytest.approx(-55.0)
+    # the modelled part on its own: comm 150 → 60 ms measured (−90), predicted −70: +22 %
+    assert e["component"] == "comm_us" and e["predicted_component_ms"] == pytest.approx(-70.0)
+    assert e["measured_component_ms"] == pytest.approx(-90.0)
+    assert e["error_component_pct"] == pytest.approx((-70 + 90) / 90 * 100)
+    # all_gather was priced by the aggregate fit, which saw torch's own calls: not independent
+    assert e["fit_sources"] == ["aggregate", "base"] and e["independent"] is False
 
 
 def test_fragmentation_of_the_test_side_makes_the_base_the_counterfactual():

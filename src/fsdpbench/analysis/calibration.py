@@ -25,7 +25,11 @@ negative = faster. ``error_pct = (predicted − measured) / |measured| · 100``:
 promised more gain (or less loss) than was measured. ``measured_ms`` uses the timed medians
 (summary.json); ``measured_profiled_ms`` the profiled step (the diff's rank-mean ``step_time_us``), the
 same clock the estimate was computed on. The profiler slows arms unequally (``distortion``), so
-``predicted_timed_ms`` rescales the prediction by the subject's timed/profiled ratio.
+``predicted_timed_ms`` rescales the prediction by the subject's timed/profiled ratio. The part of the step
+an estimate models (``component``: comm for regrouping, exposed comm for prefetch) is compared on its own
+too (``predicted_component_ms``/``measured_component_ms``), free of the compute and idle-time noise of one
+profiled step. ``independent`` is false when an α–β fit that priced the estimate saw the counterfactual
+arm's calls (pooled, aggregate or the other side's fit): the check is then partly circular.
 
 Pure and torch-free; the inputs are the plain dicts of manifest.json, summary.json and diff.json.
 """
@@ -114,6 +118,8 @@ def _entry(
     timed_ms: Mapping[str, float | None],
     match: str,
     note: str = "",
+    component: tuple[str, Any] | None = None,
+    fit_sources: Sequence[str] = (),
 ) -> dict[str, Any]:
     other_side = "test" if subject_side == "base" else "base"
     subject, counterfactual = diff[subject_side], diff[other_side]
@@ -126,7 +132,7 @@ def _entry(
         (timed_ms.get(subject) / prof[subject_side]) if timed_ms.get(subject) and prof[subject_side] else None
     )
     predicted_timed = predicted * ratio if predicted is not None and ratio is not None else None
-    return {
+    out: dict[str, Any] = {
         "estimate": name,
         "base": diff["base"],
         "test": diff["test"],
@@ -143,6 +149,26 @@ def _entry(
         "label": "estimate vs measured",
         "note": note,
     }
+    if component is not None:  # the part of the step the estimate models, free of compute/idle noise
+        key, predicted_part = component
+        part = {side: (means.get(side) or {}).get(key) for side in ("base", "test")}
+        measured_part = _us_to_ms(
+            None
+            if part[other_side] is None or part[subject_side] is None
+            else part[other_side] - part[subject_side]
+        )
+        out.update(
+            component=key,
+            predicted_component_ms=_us_to_ms(predicted_part),
+            measured_component_ms=measured_part,
+            error_component_pct=error_pct(_us_to_ms(predicted_part), measured_part),
+        )
+    if fit_sources:
+        out["fit_sources"] = sorted(set(fit_sources))
+        # a fit that saw the counterfactual arm's own calls (pooled, aggregate, the other side) makes the
+        # check partly circular: only fits of the subject's own calls give an independent prediction
+        out["independent"] = set(fit_sources) == {subject_side}
+    return out
 
 
 def _regrouping_match(s: Mapping[str, Any], o: Mapping[str, Any]) -> str | None:
@@ -193,12 +219,29 @@ def calibrate_diff(
         match = _regrouping_match(arms[labels[side]], arms[labels[other]])
         if match is None:
             continue
-        common = {"timed_ms": timed_ms, "match": match}
-        entries.append(_entry("regrouping", diff, side, est.get("step_time_delta_us"), **common))
+        sources = [r["fit_source"] for r in (est.get("per_type") or {}).values() if r.get("fit_source")]
+        common = {"timed_ms": timed_ms, "match": match, "fit_sources": sources}
+        entries.append(
+            _entry(
+                "regrouping",
+                diff,
+                side,
+                est.get("step_time_delta_us"),
+                component=("comm_us", est.get("comm_delta_us")),
+                **common,
+            )
+        )
         per_layer = est.get("one_bucket_per_layer")
         if per_layer and arms[labels[other]].get("unit", "layer") == "layer":
             entries.append(
-                _entry("one_bucket_per_layer", diff, side, per_layer.get("step_time_delta_us"), **common)
+                _entry(
+                    "one_bucket_per_layer",
+                    diff,
+                    side,
+                    per_layer.get("step_time_delta_us"),
+                    component=("comm_us", per_layer.get("comm_delta_us")),
+                    **common,
+                )
             )
     entries += _prefetch_entries(diff, arms, labels, findings, timed_ms)
     return entries
@@ -251,6 +294,7 @@ def _prefetch_entries(
             timed_ms=timed_ms,
             match="exact",
             note=note,
+            component=("exposed_comm_us", found.get("exposed_comm_delta_us")),
         )
     ]
 

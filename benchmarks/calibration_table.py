@@ -1,0 +1,77 @@
+"""The calibration table of a profiled run: each what-if estimate next to the change its counterfactual
+arm measured (analysis/calibration.py), until ``fsdpbench diff`` writes it into diff.json itself.
+
+Diffs every pair of arms that differ in exactly one option (or hyper vs torch/fsdp1), not only each
+arm against the first, then prints one row per estimate and each arm's profiled/timed step ratio::
+
+    fsdpbench ab --arms torch,torch:unit=module,torch:prefetch=1 --profile --nproc 2 --rounds 3 --seq-len 128
+    python benchmarks/calibration_table.py results/<run> [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from fsdpbench.analysis import calibration
+from fsdpbench.analysis.diff import compare, load_run_analyses
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a run folder written by `fsdpbench ab --profile`")
+    parser.add_argument("--json", type=Path, help="also write the entries and distortion here")
+    parser.add_argument(
+        "--reanalyze", action="store_true", help="read the traces again (per-call α–β fits need the events)"
+    )
+    args = parser.parse_args(argv)
+    manifest, analyses = load_run_analyses(args.run, reanalyze=args.reanalyze)
+    summary = json.loads((args.run / "summary.json").read_text())
+    arms = {a["label"]: a for a in manifest["arms"]}
+    num_layers = ((manifest.get("config") or {}).get("model") or {}).get("num_hidden_layers")
+    diffs = []
+    for base, test in itertools.combinations(arms, 2):
+        differ = calibration.arm_differences(arms[base], arms[test])
+        if len(differ) == 1 or "backend" in differ:
+            result = compare(
+                analyses[base],
+                analyses[test],
+                base_label=base,
+                test_label=test,
+                base_arm=arms[base],
+                test_arm=arms[test],
+                context={"num_layers": num_layers},
+            )
+            diffs.append(result.to_dict())
+    out = calibration.calibrate_run(manifest, summary, diffs)
+    print(
+        "| estimate | subject → counterfactual | predicted ms | measured ms (timed) | error | "
+        "measured ms (profiled) | error (profiled) | predicted × timed/profiled | error |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for e in out["entries"]:
+        print(
+            f"| {e['estimate']} | {e['subject']} → {e['counterfactual']} | {_fmt(e['predicted_ms'], '.1f')} | "
+            f"{_fmt(e['measured_ms'], '.1f')} | {_fmt(e['error_pct'], '+.0f')} % | "
+            f"{_fmt(e['measured_profiled_ms'], '.1f')} | {_fmt(e['error_profiled_pct'], '+.0f')} % | "
+            f"{_fmt(e['predicted_timed_ms'], '.1f')} | {_fmt(e['error_timed_pct'], '+.0f')} % |"
+        )
+    print()
+    for arm, ratio in out["distortion"]["ratio"].items():
+        print(f"{arm}: profiled/timed step = {_fmt(ratio, '.2f')}")
+    for w in out["distortion"]["warnings"]:
+        print(f"warning: {w}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
