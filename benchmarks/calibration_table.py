@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from fsdpbench.analysis import calibration
+from fsdpbench.analysis import calibration, whatif
 from fsdpbench.analysis.diff import compare, load_run_analyses
 
 
@@ -51,17 +51,50 @@ def main(argv: list[str] | None = None) -> int:
             )
             diffs.append(result.to_dict())
     out = calibration.calibrate_run(manifest, summary, diffs)
+    if args.reanalyze:  # an independent prediction: α from the subject's own per-call fits only
+        by_pair = {(d["base"], d["test"]): d for d in diffs}
+        extra = []
+        for e in out["entries"]:
+            if e["estimate"] != "regrouping":
+                continue
+            d = by_pair[(e["base"], e["test"])]
+            side, other = ("base", "test") if e["subject"] == d["base"] else ("test", "base")
+            per_type = {
+                r["type"]: {"count": r[f"{side}_count"], "time_us": r[f"{side}_time_us"]}
+                for r in d["collectives"]
+            }
+            targets = {r["type"]: r[f"{other}_count"] for r in d["collectives"]}
+            own = {t: whatif.AlphaBetaFit(**f) for t, f in (d["fits"].get(side) or {}).items()}
+            fit_for = {t: (side, f) for t, f in own.items() if f.ok}
+            mean = d["side_by_side"]["mean"][side]
+            est = whatif.estimate_regrouping(
+                per_type,
+                targets,
+                fit_for,
+                **{k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
+            )
+            pseudo = {**d, "findings": [{"id": "fragmentation", "estimate": est}]}
+            for entry in calibration.calibrate_diff(
+                pseudo, arms, {a: v.get("median_ms") for a, v in summary["arms"].items()}
+            ):
+                if entry["estimate"] == "regrouping":
+                    extra.append({**entry, "estimate": "regrouping (own per-call fits only)"})
+        out["entries"] += extra
     print(
         "| estimate | subject → counterfactual | predicted ms | measured ms (timed) | error | "
-        "measured ms (profiled) | error (profiled) | predicted × timed/profiled | error |"
+        "measured ms (profiled) | error (profiled) | predicted × timed/profiled | error | "
+        "component: predicted / measured ms (profiled) | error | independent fit |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for e in out["entries"]:
         print(
             f"| {e['estimate']} | {e['subject']} → {e['counterfactual']} | {_fmt(e['predicted_ms'], '.1f')} | "
             f"{_fmt(e['measured_ms'], '.1f')} | {_fmt(e['error_pct'], '+.0f')} % | "
             f"{_fmt(e['measured_profiled_ms'], '.1f')} | {_fmt(e['error_profiled_pct'], '+.0f')} % | "
-            f"{_fmt(e['predicted_timed_ms'], '.1f')} | {_fmt(e['error_timed_pct'], '+.0f')} % |"
+            f"{_fmt(e['predicted_timed_ms'], '.1f')} | {_fmt(e['error_timed_pct'], '+.0f')} % | "
+            f"{e.get('component', '—')}: {_fmt(e.get('predicted_component_ms'), '.1f')} / "
+            f"{_fmt(e.get('measured_component_ms'), '.1f')} | {_fmt(e.get('error_component_pct'), '+.0f')} % | "
+            f"{e.get('independent', '—')} |"
         )
     print()
     for arm, ratio in out["distortion"]["ratio"].items():
