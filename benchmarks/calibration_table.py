@@ -24,6 +24,23 @@ def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _min_over_ranks_fits(analysis: object) -> dict[str, whatif.AlphaBetaFit]:
+    """α–β fits of each type's k-th call at its shortest duration over the ranks: the rank that arrived
+    last waited least, so its duration is closest to the collective's own cost (others add their wait)."""
+    import numpy as np
+
+    tables = [r.collective_events for r in analysis.ranks if r.collective_events is not None]
+    fits = {}
+    for kind in sorted(set().union(*(set(t["type"].astype(str)) for t in tables))):
+        calls = [t[t["type"].astype(str) == kind].sort_values("start_ns") for t in tables]
+        n = min(len(c) for c in calls)
+        dur = np.vstack(
+            [(c["end_ns"].to_numpy(float)[:n] - c["start_ns"].to_numpy(float)[:n]) / 1e3 for c in calls]
+        )
+        fits[kind] = whatif.fit_alpha_beta(calls[0]["bytes"].to_numpy()[:n], dur.min(axis=0))
+    return fits
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a run folder written by `fsdpbench ab --profile`")
@@ -65,20 +82,24 @@ def main(argv: list[str] | None = None) -> int:
             }
             targets = {r["type"]: r[f"{other}_count"] for r in d["collectives"]}
             own = {t: whatif.AlphaBetaFit(**f) for t, f in (d["fits"].get(side) or {}).items()}
-            fit_for = {t: (side, f) for t, f in own.items() if f.ok}
+            variants = {
+                "own per-call fits only": own,
+                "own per-call fits, min over ranks": _min_over_ranks_fits(analyses[e["subject"]]),
+            }
             mean = d["side_by_side"]["mean"][side]
-            est = whatif.estimate_regrouping(
-                per_type,
-                targets,
-                fit_for,
-                **{k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
-            )
-            pseudo = {**d, "findings": [{"id": "fragmentation", "estimate": est}]}
-            for entry in calibration.calibrate_diff(
-                pseudo, arms, {a: v.get("median_ms") for a, v in summary["arms"].items()}
-            ):
-                if entry["estimate"] == "regrouping":
-                    extra.append({**entry, "estimate": "regrouping (own per-call fits only)"})
+            for name, fits in variants.items():
+                est = whatif.estimate_regrouping(
+                    per_type,
+                    targets,
+                    {t: (side, f) for t, f in fits.items() if f.ok},
+                    **{k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
+                )
+                pseudo = {**d, "findings": [{"id": "fragmentation", "estimate": est}]}
+                for entry in calibration.calibrate_diff(
+                    pseudo, arms, {a: v.get("median_ms") for a, v in summary["arms"].items()}
+                ):
+                    if entry["estimate"] == "regrouping":
+                        extra.append({**entry, "estimate": f"regrouping ({name})"})
         out["entries"] += extra
     print(
         "| estimate | subject → counterfactual | predicted ms | measured ms (timed) | error | "
