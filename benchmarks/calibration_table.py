@@ -81,18 +81,25 @@ def main(argv: list[str] | None = None) -> int:
                 for r in d["collectives"]
             }
             targets = {r["type"]: r[f"{other}_count"] for r in d["collectives"]}
-            own = {t: whatif.AlphaBetaFit(**f) for t, f in (d["fits"].get(side) or {}).items()}
-            variants = {
-                "own per-call fits only": own,
-                "own per-call fits, min over ranks": _min_over_ranks_fits(analyses[e["subject"]]),
+            fits = {src: {t: whatif.AlphaBetaFit(**f) for t, f in v.items()} for src, v in d["fits"].items()}
+            order = (side, "pooled", "aggregate", other)
+            chosen = {t: whatif.choose_fit(t, *[(src, fits.get(src, {})) for src in order]) for t in per_type}
+            own = {t: (side, f) for t, f in fits.get(side, {}).items() if f.ok}
+            low = {t: (side, f) for t, f in _min_over_ranks_fits(analyses[e["subject"]]).items() if f.ok}
+            variants = {  # name: (fits, with the idle-time term)
+                "diff's fits + idle scaling": ({t: c for t, c in chosen.items() if c}, True),
+                "own per-call fits only": (own, False),
+                "own per-call fits + idle scaling": (own, True),
+                "own per-call fits, min over ranks": (low, False),
             }
             mean = d["side_by_side"]["mean"][side]
-            for name, fits in variants.items():
+            for name, (fit_for, idle) in variants.items():
                 est = whatif.estimate_regrouping(
                     per_type,
                     targets,
-                    {t: (side, f) for t, f in fits.items() if f.ok},
+                    fit_for,
                     **{k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
+                    free_us=mean.get("free_us") if idle else None,
                 )
                 pseudo = {**d, "findings": [{"id": "fragmentation", "estimate": est}]}
                 for entry in calibration.calibrate_diff(

@@ -213,6 +213,7 @@ def estimate_regrouping(
     compute_us: float | None,
     comm_us: float | None,
     exposed_comm_us: float | None,
+    free_us: float | None = None,
 ) -> dict[str, Any]:
     """Estimate the effect of issuing each collective type's bytes in ``target_counts`` calls.
 
@@ -221,17 +222,23 @@ def estimate_regrouping(
         target_counts: per type, the call count after regrouping (types not listed stay as they are).
         fit_for: per type, ``(source, fit)``: the α–β fit to price a removed call at ``alpha_us``.
         step_time_us, compute_us, comm_us, exposed_comm_us: the measured rank-mean step breakdown.
+        free_us: the step's idle time (neither compute nor comm), when known: per-unit host work (FSDP
+            hooks, copy-in/out bookkeeping outside operators) and the gap before each collective starts.
+            It is assumed to scale with the number of collective calls, so it shrinks by the share of
+            calls removed (``idle_delta_us``, added to the step-time change). ``None`` keeps it unchanged.
 
     Returns:
         ``{"label": "estimate", "comm_delta_us", "exposed_comm_delta_us", "step_time_delta_us",
         "step_time_lower_bound_us", "per_type": {...}, "assumptions": [...]}``; the deltas are ``None``
         when no type could be priced. Saved time per type = ``(count − target) · max(alpha, 0)``;
         comm shrinks by the saved share of the summed collective time; exposed comm keeps its share of
-        comm (same overlap ratio); compute is unchanged, so the step shrinks by the exposed-comm change.
+        comm (same overlap ratio); compute is unchanged, so the step shrinks by the exposed-comm change (plus
+        ``idle_delta_us`` when ``free_us`` is given).
         ``step_time_lower_bound_us = max(compute, new comm)``: perfect overlap, no idle time.
     """
     rows: dict[str, Any] = {}
     saved_total = 0.0
+    calls_before = calls_after = 0.0
     summed_time = sum(float(v.get("time_us") or 0.0) for v in per_type.values())
     assumptions = [
         "a removed call saves the fitted fixed cost alpha; the bytes and per-byte cost stay the same",
@@ -244,6 +251,8 @@ def estimate_regrouping(
             continue
         target = float(target_counts[kind])
         row: dict[str, Any] = {"count": count, "target_count": target}
+        calls_before += float(count)
+        calls_after += min(target, float(count))
         chosen = fit_for.get(kind)
         if chosen is None:
             row["note"] = "no usable alpha-beta fit for this type; not priced"
@@ -280,11 +289,16 @@ def estimate_regrouping(
         return result
     comm_new = float(comm_us) * (1.0 - min(saved_total / summed_time, 1.0))
     result["comm_delta_us"] = comm_new - float(comm_us)
+    idle_delta = 0.0
+    if free_us is not None and calls_before > 0:
+        idle_delta = -float(free_us) * (1.0 - calls_after / calls_before)
+        result["idle_delta_us"] = idle_delta
+        assumptions.append("idle time (neither compute nor comm) scales with the number of collective calls")
     if exposed_comm_us is not None and comm_us:
         exposed_delta = float(exposed_comm_us) * (comm_new / float(comm_us)) - float(exposed_comm_us)
         result["exposed_comm_delta_us"] = exposed_delta
         if step_time_us is not None:
-            result["step_time_delta_us"] = exposed_delta
+            result["step_time_delta_us"] = exposed_delta + idle_delta
     if compute_us is not None:
         result["step_time_lower_bound_us"] = max(float(compute_us), comm_new)
     return result
