@@ -53,10 +53,6 @@ def prefetch_targets(num_layers: int, index: int, depth: int) -> tuple[list[int]
     return forward, backward
 
 
-def _holds_params(module: Any) -> bool:
-    return any(True for _ in module.parameters(recurse=False))
-
-
 def _post_order(module: Any, name: str = "") -> Iterator[tuple[str, Any]]:
     for child_name, child in module.named_children():
         if child_name in CALLED_BY_PARENT.get(type(module).__name__, ()):
