@@ -36,6 +36,9 @@ class AlphaBetaFit:
     bytes, so the fixed and per-byte costs cannot be told apart); ``no_bytes`` (sizes unknown).
     ``alpha_us``/``beta_us_per_byte``/``r2`` are ``None`` unless ``status == "ok"`` (``r2`` is also ``None``
     when all durations are equal). ``mean_us`` and ``mean_bytes`` are always the plain averages.
+    Fits are non-negative least squares: ``alpha_us, beta_us_per_byte >= 0`` always, and ``constrained``
+    is true when the unconstrained optimum had a negative coefficient, so one (or both) was held at 0 and
+    ``r2`` is that of the constrained model.
     """
 
     alpha_us: float | None
@@ -45,6 +48,7 @@ class AlphaBetaFit:
     status: str
     mean_us: float | None = None
     mean_bytes: float | None = None
+    constrained: bool = False
 
     @property
     def ok(self) -> bool:
@@ -61,7 +65,14 @@ class AlphaBetaFit:
     def from_dict(cls, data: Mapping[str, Any]) -> AlphaBetaFit:
         """A fit read back from diff.json."""
         values = {f.name: data.get(f.name) for f in fields(cls)}
-        return cls(**{**values, "n": int(values["n"] or 0), "status": str(values["status"] or "unknown")})
+        return cls(
+            **{
+                **values,
+                "n": int(values["n"] or 0),
+                "status": str(values["status"] or "unknown"),
+                "constrained": bool(values["constrained"]),
+            }
+        )
 
     @property
     def status_text(self) -> str:
@@ -102,6 +113,7 @@ class Estimate:
     comm_delta_us: float | None = None
     exposed_comm_delta_us: float | None = None
     step_time_delta_us: float | None = None
+    idle_delta_us: float | None = None
     best_case_step_time_delta_us: float | None = None
     step_time_lower_bound_us: float | None = None
     target_overlap_ratio: float | None = None
@@ -140,8 +152,29 @@ class Estimate:
         return cls(**kw)
 
 
+def _nnls2(design: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Non-negative least squares with two columns: ``(coefficients, constrained)``.
+
+    The optimum is the unconstrained one when both coefficients are >= 0; otherwise it lies on a face of
+    the feasible quadrant, i.e. it is the better of the two one-column fits (each clamped at 0) and 0.
+    """
+    coef, *_ = np.linalg.lstsq(design, t, rcond=None)
+    if (coef >= 0).all():
+        return coef, False
+    candidates = [np.zeros(2)]
+    for j in range(2):
+        col = design[:, j]
+        norm = float(col @ col)
+        one = np.zeros(2)
+        one[j] = max(float(col @ t) / norm, 0.0) if norm > 0 else 0.0
+        candidates.append(one)
+    best = min(candidates, key=lambda c: float(((t - design @ c) ** 2).sum()))
+    return best, True
+
+
 def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
-    """Least-squares fit of ``dur_us = alpha_us + beta_us_per_byte * nbytes``.
+    """Non-negative least-squares fit of ``dur_us = alpha_us + beta_us_per_byte * nbytes``
+    (``alpha_us, beta_us_per_byte >= 0``; ``constrained`` says when a bound was active).
 
     Args:
         nbytes: bytes moved by each call (array-like; NaN/None entries are dropped with their duration).
@@ -167,11 +200,11 @@ def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
     if np.unique(b).size < 2:
         return AlphaBetaFit(None, None, None, n, "same_size", mean_us, mean_bytes)
     design = np.column_stack([np.ones(n), b])
-    (alpha, beta), *_ = np.linalg.lstsq(design, t, rcond=None)
+    (alpha, beta), constrained = _nnls2(design, t)
     ss_tot = float(((t - mean_us) ** 2).sum())
     ss_res = float(((t - design @ np.array([alpha, beta])) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
-    return AlphaBetaFit(float(alpha), float(beta), r2, n, "ok", mean_us, mean_bytes)
+    return AlphaBetaFit(float(alpha), float(beta), r2, n, "ok", mean_us, mean_bytes, constrained)
 
 
 def fit_events(events: pd.DataFrame | None) -> dict[str, AlphaBetaFit]:
@@ -202,8 +235,9 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
 
     The fallback when the per-call events are not available (e.g. a cached analysis.json): each point is
     one rank of one arm (its call count, total bytes and total time of that collective type). Arms that
-    move the same bytes in different numbers of calls separate alpha from beta. ``r2`` is the usual
-    coefficient of determination around the mean total time.
+    move the same bytes in different numbers of calls separate alpha from beta. Non-negative least
+    squares (``constrained`` says when a bound was active); ``r2`` is the coefficient of determination of
+    the (constrained) model around the mean total time.
     """
     n_arr, b_arr, t_arr = (
         pd.to_numeric(pd.Series(v, dtype="object"), errors="coerce").to_numpy(dtype=float)
@@ -219,11 +253,11 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
     design = np.column_stack([n_arr, b_arr])
     if np.linalg.matrix_rank(design) < 2:
         return AlphaBetaFit(None, None, None, npts, "same_size", mean_us, mean_bytes)
-    (alpha, beta), *_ = np.linalg.lstsq(design, t_arr, rcond=None)
+    (alpha, beta), constrained = _nnls2(design, t_arr)
     ss_tot = float(((t_arr - t_arr.mean()) ** 2).sum())
     ss_res = float(((t_arr - design @ np.array([alpha, beta])) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
-    return AlphaBetaFit(float(alpha), float(beta), r2, npts, "ok", mean_us, mean_bytes)
+    return AlphaBetaFit(float(alpha), float(beta), r2, npts, "ok", mean_us, mean_bytes, constrained)
 
 
 def choose_fit(
@@ -269,6 +303,7 @@ def estimate_regrouping(
     compute_us: float | None,
     comm_us: float | None,
     exposed_comm_us: float | None,
+    free_us: float | None = None,
 ) -> Estimate:
     """Estimate the effect of issuing each collective type's bytes in ``target_counts`` calls.
 
@@ -277,17 +312,23 @@ def estimate_regrouping(
         target_counts: per type, the call count after regrouping (types not listed stay as they are).
         fit_for: per type, ``(source, fit)``: the α–β fit to price a removed call at ``alpha_us``.
         step_time_us, compute_us, comm_us, exposed_comm_us: the measured rank-mean step breakdown.
+        free_us: the step's idle time (neither compute nor comm), when known: per-unit host work (FSDP
+            hooks, copy-in/out bookkeeping outside operators) and the gap before each collective starts.
+            It is assumed to scale with the number of collective calls, so it shrinks by the share of
+            calls removed (``idle_delta_us``, added to the step-time change). ``None`` keeps it unchanged.
 
     Returns:
         An ``Estimate`` with ``comm_delta_us``, ``exposed_comm_delta_us``, ``step_time_delta_us``,
         ``step_time_lower_bound_us``, ``per_type`` and ``assumptions``; the deltas are ``None`` when no
         type could be priced. Saved time per type = ``(count − target) · max(alpha, 0)``; comm shrinks by
         the saved share of the summed collective time; exposed comm keeps its share of comm (same overlap
-        ratio); compute is unchanged, so the step shrinks by the exposed-comm change.
+        ratio); compute is unchanged, so the step shrinks by the exposed-comm change (plus
+        ``idle_delta_us`` when ``free_us`` is given).
         ``step_time_lower_bound_us = max(compute, new comm)``: perfect overlap, no idle time.
     """
     rows: dict[str, TypeSaving] = {}
     saved_total = 0.0
+    calls_before = calls_after = 0.0
     summed_time = sum(float(time_us or 0.0) for _, time_us in per_type.values())
     result = Estimate(
         assumptions=[
@@ -301,6 +342,8 @@ def estimate_regrouping(
         if kind not in target_counts or count is None:
             continue
         row = TypeSaving(count=count, target_count=float(target_counts[kind]))
+        calls_before += float(count)
+        calls_after += min(row.target_count, float(count))
         chosen = fit_for.get(kind)
         if chosen is None:
             row.note = "no usable alpha-beta fit for this type; not priced"
@@ -325,11 +368,18 @@ def estimate_regrouping(
         return result
     comm_new = float(comm_us) * (1.0 - min(saved_total / summed_time, 1.0))
     result.comm_delta_us = comm_new - float(comm_us)
+    idle_delta = 0.0
+    if free_us is not None and calls_before > 0:
+        idle_delta = -float(free_us) * (1.0 - calls_after / calls_before)
+        result.idle_delta_us = idle_delta
+        result.assumptions.append(
+            "idle time (neither compute nor comm) scales with the number of collective calls"
+        )
     if exposed_comm_us is not None and comm_us:
         exposed_delta = float(exposed_comm_us) * (comm_new / float(comm_us)) - float(exposed_comm_us)
         result.exposed_comm_delta_us = exposed_delta
         if step_time_us is not None:
-            result.step_time_delta_us = exposed_delta
+            result.step_time_delta_us = exposed_delta + idle_delta
     if compute_us is not None:
         result.step_time_lower_bound_us = max(float(compute_us), comm_new)
     return result

@@ -9,7 +9,12 @@ The plan of ``backends/plan.py`` with FSDP1's own knobs (facts checked on CPU/gl
   ``_HYBRID_SHARD_ZERO2`` on a 2-D ``(replicate, shard)`` mesh). FSDP1 never frees the root after
   forward, like the plan's ``reshard_after_forward=False`` for the root;
 * prefetch 1 = ``forward_prefetch=True`` + ``BackwardPrefetch.BACKWARD_PRE``; prefetch 0 turns both off
-  (FSDP1's default would prefetch in backward); FSDP1 has no deeper prefetch;
+  (FSDP1's default would prefetch in backward); FSDP1 has no deeper prefetch. FSDP1 prefetches the next
+  *unit* in its recorded execution order, so with ``unit=module`` prefetch 1 is one module unit ahead
+  (FSDP2's plan prefetches a whole layer of module units);
+* ``unit=module``: one ``FullyShardedDataParallel`` per module of ``plan.module_units`` (innermost first,
+  each replacing the module in its parent; the root's own modules with ``SHARD_GRAD_OP``, as the root is
+  never freed after forward), then the layers and the root, which own no parameters then;
 * mixed precision = ``MixedPrecision(param_dtype, reduce_dtype)``;
 * FSDP1 flattens each unit's parameters into one ``FlatParameter`` and renames the modules
   (``_fsdp_wrapped_module.``): weights go in through ``summon_full_params(unit, recurse=False,
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fsdpbench.backends.base import Backend, FullOf
+from fsdpbench.backends.plan import module_units
 
 if TYPE_CHECKING:
     from fsdpbench.config import Arm
@@ -59,10 +65,11 @@ class FSDP1Backend(Backend):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         hybrid = mesh is not None
+        keep = ShardingStrategy._HYBRID_SHARD_ZERO2 if hybrid else ShardingStrategy.SHARD_GRAD_OP
         if arm.reshard_after_forward:
             strategy = ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD
         else:
-            strategy = ShardingStrategy._HYBRID_SHARD_ZERO2 if hybrid else ShardingStrategy.SHARD_GRAD_OP
+            strategy = keep
         device = self._device()
         common: dict[str, Any] = dict(
             sharding_strategy=strategy,
@@ -78,6 +85,14 @@ class FSDP1Backend(Backend):
         )
         if hybrid:
             common["device_mesh"] = mesh
+        if arm.unit == "module":
+            in_layers = {id(m) for layer in model.model.layers for m in layer.modules()}
+            for name, module in module_units(model):  # children first: each parent sees wrapped children
+                parent_name, _, attr = name.rpartition(".")
+                parent = model.get_submodule(parent_name) if parent_name else model
+                # the root's own modules (embeddings, norm, lm_head) are never freed after forward
+                own = common if id(module) in in_layers else {**common, "sharding_strategy": keep}
+                setattr(parent, attr, FSDP(module, **own))
         layers = model.model.layers
         for i, layer in enumerate(layers):
             layers[i] = FSDP(layer, **common)

@@ -218,6 +218,7 @@ class HyperBackend(Backend):
                 fully_shard,
                 reshard_after_forward=arm.reshard_after_forward,
                 prefetch=arm.prefetch,
+                unit=arm.unit,
                 **common,
             )
         model.register_forward_hook(_expose_dataclass_output, prepend=True)

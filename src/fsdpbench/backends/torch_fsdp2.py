@@ -48,6 +48,7 @@ class TorchFSDP2Backend(Backend):
             fully_shard,
             reshard_after_forward=arm.reshard_after_forward,
             prefetch=arm.prefetch,
+            unit=arm.unit,
             **common,
         )
         return model

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from fsdpbench.config.types import Ac, Backend, Dtype, coerce, field_types
 from fsdpbench.errors import ConfigError
 
+Unit = Literal["layer", "module"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 DTYPES: tuple[str, ...] = get_args(Dtype)
 DEEPSPEED_KNOBS: dict[str, type] = {
@@ -39,6 +40,9 @@ class Arm:
     """Explicit forward+backward layer prefetch depth; 0 = none."""
     reshard_after_forward: bool = True
     """Always a bool: the two libraries read ``None`` differently."""
+    unit: Unit = "layer"
+    """Shard-unit granularity: ``layer`` (each decoder layer, then the root) or ``module`` (every module
+    that directly holds parameters, then the layers, then the root; backends/plan.py). Not ``deepspeed``."""
     mesh: str = ""
     """``N`` (1D FSDP over N ranks) or ``RxS`` (HSDP, replicate × shard); empty = 1D over the world."""
     param_dtype: Dtype = "float32"
@@ -72,6 +76,8 @@ class Arm:
                 )
         if self.ac not in get_args(Ac):
             raise ConfigError(f"arm option ac={self.ac!r}; choose one of: {', '.join(get_args(Ac))}")
+        if self.unit not in get_args(Unit):
+            raise ConfigError(f"arm option unit={self.unit!r}; choose one of: {', '.join(get_args(Unit))}")
         if self.comm_fusion and self.backend != "hyper":
             raise ConfigError("arm option comm_fusion applies to the hyper backend only")
         if self.mesh:
@@ -100,6 +106,11 @@ class Arm:
                     "NO_SHARD and the replicas drift apart; use a shard size of at least 2 (RxS with S >= 2)"
                 )
         if self.backend == "deepspeed":
+            if self.unit != "layer":
+                raise ConfigError(
+                    f"{what}: unit={self.unit}, but DeepSpeed ZeRO-3 has no wrapping knob (it gathers per module "
+                    "as modules run; its granularity is stage3_prefetch_bucket_size); drop unit for the deepspeed arm"
+                )
             if self.mesh and len(parse_mesh(self.mesh)) == 2:
                 raise ConfigError(
                     f"{what}: mesh {self.mesh} asks for HSDP, which DeepSpeed ZeRO-3 has no equivalent of in "
@@ -123,6 +134,7 @@ class Arm:
         for name in (
             "prefetch",
             "reshard_after_forward",
+            "unit",
             "mesh",
             "param_dtype",
             "reduce_dtype",
@@ -167,6 +179,7 @@ class Arm:
 ARM_OPTION_FIELDS = (
     "prefetch",
     "reshard_after_forward",
+    "unit",
     "mesh",
     "param_dtype",
     "reduce_dtype",

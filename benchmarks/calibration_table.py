@@ -1,0 +1,138 @@
+"""The calibration table of a profiled run: each what-if estimate next to the change its counterfactual
+arm measured (analysis/calibration.py), until ``fsdpbench diff`` writes it into diff.json itself.
+
+Diffs every pair of arms that differ in exactly one option (or hyper vs torch/fsdp1), not only each
+arm against the first, then prints one row per estimate and each arm's profiled/timed step ratio::
+
+    fsdpbench ab --arms torch,torch:unit=module,torch:prefetch=1 --profile --nproc 2 --rounds 3 --seq-len 128
+    python benchmarks/calibration_table.py results/<run> [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from fsdpbench.analysis import calibration, whatif
+from fsdpbench.analysis.diff import compare, load_run_analyses
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _min_over_ranks_fits(analysis: object) -> dict[str, whatif.AlphaBetaFit]:
+    """α–β fits of each type's k-th call at its shortest duration over the ranks: the rank that arrived
+    last waited least, so its duration is closest to the collective's own cost (others add their wait)."""
+    import numpy as np
+
+    tables = [r.collective_events for r in analysis.ranks if r.collective_events is not None]
+    fits = {}
+    for kind in sorted(set().union(*(set(t["type"].astype(str)) for t in tables))):
+        calls = [t[t["type"].astype(str) == kind].sort_values("start_ns") for t in tables]
+        n = min(len(c) for c in calls)
+        dur = np.vstack(
+            [(c["end_ns"].to_numpy(float)[:n] - c["start_ns"].to_numpy(float)[:n]) / 1e3 for c in calls]
+        )
+        fits[kind] = whatif.fit_alpha_beta(calls[0]["bytes"].to_numpy()[:n], dur.min(axis=0))
+    return fits
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a run folder written by `fsdpbench ab --profile`")
+    parser.add_argument("--json", type=Path, help="also write the entries and distortion here")
+    parser.add_argument(
+        "--reanalyze", action="store_true", help="read the traces again (per-call α–β fits need the events)"
+    )
+    args = parser.parse_args(argv)
+    manifest, analyses = load_run_analyses(args.run, reanalyze=args.reanalyze)
+    summary = json.loads((args.run / "summary.json").read_text())
+    arms = {a["label"]: a for a in manifest["arms"]}
+    num_layers = ((manifest.get("config") or {}).get("model") or {}).get("num_hidden_layers")
+    diffs = []
+    for base, test in itertools.combinations(arms, 2):
+        differ = calibration.arm_differences(arms[base], arms[test])
+        if len(differ) == 1 or "backend" in differ:
+            result = compare(
+                analyses[base],
+                analyses[test],
+                base_label=base,
+                test_label=test,
+                base_arm=arms[base],
+                test_arm=arms[test],
+                context={"num_layers": num_layers},
+            )
+            diffs.append(result.to_dict())
+    out = calibration.calibrate_run(manifest, summary, diffs)
+    if args.reanalyze:  # an independent prediction: α from the subject's own per-call fits only
+        by_pair = {(d["base"], d["test"]): d for d in diffs}
+        extra = []
+        for e in out["entries"]:
+            if e["estimate"] != "regrouping":
+                continue
+            d = by_pair[(e["base"], e["test"])]
+            side, other = ("base", "test") if e["subject"] == d["base"] else ("test", "base")
+            per_type = {r["type"]: (r[f"{side}_count"], r[f"{side}_time_us"]) for r in d["collectives"]}
+            targets = {r["type"]: r[f"{other}_count"] for r in d["collectives"]}
+            fits = {
+                src: {t: whatif.AlphaBetaFit.from_dict(f) for t, f in v.items()}
+                for src, v in d["fits"].items()
+            }
+            order = (side, "pooled", "aggregate", other)
+            chosen = {t: whatif.choose_fit(t, *[(src, fits.get(src, {})) for src in order]) for t in per_type}
+            own = {t: (side, f) for t, f in fits.get(side, {}).items() if f.ok}
+            low = {t: (side, f) for t, f in _min_over_ranks_fits(analyses[e["subject"]]).items() if f.ok}
+            variants = {  # name: (fits, with the idle-time term)
+                "diff's fits + idle scaling": ({t: c for t, c in chosen.items() if c}, True),
+                "own per-call fits only": (own, False),
+                "own per-call fits + idle scaling": (own, True),
+                "own per-call fits, min over ranks": (low, False),
+            }
+            mean = d["side_by_side"]["mean"][side]
+            for name, (fit_for, idle) in variants.items():
+                est = whatif.estimate_regrouping(
+                    per_type,
+                    targets,
+                    fit_for,
+                    **{k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
+                    free_us=mean.get("free_us") if idle else None,
+                ).to_dict()
+                pseudo = {**d, "findings": [{"id": "fragmentation", "estimate": est}]}
+                for entry in calibration.calibrate_diff(
+                    pseudo, arms, {a: v.get("median_ms") for a, v in summary["arms"].items()}
+                ):
+                    if entry["estimate"] == "regrouping":
+                        extra.append({**entry, "estimate": f"regrouping ({name})"})
+        out["entries"] += extra
+    print(
+        "| estimate | subject → counterfactual | predicted ms | measured ms (timed) | error | "
+        "measured ms (profiled) | error (profiled) | predicted × timed/profiled | error | "
+        "component: predicted / measured ms (profiled) | error | independent fit |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for e in out["entries"]:
+        print(
+            f"| {e['estimate']} | {e['subject']} → {e['counterfactual']} | {_fmt(e['predicted_ms'], '.1f')} | "
+            f"{_fmt(e['measured_ms'], '.1f')} | {_fmt(e['error_pct'], '+.0f')} % | "
+            f"{_fmt(e['measured_profiled_ms'], '.1f')} | {_fmt(e['error_profiled_pct'], '+.0f')} % | "
+            f"{_fmt(e['predicted_timed_ms'], '.1f')} | {_fmt(e['error_timed_pct'], '+.0f')} % | "
+            f"{e.get('component', '—')}: {_fmt(e.get('predicted_component_ms'), '.1f')} / "
+            f"{_fmt(e.get('measured_component_ms'), '.1f')} | {_fmt(e.get('error_component_pct'), '+.0f')} % | "
+            f"{e.get('independent', '—')} |"
+        )
+    print()
+    for arm, ratio in out["distortion"]["ratio"].items():
+        print(f"{arm}: profiled/timed step = {_fmt(ratio, '.2f')}")
+    for w in out["distortion"]["warnings"]:
+        print(f"warning: {w}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

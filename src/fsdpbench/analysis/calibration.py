@@ -1,0 +1,315 @@
+"""Calibration: each what-if estimate of a diff next to the change measured by the arm it predicts.
+
+A diff's findings price fixes ("regroup the collectives: −839 ms", "prefetch: −1054 ms"). When the same
+run also holds the arm that *is* that fix (the counterfactual), the prediction can be checked:
+
+==========================  ===========================================  ===================================
+estimate                    from                                         counterfactual arm (vs the subject)
+==========================  ===========================================  ===================================
+``regrouping``              fragmentation ``step_time_delta_us``         the other arm of the diff: same
+                                                                         options but ``unit`` (exact), or
+                                                                         hyper → torch/fsdp1 (approximate:
+                                                                         the compute path differs too)
+``one_bucket_per_layer``    fragmentation ``one_bucket_per_layer``       the same, when it runs ``unit=layer``
+``prefetch_overlap``        low_overlap's ``estimate_overlap``, or the   same options but ``prefetch``: the
+                            same estimate computed from the diff's       subject runs ``prefetch=0``, the
+                            side-by-side means when no finding fired     other ``prefetch>=1`` (exact)
+==========================  ===========================================  ===================================
+
+Straggler estimates ("rank r computes like the others") have no counterfactual arm in one run: removing a
+slow rank means another placement or machine, which is not an arm option. They are never calibrated here.
+
+Sign convention: ``predicted_ms`` and ``measured_ms`` are the change of the *subject's* step time (the arm
+the estimate is about) if it became the counterfactual: ``measured = step(counterfactual) − step(subject)``,
+negative = faster. ``error_pct = (predicted − measured) / |measured| · 100``: negative = the estimate
+promised more gain (or less loss) than was measured. ``measured_ms`` uses the timed medians
+(summary.json); ``measured_profiled_ms`` the profiled step (the diff's rank-mean ``step_time_us``), the
+same clock the estimate was computed on. The profiler slows arms unequally (``distortion``), so
+``predicted_timed_ms`` rescales the prediction by the subject's timed/profiled ratio. The part of the step
+an estimate models (``component``: comm for regrouping, exposed comm for prefetch) is compared on its own
+too (``predicted_component_ms``/``measured_component_ms``), free of the compute and idle-time noise of one
+profiled step. ``independent`` is false when an α–β fit that priced the estimate saw the counterfactual
+arm's calls (pooled, aggregate or the other side's fit): the check is then partly circular.
+
+Pure and torch-free; the inputs are the plain dicts of manifest.json, summary.json and diff.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fsdpbench.analysis import whatif
+
+IGNORED_OPTIONS = frozenset({"label", "python"})
+"""Arm fields that do not change what runs (``python`` is recorded; a different interpreter is
+reported by the diff's own warnings)."""
+DISTORTION_GAP = 0.10
+"""Warn when two arms' profiled/timed ratios differ by more than this (absolute)."""
+
+
+def arm_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> set[str]:
+    """The option names whose values differ between two manifest arm dicts (``label``/``python`` ignored)."""
+    keys = (set(a) | set(b)) - IGNORED_OPTIONS
+    defaults = {"unit": "layer", "prefetch": 0}  # manifests written before an option existed
+    return {k for k in keys if a.get(k, defaults.get(k)) != b.get(k, defaults.get(k))}
+
+
+def error_pct(predicted: float | None, measured: float | None) -> float | None:
+    """``(predicted − measured) / |measured| · 100``; ``None`` when either is missing or measured is 0."""
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return (predicted - measured) / abs(measured) * 100.0
+
+
+def distortion(
+    timed_ms: Mapping[str, float | None], profiled_ms: Mapping[str, float | None]
+) -> dict[str, Any]:
+    """Each arm's profiled/timed step ratio and a warning when the arms are distorted differently.
+
+    Returns:
+        ``{"ratio": {arm: profiled / timed or None}, "warnings": [...]}``; a warning when the largest and
+        smallest ratio differ by more than ``DISTORTION_GAP``: every profile-based comparison between
+        those arms is then biased by the profiler itself.
+    """
+    ratio = {
+        arm: (profiled_ms.get(arm) / t if t and profiled_ms.get(arm) is not None else None)
+        for arm, t in timed_ms.items()
+    }
+    known = {a: r for a, r in ratio.items() if r is not None}
+    warnings = []
+    if len(known) >= 2:
+        hi, lo = max(known, key=known.__getitem__), min(known, key=known.__getitem__)
+        if known[hi] - known[lo] > DISTORTION_GAP:
+            warnings.append(
+                f"the profiler distorts the arms differently: profiled/timed step {known[hi]:.2f} ({hi}) vs "
+                f"{known[lo]:.2f} ({lo}); profile-based differences between them are biased by that much"
+            )
+    return {"ratio": ratio, "warnings": warnings}
+
+
+def _delta_ms(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
+def _us_to_ms(value: Any) -> float | None:
+    return None if value is None else float(value) / 1e3
+
+
+def _subject_of_fragmentation(diff: Mapping[str, Any], estimate: Mapping[str, Any]) -> str | None:
+    """The side whose call counts the estimate priced (its ``per_type`` counts are that side's)."""
+    per_type = estimate.get("per_type") or {}
+    rows = {r.get("type"): r for r in diff.get("collectives") or []}
+    for side in ("base", "test"):
+        if per_type and all(
+            kind in rows and rows[kind].get(f"{side}_count") == row.get("count")
+            for kind, row in per_type.items()
+        ):
+            return side
+    return None
+
+
+def _entry(
+    name: str,
+    diff: Mapping[str, Any],
+    subject_side: str,
+    predicted_us: Any,
+    *,
+    timed_ms: Mapping[str, float | None],
+    match: str,
+    note: str = "",
+    component: tuple[str, Any] | None = None,
+    fit_sources: Sequence[str] = (),
+) -> dict[str, Any]:
+    other_side = "test" if subject_side == "base" else "base"
+    subject, counterfactual = diff[subject_side], diff[other_side]
+    means = (diff.get("side_by_side") or {}).get("mean") or {}
+    prof = {side: _us_to_ms((means.get(side) or {}).get("step_time_us")) for side in ("base", "test")}
+    predicted = _us_to_ms(predicted_us)
+    measured = _delta_ms(timed_ms.get(counterfactual), timed_ms.get(subject))
+    measured_prof = _delta_ms(prof[other_side], prof[subject_side])
+    ratio = (
+        (timed_ms.get(subject) / prof[subject_side]) if timed_ms.get(subject) and prof[subject_side] else None
+    )
+    predicted_timed = predicted * ratio if predicted is not None and ratio is not None else None
+    out: dict[str, Any] = {
+        "estimate": name,
+        "base": diff["base"],
+        "test": diff["test"],
+        "subject": subject,
+        "counterfactual": counterfactual,
+        "match": match,
+        "predicted_ms": predicted,
+        "measured_ms": measured,
+        "error_pct": error_pct(predicted, measured),
+        "measured_profiled_ms": measured_prof,
+        "error_profiled_pct": error_pct(predicted, measured_prof),
+        "predicted_timed_ms": predicted_timed,
+        "error_timed_pct": error_pct(predicted_timed, measured),
+        "label": "estimate vs measured",
+        "note": note,
+    }
+    if component is not None:  # the part of the step the estimate models, free of compute/idle noise
+        key, predicted_part = component
+        part = {side: (means.get(side) or {}).get(key) for side in ("base", "test")}
+        measured_part = _us_to_ms(
+            None
+            if part[other_side] is None or part[subject_side] is None
+            else part[other_side] - part[subject_side]
+        )
+        out.update(
+            component=key,
+            predicted_component_ms=_us_to_ms(predicted_part),
+            measured_component_ms=measured_part,
+            error_component_pct=error_pct(_us_to_ms(predicted_part), measured_part),
+        )
+    if fit_sources:
+        out["fit_sources"] = sorted(set(fit_sources))
+        # a fit that saw the counterfactual arm's own calls (pooled, aggregate, the other side) makes the
+        # check partly circular: only fits of the subject's own calls give an independent prediction
+        out["independent"] = set(fit_sources) == {subject_side}
+    return out
+
+
+def _regrouping_match(s: Mapping[str, Any], o: Mapping[str, Any]) -> str | None:
+    diff = arm_differences(s, o)
+    if diff == {"unit"} and s.get("unit") == "module" and o.get("unit", "layer") == "layer":
+        return "exact"
+    if (
+        diff - {"comm_fusion", "unit"} == {"backend"}
+        and s.get("backend") == "hyper"
+        and o.get("backend")
+        in (
+            "torch",
+            "fsdp1",
+        )
+    ):
+        return "approximate: different backends (the compute path differs too)"
+    return None
+
+
+def calibrate_diff(
+    diff: Mapping[str, Any], arms: Mapping[str, Mapping[str, Any]], timed_ms: Mapping[str, float | None]
+) -> list[dict[str, Any]]:
+    """Calibration entries of one diff (diff.json's dict; see the module docstring for the rules).
+
+    Args:
+        diff: a Diff JSON dict (``base``, ``test``, ``side_by_side``, ``collectives``, ``findings``).
+        arms: manifest arm dicts by label (``backend``, ``unit``, ``prefetch``, ...).
+        timed_ms: each arm's timed median step time in ms (summary.json ``arms[label].median_ms``).
+
+    Returns:
+        ``[{estimate, base, test, subject, counterfactual, match, predicted_ms, measured_ms, error_pct,
+        measured_profiled_ms, error_profiled_pct, predicted_timed_ms, error_timed_pct, label, note}]``,
+        one per estimate whose counterfactual is the diff's other arm; empty when there is none.
+    """
+    labels = {"base": diff["base"], "test": diff["test"]}
+    if labels["base"] not in arms or labels["test"] not in arms:
+        return []
+    entries: list[dict[str, Any]] = []
+    findings = list(diff.get("findings") or [])
+    for f in findings:
+        if f.get("id") != "fragmentation" or not f.get("estimate"):
+            continue
+        est = f["estimate"]
+        side = _subject_of_fragmentation(diff, est)
+        if side is None:
+            continue
+        other = "test" if side == "base" else "base"
+        match = _regrouping_match(arms[labels[side]], arms[labels[other]])
+        if match is None:
+            continue
+        sources = [r["fit_source"] for r in (est.get("per_type") or {}).values() if r.get("fit_source")]
+        common = {"timed_ms": timed_ms, "match": match, "fit_sources": sources}
+        entries.append(
+            _entry(
+                "regrouping",
+                diff,
+                side,
+                est.get("step_time_delta_us"),
+                component=("comm_us", est.get("comm_delta_us")),
+                **common,
+            )
+        )
+        per_layer = est.get("one_bucket_per_layer")
+        if per_layer and arms[labels[other]].get("unit", "layer") == "layer":
+            entries.append(
+                _entry(
+                    "one_bucket_per_layer",
+                    diff,
+                    side,
+                    per_layer.get("step_time_delta_us"),
+                    component=("comm_us", per_layer.get("comm_delta_us")),
+                    **common,
+                )
+            )
+    entries += _prefetch_entries(diff, arms, labels, findings, timed_ms)
+    return entries
+
+
+def _prefetch_entries(
+    diff: Mapping[str, Any],
+    arms: Mapping[str, Mapping[str, Any]],
+    labels: Mapping[str, str],
+    findings: Sequence[Mapping[str, Any]],
+    timed_ms: Mapping[str, float | None],
+) -> list[dict[str, Any]]:
+    a, b = arms[labels["base"]], arms[labels["test"]]
+    if arm_differences(a, b) != {"prefetch"}:
+        return []
+    depth = {side: int(arms[labels[side]].get("prefetch") or 0) for side in ("base", "test")}
+    if min(depth.values()) != 0:
+        return []
+    side = "base" if depth["base"] == 0 else "test"
+    other = "test" if side == "base" else "base"
+    means = (diff.get("side_by_side") or {}).get("mean") or {}
+    m, mo = means.get(side) or {}, means.get(other) or {}
+    found = next(
+        (
+            f["estimate"]
+            for f in findings
+            if f.get("id") == "low_overlap"
+            and (f.get("estimate") or {}).get("step_time_delta_us") is not None
+            and m.get("overlap_ratio") is not None
+            and mo.get("overlap_ratio") is not None
+            and m["overlap_ratio"] < mo["overlap_ratio"]
+        ),
+        None,
+    )
+    note = "from the low_overlap finding"
+    if found is None:
+        if mo.get("overlap_ratio") is None:
+            return []
+        found = whatif.estimate_overlap(
+            target_overlap_ratio=float(mo["overlap_ratio"]),
+            **{k: m.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
+        ).to_dict()
+        note = "no low_overlap finding: the same estimate computed from the diff's side-by-side means"
+    return [
+        _entry(
+            "prefetch_overlap",
+            diff,
+            side,
+            found.get("step_time_delta_us"),
+            timed_ms=timed_ms,
+            match="exact",
+            note=note,
+            component=("exposed_comm_us", found.get("exposed_comm_delta_us")),
+        )
+    ]
+
+
+def calibrate_run(
+    manifest: Mapping[str, Any], summary: Mapping[str, Any], diffs: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Calibration of a run: ``{"entries": [...], "distortion": {...}}`` from its manifest.json,
+    summary.json and diff dicts (one per test arm vs the first, as ``diff_run`` gives them)."""
+    arms = {a["label"]: a for a in manifest.get("arms") or []}
+    timed = {label: (summary.get("arms") or {}).get(label, {}).get("median_ms") for label in arms}
+    profiled: dict[str, float | None] = {}
+    for d in diffs:
+        means = (d.get("side_by_side") or {}).get("mean") or {}
+        for side in ("base", "test"):
+            profiled.setdefault(d[side], _us_to_ms((means.get(side) or {}).get("step_time_us")))
+    entries = [e for d in diffs for e in calibrate_diff(d, arms, timed)]
+    return {"entries": entries, "distortion": distortion(timed, profiled)}
