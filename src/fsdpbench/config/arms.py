@@ -131,16 +131,9 @@ class Arm:
     def default_label(self) -> str:
         parts = [self.backend]
         defaults = {f.name: f.default for f in dataclasses.fields(Arm)}
-        for name in (
-            "prefetch",
-            "reshard_after_forward",
-            "unit",
-            "mesh",
-            "param_dtype",
-            "reduce_dtype",
-            "comm_fusion",
-            "ac",
-        ):
+        for name in ARM_OPTION_FIELDS:
+            if name in ("python", "label"):  # the interpreter is named below; the label is what this builds
+                continue
             value = getattr(self, name)
             if value != defaults[name]:
                 short = {
