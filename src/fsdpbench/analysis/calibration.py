@@ -299,6 +299,28 @@ def _prefetch_entries(
     ]
 
 
+def is_counterfactual_pair(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether one of two manifest arms is the counterfactual of an estimate about the other: they differ
+    in ``unit`` alone, in ``prefetch`` alone, or are hyper vs torch/fsdp1 (``_regrouping_match``)."""
+    return (
+        arm_differences(a, b) in ({"unit"}, {"prefetch"})
+        or _regrouping_match(a, b) is not None
+        or _regrouping_match(b, a) is not None
+    )
+
+
+def calibration_pairs(arms: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Every pair of arm labels ``(earlier, later)`` in manifest order that ``is_counterfactual_pair``;
+    the pairs a run's calibration covers, whether or not the run diffs them."""
+    labels = list(arms)
+    return [
+        (x, y)
+        for i, x in enumerate(labels)
+        for y in labels[i + 1 :]
+        if is_counterfactual_pair(arms[x], arms[y])
+    ]
+
+
 def calibrate_run(
     manifest: Mapping[str, Any], summary: Mapping[str, Any], diffs: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
