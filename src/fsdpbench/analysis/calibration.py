@@ -120,6 +120,7 @@ def _entry(
     note: str = "",
     component: tuple[str, Any] | None = None,
     fit_sources: Sequence[str] = (),
+    comm_only_us: Any = None,
 ) -> dict[str, Any]:
     other_side = "test" if subject_side == "base" else "base"
     subject, counterfactual = diff[subject_side], diff[other_side]
@@ -149,6 +150,9 @@ def _entry(
         "label": "estimate vs measured",
         "note": note,
     }
+    if comm_only_us is not None:  # the prediction without the idle-time term: the two bracket the change
+        out["predicted_comm_only_ms"] = _us_to_ms(comm_only_us)
+        out["error_comm_only_pct"] = error_pct(out["predicted_comm_only_ms"], measured)
     if component is not None:  # the part of the step the estimate models, free of compute/idle noise
         key, predicted_part = component
         part = {side: (means.get(side) or {}).get(key) for side in ("base", "test")}
@@ -169,6 +173,12 @@ def _entry(
         # check partly circular: only fits of the subject's own calls give an independent prediction
         out["independent"] = set(fit_sources) == {subject_side}
     return out
+
+
+def _comm_only(estimate: Mapping[str, Any]) -> float | None:
+    """The step-time change without the idle-time term, when the estimate has one."""
+    step, idle = estimate.get("step_time_delta_us"), estimate.get("idle_delta_us")
+    return None if step is None or idle is None else step - idle
 
 
 def _regrouping_match(s: Mapping[str, Any], o: Mapping[str, Any]) -> str | None:
@@ -228,6 +238,7 @@ def calibrate_diff(
                 side,
                 est.get("step_time_delta_us"),
                 component=("comm_us", est.get("comm_delta_us")),
+                comm_only_us=_comm_only(est),
                 **common,
             )
         )
@@ -240,6 +251,7 @@ def calibrate_diff(
                     side,
                     per_layer.get("step_time_delta_us"),
                     component=("comm_us", per_layer.get("comm_delta_us")),
+                    comm_only_us=_comm_only(per_layer),
                     **common,
                 )
             )

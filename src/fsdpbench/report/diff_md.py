@@ -84,7 +84,8 @@ CALIBRATION_HEADER = [
 ]
 CALIBRATION_NOTE = (
     "Changes of the subject's step time if it became the counterfactual arm (negative = faster); "
-    "predicted = the finding's estimate on the profiled step; measured (timed) = the difference of the "
+    "predicted = the finding's estimate on the profiled step (for regrouping: comm only … with the idle "
+    "time that scales with the calls; error is of the second); measured (timed) = the difference of the "
     "timed medians (summary.json); error = (predicted − measured) / |measured|, negative = the estimate "
     "promised more gain than was measured."
 )
@@ -98,13 +99,20 @@ def _error(pct: float | None) -> str:
     return fmt(pct, 0, "%") if pct is None or pct <= 0 else "+" + fmt(pct, 0, "%")
 
 
+def _predicted(e: Mapping[str, Any]) -> str:
+    """The prediction; ``"−60.0 ms (comm only) … −90.0 ms (comm + idle)"`` when it has the idle term."""
+    if e.get("predicted_comm_only_ms") is None:
+        return _ms(e.get("predicted_ms"))
+    return f"{_ms(e['predicted_comm_only_ms'])} (comm only) … {_ms(e.get('predicted_ms'))} (comm + idle)"
+
+
 def calibration_rows(entries: list[Mapping[str, Any]]) -> list[list[str]]:
     """Calibration entries (diff.json ``calibration``) as rows under ``CALIBRATION_HEADER``."""
     return [
         [
             str(e.get("estimate")) + ("" if e.get("match") == "exact" else " (approximate)"),
             f"{e.get('subject')} → {e.get('counterfactual')}",
-            _ms(e.get("predicted_ms")),
+            _predicted(e),
             _ms(e.get("measured_ms")),
             _error(e.get("error_pct")),
             _ms(e.get("predicted_timed_ms")),

@@ -8,10 +8,19 @@ from fsdpbench.fmt import fmt, fmt_count, fmt_pct, fmt_us
 
 
 def _deltas(est: Estimate) -> list[str]:
-    parts = [
+    parts = []
+    step = est.step_time_delta_us
+    if step is not None and est.idle_delta_us is not None:  # the two predictions bracket the change
+        comm_only = step - est.idle_delta_us
+        parts.append(
+            f"step time {fmt_us(comm_only, signed=True)} (comm only) to {fmt_us(step, signed=True)} "
+            "(comm + idle time)"
+        )
+        step = None
+    parts += [
         f"{name} {fmt_us(value, signed=True)}"
         for value, name in (
-            (est.step_time_delta_us, "step time"),
+            (step, "step time"),
             (est.exposed_comm_delta_us, "exposed comm"),
             (est.comm_delta_us, "communication"),
         )
