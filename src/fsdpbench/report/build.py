@@ -27,7 +27,7 @@ from fsdpbench.report.diff_md import (
     calibration_rows,
     fit_rows,
 )
-from fsdpbench.report.estimate import estimate_lines
+from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from fsdpbench.report.load import RunData
 from fsdpbench.report.profile import profile_section
 
@@ -338,7 +338,8 @@ def _diagnosis(data: RunData) -> list[Block]:
             items = [
                 f"**{key}**: {getattr(f, key)}" for key in ("evidence", "cause", "action") if getattr(f, key)
             ]
-            items.extend(estimate_lines(f.estimate, details=True))
+            scale = subject_timed_scale(f.title, (d.get("distortion") or {}).get("ratio"))
+            items.extend(estimate_lines(f.estimate, details=True, timed_scale=scale))
             blocks.append(Para(f"**{i}. [{(f.severity or MISSING).upper()}] {f.title or f.id}**"))
             blocks.append(Bullets(items))
         fits = {

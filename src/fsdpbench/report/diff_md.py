@@ -9,7 +9,7 @@ from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, SideMetrics, collective_phrase
 from fsdpbench.analysis.whatif import AlphaBetaFit
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x
-from fsdpbench.report.estimate import estimate_lines
+from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 
 OPS_IN_MARKDOWN = 15
 MIB = 2**20
@@ -257,7 +257,8 @@ def to_markdown(result: DiffResult) -> str:
             f"   - Likely cause: {f.cause}",
             f"   - Action: {f.action}",
         ]
-        md += [f"   - {line}" for line in estimate_lines(f.estimate)]
+        scale = subject_timed_scale(f.title, (result.distortion or {}).get("ratio"))
+        md += [f"   - {line}" for line in estimate_lines(f.estimate, timed_scale=scale)]
     fixes = fix_lines(result.findings)
     if fixes:
         md += ["", "Fixes ranked (P0 first):", ""] + [f"- {line}" for line in fixes]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt, fmt_count, fmt_pct, fmt_us
@@ -33,13 +35,26 @@ def _deltas(est: Estimate) -> list[str]:
     return parts
 
 
-def estimate_lines(est: Estimate | None, *, details: bool = False) -> list[str]:
+def subject_timed_scale(title: str, profiled_per_timed: Mapping[str, float | None] | None) -> float | None:
+    """timed/profiled step of the arm a finding is about: the arm label that comes first in its title
+    (the longest at that place, so ``torch-unitmodule`` wins over ``torch``); ``None`` when unknown."""
+    found = [(title.find(arm), -len(arm), arm) for arm in profiled_per_timed or {} if arm in title]
+    if not found:
+        return None
+    ratio = (profiled_per_timed or {}).get(min(found)[2])
+    return 1.0 / ratio if ratio else None
+
+
+def estimate_lines(
+    est: Estimate | None, *, details: bool = False, timed_scale: float | None = None
+) -> list[str]:
     """The estimate as lines of text: a headline, then (``details``) how it was priced and its assumptions.
 
     Headline: ``"Estimate — <scenario>: step time −1.2 ms; exposed comm −1.0 ms; ..."`` for a modelled
     what-if, ``"Measured: exposed comm −3.0 ms"`` for a measured change, ``"Estimate: not priced ..."``
     when the rule could not price it. Missing numbers are left out, never printed as ``None``.
-    No lines for ``None``.
+    No lines for ``None``. ``timed_scale`` (the subject arm's timed/profiled step ratio) qualifies a
+    step-time estimate: it was computed on the profiled step, and is also given on the timed clock.
     """
     if est is None:
         return []
@@ -50,6 +65,11 @@ def estimate_lines(est: Estimate | None, *, details: bool = False) -> list[str]:
         parts.append(f"one bucket per layer: step time {fmt_us(layer.step_time_delta_us, signed=True)}")
     if parts:
         lines = [f"{label}{f' — {est.scenario}' if est.scenario else ''}: " + "; ".join(parts)]
+        if label == "Estimate" and timed_scale is not None and est.step_time_delta_us is not None:
+            lines[0] += (
+                f" (on the profiled step; ≈ {fmt_us(est.step_time_delta_us * timed_scale, signed=True)} "
+                f"on the timed clock, × timed/profiled {fmt(timed_scale, 2)})"
+            )
     elif label == "Estimate":
         lines = [f"{label}: {est.note or 'not priced'}"]
     else:

@@ -13,7 +13,7 @@ from fsdpbench.report.diff_md import (
     distortion_text,
     metric_cells,
 )
-from fsdpbench.report.estimate import estimate_lines
+from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 
 OPS_IN_TERMINAL = 10
 SEVERITY_COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "blue"}
@@ -130,7 +130,8 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
         console.print(f"{i}. [{SEVERITY_COLOURS.get(f.severity, 'white')}]{f.severity}[/] [bold]{f.title}[/]")
         console.print(f"   evidence: {f.evidence}", highlight=False)
         console.print(f"   action: {f.action}", highlight=False)
-        for line in estimate_lines(f.estimate):
+        scale = subject_timed_scale(f.title, (result.distortion or {}).get("ratio"))
+        for line in estimate_lines(f.estimate, timed_scale=scale):
             console.print(f"   {line}", highlight=False)
     if result.calibration:  # lines, not a table: they fit any width
         console.print("[bold]calibration: estimates vs the measured counterfactual arm[/]")
