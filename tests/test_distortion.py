@@ -51,7 +51,12 @@ def test_the_estimate_of_a_finding_is_rescaled_by_its_subject_arms_timed_over_pr
     assert subject_timed_scale("rank 0 is a straggler in torch", ratios) == pytest.approx(0.8)
     assert subject_timed_scale("missing leaves comm exposed", ratios) is None
     assert subject_timed_scale("no arm named", ratios) is None
-    [line] = estimate_lines(Estimate(step_time_delta_us=-5_000.0), timed_scale=2.0)
-    assert line.endswith("(on the profiled step; ≈ −10.0 ms on the timed clock, × timed/profiled 2.00)")
+    [line] = estimate_lines(
+        Estimate(step_time_delta_us=-5_000.0, exposed_comm_delta_us=-4_000.0), timed_scale=2.0
+    )
+    assert line.endswith(
+        "step time −5.0 ms (on the profiled step; ≈ −10.0 ms on the timed clock, × timed/profiled 2.00); "
+        "exposed comm −4.0 ms"
+    )
     [line] = estimate_lines(Estimate(label="measured", exposed_comm_delta_us=-5_000.0), timed_scale=2.0)
     assert "timed clock" not in line  # a measured change is not rescaled

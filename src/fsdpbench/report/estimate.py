@@ -64,12 +64,12 @@ def estimate_lines(
     if layer is not None and layer.step_time_delta_us is not None:
         parts.append(f"one bucket per layer: step time {fmt_us(layer.step_time_delta_us, signed=True)}")
     if parts:
-        lines = [f"{label}{f' — {est.scenario}' if est.scenario else ''}: " + "; ".join(parts)]
         if label == "Estimate" and timed_scale is not None and est.step_time_delta_us is not None:
-            lines[0] += (
+            parts[0] += (  # the step-time part comes first
                 f" (on the profiled step; ≈ {fmt_us(est.step_time_delta_us * timed_scale, signed=True)} "
                 f"on the timed clock, × timed/profiled {fmt(timed_scale, 2)})"
             )
+        lines = [f"{label}{f' — {est.scenario}' if est.scenario else ''}: " + "; ".join(parts)]
     elif label == "Estimate":
         lines = [f"{label}: {est.note or 'not priced'}"]
     else:
