@@ -79,7 +79,9 @@ def test_diff_json_has_the_documented_keys_and_serialises():
         "sync",
         "fits",
         "findings",
+        "calibration",
     }
+    assert out["calibration"] == []  # no manifest arms: nothing to calibrate against
     assert out["base"] == "torch" and out["test"] == "hyper"
     assert set(out["collectives"][0]) >= {
         "type",

@@ -523,7 +523,8 @@ def _run_manifest(run_dir: Path) -> dict[str, Any]:
 
 
 def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, Any]) -> list[DiffResult]:
-    from fsdpbench.analysis.diff import compare
+    from fsdpbench.analysis.calibration import calibration_pairs
+    from fsdpbench.analysis.diff import add_calibration, compare
 
     summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
     arms = {a["label"]: a for a in manifest["arms"]}
@@ -538,18 +539,29 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
     }
     labels = list(arms)
     base = labels[0]
-    return [
-        compare(
-            analyses[base],
-            analyses[label],
-            base_label=base,
-            test_label=label,
-            base_arm=arms[base],
-            test_arm=arms[label],
+
+    def pair(x: str, y: str) -> DiffResult:
+        return compare(
+            analyses[x],
+            analyses[y],
+            base_label=x,
+            test_label=y,
+            base_arm=arms[x],
+            test_arm=arms[y],
             context=context,
         )
-        for label in labels[1:]
-    ]
+
+    results = [pair(base, label) for label in labels[1:]]
+    # calibration covers every counterfactual pair: a pair between two test arms is diffed in memory only,
+    # and its entries go with the diff of its later arm
+    timed = {label: ((summary.get("arms") or {}).get(label) or {}).get("median_ms") for label in labels}
+    extra: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for x, y in calibration_pairs(arms):
+        if x != base:
+            extra[y].append(pair(x, y).to_dict())
+    for result in results:
+        add_calibration(result, arms, timed, extra[result.test])
+    return results
 
 
 def diff_run(run_dir: str | Path, *, reanalyze: bool = False, step: int | None = None) -> list[DiffResult]:

@@ -120,6 +120,7 @@ def _entry(
     note: str = "",
     component: tuple[str, Any] | None = None,
     fit_sources: Sequence[str] = (),
+    comm_only_us: Any = None,
 ) -> dict[str, Any]:
     other_side = "test" if subject_side == "base" else "base"
     subject, counterfactual = diff[subject_side], diff[other_side]
@@ -149,6 +150,9 @@ def _entry(
         "label": "estimate vs measured",
         "note": note,
     }
+    if comm_only_us is not None:  # the prediction without the idle-time term: the two bracket the change
+        out["predicted_comm_only_ms"] = _us_to_ms(comm_only_us)
+        out["error_comm_only_pct"] = error_pct(out["predicted_comm_only_ms"], measured)
     if component is not None:  # the part of the step the estimate models, free of compute/idle noise
         key, predicted_part = component
         part = {side: (means.get(side) or {}).get(key) for side in ("base", "test")}
@@ -169,6 +173,12 @@ def _entry(
         # check partly circular: only fits of the subject's own calls give an independent prediction
         out["independent"] = set(fit_sources) == {subject_side}
     return out
+
+
+def _comm_only(estimate: Mapping[str, Any]) -> float | None:
+    """The step-time change without the idle-time term, when the estimate has one."""
+    step, idle = estimate.get("step_time_delta_us"), estimate.get("idle_delta_us")
+    return None if step is None or idle is None else step - idle
 
 
 def _regrouping_match(s: Mapping[str, Any], o: Mapping[str, Any]) -> str | None:
@@ -228,6 +238,7 @@ def calibrate_diff(
                 side,
                 est.get("step_time_delta_us"),
                 component=("comm_us", est.get("comm_delta_us")),
+                comm_only_us=_comm_only(est),
                 **common,
             )
         )
@@ -240,6 +251,7 @@ def calibrate_diff(
                     side,
                     per_layer.get("step_time_delta_us"),
                     component=("comm_us", per_layer.get("comm_delta_us")),
+                    comm_only_us=_comm_only(per_layer),
                     **common,
                 )
             )
@@ -296,6 +308,28 @@ def _prefetch_entries(
             note=note,
             component=("exposed_comm_us", found.get("exposed_comm_delta_us")),
         )
+    ]
+
+
+def is_counterfactual_pair(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether one of two manifest arms is the counterfactual of an estimate about the other: they differ
+    in ``unit`` alone, in ``prefetch`` alone, or are hyper vs torch/fsdp1 (``_regrouping_match``)."""
+    return (
+        arm_differences(a, b) in ({"unit"}, {"prefetch"})
+        or _regrouping_match(a, b) is not None
+        or _regrouping_match(b, a) is not None
+    )
+
+
+def calibration_pairs(arms: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Every pair of arm labels ``(earlier, later)`` in manifest order that ``is_counterfactual_pair``;
+    the pairs a run's calibration covers, whether or not the run diffs them."""
+    labels = list(arms)
+    return [
+        (x, y)
+        for i, x in enumerate(labels)
+        for y in labels[i + 1 :]
+        if is_counterfactual_pair(arms[x], arms[y])
     ]
 
 

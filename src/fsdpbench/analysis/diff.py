@@ -13,14 +13,14 @@ Torch-free on purpose.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from fsdpbench.analysis import calibration, whatif
 from fsdpbench.analysis import findings as fnd
-from fsdpbench.analysis import whatif
 from fsdpbench.analysis.findings import (
     METRICS,
     CollectiveRow,
@@ -201,6 +201,10 @@ class DiffResult:
     fits: dict[str, dict[str, whatif.AlphaBetaFit]]
     findings: list[fnd.Finding]
     warnings: list[str] = field(default_factory=list)
+    calibration: list[dict[str, Any]] = field(default_factory=list)
+    """Estimates checked against their counterfactual arm (``fsdpbench.analysis.calibration`` entries)."""
+    distortion: dict[str, Any] | None = None
+    """Each arm's profiled/timed step ratio (``calibration.distortion``); ``None`` without timed medians."""
 
     def to_dict(self) -> dict[str, Any]:
         """The Diff JSON of docs/DATA.md."""
@@ -217,11 +221,44 @@ class DiffResult:
                 src: {t: f.to_dict() for t, f in fits.items()} for src, fits in self.fits.items() if fits
             },
             "findings": [f.to_dict() for f in self.findings],
+            "calibration": [dict(e) for e in self.calibration],
+            **({"distortion": self.distortion} if self.distortion is not None else {}),
         }
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
         """The first finding of ``rule_id``, or ``None``."""
         return next((f for f in self.findings if f.id == rule_id), None)
+
+
+def add_calibration(
+    result: DiffResult,
+    arms: Mapping[str, Mapping[str, Any]],
+    timed_ms: Mapping[str, float | None],
+    pair_diffs: Sequence[Mapping[str, Any]] = (),
+) -> DiffResult:
+    """Check the diff's estimates against the measured counterfactual and record each arm's distortion.
+
+    Args:
+        result: the diff (its own estimates are calibrated when its arms form a counterfactual pair).
+        arms: manifest arm dicts by label (at least the diff's two arms).
+        timed_ms: timed median step time (ms) by arm label (summary.json ``arms[label].median_ms``).
+        pair_diffs: Diff JSON dicts of other arm pairs (computed in memory) whose entries belong here.
+    Returns:
+        ``result``, with ``calibration`` extended, ``distortion`` set for its two arms (when both have a
+        timed median), and the distortion warning added to ``warnings``.
+    """
+    for d in [result.to_dict(), *pair_diffs]:
+        result.calibration += calibration.calibrate_diff(d, arms, timed_ms)
+    timed = {label: timed_ms.get(label) for label in (result.base, result.test)}
+    if all(v is not None for v in timed.values()):
+        mean = result.side_by_side.mean
+        profiled = {
+            result.base: None if mean.base.step_time_us is None else mean.base.step_time_us / 1e3,
+            result.test: None if mean.test.step_time_us is None else mean.test.step_time_us / 1e3,
+        }
+        result.distortion = calibration.distortion(timed, profiled)
+        result.warnings += [w for w in result.distortion["warnings"] if w not in result.warnings]
+    return result
 
 
 # ---- comparison ---------------------------------------------------------------------------------------

@@ -166,6 +166,7 @@ class ArmOptions:
     prefetch: int | None = None
     comm_fusion: bool | None = None
     reshard_after_forward: bool = True
+    unit: str | None = None
 
     @classmethod
     def from_manifest(cls, arm: Mapping[str, Any] | None) -> ArmOptions:
@@ -176,6 +177,7 @@ class ArmOptions:
             prefetch=None if prefetch is None else int(prefetch),
             comm_fusion=arm.get("comm_fusion"),
             reshard_after_forward=bool(arm.get("reshard_after_forward", True)),
+            unit=arm.get("unit"),
         )
 
 
@@ -442,8 +444,10 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
             if chosen is not None:
                 fit_for[r.type] = chosen
         m = x.mean[side]
+        # the idle term (idle time scales with the calls) brackets the measured change with the comm-only
+        # prediction on CPU/gloo (README "calibration"); both are shown
         estimate = whatif.estimate_regrouping(
-            per_type, {r.type: r[other].count for r in hits}, fit_for, **m.breakdown()
+            per_type, {r.type: r[other].count for r in hits}, fit_for, **m.breakdown(), free_us=m.free_us
         )
         estimate.scenario = f"{lab}'s collectives issued at {lab_o}'s granularity"
         if x.num_layers:
@@ -451,12 +455,17 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 x.num_layers, reshard_after_forward=x.arms[side].reshard_after_forward
             )
             per_layer = whatif.estimate_regrouping(
-                per_type, {k: v for k, v in layer.items() if k in per_type}, fit_for, **m.breakdown()
+                per_type,
+                {k: v for k, v in layer.items() if k in per_type},
+                fit_for,
+                **m.breakdown(),
+                free_us=m.free_us,
             )
             estimate.one_bucket_per_layer = Estimate(
                 comm_delta_us=per_layer.comm_delta_us,
                 exposed_comm_delta_us=per_layer.exposed_comm_delta_us,
                 step_time_delta_us=per_layer.step_time_delta_us,
+                idle_delta_us=per_layer.idle_delta_us,
                 step_time_lower_bound_us=per_layer.step_time_lower_bound_us,
                 target_counts=layer,
             )
@@ -485,14 +494,17 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 "prefetch=1 or a larger stage3_prefetch_bucket_size)"
             )
         max_ratio = max(r[side].count / r[other].count for r in hits)
+        if arm.unit == "module" or (arm.backend == "hyper" and arm.comm_fusion is False):
+            cause = "per-parameter collectives (one call per tensor) instead of one per module"
+        else:  # e.g. FSDP2's per-unit reduce-scatters vs DeepSpeed's one bucket: not per-parameter
+            cause = f"more, smaller collectives than {lab_o}"
         findings.append(
             Finding(
                 "fragmentation",
                 severity,
                 f"{lab}'s communication is {fmt_x(max_ratio)} more fragmented than {lab_o}'s",
                 evidence + share_text,
-                "per-parameter collectives (one call per tensor) instead of one per module: every call pays the "
-                "fixed latency alpha again, and small calls use the link poorly",
+                f"{cause}: every call pays the fixed latency alpha again, and small calls use the link poorly",
                 action,
                 estimate,
             )

@@ -69,11 +69,30 @@ def _load_side(path: Path, what: str, step: int | None) -> Any:
     return analyze([path], step=step)
 
 
+def _run_arm(path: Path) -> tuple[dict[str, Any], float | None] | None:
+    """The manifest arm and timed median (ms) of a profile path inside a run folder
+    (``RUN/profiles/<arm>/...``), or ``None`` when the path is not inside one."""
+    path = path.resolve()
+    for folder in path.parents:
+        if not run_folder.is_run_dir(folder):
+            continue
+        rel = path.relative_to(folder).parts
+        if len(rel) < 2 or rel[0] != run_folder.PROFILES:
+            return None
+        manifest = run_folder.read_json_if_readable(folder / run_folder.MANIFEST) or {}
+        arm = next((a for a in manifest.get("arms") or [] if a.get("label") == rel[1]), None)
+        if arm is None:
+            return None
+        summary = run_folder.read_json_if_readable(folder / run_folder.SUMMARY) or {}
+        return arm, ((summary.get("arms") or {}).get(rel[1]) or {}).get("median_ms")
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the diff, print the tables and write the requested files; 0 on success."""
     from rich.console import Console
 
-    from fsdpbench.analysis.diff import compare
+    from fsdpbench.analysis.diff import add_calibration, compare
     from fsdpbench.report.diff_md import to_markdown
     from fsdpbench.report.terminal import render_diff
 
@@ -103,7 +122,20 @@ def main(args: argparse.Namespace) -> int:
             labels = [f"base:{labels[0]}", f"test:{labels[1]}"]
         base = _load_side(paths[0], "BASE", args.step)
         test = _load_side(paths[1], "TEST", args.step)
-        results = [compare(base, test, base_label=labels[0], test_label=labels[1])]
+        sides = [_run_arm(p) for p in paths]
+        arms = {lab: side[0] for lab, side in zip(labels, sides, strict=True) if side is not None}
+        result = compare(
+            base,
+            test,
+            base_label=labels[0],
+            test_label=labels[1],
+            base_arm=arms.get(labels[0]),
+            test_arm=arms.get(labels[1]),
+        )
+        if len(arms) == 2:  # two runs' profiles: calibrate when one arm is the other's counterfactual
+            timed = {lab: side[1] for lab, side in zip(labels, sides, strict=True) if side is not None}
+            add_calibration(result, arms, timed)
+        results = [result]
         json_path, md_path = args.json, args.md
     else:
         raise ConfigError(f"diff takes BASE TEST or one RUN_DIR, got {len(paths)} paths")

@@ -19,8 +19,15 @@ from fsdpbench.analysis.whatif import AlphaBetaFit
 from fsdpbench.fmt import MISSING, fmt, fmt_bytes, fmt_pct, fmt_sig, speed_text
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Bullets, Code, Details, Figure, Heading, Para, Table
-from fsdpbench.report.diff_md import FIT_HEADER, FIT_SOURCES, fit_rows
-from fsdpbench.report.estimate import estimate_lines
+from fsdpbench.report.diff_md import (
+    CALIBRATION_HEADER,
+    CALIBRATION_NOTE,
+    FIT_HEADER,
+    FIT_SOURCES,
+    calibration_rows,
+    fit_rows,
+)
+from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from fsdpbench.report.load import RunData
 from fsdpbench.report.profile import profile_section
 
@@ -315,6 +322,15 @@ def _diagnosis(data: RunData) -> list[Block]:
         blocks.append(Heading(f"{test} vs {base}", 3))
         for warning in d.get("warnings") or []:
             blocks.append(Banner("warning", str(warning)))
+        ratio = (d.get("distortion") or {}).get("ratio") or {}
+        if any(v is not None for v in ratio.values()):
+            shown = ", ".join(f"{arm} {fmt(r, 2)}" for arm, r in ratio.items())
+            blocks.append(
+                Para(
+                    f"Profiled/timed step (profiler distortion): {shown}. The findings and estimates below "
+                    "come from the profiled step."
+                )
+            )
         findings = [Finding.from_dict(f) for f in d.get("findings") or [] if isinstance(f, dict)]
         if not findings:  # in the diff's own ranking
             blocks.append(Para("No finding fired: the two profiles show no difference the rules flag."))
@@ -322,7 +338,8 @@ def _diagnosis(data: RunData) -> list[Block]:
             items = [
                 f"**{key}**: {getattr(f, key)}" for key in ("evidence", "cause", "action") if getattr(f, key)
             ]
-            items.extend(estimate_lines(f.estimate, details=True))
+            scale = subject_timed_scale(f.title, (d.get("distortion") or {}).get("ratio"))
+            items.extend(estimate_lines(f.estimate, details=True, timed_scale=scale))
             blocks.append(Para(f"**{i}. [{(f.severity or MISSING).upper()}] {f.title or f.id}**"))
             blocks.append(Bullets(items))
         fits = {
@@ -333,6 +350,11 @@ def _diagnosis(data: RunData) -> list[Block]:
             }
             for source, per_type in (d.get("fits") or {}).items()
         }
+        entries = [e for e in d.get("calibration") or [] if isinstance(e, dict)]
+        if entries:
+            blocks.append(Para("**Calibration: estimates vs the measured counterfactual arm**"))
+            blocks.append(Table(CALIBRATION_HEADER, calibration_rows(entries)))
+            blocks.append(Para(CALIBRATION_NOTE))
         rows = fit_rows(fits)
         if rows:
             blocks.append(Table(FIT_HEADER, rows))

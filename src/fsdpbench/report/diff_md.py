@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, SideMetrics, collective_phrase
 from fsdpbench.analysis.whatif import AlphaBetaFit
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x
-from fsdpbench.report.estimate import estimate_lines
+from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 
 OPS_IN_MARKDOWN = 15
 MIB = 2**20
@@ -70,6 +71,69 @@ def fix_lines(findings: list[Finding]) -> list[str]:
     return lines
 
 
+CALIBRATION_HEADER = [
+    "estimate",
+    "subject → counterfactual",
+    "predicted (estimate)",
+    "measured (timed)",
+    "error",
+    "predicted × timed/profiled",
+    "error",
+    "measured (profiled)",
+    "error (profiled)",
+]
+CALIBRATION_NOTE = (
+    "Changes of the subject's step time if it became the counterfactual arm (negative = faster); "
+    "predicted = the finding's estimate on the profiled step (for regrouping: comm only … with the idle "
+    "time that scales with the calls; error is of the second); measured (timed) = the difference of the "
+    "timed medians (summary.json); error = (predicted − measured) / |measured|, negative = the estimate "
+    "promised more gain than was measured."
+)
+
+
+def _ms(value: float | None) -> str:
+    return fmt_us(None if value is None else value * 1e3, signed=True)
+
+
+def _error(pct: float | None) -> str:
+    return fmt(pct, 0, "%") if pct is None or pct <= 0 else "+" + fmt(pct, 0, "%")
+
+
+def _predicted(e: Mapping[str, Any]) -> str:
+    """The prediction; ``"−60.0 ms (comm only) … −90.0 ms (comm + idle)"`` when it has the idle term."""
+    if e.get("predicted_comm_only_ms") is None:
+        return _ms(e.get("predicted_ms"))
+    return f"{_ms(e['predicted_comm_only_ms'])} (comm only) … {_ms(e.get('predicted_ms'))} (comm + idle)"
+
+
+def calibration_rows(entries: list[Mapping[str, Any]]) -> list[list[str]]:
+    """Calibration entries (diff.json ``calibration``) as rows under ``CALIBRATION_HEADER``."""
+    return [
+        [
+            str(e.get("estimate")) + ("" if e.get("match") == "exact" else " (approximate)"),
+            f"{e.get('subject')} → {e.get('counterfactual')}",
+            _predicted(e),
+            _ms(e.get("measured_ms")),
+            _error(e.get("error_pct")),
+            _ms(e.get("predicted_timed_ms")),
+            _error(e.get("error_timed_pct")),
+            _ms(e.get("measured_profiled_ms")),
+            _error(e.get("error_profiled_pct")),
+        ]
+        for e in entries
+    ]
+
+
+def distortion_text(result: DiffResult) -> str | None:
+    """``"Profiled/timed step: torch 1.05, hyper 1.67"``, or ``None`` without timed medians."""
+    ratio = (result.distortion or {}).get("ratio") or {}
+    if not any(v is not None for v in ratio.values()):
+        return None
+    return "Profiled/timed step (profiler distortion): " + ", ".join(
+        f"{arm} {fmt(r, 2)}" for arm, r in ratio.items()
+    )
+
+
 def _table(header: list[str], rows: list[list[str]], align: str = "") -> list[str]:
     """A markdown table; ``align`` has one ``l``/``r`` per column (default: the first left, the rest right)."""
     align = align or "l" + "r" * (len(header) - 1)
@@ -86,6 +150,9 @@ def to_markdown(result: DiffResult) -> str:
         md.append("")
     sbs = result.side_by_side
     md += [f"Profiled step, mean over {len(sbs.ranks)} rank(s); Δ = {t} − {b}.", ""]
+    distortion = distortion_text(result)
+    if distortion:
+        md += [f"{distortion}: every number below is from the profiled step.", ""]
     rows = []
     for key in METRICS:
         base, test = getattr(sbs.mean.base, key), getattr(sbs.mean.test, key)
@@ -190,8 +257,13 @@ def to_markdown(result: DiffResult) -> str:
             f"   - Likely cause: {f.cause}",
             f"   - Action: {f.action}",
         ]
-        md += [f"   - {line}" for line in estimate_lines(f.estimate)]
+        scale = subject_timed_scale(f.title, (result.distortion or {}).get("ratio"))
+        md += [f"   - {line}" for line in estimate_lines(f.estimate, timed_scale=scale)]
     fixes = fix_lines(result.findings)
     if fixes:
         md += ["", "Fixes ranked (P0 first):", ""] + [f"- {line}" for line in fixes]
+    if result.calibration:
+        md += ["", "### Calibration: estimates vs the measured counterfactual arm", ""]
+        md += _table(CALIBRATION_HEADER, calibration_rows(result.calibration), "ll" + "r" * 7)
+        md.append(f"\n{CALIBRATION_NOTE}")
     return "\n".join(md) + "\n"

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt, fmt_count, fmt_pct, fmt_us
 
 
 def _deltas(est: Estimate) -> list[str]:
-    parts = [
+    parts = []
+    step = est.step_time_delta_us
+    if step is not None and est.idle_delta_us is not None:  # the two predictions bracket the change
+        comm_only = step - est.idle_delta_us
+        parts.append(
+            f"step time {fmt_us(comm_only, signed=True)} (comm only) to {fmt_us(step, signed=True)} "
+            "(comm + idle time)"
+        )
+        step = None
+    parts += [
         f"{name} {fmt_us(value, signed=True)}"
         for value, name in (
-            (est.step_time_delta_us, "step time"),
+            (step, "step time"),
             (est.exposed_comm_delta_us, "exposed comm"),
             (est.comm_delta_us, "communication"),
         )
@@ -24,13 +35,26 @@ def _deltas(est: Estimate) -> list[str]:
     return parts
 
 
-def estimate_lines(est: Estimate | None, *, details: bool = False) -> list[str]:
+def subject_timed_scale(title: str, profiled_per_timed: Mapping[str, float | None] | None) -> float | None:
+    """timed/profiled step of the arm a finding is about: the arm label that comes first in its title
+    (the longest at that place, so ``torch-unitmodule`` wins over ``torch``); ``None`` when unknown."""
+    found = [(title.find(arm), -len(arm), arm) for arm in profiled_per_timed or {} if arm in title]
+    if not found:
+        return None
+    ratio = (profiled_per_timed or {}).get(min(found)[2])
+    return 1.0 / ratio if ratio else None
+
+
+def estimate_lines(
+    est: Estimate | None, *, details: bool = False, timed_scale: float | None = None
+) -> list[str]:
     """The estimate as lines of text: a headline, then (``details``) how it was priced and its assumptions.
 
     Headline: ``"Estimate — <scenario>: step time −1.2 ms; exposed comm −1.0 ms; ..."`` for a modelled
     what-if, ``"Measured: exposed comm −3.0 ms"`` for a measured change, ``"Estimate: not priced ..."``
     when the rule could not price it. Missing numbers are left out, never printed as ``None``.
-    No lines for ``None``.
+    No lines for ``None``. ``timed_scale`` (the subject arm's timed/profiled step ratio) qualifies a
+    step-time estimate: it was computed on the profiled step, and is also given on the timed clock.
     """
     if est is None:
         return []
@@ -40,6 +64,11 @@ def estimate_lines(est: Estimate | None, *, details: bool = False) -> list[str]:
     if layer is not None and layer.step_time_delta_us is not None:
         parts.append(f"one bucket per layer: step time {fmt_us(layer.step_time_delta_us, signed=True)}")
     if parts:
+        if label == "Estimate" and timed_scale is not None and est.step_time_delta_us is not None:
+            parts[0] += (  # the step-time part comes first
+                f" (on the profiled step; ≈ {fmt_us(est.step_time_delta_us * timed_scale, signed=True)} "
+                f"on the timed clock, × timed/profiled {fmt(timed_scale, 2)})"
+            )
         lines = [f"{label}{f' — {est.scenario}' if est.scenario else ''}: " + "; ".join(parts)]
     elif label == "Estimate":
         lines = [f"{label}: {est.note or 'not priced'}"]

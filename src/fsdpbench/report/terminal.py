@@ -7,8 +7,13 @@ from typing import Any
 
 from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
 from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_us, fmt_x, shorten_middle
-from fsdpbench.report.diff_md import metric_cells
-from fsdpbench.report.estimate import estimate_lines
+from fsdpbench.report.diff_md import (
+    CALIBRATION_NOTE,
+    calibration_rows,
+    distortion_text,
+    metric_cells,
+)
+from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 
 OPS_IN_TERMINAL = 10
 SEVERITY_COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "blue"}
@@ -65,6 +70,9 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
         return side
 
     console.print(fitted(side_table))
+    distortion = distortion_text(result)
+    if distortion:
+        console.print(distortion, highlight=False)
     if result.collectives:
 
         def coll_table(hb: str, ht: str) -> Table:
@@ -122,5 +130,16 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
         console.print(f"{i}. [{SEVERITY_COLOURS.get(f.severity, 'white')}]{f.severity}[/] [bold]{f.title}[/]")
         console.print(f"   evidence: {f.evidence}", highlight=False)
         console.print(f"   action: {f.action}", highlight=False)
-        for line in estimate_lines(f.estimate):
+        scale = subject_timed_scale(f.title, (result.distortion or {}).get("ratio"))
+        for line in estimate_lines(f.estimate, timed_scale=scale):
             console.print(f"   {line}", highlight=False)
+    if result.calibration:  # lines, not a table: they fit any width
+        console.print("[bold]calibration: estimates vs the measured counterfactual arm[/]")
+        for row in calibration_rows(result.calibration):
+            estimate, pair, predicted, measured, error, _, _, profiled, error_profiled = row
+            console.print(
+                f"   {estimate}, {pair}: predicted {predicted} (estimate); measured {measured} timed "
+                f"(error {error}), {profiled} profiled (error {error_profiled})",
+                highlight=False,
+            )
+        console.print(CALIBRATION_NOTE, highlight=False)
