@@ -94,8 +94,11 @@ def test_diff_json_has_the_documented_keys_and_serialises():
     }
     assert set(out["fits"]["test"]["all_gather"]) >= {"alpha_us", "beta_us_per_byte", "r2", "n"}
     for f in out["findings"]:
-        assert set(f) == {"id", "severity", "title", "evidence", "cause", "action", "estimate"}
+        assert set(f) == {"id", "severity", "title", "evidence", "cause", "action", "estimate", "subject"}
+        assert f["subject"] in (None, "torch", "hyper")
         assert f["severity"] in {"high", "medium", "low", "info"}
+    # hyper's per-parameter collectives: the fragmentation finding is about hyper
+    assert [f["subject"] for f in out["findings"] if f["id"] == "fragmentation"] == ["hyper"]
 
 
 def test_markdown_has_differences_and_conclusions_and_labels_estimates():

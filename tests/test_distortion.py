@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fsdpbench.analysis.diff import add_calibration, compare
+from fsdpbench.analysis.findings import Finding
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.report.diff_md import to_markdown
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
@@ -45,12 +46,20 @@ def test_no_warning_when_the_arms_are_distorted_alike_and_none_without_timed_med
 
 def test_the_estimate_of_a_finding_is_rescaled_by_its_subject_arms_timed_over_profiled():
     ratios = {"torch": 1.25, "torch-unitmodule": 0.5, "missing": None}
+
+    def finding(title: str, subject: str | None = None) -> Finding:
+        return Finding("x", "medium", title, "", "", "", subject=subject)
+
+    # the finding names its subject: the title is not read
+    assert subject_timed_scale(finding("anything", "torch-unitmodule"), ratios) == pytest.approx(2.0)
+    assert subject_timed_scale(finding("torch-unitmodule's comm", "torch"), ratios) == pytest.approx(0.8)
+    # diff.json written before findings named their subject: the first (longest) label in the title
     assert subject_timed_scale(
-        "torch-unitmodule's communication is 13× more fragmented than torch's", ratios
+        finding("torch-unitmodule's communication is 13× more fragmented than torch's"), ratios
     ) == (pytest.approx(2.0))
-    assert subject_timed_scale("rank 0 is a straggler in torch", ratios) == pytest.approx(0.8)
-    assert subject_timed_scale("missing leaves comm exposed", ratios) is None
-    assert subject_timed_scale("no arm named", ratios) is None
+    assert subject_timed_scale(finding("rank 0 is a straggler in torch"), ratios) == pytest.approx(0.8)
+    assert subject_timed_scale(finding("missing leaves comm exposed"), ratios) is None
+    assert subject_timed_scale(finding("no arm named"), ratios) is None
     [line] = estimate_lines(
         Estimate(step_time_delta_us=-5_000.0, exposed_comm_delta_us=-4_000.0), timed_scale=2.0
     )

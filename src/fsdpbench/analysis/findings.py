@@ -304,7 +304,11 @@ class SyncRow:
 
 @dataclass
 class Finding:
-    """One diagnosis: ``to_dict()`` gives ``{id, severity, title, evidence, cause, action, estimate}``."""
+    """One diagnosis: ``to_dict()`` gives ``{id, severity, title, evidence, cause, action, estimate, subject}``.
+
+    ``subject`` is the label of the arm the finding (and its estimate) is about; ``None`` when it is about
+    the pair (e.g. the step-time comparison).
+    """
 
     id: str
     severity: str
@@ -313,6 +317,7 @@ class Finding:
     cause: str
     action: str
     estimate: Estimate | None = None
+    subject: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -323,14 +328,21 @@ class Finding:
             "cause": self.cause,
             "action": self.action,
             "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "subject": self.subject,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
         """A finding read back from diff.json (missing texts are empty)."""
-        kw = {f.name: str(data.get(f.name) or "") for f in fields(cls) if f.name != "estimate"}
+        kw = {
+            f.name: str(data.get(f.name) or "") for f in fields(cls) if f.name not in ("estimate", "subject")
+        }
         est = data.get("estimate")
-        return cls(**kw, estimate=Estimate.from_dict(est) if isinstance(est, Mapping) and est else None)
+        return cls(
+            **kw,
+            estimate=Estimate.from_dict(est) if isinstance(est, Mapping) and est else None,
+            subject=str(data["subject"]) if data.get("subject") else None,
+        )
 
 
 @dataclass
@@ -507,6 +519,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 f"{cause}: every call pays the fixed latency alpha again, and small calls use the link poorly",
                 action,
                 estimate,
+                subject=lab,
             )
         )
     return findings
@@ -575,6 +588,7 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
                 "collectives are issued when their layer needs them, not ahead of time, so compute waits",
                 action,
                 estimate,
+                subject=lab,
             )
         )
     return findings
@@ -652,6 +666,7 @@ def rule_sync_storm(x: RuleInput) -> list[Finding]:
                 "device queue",
                 _action("sync_storm"),
                 Estimate(note="not priced: the trace does not give the cost of one sync"),
+                subject=lab,
             )
         )
     return findings
@@ -733,6 +748,7 @@ def rule_straggler(x: RuleInput) -> list[Finding]:
                     step_time_delta_us=-(worst - mid),
                     scenario=f"rank {rank} computes as fast as the other ranks (median)",
                 ),
+                subject=lab,
             )
         )
     return findings
@@ -782,6 +798,7 @@ def rule_hccl_avg_division(x: RuleInput) -> list[Finding]:
                 step_time_delta_us=-delta if delta > 0 else None,
                 scenario=f"{lab} runs as many divides as {lab_o}; an upper bound, as they may overlap other work",
             ),
+            subject=lab,
         )
     ]
 

@@ -338,7 +338,7 @@ def _diagnosis(data: RunData) -> list[Block]:
             items = [
                 f"**{key}**: {getattr(f, key)}" for key in ("evidence", "cause", "action") if getattr(f, key)
             ]
-            scale = subject_timed_scale(f.title, (d.get("distortion") or {}).get("ratio"))
+            scale = subject_timed_scale(f, (d.get("distortion") or {}).get("ratio"))
             items.extend(estimate_lines(f.estimate, details=True, timed_scale=scale))
             blocks.append(Para(f"**{i}. [{(f.severity or MISSING).upper()}] {f.title or f.id}**"))
             blocks.append(Bullets(items))

@@ -257,7 +257,7 @@ def to_markdown(result: DiffResult) -> str:
             f"   - Likely cause: {f.cause}",
             f"   - Action: {f.action}",
         ]
-        scale = subject_timed_scale(f.title, (result.distortion or {}).get("ratio"))
+        scale = subject_timed_scale(f, (result.distortion or {}).get("ratio"))
         md += [f"   - {line}" for line in estimate_lines(f.estimate, timed_scale=scale)]
     fixes = fix_lines(result.findings)
     if fixes:

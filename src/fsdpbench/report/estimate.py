@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fsdpbench.analysis.findings import COLLECTIVE_NAMES
+from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt, fmt_count, fmt_pct, fmt_us
 
@@ -35,13 +35,18 @@ def _deltas(est: Estimate) -> list[str]:
     return parts
 
 
-def subject_timed_scale(title: str, profiled_per_timed: Mapping[str, float | None] | None) -> float | None:
-    """timed/profiled step of the arm a finding is about: the arm label that comes first in its title
-    (the longest at that place, so ``torch-unitmodule`` wins over ``torch``); ``None`` when unknown."""
-    found = [(title.find(arm), -len(arm), arm) for arm in profiled_per_timed or {} if arm in title]
-    if not found:
-        return None
-    ratio = (profiled_per_timed or {}).get(min(found)[2])
+def subject_timed_scale(
+    finding: Finding, profiled_per_timed: Mapping[str, float | None] | None
+) -> float | None:
+    """timed/profiled step of the arm a finding is about (``finding.subject``; for a diff.json written
+    before findings named their subject, the arm label that comes first in the title, the longest at that
+    place so ``torch-unitmodule`` wins over ``torch``); ``None`` when unknown."""
+    ratios = profiled_per_timed or {}
+    subject = finding.subject
+    if subject is None:
+        found = [(finding.title.find(arm), -len(arm), arm) for arm in ratios if arm in finding.title]
+        subject = min(found)[2] if found else None
+    ratio = ratios.get(subject) if subject is not None else None
     return 1.0 / ratio if ratio else None
 
 

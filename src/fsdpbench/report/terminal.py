@@ -130,7 +130,7 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
         console.print(f"{i}. [{SEVERITY_COLOURS.get(f.severity, 'white')}]{f.severity}[/] [bold]{f.title}[/]")
         console.print(f"   evidence: {f.evidence}", highlight=False)
         console.print(f"   action: {f.action}", highlight=False)
-        scale = subject_timed_scale(f.title, (result.distortion or {}).get("ratio"))
+        scale = subject_timed_scale(f, (result.distortion or {}).get("ratio"))
         for line in estimate_lines(f.estimate, timed_scale=scale):
             console.print(f"   {line}", highlight=False)
     if result.calibration:  # lines, not a table: they fit any width
