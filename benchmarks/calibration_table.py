@@ -1,8 +1,10 @@
-"""The calibration table of a profiled run: each what-if estimate next to the change its counterfactual
-arm measured (analysis/calibration.py), until ``fsdpbench diff`` writes it into diff.json itself.
+"""The calibration table of a profiled run with more columns than diff.md's: each what-if estimate next to
+the change its counterfactual arm measured (analysis/calibration.py), and with ``--reanalyze`` the
+regrouping estimate priced with other α–β fits (the subject's own per-call fits, with and without the
+idle-time term, and the fastest rank's calls), to see which model calibrates best.
 
-Diffs every pair of arms that differ in exactly one option (or hyper vs torch/fsdp1), not only each
-arm against the first, then prints one row per estimate and each arm's profiled/timed step ratio::
+Diffs every pair of arms that differ in exactly one option (or hyper vs torch/fsdp1), then prints one row
+per estimate and each arm's profiled/timed step ratio::
 
     fsdpbench ab --arms torch,torch:unit=module,torch:prefetch=1 --profile --nproc 2 --rounds 3 --seq-len 128
     python benchmarks/calibration_table.py results/<run> [--json FILE]
@@ -16,8 +18,9 @@ import json
 import sys
 from pathlib import Path
 
+from fsdpbench import results
 from fsdpbench.analysis import calibration, whatif
-from fsdpbench.analysis.diff import compare, load_run_analyses
+from fsdpbench.analysis.diff import compare
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -49,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         "--reanalyze", action="store_true", help="read the traces again (per-call α–β fits need the events)"
     )
     args = parser.parse_args(argv)
-    manifest, analyses = load_run_analyses(args.run, reanalyze=args.reanalyze)
-    summary = json.loads((args.run / "summary.json").read_text())
+    manifest = results.read_json(args.run / results.MANIFEST)
+    analyses = results.ensure_analysis(args.run, reanalyze=args.reanalyze)
+    summary = results.read_json(args.run / results.SUMMARY)
     arms = {a["label"]: a for a in manifest["arms"]}
     num_layers = ((manifest.get("config") or {}).get("model") or {}).get("num_hidden_layers")
     diffs = []
@@ -82,12 +86,11 @@ def main(argv: list[str] | None = None) -> int:
                 src: {t: whatif.AlphaBetaFit.from_dict(f) for t, f in v.items()}
                 for src, v in d["fits"].items()
             }
-            order = (side, "pooled", "aggregate", other)
-            chosen = {t: whatif.choose_fit(t, *[(src, fits.get(src, {})) for src in order]) for t in per_type}
             own = {t: (side, f) for t, f in fits.get(side, {}).items() if f.ok}
             low = {t: (side, f) for t, f in _min_over_ranks_fits(analyses[e["subject"]]).items() if f.ok}
+            # the diff's own entry already has its fits with and without the idle term (predicted_ms and
+            # predicted_comm_only_ms); these variants price the removed calls with other fits
             variants = {  # name: (fits, with the idle-time term)
-                "diff's fits + idle scaling": ({t: c for t, c in chosen.items() if c}, True),
                 "own per-call fits only": (own, False),
                 "own per-call fits + idle scaling": (own, True),
                 "own per-call fits, min over ranks": (low, False),
