@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpbench.analysis import intervals as iv
+from fsdpbench.analysis import result_cache
 from fsdpbench.analysis.collectives import collective_events, summarize
 from fsdpbench.analysis.ops import kernel_time_us, op_stats
 from fsdpbench.analysis.overlap import breakdown
@@ -131,7 +132,15 @@ def _analyze_one(
     source: Source, step: int | None, keep_events: bool = True
 ) -> tuple[bool, int | None, list[str], RankMetrics | None, str | None]:
     """Read and measure one rank (runs in a worker process). Returns (read ok, rank from the trace,
-    reader warnings, metrics, error message)."""
+    reader warnings, metrics, error message). Writes the rank's result cache (Kineto traces)."""
+    want = None
+    if source.format == "kineto" and table_cache.enabled():
+        try:
+            want = result_cache.key(
+                Path(source.path), step
+            )  # before reading: a trace changed meanwhile is read again
+        except OSError:
+            want = None  # the reader says what is wrong with the file
     try:
         trace = read_rank(source)
     except FsdpbenchError as exc:
@@ -140,6 +149,8 @@ def _analyze_one(
         metrics = rank_metrics(trace, step)
     except FsdpbenchError as exc:
         return True, trace.rank, trace.warnings, None, str(exc)
+    if want is not None:
+        result_cache.store(Path(source.path), want, trace.rank, trace.warnings, metrics)
     if not keep_events:
         metrics._events = None  # the bulk of the memory: read again on first use
     return True, trace.rank, trace.warnings, metrics, None
@@ -197,8 +208,9 @@ def analyze(
 ) -> Analysis:
     """Analyse the rank profiles under ``paths``.
 
-    Ranks whose event-table cache is valid (:mod:`fsdpbench.trace.cache`) are read in this process;
-    the others in worker processes, one rank at a time each. Only the small per-rank metrics come
+    A rank whose result cache is valid (:mod:`fsdpbench.analysis.result_cache`) is taken from it, with
+    neither its event table read nor its metrics computed; ranks whose event-table cache is valid
+    (:mod:`fsdpbench.trace.cache`) are read in this process; the others in worker processes, one rank at a time each. Only the small per-rank metrics come
     back, never an event table, so memory is bounded by one table per process whatever the rank count
     (``RankMetrics.events`` reads a rank again on first use).
 
@@ -219,10 +231,17 @@ def analyze(
     sources = find_all(paths)
     n = len(sources)
     keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
-    cached = [s.format == "kineto" and table_cache.fresh(s.path) for s in sources]
+    results: list[Any] = [None] * n
+    for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
+        hit = result_cache.load(Path(s.path), step) if s.format == "kineto" else None
+        if hit is not None:
+            results[i] = (True, hit[0], hit[1], hit[2], None)
+    cached = [
+        results[i] is not None or (s.format == "kineto" and table_cache.fresh(s.path))
+        for i, s in enumerate(sources)
+    ]
     todo = [i for i in range(n) if not cached[i]]
     workers = min(len(todo), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(todo)))
-    results: list[Any] = [None] * n
     if progress is None:
         progress = n > PROGRESS_MIN_RANKS and sys.stderr.isatty()
     parallel = workers > 1 and bool(todo)
@@ -235,7 +254,9 @@ def analyze(
             futures = {pool.submit(_analyze_one, sources[i], step, False): i for i in todo}
         advance = stack.enter_context(_progress_bar(n, progress))
         for i in range(n):
-            if not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
+            if results[i] is not None:
+                advance()
+            elif not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
                 results[i] = _analyze_one(sources[i], step, keep)
                 advance()
         for fut in concurrent.futures.as_completed(futures):

@@ -67,6 +67,30 @@ class StepMetrics:
             "sync": self.sync,
         }
 
+    @staticmethod
+    def _fields_from_dict(d: dict[str, Any]) -> dict[str, Any]:
+        """The constructor arguments of a :class:`StepMetrics` from its ``to_dict()`` (all ops)."""
+        ops = d["ops"]
+        op_stats = pd.DataFrame(
+            {
+                "op_type": pd.Series([o["op_type"] for o in ops], dtype=object).astype(str),  # as op_stats
+                "count": np.array([o["count"] for o in ops], dtype=np.int64),
+                "total_us": np.array([o["total_us"] for o in ops], dtype=np.float64),
+                "mean_us": np.array([o["mean_us"] for o in ops], dtype=np.float64),
+            }
+        )
+        return {
+            **{k: d[k] for k in (*SCALARS, "step")},
+            "collectives": d["collectives"],
+            "op_stats": op_stats,
+            "sync": d["sync"],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepMetrics:
+        """The inverse of ``to_dict()`` (written with ``top=None``): equal numbers, op table included."""
+        return cls(**cls._fields_from_dict(d))
+
 
 @dataclass
 class RankMetrics(StepMetrics):
@@ -116,6 +140,46 @@ class RankMetrics(StepMetrics):
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
+
+    def to_cache(self) -> dict[str, Any]:
+        """``to_dict()`` with every op, plus what the Analysis JSON leaves out but :func:`from_cache`
+        needs (source, format, mode, device span, collective events as columns). Kineto ranks only:
+        a profiler cross-check table is not kept."""
+        ce = self.collective_events
+        return {
+            **self.to_dict(None),
+            "source": self.source,
+            "format": self.format,
+            "mode": self.mode,
+            "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
+            "collective_events": {c: ce[c].tolist() for c in ce.columns},
+        }
+
+    @classmethod
+    def from_cache(cls, d: dict[str, Any]) -> RankMetrics:
+        """The inverse of :meth:`to_cache` (the event table is read again on first use of ``events``)."""
+        ce = d["collective_events"]
+        span = d["device_span_ns"]
+        return cls(
+            **StepMetrics._fields_from_dict(d),
+            rank=d["rank"],
+            source=d["source"],
+            format=d["format"],
+            mode=d["mode"],
+            steps=[StepMetrics.from_dict(s) for s in d["steps"]],
+            collective_events=pd.DataFrame(
+                {
+                    "type": pd.Series(ce["type"], dtype=object).astype(str),  # as collective_events
+                    "bytes": np.array(ce["bytes"], dtype=np.float64),
+                    "start_ns": np.array(ce["start_ns"], dtype=np.int64),
+                    "end_ns": np.array(ce["end_ns"], dtype=np.int64),
+                }
+            ),
+            device_span_ns=None if span is None else (span[0], span[1]),
+            orphan_events=d["orphan_events"],
+            orphan_us=d["orphan_us"],
+            orphan_share=d["orphan_share"],
+        )
 
 
 def _stat(values: list[float | None], fn) -> float | None:
