@@ -157,3 +157,39 @@ def test_no_cache_neither_reads_nor_writes_results(tmp_path, monkeypatch):
     monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
     analysis.analyze([tmp_path], workers=1)
     assert not list(tmp_path.glob(".*.fsdpbench.metrics"))
+
+
+def test_cached_cli_run_prints_the_same_tables_and_json_without_importing_pandas(tmp_path):
+    """The reference is the same CLI run with ``--no-cache``; the import check runs the CLI's own
+    entry point in a fresh interpreter and lists the modules it loaded."""
+    import sys
+
+    import orjson
+
+    from conftest import run_cli
+
+    _ranks(tmp_path)
+    env = {table_cache.NO_CACHE_ENV: ""}
+    ref = run_cli("analyze", str(tmp_path), "--no-cache", "--wide", env=env)
+    ref_json = run_cli("analyze", str(tmp_path), "--no-cache", "--json", "-", env=env)
+    run_cli("analyze", str(tmp_path), "--json", os.devnull, env=env)  # writes the caches
+    got = run_cli("analyze", str(tmp_path), "--wide", env=env)
+    got_json = run_cli("analyze", str(tmp_path), "--json", "-", env=env)
+    assert ref.returncode == got.returncode == 0, ref.stderr + got.stderr
+    assert got.stdout == ref.stdout and "Top 15 op types" in got.stdout
+    assert orjson.loads(got_json.stdout) == orjson.loads(ref_json.stdout)
+    code = (
+        "import sys; from fsdpbench.cli import main; rc = main(['analyze', sys.argv[1], '--json', sys.argv[2]]); "
+        "print(sorted(m for m in sys.modules if m.startswith(('pandas', 'msgspec', 'concurrent.futures.process'))))"
+    )
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), os.devnull],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, table_cache.NO_CACHE_ENV: ""},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"  # no pandas, no decoder, no process pool

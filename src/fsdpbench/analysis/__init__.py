@@ -14,22 +14,23 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from fsdpbench.analysis import intervals as iv
 from fsdpbench.analysis import result_cache
-from fsdpbench.analysis.collectives import collective_events, summarize
-from fsdpbench.analysis.ops import kernel_time_us, op_stats
-from fsdpbench.analysis.overlap import breakdown
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
 from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew, stragglers
-from fsdpbench.analysis.sync import sync_counts
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# The metric modules (and pandas under them) are imported where a rank is measured, not here: a
+# second `fsdpbench analyze` on unchanged traces takes every rank from its result cache and never
+# needs them (importing pandas alone is ~0.25 s, a third of such a run).
 
 __all__ = ["Analysis", "RankMetrics", "StepMetrics", "analyze", "rank_metrics"]
 
@@ -54,10 +55,17 @@ def _window(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int]) -> int
         if starts and ends:
             s_all.append(min(starts))
             e_all.append(max(ends))
+    from fsdpbench.analysis import intervals as iv
+
     return iv.length(iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64)))
 
 
 def _metrics(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int], step: int | None) -> StepMetrics:
+    from fsdpbench.analysis.collectives import collective_events, summarize
+    from fsdpbench.analysis.ops import kernel_time_us, op_stats
+    from fsdpbench.analysis.overlap import breakdown
+    from fsdpbench.analysis.sync import sync_counts
+
     window = _window(trace, events, steps) if steps else None
     b = breakdown(events, window)
     stats = op_stats(events)
@@ -87,6 +95,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     Raises:
         InputError: ``step`` was not profiled on this rank.
     """
+    from fsdpbench.analysis.collectives import collective_events
+
     all_ev = trace.events
     orphans = all_ev["orphan"].to_numpy() & all_ev["device"].to_numpy()
     ev = all_ev[~orphans] if orphans.any() else all_ev  # orphans are left out of every total
@@ -112,7 +122,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     all_dev_ns = int(dur[all_ev["device"].to_numpy()].sum())
     orphan_ns = int(dur[orphans].sum())
     return RankMetrics(
-        **total.__dict__,
+        **total.step_fields(),
         rank=int(trace.rank or 0),
         source=trace.source,
         format=trace.format,
@@ -182,6 +192,8 @@ def _cross_check_warnings(r: RankMetrics) -> list[str]:
     """Differences over 1 µs between our numbers and the profiler's own step_trace_time.csv."""
     if r.cross_check is None or r.cross_check.empty:
         return []
+    import pandas as pd
+
     out = []
     by_step = {s.step: s for s in r.steps}
     for row in r.cross_check.itertuples(index=False):  # a handful of rows, one per step
@@ -318,7 +330,7 @@ def analyze(
         warnings.append(offset)
     else:
         res.collective_skew_us, skew_warnings = collective_skew(
-            [r.rank for r in timed], [r.collective_events for r in timed]
+            [r.rank for r in timed], [r.collective_columns() for r in timed]
         )
         warnings.extend(skew_warnings)
         res.stragglers = stragglers(res.collective_skew_us)
