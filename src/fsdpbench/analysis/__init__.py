@@ -138,6 +138,17 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     )
 
 
+def _import_measuring_modules() -> None:
+    """Import what reading and measuring a rank needs (pandas, the decoder, the metric modules), so
+    that worker processes forked afterwards inherit them instead of each importing them again."""
+    import fsdpbench.analysis.collectives
+    import fsdpbench.analysis.intervals
+    import fsdpbench.analysis.ops
+    import fsdpbench.analysis.overlap
+    import fsdpbench.analysis.sync
+    import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table (pandas)
+
+
 def _analyze_one(
     source: Source, step: int | None, keep_events: bool = True
 ) -> tuple[bool, int | None, list[str], RankMetrics | None, str | None]:
@@ -262,6 +273,7 @@ def analyze(
         if parallel:  # forked before the progress bar starts its thread
             from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
 
+            _import_measuring_modules()  # once here, inherited by every forked worker
             pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
             futures = {pool.submit(_analyze_one, sources[i], step, False): i for i in todo}
         advance = stack.enter_context(_progress_bar(n, progress))
