@@ -126,8 +126,8 @@ class StepMetrics:
         """The first ``top`` rows of ``op_stats`` (None: all) as dicts ``op_type, count, total_us,
         mean_us``, read without pandas when they came from a result cache."""
         plain = StepMetrics.__dict__["op_stats"].plain_value(self)
-        if isinstance(plain, list):
-            return plain if top is None else plain[:top]
+        if isinstance(plain, list):  # fresh dicts, as below: a caller may change what it gets
+            return [dict(o) for o in (plain if top is None else plain[:top])]
         ops = self.op_stats if top is None else self.op_stats.head(top)
         return [
             {"op_type": str(o), "count": int(c), "total_us": float(t), "mean_us": float(m)}
