@@ -192,8 +192,14 @@ def test_no_event_table_is_kept_for_more_than_one_rank(tmp_path, workers):
     assert [r._events for r in res.ranks] == [None] * 3  # one table at a time, none held at the end
     # read again on first use, equal to a fresh read
     pd.testing.assert_frame_equal(res.ranks[2].events, read_kineto(tmp_path / "rank2.json.gz").events)
+    from fsdpbench.analysis import result_cache
+
+    result_cache.cache_path(tmp_path / "rank0.json.gz").unlink()  # else its metrics come from that cache
     single = analyze([tmp_path / "rank0.json.gz"])
-    assert single.ranks[0]._events is not None  # a single rank keeps its table
+    assert single.ranks[0]._events is not None  # a single rank keeps the table it computed from
+    single = analyze([tmp_path / "rank0.json.gz"])  # its result cached now: the table is read on first use
+    assert single.ranks[0]._events is None
+    pd.testing.assert_frame_equal(single.ranks[0].events, read_kineto(tmp_path / "rank0.json.gz").events)
 
 
 def test_progress_bar_on_stderr_only_when_asked_or_on_a_terminal(tmp_path, capsys):

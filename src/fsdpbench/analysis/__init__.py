@@ -14,21 +14,23 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from fsdpbench.analysis import intervals as iv
-from fsdpbench.analysis.collectives import collective_events, summarize
-from fsdpbench.analysis.ops import kernel_time_us, op_stats
-from fsdpbench.analysis.overlap import breakdown
+from fsdpbench.analysis import result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
 from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew, stragglers
-from fsdpbench.analysis.sync import sync_counts
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# The metric modules (and pandas under them) are imported where a rank is measured, not here: a
+# second `fsdpbench analyze` on unchanged traces takes every rank from its result cache and never
+# needs them (importing pandas alone is ~0.25 s, a third of such a run).
 
 __all__ = ["Analysis", "RankMetrics", "StepMetrics", "analyze", "rank_metrics"]
 
@@ -53,10 +55,17 @@ def _window(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int]) -> int
         if starts and ends:
             s_all.append(min(starts))
             e_all.append(max(ends))
+    from fsdpbench.analysis import intervals as iv
+
     return iv.length(iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64)))
 
 
 def _metrics(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int], step: int | None) -> StepMetrics:
+    from fsdpbench.analysis.collectives import collective_events, summarize
+    from fsdpbench.analysis.ops import kernel_time_us, op_stats
+    from fsdpbench.analysis.overlap import breakdown
+    from fsdpbench.analysis.sync import sync_counts
+
     window = _window(trace, events, steps) if steps else None
     b = breakdown(events, window)
     stats = op_stats(events)
@@ -86,6 +95,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     Raises:
         InputError: ``step`` was not profiled on this rank.
     """
+    from fsdpbench.analysis.collectives import collective_events
+
     all_ev = trace.events
     orphans = all_ev["orphan"].to_numpy() & all_ev["device"].to_numpy()
     ev = all_ev[~orphans] if orphans.any() else all_ev  # orphans are left out of every total
@@ -111,7 +122,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     all_dev_ns = int(dur[all_ev["device"].to_numpy()].sum())
     orphan_ns = int(dur[orphans].sum())
     return RankMetrics(
-        **total.__dict__,
+        **total.step_fields(),
         rank=int(trace.rank or 0),
         source=trace.source,
         format=trace.format,
@@ -127,11 +138,30 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     )
 
 
+def _import_measuring_modules() -> None:
+    """Import what reading and measuring a rank needs (pandas, the decoder, the metric modules), so
+    that worker processes forked afterwards inherit them instead of each importing them again."""
+    import fsdpbench.analysis.collectives
+    import fsdpbench.analysis.intervals
+    import fsdpbench.analysis.ops
+    import fsdpbench.analysis.overlap
+    import fsdpbench.analysis.sync
+    import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table (pandas)
+
+
 def _analyze_one(
     source: Source, step: int | None, keep_events: bool = True
 ) -> tuple[bool, int | None, list[str], RankMetrics | None, str | None]:
     """Read and measure one rank (runs in a worker process). Returns (read ok, rank from the trace,
-    reader warnings, metrics, error message)."""
+    reader warnings, metrics, error message). Writes the rank's result cache (Kineto traces)."""
+    want = None
+    if source.format == "kineto" and table_cache.enabled():
+        try:
+            want = result_cache.key(
+                Path(source.path), step
+            )  # before reading: a trace changed meanwhile is read again
+        except OSError:
+            want = None  # the reader says what is wrong with the file
     try:
         trace = read_rank(source)
     except FsdpbenchError as exc:
@@ -140,6 +170,8 @@ def _analyze_one(
         metrics = rank_metrics(trace, step)
     except FsdpbenchError as exc:
         return True, trace.rank, trace.warnings, None, str(exc)
+    if want is not None:
+        result_cache.store(Path(source.path), want, trace.rank, trace.warnings, metrics)
     if not keep_events:
         metrics._events = None  # the bulk of the memory: read again on first use
     return True, trace.rank, trace.warnings, metrics, None
@@ -171,6 +203,8 @@ def _cross_check_warnings(r: RankMetrics) -> list[str]:
     """Differences over 1 µs between our numbers and the profiler's own step_trace_time.csv."""
     if r.cross_check is None or r.cross_check.empty:
         return []
+    import pandas as pd
+
     out = []
     by_step = {s.step: s for s in r.steps}
     for row in r.cross_check.itertuples(index=False):  # a handful of rows, one per step
@@ -197,8 +231,9 @@ def analyze(
 ) -> Analysis:
     """Analyse the rank profiles under ``paths``.
 
-    Ranks whose event-table cache is valid (:mod:`fsdpbench.trace.cache`) are read in this process;
-    the others in worker processes, one rank at a time each. Only the small per-rank metrics come
+    A rank whose result cache is valid (:mod:`fsdpbench.analysis.result_cache`) is taken from it, with
+    neither its event table read nor its metrics computed; ranks whose event-table cache is valid
+    (:mod:`fsdpbench.trace.cache`) are read in this process; the others in worker processes, one rank at a time each. Only the small per-rank metrics come
     back, never an event table, so memory is bounded by one table per process whatever the rank count
     (``RankMetrics.events`` reads a rank again on first use).
 
@@ -219,10 +254,17 @@ def analyze(
     sources = find_all(paths)
     n = len(sources)
     keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
-    cached = [s.format == "kineto" and table_cache.fresh(s.path) for s in sources]
+    results: list[Any] = [None] * n
+    for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
+        hit = result_cache.load(Path(s.path), step) if s.format == "kineto" else None
+        if hit is not None:
+            results[i] = (True, hit[0], hit[1], hit[2], None)
+    cached = [
+        results[i] is not None or (s.format == "kineto" and table_cache.fresh(s.path))
+        for i, s in enumerate(sources)
+    ]
     todo = [i for i in range(n) if not cached[i]]
     workers = min(len(todo), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(todo)))
-    results: list[Any] = [None] * n
     if progress is None:
         progress = n > PROGRESS_MIN_RANKS and sys.stderr.isatty()
     parallel = workers > 1 and bool(todo)
@@ -231,11 +273,14 @@ def analyze(
         if parallel:  # forked before the progress bar starts its thread
             from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
 
+            _import_measuring_modules()  # once here, inherited by every forked worker
             pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
             futures = {pool.submit(_analyze_one, sources[i], step, False): i for i in todo}
         advance = stack.enter_context(_progress_bar(n, progress))
         for i in range(n):
-            if not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
+            if results[i] is not None:
+                advance()
+            elif not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
                 results[i] = _analyze_one(sources[i], step, keep)
                 advance()
         for fut in concurrent.futures.as_completed(futures):
@@ -297,7 +342,7 @@ def analyze(
         warnings.append(offset)
     else:
         res.collective_skew_us, skew_warnings = collective_skew(
-            [r.rank for r in timed], [r.collective_events for r in timed]
+            [r.rank for r in timed], [r.collective_columns() for r in timed]
         )
         warnings.extend(skew_warnings)
         res.stragglers = stragglers(res.collective_skew_us)

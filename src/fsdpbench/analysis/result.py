@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 # scalar metrics averaged / min / max across ranks
@@ -22,6 +24,65 @@ SCALARS = (
     "free_us",
     "kernel_time_us",
 )
+
+
+def _op_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """``op_stats``'s DataFrame from the rows ``StepMetrics.to_dict`` writes (same dtypes)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "op_type": pd.Series([o["op_type"] for o in rows], dtype=object).astype(str),  # as op_stats
+            "count": np.array([o["count"] for o in rows], dtype=np.int64),
+            "total_us": np.array([o["total_us"] for o in rows], dtype=np.float64),
+            "mean_us": np.array([o["mean_us"] for o in rows], dtype=np.float64),
+        }
+    )
+
+
+def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
+    """``collective_events``'s DataFrame from its columns as lists (None: an empty frame)."""
+    import pandas as pd
+
+    if cols is None:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "type": pd.Series(cols["type"], dtype=object).astype(str),  # as collective_events
+            "bytes": np.array(cols["bytes"], dtype=np.float64),  # null (NaN when written) → NaN
+            "start_ns": np.array(cols["start_ns"], dtype=np.int64),
+            "end_ns": np.array(cols["end_ns"], dtype=np.int64),
+        }
+    )
+
+
+class _LazyFrame:
+    """A dataclass field holding a DataFrame, or the plain rows/columns a result cache read, turned
+    into the DataFrame on first access: a cached ``fsdpbench analyze`` never imports pandas."""
+
+    def __init__(self, name: str, build: Any, plain: type) -> None:
+        self.slot, self.build, self.plain = f"_{name}_value", build, plain
+
+    @classmethod
+    def install(cls, owner: type, name: str, build: Any, plain: type) -> None:
+        """Put the descriptor on dataclass ``owner``'s field ``name`` (after the dataclass is made, so
+        the field keeps its declared default and repr)."""
+        setattr(owner, name, cls(name, build, plain))
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.slot]
+        if value is None or isinstance(value, self.plain):
+            value = obj.__dict__[self.slot] = self.build(value)
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+    def plain_value(self, obj: Any) -> Any:
+        """What is stored: the plain rows/columns when not yet turned into a DataFrame."""
+        return obj.__dict__[self.slot]
 
 
 @dataclass
@@ -46,7 +107,6 @@ class StepMetrics:
     sync: dict[str, int | None]
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        ops = self.op_stats if top is None else self.op_stats.head(top)
         return {
             "step": self.step,
             "step_time_us": self.step_time_us,
@@ -58,14 +118,46 @@ class StepMetrics:
             "free_us": self.free_us,
             "kernel_time_us": self.kernel_time_us,
             "collectives": self.collectives,
-            "ops": [
-                {"op_type": str(o), "count": int(c), "total_us": float(t), "mean_us": float(m)}
-                for o, c, t, m in zip(
-                    ops["op_type"], ops["count"], ops["total_us"], ops["mean_us"], strict=True
-                )
-            ],
+            "ops": self.ops(top),
             "sync": self.sync,
         }
+
+    def ops(self, top: int | None = None) -> list[dict[str, Any]]:
+        """The first ``top`` rows of ``op_stats`` (None: all) as dicts ``op_type, count, total_us,
+        mean_us``, read without pandas when they came from a result cache."""
+        plain = StepMetrics.__dict__["op_stats"].plain_value(self)
+        if isinstance(plain, list):  # fresh dicts, as below: a caller may change what it gets
+            return [dict(o) for o in (plain if top is None else plain[:top])]
+        ops = self.op_stats if top is None else self.op_stats.head(top)
+        return [
+            {"op_type": str(o), "count": int(c), "total_us": float(t), "mean_us": float(m)}
+            for o, c, t, m in zip(ops["op_type"], ops["count"], ops["total_us"], ops["mean_us"], strict=True)
+        ]
+
+    def step_fields(self) -> dict[str, Any]:
+        """This object's constructor arguments (``op_stats`` as stored, not turned into a DataFrame)."""
+        from dataclasses import fields
+
+        out = {f.name: getattr(self, f.name) for f in fields(StepMetrics) if f.name != "op_stats"}
+        return {**out, "op_stats": StepMetrics.__dict__["op_stats"].plain_value(self)}
+
+    @staticmethod
+    def _fields_from_dict(d: dict[str, Any]) -> dict[str, Any]:
+        """The constructor arguments of a :class:`StepMetrics` from its ``to_dict()`` (all ops)."""
+        return {
+            **{k: d[k] for k in (*SCALARS, "step")},
+            "collectives": d["collectives"],
+            "op_stats": list(d["ops"]),  # a DataFrame on first use of op_stats
+            "sync": d["sync"],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepMetrics:
+        """The inverse of ``to_dict()`` (written with ``top=None``): equal numbers, op table included."""
+        return cls(**cls._fields_from_dict(d))
+
+
+_LazyFrame.install(StepMetrics, "op_stats", _op_frame, list)
 
 
 @dataclass
@@ -88,7 +180,7 @@ class RankMetrics(StepMetrics):
     format: str = ""
     mode: str = "device"
     steps: list[StepMetrics] = field(default_factory=list)
-    collective_events: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    collective_events: pd.DataFrame = field(default=None, repr=False)  # type: ignore[assignment]
     cross_check: pd.DataFrame | None = field(default=None, repr=False)
     device_span_ns: tuple[int, int] | None = None
     orphan_events: int = 0
@@ -116,6 +208,51 @@ class RankMetrics(StepMetrics):
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
+
+    def collective_columns(self) -> Any:
+        """``collective_events`` as stored: the DataFrame, or the columns (``type, bytes, start_ns,
+        end_ns`` as lists) a result cache read, without importing pandas; both index by column name."""
+        ce = RankMetrics.__dict__["collective_events"].plain_value(self)
+        return self.collective_events if ce is None else ce
+
+    def to_cache(self) -> dict[str, Any]:
+        """``to_dict()`` with every op, plus what the Analysis JSON leaves out but :func:`from_cache`
+        needs (source, format, mode, device span, collective events as columns). Kineto ranks only:
+        a profiler cross-check table is not kept."""
+        ce = RankMetrics.__dict__["collective_events"].plain_value(self)
+        if not isinstance(ce, dict):
+            ce = self.collective_events
+            ce = {c: ce[c].tolist() for c in ce.columns}
+        return {
+            **self.to_dict(None),
+            "source": self.source,
+            "format": self.format,
+            "mode": self.mode,
+            "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
+            "collective_events": ce,
+        }
+
+    @classmethod
+    def from_cache(cls, d: dict[str, Any]) -> RankMetrics:
+        """The inverse of :meth:`to_cache` (the event table is read again on first use of ``events``)."""
+        ce = d["collective_events"] or None
+        span = d["device_span_ns"]
+        return cls(
+            **StepMetrics._fields_from_dict(d),
+            rank=d["rank"],
+            source=d["source"],
+            format=d["format"],
+            mode=d["mode"],
+            steps=[StepMetrics.from_dict(s) for s in d["steps"]],
+            collective_events=ce,  # a DataFrame on first use
+            device_span_ns=None if span is None else (span[0], span[1]),
+            orphan_events=d["orphan_events"],
+            orphan_us=d["orphan_us"],
+            orphan_share=d["orphan_share"],
+        )
+
+
+_LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 
 
 def _stat(values: list[float | None], fn) -> float | None:

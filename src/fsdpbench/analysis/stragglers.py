@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # a rank is a straggler when it reaches collectives this much later than the first rank (median)
 MIN_SKEW_NS = 10_000
@@ -30,10 +33,11 @@ def clock_offset_warning(ranks: Sequence[int], spans: Sequence[tuple[int, int]])
 
 
 def collective_skew(
-    ranks: Sequence[int], events: Sequence[pd.DataFrame]
+    ranks: Sequence[int], events: Sequence[pd.DataFrame | dict[str, list]]
 ) -> tuple[dict[int, float], list[str]]:
     """Median lateness (µs) of each rank at collectives: for the k-th collective of each type, the
-    rank's start minus the earliest start over ranks.
+    rank's start minus the earliest start over ranks. ``events``: per rank, the collective events
+    (``type``, ``start_ns`` columns) as a DataFrame or a dict of columns.
 
     Collectives are matched by type and order; when ranks issued different numbers of a type, only
     the common prefix is used and a warning says so.
@@ -44,7 +48,10 @@ def collective_skew(
     late: list[np.ndarray] = []
     types = sorted(set().union(*[set(e["type"]) for e in events]))
     for t in types:
-        starts = [np.sort(e.loc[e["type"] == t, "start_ns"].to_numpy()) for e in events]
+        starts = [
+            np.sort(np.asarray(e["start_ns"], dtype=np.int64)[np.asarray(e["type"], dtype=object) == t])
+            for e in events
+        ]
         counts = [s.size for s in starts]
         n = min(counts)
         if len(set(counts)) > 1:

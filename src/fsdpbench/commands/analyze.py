@@ -133,9 +133,9 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         for col in ("op type", "count", "ms", "mean µs"):
             o.add_column(col, justify="right" if col != "op type" else "left", no_wrap=True)
         name_width = max(16, con.width - 40)  # what the three number columns and the borders leave
-        for row in r0.op_stats.head(top).itertuples(index=False):
-            name = shorten_middle(str(row.op_type), name_width)
-            o.add_row(name, str(row.count), _ms(row.total_us), f"{row.mean_us:.2f}")
+        for row in r0.ops(top):  # rows without pandas when the result came from its cache
+            name = shorten_middle(row["op_type"], name_width)
+            o.add_row(name, str(row["count"]), _ms(row["total_us"]), f"{row['mean_us']:.2f}")
         con.print(o)
 
         s = Table(

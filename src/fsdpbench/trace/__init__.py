@@ -8,10 +8,22 @@ discovers the rank profiles under files and folders. The table's columns are doc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fsdpbench.trace.discover import Source, find_all, find_sources
 from fsdpbench.trace.rank import RankTrace
-from fsdpbench.trace.table import CATEGORIES, COLLECTIVE_TYPES, COLUMNS, TASKS
+
+_TABLE_NAMES = ("CATEGORIES", "COLLECTIVE_TYPES", "COLUMNS", "TASKS")
+
+
+def __getattr__(name: str) -> Any:
+    """The table's constants, imported on first use (the table module imports pandas)."""
+    if name in _TABLE_NAMES:
+        from fsdpbench.trace import table
+
+        return getattr(table, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CATEGORIES",

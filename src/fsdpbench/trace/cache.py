@@ -16,13 +16,15 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
-import pandas as pd
 
 from fsdpbench.trace.rank import RankTrace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,8 @@ def _writable(folder: Path) -> bool:
 
 def _columns(df: pd.DataFrame, arrays: dict[str, np.ndarray], prefix: str) -> list[list[str]]:
     """Put ``df``'s columns into ``arrays``; returns [[column, kind], ...] in column order."""
+    import pandas as pd
+
     spec = []
     for i, (name, col) in enumerate(df.items()):
         if isinstance(col.dtype, pd.CategoricalDtype):
@@ -160,6 +164,8 @@ def _columns(df: pd.DataFrame, arrays: dict[str, np.ndarray], prefix: str) -> li
 
 
 def _frame(spec: list[list[str]], arrays: dict[str, np.ndarray], prefix: str) -> pd.DataFrame:
+    import pandas as pd
+
     cols: dict[str, Any] = {}
     for i, (name, kind) in enumerate(spec):
         if kind == "category":

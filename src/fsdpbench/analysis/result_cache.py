@@ -1,0 +1,98 @@
+"""A per-rank cache of the analysis result beside a Kineto trace, so that analysing unchanged traces
+again neither reads the event table nor recomputes the metrics.
+
+``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.metrics``: the rank's :class:`RankMetrics` as
+``RankMetrics.to_cache()`` writes it (the Analysis JSON's rank part with every op, plus the collective
+events the α–β fits of ``diff`` need), the reader's warnings and the rank the trace names. It is used
+only while its key matches: the event-table cache's key of the trace (size, mtime, head hash, reader
+source hash; :func:`fsdpbench.trace.cache.trace_key`), the step selection, and a hash of the analysis
+code (``analysis/*.py`` and ``trace/table.py``), so any change to the analysis recomputes it. It obeys
+``FSDPBENCH_NO_CACHE`` / ``--no-cache`` as the table cache does, and is skipped quietly in a folder
+that is not writable.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fsdpbench.trace import cache as table_cache
+
+log = logging.getLogger(__name__)
+
+_FORMAT = 1
+
+
+def cache_path(trace: Path) -> Path:
+    """Where the result cache of ``trace`` lives: a hidden file beside it."""
+    return trace.with_name(f".{trace.name}.fsdpbench.metrics")
+
+
+@functools.cache
+def analysis_hash() -> str:
+    """BLAKE2b of the analysis code's source: every ``analysis/*.py`` and ``trace/table.py``."""
+    here = Path(__file__).parent
+    h = hashlib.blake2b(str(_FORMAT).encode(), digest_size=16)
+    for path in [*sorted(here.glob("*.py")), here.parent / "trace" / "table.py"]:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def key(trace: Path, step: int | None) -> dict[str, Any]:
+    """What a result cache must match to stand for ``trace`` analysed at ``step``."""
+    return {"table": table_cache.trace_key(trace), "step": step, "analysis": analysis_hash()}
+
+
+def load(trace: Path, step: int | None) -> tuple[int | None, list[str], Any] | None:
+    """(rank named by the trace, reader warnings, :class:`RankMetrics`) from the cache of ``trace``, or
+    None when the cache is off, missing, damaged or stale."""
+    path = cache_path(trace)
+    if not table_cache.enabled() or not path.is_file():
+        return None
+    try:
+        want = key(trace, step)
+        data = orjson.loads(path.read_bytes())
+        if data.get("key") != want:
+            return None
+        from fsdpbench.analysis.result import RankMetrics
+
+        return data["trace_rank"], list(data["warnings"]), RankMetrics.from_cache(data["metrics"])
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
+        log.debug("%s: result cache not used (%s)", path, exc)
+        return None
+
+
+def store(
+    trace: Path, want: dict[str, Any], trace_rank: int | None, warnings: list[str], metrics: Any
+) -> None:
+    """Write the result cache of ``trace`` under ``want`` (:func:`key`, taken before the trace was
+    read), atomically and with the trace's permissions; skip quietly when the folder is not writable
+    or the write fails."""
+    folder = trace.parent
+    if not table_cache.enabled() or not table_cache._writable(folder):
+        return
+    tmp = None
+    try:
+        data = orjson.dumps(
+            {"key": want, "trace_rank": trace_rank, "warnings": warnings, "metrics": metrics.to_cache()},
+            option=orjson.OPT_SERIALIZE_NUMPY,
+        )
+        with tempfile.NamedTemporaryFile(
+            dir=folder, prefix=".fsdpbench-", suffix=".metrics.tmp", delete=False
+        ) as f:
+            tmp = Path(f.name)
+            f.write(data)
+        os.chmod(tmp, trace.stat().st_mode & 0o666)
+        os.replace(tmp, cache_path(trace))
+    except (OSError, TypeError) as exc:
+        log.debug("%s: result cache not written (%s)", cache_path(trace), exc)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
