@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -76,23 +74,7 @@ def store(
     """Write the result cache of ``trace`` under ``want`` (:func:`key`, taken before the trace was
     read), atomically and with the trace's permissions; skip quietly when the folder is not writable
     or the write fails."""
-    folder = trace.parent
-    if not table_cache.enabled() or not table_cache._writable(folder):
-        return
-    tmp = None
-    try:
-        data = orjson.dumps(
-            {"key": want, "trace_rank": trace_rank, "warnings": warnings, "metrics": metrics.to_cache()},
-            option=orjson.OPT_SERIALIZE_NUMPY,
-        )
-        with tempfile.NamedTemporaryFile(
-            dir=folder, prefix=".fsdpbench-", suffix=".metrics.tmp", delete=False
-        ) as f:
-            tmp = Path(f.name)
-            f.write(data)
-        os.chmod(tmp, trace.stat().st_mode & 0o666)
-        os.replace(tmp, cache_path(trace))
-    except (OSError, TypeError) as exc:
-        log.debug("%s: result cache not written (%s)", cache_path(trace), exc)
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+    data = {"key": want, "trace_rank": trace_rank, "warnings": warnings, "metrics": metrics.to_cache()}
+    table_cache.write_beside(
+        trace, cache_path(trace), lambda f: f.write(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY))
+    )

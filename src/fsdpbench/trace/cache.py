@@ -15,8 +15,9 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -109,9 +110,6 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
     writable or the write fails. Traces with a profiler cross-check table are not cached (the Kineto reader has none)."""
     if rt.cross_check is not None:
         return
-    folder = trace.parent
-    if not _writable(folder):
-        return
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "key": key,
@@ -123,18 +121,26 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         "events": _columns(rt.events, arrays, "e."),
         "steps": _columns(rt.steps, arrays, "s."),
     }
+    arrays["meta"] = np.array(orjson.dumps(meta).decode())
+    write_beside(trace, cache_path(trace), lambda f: np.savez(f, **arrays))
+
+
+def write_beside(trace: Path, target: Path, write: Callable[[IO[bytes]], Any]) -> None:
+    """Write a cache file ``target`` beside ``trace`` atomically (``write`` fills an open temp file),
+    with the trace's read/write permissions; skip quietly when the folder is not writable, the cache is
+    off, or the write fails (a cache is never worth an error)."""
+    folder = trace.parent
+    if not enabled() or not _writable(folder):
+        return
     tmp = None
     try:
-        arrays["meta"] = np.array(orjson.dumps(meta).decode())
-        with tempfile.NamedTemporaryFile(
-            dir=folder, prefix=".fsdpbench-", suffix=".npz.tmp", delete=False
-        ) as f:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fsdpbench-", suffix=".tmp", delete=False) as f:
             tmp = Path(f.name)
-            np.savez(f, **arrays)
+            write(f)
         os.chmod(tmp, trace.stat().st_mode & 0o666)  # readable by whoever may read the trace
-        os.replace(tmp, cache_path(trace))
-    except OSError as exc:
-        log.debug("%s: cache not written (%s)", cache_path(trace), exc)
+        os.replace(tmp, target)
+    except (OSError, TypeError, ValueError) as exc:
+        log.debug("%s: cache not written (%s)", target, exc)
         if tmp is not None:
             tmp.unlink(missing_ok=True)
 
