@@ -55,15 +55,13 @@ def run_cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
     )
 
 
-@pytest.fixture(scope="session")
-def profiled_ab_run(tmp_path_factory) -> Path:
-    """One profiled 2-rank gloo A/B run (torch prefetch 0 vs 1, tiny preset), shared by the
-    analysis, diff and report tests. Returns the run folder."""
-    out = tmp_path_factory.mktemp("profiled_ab")
+def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500) -> Path:
+    """``fsdpbench ab --profile`` of ``arms`` on 2 gloo ranks (tiny, 1 round of 1+2 steps, seq 128, no
+    report) into ``out``; returns the run folder."""
     proc = run_cli(
         "ab",
         "--arms",
-        "torch,torch:prefetch=1",
+        arms,
         "--rounds",
         "1",
         "--warmup",
@@ -78,16 +76,23 @@ def profiled_ab_run(tmp_path_factory) -> Path:
         "--out",
         str(out),
         "--name",
-        "fixture",
+        name,
         "--master-port",
         str(free_port()),
         "--no-report",
-        timeout=400,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    runs = sorted(out.glob("fixture_*"))
+    runs = sorted(out.glob(f"{name}_*"))
     assert runs, f"no run folder under {out}: {proc.stdout}{proc.stderr}"
     return runs[-1]
+
+
+@pytest.fixture(scope="session")
+def profiled_ab_run(tmp_path_factory) -> Path:
+    """One profiled 2-rank gloo A/B run (torch prefetch 0 vs 1, tiny preset), shared by the
+    analysis, diff and report tests. Returns the run folder."""
+    return run_profiled_ab(tmp_path_factory.mktemp("profiled_ab"), "torch,torch:prefetch=1", "fixture", 400)
 
 
 def processes_mentioning(text: str) -> list[int]:

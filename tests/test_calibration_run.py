@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from conftest import free_port, run_cli
+from conftest import run_cli, run_profiled_ab
 from fsdpbench.analysis import calibration as cal
 from fsdpbench.report.diff_md import CALIBRATION_HEADER, calibration_rows
 from fsdpbench.results import diff_run
@@ -18,33 +18,9 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 def three_arm_run(tmp_path_factory):
     """``torch:unit=module,torch,torch:ac=full``: one regrouping pair (unit=module vs torch) and arms that
     differ in ``ac`` (no estimate predicts it); diffed once through the CLI."""
-    out = tmp_path_factory.mktemp("calibration_run")
-    proc = run_cli(
-        "ab",
-        "--arms",
-        "torch:unit=module,torch,torch:ac=full",
-        "--rounds",
-        "1",
-        "--warmup",
-        "1",
-        "--steps",
-        "2",
-        "--profile",
-        "--nproc",
-        "2",
-        "--seq-len",
-        "128",
-        "--out",
-        str(out),
-        "--name",
-        "cal",
-        "--master-port",
-        str(free_port()),
-        "--no-report",
-        timeout=500,
+    run = run_profiled_ab(
+        tmp_path_factory.mktemp("calibration_run"), "torch:unit=module,torch,torch:ac=full", "cal"
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    [run] = sorted(out.glob("cal_*"))
     proc = run_cli("diff", str(run), timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return run, proc.stdout
