@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent(
     torch.testing.assert_close(loss, reference_loss)
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad.full_tensor(), dict(reference.named_parameters())[n].grad, atol=1e-6, rtol=1e-4)
-    print("rank", dist.get_rank(), "ok")
+    print(f"rank {dist.get_rank()} ok", flush=True)  # one write: the two ranks share the pipe
     dist.destroy_process_group()
     """
 )
