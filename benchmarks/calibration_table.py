@@ -3,7 +3,7 @@ the change its counterfactual arm measured (analysis/calibration.py), and with `
 regrouping estimate priced with other α–β fits (the subject's own per-call fits, with and without the
 idle-time term, and the fastest rank's calls), to see which model calibrates best.
 
-Diffs every pair of arms that differ in exactly one option (or hyper vs torch/fsdp1), then prints one row
+Diffs every pair of arms the run's calibration covers (``calibration.calibration_pairs``), then prints one row
 per estimate and each arm's profiled/timed step ratio::
 
     fsdpbench ab --arms torch,torch:unit=module,torch:prefetch=1 --profile --nproc 2 --rounds 3 --seq-len 128
@@ -13,7 +13,6 @@ per estimate and each arm's profiled/timed step ratio::
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -58,19 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     arms = {a["label"]: a for a in manifest["arms"]}
     num_layers = ((manifest.get("config") or {}).get("model") or {}).get("num_hidden_layers")
     diffs = []
-    for base, test in itertools.combinations(arms, 2):
-        differ = calibration.arm_differences(arms[base], arms[test])
-        if len(differ) == 1 or "backend" in differ:
-            result = compare(
-                analyses[base],
-                analyses[test],
-                base_label=base,
-                test_label=test,
-                base_arm=arms[base],
-                test_arm=arms[test],
-                context={"num_layers": num_layers},
-            )
-            diffs.append(result.to_dict())
+    for base, test in calibration.calibration_pairs(arms):  # the pairs the run's own calibration covers
+        result = compare(
+            analyses[base],
+            analyses[test],
+            base_label=base,
+            test_label=test,
+            base_arm=arms[base],
+            test_arm=arms[test],
+            context={"num_layers": num_layers},
+        )
+        diffs.append(result.to_dict())
     out = calibration.calibrate_run(manifest, summary, diffs)
     if args.reanalyze:  # an independent prediction: α from the subject's own per-call fits only
         by_pair = {(d["base"], d["test"]): d for d in diffs}
