@@ -14,7 +14,6 @@ that is not writable.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -37,11 +36,7 @@ def cache_path(trace: Path) -> Path:
 def analysis_hash() -> str:
     """BLAKE2b of the analysis code's source: every ``analysis/*.py`` and ``trace/table.py``."""
     here = Path(__file__).parent
-    h = hashlib.blake2b(str(_FORMAT).encode(), digest_size=16)
-    for path in [*sorted(here.glob("*.py")), here.parent / "trace" / "table.py"]:
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    return table_cache.source_hash(_FORMAT, [*sorted(here.glob("*.py")), here.parent / "trace" / "table.py"])
 
 
 def key(trace: Path, step: int | None) -> dict[str, Any]:

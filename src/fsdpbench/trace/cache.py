@@ -15,7 +15,7 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -46,13 +46,20 @@ def cache_path(trace: Path) -> Path:
     return trace.with_name(f".{trace.name}.fsdpbench.npz")
 
 
+def source_hash(salt: int, paths: Iterable[Path]) -> str:
+    """BLAKE2b of ``salt`` (a cache format number) and the names and bytes of ``paths``: a cache key part
+    that changes whenever the code that computed the cached data changes."""
+    h = hashlib.blake2b(str(salt).encode(), digest_size=16)
+    for path in paths:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 @functools.cache
 def _reader_hash() -> str:
     here = Path(__file__).parent
-    h = hashlib.blake2b(str(_FORMAT).encode(), digest_size=16)
-    for name in _READER_FILES:
-        h.update((here / name).read_bytes())
-    return h.hexdigest()
+    return source_hash(_FORMAT, (here / name for name in _READER_FILES))
 
 
 def trace_key(trace: Path) -> dict[str, Any]:
