@@ -26,7 +26,7 @@ from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
 
 if TYPE_CHECKING:
-    import pandas as pd
+    from fsdpbench.trace.table import EventTable
 
 # The metric modules (and pandas under them) are imported where a rank is measured, not here: a
 # second `fsdpbench analyze` on unchanged traces takes every rank from its result cache and never
@@ -38,20 +38,19 @@ NO_COLLECTIVES = "no collectives found — is this a distributed trace?"
 PROGRESS_MIN_RANKS = 4  # more ranks than this get a progress bar (on a terminal)
 
 
-def _window(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int]) -> int:
+def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> int:
     """Length (ns) of the union of the steps' windows: each is the host ProfilerStep span widened to
     the device work launched from it (device work lags the host), as torch_npu's step range is."""
     s_all, e_all = [], []
-    dev = events["device"].to_numpy()
+    windows = trace.windows
     for st in steps:
-        host = trace.steps[trace.steps["step"] == st]
-        sel = dev & (events["step"].to_numpy() == st)
-        starts = [*host["start_ns"], *events["start_ns"].to_numpy()[sel][:1]]
-        ends = [*host["end_ns"], int(events["end_ns"].to_numpy()[sel].max()) if sel.any() else None]
+        host = windows.step == st
+        sel = events.device & (events.step == st)
+        starts = windows.start_ns[host].tolist()
+        ends = windows.end_ns[host].tolist()
         if sel.any():
-            starts.append(int(events["start_ns"].to_numpy()[sel].min()))
-        starts = [x for x in starts if x is not None]
-        ends = [x for x in ends if x is not None]
+            starts.append(int(events.start_ns[sel].min()))
+            ends.append(int(events.end_ns[sel].max()))
         if starts and ends:
             s_all.append(min(starts))
             e_all.append(max(ends))
@@ -60,7 +59,7 @@ def _window(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int]) -> int
     return iv.length(iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64)))
 
 
-def _metrics(trace: RankTrace, events: pd.DataFrame, steps: Sequence[int], step: int | None) -> StepMetrics:
+def _metrics(trace: RankTrace, events: EventTable, steps: Sequence[int], step: int | None) -> StepMetrics:
     from fsdpbench.analysis.collectives import collective_events, summarize
     from fsdpbench.analysis.ops import kernel_time_us, op_stats
     from fsdpbench.analysis.overlap import breakdown
@@ -97,10 +96,10 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     """
     from fsdpbench.analysis.collectives import collective_events
 
-    all_ev = trace.events
-    orphans = all_ev["orphan"].to_numpy() & all_ev["device"].to_numpy()
-    ev = all_ev[~orphans] if orphans.any() else all_ev  # orphans are left out of every total
-    known = sorted(int(s) for s in set(trace.steps["step"]) | set(ev["step"][ev["step"] >= 0]))
+    all_ev = trace.table
+    orphans = all_ev.orphan & all_ev.device
+    ev = all_ev.take(~orphans) if orphans.any() else all_ev  # orphans are left out of every total
+    known = sorted(int(s) for s in set(trace.windows.step.tolist()) | set(ev.step[ev.step >= 0].tolist()))
     if step is not None:
         if step not in known:
             raise InputError(
@@ -109,17 +108,15 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         chosen = [step]
     else:
         chosen = known
-    sel = ev[ev["step"].isin(chosen)] if chosen else ev
+    sel = ev.take(np.isin(ev.step, chosen)) if chosen else ev
     total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None)
-    per_step = [_metrics(trace, ev[ev["step"] == s], [s], s) for s in chosen] if len(chosen) > 1 else [total]
-    dev = ev["device"].to_numpy()
-    span = (
-        (int(ev["start_ns"].to_numpy()[dev].min()), int(ev["end_ns"].to_numpy()[dev].max()))
-        if dev.any()
-        else None
+    per_step = (
+        [_metrics(trace, ev.take(ev.step == s), [s], s) for s in chosen] if len(chosen) > 1 else [total]
     )
-    dur = (all_ev["end_ns"] - all_ev["start_ns"]).to_numpy()
-    all_dev_ns = int(dur[all_ev["device"].to_numpy()].sum())
+    dev = ev.device
+    span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
+    dur = all_ev.end_ns - all_ev.start_ns
+    all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
     return RankMetrics(
         **total.step_fields(),
@@ -146,7 +143,7 @@ def _import_measuring_modules() -> None:
     import fsdpbench.analysis.ops
     import fsdpbench.analysis.overlap
     import fsdpbench.analysis.sync
-    import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table (pandas)
+    import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
 
 
 def _analyze_one(

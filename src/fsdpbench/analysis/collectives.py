@@ -1,30 +1,42 @@
-"""Collectives of one rank: the per-event frame and the per-type summary."""
+"""Collectives of one rank: the per-event columns and the per-type summary."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
-import pandas as pd
+
+from fsdpbench.trace.table import EventTable, as_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-def collective_events(events: pd.DataFrame) -> pd.DataFrame:
-    """The rank's communication events: columns ``type, bytes, start_ns, end_ns`` sorted by start
-    (``bytes`` NaN where the trace does not say)."""
-    sel = events["device"].to_numpy() & (events["category"] == "comm").to_numpy()
-    ce = events.loc[sel, ["collective", "bytes", "start_ns", "end_ns"]].rename(columns={"collective": "type"})
-    ce["type"] = ce["type"].astype(str).replace("", "other")
-    return ce.sort_values("start_ns", kind="stable", ignore_index=True)
+def collective_events(events: EventTable | pd.DataFrame) -> dict[str, np.ndarray]:
+    """The rank's communication events as columns ``type`` (object), ``bytes`` (NaN where the trace
+    does not say), ``start_ns``, ``end_ns``, sorted by start (``RankMetrics.collective_events`` shows
+    them as a DataFrame)."""
+    t = as_table(events)
+    sel = np.flatnonzero(t.device & t.category.mask("comm"))
+    sel = sel[np.argsort(t.start_ns[sel], kind="stable")]
+    ctype = t.collective[sel].strings("other")
+    ctype[ctype == ""] = "other"
+    return {"type": ctype, "bytes": t.bytes[sel], "start_ns": t.start_ns[sel], "end_ns": t.end_ns[sel]}
 
 
-def summarize(ce: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
+def summarize(ce: dict[str, Any] | pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
     """Per collective type: ``count``, ``bytes`` (sum, None when unknown), ``time_us`` (sum of
     durations), ``median_bytes`` and ``bandwidth_gbps`` (GB/s = 1e9 bytes/s, over the events whose size
     is known: Σ bytes / Σ their durations; the algorithm bandwidth, not the bus bandwidth)."""
     out: dict[str, dict[str, float | int | None]] = {}
-    if ce.empty:
+    types = np.asarray(ce["type"], dtype=object)
+    if types.size == 0:
         return out
-    dur = (ce["end_ns"] - ce["start_ns"]).to_numpy()
-    for ctype, idx in ce.groupby("type", sort=True).indices.items():
-        b = ce["bytes"].to_numpy()[idx]
+    dur = np.asarray(ce["end_ns"], dtype=np.int64) - np.asarray(ce["start_ns"], dtype=np.int64)
+    nbytes = np.asarray(ce["bytes"], dtype=np.float64)
+    for ctype in sorted(set(types.tolist())):
+        idx = np.flatnonzero(types == ctype)
+        b = nbytes[idx]
         known = ~np.isnan(b)
         d = dur[idx]
         bw = float(b[known].sum() / d[known].sum()) if known.any() and d[known].sum() > 0 else None

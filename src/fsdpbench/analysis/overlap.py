@@ -9,10 +9,13 @@ overlapped = |C ∩ M|, exposed communication = |M| − overlapped, overlap rati
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from fsdpbench.analysis import intervals as iv
+from fsdpbench.trace.table import EventTable, as_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,14 @@ class Breakdown:
         return self.overlapped_ns / self.comm_ns if self.comm_ns > 0 else None
 
 
-def category_union(events: pd.DataFrame, category: str) -> iv.Intervals:
+def category_union(events: EventTable | pd.DataFrame, category: str) -> iv.Intervals:
     """Union of the device events of one category."""
-    sel = events["device"].to_numpy() & (events["category"] == category).to_numpy()
-    return iv.union(events["start_ns"].to_numpy()[sel], events["end_ns"].to_numpy()[sel])
+    t = as_table(events)
+    sel = t.device & t.category.mask(category)
+    return iv.union(t.start_ns[sel], t.end_ns[sel])
 
 
-def breakdown(events: pd.DataFrame, window_ns: int | None = None) -> Breakdown:
+def breakdown(events: EventTable | pd.DataFrame, window_ns: int | None = None) -> Breakdown:
     """Compute, communication and overlapped time of ``events``.
 
     Args:
@@ -55,11 +59,11 @@ def breakdown(events: pd.DataFrame, window_ns: int | None = None) -> Breakdown:
         window_ns: the length of the window the events cover (step time); default the span of
             the device events.
     """
-    comp = category_union(events, "compute")
-    comm = category_union(events, "comm")
+    t = as_table(events)
+    comp = category_union(t, "compute")
+    comm = category_union(t, "comm")
     if window_ns is None:
-        dev = events["device"].to_numpy()
-        s, e = events["start_ns"].to_numpy()[dev], events["end_ns"].to_numpy()[dev]
+        s, e = t.start_ns[t.device], t.end_ns[t.device]
         window_ns = int(e.max() - s.min()) if s.size else 0
     return Breakdown(
         window_ns=int(window_ns),

@@ -186,16 +186,18 @@ class RankMetrics(StepMetrics):
     orphan_events: int = 0
     orphan_us: float = 0.0
     orphan_share: float | None = None
-    _events: pd.DataFrame | None = field(default=None, repr=False)
+    _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
     def events(self) -> pd.DataFrame:
-        """The rank's event table. Ranks analysed in worker processes do not ship it back (it is the
-        bulk of the memory); it is read again from ``source`` on first use."""
+        """The rank's event table as a DataFrame. Ranks analysed in worker processes do not ship it
+        back (it is the bulk of the memory); it is read again from ``source`` on first use."""
         if self._events is None:
             from fsdpbench.trace import Source, read_rank
 
-            self._events = read_rank(Source(Path(self.source), self.format)).events
+            self._events = read_rank(Source(Path(self.source), self.format)).table
+        if not hasattr(self._events, "columns"):  # an EventTable: made a DataFrame once
+            self._events = self._events.to_frame()
         return self._events
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
@@ -220,7 +222,9 @@ class RankMetrics(StepMetrics):
         needs (source, format, mode, device span, collective events as columns). Kineto ranks only:
         a profiler cross-check table is not kept."""
         ce = RankMetrics.__dict__["collective_events"].plain_value(self)
-        if not isinstance(ce, dict):
+        if isinstance(ce, dict):
+            ce = {c: np.asarray(v).tolist() for c, v in ce.items()}
+        else:
             ce = self.collective_events
             ce = {c: ce[c].tolist() for c in ce.columns}
         return {

@@ -4,13 +4,19 @@ kernel launches)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 
-from fsdpbench.trace.table import TASKS
+from fsdpbench.trace.table import TASKS, EventTable, as_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-def sync_counts(events: pd.DataFrame, recorded: Sequence[str] | None = None) -> dict[str, int | None]:
+def sync_counts(
+    events: EventTable | pd.DataFrame, recorded: Sequence[str] | None = None
+) -> dict[str, int | None]:
     """How many events of each task kind the table holds (every kind listed, zero when absent).
 
     Args:
@@ -19,5 +25,9 @@ def sync_counts(events: pd.DataFrame, recorded: Sequence[str] | None = None) -> 
             ``None`` ("not recorded": a CPU-only trace has no kernel launches, CUDA no BARRIER task).
             None: all of them.
     """
-    counts = events["task"].value_counts()
+    task = as_table(events).task
+    codes = task.codes[task.codes >= 0]
+    counts = dict(
+        zip(task.categories, np.bincount(codes, minlength=len(task.categories)).tolist(), strict=True)
+    )
     return {t: int(counts.get(t, 0)) if recorded is None or t in recorded else None for t in TASKS}

@@ -53,8 +53,8 @@ from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
     assign_steps,
-    build_table,
     collective_of,
+    make_table,
     object_full,
     task_of,
     us_strings_to_ns,
@@ -421,7 +421,7 @@ def _assemble(
             df["hccl_stream"].fillna("").astype(str).to_numpy() if "hccl_stream" in df.columns else None
         )
         op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams, comm_stream)
-    table = build_table(
+    table = make_table(
         name=names,
         category=category,
         start_ns=start,
@@ -438,8 +438,8 @@ def _assemble(
         rank=rank,
         source=str(folder),
         format="ascend",
-        events=table,
-        steps=steps,
+        table=table,
+        windows=steps,
         mode="device",
         warnings=warnings,
         cross_check=cross,

@@ -25,12 +25,12 @@ import orjson
 from fsdpbench.trace.rank import RankTrace
 
 if TYPE_CHECKING:
-    import pandas as pd
+    from fsdpbench.trace.table import EventTable
 
 log = logging.getLogger(__name__)
 
 NO_CACHE_ENV = "FSDPBENCH_NO_CACHE"
-_FORMAT = 1
+_FORMAT = 2  # 2: columns by name, steps as three arrays
 _HEAD_BYTES = 1 << 20
 # the modules whose code decides the cached table: a change in any of them invalidates every cache
 _READER_FILES = ("kineto.py", "kineto_decode.py", "kineto_cpu.py", "table.py", "rank.py", "cache.py")
@@ -99,12 +99,14 @@ def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
         log.debug("%s: cache not used (%s)", path, exc)
         return None
+    from fsdpbench.trace.table import StepWindows
+
     return RankTrace(
         rank=meta["rank"],
         source=str(trace),
         format=meta["format"],
-        events=_frame(meta["events"], arrays, "e."),
-        steps=_frame(meta["steps"], arrays, "s."),
+        table=_table(meta["events"], arrays),
+        windows=StepWindows(arrays["s.step"], arrays["s.start_ns"], arrays["s.end_ns"]),
         mode=meta["mode"],
         warnings=list(meta["warnings"]),
         recorded_tasks=None if meta["recorded_tasks"] is None else tuple(meta["recorded_tasks"]),
@@ -125,9 +127,10 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         "mode": rt.mode,
         "warnings": rt.warnings,
         "recorded_tasks": None if rt.recorded_tasks is None else list(rt.recorded_tasks),
-        "events": _columns(rt.events, arrays, "e."),
-        "steps": _columns(rt.steps, arrays, "s."),
+        "events": _columns(rt.table, arrays),
     }
+    for column in ("step", "start_ns", "end_ns"):
+        arrays[f"s.{column}"] = rt.windows[column]
     arrays["meta"] = np.array(orjson.dumps(meta).decode())
     write_beside(trace, cache_path(trace), lambda f: np.savez(f, **arrays))
 
@@ -160,32 +163,30 @@ def _writable(folder: Path) -> bool:
         return False
 
 
-def _columns(df: pd.DataFrame, arrays: dict[str, np.ndarray], prefix: str) -> list[list[str]]:
-    """Put ``df``'s columns into ``arrays``; returns [[column, kind], ...] in column order."""
-    import pandas as pd
+def _columns(table: EventTable, arrays: dict[str, np.ndarray]) -> list[list[str]]:
+    """Put ``table``'s columns into ``arrays``; returns [[column, kind], ...] in column order."""
+    from fsdpbench.trace.table import COLUMNS, Coded
 
     spec = []
-    for i, (name, col) in enumerate(df.items()):
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            arrays[f"{prefix}{i}.codes"] = col.cat.codes.to_numpy()
-            arrays[f"{prefix}{i}.cats"] = np.array([str(c) for c in col.cat.categories], dtype=str)
-            spec.append([str(name), "category"])
+    for name in COLUMNS:
+        col = getattr(table, name)
+        if isinstance(col, Coded):
+            arrays[f"e.{name}.codes"] = col.codes
+            arrays[f"e.{name}.cats"] = np.array(col.categories, dtype=str)
+            spec.append([name, "category"])
         else:
-            arrays[f"{prefix}{i}"] = col.to_numpy()
-            spec.append([str(name), "array"])
+            arrays[f"e.{name}"] = col
+            spec.append([name, "array"])
     return spec
 
 
-def _frame(spec: list[list[str]], arrays: dict[str, np.ndarray], prefix: str) -> pd.DataFrame:
-    import pandas as pd
+def _table(spec: list[list[str]], arrays: dict[str, np.ndarray]) -> EventTable:
+    from fsdpbench.trace.table import Coded, EventTable
 
     cols: dict[str, Any] = {}
-    for i, (name, kind) in enumerate(spec):
+    for name, kind in spec:
         if kind == "category":
-            cats = pd.Index(arrays[f"{prefix}{i}.cats"].tolist(), dtype=object)
-            cols[name] = pd.Categorical.from_codes(
-                arrays[f"{prefix}{i}.codes"], dtype=pd.CategoricalDtype(cats)
-            )
+            cols[name] = Coded(arrays[f"e.{name}.codes"], arrays[f"e.{name}.cats"].tolist())
         else:
-            cols[name] = arrays[f"{prefix}{i}"]
-    return pd.DataFrame(cols, copy=False)
+            cols[name] = arrays[f"e.{name}"]
+    return EventTable(**cols)

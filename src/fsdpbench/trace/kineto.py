@@ -38,17 +38,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from fsdpbench.errors import InputError
 from fsdpbench.trace.kineto_cpu import classify_cpu
 from fsdpbench.trace.kineto_decode import decode
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
+    Coded,
+    StepWindows,
     assign_steps,
-    build_table,
     collective_of,
+    factorize,
     kernel_category,
+    make_table,
     needs_string_parse,
     object_full,
     task_of,
@@ -103,10 +105,10 @@ def _get(d: dict, key: Any) -> Any:
         return None
 
 
-def _lanes(pair_codes: np.ndarray, pair_names: list[str]) -> pd.Categorical:
+def _lanes(pair_codes: np.ndarray, pair_names: list[str]) -> Coded:
     """Lane per event from its (pid, tid) code; pairs that share a name share the lane."""
-    codes, uniq = pd.factorize(pd.Series([str(x) for x in pair_names], dtype=object))
-    return pd.Categorical.from_codes(codes[pair_codes], categories=pd.Index(uniq))
+    codes, uniq = factorize([str(x) for x in pair_names])
+    return Coded(codes[pair_codes], uniq)
 
 
 def rank_from_path(path: Path) -> int | None:
@@ -135,13 +137,12 @@ def read_kineto(path: str | Path) -> RankTrace:
             gc.enable()
 
 
-def _categorical(codes: np.ndarray, uniques: list[Any]) -> pd.Categorical:
-    cats = pd.Index(["" if u is None else str(u) for u in uniques], dtype=object)
-    if not cats.is_unique:  # e.g. 1 and "1" in a hand-made trace
-        recode, cats = pd.factorize(cats)
+def _categorical(codes: np.ndarray, uniques: list[Any]) -> Coded:
+    cats = ["" if u is None else str(u) for u in uniques]
+    if len(set(cats)) != len(cats):  # e.g. 1 and "1" in a hand-made trace
+        recode, cats = factorize(cats)
         codes = recode[codes]
-        cats = pd.Index(cats, dtype=object)
-    return pd.Categorical.from_codes(codes, categories=cats) if len(cats) else pd.Categorical([])
+    return Coded(codes, cats)
 
 
 def _read_kineto(path: Path) -> RankTrace:
@@ -204,7 +205,7 @@ def _read_kineto(path: Path) -> RankTrace:
     def of_cats(wanted: Any) -> np.ndarray:  # per event, from one test per category (not per event)
         return np.array([c in wanted for c in lower] + [False], dtype=bool)[cats.codes]
 
-    pair_codes, pair_uniq = pd.factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
+    pair_codes, pair_uniq = factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
     del pid_codes, tid_codes
     n = len(start)
@@ -220,8 +221,7 @@ def _read_kineto(path: Path) -> RankTrace:
     step_ids = np.array(
         [int(_STEP_RE.match(names.categories[names.codes[i]]).group(1)) for i in sel], dtype=np.int64
     )
-    steps = pd.DataFrame({"step": step_ids, "start_ns": start[sel], "end_ns": end[sel]})
-    steps = steps.sort_values("start_ns", ignore_index=True)
+    steps = StepWindows.of(step_ids, start[sel], end[sel])
 
     collective = object_full(n, "")
     nbytes = np.full(n, np.nan)
@@ -229,9 +229,7 @@ def _read_kineto(path: Path) -> RankTrace:
     category = object_full(n, "other")
     device = np.zeros(n, dtype=bool)
     orphan = np.zeros(n, dtype=bool)
-    step = assign_steps(
-        start, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy()
-    )
+    step = assign_steps(start, steps.start_ns, steps.end_ns, steps.step)
     task[is_annot] = ""
 
     if is_dev_cat.any():
@@ -296,7 +294,7 @@ def _read_kineto(path: Path) -> RankTrace:
         task[:] = ""
 
     # sort here, one column at a time, each unsorted column freed as its sorted copy is made (peak
-    # memory: the columns plus one copy); build_table finds them in order and copies nothing
+    # memory: the columns plus one copy); make_table finds them in order and copies nothing
     del corr, pair_codes
     cols_ = {
         "name": names,
@@ -317,14 +315,14 @@ def _read_kineto(path: Path) -> RankTrace:
     for key in cols_:
         cols_[key] = cols_[key][order]
     del order
-    table = build_table(**cols_)
+    table = make_table(**cols_)
     del cols_
     return RankTrace(
         rank=rank,
         source=str(path),
         format="kineto",
-        events=table,
-        steps=steps,
+        table=table,
+        windows=steps,
         mode=mode,
         warnings=warnings,
         recorded_tasks=recorded,
@@ -332,7 +330,7 @@ def _read_kineto(path: Path) -> RankTrace:
 
 
 def _unknown_categories(
-    path: Path, cats: pd.Categorical, is_dev_cat: np.ndarray, is_annot: np.ndarray, warnings: list[str]
+    path: Path, cats: Coded, is_dev_cat: np.ndarray, is_annot: np.ndarray, warnings: list[str]
 ) -> None:
     """Warn about event categories the reader does not know (naming each and its count), or raise
     InputError when the trace's only device activity is of such categories."""
@@ -369,7 +367,7 @@ def _join_launches(
     start: np.ndarray,
     corr: np.ndarray,
     step: np.ndarray,
-    steps: pd.DataFrame,
+    steps: StepWindows,
     is_dev: np.ndarray,
     is_annot: np.ndarray,
     task: np.ndarray,
@@ -386,11 +384,12 @@ def _join_launches(
     host = ~is_dev & ~is_annot & (corr >= 0)
     linked = np.zeros(dev.size, dtype=bool)
     if host.any():
-        launch_step = pd.Series(step[host], index=corr[host])
-        launch_step = launch_step[~launch_step.index.duplicated()]
-        got = launch_step.reindex(corr[dev]).to_numpy()
-        linked = ~np.isnan(got) & (corr[dev] >= 0)
-        step[dev[linked]] = got[linked].astype(np.int64)
+        # the first host event of each correlation id launched it
+        ids, first = np.unique(corr[host], return_index=True)
+        launch_step = step[host][first]
+        pos = np.minimum(np.searchsorted(ids, corr[dev]), ids.size - 1)
+        linked = (ids[pos] == corr[dev]) & (corr[dev] >= 0)
+        step[dev[linked]] = launch_step[pos[linked]]
     flow_links = _flow_steps(start, dev[~linked], steps, pair_codes, pairs, flows)
     for i, st in flow_links.items():
         step[i] = st
@@ -407,7 +406,7 @@ def _join_launches(
 def _flow_steps(
     start: np.ndarray,
     candidates: np.ndarray,
-    steps: pd.DataFrame,
+    steps: StepWindows,
     pair_codes: np.ndarray,
     pairs: list[tuple[Any, Any]],
     flows: list[tuple[Any, Any, Any, Any, Any]],
@@ -432,9 +431,7 @@ def _flow_steps(
         return out
     s_ns = us_to_ns(np.array([launch_ts[f] for f in ids], dtype=np.float64))
     f_ns = us_to_ns(np.array([ends[f][2] for f in ids], dtype=np.float64))
-    st = assign_steps(
-        s_ns, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy()
-    )
+    st = assign_steps(s_ns, steps.start_ns, steps.end_ns, steps.step)
     for f, fns, s in zip(ids, f_ns.tolist(), st.tolist(), strict=True):
         i = by_key.get((ends[f][0], ends[f][1], fns))
         if i is not None:

@@ -7,9 +7,8 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from fsdpbench.trace.table import collective_of
+from fsdpbench.trace.table import Coded, collective_of
 
 _LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms$|nccl:|c10d_functional::|_c10d_functional::)")
 # namespaces of wrappers (autograd nodes, FSDP hooks, profiler, collectives): they can contain a
@@ -42,17 +41,23 @@ def outermost(
         return idx
     keys = (-end[idx], start[idx]) if lane is None else (-end[idx], start[idx], lane[idx])
     idx = idx[np.lexsort(keys)]
-    ends = pd.Series(end[idx])
-    reach = ends.cummax() if lane is None else ends.groupby(lane[idx]).cummax()
+    ends = end[idx]
+    if lane is None:
+        reach = np.maximum.accumulate(ends)
+    else:  # the furthest end so far within each lane (the lanes are contiguous after the sort)
+        reach = np.empty_like(ends)
+        cuts = [0, *(np.flatnonzero(lane[idx][1:] != lane[idx][:-1]) + 1).tolist(), idx.size]
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            reach[a:b] = np.maximum.accumulate(ends[a:b])
     outer = np.ones(idx.size, dtype=bool)
-    outer[1:] = start[idx[1:]] >= reach.to_numpy()[:-1]
+    outer[1:] = start[idx[1:]] >= reach[:-1]
     if lane is not None:
         outer[1:] |= lane[idx[1:]] != lane[idx[:-1]]  # the first span of each lane
     return idx[outer]
 
 
 def classify_cpu(
-    names: pd.Categorical,
+    names: Coded,
     cat_lower: np.ndarray,
     start: np.ndarray,
     end: np.ndarray,

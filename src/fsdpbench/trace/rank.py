@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from fsdpbench.trace.table import EventTable, StepWindows
 
 
 @dataclass
@@ -17,8 +19,10 @@ class RankTrace:
         rank: the rank id (from the trace, else the path, else the position among the inputs).
         source: the file or folder it was read from.
         format: ``kineto`` or ``ascend``.
-        events: the event table (see :mod:`fsdpbench.trace.table`).
-        steps: host ``ProfilerStep#N`` windows: columns ``step, start_ns, end_ns`` (may be empty).
+        table: the event table as numpy columns (see :mod:`fsdpbench.trace.table`); ``events`` is the
+            same table as a ``pd.DataFrame``, made on first use.
+        windows: host ``ProfilerStep#N`` windows as numpy columns ``step, start_ns, end_ns`` (may be
+            empty; a reader may hand a DataFrame); ``steps`` is the same as a ``pd.DataFrame``.
         mode: ``device`` (CUDA/NPU streams) or ``cpu`` (CPU-only trace: threads are the lanes).
         warnings: problems found while reading that did not stop it.
         cross_check: the profiler's own per-step numbers when it wrote them (Ascend
@@ -30,9 +34,27 @@ class RankTrace:
     rank: int | None
     source: str
     format: str
-    events: pd.DataFrame
-    steps: pd.DataFrame
+    table: EventTable
+    windows: StepWindows
     mode: str = "device"
     warnings: list[str] = field(default_factory=list)
     cross_check: pd.DataFrame | None = None
     recorded_tasks: tuple[str, ...] | None = None
+    _frame: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from fsdpbench.trace.table import StepWindows
+
+        self.windows = StepWindows.from_frame(self.windows)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The event table as a ``pd.DataFrame`` (made from ``table`` on first use)."""
+        if self._frame is None:
+            self._frame = self.table.to_frame()
+        return self._frame
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """The step windows as a ``pd.DataFrame`` (``step, start_ns, end_ns``)."""
+        return self.windows.to_frame()

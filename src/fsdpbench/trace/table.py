@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CATEGORIES = ["compute", "comm", "memcpy", "memset", "sync", "other"]
 COLLECTIVE_TYPES = [
@@ -220,63 +223,219 @@ def object_full(n: int, value: str) -> np.ndarray:
     return out
 
 
-def _coded(values: Any, categories: list[str]) -> pd.Categorical:
-    """A Categorical with known categories, coded at C speed (values outside them become NaN)."""
-    if isinstance(values, pd.Categorical):
-        return pd.Categorical(values, categories=categories)
-    index = {c: i for i, c in enumerate(categories)}
-    found, uniques = pd.factorize(np.asarray(values, dtype=object))  # hashes each value once, in C
-    # per distinct value its category's code; the trailing -1 serves the missing values (code -1)
-    codes = np.array([index.get(u, -1) for u in uniques] + [-1], dtype=np.int64)[found]
-    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(categories, dtype=object)))
+def factorize(values: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """(codes, uniques in first-seen order) of hashable values, at C speed (one dict lookup each;
+    integer arrays by sorting)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iub":
+        uniq, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        return rank[inverse.ravel()], uniq[order].tolist()
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    index = dict.fromkeys(items)
+    uniques = list(index)
+    for i, u in enumerate(uniques):
+        index[u] = i
+    return np.fromiter(map(index.__getitem__, items), dtype=np.int64, count=len(items)), uniques
 
 
-def build_table(
+class Coded:
+    """A categorical column without pandas: integer ``codes`` into ``categories`` (-1: missing).
+
+    It has the ``codes``/``categories`` of a ``pd.Categorical``, so the name rules above read either;
+    the cold analysis path never imports pandas (its import alone costs more than a rank's metrics).
+    """
+
+    __slots__ = ("categories", "codes")
+
+    def __init__(self, codes: np.ndarray, categories: Sequence[str]) -> None:
+        self.codes = np.asarray(codes)
+        self.categories = list(categories)
+
+    @classmethod
+    def of(cls, values: Any, categories: Sequence[str] | None = None) -> Coded:
+        """Code ``values`` (a Coded, a ``pd.Categorical`` or a sequence of strings; None/NaN: missing).
+        Without ``categories`` they are the distinct strings sorted, as ``pd.Categorical(values)``
+        makes them; with ``categories`` values outside them become missing."""
+        if hasattr(values, "codes") and hasattr(values, "categories"):
+            have = cls(values.codes, [str(c) for c in values.categories])
+            return have if categories is None else have.recoded(categories)
+        codes, uniques = factorize(values)
+        if categories is None:
+            categories = sorted(u for u in uniques if isinstance(u, str))
+        index = {c: i for i, c in enumerate(categories)}
+        to_code = np.array([index.get(u, -1) if isinstance(u, str) else -1 for u in uniques] + [-1], np.int64)
+        return cls(to_code[codes], categories)
+
+    def recoded(self, categories: Sequence[str]) -> Coded:
+        """The same values coded against ``categories`` (values outside them become missing)."""
+        index = {c: i for i, c in enumerate(categories)}
+        to_code = np.array([index.get(c, -1) for c in self.categories] + [-1], dtype=np.int64)
+        return Coded(to_code[self.codes], categories)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, index: Any) -> Coded:
+        return Coded(self.codes[index], self.categories)
+
+    def mask(self, *values: str) -> np.ndarray:
+        """True where the value is one of ``values``."""
+        wanted = [i for i, c in enumerate(self.categories) if c in values]
+        if len(wanted) == 1:
+            return self.codes == wanted[0]
+        return np.isin(self.codes, wanted)
+
+    def strings(self, missing: str = "nan") -> np.ndarray:
+        """The values as an object array of str (``missing`` where there is none, as pandas' ``astype(str)``)."""
+        return np.array([*self.categories, missing], dtype=object)[self.codes]
+
+    def to_categorical(self) -> pd.Categorical:
+        """The ``pd.Categorical`` of these codes and categories."""
+        import pandas as pd
+
+        dtype = pd.CategoricalDtype(pd.Index(self.categories, dtype=object))
+        return pd.Categorical.from_codes(self.codes, dtype=dtype)
+
+
+@dataclass
+class EventTable:
+    """The event table as numpy columns (the columns of the module docstring; categoricals as
+    :class:`Coded`), sorted by start. ``to_frame()`` gives the ``pd.DataFrame`` callers read."""
+
+    name: Coded
+    category: Coded
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    lane: Coded
+    device: np.ndarray
+    collective: Coded
+    bytes: np.ndarray
+    op_type: Coded
+    task: Coded
+    step: np.ndarray
+    orphan: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def take(self, index: np.ndarray) -> EventTable:
+        """The rows at ``index`` (a boolean mask or positions), in order."""
+        return EventTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def to_frame(self) -> pd.DataFrame:
+        """The table as a ``pd.DataFrame`` (categoricals as ``category`` dtype)."""
+        import pandas as pd
+
+        cols = {c: getattr(self, c) for c in COLUMNS}
+        return pd.DataFrame(
+            {c: v.to_categorical() if isinstance(v, Coded) else v for c, v in cols.items()}, copy=False
+        )
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> EventTable:
+        """The numpy columns of a table built as a ``pd.DataFrame`` (see :func:`as_table`)."""
+        fixed = {"category": CATEGORIES, "collective": ["", *COLLECTIVE_TYPES], "task": ["", *TASKS]}
+        cols: dict[str, Any] = {}
+        for c in COLUMNS:
+            col = df[c]
+            if c in _CODED:
+                cols[c] = Coded.of(col.array if hasattr(col, "cat") else col.to_numpy(object), fixed.get(c))
+            else:
+                cols[c] = col.to_numpy()
+        return cls(**cols)
+
+
+_CODED = ("name", "category", "lane", "collective", "op_type", "task")
+
+
+def as_table(events: EventTable | pd.DataFrame) -> EventTable:
+    """``events`` as an :class:`EventTable` (a DataFrame made by :meth:`EventTable.to_frame` is converted)."""
+    return events if isinstance(events, EventTable) else EventTable.from_frame(events)
+
+
+@dataclass
+class StepWindows:
+    """The host ``ProfilerStep#N`` windows of a rank, sorted by start: ``step``, ``start_ns``,
+    ``end_ns`` (int64 arrays); ``windows["step"]`` reads a column as a DataFrame's would."""
+
+    step: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return getattr(self, column)
+
+    @classmethod
+    def of(cls, step: Any, start_ns: Any, end_ns: Any) -> StepWindows:
+        """Windows from three columns, sorted by start (stable)."""
+        step, start, end = (np.asarray(v, dtype=np.int64) for v in (step, start_ns, end_ns))
+        order = np.argsort(start, kind="stable")
+        return cls(step[order], start[order], end[order])
+
+    @classmethod
+    def from_frame(cls, df: Any) -> StepWindows:
+        """Windows from a frame with ``step, start_ns, end_ns`` columns."""
+        if isinstance(df, StepWindows):
+            return df
+        return cls.of(df["step"], df["start_ns"], df["end_ns"])
+
+    def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({"step": self.step, "start_ns": self.start_ns, "end_ns": self.end_ns})
+
+
+def make_table(
     *,
-    name: Sequence[str] | pd.Categorical,
-    category: np.ndarray,
+    name: Any,
+    category: Any,
     start_ns: np.ndarray,
     end_ns: np.ndarray,
-    lane: Sequence[str] | pd.Categorical,
+    lane: Any,
     device: np.ndarray,
-    collective: np.ndarray | None = None,
+    collective: Any = None,
     nbytes: np.ndarray | None = None,
-    op_type: Sequence[str] | pd.Categorical | None = None,
-    task: np.ndarray | None = None,
+    op_type: Any = None,
+    task: Any = None,
     step: np.ndarray | None = None,
     orphan: np.ndarray | None = None,
-) -> pd.DataFrame:
-    """Assemble the event table with the dtypes of the module docstring, sorted by start."""
+) -> EventTable:
+    """Assemble the event table with the dtypes of the module docstring, sorted by start. Categorical
+    columns may be given as strings, :class:`Coded` or ``pd.Categorical``."""
     n = len(start_ns)
     start_ns = np.asarray(start_ns, dtype=np.int64)
     # columns already in order (a reader that sorted them itself) are used as they are: no copies
     ordered = n < 2 or bool((start_ns[1:] >= start_ns[:-1]).all())
     order = slice(None) if ordered else np.argsort(start_ns, kind="stable")
-    names = (name if isinstance(name, pd.Categorical) else pd.Categorical(name))[order]
-    cols = {
-        "name": names,
-        "category": _coded(category, CATEGORIES)[order],
-        "start_ns": start_ns[order],
-        "end_ns": np.asarray(end_ns, dtype=np.int64)[order],
-        "lane": (lane if isinstance(lane, pd.Categorical) else pd.Categorical(lane))[order],
-        "device": np.asarray(device, dtype=bool)[order],
-        "collective": _coded(
-            object_full(n, "") if collective is None else collective, ["", *COLLECTIVE_TYPES]
-        )[order],
-        "bytes": np.full(n, np.nan) if nbytes is None else np.asarray(nbytes, dtype=np.float64)[order],
-        "op_type": names
-        if op_type is None
-        else (op_type if isinstance(op_type, pd.Categorical) else pd.Categorical(op_type))[order],
-        "task": _coded(object_full(n, "") if task is None else task, ["", *TASKS])[order],
-        "step": np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
-        "orphan": np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
-    }
-    return pd.DataFrame(cols, copy=False)
+    names = Coded.of(name)[order]
+    return EventTable(
+        name=names,
+        category=Coded.of(category, CATEGORIES)[order],
+        start_ns=start_ns[order],
+        end_ns=np.asarray(end_ns, dtype=np.int64)[order],
+        lane=Coded.of(lane)[order],
+        device=np.asarray(device, dtype=bool)[order],
+        collective=Coded(np.zeros(n, np.int8), ["", *COLLECTIVE_TYPES])
+        if collective is None
+        else Coded.of(collective, ["", *COLLECTIVE_TYPES])[order],
+        bytes=np.full(n, np.nan) if nbytes is None else np.asarray(nbytes, dtype=np.float64)[order],
+        op_type=names if op_type is None else Coded.of(op_type)[order],
+        task=Coded(np.zeros(n, np.int8), ["", *TASKS])
+        if task is None
+        else Coded.of(task, ["", *TASKS])[order],
+        step=np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
+        orphan=np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
+    )
 
 
-def empty_table() -> pd.DataFrame:
+def empty_table() -> EventTable:
     """A table with the right columns and no rows."""
-    return build_table(
+    return make_table(
         name=[],
         category=np.array([], dtype=object),
         start_ns=np.array([], np.int64),
