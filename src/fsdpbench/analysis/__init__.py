@@ -144,6 +144,7 @@ def _import_measuring_modules() -> None:
     import fsdpbench.analysis.overlap
     import fsdpbench.analysis.sync
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
+    import numpy.ma  # noqa: F401 - np.median imports it on first use (~30 ms): once here, not per worker
 
 
 def _analyze_one(
