@@ -138,13 +138,14 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
 def _import_measuring_modules() -> None:
     """Import what reading and measuring a rank needs (pandas, the decoder, the metric modules), so
     that worker processes forked afterwards inherit them instead of each importing them again."""
+    import numpy.ma  # noqa: F401 - np.median imports it on first use (~30 ms): once here, not per worker
+
     import fsdpbench.analysis.collectives
     import fsdpbench.analysis.intervals
     import fsdpbench.analysis.ops
     import fsdpbench.analysis.overlap
     import fsdpbench.analysis.sync
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
-    import numpy.ma  # noqa: F401 - np.median imports it on first use (~30 ms): once here, not per worker
 
 
 def _analyze_one(

@@ -44,16 +44,19 @@ from fsdpbench.trace.kineto_cpu import classify_cpu
 from fsdpbench.trace.kineto_decode import decode
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
+    CATEGORIES,
+    CATEGORY_CODE,
+    COLLECTIVE_LABELS,
+    TASK_LABELS,
     Coded,
     StepWindows,
     assign_steps,
-    collective_of,
+    collective_codes,
     factorize,
-    kernel_category,
+    kernel_category_codes,
     make_table,
     needs_string_parse,
-    object_full,
-    task_of,
+    task_codes,
     us_to_ns,
 )
 
@@ -223,21 +226,23 @@ def _read_kineto(path: Path) -> RankTrace:
     )
     steps = StepWindows.of(step_ids, start[sel], end[sel])
 
-    collective = object_full(n, "")
+    # category, collective and task as codes into CATEGORIES, COLLECTIVE_LABELS and TASK_LABELS
+    collective = np.zeros(n, dtype=np.int8)
     nbytes = np.full(n, np.nan)
-    task = task_of(names)
-    category = object_full(n, "other")
+    task = task_codes(names)
+    category = np.full(n, CATEGORY_CODE["other"], dtype=np.int8)
     device = np.zeros(n, dtype=bool)
     orphan = np.zeros(n, dtype=bool)
     step = assign_steps(start, steps.start_ns, steps.end_ns, steps.step)
-    task[is_annot] = ""
+    task[is_annot] = 0
 
     if is_dev_cat.any():
         mode = "device"
-        kcat = kernel_category(names)
-        mapped = np.array([_DEVICE_CATS.get(c.lower()) or "" for c in cat_names] + [""], dtype=object)
-        mapped = mapped[cats.codes]
-        dev_cat = np.where(mapped == "", kcat, mapped)
+        kcat = kernel_category_codes(names)
+        # the category a device category implies (gpu_memcpy → memcpy), else -1: by the kernel's name
+        by_cat = [CATEGORY_CODE[m] if (m := _DEVICE_CATS.get(c.lower())) else -1 for c in cat_names]
+        mapped = np.array([*by_cat, -1], dtype=np.int8)[cats.codes]
+        dev_cat = np.where(mapped < 0, kcat, mapped)
         category[is_dev_cat] = dev_cat[is_dev_cat]
         device[is_dev_cat] = True
         # device lanes are streams: Kineto writes the stream as the tid of GPU events (2021-era: "stream 7")
@@ -249,17 +254,18 @@ def _read_kineto(path: Path) -> RankTrace:
             for i in np.flatnonzero(pair_is_dev)
         ]
         lane = _lanes(pair_codes, list(lane_names[: len(pairs)]))
-        comm = category == "comm"
-        collective[comm] = collective_of(names)[comm]
+        comm = category == CATEGORY_CODE["comm"]
+        collective[comm] = collective_codes(names)[comm]
         for i in np.flatnonzero(comm):
             nbytes[i] = sizes.get(int(i), np.nan)
         orphan = _join_launches(
             start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows
         )
-        host_sync = ~is_dev_cat & np.isin(
-            task, ["device_synchronize", "stream_synchronize", "event_synchronize"]
-        )
-        category[host_sync] = "sync"
+        syncs = [
+            TASK_LABELS.index(t) for t in ("device_synchronize", "stream_synchronize", "event_synchronize")
+        ]
+        host_sync = ~is_dev_cat & np.isin(task, syncs)
+        category[host_sync] = CATEGORY_CODE["sync"]
         runtime = of_cats(_RUNTIME_CATS)
         recorded = (
             ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch")
@@ -291,21 +297,21 @@ def _read_kineto(path: Path) -> RankTrace:
             path,
         )
         recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
-        task[:] = ""
+        task[:] = 0
 
     # sort here, one column at a time, each unsorted column freed as its sorted copy is made (peak
     # memory: the columns plus one copy); make_table finds them in order and copies nothing
     del corr, pair_codes
     cols_ = {
         "name": names,
-        "category": category,
+        "category": Coded(category, CATEGORIES),
         "start_ns": start,
         "end_ns": end,
         "lane": lane,
         "device": device,
-        "collective": collective,
+        "collective": Coded(collective, COLLECTIVE_LABELS),
         "nbytes": nbytes,
-        "task": task,
+        "task": Coded(task, TASK_LABELS),
         "step": step,
         "orphan": orphan,
     }
@@ -395,7 +401,7 @@ def _join_launches(
         step[i] = st
     if flow_links:
         linked |= np.isin(dev, np.fromiter(flow_links, dtype=np.int64, count=len(flow_links)))
-    task[dev[linked]] = ""
+    task[dev[linked]] = 0
     orphan = np.zeros(len(start), dtype=bool)
     if host.any() or flows:
         orphan[dev[~linked]] = True

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fsdpbench.trace.table import Coded, collective_of
+from fsdpbench.trace.table import CATEGORY_CODE, Coded, collective_codes
 
 _LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms$|nccl:|c10d_functional::|_c10d_functional::)")
 # namespaces of wrappers (autograd nodes, FSDP hooks, profiler, collectives): they can contain a
@@ -73,7 +73,8 @@ def classify_cpu(
     path: Path,
 ) -> None:
     """Fill category/device/collective/bytes in place for a CPU-only trace (see the Kineto module
-    docstring); ``sizes`` maps event index → message bytes. Device-side annotations (``is_annot``)
+    docstring); ``category`` and ``collective`` are codes into ``table.CATEGORIES`` and
+    ``table.COLLECTIVE_LABELS``, ``sizes`` maps event index → message bytes. Device-side annotations (``is_annot``)
     are labels: never a collective, a launch or compute."""
     is_cpu_op = cat_lower == "cpu_op"
     # the training thread holds the ProfilerStep spans, else the most cpu_ops
@@ -108,18 +109,19 @@ def classify_cpu(
     # wrappers; the outermost of them, outside collective launches, are the compute
     op_name = np.array([_is_operator(c) for c in names.categories] + [False])[names.codes]
     compute = outermost(np.flatnonzero(on_main & is_cpu_op & op_name & ~inside), start, end)
-    category[compute] = "compute"
+    category[compute] = CATEGORY_CODE["compute"]
     device[compute] = True
 
     # gloo worker spans: the top-level gloo:* events on each thread
     gi = outermost(np.flatnonzero(is_gloo), start, end, lane_codes)
     if gi.size:
         gi = gi[np.argsort(start[gi], kind="stable")]
-        category[gi] = "comm"
+        category[gi] = CATEGORY_CODE["comm"]
         device[gi] = True
-        span_type = collective_of(names)[gi]
+        types = collective_codes(names)
+        span_type = types[gi]
         launch_order = launches[np.argsort(start[launches], kind="stable")] if launches.size else launches
-        launch_type = collective_of(names)[launch_order] if launches.size else np.array([])
+        launch_type = types[launch_order]
         launch_bytes = np.array([sizes.get(int(i), np.nan) for i in launch_order])
         if launch_order.size == gi.size:
             collective[gi] = launch_type
@@ -134,9 +136,9 @@ def classify_cpu(
         collective[launch_order] = launch_type
         nbytes[launch_order] = launch_bytes
     elif launches.size:
-        category[launches] = "comm"
+        category[launches] = CATEGORY_CODE["comm"]
         device[launches] = True
-        collective[launches] = collective_of(names)[launches]
+        collective[launches] = collective_codes(names)[launches]
         nbytes[launches] = [sizes.get(int(i), np.nan) for i in launches]
         warnings.append(
             f"{path.name}: no gloo worker-thread spans; the collective launch ops on the training thread are "

@@ -139,33 +139,55 @@ def collective_type(name: str) -> str:
     return "other"
 
 
-def classify_names(
-    names: pd.Categorical, rules: Sequence[tuple[str, re.Pattern[str]]], default: str
-) -> np.ndarray:
-    """Apply ordered regex rules to the *categories* of ``names`` once and broadcast by code."""
-    cats = [str(c) for c in names.categories]
-    labels = np.array(
-        [next((lab for lab, pat in rules if pat.search(c)), default) for c in cats] + [default], dtype=object
-    )
-    return labels[names.codes]  # code -1 (NaN) picks the trailing default
+COLLECTIVE_LABELS = ["", *COLLECTIVE_TYPES]
+"""The ``collective`` column's categories (``""``: not a collective)."""
+TASK_LABELS = ["", *TASKS]
+"""The ``task`` column's categories (``""``: no task)."""
+CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+"""Code of each ``category`` value."""
 
 
-def kernel_category(names: pd.Categorical) -> np.ndarray:
+def _first_rule(name: str, rules: Sequence[tuple[str, re.Pattern[str]]], default: str) -> str:
+    return next((lab for lab, pat in rules if pat.search(name)), default)
+
+
+def label_codes(names: Any, label_of: Any, labels: Sequence[str], default: str) -> np.ndarray:
+    """Per event the code (into ``labels``) of ``label_of(name)``: computed once per distinct name
+    (the *categories* of ``names``, a :class:`Coded` or ``pd.Categorical``) and broadcast by code."""
+    index = {lab: i for i, lab in enumerate(labels)}
+    per_name = [index[label_of(str(c))] for c in names.categories] + [index[default]]
+    return np.array(per_name, dtype=np.int8)[names.codes]  # code -1 (NaN) picks the trailing default
+
+
+def kernel_category_codes(names: Any) -> np.ndarray:
+    """Codes into :data:`CATEGORIES` of the device work's category by name (:func:`kernel_category`)."""
+    return label_codes(names, lambda c: _first_rule(c, KERNEL_RULES, "compute"), CATEGORIES, "compute")
+
+
+def collective_codes(names: Any) -> np.ndarray:
+    """Codes into :data:`COLLECTIVE_LABELS` of the collective type by name (:func:`collective_of`)."""
+    return label_codes(names, collective_type, COLLECTIVE_LABELS, "other")
+
+
+def task_codes(names: Any) -> np.ndarray:
+    """Codes into :data:`TASK_LABELS` of the sync/launch task kind by name (:func:`task_of`)."""
+    return label_codes(names, lambda c: _first_rule(c, TASK_RULES, ""), TASK_LABELS, "")
+
+
+def kernel_category(names: pd.Categorical | Coded) -> np.ndarray:
     """Category of device work from its name by :data:`KERNEL_RULES` (comm → memcpy → memset → sync,
     else compute)."""
-    return classify_names(names, KERNEL_RULES, "compute")
+    return np.array(CATEGORIES, dtype=object)[kernel_category_codes(names)]
 
 
-def collective_of(names: pd.Categorical) -> np.ndarray:
+def collective_of(names: pd.Categorical | Coded) -> np.ndarray:
     """Collective type per event from its name (``other`` when unrecognised)."""
-    cats = [str(c) for c in names.categories]
-    labels = np.array([collective_type(c) for c in cats] + ["other"], dtype=object)
-    return labels[names.codes]
+    return np.array(COLLECTIVE_LABELS, dtype=object)[collective_codes(names)]
 
 
-def task_of(names: pd.Categorical) -> np.ndarray:
+def task_of(names: pd.Categorical | Coded) -> np.ndarray:
     """Sync/launch task kind per event name, ``""`` for none."""
-    return classify_names(names, TASK_RULES, "")
+    return np.array(TASK_LABELS, dtype=object)[task_codes(names)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,7 +358,7 @@ class EventTable:
     @classmethod
     def from_frame(cls, df: pd.DataFrame) -> EventTable:
         """The numpy columns of a table built as a ``pd.DataFrame`` (see :func:`as_table`)."""
-        fixed = {"category": CATEGORIES, "collective": ["", *COLLECTIVE_TYPES], "task": ["", *TASKS]}
+        fixed = {"category": CATEGORIES, "collective": COLLECTIVE_LABELS, "task": TASK_LABELS}
         cols: dict[str, Any] = {}
         for c in COLUMNS:
             col = df[c]
@@ -420,14 +442,12 @@ def make_table(
         end_ns=np.asarray(end_ns, dtype=np.int64)[order],
         lane=Coded.of(lane)[order],
         device=np.asarray(device, dtype=bool)[order],
-        collective=Coded(np.zeros(n, np.int8), ["", *COLLECTIVE_TYPES])
+        collective=Coded(np.zeros(n, np.int8), COLLECTIVE_LABELS)
         if collective is None
-        else Coded.of(collective, ["", *COLLECTIVE_TYPES])[order],
+        else Coded.of(collective, COLLECTIVE_LABELS)[order],
         bytes=np.full(n, np.nan) if nbytes is None else np.asarray(nbytes, dtype=np.float64)[order],
         op_type=names if op_type is None else Coded.of(op_type)[order],
-        task=Coded(np.zeros(n, np.int8), ["", *TASKS])
-        if task is None
-        else Coded.of(task, ["", *TASKS])[order],
+        task=Coded(np.zeros(n, np.int8), TASK_LABELS) if task is None else Coded.of(task, TASK_LABELS)[order],
         step=np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
         orphan=np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
     )
