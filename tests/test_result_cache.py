@@ -193,3 +193,83 @@ def test_cached_cli_run_prints_the_same_tables_and_json_without_importing_pandas
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"  # no pandas, no decoder, no process pool
+
+
+def _ascend_copy(tmp_path):
+    """The in-repo two-rank torch_npu level-0 export (with step_trace_time.csv), writable."""
+    import shutil
+
+    from conftest import REPO
+
+    folder = tmp_path / "ascend"
+    shutil.copytree(REPO / "tests" / "fixtures" / "ascend_level0", folder)
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(p.stat().st_mode | 0o200)
+    return folder
+
+
+def test_ascend_folders_are_cached_beside_them_and_equal_a_no_cache_run(tmp_path, monkeypatch):
+    from fsdpbench.trace import ascend
+
+    folder = _ascend_copy(tmp_path)
+    ref = _reference(folder, monkeypatch)
+    assert any(r.cross_check is not None for r in ref.ranks)  # the profiler's own step numbers
+    analysis.analyze([folder], workers=1)
+    ranks = sorted(folder.glob("*_ascend_pt"))
+    assert ranks and all(result_cache.cache_path(p).is_file() for p in ranks)
+    assert all(table_cache.cache_path(p).is_file() for p in ranks)
+
+    def no_read(*args, **kwargs):
+        raise AssertionError("an Ascend folder was read although its result is cached")
+
+    monkeypatch.setattr(ascend, "read_ascend", no_read)
+    calls = _count_metrics(monkeypatch)
+    got = analysis.analyze([folder], workers=2)
+    assert calls == []
+    _same(got, ref)
+    assert got.warnings == ref.warnings  # the reader's and the cross-check's warnings
+    for a, b in zip(got.ranks, ref.ranks, strict=True):
+        pd.testing.assert_frame_equal(a.cross_check, b.cross_check)
+
+
+def test_an_ascend_table_cache_reads_back_the_same_trace(tmp_path, monkeypatch):
+    from fsdpbench.trace import ascend, read_rank
+
+    folder = _ascend_copy(tmp_path)
+    rank0 = sorted(folder.glob("*_ascend_pt"))[0]
+    fresh = read_rank(rank0)  # writes the table cache
+    monkeypatch.setattr(ascend, "read_ascend", lambda *a, **k: pytest.fail("read instead of the cache"))
+    again = read_rank(rank0)
+    pd.testing.assert_frame_equal(again.events, fresh.events)
+    pd.testing.assert_frame_equal(again.steps, fresh.steps)
+    pd.testing.assert_frame_equal(again.cross_check, fresh.cross_check)
+    assert (again.rank, again.warnings, again.recorded_tasks) == (
+        fresh.rank,
+        fresh.warnings,
+        fresh.recorded_tasks,
+    )
+
+
+def test_a_changed_file_in_an_ascend_folder_recomputes_that_rank(tmp_path, monkeypatch):
+    folder = _ascend_copy(tmp_path)
+    analysis.analyze([folder], workers=1)
+    rank1 = sorted(folder.glob("*_ascend_pt"))[1]
+    changed = next((rank1 / "ASCEND_PROFILER_OUTPUT").glob("*.csv"))
+    st = changed.stat()
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    calls = _count_metrics(monkeypatch)
+    analysis.analyze([folder], workers=1)
+    assert [os.path.basename(c) for c in calls] == [rank1.name]
+
+
+def test_a_trace_copied_with_its_cache_reports_where_it_is_now(tmp_path, monkeypatch):
+    import shutil
+
+    (tmp_path / "a").mkdir()
+    _ranks(tmp_path / "a", n=2)
+    analysis.analyze([tmp_path / "a"], workers=1)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # caches and mtimes come along: their keys still match
+    calls = _count_metrics(monkeypatch)
+    got = analysis.analyze([tmp_path / "b"], workers=1)
+    assert calls == []
+    assert [r.source for r in got.ranks] == [str(tmp_path / "b" / f"rank{i}.json.gz") for i in range(2)]

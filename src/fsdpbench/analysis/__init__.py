@@ -152,9 +152,9 @@ def _analyze_one(
     source: Source, step: int | None, keep_events: bool = True
 ) -> tuple[bool, int | None, list[str], RankMetrics | None, str | None]:
     """Read and measure one rank (runs in a worker process). Returns (read ok, rank from the trace,
-    reader warnings, metrics, error message). Writes the rank's result cache (Kineto traces)."""
+    reader warnings, metrics, error message). Writes the rank's result cache."""
     want = None
-    if source.format == "kineto" and table_cache.enabled():
+    if table_cache.enabled():
         try:
             want = result_cache.key(
                 Path(source.path), step
@@ -200,21 +200,21 @@ def _progress_bar(total: int, show: bool) -> Iterator[Callable[[], None]]:
 
 def _cross_check_warnings(r: RankMetrics) -> list[str]:
     """Differences over 1 µs between our numbers and the profiler's own step_trace_time.csv."""
-    if r.cross_check is None or r.cross_check.empty:
+    plain = r.cross_check_columns()
+    if not plain or not plain["columns"]:
         return []
-    import pandas as pd
-
+    cols = plain["columns"]
     out = []
     by_step = {s.step: s for s in r.steps}
-    for row in r.cross_check.itertuples(index=False):  # a handful of rows, one per step
-        mine = by_step.get(int(row.step)) or (r.steps[0] if len(r.steps) == 1 else None)
+    for i, step in enumerate(cols["step"]):  # a handful of rows, one per step
+        mine = by_step.get(int(step)) or (r.steps[0] if len(r.steps) == 1 else None)
         if mine is None:
             continue
         for key in ("compute_us", "comm_us", "exposed_comm_us"):
-            theirs, ours = getattr(row, key), getattr(mine, key)
-            if pd.notna(theirs) and abs(ours - theirs) > 1.0:
+            theirs, ours = cols[key][i], getattr(mine, key)
+            if theirs is not None and theirs == theirs and abs(ours - theirs) > 1.0:  # not null or NaN
                 out.append(
-                    f"rank {r.rank} step {row.step}: {key} {ours:.3f} differs from the profiler's "
+                    f"rank {r.rank} step {step}: {key} {ours:.3f} differs from the profiler's "
                     f"step_trace_time.csv ({theirs:.3f}) by more than 1 µs"
                 )
     return out
@@ -255,13 +255,10 @@ def analyze(
     keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
     results: list[Any] = [None] * n
     for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
-        hit = result_cache.load(Path(s.path), step) if s.format == "kineto" else None
+        hit = result_cache.load(Path(s.path), step)
         if hit is not None:
             results[i] = (True, hit[0], hit[1], hit[2], None)
-    cached = [
-        results[i] is not None or (s.format == "kineto" and table_cache.fresh(s.path))
-        for i, s in enumerate(sources)
-    ]
+    cached = [results[i] is not None or table_cache.fresh(Path(s.path)) for i, s in enumerate(sources)]
     todo = [i for i in range(n) if not cached[i]]
     workers = min(len(todo), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(todo)))
     if progress is None:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fsdpbench.trace.cache import frame_to_plain, plain_to_frame
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -217,10 +219,16 @@ class RankMetrics(StepMetrics):
         ce = RankMetrics.__dict__["collective_events"].plain_value(self)
         return self.collective_events if ce is None else ce
 
+    def cross_check_columns(self) -> dict[str, Any] | None:
+        """``cross_check`` as ``{"columns": {name: list}, "dtypes": …}`` (None without one), read
+        without pandas when it came from a result cache."""
+        plain = RankMetrics.__dict__["cross_check"].plain_value(self)
+        return plain if plain is None or isinstance(plain, dict) else frame_to_plain(plain)
+
     def to_cache(self) -> dict[str, Any]:
         """``to_dict()`` with every op, plus what the Analysis JSON leaves out but :func:`from_cache`
-        needs (source, format, mode, device span, collective events as columns). Kineto ranks only:
-        a profiler cross-check table is not kept."""
+        needs (source, format, mode, device span, collective events as columns, the profiler's
+        cross-check table as columns)."""
         ce = RankMetrics.__dict__["collective_events"].plain_value(self)
         if isinstance(ce, dict):
             ce = {c: np.asarray(v).tolist() for c, v in ce.items()}
@@ -234,6 +242,7 @@ class RankMetrics(StepMetrics):
             "mode": self.mode,
             "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
             "collective_events": ce,
+            "cross_check": self.cross_check_columns(),
         }
 
     @classmethod
@@ -249,6 +258,7 @@ class RankMetrics(StepMetrics):
             mode=d["mode"],
             steps=[StepMetrics.from_dict(s) for s in d["steps"]],
             collective_events=ce,  # a DataFrame on first use
+            cross_check=d.get("cross_check"),  # likewise
             device_span_ns=None if span is None else (span[0], span[1]),
             orphan_events=d["orphan_events"],
             orphan_us=d["orphan_us"],
@@ -257,6 +267,7 @@ class RankMetrics(StepMetrics):
 
 
 _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
+_LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 
 
 def _stat(values: list[float | None], fn) -> float | None:

@@ -1,7 +1,8 @@
-"""A per-rank cache of the analysis result beside a Kineto trace, so that analysing unchanged traces
-again neither reads the event table nor recomputes the metrics.
+"""A per-rank cache of the analysis result beside a trace (a Kineto file or an Ascend rank folder), so
+that analysing unchanged traces again neither reads the event table nor recomputes the metrics.
 
-``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.metrics``: the rank's :class:`RankMetrics` as
+``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.metrics`` (``rank0_ascend_pt`` gets
+``.rank0_ascend_pt.fsdpbench.metrics`` beside the folder): the rank's :class:`RankMetrics` as
 ``RankMetrics.to_cache()`` writes it (the Analysis JSON's rank part with every op, plus the collective
 events the α–β fits of ``diff`` need), the reader's warnings and the rank the trace names. It is used
 only while its key matches: the event-table cache's key of the trace (size, mtime, head hash, reader
@@ -57,7 +58,9 @@ def load(trace: Path, step: int | None) -> tuple[int | None, list[str], Any] | N
             return None
         from fsdpbench.analysis.result import RankMetrics
 
-        return data["trace_rank"], list(data["warnings"]), RankMetrics.from_cache(data["metrics"])
+        metrics = RankMetrics.from_cache(data["metrics"])
+        metrics.source = str(trace)  # where it is now (a trace copied with its cache keeps its key)
+        return data["trace_rank"], list(data["warnings"]), metrics
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
         log.debug("%s: result cache not used (%s)", path, exc)
         return None

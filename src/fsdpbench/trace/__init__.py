@@ -43,7 +43,7 @@ def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> Rank
 
     Args:
         source: a rank profile, or the path of one.
-        cache: read and write the columnar cache beside a Kineto trace (:mod:`fsdpbench.trace.cache`);
+        cache: read and write the columnar cache beside the trace file or folder (:mod:`fsdpbench.trace.cache`);
             None: unless the ``FSDPBENCH_NO_CACHE`` environment variable is set (``--no-cache``).
     """
     if not isinstance(source, Source):
@@ -53,10 +53,6 @@ def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> Rank
 
             raise InputError(f"{source}: holds {len(found)} rank profiles; pass one of them")
         source = found[0]
-    if source.format == "ascend":
-        from fsdpbench.trace.ascend import read_ascend
-
-        return read_ascend(source.path)
     from fsdpbench.trace import cache as table_cache
 
     path = Path(source.path)
@@ -69,9 +65,14 @@ def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> Rank
         cached = table_cache.load(path, key) if key is not None else None
         if cached is not None:
             return cached
-    from fsdpbench.trace.kineto import read_kineto  # the decoder's imports only on a cache miss
+    if source.format == "ascend":
+        from fsdpbench.trace.ascend import read_ascend
 
-    trace = read_kineto(path)
+        trace = read_ascend(path)
+    else:
+        from fsdpbench.trace.kineto import read_kineto  # the decoder's imports only on a cache miss
+
+        trace = read_kineto(path)
     if key is not None:
         table_cache.store(path, trace, key)
     return trace

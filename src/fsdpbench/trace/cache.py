@@ -1,9 +1,12 @@
 """A columnar cache of a rank's event table beside its trace file, read instead of the trace next time.
 
-``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.npz`` in the same folder: the table's columns as
-numpy arrays (categoricals as codes + categories, no pickles) and the :class:`RankTrace` fields as
-JSON. The cache is used only while its key still matches: the trace's size, mtime (ns) and a hash of
-its first 1 MiB, plus a hash of the reader's own source, so a new fsdpbench version re-reads. A folder
+``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.npz`` in the same folder, an Ascend rank folder
+``rank0_ascend_pt`` gets ``.rank0_ascend_pt.fsdpbench.npz`` beside it: the table's columns as numpy
+arrays (categoricals as codes + categories, no pickles) and the :class:`RankTrace` fields as JSON.
+The cache is used only while its key still matches: the trace's size, mtime (ns) and a hash of its
+first 1 MiB (for an Ascend folder, those of every file the reader may read: the folder's own files and
+those of ``ASCEND_PROFILER_OUTPUT``), plus a hash of the readers' own source, so a new fsdpbench
+version re-reads. A folder
 that is not writable gets no cache (quietly); a cache that cannot be read is ignored and rewritten.
 Set ``FSDPBENCH_NO_CACHE=1`` (what ``--no-cache`` does) to neither read nor write it.
 """
@@ -25,15 +28,27 @@ import orjson
 from fsdpbench.trace.rank import RankTrace
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from fsdpbench.trace.table import EventTable
 
 log = logging.getLogger(__name__)
 
 NO_CACHE_ENV = "FSDPBENCH_NO_CACHE"
-_FORMAT = 2  # 2: columns by name, steps as three arrays
+_FORMAT = 2  # 2: columns by name, steps as three arrays, the cross-check table
 _HEAD_BYTES = 1 << 20
 # the modules whose code decides the cached table: a change in any of them invalidates every cache
-_READER_FILES = ("kineto.py", "kineto_decode.py", "kineto_cpu.py", "table.py", "rank.py", "cache.py")
+_READER_FILES = (
+    "kineto.py",
+    "kineto_decode.py",
+    "kineto_cpu.py",
+    "ascend.py",
+    "ascend_db.py",
+    "table.py",
+    "rank.py",
+    "cache.py",
+)
+_ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
 
 
 def enabled() -> bool:
@@ -62,12 +77,27 @@ def _reader_hash() -> str:
     return source_hash(_FORMAT, (here / name for name in _READER_FILES))
 
 
-def trace_key(trace: Path) -> dict[str, Any]:
-    """What a cache must match to stand for ``trace``: size, mtime, a hash of its head, the reader's hash."""
-    st = trace.stat()
-    with trace.open("rb") as f:
+def _file_key(path: Path) -> tuple[int, int, str]:
+    st = path.stat()
+    with path.open("rb") as f:
         head = hashlib.blake2b(f.read(_HEAD_BYTES), digest_size=16).hexdigest()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "head": head, "reader": _reader_hash()}
+    return st.st_size, st.st_mtime_ns, head
+
+
+def trace_key(trace: Path) -> dict[str, Any]:
+    """What a cache must match to stand for ``trace``: size, mtime, a hash of its head, the reader's
+    hash; for an Ascend rank folder the first three of every file in it and in its
+    ``ASCEND_PROFILER_OUTPUT`` (the files its reader may open)."""
+    if not trace.is_dir():
+        size, mtime_ns, head = _file_key(trace)
+        return {"size": size, "mtime_ns": mtime_ns, "head": head, "reader": _reader_hash()}
+    files = [
+        p for d in (trace, trace / _ASCEND_OUTPUT) if d.is_dir() for p in sorted(d.iterdir()) if p.is_file()
+    ]
+    return {
+        "files": [[p.relative_to(trace).as_posix(), *_file_key(p)] for p in files],
+        "reader": _reader_hash(),
+    }
 
 
 def fresh(trace: Path) -> bool:
@@ -109,6 +139,7 @@ def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
         windows=StepWindows(arrays["s.step"], arrays["s.start_ns"], arrays["s.end_ns"]),
         mode=meta["mode"],
         warnings=list(meta["warnings"]),
+        cross_check=plain_to_frame(meta["cross_check"]),
         recorded_tasks=None if meta["recorded_tasks"] is None else tuple(meta["recorded_tasks"]),
     )
 
@@ -116,9 +147,7 @@ def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
 def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
     """Write the cache of ``trace`` under ``key`` (taken before the trace was read, so that a trace
     changed meanwhile is read again next time), atomically; skip quietly when its folder is not
-    writable or the write fails. Traces with a profiler cross-check table are not cached (the Kineto reader has none)."""
-    if rt.cross_check is not None:
-        return
+    writable or the write fails."""
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "key": key,
@@ -128,6 +157,7 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         "warnings": rt.warnings,
         "recorded_tasks": None if rt.recorded_tasks is None else list(rt.recorded_tasks),
         "events": _columns(rt.table, arrays),
+        "cross_check": frame_to_plain(rt.cross_check),
     }
     for column in ("step", "start_ns", "end_ns"):
         arrays[f"s.{column}"] = rt.windows[column]
@@ -190,3 +220,24 @@ def _table(spec: list[list[str]], arrays: dict[str, np.ndarray]) -> EventTable:
         else:
             cols[name] = arrays[f"e.{name}"]
     return EventTable(**cols)
+
+
+def frame_to_plain(df: pd.DataFrame | None) -> dict[str, Any] | None:
+    """A small DataFrame (a profiler cross-check table) as JSON-ready ``{"columns", "dtypes"}``."""
+    if df is None:
+        return None
+    return {
+        "columns": {str(c): df[c].tolist() for c in df.columns},
+        "dtypes": {str(c): str(df[c].dtype) for c in df.columns},
+    }
+
+
+def plain_to_frame(plain: dict[str, Any] | None) -> pd.DataFrame | None:
+    """The inverse of :func:`frame_to_plain` (null numbers come back as NaN)."""
+    if plain is None:
+        return None
+    import pandas as pd
+
+    return pd.DataFrame(
+        {c: pd.Series(v, dtype=plain["dtypes"][c]) for c, v in plain["columns"].items()}, copy=False
+    )
