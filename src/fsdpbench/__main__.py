@@ -1,3 +1,3 @@
-from fsdpbench.cli import main
+from fsdpbench.cli import run
 
-raise SystemExit(main())
+run()

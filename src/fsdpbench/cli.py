@@ -80,5 +80,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+_QUICK_EXIT = ("analyze", "diff")
+"""Subcommands that only read traces and write their output with ``with`` blocks: once stdout and
+stderr are flushed there is nothing left to clean up, so they skip the interpreter's teardown (freeing
+every module and object: ~50 ms of a cold ``analyze`` of four 60k-kernel ranks)."""
+
+
+def run() -> None:
+    """The console entry point: :func:`main`, then exit with its code."""
+    code = main()
+    if next((a for a in sys.argv[1:] if a in SUBCOMMANDS), None) in _QUICK_EXIT:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:  # a closed pipe (``| head``): what was written is all that can be
+            code = code or 1
+        logging.shutdown()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()
