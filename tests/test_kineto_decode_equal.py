@@ -1,0 +1,169 @@
+"""The typed (msgspec) Kineto decode gives the same columns as the orjson decode, value for value.
+
+The orjson path builds a plain dict per event and reads each field on its own, with none of the
+typed path's shortcuts (key coding, per-key kinds, raw ``args`` fields, vectorised flows): it is
+the independent reference. Both paths run on every real fixture trace and on synthetic ones, and
+every ``Columns`` attribute is compared: ts, dur, corr (bit for bit), the decoded field values per
+event, message sizes, thread names, flows and ``distributedInfo``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import SHARED
+from fsdpbench.trace import kineto_decode
+from fsdpbench.trace.synthetic import make_trace, write_trace
+
+pytest.importorskip("msgspec")
+
+KINETO = SHARED / "fixtures" / "kineto"
+FIXTURES = sorted(p.parent.name for p in KINETO.glob("*/*.json.gz")) or ["trace_diff_test"]
+
+
+def _decode_both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any, Any]:
+    """(dist, columns) of the typed decode and of the orjson decode; fails if the typed path did not
+    read every event itself (a silent fallback would compare orjson with orjson)."""
+    seen = []
+    add_typed = kineto_decode.Columns._add_typed
+    with monkeypatch.context() as m:
+        m.setattr(
+            kineto_decode.Columns, "_add_typed", lambda self, ev: (seen.append(len(ev)), add_typed(self, ev))
+        )
+        dist, typed = kineto_decode.decode(path)
+    assert seen and typed.x_keys, f"{path.name}: the typed decoder refused the trace"
+    with monkeypatch.context() as m:
+        m.setattr(kineto_decode, "_TYPED", (None, None))
+        ref_dist, ref = kineto_decode.decode(path)
+    assert not ref.x_keys
+    return dist, typed, ref_dist, ref
+
+
+def _bits(chunks: list[np.ndarray]) -> np.ndarray:
+    a = np.concatenate(chunks) if chunks else np.empty(0)
+    return a.view(np.uint64 if a.dtype == np.float64 else a.dtype)
+
+
+def _same_number(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _as_double(flow: tuple[Any, ...]) -> tuple[Any, ...]:
+    ph, fid, ts, pid, tid = flow
+    return ph, fid, float(ts) if isinstance(ts, int | float) else ts, pid, tid
+
+
+def assert_same_columns(typed: Any, ref: Any) -> None:
+    assert typed.n == ref.n
+    for attr in ("ts", "dur", "corr"):
+        np.testing.assert_array_equal(_bits(getattr(typed, attr)), _bits(getattr(ref, attr)), err_msg=attr)
+    t_fields, r_fields = typed.fields(), ref.fields()
+    assert list(t_fields) == list(r_fields) == ["name", "cat", "pid", "tid"]
+    for f, (codes, uniques) in t_fields.items():
+        ref_codes, ref_uniques = r_fields[f]
+        assert len(codes) == len(ref_codes) == typed.n, f
+        values = [(type(v), v) for v in map(uniques.__getitem__, codes.tolist())]
+        ref_values = [(type(v), v) for v in map(ref_uniques.__getitem__, ref_codes.tolist())]
+        assert values == ref_values, f
+    assert typed.nbytes.keys() == ref.nbytes.keys()
+    assert all(_same_number(typed.nbytes[i], ref.nbytes[i]) for i in ref.nbytes)
+    assert typed.thread_names == ref.thread_names
+    # the typed decoder reads a flow's ts as a double, as the reader uses it (orjson keeps an integer
+    # ts as an int: ns-integer traces' ts is past 2**53, so compare both as the doubles the reader sees)
+    assert [_as_double(f) for f in typed.flows] == [_as_double(f) for f in ref.flows]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_typed_decode_equals_orjson_decode_on_real_traces(name, shared_fixtures, monkeypatch):
+    path = next((shared_fixtures / "fixtures" / "kineto" / name).glob("*.json.gz"))
+    dist, typed, ref_dist, ref = _decode_both(path, monkeypatch)
+    assert dist == ref_dist
+    assert_same_columns(typed, ref)
+    assert typed.n > 0
+
+
+def _with_flows_and_shapes(doc: dict[str, Any]) -> dict[str, Any]:
+    """Add what the synthetic generator leaves out and real traces hold: one ac2g flow pair per
+    launch (and a flow of another category), CPU ops with recorded shapes, among them collectives
+    sized by their Input Dims, and an instant event."""
+    events = doc["traceEvents"]
+    launches = [e for e in events if e.get("ph") == "X" and e.get("name") == "cudaLaunchKernel"]
+    assert launches
+    extra: list[dict[str, Any]] = []
+    for i, e in enumerate(launches[:500]):
+        corr = e["args"]["correlation"]
+        extra.append(
+            {
+                "ph": "s",
+                "id": corr,
+                "pid": e["pid"],
+                "tid": e["tid"],
+                "ts": e["ts"],
+                "cat": "ac2g",
+                "name": "ac2g",
+            }
+        )
+        extra.append(
+            {
+                "ph": "f",
+                "id": corr,
+                "pid": 0,
+                "tid": 7,
+                "ts": e["ts"] + 3,
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
+        if i % 50 == 0:
+            extra.append(
+                {"ph": "s", "id": i, "pid": 1, "tid": 1, "ts": e["ts"], "cat": "fwdbwd", "name": "fwdbwd"}
+            )
+        shapes = {
+            "Input Dims": [[4, 1024], [], [[8], [8, 2]]],
+            "Input type": ["float", "Scalar", "c10::bfloat16"],
+        }
+        name = "record_param_comms" if i % 7 == 0 else "aten::add"
+        extra.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": e["ts"] - 1,
+                "dur": 1,
+                "args": shapes,
+            }
+        )
+    extra.append(
+        {"ph": "i", "s": "t", "name": "Iteration Start: PyTorch Profiler", "pid": 1, "tid": 1, "ts": 0}
+    )
+    extra.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": 7}})
+    doc["traceEvents"] = (
+        [x for pair in zip(events, extra, strict=False) for x in pair]
+        + events[len(extra) :]
+        + extra[len(events) :]
+    )
+    return doc
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 20_000])
+@pytest.mark.parametrize(
+    "kw", [{}, {"categories": "2021", "async_kernels": 5, "orphans": 3, "steps": 2, "ns_integers": True}]
+)
+def test_typed_decode_equals_orjson_decode_on_synthetic_traces(tmp_path, monkeypatch, kw, chunk_bytes):
+    doc = _with_flows_and_shapes(make_trace(device_events=6000, seed=4, **kw))
+    path = write_trace(tmp_path / "rank0.json.gz", doc)
+    monkeypatch.setattr(kineto_decode, "_CHUNK_BYTES", chunk_bytes)
+    dist, typed, ref_dist, ref = _decode_both(path, monkeypatch)
+    assert dist == ref_dist
+    assert_same_columns(typed, ref)
+    assert len(typed.flows) == 1000 and typed.thread_names[(1, 1)] == "7"
+    sized = [v for v in typed.nbytes.values() if not math.isnan(v)]
+    assert len(sized) > 70  # the synthetic collectives and the record_param_comms sized by Input Dims
