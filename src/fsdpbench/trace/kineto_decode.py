@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import orjson
-import pandas as pd
 
 try:
     import msgspec
@@ -435,6 +434,8 @@ class Columns:
                 count=int(has_args.sum()),
             )
         except (TypeError, ValueError, OverflowError):  # odd values in a hand-made trace
+            import pandas as pd  # only here: a cold decode does not pay for importing pandas
+
             raw_corr = [a.get("correlation", -1) if type(a) is dict else -1 for a in args]
             corr = (
                 pd.to_numeric(pd.Series(raw_corr, dtype=object), errors="coerce")
