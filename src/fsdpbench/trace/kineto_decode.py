@@ -167,17 +167,30 @@ _ARG_KEYS = ("correlation", "name", "dtype", "In msg nelems", "Out msg nelems", 
 _ARG_ATTRS = ("correlation", "name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type")
 
 
+_RAW_ATTRS = ("input_dims", "input_type")  # kept as raw JSON text: decoded only for the few sized events
+
+
 def _typed_decoder() -> tuple[type | None, Any]:
     """(event struct, msgspec decoder of a list of them), or (None, None) without msgspec. Only the
     fields the reader uses are declared: msgspec skips the others without building objects, and
-    builds no dict for ``args`` (1.6× faster than ``orjson.loads`` on a 60k-kernel rank)."""
+    builds no dict for ``args`` (1.6× faster than ``orjson.loads`` on a 60k-kernel rank).
+
+    The structs hold no cycles, so they are not tracked by the GC (``gc=False``). The recorded
+    shapes (``Input Dims``/``Input type``, on every CPU op of a real trace) are kept as
+    ``msgspec.Raw`` slices of the input and decoded only for the events whose message size is read;
+    building their nested lists for every op was a third of the decode on a real trace.
+    """
     if msgspec is None:
         return None, None
     unset = msgspec.UNSET
     args = msgspec.defstruct(
         "KinetoArgs",
-        [("correlation", int | None, -1), *[(a, Any, unset) for a in _ARG_ATTRS[1:]]],
+        [
+            ("correlation", int | None, -1),
+            *[(a, msgspec.Raw if a in _RAW_ATTRS else Any, unset) for a in _ARG_ATTRS[1:]],
+        ],
         rename=dict(zip(_ARG_ATTRS, _ARG_KEYS, strict=True)),
+        gc=False,
     )
     event = msgspec.defstruct(
         "KinetoEvent",
@@ -192,6 +205,7 @@ def _typed_decoder() -> tuple[type | None, Any]:
             ("id", Any, None),
             ("args", args | None, None),
         ],
+        gc=False,
     )
     return event, msgspec.json.Decoder(list[event])
 
@@ -204,13 +218,18 @@ _KEY = operator.attrgetter("ph", "name", "cat", "pid", "tid")
 _FIELDS = ("name", "cat", "pid", "tid")
 _OTHER, _X, _META, _FLOW = 0, 1, 2, 3
 _KINDS = {"X": _X, "M": _META, "s": _FLOW, "f": _FLOW}
+_FLOW_END = operator.attrgetter("ph", "id", "ts", "pid", "tid")  # Columns.flows' tuple
 
 
 def _args_dict(a: Any) -> dict[str, Any]:
-    """The kept ``args`` fields of a typed event as the dict :func:`message_bytes` reads."""
-    return {
-        k: v for k, attr in zip(_ARG_KEYS, _ARG_ATTRS, strict=True) if (v := getattr(a, attr)) is not _UNSET
-    }
+    """The kept ``args`` fields of a typed event as the dict :func:`message_bytes` reads (the raw
+    JSON fields decoded, as orjson would have)."""
+    out = {}
+    for k, attr in zip(_ARG_KEYS, _ARG_ATTRS, strict=True):
+        v = getattr(a, attr)
+        if v is not _UNSET:
+            out[k] = msgspec.json.decode(v) if attr in _RAW_ATTRS else v
+    return out
 
 
 _TYPED = _typed_decoder()
@@ -284,13 +303,15 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
                 break
             end = cut.start() + 1  # just after the chunk's last '}'
             buf[0], buf[end] = ord("["), ord("]")
-            with memoryview(buf)[: end + 1] as chunk:
-                events = _loads(chunk, typed)
+            chunk = memoryview(buf)[: end + 1]
+            events = _loads(chunk, typed)
             if events is None:
                 raise _ChunkError
-            del buf[: cut.end() - 2]  # keep the byte before the next '{' as its slot
+            # the events' Raw fields are views of the chunk: gather them before the buffer moves on
             cols.add(events, path)
             del events
+            chunk.release()
+            del buf[: cut.end() - 2]  # keep the byte before the next '{' as its slot
     if head is None:
         raise _ChunkError
     buf[0] = ord("[")
@@ -303,12 +324,14 @@ def _decode_streaming(path: Path, cols: Columns, typed: Any = None) -> Any:
             meta = orjson.loads(head + b'"traceEvents":[]' + buf[pos + 1 :])
         except orjson.JSONDecodeError:
             continue
-        with memoryview(buf)[: pos + 1] as rest:
-            events = _loads(rest, typed)
-        if events is None:
-            continue
-        if isinstance(meta, dict):
+        rest = memoryview(buf)[: pos + 1]
+        events = _loads(rest, typed)
+        done = events is not None and isinstance(meta, dict)
+        if done:
             cols.add(events, path)
+        del events
+        rest.release()
+        if done:
             return meta
     raise _ChunkError
 
@@ -365,6 +388,7 @@ class Columns:
         self.keys: defaultdict[tuple[Any, ...], int] = defaultdict(count().__next__)
         self.key_kind = np.zeros(0, dtype=np.int8)  # per key: _OTHER, _X, _META or _FLOW
         self.key_sized = np.zeros(0, dtype=bool)  # per key: a name whose message size is read
+        self.key_ac2g = np.zeros(0, dtype=bool)  # per key: an ac2g flow end ('s'/'f' with cat ac2g)
         self.x_keys: list[np.ndarray] = []  # the X events' key codes, chunk by chunk
         self.size_memo: dict[tuple[Any, Any, Any], float] = {}  # (dtype, In, Out msg nelems) → bytes
 
@@ -480,11 +504,11 @@ class Columns:
                     np.array([type(k[1]) is str and bool(_ARGS_NAME.search(k[1])) for k in new], bool),
                 ]
             )
+            self.key_ac2g = np.concatenate(
+                [self.key_ac2g, np.array([_KINDS.get(k[0]) == _FLOW and k[2] == "ac2g" for k in new], bool)]
+            )
         kind = self.key_kind[codes]
-        for i in np.flatnonzero(kind == _FLOW):
-            e = events[i]
-            if e.cat == "ac2g":
-                self.flows.append((e.ph, e.id, e.ts, e.pid, e.tid))
+        self.flows.extend(map(_FLOW_END, compress(events, self.key_ac2g[codes])))
         for i in np.flatnonzero(kind == _META):
             e = events[i]
             if e.name == "thread_name" and e.args is not None:
