@@ -167,3 +167,60 @@ def test_typed_decode_equals_orjson_decode_on_synthetic_traces(tmp_path, monkeyp
     assert len(typed.flows) == 1000 and typed.thread_names[(1, 1)] == "7"
     sized = [v for v in typed.nbytes.values() if not math.isnan(v)]
     assert len(sized) > 70  # the synthetic collectives and the record_param_comms sized by Input Dims
+
+
+def _inflaters() -> list[Any]:
+    """zlib, and ISA-L's inflate when installed (the decoder uses it then)."""
+    import zlib
+
+    mods = [zlib]
+    try:
+        from isal import isal_zlib
+
+        mods.append(isal_zlib)
+    except ImportError:
+        pass
+    return mods
+
+
+@pytest.mark.parametrize("inflate", _inflaters(), ids=lambda m: m.__name__)
+def test_gunzip_reads_members_and_zlib_and_reports_bad_files_alike(tmp_path, monkeypatch, inflate):
+    """Whichever inflate is installed, concatenated gzip members and a zlib stream read the same
+    columns, and a truncated or corrupt file is the same InputError."""
+    import gzip
+    import zlib
+
+    import orjson
+
+    from fsdpbench.errors import InputError
+
+    monkeypatch.setattr(kineto_decode, "_inflate", inflate)
+    monkeypatch.setattr(kineto_decode, "_INFLATE_ERRORS", (zlib.error, inflate.error))
+    text = orjson.dumps(make_trace(device_events=3000, seed=6))
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(text)
+    _, ref = kineto_decode.decode(plain)
+    half = len(text) // 2
+    for name, data in [
+        ("members.json.gz", gzip.compress(text[:half]) + gzip.compress(b"") + gzip.compress(text[half:])),
+        ("zlib.json.gz", zlib.compress(text)),
+    ]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        _, cols = kineto_decode.decode(path)
+        assert_same_columns(cols, ref)
+    whole = gzip.compress(text)
+    bad = bytearray(whole)
+    bad[len(bad) // 2 : len(bad) // 2 + 64] = b"\xff" * 64
+    for data, message in [
+        (
+            whole[: len(whole) // 2],
+            r"corrupt or truncated gzip \(the stream ends early\); re-export the profile",
+        ),
+        (bytes(bad), r"corrupt or truncated gzip \((?!the stream).+\); re-export the profile"),
+        (gzip.compress(b""), "the file is empty after decompression"),
+    ]:
+        path = tmp_path / "bad.json.gz"
+        path.write_bytes(data)
+        with pytest.raises(InputError, match=message):
+            kineto_decode.decode(path)
