@@ -248,6 +248,9 @@ class _ChunkError(Exception):
     """The fast chunked decode cannot split this document; decode it whole instead."""
 
 
+_PIECE_OUT = 1 << 16  # most bytes one inflate call returns
+
+
 def _pieces(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
     """The file's (decompressed) bytes, piece by piece; InputError on a read or gzip problem."""
     try:
@@ -263,17 +266,22 @@ def _pieces(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
             d = _inflate.decompressobj(wbits=47)  # gzip or zlib header
             data, produced = first, False
             while data:
-                out = d.decompress(data)
-                produced |= bool(out)
-                if out:
-                    yield out
-                while d.unused_data and d.eof:  # concatenated gzip members
-                    rest, d = d.unused_data, _inflate.decompressobj(wbits=47)
-                    out = d.decompress(rest)
-                    produced |= bool(out)
+                while data:
+                    # bounded output: pieces small enough for malloc to reuse, not fresh mmap'd
+                    # pages each time (the page faults doubled isal's inflate in a fresh process)
+                    out = d.decompress(data, _PIECE_OUT)
                     if out:
+                        produced = True
                         yield out
+                    if d.eof and d.unused_data:  # concatenated gzip members
+                        data, d = d.unused_data, _inflate.decompressobj(wbits=47)
+                    else:
+                        data = d.unconsumed_tail
                 data = f.read(size)
+            out = d.flush()  # output the last bounded call may have held back
+            if out:
+                produced = True
+                yield out
             if not d.eof:
                 raise InputError(
                     f"{path}: corrupt or truncated gzip (the stream ends early); re-export the profile"
