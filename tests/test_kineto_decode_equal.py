@@ -224,3 +224,20 @@ def test_gunzip_reads_members_and_zlib_and_reports_bad_files_alike(tmp_path, mon
         path.write_bytes(data)
         with pytest.raises(InputError, match=message):
             kineto_decode.decode(path)
+
+
+@pytest.mark.parametrize("ph", ["Z", 5, None])
+def test_a_phase_outside_the_trace_event_format_is_read_by_the_orjson_path(tmp_path, ph):
+    """The typed structs accept only the format's phases; anything else (or a null phase) reads as
+    the orjson decode does, skipping that event."""
+    import orjson
+
+    doc = make_trace(device_events=200, seed=8)
+    doc["traceEvents"].insert(10, {"ph": ph, "name": "odd", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0})
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(doc))
+    _, cols = kineto_decode.decode(path)
+    del doc["traceEvents"][10]
+    path.write_bytes(orjson.dumps(doc))
+    _, ref = kineto_decode.decode(path)
+    assert_same_columns(cols, ref)

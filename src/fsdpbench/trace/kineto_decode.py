@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from itertools import compress, count, repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -175,6 +175,9 @@ _ARG_KEYS = ("correlation", "name", "dtype", "In msg nelems", "Out msg nelems", 
 _ARG_ATTRS = ("correlation", "name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type")
 
 
+# every event phase of the Trace Event Format: a Literal decodes to one shared string per phase (no
+# string built per event, its hash cached); a phase outside it sends the trace to the orjson path
+_PHASES = tuple("BEXiICbneSTpFstfPNODMVvRc()")
 _RAW_ATTRS = ("input_dims", "input_type")  # kept as raw JSON text: decoded only for the few sized events
 
 
@@ -203,7 +206,7 @@ def _typed_decoder() -> tuple[type | None, Any]:
     event = msgspec.defstruct(
         "KinetoEvent",
         [
-            ("ph", Any, None),
+            ("ph", Literal[_PHASES] | None, None),
             ("name", Any, ""),
             ("cat", Any, ""),
             ("ts", float | None, float("nan")),
