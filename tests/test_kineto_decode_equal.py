@@ -241,3 +241,30 @@ def test_a_phase_outside_the_trace_event_format_is_read_by_the_orjson_path(tmp_p
     path.write_bytes(orjson.dumps(doc))
     _, ref = kineto_decode.decode(path)
     assert_same_columns(cols, ref)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")  # orjson path, 2**70
+@pytest.mark.parametrize("corr", [None, "absent", "no args", 2**70, "7"])
+def test_odd_correlations_read_as_the_orjson_path_reads_them(tmp_path, monkeypatch, corr):
+    """A null correlation, none, or no args at all read -1 on the typed path; values it cannot hold
+    (past int64, a string) send the trace to the orjson path."""
+    import json
+
+    doc = make_trace(device_events=300, seed=2)
+    kernels = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "nccl" in str(e.get("name")).lower()]
+    for e in kernels[:3]:
+        if corr == "no args":
+            del e["args"]
+        elif corr == "absent":
+            del e["args"]["correlation"]
+        else:
+            e["args"]["correlation"] = corr
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))  # orjson cannot write an int past 64 bits
+    _, cols = kineto_decode.decode(path)
+    with monkeypatch.context() as m:
+        m.setattr(kineto_decode, "_TYPED", (None, None))
+        _, ref = kineto_decode.decode(path)
+    assert_same_columns(cols, ref)
+    if corr in (None, "absent", "no args"):
+        assert cols.x_keys and (np.concatenate(cols.corr) == -1).sum() >= 3

@@ -230,6 +230,7 @@ _FIELDS = ("name", "cat", "pid", "tid")
 _OTHER, _X, _META, _FLOW = 0, 1, 2, 3
 _KINDS = {"X": _X, "M": _META, "s": _FLOW, "f": _FLOW}
 _FLOW_END = operator.attrgetter("ph", "id", "ts", "pid", "tid")  # Columns.flows' tuple
+_CORR, _NO_CORR = repeat("correlation"), repeat(-1)
 
 
 def _args_dict(a: Any) -> dict[str, Any]:
@@ -545,20 +546,21 @@ class Columns:
         self.ts.append(_attr_floats(xs, "ts"))  # null → NaN (skipped later)
         self.dur.append(_attr_floats(xs, "dur"))
         args = list(map(_attr("args"), xs))
-        has_args = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=k)
-        corr = np.full(k, -1, dtype=np.int64)
+        # no args (None) and no correlation in them both read -1, in one pass
         try:
-            corr[has_args] = np.fromiter(
-                map(_attr("correlation"), compress(args, has_args)), dtype=np.int64, count=int(has_args.sum())
-            )
+            corr = np.fromiter(map(getattr, args, _CORR, _NO_CORR), dtype=np.int64, count=k)
         except TypeError:  # "correlation": null
-            corr[has_args] = [
-                -1 if c is None else c for c in map(_attr("correlation"), compress(args, has_args))
-            ]
+            corr = np.array(
+                [-1 if c is None else c for c in map(getattr, args, _CORR, _NO_CORR)], dtype=np.int64
+            )
+        except OverflowError:  # beyond int64 (hand-made trace): the orjson path reads it
+            raise _TypedError from None
         self.corr.append(corr)
         memo = self.size_memo
-        for i in np.flatnonzero(self.key_sized[x_codes] & has_args).tolist():
+        for i in np.flatnonzero(self.key_sized[x_codes]).tolist():
             a = args[i]
+            if a is None:
+                continue
             if a.in_nelems is _UNSET and a.out_nelems is _UNSET:  # sized by its Input Dims
                 self.nbytes[self.n + i] = message_bytes(_args_dict(a))
                 continue
