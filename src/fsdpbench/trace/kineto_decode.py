@@ -1,9 +1,10 @@
 """Kineto trace bytes → columns: the decode step of the Kineto reader (see :mod:`fsdpbench.trace.kineto`).
 
-The file is read and gunzipped piece by piece and its ``traceEvents`` array decoded chunk by chunk,
-so that neither the whole text nor all event objects are in memory at once. Only what the analysis
-reads is kept: the ``X`` events' ts/dur/name/cat/pid/tid/correlation, the message size of
-collectives and launches (from their ``args``), thread names and ``ac2g`` flow ends.
+The file is read and gunzipped piece by piece (with ISA-L's inflate when ``isal`` is installed, the
+``fast`` extra, else zlib's) and its ``traceEvents`` array decoded chunk by chunk, so that neither
+the whole text nor all event objects are in memory at once. Only what the analysis reads is kept:
+the ``X`` events' ts/dur/name/cat/pid/tid/correlation, the message size of collectives and launches
+(from their ``args``), thread names and ``ac2g`` flow ends.
 
 Each chunk is decoded by msgspec into typed structs that declare only those fields (the rest is
 skipped without building objects; ``benchmarks/analyze_speed.py --decoders`` compares the options).
