@@ -19,6 +19,7 @@ them) and, for reference, of RSS (shared pages counted in every process), sample
 
     python benchmarks/analyze_speed.py [--ranks 8] [--events 200000] [--keep DIR] [--skip-hta] [--repeat 2] [--json FILE]
     python benchmarks/analyze_speed.py --decoders [--ranks 1] [--events 60000] [--repeat 3]   # decoders side by side
+    python benchmarks/analyze_speed.py --decoders --trace FILE [--trace FILE …]               # … on these traces
 
 The machine's other load moves every figure; fsdpbench and the bare decode run ``--repeat`` times
 (fastest kept), HTA once (it takes minutes).
@@ -141,9 +142,33 @@ def child(name: str, folder: str, workers: int) -> None:
         ta.get_temporal_breakdown(visualize=False)
 
 
+_FRESH_DECODE = """
+import gc, sys, time
+from pathlib import Path
+from fsdpbench.trace import kineto_decode
+if sys.argv[2] == "zlib":
+    import zlib
+    kineto_decode._inflate, kineto_decode._INFLATE_ERRORS = zlib, (zlib.error,)
+gc.disable()
+t0 = time.process_time()
+kineto_decode.decode(Path(sys.argv[1]))
+print(time.process_time() - t0)
+"""
+
+
+def _stream_inflate(module: Any, raw: bytes, piece: int = 1 << 16) -> int:
+    """Inflate ``raw`` in ``piece``-byte inputs, as the reader does; return the bytes produced."""
+    d, n = module.decompressobj(wbits=47), 0
+    for i in range(0, len(raw), piece):
+        n += len(d.decompress(raw[i : i + piece]))
+    return n
+
+
 def decoders(path: Path, repeat: int) -> dict[str, float]:
-    """Best-of-``repeat`` seconds of each way to gunzip and to decode one rank's trace, in this process
-    (GC off, as fsdpbench decodes). Options whose package is not installed are left out."""
+    """Best-of-``repeat`` CPU seconds (``time.process_time``) of each way to gunzip and to decode one
+    rank's trace, in this process (GC off, as fsdpbench decodes), then of the reader's decode in a
+    fresh process per run (imports not counted: the heap and caches are cold, as in ``analyze``'s
+    workers). Options whose package is not installed are left out."""
     import gc
     import gzip
     import importlib.util
@@ -151,39 +176,25 @@ def decoders(path: Path, repeat: int) -> dict[str, float]:
 
     import orjson
 
-    from fsdpbench.trace.kineto_decode import decode
+    from fsdpbench.trace import kineto_decode
 
     raw = path.read_bytes()
     text = gzip.decompress(raw)
     cases: dict[str, Any] = {
         "gunzip: gzip.decompress": lambda: gzip.decompress(raw),
-        "gunzip: gzip.open().read()": lambda: gzip.open(path).read(),
-        "gunzip: zlib streaming (fsdpbench)": lambda: zlib.decompressobj(wbits=47).decompress(raw),
-        "decode: orjson.loads": lambda: orjson.loads(text),
+        "gunzip: zlib streaming (fsdpbench without isal)": lambda: _stream_inflate(zlib, raw),
     }
-    from fsdpbench.trace import kineto_decode
-
-    def reader(typed: Any) -> Any:
-        def run() -> None:
-            kept, kineto_decode._TYPED = kineto_decode._TYPED, typed
-            try:
-                decode(path)
-            finally:
-                kineto_decode._TYPED = kept
-
-        return run
-
-    cases["fsdpbench decode, orjson (gunzip + chunks + columns)"] = reader((None, None))
-    if kineto_decode._TYPED[1] is not None:
-        cases["fsdpbench decode, msgspec typed (gunzip + chunks + columns)"] = reader(kineto_decode._TYPED)
     if importlib.util.find_spec("isal"):
-        from isal import igzip
+        from isal import igzip, isal_zlib
 
         cases["gunzip: isal.igzip.decompress"] = lambda: igzip.decompress(raw)
+        cases["gunzip: isal_zlib streaming (fsdpbench with isal)"] = lambda: _stream_inflate(isal_zlib, raw)
     if importlib.util.find_spec("zlib_ng"):
-        from zlib_ng import gzip_ng
+        from zlib_ng import gzip_ng, zlib_ng
 
         cases["gunzip: zlib_ng.gzip_ng.decompress"] = lambda: gzip_ng.decompress(raw)
+        cases["gunzip: zlib_ng streaming"] = lambda: _stream_inflate(zlib_ng, raw)
+    cases["decode: orjson.loads"] = lambda: orjson.loads(text)
     if importlib.util.find_spec("msgspec"):
         import msgspec
 
@@ -203,21 +214,73 @@ def decoders(path: Path, repeat: int) -> dict[str, float]:
         )
         doc = msgspec.defstruct("Doc", [("traceEvents", list[event])])
         typed = msgspec.json.Decoder(doc)
-        cases["decode: msgspec typed structs"] = lambda: typed.decode(text)
+        cases["decode: msgspec typed structs (args as dicts)"] = lambda: typed.decode(text)
         cases["decode: msgspec.json.decode (untyped)"] = lambda: msgspec.json.decode(text)
-    out = {}
+
+    def reader(typed: Any, inflate: Any = None) -> Any:
+        def run() -> None:
+            kept = kineto_decode._TYPED, kineto_decode._inflate, kineto_decode._INFLATE_ERRORS
+            kineto_decode._TYPED = typed
+            if inflate is not None:
+                kineto_decode._inflate, kineto_decode._INFLATE_ERRORS = inflate, (zlib.error, inflate.error)
+            try:
+                kineto_decode.decode(path)
+            finally:
+                kineto_decode._TYPED, kineto_decode._inflate, kineto_decode._INFLATE_ERRORS = kept
+
+        return run
+
+    cases["fsdpbench decode, orjson (gunzip + chunks + columns)"] = reader((None, None))
+    fresh = {}
+    if kineto_decode._TYPED[1] is not None:
+        inflate = kineto_decode._inflate.__name__
+        cases[f"fsdpbench decode, msgspec typed, {inflate}"] = reader(kineto_decode._TYPED)
+        fresh[f"fsdpbench decode, msgspec typed, {inflate}, fresh process"] = "default"
+        if kineto_decode._inflate is not zlib:
+            cases["fsdpbench decode, msgspec typed, zlib"] = reader(kineto_decode._TYPED, zlib)
+            fresh["fsdpbench decode, msgspec typed, zlib, fresh process"] = "zlib"
+    out: dict[str, float] = {}
     gc.disable()
     try:
         for name, fn in cases.items():
             best = float("inf")
             for _ in range(max(repeat, 1)):
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 fn()
-                best = min(best, time.perf_counter() - t0)
+                best = min(best, time.process_time() - t0)
             out[name] = best
     finally:
         gc.enable()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name, inflate in fresh.items():
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", _FRESH_DECODE, str(path), inflate],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+            ).stdout
+            for _ in range(max(repeat, 1))
+        ]
+        out[name] = min(float(r) for r in runs)
     return out
+
+
+def _print_decoders(paths: list[Path], repeat: int, json_path: Path | None, events: int | None) -> int:
+    """Print (and write as JSON) :func:`decoders` for each file."""
+    import orjson
+
+    files = {}
+    for path in paths:
+        files[str(path)] = times = decoders(path, repeat)
+        print(f"{path} (CPU s, best of {repeat})")
+        for name, t in times.items():
+            print(f"  {name:64} {t:8.3f}")
+    if json_path:
+        doc = {"events": events, "decoders_s": next(iter(files.values())), "files": files}
+        json_path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    return 0
 
 
 def main() -> int:
@@ -236,7 +299,13 @@ def main() -> int:
     ap.add_argument(
         "--decoders",
         action="store_true",
-        help="only time the gunzip and JSON decode options on rank 0 (in-process), side by side",
+        help="only time the gunzip and JSON decode options on rank 0 (CPU time), side by side",
+    )
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        help="with --decoders: time this trace file instead of a generated rank 0 (repeatable)",
     )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -246,6 +315,8 @@ def main() -> int:
 
     import orjson
 
+    if args.decoders and args.trace:
+        return _print_decoders(args.trace, args.repeat, args.json, None)
     workers = min(args.ranks, os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="analyze_speed_") as tmp:
         folder = args.keep or Path(tmp)
@@ -258,14 +329,7 @@ def main() -> int:
                 f"in {time.perf_counter() - t0:.1f} s → {folder}"
             )
         if args.decoders:
-            times = decoders(folder / "rank0.json.gz", args.repeat)
-            for name, t in times.items():
-                print(f"{name:62} {t:8.3f} s")
-            if args.json:
-                args.json.write_bytes(
-                    orjson.dumps({"events": args.events, "decoders_s": times}, option=orjson.OPT_INDENT_2)
-                )
-            return 0
+            return _print_decoders([folder / "rank0.json.gz"], args.repeat, args.json, args.events)
         me = [sys.executable, __file__, "--child"]
 
         def best(cmd: list[str], **kw) -> dict[str, float]:
