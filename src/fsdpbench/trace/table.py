@@ -1,5 +1,9 @@
 """The one event table every reader returns, and the vectorised helpers that build it.
 
+Readers return an :class:`EventTable`: numpy columns, the categorical ones as :class:`Coded` (codes
+into categories), so that measuring a rank never imports pandas; ``EventTable.to_frame()`` (what
+``RankTrace.events`` returns) gives the same table as a ``pd.DataFrame`` with ``category`` dtypes.
+
 Columns (one row per complete event; times are integer nanoseconds on the rank's own clock):
 
 | column | dtype | meaning |
@@ -450,18 +454,6 @@ def make_table(
         task=Coded(np.zeros(n, np.int8), TASK_LABELS) if task is None else Coded.of(task, TASK_LABELS)[order],
         step=np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
         orphan=np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
-    )
-
-
-def empty_table() -> EventTable:
-    """A table with the right columns and no rows."""
-    return make_table(
-        name=[],
-        category=np.array([], dtype=object),
-        start_ns=np.array([], np.int64),
-        end_ns=np.array([], np.int64),
-        lane=[],
-        device=np.array([], bool),
     )
 
 
