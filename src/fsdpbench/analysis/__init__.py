@@ -8,7 +8,6 @@ counts; across ranks, mean / min / max, the slowest rank and stragglers.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 import sys
@@ -198,6 +197,14 @@ def _progress_bar(total: int, show: bool) -> Iterator[Callable[[], None]]:
         yield lambda: bar.advance(task)
 
 
+def _as_completed(futures: dict[Any, int]) -> Iterator[Any]:
+    if not futures:
+        return iter(())
+    from concurrent.futures import as_completed
+
+    return as_completed(futures)
+
+
 def _cross_check_warnings(r: RankMetrics) -> list[str]:
     """Differences over 1 µs between our numbers and the profiler's own step_trace_time.csv."""
     plain = r.cross_check_columns()
@@ -279,7 +286,7 @@ def analyze(
             elif not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
                 results[i] = _analyze_one(sources[i], step, keep)
                 advance()
-        for fut in concurrent.futures.as_completed(futures):
+        for fut in _as_completed(futures):
             results[futures[fut]] = fut.result()
             advance()
     warnings: list[str] = []

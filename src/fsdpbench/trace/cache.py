@@ -17,7 +17,6 @@ import functools
 import hashlib
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -174,6 +173,8 @@ def write_beside(trace: Path, target: Path, write: Callable[[IO[bytes]], Any]) -
         return
     tmp = None
     try:
+        import tempfile  # only when writing (with shutil under it, ~15 ms a cached run need not pay)
+
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".fsdpbench-", suffix=".tmp", delete=False) as f:
             tmp = Path(f.name)
             write(f)
