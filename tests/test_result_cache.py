@@ -50,6 +50,15 @@ def _count_metrics(monkeypatch) -> list[str]:
     return calls
 
 
+def _forbid(monkeypatch, module, reader: str) -> None:
+    """Make ``module.reader`` fail the test: a cached result must not read the trace."""
+
+    def no_read(*args, **kwargs):
+        raise AssertionError(f"{reader} was called although the rank's result is cached")
+
+    monkeypatch.setattr(module, reader, no_read)
+
+
 def _same(got: analysis.Analysis, ref: analysis.Analysis) -> None:
     assert got.to_dict() == ref.to_dict()
     for a, b in zip(got.ranks, ref.ranks, strict=True):
@@ -72,10 +81,7 @@ def test_second_run_equals_a_no_cache_run_without_reading_or_measuring(tmp_path,
     first = analysis.analyze([tmp_path], workers=1)  # writes both caches
     assert all(result_cache.cache_path(p).is_file() for p in tmp_path.glob("rank*.json.gz"))
 
-    def no_read(*args, **kwargs):
-        raise AssertionError("an event table was read although the rank's result is cached")
-
-    monkeypatch.setattr(analysis, "read_rank", no_read)
+    _forbid(monkeypatch, analysis, "read_rank")
     calls = _count_metrics(monkeypatch)
     second = analysis.analyze([tmp_path], workers=2)
     assert calls == []
@@ -219,10 +225,7 @@ def test_ascend_folders_are_cached_beside_them_and_equal_a_no_cache_run(tmp_path
     assert ranks and all(result_cache.cache_path(p).is_file() for p in ranks)
     assert all(table_cache.cache_path(p).is_file() for p in ranks)
 
-    def no_read(*args, **kwargs):
-        raise AssertionError("an Ascend folder was read although its result is cached")
-
-    monkeypatch.setattr(ascend, "read_ascend", no_read)
+    _forbid(monkeypatch, ascend, "read_ascend")
     calls = _count_metrics(monkeypatch)
     got = analysis.analyze([folder], workers=2)
     assert calls == []
