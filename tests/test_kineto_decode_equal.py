@@ -244,7 +244,7 @@ def test_a_phase_outside_the_trace_event_format_is_read_by_the_orjson_path(tmp_p
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")  # orjson path, 2**70
-@pytest.mark.parametrize("corr", [None, "absent", "no args", 2**70, "7"])
+@pytest.mark.parametrize("corr", [None, "absent", "no args", 2**70, "7", "null and 2**70"])
 def test_odd_correlations_read_as_the_orjson_path_reads_them(tmp_path, monkeypatch, corr):
     """A null correlation, none, or no args at all read -1 on the typed path; values it cannot hold
     (past int64, a string) send the trace to the orjson path."""
@@ -252,8 +252,10 @@ def test_odd_correlations_read_as_the_orjson_path_reads_them(tmp_path, monkeypat
 
     doc = make_trace(device_events=300, seed=2)
     kernels = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "nccl" in str(e.get("name")).lower()]
-    for e in kernels[:3]:
-        if corr == "no args":
+    for i, e in enumerate(kernels[:3]):
+        if corr == "null and 2**70":
+            e["args"]["correlation"] = 2**70 if i == 2 else None  # null first: the TypeError path meets it
+        elif corr == "no args":
             del e["args"]
         elif corr == "absent":
             del e["args"]["correlation"]

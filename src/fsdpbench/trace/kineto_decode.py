@@ -549,11 +549,12 @@ class Columns:
         args = list(map(_attr("args"), xs))
         # no args (None) and no correlation in them both read -1, in one pass
         try:
-            corr = np.fromiter(map(getattr, args, _CORR, _NO_CORR), dtype=np.int64, count=k)
-        except TypeError:  # "correlation": null
-            corr = np.array(
-                [-1 if c is None else c for c in map(getattr, args, _CORR, _NO_CORR)], dtype=np.int64
-            )
+            try:
+                corr = np.fromiter(map(getattr, args, _CORR, _NO_CORR), dtype=np.int64, count=k)
+            except TypeError:  # "correlation": null
+                corr = np.array(
+                    [-1 if c is None else c for c in map(getattr, args, _CORR, _NO_CORR)], dtype=np.int64
+                )
         except OverflowError:  # beyond int64 (hand-made trace): the orjson path reads it
             raise _TypedError from None
         self.corr.append(corr)
