@@ -208,7 +208,9 @@ def _ascend_copy(tmp_path):
     from conftest import REPO
 
     folder = tmp_path / "ascend"
-    shutil.copytree(REPO / "tests" / "fixtures" / "ascend_level0", folder)
+    shutil.copytree(
+        REPO / "tests" / "fixtures" / "ascend_level0", folder, ignore=shutil.ignore_patterns(".*")
+    )
     for p in [folder, *folder.rglob("*")]:
         p.chmod(p.stat().st_mode | 0o200)
     return folder

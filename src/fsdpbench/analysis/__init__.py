@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from fsdpbench.analysis import result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
 from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew, stragglers
@@ -27,9 +25,9 @@ from fsdpbench.trace import cache as table_cache
 if TYPE_CHECKING:
     from fsdpbench.trace.table import EventTable
 
-# The metric modules (and pandas under them) are imported where a rank is measured, not here: a
-# second `fsdpbench analyze` on unchanged traces takes every rank from its result cache and never
-# needs them (importing pandas alone is ~0.25 s, a third of such a run).
+# The metric modules and numpy are imported where a rank is measured, not here: a second `fsdpbench
+# analyze` on unchanged traces takes every rank from its result cache and never needs them (importing
+# numpy alone is ~0.1 s, half of such a run; pandas is not needed even by a cold run).
 
 __all__ = ["Analysis", "RankMetrics", "StepMetrics", "analyze", "rank_metrics"]
 
@@ -40,6 +38,8 @@ PROGRESS_MIN_RANKS = 4  # more ranks than this get a progress bar (on a terminal
 def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> int:
     """Length (ns) of the union of the steps' windows: each is the host ProfilerStep span widened to
     the device work launched from it (device work lags the host), as torch_npu's step range is."""
+    import numpy as np
+
     s_all, e_all = [], []
     windows = trace.windows
     for st in steps:
@@ -93,6 +93,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     Raises:
         InputError: ``step`` was not profiled on this rank.
     """
+    import numpy as np
+
     from fsdpbench.analysis.collectives import collective_events
 
     all_ev = trace.table

@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from fsdpbench.trace.cache import frame_to_plain, plain_to_frame
 
 if TYPE_CHECKING:
@@ -30,6 +28,7 @@ SCALARS = (
 
 def _op_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """``op_stats``'s DataFrame from the rows ``StepMetrics.to_dict`` writes (same dtypes)."""
+    import numpy as np
     import pandas as pd
 
     return pd.DataFrame(
@@ -43,7 +42,8 @@ def _op_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
-    """``collective_events``'s DataFrame from its columns as lists (None: an empty frame)."""
+    """``collective_events``'s DataFrame from its columns as lists or arrays (None: an empty frame)."""
+    import numpy as np
     import pandas as pd
 
     if cols is None:
@@ -231,7 +231,7 @@ class RankMetrics(StepMetrics):
         cross-check table as columns)."""
         ce = RankMetrics.__dict__["collective_events"].plain_value(self)
         if isinstance(ce, dict):
-            ce = {c: np.asarray(v).tolist() for c, v in ce.items()}
+            ce = {c: v.tolist() if hasattr(v, "tolist") else list(v) for c, v in ce.items()}
         else:
             ce = self.collective_events
             ce = {c: ce[c].tolist() for c in ce.columns}
@@ -270,9 +270,16 @@ _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 
 
-def _stat(values: list[float | None], fn) -> float | None:
-    v = [x for x in values if x is not None]
-    return float(fn(v)) if v else None
+def _stat(values: list[float | None], how: str) -> float | None:
+    """``mean``, ``min`` or ``max`` of the values that are not None (None when there are none); plain
+    Python, so that a fully cached analysis never imports numpy. The mean adds in order, as numpy
+    does below 8 values (above, numpy's pairwise sum may differ in the last bit)."""
+    v = [float(x) for x in values if x is not None]
+    if not v:
+        return None
+    if any(x != x for x in v):  # NaN wins, as in numpy
+        return float("nan")
+    return sum(v) / len(v) if how == "mean" else (min(v) if how == "min" else max(v))
 
 
 @dataclass
@@ -297,7 +304,7 @@ class Analysis:
     @property
     def mean(self) -> dict[str, float | None]:
         """Mean over ranks of each scalar metric (ranks where it is null are left out)."""
-        return {k: _stat([getattr(r, k) for r in self.ranks], np.mean) for k in SCALARS}
+        return {k: _stat([getattr(r, k) for r in self.ranks], "mean") for k in SCALARS}
 
     @property
     def slowest_rank(self) -> int | None:
@@ -307,8 +314,8 @@ class Analysis:
 
     def across_ranks(self) -> dict[str, Any]:
         return {
-            "min": {k: _stat([getattr(r, k) for r in self.ranks], np.min) for k in SCALARS},
-            "max": {k: _stat([getattr(r, k) for r in self.ranks], np.max) for k in SCALARS},
+            "min": {k: _stat([getattr(r, k) for r in self.ranks], "min") for k in SCALARS},
+            "max": {k: _stat([getattr(r, k) for r in self.ranks], "max") for k in SCALARS},
             "slowest_rank": self.slowest_rank,
             "stragglers": self.stragglers,
             "collective_skew_us": {str(k): v for k, v in self.collective_skew_us.items()},

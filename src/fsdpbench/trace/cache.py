@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from fsdpbench.trace.rank import RankTrace
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from fsdpbench.trace.table import EventTable
@@ -102,6 +102,8 @@ def trace_key(trace: Path) -> dict[str, Any]:
 def fresh(trace: Path) -> bool:
     """True when the cache is on and ``trace`` has a cache that matches it (only the cache's small
     ``meta`` member is read): reading it is then cheaper than starting a worker process."""
+    import numpy as np
+
     if not enabled() or not cache_path(trace).is_file():
         return False
     try:
@@ -116,6 +118,8 @@ def fresh(trace: Path) -> bool:
 def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
     """The cached table of ``trace``, or None when there is none or it does not match ``key``
     (:func:`trace_key` of the trace)."""
+    import numpy as np
+
     path = cache_path(trace)
     if not path.is_file():
         return None
@@ -147,6 +151,8 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
     """Write the cache of ``trace`` under ``key`` (taken before the trace was read, so that a trace
     changed meanwhile is read again next time), atomically; skip quietly when its folder is not
     writable or the write fails."""
+    import numpy as np
+
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "key": key,
@@ -196,6 +202,8 @@ def _writable(folder: Path) -> bool:
 
 def _columns(table: EventTable, arrays: dict[str, np.ndarray]) -> list[list[str]]:
     """Put ``table``'s columns into ``arrays``; returns [[column, kind], ...] in column order."""
+    import numpy as np
+
     from fsdpbench.trace.table import COLUMNS, Coded
 
     spec = []
