@@ -21,8 +21,8 @@ them) and, for reference, of RSS (shared pages counted in every process), sample
     python benchmarks/analyze_speed.py --decoders [--ranks 1] [--events 60000] [--repeat 3]   # decoders side by side
     python benchmarks/analyze_speed.py --decoders --trace FILE [--trace FILE …]               # … on these traces
 
-The machine's other load moves every figure; fsdpbench and the bare decode run ``--repeat`` times
-(fastest kept), HTA once (it takes minutes).
+The machine's other load moves every figure; fsdpbench and the bare decode run ``--repeat`` rounds,
+interleaved (fastest of each kept), HTA once (it takes minutes).
 """
 
 from __future__ import annotations
@@ -332,19 +332,22 @@ def main() -> int:
             return _print_decoders([folder / "rank0.json.gz"], args.repeat, args.json, args.events)
         me = [sys.executable, __file__, "--child"]
 
-        def best(cmd: list[str], **kw) -> dict[str, float]:
-            tries = [measure(cmd, **kw) for _ in range(max(args.repeat, 1))]
-            return min(tries, key=lambda r: r["wall_s"])
-
         analyze = [sys.executable, "-m", "fsdpbench", "analyze", str(folder), "--json", os.devnull]
         env = {"OMP_NUM_THREADS": "1", "FSDPBENCH_NO_CACHE": ""}
-        runs = {"fsdpbench analyze": best([*analyze, "--no-cache"], env=env)}
-        measure(analyze, env=env)  # writes the caches
-        runs["fsdpbench analyze (cached)"] = best(analyze, env=env)
-        runs |= {
-            f"orjson.loads ({workers} procs)": best([*me, "orjson", str(folder), str(workers)]),
-            "orjson.loads (1 proc)": best([*me, "orjson", str(folder), "1"]),
+        commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+            "fsdpbench analyze": ([*analyze, "--no-cache"], env),
+            "fsdpbench analyze (cached)": (analyze, env),
+            f"orjson.loads ({workers} procs)": ([*me, "orjson", str(folder), str(workers)], None),
+            "orjson.loads (1 proc)": ([*me, "orjson", str(folder), "1"], None),
         }
+        measure(analyze, env=env)  # writes the caches the cached runs read
+        # interleaved rounds (cold, cached, bare, bare, cold, …), fastest of each kept: a drift in the
+        # machine's speed during the run then moves every row alike instead of favouring one
+        tries: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
+        for _ in range(max(args.repeat, 1)):
+            for name, (cmd, cmd_env) in commands.items():
+                tries[name].append(measure(cmd, env=cmd_env))
+        runs = {name: min(t, key=lambda r: r["wall_s"]) for name, t in tries.items()}
         if not args.skip_hta:
             runs["HTA load+overlap+breakdown"] = measure([*me, "hta", str(folder)])
     print(
