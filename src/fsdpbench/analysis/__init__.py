@@ -137,7 +137,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
 
 
 def _import_measuring_modules() -> None:
-    """Import what reading and measuring a rank needs (pandas, the decoder, the metric modules), so
+    """Import what reading and measuring a rank needs (numpy, the decoder, the metric modules), so
     that worker processes forked afterwards inherit them instead of each importing them again."""
     import numpy.ma  # noqa: F401 - np.median imports it on first use (~30 ms): once here, not per worker
 
