@@ -139,8 +139,6 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
 def _import_measuring_modules() -> None:
     """Import what reading and measuring a rank needs (numpy, the decoder, the metric modules), so
     that worker processes forked afterwards inherit them instead of each importing them again."""
-    import numpy.ma  # noqa: F401 - np.median imports it on first use (~30 ms): once here, not per worker
-
     import fsdpbench.analysis.collectives
     import fsdpbench.analysis.intervals
     import fsdpbench.analysis.ops
