@@ -4,6 +4,7 @@ promise behind it: a cold ``fsdpbench analyze`` of Kineto traces never imports p
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -140,20 +141,31 @@ def test_outermost_equals_a_brute_force_nesting_check(with_lanes):
         assert got == _outermost_brute(idx.tolist(), start, end, lane)
 
 
-def test_a_cold_analyze_of_kineto_traces_never_imports_pandas(tmp_path):
+def _two_ranks(folder) -> None:
     for r in range(2):
-        write_trace(tmp_path / f"rank{r}.json.gz", make_trace(rank=r, world_size=2, device_events=2000))
+        write_trace(folder / f"rank{r}.json.gz", make_trace(rank=r, world_size=2, device_events=2000))
+
+
+def _analyze_in_a_subprocess(folder, *args: str, cache: bool) -> list[str]:
+    """Run ``fsdpbench analyze FOLDER --json FOLDER/a.json ARGS`` in a fresh interpreter; return which of
+    numpy and pandas it imported."""
     code = (
         "import sys\n"
         "from fsdpbench.cli import main\n"
-        f"sys.argv = ['fsdpbench', 'analyze', {str(tmp_path)!r}, '--json', {str(tmp_path / 'a.json')!r},"
-        " '--no-cache', '--workers', '1']\n"
+        f"sys.argv = ['fsdpbench', 'analyze', {str(folder)!r}, '--json', {str(folder / 'a.json')!r}, *{args!r}]\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas')[:3])\n"
+        "import json\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'pandas'})))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not cache or k != "FSDPBENCH_NO_CACHE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_cold_analyze_of_kineto_traces_never_imports_pandas(tmp_path):
+    _two_ranks(tmp_path)
+    assert _analyze_in_a_subprocess(tmp_path, "--no-cache", "--workers", "1", cache=False) == ["numpy"]
     assert (tmp_path / "a.json").stat().st_size > 0
 
 
@@ -197,21 +209,8 @@ def test_collective_skew_equals_a_numpy_reference():
 
 
 def test_a_cached_analyze_imports_neither_numpy_nor_pandas(tmp_path):
-    for r in range(2):
-        write_trace(tmp_path / f"rank{r}.json.gz", make_trace(rank=r, world_size=2, device_events=2000))
-    code = (
-        "import sys\n"
-        "from fsdpbench.cli import main\n"
-        f"sys.argv = ['fsdpbench', 'analyze', {str(tmp_path)!r}, '--json', {str(tmp_path / 'a.json')!r}]\n"
-        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'pandas'))[:3])\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "FSDPBENCH_NO_CACHE"}
-    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert first.returncode == 0, first.stderr
-    assert "numpy" in first.stdout  # the first run measures the ranks
+    _two_ranks(tmp_path)
+    assert _analyze_in_a_subprocess(tmp_path, cache=True) == ["numpy"]  # the first run measures the ranks
     cold = (tmp_path / "a.json").read_bytes()
-    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.strip().splitlines()[-1] == "[]"
+    assert _analyze_in_a_subprocess(tmp_path, cache=True) == []
     assert (tmp_path / "a.json").read_bytes() == cold
