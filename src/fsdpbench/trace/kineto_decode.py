@@ -41,6 +41,7 @@ except ImportError:
     _INFLATE_ERRORS = (zlib.error,)
 
 from fsdpbench.errors import InputError
+from fsdpbench.trace.table import factorize
 
 _ITEMSIZE = {
     "float": 4,
@@ -120,19 +121,14 @@ def read_bytes(path: Path) -> bytes:
 
 
 def _factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """(codes, uniques in first-seen order) of raw JSON values, at C speed (dict hashing);
-    unhashable values (lists, dicts in a broken trace) are compared as their JSON text."""
+    """:func:`fsdpbench.trace.table.factorize` of raw JSON values; unhashable values (lists, dicts in a
+    broken trace) are compared as their JSON text."""
     try:
-        index = dict.fromkeys(values)
+        return factorize(values)
     except TypeError:
-        values = [
-            v if isinstance(v, str | int | float | type(None)) else orjson.dumps(v).decode() for v in values
-        ]
-        index = dict.fromkeys(values)
-    uniques = list(index)
-    for i, u in enumerate(uniques):
-        index[u] = i
-    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)), uniques
+        return factorize(
+            [v if isinstance(v, str | int | float | type(None)) else orjson.dumps(v).decode() for v in values]
+        )
 
 
 def _numbers(values: list[Any], what: str, path: Path) -> np.ndarray:

@@ -258,7 +258,13 @@ def factorize(values: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[Any]
         rank = np.empty(order.size, dtype=np.int64)
         rank[order] = np.arange(order.size)
         return rank[inverse.ravel()], uniq[order].tolist()
-    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    items = (
+        values
+        if isinstance(values, list)
+        else values.tolist()
+        if isinstance(values, np.ndarray)
+        else list(values)
+    )
     index = dict.fromkeys(items)
     uniques = list(index)
     for i, u in enumerate(uniques):
