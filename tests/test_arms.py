@@ -82,10 +82,9 @@ def _assert_matches_reference(run_dir: Path, steps: list[dict], arm: str, rows: 
     assert worst <= 1e-6, f"{arm}: max |p - p_ref| = {worst}"
 
 
-def _called_modules_with_parameters() -> int:
-    """M: modules that own parameters and whose forward runs, counted with forward-pre-hooks on an
-    unsharded single-process forward. DeepSpeed gathers per module call; a module never called (the
-    GDN's ``conv1d``, whose weight its parent uses directly) is gathered with its caller."""
+def _called_parameter_owners() -> tuple[torch.nn.Module, list[torch.nn.Module]]:
+    """(the tiny model, its modules that own parameters and whose forward runs), found with
+    forward-pre-hooks on one unsharded single-process forward."""
     from fsdpbench.data import global_batch
     from fsdpbench.model import init_full_tensor
 
@@ -100,7 +99,14 @@ def _called_modules_with_parameters() -> int:
     ids = global_batch(0, 0, 1, SEQ, cfg.vocab_size)
     model(ids, labels=ids)
     owners = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
-    return sum(1 for m in owners if id(m) in called)
+    return model, [m for m in owners if id(m) in called]
+
+
+def _called_modules_with_parameters() -> int:
+    """M: modules that own parameters and whose forward runs, counted with forward-pre-hooks on an
+    unsharded single-process forward. DeepSpeed gathers per module call; a module never called (the
+    GDN's ``conv1d``, whose weight its parent uses directly) is gathered with its caller."""
+    return len(_called_parameter_owners()[1])
 
 
 # ------------------------------------------------------------------------------------------ fsdp1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-import torch
 
 from conftest import run_cli
 from fsdpbench.analysis import analyze
@@ -18,29 +17,15 @@ from fsdpbench.backends.plan import module_units
 from fsdpbench.config import Arm, parse_arms, preset_tiny
 from fsdpbench.errors import ConfigError
 from fsdpbench.model import build_model
-from reference import SEQ, STEPS
-from test_arms import _ab, _assert_matches_reference
+from reference import STEPS
+from test_arms import _ab, _assert_matches_reference, _called_parameter_owners
 
 
 def _called_param_modules() -> tuple[int, int]:
     """(modules with parameters whose forward runs inside the decoder layers, the same outside them),
     from forward pre-hooks on one unsharded forward of the tiny model."""
-    from fsdpbench.data import global_batch
-    from fsdpbench.model import init_full_tensor
-
-    cfg = preset_tiny()
-    model = build_model(cfg, device="cpu")
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(init_full_tensor(name, tuple(p.shape), 0))
-    called: set[int] = set()
-    for module in model.modules():
-        module.register_forward_pre_hook(lambda m, args: called.add(id(m)))
-    ids = global_batch(0, 0, 1, SEQ, cfg.vocab_size)
-    model(ids, labels=ids)
+    model, ran = _called_parameter_owners()
     in_layers = {id(m) for layer in model.model.layers for m in layer.modules()}
-    owners = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
-    ran = [m for m in owners if id(m) in called]
     return sum(1 for m in ran if id(m) in in_layers), sum(1 for m in ran if id(m) not in in_layers)
 
 
