@@ -231,27 +231,19 @@ def calibrate_diff(
             continue
         sources = [r["fit_source"] for r in (est.get("per_type") or {}).values() if r.get("fit_source")]
         common = {"timed_ms": timed_ms, "match": match, "fit_sources": sources}
-        entries.append(
-            _entry(
-                "regrouping",
-                diff,
-                side,
-                est.get("step_time_delta_us"),
-                component=("comm_us", est.get("comm_delta_us")),
-                comm_only_us=_comm_only(est),
-                **common,
-            )
-        )
+        estimates = [("regrouping", est)]
         per_layer = est.get("one_bucket_per_layer")
         if per_layer and arms[labels[other]].get("unit", "layer") == "layer":
+            estimates.append(("one_bucket_per_layer", per_layer))
+        for name, e in estimates:
             entries.append(
                 _entry(
-                    "one_bucket_per_layer",
+                    name,
                     diff,
                     side,
-                    per_layer.get("step_time_delta_us"),
-                    component=("comm_us", per_layer.get("comm_delta_us")),
-                    comm_only_us=_comm_only(per_layer),
+                    e.get("step_time_delta_us"),
+                    component=("comm_us", e.get("comm_delta_us")),
+                    comm_only_us=_comm_only(e),
                     **common,
                 )
             )
