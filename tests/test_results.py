@@ -98,7 +98,9 @@ def test_summary_of_one_round_per_arm_cannot_tell_yet_even_at_a_large_ratio():
     s = results.build_summary(_manifest(rounds=1), steps)
     comp = s["comparisons"][0]
     assert comp["ratio"] == pytest.approx(3.99) and comp["ci95"] is None and comp["rounds"] == [1, 1]
-    assert s["verdict"].startswith("cannot tell yet whether hyper differs from torch: ratio 3.990 from 1 round")
+    assert s["verdict"].startswith(
+        "cannot tell yet whether hyper differs from torch: ratio 3.990 from 1 round"
+    )
     assert "no difference" not in s["verdict"]
 
 
