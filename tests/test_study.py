@@ -338,3 +338,38 @@ def test_overview_of_a_real_profiled_one_round_run(tmp_path, study, profiled_ab_
         f"cannot tell yet: {test} {multiple} ({pct}) from 1 round per arm, no CI (needs 2+ rounds per arm); "
         f"{top}, {overlap}"
     )
+
+
+def test_index_only_rewrites_the_index_and_prints_the_overview(tmp_path, study, monkeypatch, capsys):
+    from fsdpbench.commands import sweep as sweep_command
+
+    tree = _study_tree(tmp_path, study)
+    monkeypatch.setenv("COLUMNS", "400")
+    args = argparse.Namespace(config=str(STUDY), out=tmp_path, only=None, dry_run=False, index_only=True)
+    assert sweep_command.main(args) == 0
+    out = capsys.readouterr().out
+    assert "sweep study: overview" in out and (tree / "index.html").is_file()
+    [line] = [x for x in out.splitlines() if x.startswith("│ B ")]
+    assert [c.strip() for c in line.strip("│").split("│")] == EXPECTED_ROWS["B"]
+
+
+def test_a_sweep_ends_with_the_overview_in_the_terminal(tmp_path, monkeypatch, capsys):
+    """The whole command with the launcher's run_ab replaced by test_sweep's fake (it writes summaries)."""
+    from fsdpbench.commands import sweep as sweep_command
+    from test_sweep import TINY, FakeRunAb
+
+    monkeypatch.setattr("fsdpbench.launcher.run_ab", FakeRunAb())
+    monkeypatch.setenv("COLUMNS", "400")
+    (tmp_path / "tiny.toml").write_text(TINY)
+    args = argparse.Namespace(
+        config=str(tmp_path / "tiny.toml"), out=tmp_path, only=None, dry_run=False, index_only=False
+    )
+    assert sweep_command.main(args) == 0
+    out = capsys.readouterr().out
+    [line] = [x for x in out.splitlines() if x.startswith("│ a-s128 ")]
+    cells = [c.strip() for c in line.strip("│").split("│")]
+    # the fake's ratio for seq_len 128: 1 + 0.01 * 128 / 64 = 1.02, CI [1.01, 1.03], medians 100 and 102
+    assert cells == [
+        "a-s128", "FSDP ×2", "128", "2", "torch 0 (default) / torch-pf 1", "no", "100.0", "102.0", "1.020",
+        "1.010–1.030", "torch-pf 1.02× slower (+2.0%)",
+    ]  # fmt: skip

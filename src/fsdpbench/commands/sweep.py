@@ -1,5 +1,6 @@
 """``fsdpbench sweep --config FILE.toml``: a grid of ab runs in one results tree, resumable, with an
-index report (index.md / index.html) comparing the cells."""
+index report (index.md / index.html) comparing the cells; the study's overview table (docs/sweeps.md) is
+printed at the end."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state; run nothing")
     parser.add_argument(
-        "--index-only", action="store_true", help="rewrite index.md/index.html from what exists"
+        "--index-only",
+        action="store_true",
+        help="rewrite index.md/index.html from what exists and print the overview table (docs/sweeps.md)",
     )
 
 
