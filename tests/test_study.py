@@ -373,3 +373,16 @@ def test_a_sweep_ends_with_the_overview_in_the_terminal(tmp_path, monkeypatch, c
         "a-s128", "FSDP ×2", "128", "2", "torch 0 (default) / torch-pf 1", "no", "100.0", "102.0", "1.020",
         "1.010–1.030", "torch-pf 1.02× slower (+2.0%)",
     ]  # fmt: skip
+
+
+def test_the_run_report_says_no_ci_rather_than_not_significant_for_one_round(tmp_path):
+    from fsdpbench.report import write_report
+    from test_report import make_run
+
+    run = make_run(tmp_path, profiled=False)
+    summary = orjson.loads((run / results.SUMMARY).read_bytes())
+    summary["comparisons"][0].update(ci95=None, significant=False, rounds_needed_1pct=None)
+    (run / results.SUMMARY).write_bytes(orjson.dumps(summary))
+    write_report(run)
+    [row] = [x for x in (run / "report.md").read_text().splitlines() if x.startswith("| hyper vs torch |")]
+    assert "**no CI: cannot tell yet**" in row and "not significant" not in row
