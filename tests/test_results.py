@@ -92,6 +92,18 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
     assert s["parity"]["valid"] and s["parity"]["mode"] == "exact" and s["missing"] == []
 
 
+def test_summary_of_one_round_per_arm_cannot_tell_yet_even_at_a_large_ratio():
+    """ab's own verdict (summary.json) for 1 round per arm: 399 ms vs 100 ms is no CI, not "no difference"."""
+    steps = _steps("torch", 0, [100.0, 100.0]) + _steps("hyper", 0, [399.0, 399.0])
+    s = results.build_summary(_manifest(rounds=1), steps)
+    comp = s["comparisons"][0]
+    assert comp["ratio"] == pytest.approx(3.99) and comp["ci95"] is None and comp["rounds"] == [1, 1]
+    assert s["verdict"].startswith(
+        "cannot tell yet whether hyper differs from torch: ratio 3.990 from 1 round"
+    )
+    assert "no difference" not in s["verdict"]
+
+
 def test_mfu_uses_the_peak_table_for_known_devices():
     steps = _steps("torch", 0, [100.0]) + _steps("hyper", 0, [100.0])
     s = results.build_summary(

@@ -75,9 +75,22 @@ def test_overlapping_rounds_give_no_difference_detected():
     assert comp.verdict.startswith("no difference detected between b and a")
 
 
-def test_one_round_per_arm_gives_no_ci_and_no_claim():
-    comp = stats.compare("a", "b", [100.0], [150.0])
-    assert comp.ci95 is None and not comp.significant and "no difference detected" in comp.verdict
+def test_one_round_per_arm_gives_no_ci_and_says_it_cannot_tell_yet():
+    """3.99× from one round per arm is not "no difference detected": without a CI nothing is decided."""
+    comp = stats.compare("torch", "hyper", [100.0], [399.0])
+    assert comp.ci95 is None and not comp.significant and comp.rounds == (1, 1)
+    assert comp.verdict == (
+        "cannot tell yet whether hyper differs from torch: ratio 3.990 from 1 round per arm has no "
+        "confidence interval (a CI needs at least 2 rounds per arm; rerun with --rounds 3 or more)"
+    )
+    assert "no difference" not in comp.verdict
+    assert comp.to_dict()["rounds"] == [1, 1] and comp.to_dict()["verdict"] == comp.verdict
+
+
+def test_an_arm_with_one_round_names_each_arms_rounds():
+    comp = stats.compare("torch", "hyper", [100.0, 102.0], [150.0])
+    assert comp.ci95 is None
+    assert "ratio 1.485 from 2 rounds of torch and 1 of hyper has no confidence interval" in comp.verdict
 
 
 def test_percentiles_and_median_match_numpy_definition():

@@ -83,6 +83,49 @@ def rounds_needed(base: Sequence[float], test: Sequence[float], half_width: floa
     return max(1, math.ceil(Z95**2 * (sb**2 + st**2) / half_width**2))
 
 
+def rounds_phrase(base: str, test: str, rounds: tuple[int, int] | None) -> str:
+    """``"1 round per arm"``, ``"1 round of torch and 3 of hyper"``, or ``"fewer than 2 rounds in an arm"``."""
+    if rounds is None:
+        return "fewer than 2 rounds in an arm"
+    n_base, n_test = rounds
+    if n_base == n_test:
+        return f"{n_base} round{'' if n_base == 1 else 's'} per arm"
+    return f"{n_base} round{'' if n_base == 1 else 's'} of {base} and {n_test} of {test}"
+
+
+def verdict_text(
+    base: str,
+    test: str,
+    ratio: float,
+    ci95: tuple[float, float] | None,
+    rounds: tuple[int, int] | None = None,
+) -> str:
+    """The one verdict of a comparison, from its numbers alone.
+
+    Three outcomes: a CI that excludes 1 → ``speed_phrase`` ("hyper is 1.25× slower than torch (+25.0%; 95% CI
+    ...)"); a CI that contains 1 → "no difference detected"; no CI (an arm with fewer than 2 rounds) →
+    "cannot tell yet", never "no difference": one round per arm says nothing about the spread.
+
+    Args:
+        base, test: the arms' labels.
+        ratio: median(test) / median(base).
+        ci95: the bootstrap CI of ``ratio``, ``None`` when an arm has fewer than 2 rounds.
+        rounds: (base rounds, test rounds), named in the "cannot tell yet" text when known.
+    """
+    if ci95 is None:
+        counts = rounds_phrase(base, test, rounds)
+        return (
+            f"cannot tell yet whether {test} differs from {base}: ratio {ratio:.3f} from {counts} has no "
+            "confidence interval (a CI needs at least 2 rounds per arm; rerun with --rounds 3 or more)"
+        )
+    if ci95[0] <= 1.0 <= ci95[1]:
+        return (
+            f"no difference detected between {test} and {base} "
+            f"(ratio {ratio:.3f}, CI {ci95[0]:.3f}..{ci95[1]:.3f})"
+        )
+    return speed_phrase(test, base, ratio, ci95)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Test arm against base arm (ratio > 1 means the test arm is slower)."""
@@ -93,6 +136,8 @@ class Comparison:
     ci95: tuple[float, float] | None
     significant: bool
     rounds_needed_1pct: int | None
+    rounds: tuple[int, int] | None = None
+    """Rounds (base, test) the ratio and CI come from."""
 
     @property
     def time_change_pct(self) -> float:
@@ -101,19 +146,9 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """``"<test> is 1.25× slower than <base> (+25.0%; 95% CI 1.21×–1.29×)"`` (``fmt.speed_phrase``), or
-        ``"no difference detected ..."`` when the CI contains 1 or there is no CI."""
-        if self.ci95 is None:
-            return (
-                f"no difference detected between {self.test} and {self.base} "
-                f"(ratio {self.ratio:.3f} from one round per arm; use --rounds 3 or more for a CI)"
-            )
-        if not self.significant:
-            return (
-                f"no difference detected between {self.test} and {self.base} "
-                f"(ratio {self.ratio:.3f}, CI {self.ci95[0]:.3f}..{self.ci95[1]:.3f})"
-            )
-        return speed_phrase(self.test, self.base, self.ratio, self.ci95)
+        """``verdict_text``: "<test> is 1.25× slower than <base> (+25.0%; 95% CI 1.21×–1.29×)", "no difference
+        detected ..." when the CI contains 1, "cannot tell yet ..." when there is no CI."""
+        return verdict_text(self.base, self.test, self.ratio, self.ci95, self.rounds)
 
     def to_dict(self) -> dict:
         return {
@@ -121,6 +156,7 @@ class Comparison:
             "test": self.test,
             "ratio": self.ratio,
             "ci95": list(self.ci95) if self.ci95 else None,
+            "rounds": list(self.rounds) if self.rounds else None,
             "time_change_pct": self.time_change_pct,
             "significant": self.significant,
             "rounds_needed_1pct": self.rounds_needed_1pct,
@@ -131,10 +167,12 @@ class Comparison:
 def compare(
     base_label: str, test_label: str, base: Sequence[float], test: Sequence[float], *, seed: int = 0
 ) -> Comparison:
-    """Compare per-round medians of two arms: ratio of medians, bootstrap CI, significance."""
+    """Compare per-round medians of two arms: ratio of medians, bootstrap CI (2+ rounds per arm), significance."""
     ratio = median(test) / median(base)
     ci = None
     if len(base) >= 2 and len(test) >= 2:
         ci = bootstrap_ratio_ci(base, test, seed=seed)
     significant = ci is not None and (ci[0] > 1.0 or ci[1] < 1.0)
-    return Comparison(base_label, test_label, ratio, ci, significant, rounds_needed(base, test))
+    return Comparison(
+        base_label, test_label, ratio, ci, significant, rounds_needed(base, test), (len(base), len(test))
+    )

@@ -1,5 +1,6 @@
 """``fsdpbench sweep --config FILE.toml``: a grid of ab runs in one results tree, resumable, with an
-index report (index.md / index.html) comparing the cells."""
+index report (index.md / index.html) comparing the cells; the study's overview table (docs/sweeps.md) is
+printed at the end."""
 
 from __future__ import annotations
 
@@ -25,8 +26,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state; run nothing")
     parser.add_argument(
-        "--index-only", action="store_true", help="rewrite index.md/index.html from what exists"
+        "--index-only",
+        action="store_true",
+        help="rewrite index.md/index.html from what exists and print the overview table (docs/sweeps.md)",
     )
+
+
+def print_overview(console, tree: Path, title: str) -> None:
+    """The study's overview table of the tree (the one in index.md) in the terminal."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from fsdpbench.report.index import overview
+
+    table_data = overview(tree)
+    if not table_data.rows:
+        return
+    table = Table(title=title)
+    for header in table_data.headers:
+        table.add_column(header, overflow="fold", ratio=3 if header == "conclusion" else None)
+    for row in table_data.rows:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     sweep = sweep_mod.load_sweep(args.config, out=args.out)
     if args.dry_run:
         table = Table(title=f"sweep {sweep.name}: {len(sweep.cells)} cells in {sweep.tree}")
-        for header in ("cell", "seq_len", "layers", "prefetch", "mesh", "arms", "rounds", "profile", "state"):
+        for header in sweep_mod.DRY_RUN_HEADERS:
             table.add_column(header)
         for row in sweep_mod.describe_cells(sweep):
             table.add_row(*row)
@@ -51,9 +72,11 @@ def main(args: argparse.Namespace) -> int:
         for path in write_index(sweep.tree):
             if path.stem == "index":
                 console.print(f"wrote {path}")
+        print_overview(console, sweep.tree, f"sweep {sweep.name}: overview")
         return 0
     cells = sweep_mod.run_sweep(sweep, only=args.only, console=console, command=sweep_mod.main_command())
     failed = [c for c in cells if c.status == "failed"]
+    print_overview(console, sweep.tree, f"sweep {sweep.name}: overview")
     console.print(
         f"sweep {sweep.name}: "
         + ", ".join(

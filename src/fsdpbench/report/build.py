@@ -140,7 +140,9 @@ def _verdict(data: RunData) -> list[Block]:
                     fmt(c.get("ratio"), 3),
                     f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 and None not in ci else MISSING,
                     speed_text(finite(c.get("ratio"))),
-                    {True: "yes", False: "**not significant**"}.get(c.get("significant"), MISSING),
+                    "**no CI: cannot tell yet**"
+                    if c.get("ratio") is not None and not c.get("ci95")
+                    else {True: "yes", False: "**not significant**"}.get(c.get("significant"), MISSING),
                     str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else MISSING),
                 ]
             )

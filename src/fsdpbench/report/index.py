@@ -1,23 +1,30 @@
-"""The index report of a sweep tree: one table and one plot comparing the cells.
+"""The index report of a sweep tree: the study's overview table, a plot and a table comparing the cells.
 
-Reads ``sweep.json`` and each cell's ``summary.json`` / ``analysis.json``; never imports torch.
+Reads ``sweep.json`` and each cell's ``summary.json`` / ``analysis.json`` / ``diff.json``; never imports
+torch. The overview (``overview``) is also what ``fsdpbench sweep`` prints at the end.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fsdpbench import results
+from fsdpbench import results, stats
 from fsdpbench.analysis.findings import finite
 from fsdpbench.errors import InputError
-from fsdpbench.fmt import MISSING, fmt, fmt_pct
+from fsdpbench.fmt import MISSING, fmt, fmt_pct, speed_text
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
 from fsdpbench.results import read_json_if_readable
+from fsdpbench.sweep import cell_settings
+
+MAX_ARM_COLUMNS = 4
+"""Up to this many distinct arm labels get a median column each in the overview; more share one column."""
 
 
 def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
@@ -25,6 +32,184 @@ def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
     values = [finite(r.get("overlap_ratio")) for r in ranks if isinstance(r, dict)]
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
+
+
+def _diff_mean_overlap(diff: Mapping[str, Any] | None, side: str) -> float | None:
+    mean = ((diff or {}).get("side_by_side") or {}).get("mean") or {}
+    return finite((mean.get(side) or {}).get("overlap_ratio"))
+
+
+def _top_finding(diff: Mapping[str, Any] | None, test: str) -> str | None:
+    """The diff's first finding after the step-time headline, as a clause: its title, the test arm's
+    name replaced by "its" when the finding is about the test arm ("its communication is 10.3× more
+    fragmented than torch's")."""
+    for finding in (diff or {}).get("findings") or []:
+        if not isinstance(finding, dict) or finding.get("id") == "step_time" or not finding.get("title"):
+            continue
+        title = str(finding["title"])
+        if finding.get("subject") == test and title.startswith(f"{test}'s "):
+            return "its " + title[len(test) + 3 :]
+        if title[:1].isupper() and title[1:2].islower():
+            title = title[0].lower() + title[1:]
+        return title
+    return None
+
+
+def conclusion(
+    comparison: Mapping[str, Any],
+    *,
+    rounds: tuple[int, int] | None = None,
+    diff: Mapping[str, Any] | None = None,
+    overlap: tuple[float | None, float | None] = (None, None),
+    parity_valid: bool | None = True,
+) -> str:
+    """One line from a comparison's verdict and the diff's top finding.
+
+    "hyper 1.09× faster (−8.3%); its communication is 10.3× more fragmented than torch's, overlap 44%
+    (hyper) vs 58% (torch)". The speed part follows the verdict's three outcomes (``stats.verdict_text``):
+    a speed when the CI excludes 1, "no difference detected" when it contains 1, "cannot tell yet" without
+    a CI (an arm with one round).
+
+    Args:
+        comparison: one entry of summary.json ``comparisons``.
+        rounds: (base, test) rounds, when the comparison does not record them (summaries before ``rounds``).
+        diff: the diff.json object of this pair (profiled cells), for the top finding and the overlaps.
+        overlap: (base, test) mean overlap ratios, used when ``diff`` has none.
+        parity_valid: ``False`` marks the line invalid (the arms' losses differ).
+    """
+    base, test = str(comparison.get("base", "base")), str(comparison.get("test", "test"))
+    ratio = finite(comparison.get("ratio"))
+    if ratio is None or ratio <= 0:
+        return MISSING
+    ci = comparison.get("ci95")
+    ci = (
+        (float(ci[0]), float(ci[1]))
+        if isinstance(ci, list | tuple) and len(ci) == 2 and None not in ci
+        else None
+    )
+    recorded = comparison.get("rounds")
+    if isinstance(recorded, list | tuple) and len(recorded) == 2:
+        rounds = (int(recorded[0]), int(recorded[1]))
+    if ci is None:
+        speed = (
+            f"cannot tell yet: {test} {speed_text(ratio)} from {stats.rounds_phrase(base, test, rounds)}, "
+            "no CI (needs 2+ rounds per arm)"
+        )
+    elif ci[0] <= 1.0 <= ci[1]:
+        speed = f"no difference detected ({test}/{base} {ratio:.3f}, CI {ci[0]:.3f}–{ci[1]:.3f})"
+    else:
+        speed = f"{test} {speed_text(ratio)}"
+    details = []
+    top = _top_finding(diff, test)
+    if top:
+        details.append(top)
+    ov_base = _diff_mean_overlap(diff, "base")
+    ov_test = _diff_mean_overlap(diff, "test")
+    if ov_base is None or ov_test is None:
+        ov_base, ov_test = overlap
+    if ov_base is not None and ov_test is not None:
+        details.append(f"overlap {fmt_pct(ov_test, 0)} ({test}) vs {fmt_pct(ov_base, 0)} ({base})")
+    line = speed + ("; " + ", ".join(details) if details else "")
+    return ("INVALID (losses differ): " + line) if parity_valid is False else line
+
+
+@dataclass
+class Overview:
+    """The study's overview table: one row per comparison of every cell."""
+
+    headers: list[str]
+    rows: list[list[str]]
+
+
+def _arm_rounds(summary: Mapping[str, Any], base: str, test: str) -> tuple[int, int] | None:
+    arms = summary.get("arms") or {}
+    counts = [len((arms.get(a) or {}).get("rounds") or []) for a in (base, test)]
+    return (counts[0], counts[1]) if all(counts) else None
+
+
+def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
+    """The study's overview of a sweep tree: per cell (and per comparison in it) its mesh, sequence length,
+    layers, prefetch, whether it was profiled, each arm's median step time, the ratio with its 95% CI, and
+    a one-line ``conclusion``.
+
+    Args:
+        tree: the sweep tree (holds sweep.json).
+        state: sweep.json already read (default: read it).
+    """
+    state = state if state is not None else read_json_if_readable(tree / results.SWEEP_STATE)
+    cells = [c for c in (state or {}).get("cells") or [] if isinstance(c, dict)]
+    loaded = []
+    labels: list[str] = []
+    for c in cells:
+        run_dir = tree / c["run_dir"] if c.get("run_dir") else None
+        summary = read_json_if_readable(run_dir / results.SUMMARY) if run_dir else None
+        summary = summary if isinstance(summary, dict) else {}
+        analysis = read_json_if_readable(run_dir / results.ANALYSIS) if run_dir else None
+        diffs = results.diff_list(read_json_if_readable(run_dir / results.DIFF_JSON)) if run_dir else []
+        config = c.get("config") if isinstance(c.get("config"), dict) else {}
+        cell_labels = [str(a.get("label")) for a in config.get("arms") or [] if isinstance(a, dict)]
+        cell_labels += [a for a in summary.get("arms") or {} if a not in cell_labels]
+        labels += [a for a in cell_labels if a not in labels]
+        loaded.append((c, config, summary, analysis, diffs))
+    per_arm = len(labels) <= MAX_ARM_COLUMNS
+    headers = ["experiment", "mesh", "seq_len", "layers", "prefetch", "profiled"]
+    headers += [f"{a} (ms)" for a in labels] if per_arm else ["median step (ms)"]
+    headers += ["ratio", "95% CI", "conclusion"]
+    rows = []
+    for c, config, summary, analysis, diffs in loaded:
+        settings = cell_settings(config)
+        arms = summary.get("arms") or {}
+        if per_arm:
+            medians = [fmt((arms.get(a) or {}).get("median_ms"), 1) if a in arms else MISSING for a in labels]
+        else:
+            medians = [" / ".join(f"{a} {fmt(s.get('median_ms'), 1)}" for a, s in arms.items()) or MISSING]
+        comparisons = [x for x in summary.get("comparisons") or [] if isinstance(x, dict)]
+        parity_valid = (summary.get("parity") or {}).get("valid")
+        for comp in comparisons or [None]:
+            if comp is None:
+                ratio_text, ci_text = MISSING, MISSING
+                line = c.get("error") or {"done": "no comparison (one arm)"}.get(
+                    c.get("status"), "no result yet"
+                )
+                line = f"{c.get('status', MISSING)}: {line}" if c.get("status") != "done" else line
+            else:
+                base, test = str(comp.get("base")), str(comp.get("test"))
+                ci = comp.get("ci95")
+                ratio_text = fmt(finite(comp.get("ratio")), 3)
+                if len(comparisons) > 1:
+                    ratio_text += f" ({test}/{base})"
+                ci_text = (
+                    f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}"
+                    if isinstance(ci, list) and len(ci) == 2 and None not in ci
+                    else "none (1 round)"
+                    if _arm_rounds(summary, base, test) == (1, 1)
+                    else MISSING
+                )
+                diff = next((d for d in diffs if d.get("base") == base and d.get("test") == test), None)
+                line = conclusion(
+                    comp,
+                    rounds=_arm_rounds(summary, base, test),
+                    diff=diff,
+                    overlap=(_mean_overlap(analysis, base), _mean_overlap(analysis, test)),
+                    parity_valid=parity_valid,
+                )
+                if c.get("status") not in ("done", None):
+                    line = f"{c.get('status')} (not complete): {line}"
+            rows.append(
+                [
+                    str(c.get("name", MISSING)),
+                    settings["mesh"],
+                    settings["seq_len"],
+                    settings["layers"],
+                    settings["prefetch"],
+                    settings["profiled"],
+                    *medians,
+                    ratio_text,
+                    ci_text,
+                    line,
+                ]
+            )
+    return Overview(headers, rows)
 
 
 def build_index(tree: Path) -> tuple[str, list[Block]]:
@@ -68,6 +253,20 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
                 "same command to finish them.",
             )
         )
+    table = overview(tree, state)
+    blocks.append(Heading("Overview"))
+    blocks.append(Table(table.headers, table.rows, numeric=False))
+    blocks.append(
+        Para(
+            "One row per experiment (per comparison when a cell has more than two arms). Mesh: FSDP over all "
+            "ranks, or HSDP replicas×shards; prefetch 0 is the library's default (FSDP2 keeps its implicit "
+            "one-unit backward prefetch; hyper and FSDP1 prefetch nothing). The times are each arm's median "
+            "of per-round medians; ratio = test / base (below 1 the test arm is faster) with its bootstrap 95% "
+            "CI over rounds. The conclusion says the verdict (a speed when the CI excludes 1, no difference "
+            "when it contains 1, cannot tell yet without a CI) and, for profiled cells, the diff's top finding "
+            "and the mean overlap of each arm."
+        )
+    )
     rows, labels, ratios, cis, invalid = [], [], [], [], []
     for c in cells:
         run_rel = c.get("run_dir")
@@ -98,6 +297,17 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
             ci = comp.get("ci95") or None
             ratio = finite(comp.get("ratio"))
             verdict = comp.get("verdict") or summary.get("verdict") or c.get("error") or MISSING
+            if ratio is not None and comp.get("base") and comp.get("test"):  # from the numbers: older
+                # summaries called a ratio without a CI "no difference detected"
+                verdict = stats.verdict_text(
+                    str(comp["base"]),
+                    str(comp["test"]),
+                    ratio,
+                    (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 and None not in ci else None,
+                    tuple(comp["rounds"])
+                    if isinstance(comp.get("rounds"), list) and len(comp["rounds"]) == 2
+                    else _arm_rounds(summary, str(comp["base"]), str(comp["test"])),
+                )
             if bad_parity:
                 verdict = "**INVALID (parity failed)** " + str(verdict)
             rows.append(
