@@ -128,6 +128,30 @@ def test_fsdp2_default_none_and_depth_set_the_prefetch_lists_torch_reads(gloo_wo
     assert ran["prefetch"]["forward"] == "explicit 2 layer(s) ahead"
 
 
+def test_fsdp2_without_backward_prefetch_trains_like_the_unsharded_model(gloo_world_of_one):
+    from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
+    from fsdpbench.data import global_batch
+    from fsdpbench.model import init_full_tensor
+
+    cfg = preset_tiny()
+    ids = global_batch(0, 0, 1, 16, cfg.vocab_size)
+    full = build_model(cfg, device="cpu")
+    with torch.no_grad():
+        for name, p in full.named_parameters():
+            p.copy_(init_full_tensor(name, tuple(p.shape), 0))
+    full(ids, labels=ids).loss.backward()
+    backend = TorchFSDP2Backend()
+    model = backend.apply(_meta_model(), backend.init_mesh("cpu", (1,)), parse_arms("torch:prefetch=none")[0])
+    backend.materialize(model, "cpu")
+    backend.load_full_params(
+        model, lambda name: init_full_tensor(name, tuple(dict(full.named_parameters())[name].shape), 0)
+    )
+    model(ids, labels=ids).loss.backward()
+    want = dict(full.named_parameters())
+    worst = max((p.grad.full_tensor() - want[n].grad).abs().max().item() for n, p in model.named_parameters())
+    assert worst <= 1e-6
+
+
 def test_fsdp1_default_none_and_one_set_its_own_knobs(gloo_world_of_one):
     from torch.distributed.fsdp import BackwardPrefetch
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -438,22 +462,19 @@ def test_report_configuration_shows_kw_env_and_what_ran():
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
 def test_ab_records_prefetch_kw_and_env_as_run(tmp_path):
-    """One 2-rank launch per arm: both arms still train like the unsharded reference, and the manifest
-    records each setting as the worker ran it."""
+    """One 2-rank launch: the arm still trains like the unsharded reference, and the manifest records
+    each setting as the worker ran it."""
     from test_arms import _ab, _assert_matches_reference
 
-    arms = "torch:bwd_prefetch=none:fsdp=upstream:env.NPU_ASD_ENABLE=0,fsdp1:prefetch=default:kw.sync_module_states=false"
-    run_dir, steps = _ab(tmp_path, arms)
+    arm = "fsdp1-prefetchdefault"
+    run_dir, steps = _ab(tmp_path, "fsdp1:prefetch=default:kw.sync_module_states=false:env.NPU_ASD_ENABLE=0")
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    for label in ("torch-bwdnone-upstream", "fsdp1-prefetchdefault"):
-        _assert_matches_reference(run_dir, steps[label], label, rows=2)
-    by_label = {a["label"]: a for a in manifest["arms"]}
-    assert by_label["torch-bwdnone-upstream"]["env"] == {"NPU_ASD_ENABLE": "0"}
-    assert by_label["fsdp1-prefetchdefault"]["kw"] == {"sync_module_states": False}  # typed, not "false"
-    call = manifest["interpreters"]["fsdp1-prefetchdefault"]["sharding_call"]
+    _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+    (entry,) = manifest["arms"]
+    assert entry["label"] == arm and entry["env"] == {"NPU_ASD_ENABLE": "0"}
+    assert entry["kw"] == {"sync_module_states": False}  # typed from the signature, not "false"
+    call = manifest["interpreters"][arm]["sharding_call"]
     assert call["function"] == "torch.distributed.fsdp.FullyShardedDataParallel"
-    ran = manifest["backends"]
-    assert ran["torch-bwdnone-upstream"]["fully_shard"] == "torch.distributed.fsdp.fully_shard"
-    assert ran["torch-bwdnone-upstream"]["prefetch"]["backward"] == "none (each unit prefetches only itself)"
-    assert ran["fsdp1-prefetchdefault"]["prefetch"]["backward"] == "1 unit (BACKWARD_PRE, FSDP1 default)"
-    assert ran["fsdp1-prefetchdefault"]["kw"] == {"sync_module_states": False}
+    ran = manifest["backends"][arm]
+    assert ran["prefetch"]["backward"] == "1 unit (BACKWARD_PRE, FSDP1 default)"
+    assert ran["kw"] == {"sync_module_states": False}
