@@ -473,7 +473,10 @@ def _what_ran_table(backends: dict[str, Any]) -> Table | None:
         call = facts.get("fully_shard") or facts.get("api") or facts.get("library") or MISSING
         patches = [
             name
-            for name, key in (("import", "torch_npu_import_patch"), ("fully_shard", "torch_npu_enhance_patch"))
+            for name, key in (
+                ("import", "torch_npu_import_patch"),
+                ("fully_shard", "torch_npu_enhance_patch"),
+            )
             if facts.get(key)
         ]
         prefetch = facts.get("prefetch") if isinstance(facts.get("prefetch"), dict) else {}
