@@ -128,6 +128,42 @@ def test_fsdp2_default_none_and_depth_set_the_prefetch_lists_torch_reads(gloo_wo
     assert ran["prefetch"]["forward"] == "explicit 2 layer(s) ahead"
 
 
+@pytest.mark.parametrize(
+    "spec, ahead",
+    [("torch", [1]), ("torch:prefetch=none", []), ("torch:bwd_prefetch=2", [1, 2])],
+)
+def test_fsdp2_backward_prefetch_gathers_what_the_setting_says(gloo_world_of_one, spec, ahead):
+    """When layer i's backward starts, the earlier layers FSDP2 has begun to gather (its own param-group
+    state: a pending all-gather result or unsharded) are exactly i-1..i-d: d=1 for the implicit default,
+    none for ``prefetch=none``, 2 for ``bwd_prefetch=2``."""
+    from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
+    from fsdpbench.data import global_batch
+    from fsdpbench.model import init_full_tensor
+
+    cfg = preset_tiny()
+    backend = TorchFSDP2Backend()
+    model = backend.apply(_meta_model(), backend.init_mesh("cpu", (1,)), parse_arms(spec)[0])
+    backend.materialize(model, "cpu")
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    backend.load_full_params(model, lambda name: init_full_tensor(name, shapes[name], 0))
+    layers = list(model.model.layers)
+    gathering: dict[int, list[int]] = {}
+
+    def started(j: int) -> bool:
+        group = layers[j]._get_fsdp_state()._fsdp_param_group
+        return group._all_gather_result is not None or group.is_unsharded
+
+    for i, layer in enumerate(layers):  # fires after FSDP's pre-backward of layer i (its output's hook)
+        layer.mlp.register_full_backward_pre_hook(
+            lambda m, g, i=i: gathering.__setitem__(i, [i - j for j in range(i) if started(j)])
+        )
+    ids = global_batch(0, 0, 1, 16, cfg.vocab_size)
+    model(ids, labels=ids).loss.backward()
+    assert sorted(gathering) == list(range(len(layers)))
+    for i, back in gathering.items():
+        assert sorted(back) == [d for d in ahead if i - d >= 0], (spec, i, back)
+
+
 def test_fsdp2_without_backward_prefetch_trains_like_the_unsharded_model(gloo_world_of_one):
     from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
     from fsdpbench.data import global_batch
