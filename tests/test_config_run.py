@@ -84,7 +84,7 @@ def test_study_configs_resolve_to_8_npus_full_shape(name, with_hyper):
     [
         ({"arms": "jax"}, "unknown backend 'jax'"),
         ({"arms": "torch:depth=2"}, "unknown option 'depth'"),
-        ({"arms": "torch:prefetch=two"}, "expects int"),
+        ({"arms": "torch:prefetch=two"}, "prefetch='two'; use default, none or a depth N >= 0"),
         ({"arms": "torch:prefetch"}, "is not key=value"),
         ({"arms": "torch", "mesh": "3"}, "covers 3 ranks but the world size is 2"),
         ({"arms": "torch:mesh=2x2"}, "covers 4 ranks"),

@@ -52,7 +52,9 @@ def deepspeed_config(arm: Arm, largest_layer_numel: int) -> dict[str, Any]:
       parameter after use); false: reuse distance and ``stage3_max_live_parameters`` of 1e12 elements
       (keep what forward gathered for backward);
     * ``prefetch`` d >= 1: ``overlap_comm`` on and ``stage3_prefetch_bucket_size`` = d × the largest
-      decoder layer's parameter count (``largest_layer_numel``); 0: no prefetch bucket, no overlap;
+      decoder layer's parameter count (``largest_layer_numel``); 0 or ``none``: no prefetch bucket, no
+      overlap; ``default``: neither key set (DeepSpeed's own). One bucket serves both directions, so
+      ``config.Arm`` refuses different forward and backward settings;
     * ``param_dtype`` bfloat16: ``bf16.enabled`` with ``communication_data_type`` = ``reduce_dtype``
       (float16 and bf16 reduction of fp32 parameters are refused in ``config.Arm``).
 
@@ -68,9 +70,12 @@ def deepspeed_config(arm: Arm, largest_layer_numel: int) -> dict[str, Any]:
         "stage3_param_persistence_threshold": 0,
         "stage3_max_reuse_distance": 0 if arm.reshard_after_forward else keep,
         "stage3_max_live_parameters": 10**9 if arm.reshard_after_forward else keep,
-        "stage3_prefetch_bucket_size": arm.prefetch * largest_layer_numel,
-        "overlap_comm": arm.prefetch >= 1,
     }
+    depth = arm.prefetch_directions()[0]  # == backward (one bucket)
+    if depth != "default":
+        depth = depth if isinstance(depth, int) else 0
+        zero["stage3_prefetch_bucket_size"] = depth * largest_layer_numel
+        zero["overlap_comm"] = depth >= 1
     zero.update(arm.backend_options)
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 1,
@@ -105,6 +110,8 @@ class DeepSpeedZero3Backend(Backend):
             LaunchError: deepspeed is not importable (one line: how to install it).
         """
         if device_type == "cpu":
+            if os.environ.get("DS_ACCELERATOR", "cpu") != "cpu":
+                log.warning("DS_ACCELERATOR=%s replaced by cpu on a CPU run", os.environ["DS_ACCELERATOR"])
             os.environ["DS_ACCELERATOR"] = "cpu"
         try:
             import deepspeed  # noqa: F401
@@ -193,4 +200,9 @@ class DeepSpeedZero3Backend(Backend):
             version = importlib.metadata.version("deepspeed")
         except importlib.metadata.PackageNotFoundError:
             version = None
-        return {"library": "deepspeed", "version": version, "config": self.config}
+        from fsdpbench.config.arms import prefetch_statement
+
+        facts: dict[str, Any] = {"library": "deepspeed", "version": version, "config": self.config}
+        if self._arm is not None:
+            facts["prefetch"] = prefetch_statement("deepspeed", *self._arm.prefetch_directions())
+        return facts

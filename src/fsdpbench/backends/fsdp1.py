@@ -8,8 +8,10 @@ The plan of ``backends/plan.py`` with FSDP1's own knobs (facts checked on CPU/gl
 * ``reshard_after_forward`` true/false = ``FULL_SHARD`` / ``SHARD_GRAD_OP`` (HSDP: ``HYBRID_SHARD`` /
   ``_HYBRID_SHARD_ZERO2`` on a 2-D ``(replicate, shard)`` mesh). FSDP1 never frees the root after
   forward, like the plan's ``reshard_after_forward=False`` for the root;
-* prefetch 1 = ``forward_prefetch=True`` + ``BackwardPrefetch.BACKWARD_PRE``; prefetch 0 turns both off
-  (FSDP1's default would prefetch in backward); FSDP1 has no deeper prefetch. FSDP1 prefetches the next
+* prefetch per direction: forward 1 = ``forward_prefetch=True``, backward 1 = ``BackwardPrefetch.BACKWARD_PRE``,
+  ``none`` turns a direction off (``False`` / ``None``), ``default`` leaves the keyword out (FSDP1's own:
+  no forward, ``BACKWARD_PRE`` backward); ``prefetch=0`` turns both off, as before; FSDP1 has no deeper
+  prefetch (``config.Arm`` refuses N > 1). FSDP1 prefetches the next
   *unit* in its recorded execution order, so with ``unit=module`` prefetch 1 is one module unit ahead
   (FSDP2's plan prefetches a whole layer of module units);
 * ``unit=module``: one ``FullyShardedDataParallel`` per module of ``plan.module_units`` (innermost first,
@@ -64,6 +66,8 @@ class FSDP1Backend(Backend):
         from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+        from fsdpbench.config.arms import prefetch_statement
+
         hybrid = mesh is not None
         keep = ShardingStrategy._HYBRID_SHARD_ZERO2 if hybrid else ShardingStrategy.SHARD_GRAD_OP
         if arm.reshard_after_forward:
@@ -79,10 +83,15 @@ class FSDP1Backend(Backend):
             device_id=device,
             param_init_fn=lambda m: m.to_empty(device=device, recurse=False),
             use_orig_params=True,
-            forward_prefetch=arm.prefetch >= 1,
-            backward_prefetch=BackwardPrefetch.BACKWARD_PRE if arm.prefetch >= 1 else None,
             limit_all_gathers=True,
+            **arm.kw,
         )
+        forward, backward = arm.prefetch_directions()
+        if forward != "default":
+            common["forward_prefetch"] = forward == 1
+        if backward != "default":
+            common["backward_prefetch"] = BackwardPrefetch.BACKWARD_PRE if backward == 1 else None
+        self._ran = {"prefetch": prefetch_statement("fsdp1", forward, backward), "kw": dict(arm.kw)}
         if hybrid:
             common["device_mesh"] = mesh
         if arm.unit == "module":
@@ -134,7 +143,13 @@ class FSDP1Backend(Backend):
         return {clean_name(k): v.detach().cpu().clone() for k, v in state.items()}
 
     def describe(self) -> dict[str, Any]:
-        return {"library": "torch", "api": "FullyShardedDataParallel", "version": torch.__version__}
+        """torch's version; prefetch and ``kw.`` as run."""
+        return {
+            "library": "torch",
+            "api": "FullyShardedDataParallel",
+            "version": torch.__version__,
+            **getattr(self, "_ran", {}),
+        }
 
     def _device(self) -> torch.device:
         kind = getattr(self, "_device_type", "cpu")

@@ -212,15 +212,22 @@ class HyperBackend(Backend):
             param_dtype=getattr(torch, arm.param_dtype), reduce_dtype=getattr(torch, arm.reduce_dtype)
         )
         common = dict(mesh=mesh, shard_placement_fn=placement, mp_policy=mp, device=self._device, **extra)
+        forward, backward = arm.prefetch_directions()
         with _forward_shard_placement_fn(placement):
             units = apply_plan(
                 model,
                 fully_shard,
                 reshard_after_forward=arm.reshard_after_forward,
-                prefetch=arm.prefetch,
+                forward=forward,
+                backward=backward,
+                implicit_backward=False,  # hyper_parallel prefetches only what it is given
                 unit=arm.unit,
                 **common,
+                **arm.kw,
             )
+        from fsdpbench.config.arms import prefetch_statement
+
+        self._ran = {"prefetch": prefetch_statement("hyper", forward, backward), "kw": dict(arm.kw)}
         model.register_forward_hook(_expose_dataclass_output, prepend=True)
         self._wrapped, self._owners = units, {}
         return model
@@ -278,7 +285,7 @@ class HyperBackend(Backend):
 
     def describe(self) -> dict[str, Any]:
         """``{"library", "version", "commit", "source"}`` of the installed hyper_parallel, for the manifest."""
-        return {"library": "hyper_parallel", **(hyper_parallel_info() or {})}
+        return {"library": "hyper_parallel", **(hyper_parallel_info() or {}), **getattr(self, "_ran", {})}
 
     def _owner(self, param: torch.nn.Parameter) -> Any:
         owner = self._owners.get(id(param))

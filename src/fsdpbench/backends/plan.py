@@ -8,7 +8,9 @@ Plan (identical for every arm, documented in the README):
    separate ``[norm, lm_head]`` unit is not used for either arm;
 3. ``reshard_after_forward`` = the arm's bool for layers, ``False`` for the root (both libraries
    are given explicit bools);
-4. prefetch depth d: layer i prefetches layers i+1..i+d in forward and i-1..i-d in backward;
+4. prefetch depth d: layer i prefetches layers i+1..i+d in forward and i-1..i-d in backward (each
+   direction its own depth, ``fwd_prefetch``/``bwd_prefetch``); ``default`` leaves the library's own
+   behaviour, ``none`` turns off an implicit one (FSDP2's backward; see ``apply_plan``);
 5. each parameter is sharded on dim 0, unless dim 0 does not divide by the shard size (hyper_parallel
    refuses uneven shards, e.g. the ``[1, H]`` shared_expert_gate), then on the first dim that does.
 
@@ -53,6 +55,11 @@ def prefetch_targets(num_layers: int, index: int, depth: int) -> tuple[list[int]
     return forward, backward
 
 
+def depth_of(setting: int | str) -> int:
+    """The explicit chain depth of one direction's prefetch setting (``default``/``none``: 0)."""
+    return setting if isinstance(setting, int) else 0
+
+
 def _post_order(module: Any, name: str = "") -> Iterator[tuple[str, Any]]:
     for child_name, child in module.named_children():
         if child_name in CALLED_BY_PARENT.get(type(module).__name__, ()):
@@ -91,13 +98,21 @@ def apply_plan(
     fully_shard: Callable[..., Any],
     *,
     reshard_after_forward: bool,
-    prefetch: int,
+    forward: int | str,
+    backward: int | str,
+    implicit_backward: bool,
     unit: Literal["layer", "module"] = "layer",
     **kwargs: Any,
 ) -> list[Any]:
     """Wrap ``model`` with a backend's ``fully_shard`` in plan order (rules 1–4): with ``unit="module"``
     first every parameter-holding module (``module_units``), then each decoder layer with the arm's
     ``reshard_after_forward``, then the root with ``False``; then the explicit prefetch chains.
+
+    ``forward``/``backward`` are the arm's prefetch settings (``Arm.prefetch_directions``): a depth N
+    sets layer chains; ``default`` sets nothing (the library's own behaviour); ``none`` sets nothing
+    too, except where the library prefetches implicitly (``implicit_backward``: FSDP2, whose units
+    prefetch the previous unit in backward unless given a non-empty list, so every unit is given a list
+    of only itself; an empty list would keep the implicit prefetch).
 
     ``kwargs`` (mesh, mixed precision, placement, ...) go to every ``fully_shard`` call. Returns the shard
     units in order (module units, layers, then the root).
@@ -118,10 +133,15 @@ def apply_plan(
     if inner:
         ids = {id(m) for m in inner}
         in_layer = [[m for m in layer.modules() if id(m) in ids] for layer in layers]
+    units = [*inner, *layers, model]
+    if backward == "none" and implicit_backward:
+        for unit_module in units:
+            unit_module.set_modules_to_backward_prefetch([unit_module])
     for i, layer in enumerate(layers):
-        forward, backward = prefetch_targets(len(layers), i, prefetch)
-        if forward:
-            layer.set_modules_to_forward_prefetch([m for j in forward for m in in_layer[j]])
-        if backward:
-            layer.set_modules_to_backward_prefetch([m for j in backward for m in in_layer[j]])
-    return [*inner, *layers, model]
+        ahead = prefetch_targets(len(layers), i, depth_of(forward))[0]
+        back = prefetch_targets(len(layers), i, depth_of(backward))[1]
+        if ahead:
+            layer.set_modules_to_forward_prefetch([m for j in ahead for m in in_layer[j]])
+        if back:
+            layer.set_modules_to_backward_prefetch([m for j in back for m in in_layer[j]])
+    return units

@@ -1,16 +1,86 @@
-"""PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``) behind the common plan (backends/plan.py)."""
+"""PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``) behind the common plan (backends/plan.py).
+
+On NPU the arm shards with torch_npu's ``fully_shard`` (``torch_npu.distributed.fsdp.fully_shard``,
+torch_npu 26.x releases) unless ``fsdp=upstream``. Facts from torch_npu's source
+(github.com/Ascend/pytorch, ``torch_npu/distributed/fsdp/_add_fsdp_patch.py`` at v2.9.0-26.1.0,
+commit 323a8176b6fadd58adfe265524a1865a862a7a44):
+
+* ``import torch_npu`` applies ``_apply_fsdp_patch`` process-wide ("essential patch to run on NPU":
+  ``FSDPParamGroup.finalize_backward`` waits on the NPU stream, its own all-gather copy-in); every FSDP2
+  arm on NPU runs with it, upstream included, and ``describe`` records it;
+* torch_npu's ``fully_shard(*args, **kwargs)`` applies ``_apply_fsdp_enhance_patch`` on its first call
+  (``_FSDP_ENHANCE_PATCH_APPLIED``): a memory cache for all-gather/reduce-scatter buffers (used only by
+  modules with ``_use_mem_cache = True``; fsdpbench sets none), a forward-prefetch backup and no
+  repeated post-forward when a layer is recomputed in backward. It patches FSDP2's classes, so it would
+  reach an upstream call made later in the same process: ``fsdp=upstream`` never calls torch_npu's
+  function and refuses to run if the patch is on anyway. Then it calls torch's ``fully_shard``.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fsdpbench.backends.base import Backend
 from fsdpbench.backends.plan import apply_plan, shard_dim
+from fsdpbench.errors import LaunchError
 
 if TYPE_CHECKING:
     from fsdpbench.config import Arm
+
+log = logging.getLogger(__name__)
+
+UPSTREAM = "torch.distributed.fsdp.fully_shard"
+NPU = "torch_npu.distributed.fsdp.fully_shard"
+NPU_PATCH_MODULE = "torch_npu.distributed.fsdp._add_fsdp_patch"
+
+
+def npu_fully_shard() -> Callable[..., Any] | None:
+    """torch_npu's ``fully_shard``, or None where torch_npu or its function is absent."""
+    try:
+        from torch_npu.distributed.fsdp import fully_shard
+    except ImportError:
+        return None
+    return fully_shard
+
+
+def select_fully_shard(choice: str, device_type: str) -> tuple[Callable[..., Any], str]:
+    """(the ``fully_shard`` to call, its import path) for the arm option ``fsdp`` on ``device_type``.
+
+    Raises:
+        LaunchError: ``fsdp=npu`` where torch_npu has no ``fully_shard`` (one line: what to do).
+    """
+    if choice != "upstream" and (choice == "npu" or device_type == "npu"):
+        function = npu_fully_shard()
+        if function is not None:
+            return function, NPU
+        if choice == "npu":
+            raise LaunchError(
+                f"torch arm: fsdp=npu, but {NPU} is not importable here (torch_npu absent, or older than its "
+                "26.x releases); install a torch_npu that has it or use fsdp=upstream"
+            )
+    from torch.distributed.fsdp import fully_shard
+
+    return fully_shard, UPSTREAM
+
+
+def npu_patch_state() -> dict[str, Any]:
+    """Which of torch_npu's FSDP2 patches are on in this process (None: torch_npu not imported)."""
+    import sys
+
+    if "torch_npu" not in sys.modules:
+        return {"torch_npu_import_patch": None, "torch_npu_enhance_patch": None}
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    patch = sys.modules.get(NPU_PATCH_MODULE)
+    finalize = getattr(FSDPParamGroup.finalize_backward, "__module__", "") or ""
+    return {
+        "torch_npu_import_patch": finalize.startswith("torch_npu"),
+        "torch_npu_enhance_patch": bool(getattr(patch, "_FSDP_ENHANCE_PATCH_APPLIED", False)),
+    }
 
 
 def mesh_dim_names(ndim: int) -> tuple[str, ...]:
@@ -23,6 +93,9 @@ class TorchFSDP2Backend(Backend):
 
     name = "torch"
 
+    def __init__(self) -> None:
+        self._ran: dict[str, Any] = {}
+
     def init_mesh(self, device_type: str, mesh_shape: tuple[int, ...]) -> Any:
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -31,9 +104,24 @@ class TorchFSDP2Backend(Backend):
         )
 
     def apply(self, model: torch.nn.Module, mesh: Any, arm: Arm) -> torch.nn.Module:
-        """Shard each decoder layer, then the root (embed_tokens, norm, lm_head); set prefetch chains."""
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        """Shard each decoder layer, then the root (embed_tokens, norm, lm_head); set prefetch chains.
+
+        Raises:
+            LaunchError: ``fsdp=npu`` without torch_npu's function, or ``fsdp=upstream`` in a process
+                where torch_npu's enhancement patch is already on.
+        """
+        from torch.distributed.fsdp import MixedPrecisionPolicy
         from torch.distributed.tensor import Shard
+
+        from fsdpbench.config.arms import prefetch_statement
+
+        fully_shard, path = select_fully_shard(arm.fsdp, mesh.device_type)
+        if path == UPSTREAM and npu_patch_state()["torch_npu_enhance_patch"]:
+            raise LaunchError(
+                f"arm {arm.label!r}: upstream FSDP2 asked for, but torch_npu's FSDP2 enhancement patch is "
+                "already applied in this process; upstream FSDP2 cannot be measured here"
+            )
+        forward, backward = arm.prefetch_directions()
 
         shard_size = mesh.size(mesh.ndim - 1)
         common = {
@@ -47,10 +135,20 @@ class TorchFSDP2Backend(Backend):
             model,
             fully_shard,
             reshard_after_forward=arm.reshard_after_forward,
-            prefetch=arm.prefetch,
+            forward=forward,
+            backward=backward,
+            implicit_backward=True,
             unit=arm.unit,
             **common,
+            **arm.kw,
         )
+        self._ran = {
+            "fully_shard": path,
+            "fsdp": arm.fsdp,
+            **npu_patch_state(),
+            "prefetch": prefetch_statement("torch", forward, backward),
+            "kw": dict(arm.kw),
+        }
         return model
 
     def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
@@ -70,4 +168,5 @@ class TorchFSDP2Backend(Backend):
         return param.full_tensor()
 
     def describe(self) -> dict[str, Any]:
-        return {"library": "torch", "version": torch.__version__}
+        """torch's version, which ``fully_shard`` ran, torch_npu's patches, prefetch and ``kw.`` as run."""
+        return {"library": "torch", "version": torch.__version__, **self._ran}

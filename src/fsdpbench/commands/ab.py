@@ -65,7 +65,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         g.add_argument(
             "--arms",
             help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
-            "hyper; python=PATH runs an arm in another venv), e.g. torch,hyper:prefetch=2 (default: "
+            "hyper; python=PATH runs an arm in another venv; fwd_prefetch=/bwd_prefetch=, fsdp=upstream|npu, "
+            "kw.NAME=VALUE, env.NAME=VALUE: docs/arms.md), e.g. torch,hyper:prefetch=2 (default: "
             "torch,fsdp1, plus deepspeed and hyper when importable)",
         )
     else:
@@ -87,7 +88,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     g.add_argument("--optimizer", choices=OPTIMIZERS, help="sgd (default; exact parity) or adamw")
     g.add_argument("--lr", type=float, help="learning rate (default 1e-3)")
     a = parser.add_argument_group("arm options shared by all arms (an arm's own key=value wins)")
-    a.add_argument("--prefetch", type=int, help="explicit layer prefetch depth, 0 = none (env PREFETCH)")
+    a.add_argument(
+        "--prefetch",
+        help="prefetch of both directions: N layers, default (the library's own), none, or 0 = no explicit "
+        "prefetch (FSDP2: its implicit 1-unit backward; fsdp1/deepspeed: none) (env PREFETCH)",
+    )
     a.add_argument("--mesh", help="N (1D FSDP) or RxS (HSDP replicate x shard), e.g. 2x4")
     a.add_argument("--reshard-after-forward", type=_bool, metavar="BOOL", help="reshard layers after forward")
     a.add_argument("--param-dtype", choices=DTYPES, help="mixed-precision parameter dtype")

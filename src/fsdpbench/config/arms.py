@@ -27,6 +27,37 @@ DEEPSPEED_KNOBS: dict[str, type] = {
 """DeepSpeed ZeRO-3 knobs a ``deepspeed`` arm may set (``zero_optimization`` keys), with their types."""
 BACKEND_OPTIONS: dict[str, dict[str, type]] = {"deepspeed": DEEPSPEED_KNOBS}
 """Backend-specific arm options by backend (allow-lists); they go to ``Arm.backend_options``."""
+FsdpChoice = Literal["auto", "upstream", "npu"]
+Depth = int | Literal["default", "none"]
+"""A prefetch setting of one direction: the library's own default, none at all, or N units/layers ahead."""
+PLAN_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "torch": ("module", "mesh", "reshard_after_forward", "mp_policy", "shard_placement_fn"),
+    "hyper": ("module", "mesh", "reshard_after_forward", "mp_policy", "shard_placement_fn", "device"),
+    "fsdp1": (
+        "module",
+        "process_group",
+        "sharding_strategy",
+        "auto_wrap_policy",
+        "backward_prefetch",
+        "mixed_precision",
+        "param_init_fn",
+        "device_id",
+        "forward_prefetch",
+        "limit_all_gathers",
+        "use_orig_params",
+        "device_mesh",
+    ),
+}
+"""Keywords of each backend's sharding call that the plan (or another arm option) sets: ``kw.`` refuses them."""
+SHARDING_CALLS: dict[str, str] = {
+    "torch": "torch.distributed.fsdp.fully_shard",
+    "hyper": "hyper_parallel.core.fully_shard.fully_shard",
+    "fsdp1": "torch.distributed.fsdp.FullyShardedDataParallel",
+}
+"""The function whose signature ``kw.`` options are checked against (torch_npu's ``fully_shard`` takes
+``*args, **kwargs`` and passes them on to torch's, so the torch arm is checked against torch's)."""
+BACKEND_SET_ENV: dict[str, dict[str, str]] = {"hyper": {"HYPER_PARALLEL_PLATFORM": "torch"}}
+"""Variables a backend's worker always sets (``env.`` may not set another value)."""
 
 
 @dataclass(kw_only=True)
@@ -36,8 +67,19 @@ class Arm:
     backend: Backend
     """``torch`` (PyTorch FSDP2 ``fully_shard``), ``fsdp1`` (PyTorch ``FullyShardedDataParallel``),
     ``deepspeed`` (DeepSpeed ZeRO stage 3) or ``hyper`` (hyper_parallel ``fully_shard``, Torch backend)."""
-    prefetch: int = 0
-    """Explicit forward+backward layer prefetch depth; 0 = none."""
+    prefetch: int | str = 0
+    """Prefetch of both directions: N >= 1 layers ahead, ``default`` (the library's own), ``none`` (no
+    prefetch at all), or 0: no explicit prefetch set by fsdpbench, as before per-direction options
+    existed (FSDP2 and hyper: the library default; fsdp1 and deepspeed: none). Stored as 0 or N; the
+    words go to ``fwd_prefetch``/``bwd_prefetch``."""
+    fwd_prefetch: str = ""
+    """Forward prefetch (``default``, ``none`` or N >= 1); empty = from ``prefetch``."""
+    bwd_prefetch: str = ""
+    """Backward prefetch (``default``, ``none`` or N >= 1); empty = from ``prefetch``."""
+    fsdp: FsdpChoice = "auto"
+    """torch only: which ``fully_shard`` runs. ``auto``: torch_npu's
+    (``torch_npu.distributed.fsdp.fully_shard``) on NPU when torch_npu has it, else upstream;
+    ``upstream``: ``torch.distributed.fsdp.fully_shard`` everywhere; ``npu``: torch_npu's or an error."""
     reshard_after_forward: bool = True
     """Always a bool: the two libraries read ``None`` differently."""
     unit: Unit = "layer"
@@ -55,20 +97,107 @@ class Arm:
     """Interpreter that runs this arm's ranks (another venv); empty = the launcher's own."""
     backend_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The backend's own knobs (``BACKEND_OPTIONS``), e.g. DeepSpeed's ``reduce_bucket_size``."""
+    kw: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``kw.NAME=VALUE``: keywords passed to every call of the arm's sharding function (text until the
+    launcher types them from the signature in the arm's interpreter: ``interpreters.type_keywords``)."""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    """``env.NAME=VALUE``: environment variables of this arm's launches only (they win over the shell's
+    and over the launcher's defaults; see docs/arms.md)."""
     label: str = ""
     """Unique name of the arm in results and reports (derived from the spec when empty)."""
 
     def __post_init__(self) -> None:
+        self._normalize_prefetch()
         self.validate()
         if not self.label:
             self.label = self.default_label()
+
+    def _normalize_prefetch(self) -> None:
+        """``prefetch`` as 0 or N; its words (``default``/``none``) into the unset direction options."""
+        what = f"arm {self.label or self.backend!r}"
+        if isinstance(self.prefetch, str):
+            text = self.prefetch.strip().lower()
+            if text in ("default", "none"):
+                self.fwd_prefetch = self.fwd_prefetch or text
+                self.bwd_prefetch = self.bwd_prefetch or text
+                self.prefetch = 0
+            else:
+                try:
+                    self.prefetch = int(text)
+                except ValueError:
+                    raise ConfigError(
+                        f"{what}: prefetch={self.prefetch!r}; use default, none or a depth N >= 0"
+                    ) from None
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0:
+            raise ConfigError(
+                f"{what}: prefetch must be default, none or a depth N >= 0, got {self.prefetch!r}"
+            )
+        for name in ("fwd_prefetch", "bwd_prefetch"):
+            value = getattr(self, name)
+            text = str(value).strip().lower() if not isinstance(value, bool) else "?"
+            if text in ("", "default", "none") or (text.isdigit() and int(text) >= 1):
+                setattr(self, name, str(int(text)) if text.isdigit() else text)
+            elif text == "0":
+                raise ConfigError(
+                    f"{what}: {name}=0 is ambiguous; write none (no prefetch at all) or default "
+                    "(the library's own)"
+                )
+            else:
+                raise ConfigError(f"{what}: {name}={value!r}; use default, none or a depth N >= 1")
+
+    def prefetch_directions(self) -> tuple[Depth, Depth]:
+        """(forward, backward) prefetch as run: ``"default"``, ``"none"`` or a depth N >= 1."""
+
+        def depth(text: str) -> Depth:
+            return int(text) if text.isdigit() else text  # type: ignore[return-value]
+
+        if self.prefetch:
+            base: tuple[Depth, Depth] = (int(self.prefetch), int(self.prefetch))
+        else:
+            base = PREFETCH_ZERO[self.backend]
+        return (
+            depth(self.fwd_prefetch) if self.fwd_prefetch else base[0],
+            depth(self.bwd_prefetch) if self.bwd_prefetch else base[1],
+        )
+
+    def _validate_kw_env(self) -> None:
+        what = f"arm {self.label or self.backend!r}"
+        if self.kw and self.backend not in SHARDING_CALLS:
+            raise ConfigError(
+                f"{what}: kw.{next(iter(self.kw))}: the {self.backend} arm has no sharding call to pass "
+                f"keywords to; use its own knobs ({', '.join(BACKEND_OPTIONS.get(self.backend, {}))})"
+            )
+        for key in self.kw:
+            if not key.isidentifier():
+                raise ConfigError(f"{what}: kw.{key} is not a keyword name")
+            if key in PLAN_KEYWORDS.get(self.backend, ()):
+                raise ConfigError(
+                    f"{what}: kw.{key} is set by fsdpbench's sharding plan (or another arm option) and cannot "
+                    f"be passed; the plan sets {', '.join(PLAN_KEYWORDS[self.backend])}"
+                )
+        if self.comm_fusion and "comm_fusion" in self.kw:
+            raise ConfigError(f"{what}: comm_fusion is set twice (comm_fusion and kw.comm_fusion); keep one")
+        for key, value in self.env.items():
+            if not key or not (key.replace("_", "a").isalnum() and not key[0].isdigit()):
+                raise ConfigError(f"{what}: env.{key} is not an environment variable name")
+            forced = BACKEND_SET_ENV.get(self.backend, {}).get(key)
+            if forced is not None and value != forced:
+                raise ConfigError(
+                    f"{what}: env.{key}={value}, but the {self.backend} arm always runs with {key}={forced}; "
+                    f"drop env.{key}"
+                )
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the option and the allowed values."""
         if self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}")
-        if self.prefetch < 0:
-            raise ConfigError(f"arm option prefetch must be >= 0, got {self.prefetch}")
+        if self.fsdp not in get_args(FsdpChoice):
+            raise ConfigError(
+                f"arm option fsdp={self.fsdp!r}; choose one of: {', '.join(get_args(FsdpChoice))}"
+            )
+        if self.fsdp != "auto" and self.backend != "torch":
+            raise ConfigError(f"arm option fsdp={self.fsdp} applies to the torch backend only")
+        self._validate_kw_env()
         for name in ("param_dtype", "reduce_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ConfigError(
@@ -94,18 +223,29 @@ class Arm:
     def _validate_backend_rules(self) -> None:
         """Refuse option combinations a backend has no faithful equivalent for."""
         what = f"arm {self.label or self.backend!r}"
+        forward, backward = self.prefetch_directions()
         if self.backend == "fsdp1":
-            if self.prefetch > 1:
-                raise ConfigError(
-                    f"{what}: prefetch={self.prefetch}, but FSDP1 prefetches at most one unit ahead "
-                    "(forward_prefetch + BACKWARD_PRE); use prefetch=0 or 1 for the fsdp1 arm"
-                )
+            for name, value in (
+                ("prefetch", self.prefetch),
+                ("fwd_prefetch", forward),
+                ("bwd_prefetch", backward),
+            ):
+                if isinstance(value, int) and value > 1:
+                    raise ConfigError(
+                        f"{what}: {name}={value}, but FSDP1 prefetches at most one unit ahead per direction "
+                        "(forward_prefetch, BACKWARD_PRE); use 0, 1, none or default for the fsdp1 arm"
+                    )
             if self.mesh and len(parse_mesh(self.mesh)) == 2 and parse_mesh(self.mesh)[1] == 1:
                 raise ConfigError(
                     f"{what}: mesh {self.mesh} has shard size 1; FSDP1's HYBRID_SHARD then silently becomes "
                     "NO_SHARD and the replicas drift apart; use a shard size of at least 2 (RxS with S >= 2)"
                 )
         if self.backend == "deepspeed":
+            if forward != backward:
+                raise ConfigError(
+                    f"{what}: fwd_prefetch={forward} and bwd_prefetch={backward}, but DeepSpeed ZeRO-3 has one "
+                    "prefetch bucket for both directions; set prefetch=default|none|N for the deepspeed arm"
+                )
             if self.unit != "layer":
                 raise ConfigError(
                     f"{what}: unit={self.unit}, but DeepSpeed ZeRO-3 has no wrapping knob (it gathers per module "
@@ -131,12 +271,21 @@ class Arm:
     def default_label(self) -> str:
         parts = [self.backend]
         defaults = {f.name: f.default for f in dataclasses.fields(Arm)}
+        same = self.fwd_prefetch == self.bwd_prefetch and not self.prefetch
         for name in ARM_OPTION_FIELDS:
             if name in ("python", "label"):  # the interpreter is named below; the label is what this builds
                 continue
             value = getattr(self, name)
+            if name == "fwd_prefetch" and same and value:
+                parts.append(f"prefetch{value}")  # prefetch=none|default, both directions
+                continue
+            if name == "bwd_prefetch" and same:
+                continue
             if value != defaults[name]:
                 short = {
+                    "fsdp": "",
+                    "fwd_prefetch": "fwd",
+                    "bwd_prefetch": "bwd",
                     "reshard_after_forward": "raf",
                     "param_dtype": "pdt",
                     "reduce_dtype": "rdt",
@@ -171,6 +320,9 @@ class Arm:
 
 ARM_OPTION_FIELDS = (
     "prefetch",
+    "fwd_prefetch",
+    "bwd_prefetch",
+    "fsdp",
     "reshard_after_forward",
     "unit",
     "mesh",
@@ -185,6 +337,53 @@ ARM_OPTION_FIELDS = (
 
 ARM_TYPES: dict[str, Any] = field_types(Arm)
 """Each ``Arm`` field's type (``Literal`` for the closed choices), for ``coerce``."""
+PREFETCH_ZERO: dict[str, tuple[Depth, Depth]] = {
+    "torch": ("default", "default"),
+    "hyper": ("default", "default"),
+    "fsdp1": ("none", "none"),
+    "deepspeed": ("none", "none"),
+}
+"""(forward, backward) of ``prefetch=0``: no explicit prefetch set by fsdpbench, as it always meant.
+For FSDP2 that is its default (an implicit one-unit backward prefetch); hyper_parallel's default is no
+prefetch; the fsdp1 and deepspeed arms turned theirs off (FSDP1's default prefetches one unit backward,
+DeepSpeed's a 5e7-element bucket)."""
+
+
+def prefetch_statement(backend: str, forward: Depth, backward: Depth) -> dict[str, str]:
+    """What an arm's prefetch setting does, in words: ``{"forward": ..., "backward": ...}``."""
+    if backend == "deepspeed":  # one bucket for both directions (forward == backward, see validate)
+        text = {
+            "default": "DeepSpeed default (bucket of 5e7 elements, overlap_comm on for ZeRO-3)",
+            "none": "none (stage3_prefetch_bucket_size 0, overlap_comm off)",
+        }.get(str(forward), f"bucket of {forward} x the largest layer's parameters, overlap_comm on")
+        return {"forward": text, "backward": text}
+    if backend == "fsdp1":
+        fwd = {
+            "default": "none (forward_prefetch=False, FSDP1 default)",
+            "none": "none (forward_prefetch=False)",
+        }.get(str(forward), "1 unit (forward_prefetch=True)")
+        bwd = {
+            "default": "1 unit (BACKWARD_PRE, FSDP1 default)",
+            "none": "none (backward_prefetch=None)",
+        }.get(str(backward), "1 unit (BACKWARD_PRE)")
+        return {"forward": fwd, "backward": bwd}
+    if backend == "hyper":
+
+        def hyper(depth: Depth, where: str) -> str:
+            if depth == "default":
+                return "none (hyper_parallel default: no implicit prefetch)"
+            return "none" if depth == "none" else f"explicit {depth} layer(s) {where}"
+
+        return {"forward": hyper(forward, "ahead"), "backward": hyper(backward, "back")}
+    fwd = {
+        "default": "none (FSDP2 default: no forward prefetch)",
+        "none": "none",
+    }.get(str(forward), f"explicit {forward} layer(s) ahead")
+    bwd = {
+        "default": "implicit 1 unit (FSDP2 default)",
+        "none": "none (each unit prefetches only itself)",
+    }.get(str(backward), f"explicit {backward} layer(s) back (root: implicit 1)")
+    return {"forward": fwd, "backward": bwd}
 
 
 def _short_value(value: Any) -> str:
@@ -234,16 +433,20 @@ def parse_arm(spec: str, shared: dict[str, Any] | None = None) -> Arm:
         if not item:
             continue
         key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
         if not sep:
             raise ConfigError(f"arm {spec!r}: option {item!r} is not key=value")
+        prefix, dot, name = key.strip().partition(".")
+        if dot and prefix in ("kw", "env"):  # kw.NAME / env.NAME: the name as written
+            values[prefix] = {**values.get(prefix, {}), name.strip(): raw.strip()}
+            continue
+        key = key.strip().replace("-", "_")
         own = BACKEND_OPTIONS.get(backend, {})
         if key in own:
             knobs = values.setdefault("backend_options", {})
             knobs[key] = coerce_backend_option(raw.strip(), own[key], f"arm {spec!r} option {key}")
             continue
         if key not in ARM_OPTION_FIELDS:
-            known = ", ".join([*ARM_OPTION_FIELDS, *own])
+            known = ", ".join([*ARM_OPTION_FIELDS, *own, "kw.NAME", "env.NAME"])
             raise ConfigError(f"arm {spec!r}: unknown option {key!r}; known: {known}")
         values[key] = coerce(raw.strip(), ARM_TYPES[key], f"arm {spec!r} option {key}")
     if "backend_options" in values:

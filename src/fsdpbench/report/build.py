@@ -403,10 +403,13 @@ def _configuration(data: RunData) -> list[Block]:
         blocks.append(
             Table(
                 ["arm", *keys],
-                [[a.get("label", MISSING), *(str(a.get(k, MISSING)) for k in keys)] for a in arms],
+                [[a.get("label", MISSING), *(_option_text(a.get(k, MISSING)) for k in keys)] for a in arms],
                 numeric=False,
             )
         )
+    ran = _what_ran_table(manifest.get("backends") or {})
+    if ran is not None:
+        blocks.append(ran)
     interpreters = manifest.get("interpreters") or {}
     if interpreters:
         blocks.append(_interpreter_table(interpreters))
@@ -453,6 +456,46 @@ def _configuration(data: RunData) -> list[Block]:
             )
         )
     return blocks
+
+
+def _option_text(value: Any) -> str:
+    """An arm option for the table: dicts (``kw``, ``env``, backend knobs) as ``NAME=VALUE`` pairs."""
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _what_ran_table(backends: dict[str, Any]) -> Table | None:
+    """Per arm what its launch recorded it ran (``manifest.backends``): the sharding call, torch_npu's
+    FSDP2 patches, each prefetch direction in words and the ``kw.`` keywords as typed."""
+    rows: list[list[str]] = []
+    for label, facts in backends.items():
+        if not isinstance(facts, dict):
+            continue
+        call = facts.get("fully_shard") or facts.get("api") or facts.get("library") or MISSING
+        patches = [
+            name
+            for name, key in (
+                ("import", "torch_npu_import_patch"),
+                ("fully_shard", "torch_npu_enhance_patch"),
+            )
+            if facts.get(key)
+        ]
+        prefetch = facts.get("prefetch") if isinstance(facts.get("prefetch"), dict) else {}
+        rows.append(
+            [
+                str(label),
+                str(call),
+                ", ".join(patches) or ("none" if facts.get("torch_npu_import_patch") is False else "—"),
+                str(prefetch.get("forward", MISSING)),
+                str(prefetch.get("backward", MISSING)),
+                _option_text(facts.get("kw") or {}) or "—",
+            ]
+        )
+    if not rows:
+        return None
+    header = ["arm", "sharding call", "torch_npu patches", "forward prefetch", "backward prefetch", "kw."]
+    return Table(header, rows, numeric=False)
 
 
 def _library_text(facts: Any) -> str:
