@@ -49,6 +49,7 @@ from fsdpbench.trace.ascend_db import (
     step_trace_time,
     summary_frame,
 )
+from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, NAME_PREFIX_TYPES
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
@@ -113,18 +114,31 @@ def op_type_from_name(name: str) -> str:
 
     aclnn kernels are ``<api>_<kernel>_<Type>`` (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``);
     TransData inserts are ``trans_TransData_<n>``; single ops run through aclop are the type plus an
-    instance number (``Conv2D1``, ``ReduceSum7``, ``Conv2DBackpropFilter6_MemSet``), and the number
-    is dropped. A versioned type (``…V2``) followed by an instance number keeps one version digit.
+    instance counter (``Conv2D1``, ``ReduceSum7``, ``Conv2DBackpropFilter6_MemSet``), and the counter
+    is dropped. Which types themselves end in digits (``MatMulV2``, ``Expm1``, ``Atan2``) is decided by
+    CANN's operator list (:data:`~fsdpbench.trace.ascend_ops.DIGIT_OP_TYPES`): the longest listed type
+    the name starts with, followed by digits only, wins (``MatMulV21`` → ``MatMulV2``). A type not in
+    the list that ends in ``V<digit>`` keeps that one version digit (``MatMulV3``, ``MatMulV31``).
+    GE's atomic-clean kernels (``atomic_memset-1_271``) are ``MemSet``, as Level1 types them
+    (:data:`~fsdpbench.trace.ascend_ops.NAME_PREFIX_TYPES`).
     """
     m = _HCOM_TYPE.match(name)
     if m:
         return m.group(1)
+    for prefix, (op_type, _) in NAME_PREFIX_TYPES.items():
+        if name.startswith(prefix):
+            return op_type
     base = _TRAILING_NUM.sub("", name)
     if "_" in base:
         return base.rsplit("_", 1)[-1] or name
     stripped = _INSTANCE_NUM.sub("", base)
-    if stripped != base and stripped.endswith("V") and len(base) - len(stripped) >= 2:
-        stripped = base[: len(stripped) + 1]  # MatMulV21 → MatMulV2 (versions are one digit)
+    if stripped == base:
+        return base
+    for end in range(len(base), len(stripped), -1):  # longest listed type first
+        if base[:end] in DIGIT_OP_TYPES:
+            return base[:end]
+    if stripped.endswith("V"):
+        return base[: len(stripped) + 1]  # MatMulV31 → MatMulV3 (versions are one digit)
     return stripped or base
 
 
