@@ -54,6 +54,7 @@ from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
     assign_steps,
+    TASKS,
     collective_of,
     make_table,
     object_full,
@@ -243,12 +244,17 @@ def _frame(events: list[dict], category: str, lanes: list[str], device: bool, pa
 
 
 def _trace_view_events(
-    path: Path, warnings: list[str], hccl_bytes: dict[str, float], hccl_streams: set[str] | None = None
+    path: Path,
+    warnings: list[str],
+    hccl_bytes: dict[str, float],
+    hccl_streams: set[str] | None = None,
+    layers: set[str] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """From trace_view.json: host CANN/Python events and BARRIER tasks, the ``ProfilerStep#N``
     windows, and the device tasks (Ascend Hardware compute tasks, HCCL op-level communication);
-    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes and ``hccl_streams`` with the
-    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes)."""
+    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes, ``hccl_streams`` with the
+    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes) and
+    ``layers`` with the process names that hold complete events (``CANN``, ``Ascend Hardware`` …)."""
     try:
         events = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -273,6 +279,8 @@ def _trace_view_events(
             continue
         pid, tid = e.get("pid"), e.get("tid")
         proc, thread = pnames.get(pid, ""), tnames.get((pid, tid), str(tid))
+        if layers is not None:
+            layers.add(proc)
         a = e.get("args") if type(e.get("args")) is dict else {}
         if proc in ("HCCL", "Communication") and "Communication" in thread:
             hccl_bytes[str(e.get("name", ""))] = _hccl_bytes(a)
@@ -470,6 +478,26 @@ def _derive_missing_types(typ: pd.Series, names: pd.Series) -> pd.Series:
     return typ.where(~missing, names.map(derived))
 
 
+HOST_RUNTIME_TASKS = tuple(t for t in TASKS if t != "barrier")
+"""Task kinds read from the host runtime layer (CANN API events): launches and synchronise calls."""
+
+
+def recorded_tasks(
+    name: str, host_runtime: bool, device_tasks: bool, warnings: list[str]
+) -> tuple[str, ...] | None:
+    """The sync/launch kinds an export records (None: all): launches and synchronise calls only with
+    the host runtime layer (CANN API events; a Level0 export has none), BARRIER only with the device
+    task list. A missing layer is a warning, and its counts read "not recorded", never 0."""
+    if host_runtime and device_tasks:
+        return None
+    if device_tasks and not host_runtime:
+        warnings.append(
+            f"{name}: the export has no host runtime layer (no CANN API events, as in a Level0 profile); "
+            "launch and synchronise counts are not recorded"
+        )
+    return (("barrier",) if device_tasks else ()) + (HOST_RUNTIME_TASKS if host_runtime else ())
+
+
 def _read_db(folder: Path, db: Path) -> RankTrace:
     """One rank of a torch_npu ``export_type=db`` profile (see :mod:`fsdpbench.trace.ascend_db`)."""
     raw = read_tables(db)
@@ -545,8 +573,9 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
     rank = rank_of_folder(folder)
     for alt in (raw["rank"], db_rank(db)):
         rank = alt if rank is None else rank
+    recorded = recorded_tasks(folder.name, raw["cann_api_rows"] > 0, raw["task_rows"] > 0, warnings)
     return _assemble(
-        folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"]
+        folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"], recorded
     )
 
 
@@ -576,8 +605,9 @@ def read_ascend(folder: str | Path) -> RankTrace:
     hccl_streams: set[str] = set()
     empty_steps = pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
     host, steps, tv_device = (None, empty_steps, None)
+    layers: set[str] = set()
     if tv.is_file():
-        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams)
+        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams, layers)
     else:
         warnings.append(
             f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable"
@@ -609,7 +639,7 @@ def read_ascend(folder: str | Path) -> RankTrace:
     stt = out / "step_trace_time.csv"
     cross = _cross_check(stt, warnings) if stt.is_file() else None
     # Syncs, launches and BARRIER tasks are all read from trace_view.json: without it none is recorded.
-    recorded = None if tv.is_file() else ()
+    recorded = recorded_tasks(folder.name, "CANN" in layers, "Ascend Hardware" in layers, warnings)
     return _assemble(
         folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded
     )

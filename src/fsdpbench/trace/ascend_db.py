@@ -139,8 +139,9 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
 
     Returns a dict with ``compute``, ``comm``, ``other_tasks``, ``host``, ``steps`` frames
     (``name, start_ns, end_ns, lane`` plus table-specific columns), ``launch_ns`` (connection id →
-    start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent) and
-    ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on).
+    start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent),
+    ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on), ``cann_api_rows`` (how
+    many host runtime events ``CANN_API`` holds: 0 without the table) and ``task_rows`` (rows of ``TASK``).
 
     Raises:
         InputError: not a sqlite file, or no ``TASK`` / ``STRING_IDS`` table.
@@ -252,6 +253,7 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
                 ]
             )
         host_parts = []
+        cann_api_rows = 0
         launch_ns = pd.Series(dtype=np.int64)
         if "CANN_API" in have:
             api = _query(con, db, "SELECT startNs, endNs, type, globalTid, connectionId, name FROM CANN_API")
@@ -275,6 +277,7 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
                     }
                 )
             )
+            cann_api_rows = len(api)
             launch_ns = pd.Series(start, index=api["connectionId"].to_numpy())
             launch_ns = launch_ns[~launch_ns.index.duplicated()]
         if "PYTORCH_API" in have:
@@ -332,6 +335,8 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
         "launch_ns": launch_ns,
         "rank": rank,
         "hccl_streams": hccl_streams,
+        "cann_api_rows": cann_api_rows,
+        "task_rows": len(task),
     }
 
 
