@@ -53,8 +53,8 @@ from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, NAME_PREFIX_TYPES
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
-    assign_steps,
     TASKS,
+    assign_steps,
     collective_of,
     make_table,
     object_full,
