@@ -42,6 +42,7 @@ import pandas as pd
 
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_db import (
+    CSV_REFERENCE,
     STEP_TRACE_TIME_CSV,
     db_rank,
     find_db,
@@ -326,7 +327,7 @@ def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
         return None
     if "Device_id" in df.columns:
         out.insert(0, "device_id", df["Device_id"].str.strip())
-    return out
+    return out.assign(reference=CSV_REFERENCE)
 
 
 def _steps_by_time(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
@@ -498,6 +499,29 @@ def recorded_tasks(
     return (("barrier",) if device_tasks else ()) + (HOST_RUNTIME_TASKS if host_runtime else ())
 
 
+def _with_task_level_comm(
+    cross: pd.DataFrame, dev: pd.DataFrame, tasks: pd.DataFrame, steps: pd.DataFrame
+) -> pd.DataFrame:
+    """``cross`` with, per step, communication and its exposed part as older torch_npu profilers
+    measured them: the union of HCCL's own tasks (``comm_tasks_us``) rather than of whole operations,
+    and that union minus compute (``exposed_comm_tasks_us``). When the profiler's figure equals these,
+    the cross-check warning names that as the cause of a difference (docs/analysis-definitions.md)."""
+    from fsdpbench.analysis import intervals as iv
+
+    task_step = _steps_by_time(tasks, steps) if len(steps) else np.full(len(tasks), -1)
+    compute = dev[(dev["category"] == "compute").to_numpy()]
+    comm_us, exposed_us = [], []
+    for st in cross["step"].to_numpy():  # a handful of steps
+        one = len(cross) == 1 or st < 0  # one row: the whole export
+        t_sel = np.ones(len(tasks), bool) if one else task_step == st
+        c_sel = np.ones(len(compute), bool) if one else (compute["step"] == st).to_numpy()
+        t = iv.union(tasks["start_ns"].to_numpy()[t_sel], tasks["end_ns"].to_numpy()[t_sel])
+        c = iv.union(compute["start_ns"].to_numpy()[c_sel], compute["end_ns"].to_numpy()[c_sel])
+        comm_us.append(iv.length(t) / 1000.0)
+        exposed_us.append((iv.length(t) - iv.intersection_length(t, c)) / 1000.0)
+    return cross.assign(comm_tasks_us=comm_us, exposed_comm_tasks_us=exposed_us)
+
+
 def _read_db(folder: Path, db: Path) -> RankTrace:
     """One rank of a torch_npu ``export_type=db`` profile (see :mod:`fsdpbench.trace.ascend_db`)."""
     raw = read_tables(db)
@@ -570,6 +594,8 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
         )
     analysis_db = db.parent / "analysis.db"
     cross = step_trace_time(analysis_db, warnings) if analysis_db.is_file() else None
+    if cross is not None:
+        cross = _with_task_level_comm(cross, dev, raw["comm_tasks"], steps)
     rank = rank_of_folder(folder)
     for alt in (raw["rank"], db_rank(db)):
         rank = alt if rank is None else rank

@@ -72,6 +72,10 @@ def summary_frame(
     return pd.DataFrame(out)
 
 
+DB_REFERENCE = "analysis.db StepTraceTime"
+CSV_REFERENCE = "step_trace_time.csv"
+"""How the cross-check warnings name the profiler's own summary (the ``reference`` column)."""
+
 DB_GLOB = "ascend_pytorch_profiler*.db"
 _DB_RANK = re.compile(r"^ascend_pytorch_profiler_(\d+)\.db$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -141,7 +145,9 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
     (``name, start_ns, end_ns, lane`` plus table-specific columns), ``launch_ns`` (connection id →
     start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent),
     ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on), ``cann_api_rows`` (how
-    many host runtime events ``CANN_API`` holds: 0 without the table) and ``task_rows`` (rows of ``TASK``).
+    many host runtime events ``CANN_API`` holds: 0 without the table), ``task_rows`` (rows of ``TASK``)
+    and ``comm_tasks`` (``start_ns, end_ns`` of HCCL's own tasks, the ``TASK`` rows of
+    ``COMMUNICATION_TASK_INFO``).
 
     Raises:
         InputError: not a sqlite file, or no ``TASK`` / ``STRING_IDS`` table.
@@ -336,6 +342,12 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
         "rank": rank,
         "hccl_streams": hccl_streams,
         "cann_api_rows": cann_api_rows,
+        "comm_tasks": pd.DataFrame(
+            {
+                "start_ns": _ns(task.loc[on_hccl, "startNs"], db, "TASK.startNs"),
+                "end_ns": _ns(task.loc[on_hccl, "endNs"], db, "TASK.endNs"),
+            }
+        ),
         "task_rows": len(task),
     }
 
@@ -357,4 +369,5 @@ def step_trace_time(analysis_db: Path, warnings: list[str]) -> pd.DataFrame | No
         return None
     finally:
         con.close()
-    return summary_frame(df, analysis_db, warnings, STEP_TRACE_TIME_DB)
+    out = summary_frame(df, analysis_db, warnings, STEP_TRACE_TIME_DB)
+    return None if out is None else out.assign(reference=DB_REFERENCE)
