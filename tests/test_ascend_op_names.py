@@ -4,11 +4,14 @@ are one operator in a diff. Every entry of both tables is tested (the tables cit
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 from fsdpbench.analysis.diff import compare
 from fsdpbench.trace.ascend import op_type_from_name
-from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, OP_ALIASES
+from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, OP_ALIASES, canonical_op_type
 
 
 @pytest.mark.parametrize("op_type", sorted(DIGIT_OP_TYPES))
@@ -37,6 +40,11 @@ def test_names_from_real_level0_exports():
         "atomic_memset-1_394_0": "MemSet",
         "Conv2DBackpropFilter10_MemSet": "MemSet",
         "trans_TransData_12": "TransData",
+        "AdaptiveAvgPool2d24LeftBatchMatMulV2": "BatchMatMulV2",
+        "AdaptiveAvgPool2d24RightBatchMatMulV2AdaptiveAvgPool2d24Mul": "BatchMatMulV2",
+        "AdaptiveAvgPool2dGrad71LeftBatchMatmul": "BatchMatMul",
+        "AdaptiveAvgPool2dGrad71Mul": "Mul",
+        "AdaptiveAvgPool3d12": "AdaptiveAvgPool3d",
     }
     assert {n: op_type_from_name(n) for n in level1_type} == level1_type
 
@@ -74,3 +82,30 @@ def test_a_level1_alias_and_the_level0_name_are_one_operator_in_a_diff(alias):
     assert row.change == "decreased" and row.same_as == (alias,)
     assert row.to_dict()["same_as"] == [alias] and row.label == f"{op} (= {alias})"
     assert "same_as" not in next(r for r in d.ops if r.op_type == "Add").to_dict()
+
+
+NAMES_2024 = Path(__file__).parent / "fixtures" / "ascend_names_2024"
+
+
+def test_every_level1_kernel_name_gives_the_profilers_own_op_type():
+    """The 2024 Level1 db export types every kernel itself: the type derived from each name (as for
+    Level0, which writes N/A) must be that type, or the operator CANN says it stands for."""
+    ref = pd.read_csv(NAMES_2024 / "level1_rank0_names.csv", keep_default_na=False)
+    assert len(ref) == 295 and "N/A" not in set(ref["op_type"])
+    wrong = [
+        (n, t, op_type_from_name(n))
+        for n, t in zip(ref["name"], ref["op_type"], strict=True)
+        if op_type_from_name(n) != canonical_op_type(t)
+    ]
+    assert not wrong
+
+
+def test_level0_and_level1_of_one_run_give_the_same_op_types_and_counts():
+    """Same model and step at both levels: the Level0 types derived from the names, counted, equal
+    Level1's own types (CANN aliases as one operator), type by type."""
+    l0 = pd.read_csv(NAMES_2024 / "level0_rank0_names.csv", keep_default_na=False)
+    l1 = pd.read_csv(NAMES_2024 / "level1_rank0_names.csv", keep_default_na=False)
+    assert set(l0["op_type"]) == {"N/A"}
+    ours = l0.assign(t=l0["name"].map(op_type_from_name)).groupby("t")["count"].sum()
+    theirs = l1.assign(t=l1["op_type"].map(canonical_op_type)).groupby("t")["count"].sum()
+    assert len(theirs) == 31 and ours.to_dict() == theirs.to_dict()

@@ -50,7 +50,7 @@ from fsdpbench.trace.ascend_db import (
     step_trace_time,
     summary_frame,
 )
-from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, NAME_PREFIX_TYPES
+from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, NAME_PREFIX_TYPES, OP_TYPES
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
@@ -122,7 +122,8 @@ def op_type_from_name(name: str) -> str:
     the name starts with, followed by digits only, wins (``MatMulV21`` → ``MatMulV2``). A type not in
     the list that ends in ``V<digit>`` keeps that one version digit (``MatMulV3``, ``MatMulV31``).
     GE's atomic-clean kernels (``atomic_memset-1_271``) are ``MemSet``, as Level1 types them
-    (:data:`~fsdpbench.trace.ascend_ops.NAME_PREFIX_TYPES`).
+    (:data:`~fsdpbench.trace.ascend_ops.NAME_PREFIX_TYPES`); a node GE split out of another
+    (``AdaptiveAvgPool2d24LeftBatchMatMulV2``) is the op type it names (:func:`_split_node_type`).
     """
     m = _HCOM_TYPE.match(name)
     if m:
@@ -133,6 +134,14 @@ def op_type_from_name(name: str) -> str:
     base = _TRAILING_NUM.sub("", name)
     if "_" in base:
         return base.rsplit("_", 1)[-1] or name
+    plain = _without_counter(base)
+    if plain.lower() not in OP_TYPES:
+        return _split_node_type(base) or plain
+    return plain
+
+
+def _without_counter(base: str) -> str:
+    """``base`` without its trailing instance counter, the digits of a listed type kept."""
     stripped = _INSTANCE_NUM.sub("", base)
     if stripped == base:
         return base
@@ -142,6 +151,24 @@ def op_type_from_name(name: str) -> str:
     if stripped.endswith("V"):
         return base[: len(stripped) + 1]  # MatMulV31 → MatMulV3 (versions are one digit)
     return stripped or base
+
+
+_SPLIT_AT = re.compile(r"(?<=[A-Za-z])\d+(?:Left|Right)?(?=[A-Z])")
+
+
+def _split_node_type(base: str) -> str | None:
+    """The op type of a GE node split out of another, named ``<op><counter>[Left|Right]<op>…``
+    (``AdaptiveAvgPool2d24LeftBatchMatMulV2`` → ``BatchMatMulV2``, ``…Grad71RightBatchMatmul`` →
+    ``BatchMatMul``, as the Level1 export of the same run types them): the longest registered op type
+    (:data:`~fsdpbench.trace.ascend_ops.OP_TYPES`, any case) after a registered op and its counter."""
+    for m in _SPLIT_AT.finditer(base):
+        if base[: m.start()].lower() not in OP_TYPES:
+            continue
+        rest = base[m.end() :].lower()
+        for end in range(len(rest), 0, -1):
+            if rest[:end] in OP_TYPES:
+                return OP_TYPES[rest[:end]]
+    return None
 
 
 def rank_of_folder(folder: Path) -> int | None:
