@@ -109,3 +109,18 @@ def test_level0_and_level1_of_one_run_give_the_same_op_types_and_counts():
     ours = l0.assign(t=l0["name"].map(op_type_from_name)).groupby("t")["count"].sum()
     theirs = l1.assign(t=l1["op_type"].map(canonical_op_type)).groupby("t")["count"].sum()
     assert len(theirs) == 31 and ours.to_dict() == theirs.to_dict()
+
+
+def test_the_diff_reports_print_the_merged_names():
+    import io
+
+    from rich.console import Console
+
+    from fsdpbench.report.diff_md import to_markdown
+    from fsdpbench.report.terminal import render_diff
+
+    d = compare(_analysis({"TopKD": (30.0, 1)}), _analysis({"TopKV2": (20.0, 1)}))
+    assert "| TopKV2 (= TopKD) |" in to_markdown(d)
+    console = Console(width=120, record=True, file=io.StringIO(), color_system=None)
+    render_diff(d, console)
+    assert "TopKV2 (= TopKD)" in console.export_text()
