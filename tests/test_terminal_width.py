@@ -119,6 +119,7 @@ def test_analyze_wide_adds_the_remaining_per_rank_columns():
         "overlapped",
         "exposed",
         "free",
+        "carried",
         "overlap",
         "kernel",
     ]

@@ -35,9 +35,9 @@ NO_COLLECTIVES = "no collectives found — is this a distributed trace?"
 PROGRESS_MIN_RANKS = 4  # more ranks than this get a progress bar (on a terminal)
 
 
-def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> int:
-    """Length (ns) of the union of the steps' windows: each is the host ProfilerStep span widened to
-    the device work launched from it (device work lags the host), as torch_npu's step range is."""
+def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> tuple[Any, Any]:
+    """The union (intervals) of the steps' windows: each is the host ProfilerStep span widened to the
+    device work launched from it (device work lags the host), as torch_npu's step range is."""
     import numpy as np
 
     s_all, e_all = [], []
@@ -55,17 +55,19 @@ def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> int:
             e_all.append(max(ends))
     from fsdpbench.analysis import intervals as iv
 
-    return iv.length(iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64)))
+    return iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64))
 
 
-def _metrics(trace: RankTrace, events: EventTable, steps: Sequence[int], step: int | None) -> StepMetrics:
+def _metrics(
+    trace: RankTrace, events: EventTable, steps: Sequence[int], step: int | None, busy_all: Any = None
+) -> StepMetrics:
     from fsdpbench.analysis.collectives import collective_events, summarize
     from fsdpbench.analysis.ops import kernel_time_us, op_stats
     from fsdpbench.analysis.overlap import breakdown
     from fsdpbench.analysis.sync import sync_counts
 
     window = _window(trace, events, steps) if steps else None
-    b = breakdown(events, window)
+    b = breakdown(events, window=window, busy_all=busy_all)
     stats = op_stats(events)
     return StepMetrics(
         step=step,
@@ -76,6 +78,7 @@ def _metrics(trace: RankTrace, events: EventTable, steps: Sequence[int], step: i
         overlapped_us=b.overlapped_ns / 1000.0,
         exposed_comm_us=b.exposed_comm_ns / 1000.0,
         free_us=b.free_ns / 1000.0,
+        carried_over_us=b.carried_over_ns / 1000.0,
         kernel_time_us=kernel_time_us(stats),
         collectives=summarize(collective_events(events)),
         op_stats=stats,
@@ -109,10 +112,15 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         chosen = [step]
     else:
         chosen = known
+    from fsdpbench.analysis.overlap import device_busy
+
+    busy_all = device_busy(ev)  # every step's device work: what is not free inside a step's window
     sel = ev.take(np.isin(ev.step, chosen)) if chosen else ev
-    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None)
+    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all)
     per_step = (
-        [_metrics(trace, ev.take(ev.step == s), [s], s) for s in chosen] if len(chosen) > 1 else [total]
+        [_metrics(trace, ev.take(ev.step == s), [s], s, busy_all) for s in chosen]
+        if len(chosen) > 1
+        else [total]
     )
     dev = ev.device
     span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
@@ -206,24 +214,37 @@ def _as_completed(futures: dict[Any, int]) -> Iterator[Any]:
 
 
 def _cross_check_warnings(r: RankMetrics) -> list[str]:
-    """Differences over 1 µs between our numbers and the profiler's own step_trace_time.csv."""
+    """Differences over 1 µs between our numbers and the profiler's own per-step summary
+    (``step_trace_time.csv``, or ``analysis.db`` ``StepTraceTime`` for a db export), with the cause
+    when it is known: an older profiler's communication is the union of HCCL tasks, ours of whole
+    operations (the reader gives the task-level figures as ``comm_tasks_us``/``exposed_comm_tasks_us``)."""
     plain = r.cross_check_columns()
     if not plain or not plain["columns"]:
         return []
     cols = plain["columns"]
+    refs = cols.get("reference") or []
     out = []
     by_step = {s.step: s for s in r.steps}
     for i, step in enumerate(cols["step"]):  # a handful of rows, one per step
         mine = by_step.get(int(step)) or (r.steps[0] if len(r.steps) == 1 else None)
         if mine is None:
             continue
+        ref = refs[i] if i < len(refs) and refs[i] else "per-step summary"
         for key in ("compute_us", "comm_us", "exposed_comm_us"):
             theirs, ours = cols[key][i], getattr(mine, key)
             if theirs is not None and theirs == theirs and abs(ours - theirs) > 1.0:  # not null or NaN
-                out.append(
+                msg = (
                     f"rank {r.rank} step {step}: {key} {ours:.3f} differs from the profiler's "
-                    f"step_trace_time.csv ({theirs:.3f}) by more than 1 µs"
+                    f"{ref} ({theirs:.3f}) by more than 1 µs"
                 )
+                tasks = (cols.get(key.replace("comm_us", "comm_tasks_us")) or [None] * (i + 1))[i]
+                if key != "compute_us" and tasks is not None and abs(tasks - theirs) <= 1.0:
+                    msg += (
+                        f": the profiler's figure is the task-level one ({tasks:.3f}); it took communication "
+                        "as the union of HCCL's tasks, as older torch_npu profilers do, fsdpbench takes "
+                        "whole HCCL operations (docs/analysis-definitions.md)"
+                    )
+                out.append(msg)
     return out
 
 

@@ -283,13 +283,27 @@ def _collectives(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[Collectiv
 
 
 def _ops(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[OpRow]:
+    """Op types of both sides, the names CANN lists as one operator (``ReduceSumD`` and ``ReduceSum``,
+    :data:`~fsdpbench.trace.ascend_ops.OP_ALIASES`) compared as one row under the operator's name."""
+    from fsdpbench.trace.ascend_ops import canonical_op_type
+
     fields = ("total_us", "count")
     ob = _mean_table(db["ranks"], lambda r: r.get("ops") or [], "op_type", fields)
     ot = _mean_table(dt["ranks"], lambda r: r.get("ops") or [], "op_type", fields)
-    rows = []
+    groups: dict[str, set[str]] = {}
     for op in set(ob) | set(ot):
-        b = OpSide((ob[op]["total_us"] or 0.0), (ob[op]["count"] or 0.0)) if op in ob else OpSide()
-        t = OpSide((ot[op]["total_us"] or 0.0), (ot[op]["count"] or 0.0)) if op in ot else OpSide()
+        groups.setdefault(canonical_op_type(op), set()).add(op)
+    rows = []
+    for op, names in groups.items():
+        sides = []
+        for table in (ob, ot):
+            mine = [table[n] for n in names if n in table]
+            sides.append(
+                OpSide(sum(m["total_us"] or 0.0 for m in mine), sum(m["count"] or 0.0 for m in mine))
+                if mine
+                else OpSide()
+            )
+        b, t = sides
         delta = t.us - b.us
         change = (
             "added"
@@ -302,7 +316,7 @@ def _ops(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[OpRow]:
             if delta > 0
             else "decreased"
         )
-        rows.append(OpRow(op, b, t, change))
+        rows.append(OpRow(op, b, t, change, tuple(sorted(names - {op}))))
     return sorted(rows, key=lambda r: (-abs(r.delta_us), r.op_type))
 
 

@@ -259,6 +259,13 @@ class OpRow:
     base: OpSide
     test: OpSide
     change: str
+    same_as: tuple[str, ...] = ()
+    """Other names of the same operator merged into this row (CANN aliases: ``ReduceSumD`` for ``ReduceSum``)."""
+
+    @property
+    def label(self) -> str:
+        """``op_type``, with the merged names when there are any: ``ReduceSum (= ReduceSumD)``."""
+        return f"{self.op_type} (= {', '.join(self.same_as)})" if self.same_as else self.op_type
 
     def __getitem__(self, side: Side) -> OpSide:
         return self.test if side == "test" else self.base
@@ -276,6 +283,7 @@ class OpRow:
             "base_count": self.base.count,
             "test_count": self.test.count,
             "change": self.change,
+            **({"same_as": list(self.same_as)} if self.same_as else {}),
         }
 
 

@@ -22,6 +22,7 @@ SCALARS = (
     "overlapped_us",
     "exposed_comm_us",
     "free_us",
+    "carried_over_us",
     "kernel_time_us",
 )
 
@@ -92,7 +93,9 @@ class StepMetrics:
     """The study's numbers for one window (a profiler step, or all profiled steps of a rank).
 
     Times in µs (floats from exact ns), ratios in 0–1, ``overlap_ratio`` None without communication;
-    a ``sync`` count is None where the trace cannot record that task kind.
+    a ``sync`` count is None where the trace cannot record that task kind. ``free_us`` is window time
+    when the device ran nothing at all; ``carried_over_us`` window time the device spent on other
+    steps' work (device lagging the host); ``step_time_us`` = compute ∪ comm + carried over + free.
     """
 
     step: int | None
@@ -107,6 +110,7 @@ class StepMetrics:
     collectives: dict[str, dict[str, Any]]
     op_stats: pd.DataFrame
     sync: dict[str, int | None]
+    carried_over_us: float = 0.0
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         return {
@@ -118,6 +122,7 @@ class StepMetrics:
             "overlapped_us": self.overlapped_us,
             "exposed_comm_us": self.exposed_comm_us,
             "free_us": self.free_us,
+            "carried_over_us": self.carried_over_us,
             "kernel_time_us": self.kernel_time_us,
             "collectives": self.collectives,
             "ops": self.ops(top),

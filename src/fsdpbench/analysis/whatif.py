@@ -312,7 +312,8 @@ def estimate_regrouping(
         target_counts: per type, the call count after regrouping (types not listed stay as they are).
         fit_for: per type, ``(source, fit)``: the α–β fit to price a removed call at ``alpha_us``.
         step_time_us, compute_us, comm_us, exposed_comm_us: the measured rank-mean step breakdown.
-        free_us: the step's idle time (neither compute nor comm), when known: per-unit host work (FSDP
+        free_us: the step's idle time (the device ran nothing at all: neither this step's compute or
+            comm nor work carried over from another step, ``StepMetrics.free_us``), when known: per-unit host work (FSDP
             hooks, copy-in/out bookkeeping outside operators) and the gap before each collective starts.
             It is assumed to scale with the number of collective calls, so it shrinks by the share of
             calls removed (``idle_delta_us``, added to the step-time change). ``None`` keeps it unchanged.

@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wide",
         action="store_true",
-        help="every per-rank column (adds overlapped, free and kernel time) for a wide terminal",
+        help="every per-rank column (adds overlapped, free, carried-over and kernel time); in a narrow "
+        "terminal the per-rank table is split in parts, each with the rank and step labels",
     )
 
 
@@ -56,7 +57,8 @@ RANK_COLUMNS = (
     ("comm", "comm_us", True, ""),
     ("overlapped", "overlapped_us", False, "overlapped: comm hidden under compute"),
     ("exposed", "exposed_comm_us", True, "exposed: comm − overlapped"),
-    ("free", "free_us", False, "free: step − |compute ∪ comm|"),
+    ("free", "free_us", False, "free: the device ran nothing"),
+    ("carried", "carried_over_us", False, "carried: other steps' device work in the step"),
     ("overlap", "overlap_ratio", True, "overlap: overlapped / comm"),
     ("kernel", "kernel_time_us", False, "kernel: total kernel time"),
 )
@@ -75,6 +77,46 @@ def _rank_cells(values: dict, columns: list[tuple[str, str, bool, str]]) -> list
     return [_pct(values[key]) if key == "overlap_ratio" else _ms(values[key]) for _, key, _, _ in columns]
 
 
+def _rank_table(res, columns: list, title: str):  # noqa: ANN001, ANN202 (rich types kept lazy)
+    from rich.table import Table
+
+    caption = "; ".join(["times in ms", *(c[3] for c in columns if c[3])])
+    t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    t.add_column("rank", justify="right", no_wrap=True, min_width=4)
+    t.add_column("step", justify="right", no_wrap=True, min_width=4)
+    for header, *_ in columns:
+        t.add_column(header, justify="right", no_wrap=True)
+    for r in res.ranks:
+        values = {key: getattr(r, key) for _, key, _, _ in columns}
+        t.add_row(str(r.rank), "all" if r.step is None else str(r.step), *_rank_cells(values, columns))
+    if len(res.ranks) > 1:
+        t.add_row("mean", "", *_rank_cells(res.mean, columns), style="bold")
+    return t
+
+
+def _rank_tables(res, columns: list, width: int) -> list:  # noqa: ANN001 (rich types kept lazy)
+    """The per-rank table, split by columns into parts no wider than ``width``: every part keeps the
+    rank and step labels (a narrow terminal gets more parts, never squeezed labels or cut numbers)."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    wide = Console(width=10_000)
+    title = f"Per rank ({res.format})"
+
+    def natural(cols: list) -> int:
+        t = _rank_table(res, cols, title)
+        return Measurement.get(wide, wide.options, t).maximum
+
+    parts: list[list] = [[]]
+    for col in columns:
+        if parts[-1] and natural([*parts[-1], col]) > width:
+            parts.append([])
+        parts[-1].append(col)
+    return [
+        _rank_table(res, cols, title if i == 0 else f"{title}, continued") for i, cols in enumerate(parts)
+    ]
+
+
 def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Print the analysis as rich tables that fit the console's width.
 
@@ -86,18 +128,8 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
 
     con = console or Console()
     columns = [c for c in RANK_COLUMNS if wide or c[2]]
-    caption = "; ".join(["times in ms", *(c[3] for c in columns if c[3])])
-    t = Table(title=f"Per rank ({res.format})", title_justify="left", caption=caption, caption_justify="left")
-    t.add_column("rank", justify="right")
-    t.add_column("step", justify="right")
-    for header, *_ in columns:
-        t.add_column(header, justify="right", no_wrap=True)
-    for r in res.ranks:
-        values = {key: getattr(r, key) for _, key, _, _ in columns}
-        t.add_row(str(r.rank), "all" if r.step is None else str(r.step), *_rank_cells(values, columns))
-    if len(res.ranks) > 1:
-        t.add_row("mean", "", *_rank_cells(res.mean, columns), style="bold")
-    con.print(t)
+    for part in _rank_tables(res, columns, con.width):
+        con.print(part)
 
     c = Table(
         title="Collectives",

@@ -215,7 +215,7 @@ def to_markdown(result: DiffResult) -> str:
     if result.ops:
         rows = [
             [
-                r.op_type,
+                r.label,
                 fmt_us(r.base.us),
                 fmt_us(r.test.us),
                 fmt_us(r.delta_us, signed=True),

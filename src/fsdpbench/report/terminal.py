@@ -103,7 +103,7 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
             )
             for r in rows:
                 ops.add_row(
-                    r.op_type if name_width is None else shorten_middle(r.op_type, name_width),
+                    r.label if name_width is None else shorten_middle(r.label, name_width),
                     fmt_us(r.base.us),
                     fmt_us(r.test.us),
                     fmt_us(r.delta_us, signed=True),

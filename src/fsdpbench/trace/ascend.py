@@ -42,6 +42,7 @@ import pandas as pd
 
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_db import (
+    CSV_REFERENCE,
     STEP_TRACE_TIME_CSV,
     db_rank,
     find_db,
@@ -49,9 +50,11 @@ from fsdpbench.trace.ascend_db import (
     step_trace_time,
     summary_frame,
 )
+from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, NAME_PREFIX_TYPES, OP_TYPES
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
+    TASKS,
     assign_steps,
     collective_of,
     make_table,
@@ -113,19 +116,59 @@ def op_type_from_name(name: str) -> str:
 
     aclnn kernels are ``<api>_<kernel>_<Type>`` (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``);
     TransData inserts are ``trans_TransData_<n>``; single ops run through aclop are the type plus an
-    instance number (``Conv2D1``, ``ReduceSum7``, ``Conv2DBackpropFilter6_MemSet``), and the number
-    is dropped. A versioned type (``…V2``) followed by an instance number keeps one version digit.
+    instance counter (``Conv2D1``, ``ReduceSum7``, ``Conv2DBackpropFilter6_MemSet``), and the counter
+    is dropped. Which types themselves end in digits (``MatMulV2``, ``Expm1``, ``Atan2``) is decided by
+    CANN's operator list (:data:`~fsdpbench.trace.ascend_ops.DIGIT_OP_TYPES`): the longest listed type
+    the name starts with, followed by digits only, wins (``MatMulV21`` → ``MatMulV2``). A type not in
+    the list that ends in ``V<digit>`` keeps that one version digit (``MatMulV3``, ``MatMulV31``).
+    GE's atomic-clean kernels (``atomic_memset-1_271``) are ``MemSet``, as Level1 types them
+    (:data:`~fsdpbench.trace.ascend_ops.NAME_PREFIX_TYPES`); a node GE split out of another
+    (``AdaptiveAvgPool2d24LeftBatchMatMulV2``) is the op type it names (:func:`_split_node_type`).
     """
     m = _HCOM_TYPE.match(name)
     if m:
         return m.group(1)
+    for prefix, (op_type, _) in NAME_PREFIX_TYPES.items():
+        if name.startswith(prefix):
+            return op_type
     base = _TRAILING_NUM.sub("", name)
     if "_" in base:
         return base.rsplit("_", 1)[-1] or name
+    plain = _without_counter(base)
+    if plain.lower() not in OP_TYPES:
+        return _split_node_type(base) or plain
+    return plain
+
+
+def _without_counter(base: str) -> str:
+    """``base`` without its trailing instance counter, the digits of a listed type kept."""
     stripped = _INSTANCE_NUM.sub("", base)
-    if stripped != base and stripped.endswith("V") and len(base) - len(stripped) >= 2:
-        stripped = base[: len(stripped) + 1]  # MatMulV21 → MatMulV2 (versions are one digit)
+    if stripped == base:
+        return base
+    for end in range(len(base), len(stripped), -1):  # longest listed type first
+        if base[:end] in DIGIT_OP_TYPES:
+            return base[:end]
+    if stripped.endswith("V"):
+        return base[: len(stripped) + 1]  # MatMulV31 → MatMulV3 (versions are one digit)
     return stripped or base
+
+
+_SPLIT_AT = re.compile(r"(?<=[A-Za-z])\d+(?:Left|Right)?(?=[A-Z])")
+
+
+def _split_node_type(base: str) -> str | None:
+    """The op type of a GE node split out of another, named ``<op><counter>[Left|Right]<op>…``
+    (``AdaptiveAvgPool2d24LeftBatchMatMulV2`` → ``BatchMatMulV2``, ``…Grad71RightBatchMatmul`` →
+    ``BatchMatMul``, as the Level1 export of the same run types them): the longest registered op type
+    (:data:`~fsdpbench.trace.ascend_ops.OP_TYPES`, any case) after a registered op and its counter."""
+    for m in _SPLIT_AT.finditer(base):
+        if base[: m.start()].lower() not in OP_TYPES:
+            continue
+        rest = base[m.end() :].lower()
+        for end in range(len(rest), 0, -1):
+            if rest[:end] in OP_TYPES:
+                return OP_TYPES[rest[:end]]
+    return None
 
 
 def rank_of_folder(folder: Path) -> int | None:
@@ -229,12 +272,17 @@ def _frame(events: list[dict], category: str, lanes: list[str], device: bool, pa
 
 
 def _trace_view_events(
-    path: Path, warnings: list[str], hccl_bytes: dict[str, float], hccl_streams: set[str] | None = None
+    path: Path,
+    warnings: list[str],
+    hccl_bytes: dict[str, float],
+    hccl_streams: set[str] | None = None,
+    layers: set[str] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """From trace_view.json: host CANN/Python events and BARRIER tasks, the ``ProfilerStep#N``
     windows, and the device tasks (Ascend Hardware compute tasks, HCCL op-level communication);
-    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes and ``hccl_streams`` with the
-    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes)."""
+    fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes, ``hccl_streams`` with the
+    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes) and
+    ``layers`` with the process names that hold complete events (``CANN``, ``Ascend Hardware`` …)."""
     try:
         events = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -259,6 +307,8 @@ def _trace_view_events(
             continue
         pid, tid = e.get("pid"), e.get("tid")
         proc, thread = pnames.get(pid, ""), tnames.get((pid, tid), str(tid))
+        if layers is not None:
+            layers.add(proc)
         a = e.get("args") if type(e.get("args")) is dict else {}
         if proc in ("HCCL", "Communication") and "Communication" in thread:
             hccl_bytes[str(e.get("name", ""))] = _hccl_bytes(a)
@@ -304,7 +354,7 @@ def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
         return None
     if "Device_id" in df.columns:
         out.insert(0, "device_id", df["Device_id"].str.strip())
-    return out
+    return out.assign(reference=CSV_REFERENCE)
 
 
 def _steps_by_time(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
@@ -456,6 +506,49 @@ def _derive_missing_types(typ: pd.Series, names: pd.Series) -> pd.Series:
     return typ.where(~missing, names.map(derived))
 
 
+HOST_RUNTIME_TASKS = tuple(t for t in TASKS if t != "barrier")
+"""Task kinds read from the host runtime layer (CANN API events): launches and synchronise calls."""
+
+
+def recorded_tasks(
+    name: str, host_runtime: bool, device_tasks: bool, warnings: list[str]
+) -> tuple[str, ...] | None:
+    """The sync/launch kinds an export records (None: all): launches and synchronise calls only with
+    the host runtime layer (CANN API events; a Level0 export has none), BARRIER only with the device
+    task list. A missing layer is a warning, and its counts read "not recorded", never 0."""
+    if host_runtime and device_tasks:
+        return None
+    if device_tasks and not host_runtime:
+        warnings.append(
+            f"{name}: the export has no host runtime layer (no CANN API events, as in a Level0 profile); "
+            "launch and synchronise counts are not recorded"
+        )
+    return (("barrier",) if device_tasks else ()) + (HOST_RUNTIME_TASKS if host_runtime else ())
+
+
+def _with_task_level_comm(
+    cross: pd.DataFrame, dev: pd.DataFrame, tasks: pd.DataFrame, steps: pd.DataFrame
+) -> pd.DataFrame:
+    """``cross`` with, per step, communication and its exposed part as older torch_npu profilers
+    measured them: the union of HCCL's own tasks (``comm_tasks_us``) rather than of whole operations,
+    and that union minus compute (``exposed_comm_tasks_us``). When the profiler's figure equals these,
+    the cross-check warning names that as the cause of a difference (docs/analysis-definitions.md)."""
+    from fsdpbench.analysis import intervals as iv
+
+    task_step = _steps_by_time(tasks, steps) if len(steps) else np.full(len(tasks), -1)
+    compute = dev[(dev["category"] == "compute").to_numpy()]
+    comm_us, exposed_us = [], []
+    for st in cross["step"].to_numpy():  # a handful of steps
+        one = len(cross) == 1 or st < 0  # one row: the whole export
+        t_sel = np.ones(len(tasks), bool) if one else task_step == st
+        c_sel = np.ones(len(compute), bool) if one else (compute["step"] == st).to_numpy()
+        t = iv.union(tasks["start_ns"].to_numpy()[t_sel], tasks["end_ns"].to_numpy()[t_sel])
+        c = iv.union(compute["start_ns"].to_numpy()[c_sel], compute["end_ns"].to_numpy()[c_sel])
+        comm_us.append(iv.length(t) / 1000.0)
+        exposed_us.append((iv.length(t) - iv.intersection_length(t, c)) / 1000.0)
+    return cross.assign(comm_tasks_us=comm_us, exposed_comm_tasks_us=exposed_us)
+
+
 def _read_db(folder: Path, db: Path) -> RankTrace:
     """One rank of a torch_npu ``export_type=db`` profile (see :mod:`fsdpbench.trace.ascend_db`)."""
     raw = read_tables(db)
@@ -528,11 +621,14 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
         )
     analysis_db = db.parent / "analysis.db"
     cross = step_trace_time(analysis_db, warnings) if analysis_db.is_file() else None
+    if cross is not None:
+        cross = _with_task_level_comm(cross, dev, raw["comm_tasks"], steps)
     rank = rank_of_folder(folder)
     for alt in (raw["rank"], db_rank(db)):
         rank = alt if rank is None else rank
+    recorded = recorded_tasks(folder.name, raw["cann_api_rows"] > 0, raw["task_rows"] > 0, warnings)
     return _assemble(
-        folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"]
+        folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"], recorded
     )
 
 
@@ -562,8 +658,9 @@ def read_ascend(folder: str | Path) -> RankTrace:
     hccl_streams: set[str] = set()
     empty_steps = pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
     host, steps, tv_device = (None, empty_steps, None)
+    layers: set[str] = set()
     if tv.is_file():
-        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams)
+        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams, layers)
     else:
         warnings.append(
             f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable"
@@ -595,7 +692,7 @@ def read_ascend(folder: str | Path) -> RankTrace:
     stt = out / "step_trace_time.csv"
     cross = _cross_check(stt, warnings) if stt.is_file() else None
     # Syncs, launches and BARRIER tasks are all read from trace_view.json: without it none is recorded.
-    recorded = None if tv.is_file() else ()
+    recorded = recorded_tasks(folder.name, "CANN" in layers, "Ascend Hardware" in layers, warnings)
     return _assemble(
         folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded
     )

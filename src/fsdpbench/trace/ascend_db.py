@@ -72,6 +72,10 @@ def summary_frame(
     return pd.DataFrame(out)
 
 
+DB_REFERENCE = "analysis.db StepTraceTime"
+CSV_REFERENCE = "step_trace_time.csv"
+"""How the cross-check warnings name the profiler's own summary (the ``reference`` column)."""
+
 DB_GLOB = "ascend_pytorch_profiler*.db"
 _DB_RANK = re.compile(r"^ascend_pytorch_profiler_(\d+)\.db$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -139,8 +143,11 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
 
     Returns a dict with ``compute``, ``comm``, ``other_tasks``, ``host``, ``steps`` frames
     (``name, start_ns, end_ns, lane`` plus table-specific columns), ``launch_ns`` (connection id →
-    start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent) and
-    ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on).
+    start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent),
+    ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on), ``cann_api_rows`` (how
+    many host runtime events ``CANN_API`` holds: 0 without the table), ``task_rows`` (rows of ``TASK``)
+    and ``comm_tasks`` (``start_ns, end_ns`` of HCCL's own tasks, the ``TASK`` rows of
+    ``COMMUNICATION_TASK_INFO``).
 
     Raises:
         InputError: not a sqlite file, or no ``TASK`` / ``STRING_IDS`` table.
@@ -252,6 +259,7 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
                 ]
             )
         host_parts = []
+        cann_api_rows = 0
         launch_ns = pd.Series(dtype=np.int64)
         if "CANN_API" in have:
             api = _query(con, db, "SELECT startNs, endNs, type, globalTid, connectionId, name FROM CANN_API")
@@ -275,6 +283,7 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
                     }
                 )
             )
+            cann_api_rows = len(api)
             launch_ns = pd.Series(start, index=api["connectionId"].to_numpy())
             launch_ns = launch_ns[~launch_ns.index.duplicated()]
         if "PYTORCH_API" in have:
@@ -332,6 +341,14 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
         "launch_ns": launch_ns,
         "rank": rank,
         "hccl_streams": hccl_streams,
+        "cann_api_rows": cann_api_rows,
+        "comm_tasks": pd.DataFrame(
+            {
+                "start_ns": _ns(task.loc[on_hccl, "startNs"], db, "TASK.startNs"),
+                "end_ns": _ns(task.loc[on_hccl, "endNs"], db, "TASK.endNs"),
+            }
+        ),
+        "task_rows": len(task),
     }
 
 
@@ -352,4 +369,5 @@ def step_trace_time(analysis_db: Path, warnings: list[str]) -> pd.DataFrame | No
         return None
     finally:
         con.close()
-    return summary_frame(df, analysis_db, warnings, STEP_TRACE_TIME_DB)
+    out = summary_frame(df, analysis_db, warnings, STEP_TRACE_TIME_DB)
+    return None if out is None else out.assign(reference=DB_REFERENCE)

@@ -26,7 +26,9 @@ class RankTrace:
         mode: ``device`` (CUDA/NPU streams) or ``cpu`` (CPU-only trace: threads are the lanes).
         warnings: problems found while reading that did not stop it.
         cross_check: the profiler's own per-step numbers when it wrote them (Ascend
-            ``step_trace_time.csv``): columns ``step, compute_us, comm_us, exposed_comm_us, free_us``.
+            ``step_trace_time.csv`` or ``analysis.db`` ``StepTraceTime``): columns ``step, compute_us,
+            comm_us, exposed_comm_us, free_us, reference`` (which of the two); a db export adds
+            ``comm_tasks_us, exposed_comm_tasks_us`` (the same from the union of HCCL's tasks).
         recorded_tasks: the sync/launch task kinds (``table.TASKS``) this trace can record; the others
             are reported as ``null`` ("not recorded"), not 0. None: all of them.
     """
