@@ -24,7 +24,7 @@ def _one_line_error(proc, needle: str) -> None:
     [
         (["--arms", "jax"], "unknown backend 'jax'"),
         (["--arms", "torch:depth=1"], "unknown option 'depth'"),
-        (["--arms", "torch:prefetch=x"], "expects int"),
+        (["--arms", "torch:prefetch=x"], "prefetch='x'; use default, none or a depth N >= 0"),
         (["--arms", "torch", "--mesh", "3"], "covers 3 ranks but the world size is 2"),
         (["--arms", "torch", "--layers", "0"], "--layers must be >= 1"),
         (["--arms", "torch", "--seq-len", "0"], "seq_len must be an integer >= 1"),
