@@ -1,0 +1,310 @@
+"""Several nodes without a shared filesystem: node 0's run folder gets every node's files through the
+collect step, node 0 decides what runs, launch ports follow the plan, and a failure names its first cause.
+
+The two "nodes" are two ``fsdpbench run`` processes on this machine with separate ``--out`` folders,
+meeting on loopback (one rank each). References: the files each node wrote (hashed here), the fault
+injected by the test itself, and torchrun's own report text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from fsdpbench import collect, failures, results
+from fsdpbench.config import RunConfig
+from fsdpbench.errors import ConfigError
+from fsdpbench.launcher import launch_plan, plan_ports, torchrun_command
+
+NODE_ARGS = [
+    "run",
+    "--arm",
+    "torch",
+    "--nnodes",
+    "2",
+    "--nproc",
+    "1",
+    "--layers",
+    "1",
+    "--seq-len",
+    "32",
+    "--warmup",
+    "0",
+    "--steps",
+    "1",
+    "--profile",
+    "--profile-step",
+    "1",
+    "--timeout",
+    "60",
+    "--no-report",
+]
+KILL_RANK1_ROUND0 = "kill:torch:0:1:0"
+
+# torchrun 2.13's report of a rank killed by SIGKILL (node 1) and of its peer's gloo error (node 0)
+TORCHRUN_KILLED = """\
+E1203 22:07:12.249000 9601 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) \
+local_rank: 0 (pid: 9672) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=====================================================
+w.py FAILED
+-----------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+-----------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-03_22:07:12
+  host      : node1
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 9672)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 9672
+=====================================================
+"""
+GLOO_ERROR = {
+    "rank": 0,
+    "type": "RuntimeError",
+    "message": "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer",
+    "oom": False,
+    "time": 1.0,  # earlier than the kill is observed: gloo sees the closed socket at once
+    "traceback": "Traceback...\nRuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+    "Connection closed by peer [127.0.0.1]:45474",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# first cause (no launch)
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_signal_death_outranks_an_earlier_collective_transport_error(tmp_path):
+    results.write_json(tmp_path / "error_rank0.json", GLOO_ERROR)
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node1" / "torchrun.log").write_text(TORCHRUN_KILLED)
+    found = failures.launch_failures(tmp_path, node=0)
+    assert [(f.rank, f.node, f.kind) for f in found] == [(1, 1, "signal"), (0, 0, "collective")]
+    assert (found[0].signal, found[0].signal_name, found[0].exit_code) == (9, "SIGKILL", -9)
+    message = failures.explain(tmp_path, 1, nodes=True)
+    first, _, rest = message.partition(" — then, as consequences: ")
+    assert first == "rank 1 (node 1) was killed by signal 9 (SIGKILL)"
+    assert rest.startswith("rank 0 (node 0) RuntimeError (Connection closed by peer")
+
+
+def test_time_breaks_ties_and_torchruns_sigterm_of_survivors_comes_last(tmp_path):
+    for rank, when in ((2, 5.0), (3, 4.0)):
+        results.write_json(
+            tmp_path / f"error_rank{rank}.json",
+            {"rank": rank, "type": "ValueError", "message": f"bad {rank}", "time": when},
+        )
+    terminated = TORCHRUN_KILLED.replace("-9 (pid: 9672)  (SIGKILL)", "-15 (pid: 9672)  (SIGTERM)").replace(
+        "Signal 9 (SIGKILL)", "Signal 15 (SIGTERM)"
+    )
+    (tmp_path / "torchrun.log").write_text(terminated)
+    found = failures.launch_failures(tmp_path)
+    assert [(f.rank, f.kind) for f in found] == [(3, "exception"), (2, "exception"), (1, "terminated")]
+    record = failures.failure_record(tmp_path)
+    assert record["first_cause"]["rank"] == 3 and record["first_cause"]["message"] == "bad 3"
+    assert [c["rank"] for c in record["consequences"]] == [2, 1]
+
+
+def test_the_exception_is_named_by_its_last_traceback_line():
+    tb = "Traceback (most recent call last):\n  File x\nKeyError: 'layers.0.weight'\n"
+    assert failures._last_line({"type": "KeyError", "message": "x", "traceback": tb}) == "'layers.0.weight'"
+
+
+# --------------------------------------------------------------------------------------------
+# coordinates and the collect step's pure parts
+# --------------------------------------------------------------------------------------------
+
+
+def _two_node_config(node: int, **more) -> RunConfig:
+    overrides = {
+        "arms": "torch,torch:prefetch=1",
+        "nnodes": 2,
+        "node_rank": node,
+        "rounds": 2,
+        "profile": True,
+    }
+    return RunConfig.from_sources(env={}, overrides={"rdzv_endpoint": "10.0.0.1:29400", **overrides, **more})
+
+
+def test_launch_ports_come_from_the_plan_not_from_what_a_node_ran():
+    order = [
+        {"round": 0, "arm": "a"},
+        {"round": 0, "arm": "b"},
+        {"round": 1, "arm": "b"},
+        {"round": 1, "arm": "a"},
+    ]
+    plan = launch_plan(order, ["a", "b"], profile=True)
+    ports = {key: plan_ports(29400, plan, *key) for key in plan}
+    assert ports[("a", 0)] == (29401, 29402) and ports[("b", results.PROFILE_ROUND)] == (29411, 29412)
+    used = [p for pair in ports.values() for p in pair]
+    assert len(set(used)) == len(used) and 29400 not in used  # the base is the plan step's
+    # a resume that runs only ("b", 1) uses the same port as the full run did
+    assert plan_ports(29400, plan, "b", 1) == ports[("b", 1)]
+
+
+def test_master_port_with_several_nodes_binds_to_the_rendezvous_host(tmp_path):
+    cfg = _two_node_config(1, master_port=31000)
+    cmd = torchrun_command(cfg, tmp_path / "s.json", tmp_path / "logs", None)
+    assert "--rdzv-endpoint=10.0.0.1:31000" in cmd and not any("127.0.0.1" in c for c in cmd)
+    with pytest.raises(ConfigError, match="--nnodes > 1 needs --rdzv-endpoint"):
+        RunConfig.from_sources(env={}, overrides={"arms": "torch", "nnodes": 2, "master_port": 31000})
+
+
+def test_collect_header_leaves_a_too_large_file_in_place_and_hashes_the_rest(tmp_path):
+    small, big = tmp_path / "small.log", tmp_path / "big.json.gz"
+    small.write_bytes(b"x" * 10)
+    big.write_bytes(os.urandom(100))
+    header = collect._header(
+        {
+            "node": 1,
+            "max_bytes": 50,
+            "files": [[str(small), "a/small.log"], [str(big), "profiles/t/rank1/big"]],
+        }
+    )
+    assert header["files"] == [
+        {
+            "source": str(small),
+            "path": "a/small.log",
+            "bytes": 10,
+            "sha256": hashlib.sha256(b"x" * 10).hexdigest(),
+        }
+    ]
+    assert [(e["path"], e["bytes"]) for e in header["left_in_place"]] == [("profiles/t/rank1/big", 100)]
+    with pytest.raises(ValueError, match="outside the run folder"):
+        collect._safe_destination(tmp_path, "../etc/passwd")
+
+
+# --------------------------------------------------------------------------------------------
+# two nodes on one machine: a killed rank, then --resume
+# --------------------------------------------------------------------------------------------
+
+
+def _free_port_range(n: int) -> int:
+    """A base port whose next ``n`` ports are all free on loopback right now."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        try:
+            for port in range(base, base + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def _both_nodes(
+    per_node: list[list[str]], envs: list[dict[str, str]], timeout: float
+) -> list[tuple[int, str]]:
+    """Run ``python -m fsdpbench ARGS`` for node 0 and node 1 at once; (rc, stderr+stdout) of each."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "fsdpbench", *args],
+            env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for args, env in zip(per_node, envs, strict=True)
+    ]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+        return [(p.returncode, out) for p, out in zip(procs, outputs, strict=True)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    """Run 1: rank 1 (node 1) is SIGKILLed in round 0. Node 1 is then made to believe round 0 succeeded
+    (its status.json says rc 0), and both nodes resume. Returns the folders and both runs' outputs."""
+    tmp = tmp_path_factory.mktemp("two_nodes")
+    rdzv = ["--rdzv-endpoint", f"127.0.0.1:{_free_port_range(8)}"]
+    first = _both_nodes(
+        [[*NODE_ARGS, *rdzv, "--node-rank", str(k), "--out", str(tmp / f"node{k}")] for k in (0, 1)],
+        [{}, {"FSDPBENCH_FAULT": KILL_RANK1_ROUND0}],
+        timeout=150,
+    )
+    run0, run1 = (next((tmp / f"node{k}").glob("run_*")) for k in (0, 1))
+    first_summary = orjson.loads((run0 / results.SUMMARY).read_bytes())
+    status1 = results.launch_dir(run1, "torch", 0) / results.STATUS
+    results.write_json(status1, {**orjson.loads(status1.read_bytes()), "rc": 0, "error": None})
+    resumed = _both_nodes(
+        [["run", "--resume", str(run), "--no-report"] for run in (run0, run1)], [{}, {}], timeout=200
+    )
+    return {"first": first, "first_summary": first_summary, "resumed": resumed, "run0": run0, "run1": run1}
+
+
+def _error_line(output: str) -> str:
+    lines = [ln for ln in output.splitlines() if ": error: " in ln]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_a_killed_rank_is_named_as_the_first_cause_on_every_node(two_nodes):
+    for rc, output in two_nodes["first"]:
+        assert rc != 0 and "Traceback" not in output, output
+        cause = _error_line(output).split("round 0: ", 1)[1]
+        assert cause.startswith(
+            "rank 1 (node 1) was killed by signal 9 (SIGKILL) — then, as consequences: rank 0"
+        )
+    (failure,) = two_nodes["first_summary"]["failures"]
+    first = failure["first_cause"]
+    assert (first["rank"], first["node"], first["signal"], first["signal_name"]) == (1, 1, 9, "SIGKILL")
+    assert [c["rank"] for c in failure["consequences"]] == [0] and failure["resolved"] is False
+    # node 1's own torchrun report reached node 0 (the launch folder was set aside by the resume)
+    (failed,) = (two_nodes["run0"] / "launches" / "torch").glob("round0.failed_*")
+    assert "exitcode  : -9" in (failed / "node1" / results.LAUNCH_LOG).read_text()
+
+
+def _tree_hashes(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and p.relative_to(folder).parts[0] not in skip
+    }
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
+    run0, run1 = two_nodes["run0"], two_nodes["run1"]
+    assert [rc for rc, _ in two_nodes["resumed"]] == [0, 0], two_nodes["resumed"]
+    # node 1 followed node 0's to-do list: it reran round 0 although its own status said rc 0
+    assert list((run1 / "launches" / "torch").glob("round0.failed_*"))
+    steps = [orjson.loads(ln) for ln in (run0 / results.STEPS).read_bytes().splitlines()]
+    assert sorted((s["round"], s["step"]) for s in steps) == [(-1, 0), (-1, 1), (0, 0)]
+    assert sorted(p.name for p in (run0 / "profiles" / "torch").iterdir()) == ["rank0", "rank1"]
+    theirs = _tree_hashes(run1 / "profiles" / "torch" / "rank1")
+    assert any(name.endswith(".json.gz") for name in theirs)
+    assert _tree_hashes(run0 / "profiles" / "torch" / "rank1") == theirs
+    for leaf in ("round0", "profile"):  # node 1's logs, environment and spec, under node1/
+        sent = _tree_hashes(
+            run1 / "launches" / "torch" / leaf, skip=("collect", "collect.json", "status.json")
+        )
+        assert "environment_node1.json" in sent and "torchrun.log" in sent
+        assert _tree_hashes(run0 / "launches" / "torch" / leaf / "node1") == sent
+    summary = orjson.loads((run0 / results.SUMMARY).read_bytes())
+    assert summary["missing"] == [] and [f["resolved"] for f in summary["failures"]] == [True]
+    assert summary["collected"]["nodes"] == [1] and summary["collected"]["left_in_place"] == []
