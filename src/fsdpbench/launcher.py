@@ -322,9 +322,10 @@ class Run:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
         if profile and error is None and self._device_type(ldir) == "npu":
             error = missing_ascend_output(results.profile_dir(self.run_dir, arm), self._local_ranks())
+        decided: dict[str, Any] | None = None
         if self.cfg.nnodes > 1:  # node 0 gets every node's files and decides; the others follow
-            error = self._collect(arm, round_, ldir, rc, error, timed_out)
-        failure = self._record_failure(arm, round_, ldir, error)
+            error, decided = self._collect(arm, round_, ldir, rc, error, timed_out)
+        failure = self._record_failure(arm, round_, ldir, error, decided)
         self._write_status(ldir, arm, round_, rc, started, t0, error, failure)
         if progress:
             progress.finish(error is None, time.monotonic() - t0)
@@ -400,15 +401,18 @@ class Run:
         )
 
     # ---- failures and the other nodes
-    def _record_failure(self, arm: str, round_: int, ldir: Path, error: str | None) -> dict[str, Any] | None:
-        """The failed ranks, first cause first (``failures.failure_record``), kept in the manifest's
-        ``failures`` for summary.json; None when the launch succeeded."""
+    def _record_failure(
+        self, arm: str, round_: int, ldir: Path, error: str | None, decided: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """The failed ranks, first cause first (``failures.failure_record``; node 0's ``decided`` one on
+        several nodes), kept in the manifest's ``failures`` for summary.json; None when it succeeded."""
         if error is None:
             return None
-        failure = failures.failure_record(ldir, self.cfg.node_rank) or {
-            "first_cause": None,
-            "consequences": [],
-        }
+        failure = (
+            decided
+            or failures.failure_record(ldir, self.cfg.node_rank)
+            or {"first_cause": None, "consequences": []}
+        )
         self.manifest.setdefault("failures", []).append(
             {"arm": arm, "round": round_, "kind": results.launch_kind(round_), "error": error, **failure}
         )
@@ -433,9 +437,9 @@ class Run:
 
     def _collect(
         self, arm: str, round_: int, ldir: Path, rc: int | None, error: str | None, timed_out: bool
-    ) -> str | None:
+    ) -> tuple[str | None, dict[str, Any] | None]:
         """After a launch on several nodes: send this node's files of it to node 0 (node 0: receive every
-        other node's) and return node 0's verdict on the launch (``collect.py``)."""
+        other node's) and return node 0's verdict on the launch and its failure record (``collect.py``)."""
         node = self.cfg.node_rank
         profile = round_ == results.PROFILE_ROUND
         spec = {
@@ -454,10 +458,10 @@ class Run:
         }
         result = self._collect_step(ldir / collect.COLLECT_DIR, spec, self._ports(arm, round_)[1])
         if isinstance(result, str):
-            return f"{error}; {result}" if error else result
+            return (f"{error}; {result}" if error else result), None
         if node == 0:
             self._record_collected(arm, round_, result)
-        return result["error"]
+        return result["error"], result.get("failure")
 
     def _record_collected(self, arm: str, round_: int, result: dict[str, Any]) -> None:
         """Node 0: what each node sent for this launch (and left in place), for summary.json."""
