@@ -276,6 +276,12 @@ def test_a_killed_rank_is_named_as_the_first_cause_on_every_node(two_nodes):
     # node 1's own torchrun report reached node 0 (the launch folder was set aside by the resume)
     (failed,) = (two_nodes["run0"] / "launches" / "torch").glob("round0.failed_*")
     assert "exitcode  : -9" in (failed / "node1" / results.LAUNCH_LOG).read_text()
+    # node 1 keeps node 0's verdict, not its own partial view
+    (failed1,) = (two_nodes["run1"] / "launches" / "torch").glob("round0.failed_*")
+    status1 = orjson.loads((failed1 / results.STATUS).read_bytes())
+    assert (
+        status1["failure"]["first_cause"]["rank"] == 1 and status1["failure"]["consequences"][0]["rank"] == 0
+    )
 
 
 def _tree_hashes(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
@@ -308,3 +314,103 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
     summary = orjson.loads((run0 / results.SUMMARY).read_bytes())
     assert summary["missing"] == [] and [f["resolved"] for f in summary["failures"]] == [True]
     assert summary["collected"]["nodes"] == [1] and summary["collected"]["left_in_place"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# per-node checks and summary fields (no launch: torchrun replaced by a script)
+# --------------------------------------------------------------------------------------------
+
+_FAKE_NODE_LAUNCH = """
+import json, pathlib, sys
+spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
+run_dir, ldir = pathlib.Path(spec["run_dir"]), pathlib.Path(spec["launch_dir"])
+for rel, text in json.loads(sys.argv[2]).items():
+    path = run_dir / rel.replace("{ldir}", str(ldir.relative_to(run_dir)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+"""
+
+
+def test_node_1_checks_its_own_ranks_ascend_output_from_its_own_environment(tmp_path, monkeypatch):
+    """With --device auto, node 1 has no environment.json (rank 0's): its own environment_node1.json says
+    npu, so it checks that its ranks 2 and 3 were parsed, and reports the failure to node 0."""
+    import json
+
+    from fsdpbench import launcher
+    from fsdpbench.errors import LaunchError
+
+    out = "profiles/torch/rank{r}/rank{r}_1_ascend_pt/ASCEND_PROFILER_OUTPUT/"
+    files = {
+        "{ldir}/environment_node1.json": '{"device_type": "npu"}',
+        out.format(r=2) + "trace_view.json": "{}",
+    }
+    monkeypatch.setattr(
+        launcher,
+        "torchrun_command",
+        lambda cfg, spec, logs, port, python=None: [
+            sys.executable,
+            "-c",
+            _FAKE_NODE_LAUNCH,
+            str(spec),
+            json.dumps(files),
+        ],
+    )
+    reports = []
+
+    def collect_step(self, arm, round_, ldir, rc, error, timed_out):
+        reports.append(error)
+        return error, None  # node 0 agrees with node 1's report
+
+    monkeypatch.setattr(launcher.Run, "_collect", collect_step)
+    cfg = _two_node_config(1, arms="torch", rounds=1)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run = launcher.Run(cfg, run_dir, {"launches": [], "profiles": {}, "environment": None, "order": []}, None)
+    with pytest.raises(
+        LaunchError, match="rank 2: kernel_details.csv; rank 3: kernel_details.csv, trace_view"
+    ):
+        run.launch("torch", results.PROFILE_ROUND, None)
+    assert reports and "rank 2: kernel_details.csv" in reports[0] and "rank 0" not in reports[0]
+
+
+def test_summary_names_files_left_on_their_node_and_whether_a_failure_was_resolved():
+    manifest = {
+        "config": {"nnodes": 2, "nproc": 1, "seed": 0},
+        "arms": [{"label": "torch"}],
+        "order": [{"arm": "torch", "round": 0}],
+        "profiles": {},
+        "failures": [{"arm": "torch", "round": 0, "kind": "timed", "error": "x", "first_cause": None}],
+        "collected": [
+            {
+                "arm": "torch",
+                "round": 0,
+                "node": 1,
+                "files": 3,
+                "bytes": 30,
+                "failed_check": [],
+                "left_in_place": [],
+            },
+            {
+                "arm": "torch",
+                "round": -1,
+                "node": 1,
+                "files": 2,
+                "bytes": 20,
+                "failed_check": ["launches/torch/profile/node1/torchrun.log"],
+                "left_in_place": [{"path": "profiles/torch/rank1/big.json.gz", "bytes": 99, "why": "larger"}],
+            },
+        ],
+    }
+    summary = results.build_summary(manifest, [], done={("torch", 0)})
+    assert summary["collected"] == {
+        "nodes": [1],
+        "files": 5,
+        "bytes": 50,
+        "failed_check": [{"node": 1, "path": "launches/torch/profile/node1/torchrun.log"}],
+        "left_in_place": [
+            {"node": 1, "path": "profiles/torch/rank1/big.json.gz", "bytes": 99, "why": "larger"}
+        ],
+    }
+    assert [f["resolved"] for f in summary["failures"]] == [True]
+    assert results.build_summary(manifest, [], done=set())["failures"][0]["resolved"] is False
+    assert results.build_summary({**manifest, "config": {"nnodes": 1, "nproc": 1}}, [])["collected"] is None
