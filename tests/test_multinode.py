@@ -1,5 +1,6 @@
 """Several nodes without a shared filesystem: node 0's run folder gets every node's files through the
-collect step, node 0 decides what runs, launch ports follow the plan, and a failure names its first cause.
+collect step, node 0 decides what runs, launch ports follow the plan, a failure names its first cause,
+and the two nodes train as one world (losses against unsharded training, tests/reference.py).
 
 The two "nodes" are two ``fsdpbench run`` processes on this machine with separate ``--out`` folders,
 meeting on loopback (one rank each). References: the files each node wrote (hashed here), the fault
@@ -23,6 +24,7 @@ from fsdpbench import collect, failures, results
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import ConfigError
 from fsdpbench.launcher import launch_plan, plan_ports, torchrun_command
+from reference import LR, SEQ, reference_training
 
 NODE_ARGS = [
     "run",
@@ -32,14 +34,14 @@ NODE_ARGS = [
     "2",
     "--nproc",
     "1",
-    "--layers",
-    "1",
     "--seq-len",
-    "32",
+    str(SEQ),
+    "--lr",
+    str(LR),
     "--warmup",
     "0",
     "--steps",
-    "1",
+    "2",
     "--profile",
     "--profile-step",
     "1",
@@ -300,7 +302,13 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
     # node 1 followed node 0's to-do list: it reran round 0 although its own status said rc 0
     assert list((run1 / "launches" / "torch").glob("round0.failed_*"))
     steps = [orjson.loads(ln) for ln in (run0 / results.STEPS).read_bytes().splitlines()]
-    assert sorted((s["round"], s["step"]) for s in steps) == [(-1, 0), (-1, 1), (0, 0)]
+    assert sorted((s["round"], s["step"]) for s in steps) == [(-1, 0), (-1, 1), (0, 0), (0, 1)]
+    # the two nodes trained as one world of 2 ranks: losses of unsharded training on the same batches
+    ref_losses, _ = reference_training(rows=2, steps=2)
+    for round_ in (0, results.PROFILE_ROUND):
+        ours = [s for s in steps if s["round"] == round_]
+        assert [s["world_size"] for s in ours] == [2, 2]
+        assert [s["loss"] for s in ours] == pytest.approx(ref_losses, abs=1e-6)
     assert sorted(p.name for p in (run0 / "profiles" / "torch").iterdir()) == ["rank0", "rank1"]
     theirs = _tree_hashes(run1 / "profiles" / "torch" / "rank1")
     assert any(name.endswith(".json.gz") for name in theirs)
@@ -414,3 +422,12 @@ def test_summary_names_files_left_on_their_node_and_whether_a_failure_was_resolv
     assert [f["resolved"] for f in summary["failures"]] == [True]
     assert results.build_summary(manifest, [], done=set())["failures"][0]["resolved"] is False
     assert results.build_summary({**manifest, "config": {"nnodes": 1, "nproc": 1}}, [])["collected"] is None
+
+
+def test_node_0_sends_its_to_do_list_unless_a_node_runs_another_plan():
+    spec = {"fingerprint": "abc", "todo": [["torch", 0], ["torch", -1]]}
+    same = [{"node": 0, "fingerprint": "abc"}, {"node": 1, "fingerprint": "abc"}]
+    assert collect._plan_result(spec, same) == {"todo": [["torch", 0], ["torch", -1]], "error": None}
+    other = [{"node": 0, "fingerprint": "abc"}, {"node": 1, "fingerprint": "xyz"}]
+    result = collect._plan_result(spec, other)
+    assert result["todo"] == [] and result["error"].startswith("node(s) 1 run a different plan than node 0")

@@ -641,7 +641,7 @@ def run_ab(
         f"seq {cfg.seq_len} → {run_dir}"
     )
     try:
-        if cfg.nnodes > 1 and resume is not None:  # node 0 decides what is left; the others follow it
+        if cfg.nnodes > 1:  # node 0 decides what runs (fresh or resumed); the others follow its list
             todo = run.agree_on_todo(todo)
         if resume is not None:
             console.print(f"resuming: {len(todo)} launch(es) left")
