@@ -431,3 +431,27 @@ def test_node_0_sends_its_to_do_list_unless_a_node_runs_another_plan():
     other = [{"node": 0, "fingerprint": "abc"}, {"node": 1, "fingerprint": "xyz"}]
     result = collect._plan_result(spec, other)
     assert result["todo"] == [] and result["error"].startswith("node(s) 1 run a different plan than node 0")
+
+
+def test_files_to_send_map_node_ks_launch_files_under_node_k_and_its_ranks_profiles_in_place(tmp_path):
+    run_dir = tmp_path / "run"
+    ldir = results.launch_dir(run_dir, "torch", results.PROFILE_ROUND)
+    for rel in (
+        "torchrun.log",
+        "logs/x/attempt_0/2/stderr.log",
+        "collect/spec.json",
+        "collect.json",
+        "discarded_profiles/rank2/old.json.gz",
+    ):
+        (ldir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ldir / rel).write_text(rel)
+    for rank in (1, 2, 3):  # rank 1 is another node's
+        (run_dir / f"profiles/torch/rank{rank}").mkdir(parents=True)
+        (run_dir / f"profiles/torch/rank{rank}/t.json.gz").write_text("t")
+    pairs = collect.files_to_send(run_dir, ldir, 1, range(2, 4), "torch", profile=True)
+    assert sorted(dest for _, dest in pairs) == [
+        "launches/torch/profile/node1/logs/x/attempt_0/2/stderr.log",
+        "launches/torch/profile/node1/torchrun.log",
+        "profiles/torch/rank2/t.json.gz",
+        "profiles/torch/rank3/t.json.gz",
+    ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
 import sys
 import time
 import traceback
@@ -41,6 +42,8 @@ MAX_BYTES_ENV = "FSDPBENCH_COLLECT_MAX_BYTES"
 DEFAULT_MAX_BYTES = 4 << 30
 COLLECT_DIR = "collect"
 """The collect step's own torchrun logs and spec, inside the launch folder (never sent)."""
+KEPT_ON_NODE = ("discarded_profiles",)
+"""Launch-folder entries never sent: an earlier attempt's profiles, set aside (they stay on their node)."""
 COLLECT_RESULT = "collect.json"
 """In the launch folder: node 0's verdict, and on node 0 what each node sent (path, bytes, sha256)."""
 PLAN_DIR = ".plan"
@@ -68,14 +71,14 @@ def files_to_send(
     run_dir: Path, ldir: Path, node: int, ranks: range, arm: str, profile: bool
 ) -> list[list[str]]:
     """``[source path, destination relative to node 0's run folder]`` for this node's files of one
-    launch: the launch folder (except the collect step's own files) and, on a profile launch, the
-    profiler output of this node's ranks."""
+    launch: the launch folder (except the collect step's own files and ``KEPT_ON_NODE``) and, on a
+    profile launch, the profiler output of this node's ranks."""
     pairs: list[list[str]] = []
     leaf = ldir.relative_to(run_dir)
     node_dir = leaf / failures.NODE_DIR.format(node=node)
     for path in sorted(ldir.rglob("*")):
         rel = path.relative_to(ldir)
-        if not path.is_file() or rel.parts[0] in (COLLECT_DIR, COLLECT_RESULT):
+        if not path.is_file() or rel.parts[0] in (COLLECT_DIR, COLLECT_RESULT, *KEPT_ON_NODE):
             continue
         pairs.append([str(path), (node_dir / rel).as_posix()])
     if profile:
@@ -104,7 +107,7 @@ def _header(spec: dict[str, Any]) -> dict[str, Any]:
         files.append({"source": source, "path": dest, "bytes": size, "sha256": sha256_file(path)})
     return {
         "node": spec["node"],
-        "host": os.uname().nodename,
+        "host": socket.gethostname(),
         "report": spec.get("report"),
         "fingerprint": spec.get("fingerprint"),
         "files": files,
