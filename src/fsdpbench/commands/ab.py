@@ -98,7 +98,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     d.add_argument("--nproc", type=int, help="ranks per node (default 2)")
     d.add_argument("--nnodes", type=int, help="nodes (default 1)")
     d.add_argument("--node-rank", type=int, help="this node's rank (multi-node)")
-    d.add_argument("--rdzv-endpoint", help="HOST:PORT of node 0 (multi-node)")
+    d.add_argument(
+        "--rdzv-endpoint",
+        help="HOST:PORT of node 0 as every node reaches it (required with --nnodes > 1; docs/multi-node.md)",
+    )
     d.add_argument(
         "--master-port",
         type=int,
