@@ -99,6 +99,8 @@ def test_study_configs_resolve_to_8_npus_full_shape(name, with_hyper):
         ),
         ({"arms": "torch", "device": "tpu"}, "--device 'tpu'"),
         ({"arms": "torch", "nnodes": 2}, "--nnodes > 1 needs --rdzv-endpoint"),
+        ({"arms": "torch", "nnodes": 2, "master_port": 29500}, "--nnodes > 1 needs --rdzv-endpoint"),
+        ({"arms": "torch", "nnodes": 2, "rdzv_endpoint": "n0:65530"}, "choose a base port of at most 65527"),
         ({"arms": "torch", "rdzv_endpoint": "nohost"}, "is not HOST:PORT"),
         ({"arms": "torch:comm_fusion=true"}, "comm_fusion applies to the hyper backend only"),
         ({"arms": "hyper"}, "needs hyper_parallel, which is not installed"),

@@ -378,7 +378,7 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"launches": [], "profiles": {}, "environment": None, "order": []}
     run = launcher.Run(cfg, run_dir, manifest, console=None)
-    return run, lambda: run.launch("torch", results.PROFILE_ROUND, 0, None)
+    return run, lambda: run.launch("torch", results.PROFILE_ROUND, None)
 
 
 def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):

@@ -100,7 +100,7 @@ def test_out_of_memory_is_named_and_resume_runs_only_the_missing_round(tmp_path)
 
 
 def test_crash_message_names_the_rank_that_failed_first_not_its_peers(tmp_path):
-    from fsdpbench.launcher import _explain_failure
+    from fsdpbench.failures import explain
     from fsdpbench.results import write_json
 
     write_json(
@@ -117,4 +117,7 @@ def test_crash_message_names_the_rank_that_failed_first_not_its_peers(tmp_path):
         tmp_path / "error_rank1.json",
         {"rank": 1, "type": "RuntimeError", "message": "shape mismatch", "oom": False, "time": 2.0},
     )
-    assert _explain_failure(tmp_path, 1) == "rank 1 crashed with RuntimeError: shape mismatch"
+    message = explain(tmp_path, 1)
+    assert message.startswith(
+        "rank 1 crashed with RuntimeError: shape mismatch — then, as consequences: rank 0"
+    )

@@ -167,10 +167,10 @@ def test_shuffle_is_a_real_seeded_permutation_per_round():
     assert shuffled != _rounds(interleaved_order(labels, rounds, "shuffle", 4))  # the seed matters
 
 
-def test_multinode_launch_uses_static_rendezvous_with_a_port_per_launch(tmp_path):
+def test_multinode_launch_uses_static_rendezvous_on_the_given_port(tmp_path):
     cfg = RunConfig.from_sources(
         env={}, overrides={"arms": "torch", "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400"}
     )
-    cmd = torchrun_command(cfg, tmp_path / "spec.json", tmp_path / "logs", 3)
+    cmd = torchrun_command(cfg, tmp_path / "spec.json", tmp_path / "logs", 29403)
     assert "--nnodes=2" in cmd and "--node-rank=1" in cmd and "--rdzv-endpoint=10.0.0.1:29403" in cmd
     assert cmd[-3:] == ["-m", "fsdpbench.worker", str(tmp_path / "spec.json")]

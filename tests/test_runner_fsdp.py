@@ -1,11 +1,8 @@
 """Multi-rank gloo launches of the torch arm: exactness against single-process training, collective
-counts per step, HSDP 2x2 and two "nodes" on loopback. Each launch serves several assertions."""
+counts per step and HSDP 2x2 (two "nodes" on loopback: test_multinode.py). Each launch serves several
+assertions."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import orjson
 import pytest
@@ -82,53 +79,3 @@ def test_hsdp_2x2_on_4_ranks_adds_one_all_reduce_per_unit_and_matches_reference(
             "all_reduce": layers + 1,
         }, s
     _assert_matches_reference(run_dir, steps, rows=4, arm="torch-mesh2x2")
-
-
-def test_two_nodes_on_loopback_train_as_one_world(tmp_path):
-    port = str(free_port())
-    common = [
-        sys.executable,
-        "-m",
-        "fsdpbench",
-        "run",
-        "--arm",
-        "torch",
-        "--nnodes",
-        "2",
-        "--nproc",
-        "1",
-        "--master-port",
-        port,
-        "--warmup",
-        "0",
-        "--steps",
-        "2",
-        "--seq-len",
-        str(SEQ),
-        "--lr",
-        str(LR),
-        "--no-report",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [
-        subprocess.Popen(
-            [*common, "--node-rank", str(k), "--out", str(tmp_path / f"node{k}")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for k in (0, 1)
-    ]
-    try:
-        outs = [p.communicate(timeout=240)[0] for p in nodes]
-    finally:
-        for p in nodes:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in nodes] == [0, 0], "\n".join(outs)
-    (run0,) = (tmp_path / "node0").glob("run_*")
-    steps = [orjson.loads(line) for line in (run0 / "steps.jsonl").read_bytes().splitlines()]
-    assert [s["world_size"] for s in steps] == [2, 2]
-    ref_losses, _ = reference_training(rows=2, steps=2)
-    assert [s["loss"] for s in steps] == pytest.approx(ref_losses, abs=1e-6)

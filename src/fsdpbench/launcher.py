@@ -9,6 +9,7 @@ Torch-free (the ranks import torch, not this process).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -21,7 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fsdpbench import results
+import orjson
+
+from fsdpbench import collect, failures, results
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import InputError, LaunchError
 from fsdpbench.interpreters import arm_interpreter, interpreter_environment, probe_arms
@@ -59,19 +62,28 @@ def free_port() -> int:
 
 
 def torchrun_command(
-    cfg: RunConfig, spec_path: Path, log_dir: Path, launch_index: int, python: str | None = None
+    cfg: RunConfig,
+    spec_path: Path,
+    log_dir: Path,
+    port: int | None = None,
+    python: str | None = None,
+    *,
+    module: str = "fsdpbench.worker",
+    nproc: int | None = None,
 ) -> list[str]:
-    """``python -m torch.distributed.run ... -m fsdpbench.worker SPEC`` for one launch, run by
-    ``python`` (the arm's interpreter; the launcher's own when None).
+    """``python -m torch.distributed.run ... -m MODULE SPEC`` for one launch, run by ``python`` (the
+    arm's interpreter; the launcher's own when None).
 
-    Multi-node runs use static rendezvous on ``--rdzv-endpoint`` (or loopback ``--master-port``),
-    with the port advanced by the launch index so that a fast node never joins the previous launch.
+    Multi-node runs (or any run given ``--rdzv-endpoint``) use static rendezvous on the endpoint's host
+    and ``port`` (``plan_ports``: a function of the run's plan, the same on every node); single-node
+    runs use loopback on ``--master-port`` or a free port. ``nproc`` overrides the ranks per node (the
+    collect step runs one process per node).
     """
     cmd = [
         python or sys.executable,
         "-m",
         "torch.distributed.run",
-        f"--nproc-per-node={cfg.nproc}",
+        f"--nproc-per-node={nproc or cfg.nproc}",
         f"--nnodes={cfg.nnodes}",
         f"--node-rank={cfg.node_rank}",
         "--rdzv-backend=static",
@@ -79,13 +91,34 @@ def torchrun_command(
         "--redirects=3",
         "--max-restarts=0",
     ]
-    if cfg.rdzv_endpoint:
-        host, _, port = cfg.rdzv_endpoint.rpartition(":")
-        cmd.append(f"--rdzv-endpoint={host}:{int(port) + launch_index}")
+    if cfg.nnodes > 1 or cfg.rdzv_endpoint:
+        host, base = rendezvous_address(cfg)
+        cmd.append(f"--rdzv-endpoint={host}:{base if port is None else port}")
     else:
-        port = cfg.master_port + launch_index if cfg.nnodes > 1 else (cfg.master_port or free_port())
-        cmd += ["--master-addr=127.0.0.1", f"--master-port={port}"]
-    return cmd + ["-m", "fsdpbench.worker", str(spec_path)]
+        cmd += ["--master-addr=127.0.0.1", f"--master-port={cfg.master_port or free_port()}"]
+    return cmd + ["-m", module, str(spec_path)]
+
+
+def rendezvous_address(cfg: RunConfig) -> tuple[str, int]:
+    """Node 0's host and the base port: ``--rdzv-endpoint``'s, its port replaced by ``--master-port``
+    when given."""
+    host, _, port = cfg.rdzv_endpoint.rpartition(":")
+    return host, cfg.master_port or int(port)
+
+
+def launch_plan(order: list[dict[str, Any]], arms: list[str], profile: bool) -> list[tuple[str, int]]:
+    """Every launch of the run, in plan order: the interleaved timed rounds, then one profile per arm."""
+    return [(i["arm"], i["round"]) for i in order] + (
+        [(a, results.PROFILE_ROUND) for a in arms] if profile else []
+    )
+
+
+def plan_ports(base: int, plan: list[tuple[str, int]], arm: str, round_: int) -> tuple[int, int]:
+    """``(launch port, collect port)`` of one launch: ``base + 1 + 2i`` and ``base + 2 + 2i`` for the
+    plan's i-th launch (``base`` itself is the plan step's). Every node derives the same ports from the
+    same plan, whatever it ran before, so a rerun or ``--resume`` cannot join the wrong launch."""
+    i = plan.index((arm, round_))
+    return base + 1 + 2 * i, base + 2 + 2 * i
 
 
 RECORDED_ENV_PREFIXES = (
@@ -193,6 +226,7 @@ class Run:
 
     def __init__(self, cfg: RunConfig, run_dir: Path, manifest: dict[str, Any], console: Any) -> None:
         self.cfg, self.run_dir, self.manifest, self.console = cfg, run_dir, manifest, console
+        self.plan = launch_plan(manifest["order"], [a.label for a in cfg.arms], cfg.profile)
 
     # ---- bookkeeping
     def done(self) -> set[tuple[str, int]]:
@@ -219,7 +253,7 @@ class Run:
         return summary
 
     # ---- one launch
-    def launch(self, arm: str, round_: int, index: int, progress: _Progress | None) -> None:
+    def launch(self, arm: str, round_: int, progress: _Progress | None) -> None:
         """Run one torchrun launch (a timed round, or ``results.PROFILE_ROUND``) to completion; raise
         ``LaunchError`` if it fails (status.json says why)."""
         profile = round_ == results.PROFILE_ROUND
@@ -240,7 +274,9 @@ class Run:
         spec_path = ldir / results.LAUNCH_SPEC
         results.write_json(spec_path, spec)
         arm_cfg = next(a for a in self.cfg.arms if a.label == arm)
-        cmd = torchrun_command(self.cfg, spec_path, ldir / "logs", index, python=arm_interpreter(arm_cfg))
+        cmd = torchrun_command(
+            self.cfg, spec_path, ldir / "logs", self._ports(arm, round_)[0], python=arm_interpreter(arm_cfg)
+        )
         expected = self.cfg.profile_step + 1 if profile else self.cfg.warmup + self.cfg.steps
         started = datetime.now().isoformat(timespec="seconds")
         tail = _StepTail(self.run_dir / results.STEPS)
@@ -279,15 +315,18 @@ class Run:
                 self._write_status(ldir, arm, round_, rc, started, t0, "interrupted")
                 raise
         seen += sum(1 for r in tail.new() if r.get("arm") == arm and r.get("round") == round_)
+        timed_out = error is not None
         if error is None and rc != 0:
-            error = _explain_failure(ldir, rc)
-        if error is None and seen < expected:
+            error = failures.explain(ldir, rc, node=self.cfg.node_rank, nodes=self.cfg.nnodes > 1)
+        if error is None and seen < expected and self.cfg.node_rank == 0:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
-        if self.cfg.node_rank != 0:
-            error = None if rc == 0 else error
         if profile and error is None and self._device_type(ldir) == "npu":
             error = missing_ascend_output(results.profile_dir(self.run_dir, arm), self._local_ranks())
-        self._write_status(ldir, arm, round_, rc, started, t0, error)
+        decided: dict[str, Any] | None = None
+        if self.cfg.nnodes > 1:  # node 0 gets every node's files and decides; the others follow
+            error, decided = self._collect(arm, round_, ldir, rc, error, timed_out)
+        failure = self._record_failure(arm, round_, ldir, error, decided)
+        self._write_status(ldir, arm, round_, rc, started, t0, error, failure)
         if progress:
             progress.finish(error is None, time.monotonic() - t0)
         env_path = ldir / results.LAUNCH_ENVIRONMENT
@@ -315,9 +354,17 @@ class Run:
             where = "profile launch" if profile else f"round {round_}"
             raise LaunchError(f"arm {arm!r} {where}: {error}; logs in {ldir}")
 
+    def _ports(self, arm: str, round_: int) -> tuple[int | None, int | None]:
+        """This launch's (torchrun, collect step) ports from the plan; (None, None) on one node."""
+        if not (self.cfg.nnodes > 1 or self.cfg.rdzv_endpoint):
+            return None, None
+        return plan_ports(rendezvous_address(self.cfg)[1], self.plan, arm, round_)
+
     def _device_type(self, ldir: Path) -> str:
+        node_env = results.LAUNCH_NODE_ENVIRONMENT.format(node=self.cfg.node_rank)
         facts = (
-            results.read_json_if_readable(ldir / results.LAUNCH_ENVIRONMENT)
+            results.read_json_if_readable(ldir / node_env)
+            or results.read_json_if_readable(ldir / results.LAUNCH_ENVIRONMENT)
             or self.manifest.get("environment")
             or {}
         )
@@ -336,6 +383,7 @@ class Run:
         started: str,
         t0: float,
         error: str | None,
+        failure: dict[str, Any] | None = None,
     ) -> None:
         results.write_json(
             ldir / results.STATUS,
@@ -348,8 +396,111 @@ class Run:
                 "ended": datetime.now().isoformat(timespec="seconds"),
                 "wall_s": time.monotonic() - t0,
                 "error": error,
+                "failure": failure,
             },
         )
+
+    # ---- failures and the other nodes
+    def _record_failure(
+        self, arm: str, round_: int, ldir: Path, error: str | None, decided: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """The failed ranks, first cause first (``failures.failure_record``; node 0's ``decided`` one on
+        several nodes), kept in the manifest's ``failures`` for summary.json; None when it succeeded."""
+        if error is None:
+            return None
+        failure = (
+            decided
+            or failures.failure_record(ldir, self.cfg.node_rank)
+            or {"first_cause": None, "consequences": []}
+        )
+        self.manifest.setdefault("failures", []).append(
+            {"arm": arm, "round": round_, "kind": results.launch_kind(round_), "error": error, **failure}
+        )
+        return failure
+
+    def _collect_step(self, folder: Path, spec: dict[str, Any], port: int | None) -> dict[str, Any] | str:
+        """Run ``fsdpbench.collect`` with ``spec`` under torchrun (one process per node) in ``folder``;
+        the result every node got from node 0, or why there is none."""
+        folder.mkdir(parents=True, exist_ok=True)
+        spec_path = results.write_json(folder / results.LAUNCH_SPEC, spec)
+        cmd = torchrun_command(
+            self.cfg, spec_path, folder / "logs", port, module="fsdpbench.collect", nproc=1
+        )
+        rc, timed_out = _run_to_end(
+            cmd, folder / results.LAUNCH_LOG, worker_environment(self.cfg), self.cfg.timeout
+        )
+        result = results.read_json_if_readable(spec["result"])
+        if isinstance(result, dict):
+            return result
+        why = f"timed out after {self.cfg.timeout:g} s" if timed_out else failures.explain(folder, rc)
+        return f"the collect step with the other nodes failed ({why}; its log: {folder / results.LAUNCH_LOG})"
+
+    def _collect(
+        self, arm: str, round_: int, ldir: Path, rc: int | None, error: str | None, timed_out: bool
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """After a launch on several nodes: send this node's files of it to node 0 (node 0: receive every
+        other node's) and return node 0's verdict on the launch and its failure record (``collect.py``)."""
+        node = self.cfg.node_rank
+        profile = round_ == results.PROFILE_ROUND
+        spec = {
+            "op": "launch",
+            "node": node,
+            "run_dir": str(self.run_dir.resolve()),
+            "launch_dir": str(ldir.resolve()),
+            "files": []
+            if node == 0
+            else collect.files_to_send(self.run_dir, ldir, node, self._local_ranks(), arm, profile),
+            "max_bytes": collect.max_bytes(),
+            "report": {"node": node, "rc": rc, "error": error, "timed_out": timed_out},
+            "fingerprint": plan_fingerprint(self.manifest),
+            "result": str((ldir / collect.COLLECT_RESULT).resolve()),
+            "timeout": self.cfg.timeout,
+        }
+        result = self._collect_step(ldir / collect.COLLECT_DIR, spec, self._ports(arm, round_)[1])
+        if isinstance(result, str):
+            return (f"{error}; {result}" if error else result), None
+        if node == 0:
+            self._record_collected(arm, round_, result)
+        return result["error"], result.get("failure")
+
+    def _record_collected(self, arm: str, round_: int, result: dict[str, Any]) -> None:
+        """Node 0: what each node sent for this launch (and left in place), for summary.json."""
+        kept = [c for c in self.manifest.get("collected", []) if (c["arm"], c["round"]) != (arm, round_)]
+        for node, sent in sorted(result.get("nodes", {}).items()):
+            files = sent.get("files") or []
+            kept.append(
+                {
+                    "arm": arm,
+                    "round": round_,
+                    "node": int(node),
+                    "host": sent.get("host"),
+                    "files": sum(1 for f in files if f.get("ok")),
+                    "bytes": sum(f["bytes"] for f in files if f.get("ok")),
+                    "failed_check": [f["path"] for f in files if not f.get("ok")],
+                    "left_in_place": sent.get("left_in_place") or [],
+                }
+            )
+        self.manifest["collected"] = kept
+
+    def agree_on_todo(self, todo: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Several nodes: node 0's to-do list, sent to every node (which checks that it runs the same
+        plan); raises ``LaunchError`` when the nodes disagree or cannot meet."""
+        folder = self.run_dir / results.LAUNCHES / collect.PLAN_DIR
+        spec = {
+            "op": "plan",
+            "node": self.cfg.node_rank,
+            "fingerprint": plan_fingerprint(self.manifest),
+            "todo": [list(t) for t in todo],
+            "result": str((folder / collect.COLLECT_RESULT).resolve()),
+            "timeout": self.cfg.timeout,
+        }
+        (folder / collect.COLLECT_RESULT).unlink(missing_ok=True)
+        result = self._collect_step(folder, spec, rendezvous_address(self.cfg)[1])
+        if isinstance(result, str):
+            raise LaunchError(f"node {self.cfg.node_rank} could not get the plan from node 0: {result}")
+        if result["error"]:
+            raise LaunchError(result["error"])
+        return [(arm, int(round_)) for arm, round_ in result["todo"]]
 
 
 ASCEND_REQUIRED = ("kernel_details.csv", "trace_view.json")
@@ -396,32 +547,32 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _explain_failure(ldir: Path, rc: int) -> str:
-    """One line from the ranks' error files (out of memory first), else the tail of torchrun's log."""
-    errors = []
-    for path in sorted(ldir.glob(results.LAUNCH_ERROR.format(rank="*"))):
+def _run_to_end(
+    cmd: list[str], log_path: Path, env: dict[str, str], timeout: float
+) -> tuple[int | None, bool]:
+    """Run ``cmd`` in its own process group, output to ``log_path``; kill the group after ``timeout``
+    seconds. Returns (exit code, timed out)."""
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            errors.append(results.read_json(path))
-        except InputError:
-            continue
-    oom = [e for e in errors if e.get("oom")]
-    if oom:
-        e = oom[0]
-        return (
-            f"out of memory on rank {e['rank']} ({e['message']}); reduce --seq-len, --layers or "
-            f"--batch-size, use --ac full or more ranks"
-        )
-    if errors:
-        # the first failure is the cause; peers then fail in their collectives (DistBackendError)
-        first = min(errors, key=lambda e: (e["type"] == "DistBackendError", e.get("time", 0.0), e["rank"]))
-        msg = first["message"] or first["type"]
-        if first["type"] in ("ConfigError", "InputError", "LaunchError"):  # already says what to do
-            return f"rank {first['rank']}: {msg}"
-        return f"rank {first['rank']} crashed with {first['type']}: {msg}"
-    log_path = ldir / results.LAUNCH_LOG
-    text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return f"torchrun exited with code {rc}" + (f": {lines[-1].strip()[:300]}" if lines else "")
+            return proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return proc.returncode, True
+        except BaseException:
+            _kill_group(proc)
+            raise
+
+
+PLAN_FINGERPRINT_IGNORES = ("out", "name", "node_rank", "rdzv_endpoint", "master_port", "report", "timeout")
+"""Options that may differ between the nodes of one run."""
+
+
+def plan_fingerprint(manifest: dict[str, Any]) -> str:
+    """A digest of what the run launches (config, arms, order), the same on every node of one run."""
+    config = {k: v for k, v in manifest["config"].items() if k not in PLAN_FINGERPRINT_IGNORES}
+    payload = {"config": config, "arms": manifest["arms"], "order": manifest["order"]}
+    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def _environment_stub(cfg: RunConfig) -> dict[str, Any]:
@@ -489,14 +640,14 @@ def run_ab(
         f"{cfg.world_size} rank(s), preset {cfg.preset}, {cfg.model.num_hidden_layers} layers, "
         f"seq {cfg.seq_len} → {run_dir}"
     )
-    if resume is not None:
-        console.print(f"resuming: {len(todo)} launch(es) left")
-    index = len(manifest["launches"])
     try:
+        if cfg.nnodes > 1:  # node 0 decides what runs (fresh or resumed); the others follow its list
+            todo = run.agree_on_todo(todo)
+        if resume is not None:
+            console.print(f"resuming: {len(todo)} launch(es) left")
         with _Progress(console, len(todo)) as progress:
             for arm, round_ in todo:
-                run.launch(arm, round_, index, progress)
-                index += 1
+                run.launch(arm, round_, progress)
                 run.write_summary()
     finally:
         if not manifest.get("environment"):
@@ -587,6 +738,14 @@ def write_report_safely(run_dir: Path, console: Any) -> None:
     """Write the run's report; a failure there is a warning, never a lost run."""
     from fsdpbench.report import write_report
 
+    node = ((results.read_json_if_readable(Path(run_dir) / results.MANIFEST) or {}).get("config") or {}).get(
+        "node_rank"
+    )
+    if node:  # its folder holds only its own ranks' files; node 0's holds every rank's
+        console.print(
+            f"node {node}: no report here; node 0's run folder has every rank's results and the report"
+        )
+        return
     try:
         write_report(run_dir)
     except Exception as exc:  # noqa: BLE001 - the run's results are already on disk

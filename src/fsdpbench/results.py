@@ -52,6 +52,8 @@ LAUNCH_SPEC = "spec.json"
 LAUNCH_LOG = "torchrun.log"
 LAUNCH_ENVIRONMENT = "environment.json"
 """Rank 0's facts about the device, libraries and backend, merged into the manifest by the launcher."""
+LAUNCH_NODE_ENVIRONMENT = "environment_node{node}.json"
+"""Each node's own facts (its local rank 0 writes them), read by the checks that run on every node."""
 LAUNCH_ERROR = "error_rank{rank}.json"
 """What a failing rank writes (``LAUNCH_ERROR.format(rank=k)``); the launcher explains the failure from it."""
 
@@ -309,6 +311,40 @@ def build_summary(
         "profiles": {a: f"{PROFILES}/{a}" for a in labels if (manifest.get("profiles") or {}).get(a)},
         "flops_per_token": flops_per_token,
         "peak_bf16_flops_per_device": peak,
+        "failures": _failures(manifest, done),
+        "collected": _collected(manifest),
+    }
+
+
+def _failures(manifest: dict[str, Any], done: set[tuple[str, int]] | None) -> list[dict[str, Any]]:
+    """Every failed launch attempt, first cause first (the launcher's records), each with ``resolved``:
+    whether a later attempt of the same launch succeeded."""
+    profiles = manifest.get("profiles") or {}
+    out = []
+    for f in manifest.get("failures") or []:
+        if f["round"] == PROFILE_ROUND:
+            resolved = bool(profiles.get(f["arm"]))
+        else:
+            resolved = done is not None and (f["arm"], f["round"]) in done
+        out.append({**f, "resolved": resolved})
+    return out
+
+
+def _collected(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """What the other nodes sent to node 0 (None on one node): totals and the files left in place."""
+    if int((manifest.get("config") or {}).get("nnodes") or 1) <= 1:
+        return None
+    records = manifest.get("collected") or []
+    return {
+        "nodes": sorted({c["node"] for c in records}),
+        "files": sum(c["files"] for c in records),
+        "bytes": sum(c["bytes"] for c in records),
+        "failed_check": [
+            {"node": c["node"], "path": p} for c in records for p in c.get("failed_check") or []
+        ],
+        "left_in_place": [
+            {"node": c["node"], **item} for c in records for item in c.get("left_in_place") or []
+        ],
     }
 
 

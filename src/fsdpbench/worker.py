@@ -15,6 +15,7 @@ import gc
 import logging
 import os
 import platform
+import signal
 import socket
 import sys
 import threading
@@ -398,6 +399,9 @@ def _inject_fault(spec: dict[str, Any], rank: int, step: int) -> None:
             time.sleep(1)
     if kind == "oom":
         raise torch.OutOfMemoryError("injected: out of memory (FSDPBENCH_FAULT)")
+    if kind == "kill":  # dies like an OOM-killed or crashed process: no error file, no exception
+        log.warning("injected SIGKILL at step %d", step)
+        os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError(f"injected crash at step {step} ({FAULT_ENV})")
 
 
@@ -459,12 +463,15 @@ def run(spec: dict[str, Any]) -> None:
         replicas = mesh_shape[0] if len(mesh_shape) == 2 else 1
         model = build_sharded_model(cfg, arm, backend, mesh, device)
         model, optimizer = backend.make_training(model, functools.partial(make_optimizer, cfg))
-        if rank == 0:
+        if local_rank == 0:  # every node records its own environment; rank 0's goes to the manifest
             from fsdpbench.model import flops_per_token
 
             facts = environment_facts(device_type, backend, world)
             facts["flops_per_token"] = float(flops_per_token(cfg.model, cfg.seq_len))
-            results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
+            node = int(os.environ.get("GROUP_RANK", 0))
+            results.write_json(launch_dir / results.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
+            if rank == 0:
+                results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
 
         counter = CollectiveCounter() if cfg.count_collectives else None
         if counter:

@@ -103,8 +103,16 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     d.add_argument("--nproc", type=int, help="ranks per node (default 2)")
     d.add_argument("--nnodes", type=int, help="nodes (default 1)")
     d.add_argument("--node-rank", type=int, help="this node's rank (multi-node)")
-    d.add_argument("--rdzv-endpoint", help="HOST:PORT of node 0 (multi-node)")
-    d.add_argument("--master-port", type=int, help="rendezvous port on loopback (default: a free one)")
+    d.add_argument(
+        "--rdzv-endpoint",
+        help="HOST:PORT of node 0 as every node reaches it (required with --nnodes > 1; docs/multi-node.md)",
+    )
+    d.add_argument(
+        "--master-port",
+        type=int,
+        help="one node: rendezvous port on loopback (default: a free one); several nodes: the base port "
+        "on --rdzv-endpoint's host (the run uses it and two ports per launch above it)",
+    )
     d.add_argument("--device", choices=DEVICES, help="auto (default), cpu (gloo), cuda (nccl) or npu (hccl)")
     d.add_argument(
         "--timeout", type=float, help="seconds per launch before its process group is killed (default 900)"

@@ -61,7 +61,8 @@ class RunConfig:
     rdzv_endpoint: str = ""
     """``host:port`` of node 0 for multi-node runs (static rendezvous); empty = loopback."""
     master_port: int = 0
-    """Rendezvous port on loopback; 0 = a free port per launch (single node only)."""
+    """One node: the rendezvous port on loopback (0 = a free port per launch). Several nodes: replaces
+    the port of ``rdzv_endpoint`` (the base port; each launch's is derived from the plan)."""
     device: Device = "auto"
     profile: bool = False
     """Add one profiling launch per arm (never mixed with the timed rounds)."""
@@ -119,12 +120,25 @@ class RunConfig:
                 )
         if self.node_rank >= self.nnodes:
             raise ConfigError(f"--node-rank {self.node_rank} must be < --nnodes {self.nnodes}")
-        if self.nnodes > 1 and not (self.rdzv_endpoint or self.master_port):
-            raise ConfigError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (or --master-port on loopback)")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError(
+                "--nnodes > 1 needs --rdzv-endpoint HOST:PORT, node 0's address as every node reaches it "
+                "(127.0.0.1 only when all nodes share this machine); --master-port then overrides its port"
+            )
         if self.rdzv_endpoint:
             host, _, port = self.rdzv_endpoint.rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError(f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT")
+            # the plan step, then a launch and a collect step per launch (launcher.plan_ports)
+            base, span = (
+                self.master_port or int(port),
+                2 + 2 * (self.rounds + int(self.profile)) * len(self.arms),
+            )
+            if base + span > 65535:
+                raise ConfigError(
+                    f"rendezvous port {base}: this run uses ports {base}..{base + span} (the plan step, then "
+                    f"two per launch); choose a base port of at most {65535 - span}"
+                )
         for name, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("order", ORDERS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"--{name} {getattr(self, name)!r}; choose one of: {', '.join(allowed)}")
