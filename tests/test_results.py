@@ -103,9 +103,9 @@ def test_mfu_uses_the_peak_of_the_dtype_each_arm_ran_and_of_the_exact_device_mod
     assert s["arms"]["torch"]["mfu"] == pytest.approx(tflops / 989e12)
     assert s["arms"]["hyper"]["mfu"] == pytest.approx(tflops / 67e12)  # fp32 arm: not the bf16 peak
     manifest["arm_runtime"]["hyper"]["float32_matmul_precision"] = "high"  # TF32 allowed: the TF32 peak
-    assert results.build_summary(manifest, steps, flops_per_token=1e9)["arms"]["hyper"]["mfu"] == pytest.approx(
-        tflops / 494.5e12
-    )
+    assert results.build_summary(manifest, steps, flops_per_token=1e9)["arms"]["hyper"][
+        "mfu"
+    ] == pytest.approx(tflops / 494.5e12)
     for name, peak in (("NVIDIA H200 NVL", 835e12), ("NVIDIA H200", 989e12)):
         manifest["environment"]["device_name"] = name
         s = results.build_summary(manifest, steps, flops_per_token=1e9)
@@ -134,7 +134,9 @@ def test_exact_parity_allows_a_few_float32_steps_on_accelerators_only(device_typ
 
 def test_parity_mode_follows_the_dtype_each_arm_ran_with():
     """bf16 by device default (arm_runtime) is not exact mode, whatever the configured param_dtype."""
-    steps = _steps("torch", 0, [100.0] * 4) + _steps("hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6])
+    steps = _steps("torch", 0, [100.0] * 4) + _steps(
+        "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
+    )
     manifest = _manifest(rounds=1)
     manifest["arm_runtime"] = {"torch": {"param_dtype": "bfloat16"}, "hyper": {"param_dtype": "bfloat16"}}
     parity = results.build_summary(manifest, steps)["parity"]
