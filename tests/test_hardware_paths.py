@@ -136,9 +136,7 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
 
     import torch
 
-    from fsdpbench.model.moe import grouped_linear
-
-    from fsdpbench.model.moe import npu_k_grouped_supported
+    from fsdpbench.model.moe import grouped_linear, npu_k_grouped_supported
 
     calls: list[dict] = []
     monkeypatch.setitem(

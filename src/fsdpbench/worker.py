@@ -388,8 +388,8 @@ class StepRunner:
         """fsdpbench's bookkeeping after ``train``; rank 0 gets the record (appended to steps.jsonl).
 
         The slowest rank's time and memory (all_reduce MAX); every rank's float32 loss and squared
-        grad-norm share, all-gathered and summed in float64 on the host (the sum is exact for a
-        float32 loss, whatever the rank count); the next step's batch, so that its copy stays out of
+        grad-norm share, all-gathered and summed on the host in float64 (``math.fsum``: correctly
+        rounded, independent of the rank order, unlike a float32 all-reduce); the next step's batch, so that its copy stays out of
         the next ``train``. Last, a barrier aligns the ranks, so the next step's clock starts when the
         slowest rank's bookkeeping is done (rank 0 writes the record) and no rank starts early; it runs
         before the profiler's step boundary (``run_steps``), so it never enters a profiled step.
