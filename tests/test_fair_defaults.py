@@ -499,6 +499,9 @@ def test_the_manifest_records_what_each_arm_ran_and_the_profiled_step_holds_no_b
         assert ran["optimizer_impl"] == "foreach" and ran["optimizer_foreach"] is True
         assert ran["optimizer_ran"] == ["foreach"]  # on CPU torch alone would have run per-parameter
         assert ran["float32_matmul_precision"] == "highest" and isinstance(ran["environment"], dict)
+        grouped = hasattr(torch.nn.functional, "grouped_mm") or hasattr(torch, "_grouped_mm")
+        assert ran["experts_impl"] == ("grouped_mm" if grouped else "loop")
+        assert ran["npu_k_grouped_matmul"] is None
         for rank in (0, 1):
             (trace,) = (profiled_ab_run / "profiles" / arm / f"rank{rank}").glob("*.json.gz")
             events = orjson.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]

@@ -513,13 +513,19 @@ def environment_facts(device_type: str, backend: Backend, world: int) -> dict[st
     return facts
 
 
-def arm_runtime(cfg: RunConfig, arm: Arm, device_type: str, optimizer: Any) -> dict[str, Any]:
+def arm_runtime(
+    cfg: RunConfig, arm: Arm, device_type: str, optimizer: Any, device: torch.device | None = None
+) -> dict[str, Any]:
     """What this arm actually runs with, for the manifest (``arm_runtime``): the parameter and reduce
     dtypes after the device default, the optimizer's ``foreach`` setting (``optimizer_ran``, the path its
     first step took, is added after the steps), the float32 matmul precision, and the NPU/GPU environment
     variables that change numerics or scheduling (``device.behaviour_environment``)."""
+    from fsdpbench.model.moe import npu_k_grouped_supported, resolve_experts_impl
+
     inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed wraps the run's optimizer
     defaults = getattr(inner, "defaults", {}) or {}
+    device = device if device is not None else torch.device(device_type)
+    experts = resolve_experts_impl("auto", device, getattr(torch, arm.param_dtype))
     return {
         "param_dtype": arm.param_dtype,
         "param_dtype_source": (
@@ -534,6 +540,8 @@ def arm_runtime(cfg: RunConfig, arm: Arm, device_type: str, optimizer: Any) -> d
         "optimizer_class": f"{type(inner).__module__}.{type(inner).__qualname__}",
         "optimizer_ran": None,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "experts_impl": experts,
+        "npu_k_grouped_matmul": npu_k_grouped_supported(str(device)) if experts == "npu" else None,
         "environment": dev.behaviour_environment(),
     }
 
@@ -580,7 +588,7 @@ def run(spec: dict[str, Any]) -> None:
 
             facts = environment_facts(device_type, backend, world)
             facts["flops_per_token"] = float(flops_per_token(cfg.model, cfg.seq_len))
-            facts["arm_runtime"] = arm_runtime(cfg, arm, device_type, optimizer)
+            facts["arm_runtime"] = arm_runtime(cfg, arm, device_type, optimizer, device)
             results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
 
         counter = CollectiveCounter() if cfg.count_collectives else None
