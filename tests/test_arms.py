@@ -175,6 +175,9 @@ def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefet
     assert ds["library"] == "deepspeed" and ds["config"]["gradient_clipping"] == 0.0
     assert ds["config"]["zero_optimization"]["stage3_param_persistence_threshold"] == 0
     assert manifest["environment_variables"]["TORCH_EXTENSIONS_DIR"] == DS_ENV["TORCH_EXTENSIONS_DIR"]
+    for arm in steps:  # DeepSpeed wraps the run's optimizer: the foreach path it ran is still seen
+        ran = manifest["arm_runtime"][arm]
+        assert ran["optimizer_class"] == "torch.optim.sgd.SGD" and ran["optimizer_ran"] == ["foreach"]
 
 
 def test_deepspeed_config_is_fair_and_maps_the_shared_options():
