@@ -468,7 +468,7 @@ def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_
     run_dir.mkdir()
     run = launcher.Run(cfg, run_dir, {"launches": [], "profiles": {}, "environment": None, "order": []}, None)
     label = cfg.arms[0].label
-    run.launch(label, results.PROFILE_ROUND, 0, None)
+    run.launch(label, results.PROFILE_ROUND, None)
     for r in (0, 1):
         (out,) = (run_dir / "profiles" / label / f"rank{r}").glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT")
         assert (out / "interpreter").read_text() == "venvB"
