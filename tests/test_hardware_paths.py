@@ -81,10 +81,35 @@ def test_profiled_step_runs_no_bincount(profiled_ab_run):
 # --------------------------------------------------------------------------------------------
 
 
-def _fake_npu_grouped_matmul(calls: list[dict]):
+def _fake_npu_grouped_matmul(calls: list[dict], k_grouped: bool = True):
+    """The op's signature as op-plugin documents it (docs/context/torch_npu-npu_grouped_matmul.md @
+    4a859cf6, keyword-only after ``weight``); ``k_grouped=False`` refuses group_type=2 as the releases
+    whose page lists only -1 and 0 for Atlas A2/A3 do."""
     import torch
 
-    def npu_grouped_matmul(x, weight, *, group_list, split_item, group_type, group_list_type):
+    def npu_grouped_matmul(  # noqa: PLR0913 - the real signature
+        x,
+        weight,
+        *,
+        bias=None,
+        scale=None,
+        offset=None,
+        antiquant_scale=None,
+        antiquant_offset=None,
+        per_token_scale=None,
+        group_list=None,
+        activation_input=None,
+        activation_quant_scale=None,
+        activation_quant_offset=None,
+        split_item=0,
+        group_type=None,
+        group_list_type=0,
+        act_type=0,
+        output_dtype=None,
+        tuning_config=None,
+    ):
+        if group_type == 2 and not k_grouped:
+            raise RuntimeError("group_type only supports -1 and 0")
         calls.append(
             {
                 "group_list": group_list.tolist(),
@@ -111,12 +136,17 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
 
     import torch
 
-    from fsdpbench.model.moe import grouped_linear
+    from fsdpbench.model.moe import grouped_linear, npu_k_grouped_supported
 
     calls: list[dict] = []
     monkeypatch.setitem(
-        sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=_fake_npu_grouped_matmul(calls))
+        sys.modules,
+        "torch_npu",
+        types.SimpleNamespace(npu_grouped_matmul=_fake_npu_grouped_matmul(calls), __version__="2.7.1"),
     )
+    npu_k_grouped_supported.cache_clear()
+    assert npu_k_grouped_supported("cpu")  # the one-time probe call (K-grouped) happens here
+    calls.clear()
     counts = torch.tensor([3, 0, 5, 2])  # an empty expert too
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(10, 6, generator=gen, dtype=torch.float64)

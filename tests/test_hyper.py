@@ -177,8 +177,13 @@ def test_hyper_arm_matches_torch_arm_exactly_on_2_ranks_with_per_parameter_colle
 
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["parity"]["valid"] is True
-    env = orjson.loads((run_dir / "manifest.json").read_bytes())["environment"]
-    assert env["hyper_parallel"]["commit"] == hyper_parallel_info()["commit"]
+    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    assert manifest["environment"]["hyper_parallel"]["commit"] == hyper_parallel_info()["commit"]
+    # the same optimizer implementation for both: hyper's DTensor would take the per-parameter path
+    # by default (not in torch.optim.optimizer._foreach_supported_types); foreach is passed explicitly
+    for arm in (torch_arm, hyper_arm):
+        ran = manifest["arm_runtime"][arm]
+        assert ran["optimizer_foreach"] is True and ran["optimizer_ran"] == ["foreach"]
 
 
 @needs_hyper

@@ -104,12 +104,55 @@ def test_summary_of_one_round_per_arm_cannot_tell_yet_even_at_a_large_ratio():
     assert "no difference" not in s["verdict"]
 
 
-def test_mfu_uses_the_peak_table_for_known_devices():
+def test_mfu_uses_the_peak_of_the_dtype_each_arm_ran_and_of_the_exact_device_model():
+    """Peaks from NVIDIA's datasheets (dense = half the sparsity figure): H100 SXM bf16 989.4 / FP32 67
+    TFLOP/s; H200 NVL bf16 1,671 sparse → 835 dense, FP32 60; H200 SXM bf16 989."""
     steps = _steps("torch", 0, [100.0]) + _steps("hyper", 0, [100.0])
-    s = results.build_summary(
-        _manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3"), steps, flops_per_token=1e9
+    tflops = 1e9 * 2560  # FLOP/s per device: 1e9 FLOP/token × 512 tokens / 2 ranks / 0.1 s
+    manifest = _manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3")
+    manifest["arm_runtime"] = {"torch": {"param_dtype": "bfloat16"}, "hyper": {"param_dtype": "float32"}}
+    s = results.build_summary(manifest, steps, flops_per_token=1e9)
+    assert s["arms"]["torch"]["mfu"] == pytest.approx(tflops / 989e12)
+    assert s["arms"]["hyper"]["mfu"] == pytest.approx(tflops / 67e12)  # fp32 arm: not the bf16 peak
+    manifest["arm_runtime"]["hyper"]["float32_matmul_precision"] = "high"  # TF32 allowed: the TF32 peak
+    assert results.build_summary(manifest, steps, flops_per_token=1e9)["arms"]["hyper"][
+        "mfu"
+    ] == pytest.approx(tflops / 494.5e12)
+    for name, peak in (("NVIDIA H200 NVL", 835e12), ("NVIDIA H200", 989e12)):
+        manifest["environment"]["device_name"] = name
+        s = results.build_summary(manifest, steps, flops_per_token=1e9)
+        assert s["arms"]["torch"]["peak_flops_per_device"] == peak
+
+
+def _fp32_exact_losses(spacings: int) -> list[float]:
+    """Losses near 12 and the same losses moved by ``spacings`` float32 steps (2**-20 each near 12)."""
+    return [12.0, 11.9, 11.8, 11.7 + spacings * 2.0**-20, 11.6]
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "npu"])
+def test_exact_parity_allows_a_few_float32_steps_on_accelerators_only(device_type):
+    steps = _steps("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
+    steps += _steps("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(3))  # 3 float32 steps at 11.7
+    manifest = _manifest(rounds=1)
+    cpu = results.build_summary(manifest, steps)["parity"]
+    assert not cpu["valid"] and cpu["tolerance"] == 1e-6  # CPU: exact stays exact (3·2**-20 ≈ 2.9e-6)
+    manifest["environment"]["device_type"] = device_type
+    accel = results.build_summary(manifest, steps)["parity"]
+    assert accel["valid"] and accel["tolerance"] == 8 * 2.0**-20 and accel["mode"].startswith("exact")
+    far = _steps("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
+    far += _steps("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(9))
+    assert not results.build_summary(manifest, far)["parity"]["valid"]  # 9 steps: more than a few
+
+
+def test_parity_mode_follows_the_dtype_each_arm_ran_with():
+    """bf16 by device default (arm_runtime) is not exact mode, whatever the configured param_dtype."""
+    steps = _steps("torch", 0, [100.0] * 4) + _steps(
+        "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
     )
-    assert s["arms"]["torch"]["mfu"] == pytest.approx(1e9 * 2560 / 989e12)
+    manifest = _manifest(rounds=1)
+    manifest["arm_runtime"] = {"torch": {"param_dtype": "bfloat16"}, "hyper": {"param_dtype": "bfloat16"}}
+    parity = results.build_summary(manifest, steps)["parity"]
+    assert parity["mode"] == "relative" and parity["valid"]
 
 
 def test_loss_mismatch_marks_the_comparison_invalid():

@@ -17,30 +17,104 @@ log = logging.getLogger(__name__)
 
 PROCESS_GROUP_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
-# Dense bf16 peak FLOP/s per device, most specific name first (matched as a substring of the device
-# name). Sources: torchtitan tools/utils.py get_peak_flops; torchtitan-npu for Ascend 910B1–B4
-# (reference/harness_anchors.md §7). Unknown devices get no MFU rather than a guessed peak.
-PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
-    ("H100 PCIe", 756e12),
-    ("H100 NVL", 835e12),
-    ("H100", 989e12),
-    ("H200", 989e12),
-    ("A100", 312e12),
-    ("910B1", 373.88e12),
-    ("910B2", 353.89e12),
-    ("910B3", 294.91e12),
-    ("910B4", 245.76e12),
+# Dense peak FLOP/s per device and compute dtype, most specific name first (matched as a substring of
+# the device name torch reports: "NVIDIA H200 NVL" must not take the SXM "NVIDIA H200" row). Sources:
+# NVIDIA's H100/H200/A100 datasheets (dense, i.e. half the "with sparsity" figures); torchtitan
+# tools/utils.py get_peak_flops; torchtitan-npu for Ascend 910B1–B4 (reference/harness_anchors.md §7,
+# bf16 only). float32 is the non-tensor-core FP32 peak (PyTorch's default float32 matmul precision
+# "highest" does not use TF32); tf32 applies when torch.get_float32_matmul_precision() is not "highest".
+# A device or dtype not in the table gets no MFU rather than a guessed peak.
+PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200 NVL", {"bfloat16": 835e12, "float16": 835e12, "tf32": 417.5e12, "float32": 60e12}),
+    ("H200", {"bfloat16": 989e12, "float16": 989e12, "tf32": 494.5e12, "float32": 67e12}),
+    ("H100 PCIe", {"bfloat16": 756e12, "float16": 756e12, "tf32": 378e12, "float32": 51e12}),
+    ("H100 NVL", {"bfloat16": 835e12, "float16": 835e12, "tf32": 417.5e12, "float32": 60e12}),
+    ("H100", {"bfloat16": 989e12, "float16": 989e12, "tf32": 494.5e12, "float32": 67e12}),
+    ("A100", {"bfloat16": 312e12, "float16": 312e12, "tf32": 156e12, "float32": 19.5e12}),
+    ("910B1", {"bfloat16": 373.88e12}),
+    ("910B2", {"bfloat16": 353.89e12}),
+    ("910B3", {"bfloat16": 294.91e12}),
+    ("910B4", {"bfloat16": 245.76e12}),
 )
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = tuple(
+    (name, peaks["bfloat16"]) for name, peaks in PEAK_FLOPS if "bfloat16" in peaks
+)
+"""The bf16 column of ``PEAK_FLOPS`` (kept for callers of ``peak_bf16_flops``)."""
+
+
+def peak_flops(
+    device_name: str | None, dtype: str = "bfloat16", matmul_precision: str = "highest"
+) -> float | None:
+    """Dense peak FLOP/s of ``device_name`` for matmuls in ``dtype`` (an arm's param_dtype), or ``None``
+    when the device or that dtype is not in ``PEAK_FLOPS``. float32 with a ``matmul_precision`` other
+    than ``highest`` (TF32 allowed) takes the tf32 peak."""
+    if not device_name:
+        return None
+    key = "tf32" if dtype == "float32" and matmul_precision != "highest" else dtype
+    for name, peaks in PEAK_FLOPS:
+        if name.lower() in device_name.lower():
+            return peaks.get(key)
+    return None
 
 
 def peak_bf16_flops(device_name: str | None) -> float | None:
     """Peak dense bf16 FLOP/s of ``device_name`` per device, or ``None`` when it is not in the table."""
-    if not device_name:
-        return None
-    for key, flops in PEAK_BF16_FLOPS:
-        if key.lower() in device_name.lower():
-            return flops
-    return None
+    return peak_flops(device_name, "bfloat16")
+
+
+BEHAVIOUR_ENV_NAMES = (
+    "MULTI_STREAM_MEMORY_REUSE",
+    "STREAMS_PER_DEVICE",
+    "PER_STREAM_QUEUE",
+    "TASK_QUEUE_ENABLE",
+    "COMBINED_ENABLE",
+    "INF_NAN_MODE_ENABLE",
+    "INF_NAN_MODE_FORCE_DISABLE",
+    "P2P_HCCL_BUFFSIZE",
+    "CPU_AFFINITY_CONF",
+    "RANK_TABLE_FILE",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_MODULE_LOADING",
+    "CUDA_VISIBLE_DEVICES",
+)
+BEHAVIOUR_ENV_PREFIXES = (
+    "ACL_",
+    "ACLNN_",
+    "NPU_ASD_",
+    "ASCEND_",
+    "HCCL_",
+    "TORCH_NPU_",
+    "TORCH_HCCL_",
+    "PYTORCH_NPU_",
+    "PYTORCH_NO_NPU_",
+    "NCCL_",
+    "TORCH_NCCL_",
+    "PYTORCH_CUDA_",
+    "PYTORCH_NO_CUDA_",
+    "CUBLAS",
+    "CUDNN_",
+    "TORCH_ALLOW_TF32",
+)
+"""Environment variables that change NPU/GPU numerics, memory or scheduling, recorded per launch by
+``behaviour_environment``. NPU: torch_npu's environment-variable list (Ascend/pytorch docs "Environment
+Variable List": memory reuse across streams, the stream pool size, the task queue, INF_NAN mode,
+ACL_* compilation caches and sync timeouts, NPU_ASD_* feature detection, HCCL_*); GPU: cuBLAS's
+workspace (determinism), TF32 override, connection count, the caching allocator, NCCL."""
+
+
+def behaviour_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``BEHAVIOUR_ENV_NAMES``/``BEHAVIOUR_ENV_PREFIXES`` set in ``environ`` (the process's)."""
+    import os
+
+    env = os.environ if environ is None else environ
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if k in BEHAVIOUR_ENV_NAMES or k.startswith(BEHAVIOUR_ENV_PREFIXES)
+    }
 
 
 def _import_torch_npu() -> Any:

@@ -121,8 +121,19 @@ def worker_environment(cfg: RunConfig | None = None) -> dict[str, str]:
 
 
 def recorded_environment(cfg: RunConfig | None = None) -> dict[str, str]:
-    """The performance-relevant part of ``worker_environment()`` (for the manifest)."""
-    return {k: v for k, v in sorted(worker_environment(cfg).items()) if k.startswith(RECORDED_ENV_PREFIXES)}
+    """The performance-relevant part of ``worker_environment()`` (for the manifest): the prefixes above
+    and the NPU/GPU variables of ``device.behaviour_environment``."""
+    from fsdpbench.device import behaviour_environment
+
+    env = worker_environment(cfg)
+    return dict(
+        sorted(
+            {
+                **{k: v for k, v in env.items() if k.startswith(RECORDED_ENV_PREFIXES)},
+                **behaviour_environment(env),
+            }.items()
+        )
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,13 +297,21 @@ class Run:
         if self.cfg.node_rank != 0:
             error = None if rc == 0 else error
         if profile and error is None and self._device_type(ldir) == "npu":
-            error = missing_ascend_output(results.profile_dir(self.run_dir, arm), self._local_ranks())
+            # after torchrun has exited and outside --timeout: msprof's parse takes minutes per rank
+            profile_dir = results.profile_dir(self.run_dir, arm)
+            parse_ascend_profiles(
+                arm_interpreter(arm_cfg), profile_dir, self._local_ranks(), env, ldir / ASCEND_PARSE_LOG
+            )
+            error = missing_ascend_output(profile_dir, self._local_ranks())
         self._write_status(ldir, arm, round_, rc, started, t0, error)
         if progress:
             progress.finish(error is None, time.monotonic() - t0)
         env_path = ldir / results.LAUNCH_ENVIRONMENT
         if env_path.exists():
             facts = results.read_json(env_path)
+            runtime = facts.pop("arm_runtime", None)
+            if runtime:  # what this arm ran with: dtypes after the device default, optimizer path
+                self.manifest.setdefault("arm_runtime", {})[arm] = runtime
             if not self.manifest.get("environment"):
                 self.manifest["environment"] = facts
             elif facts.get("hyper_parallel"):  # the first launch may have been a torch arm
@@ -350,6 +369,37 @@ class Run:
                 "error": error,
             },
         )
+
+
+ASCEND_PARSE_LOG = "ascend_parse.log"
+"""The parse step's output, in the profile launch's folder."""
+
+
+def parse_ascend_profiles(
+    python: str, profile_dir: Path, ranks: range, env: dict[str, str], log_path: Path
+) -> int:
+    """Parse each local rank's raw torch_npu profile (``profile_dir/rank<k>``) with the arm's own
+    interpreter, after the launch's workers have exited: ``python -m fsdpbench.worker --parse-npu-profile``.
+
+    The launcher itself never imports torch; the ranks no longer parse (their process group is gone and
+    --timeout no longer runs). Returns the parse's exit code; ``missing_ascend_output`` judges the result.
+    """
+    folders = [str(profile_dir / f"rank{rank}") for rank in ranks if (profile_dir / f"rank{rank}").is_dir()]
+    if not folders:
+        return 0
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [python, "-m", "fsdpbench.worker", "--parse-npu-profile", *folders],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            return proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            raise
 
 
 ASCEND_REQUIRED = ("kernel_details.csv", "trace_view.json")

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import gc
 import logging
+import math
 import os
 import platform
 import socket
@@ -109,10 +110,59 @@ def build_sharded_model(
 
 
 def make_optimizer(cfg: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """SGD (no momentum: exact parity checks) or AdamW, with ``cfg.lr``."""
+    """SGD (no momentum: exact parity checks) or AdamW, with ``cfg.lr`` and ``foreach`` passed explicitly.
+
+    Left unset, PyTorch chooses per parameter type and device (``_default_to_fused_or_foreach``): the
+    batched kernels for plain tensors on CUDA/NPU, the per-parameter loop on CPU and for parameter types
+    outside ``torch.optim.optimizer._foreach_supported_types`` (hyper_parallel's DTensor), so arms would
+    differ. ``cfg.optimizer_impl`` fixes one implementation for every arm.
+    """
+    foreach = cfg.optimizer_impl == "foreach"
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr)
-    return torch.optim.AdamW(params, lr=cfg.lr)
+        return torch.optim.SGD(params, lr=cfg.lr, foreach=foreach)
+    return torch.optim.AdamW(params, lr=cfg.lr, foreach=foreach)
+
+
+OPTIMIZER_KERNELS: dict[str, tuple[str, ...]] = {
+    "torch.optim.sgd": ("_single_tensor_sgd", "_multi_tensor_sgd", "_fused_sgd"),
+    "torch.optim.adam": ("_single_tensor_adam", "_multi_tensor_adam", "_fused_adam"),
+    "torch.optim.adamw": ("_single_tensor_adamw", "_multi_tensor_adamw", "_fused_adamw"),
+}
+"""The functions through which ``torch.optim.sgd``/``adam``/``adamw`` run one step: per parameter,
+foreach (multi-tensor) or fused. ``optimizer_path`` reads which one ran (names missing from a torch are
+skipped)."""
+OPTIMIZER_PATH_NAMES = {"single": "per-parameter", "multi": "foreach", "fused": "fused"}
+
+
+@contextlib.contextmanager
+def optimizer_path(seen: set[str]) -> Any:
+    """Within the block, add to ``seen`` the implementation (``per-parameter``, ``foreach``, ``fused``) of
+    every torch.optim step that runs: what actually ran, whichever library wraps the optimizer."""
+    import importlib
+
+    saved: list[tuple[Any, str, Any]] = []
+    for module_name, names in OPTIMIZER_KERNELS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for name in names:
+            orig = getattr(module, name, None)
+            if orig is None:
+                continue
+            kind = OPTIMIZER_PATH_NAMES[name.split("_")[1]]
+
+            def wrapped(*args: Any, _orig: Any = orig, _kind: str = kind, **kwargs: Any) -> Any:
+                seen.add(_kind)
+                return _orig(*args, **kwargs)
+
+            saved.append((module, name, orig))
+            setattr(module, name, wrapped)
+    try:
+        yield seen
+    finally:
+        for module, name, orig in reversed(saved):
+            setattr(module, name, orig)
 
 
 class CollectiveCounter:
@@ -234,9 +284,15 @@ def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
     return handler(str(out_dir), worker_name=f"rank{rank}", analyse_flag=False)
 
 
+PARSE_NPU_PROFILE = "--parse-npu-profile"
+"""``python -m fsdpbench.worker --parse-npu-profile DIR...``: the launcher's parse step (``parse_npu_profile``
+per rank folder), run with the arm's interpreter after torchrun has exited."""
+
+
 def parse_npu_profile(out_dir: Path) -> None:
-    """Parse this rank's raw torch_npu profile into ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` (needs
-    CANN's ``msprof`` on PATH). torch_npu swallows parse errors: the launcher checks the outputs."""
+    """Parse one rank's raw torch_npu profile into ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` (needs CANN's
+    ``msprof`` on PATH). Run after the launch's workers exit (``PARSE_NPU_PROFILE``), outside its timeout.
+    torch_npu swallows parse errors: the launcher checks the outputs."""
     from torch_npu.profiler.profiler import analyse
 
     analyse(str(out_dir))
@@ -280,6 +336,8 @@ class StepRunner:
         self.params = list(self.model.parameters())
         self.reduce_dtype = torch.float32 if self.device_type == "npu" else torch.float64
         self._next: tuple[int, torch.Tensor] | None = None
+        self.optimizer_ran: list[str] | None = None
+        """The torch.optim implementations the first step ran (``optimizer_path``), sorted."""
 
     def batch(self, step: int) -> torch.Tensor:
         cfg = self.cfg
@@ -315,28 +373,58 @@ class StepRunner:
             _inject_fault(self.spec, self.rank, step)
         loss = self.model(ids, labels=ids).loss
         self.backend.backward(loss)
-        self.backend.optimizer_step(self.optimizer)
+        if self.optimizer_ran is None:  # the first step (never a timed or profiled one) says what ran
+            with optimizer_path(set()) as seen:
+                self.backend.optimizer_step(self.optimizer)
+            self.optimizer_ran = sorted(seen)
+        else:
+            self.backend.optimizer_step(self.optimizer)
         dev.synchronize(self.device_type)
         elapsed_ms = (self.clock() - t0) * 1e3
         counts = self.counter.take() if self.counter else None
         return StepOutcome(elapsed_ms=elapsed_ms, loss=loss, collectives=counts)
 
     def record(self, step: int, outcome: StepOutcome) -> dict[str, Any] | None:
-        """fsdpbench's bookkeeping after ``train``: the slowest rank's time and memory (all_reduce MAX),
-        loss and grad norm (all_reduce SUM), rank 0 appends the record (returned) to steps.jsonl;
-        then the next step's batch is prepared, so that its copy stays out of the next ``train``."""
+        """fsdpbench's bookkeeping after ``train``; rank 0 gets the record (appended to steps.jsonl).
+
+        The slowest rank's time and memory (all_reduce MAX); every rank's float32 loss and squared
+        grad-norm share, all-gathered and summed on the host in float64 (``math.fsum``: correctly
+        rounded, independent of the rank order, unlike a float32 all-reduce); the next step's batch, so that its copy stays out of
+        the next ``train``. Last, a barrier aligns the ranks, so the next step's clock starts when the
+        slowest rank's bookkeeping is done (rank 0 writes the record) and no rank starts early; it runs
+        before the profiler's step boundary (``run_steps``), so it never enters a profiled step.
+        """
         alloc, reserved = dev.peak_memory(self.device_type)
         rd = self.reduce_dtype
         maxes = torch.tensor([outcome.elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
-        sums = torch.stack(
-            [outcome.loss.detach().to(rd), self.backend.local_grad_sq(self.params).to(self.device, rd)]
+        mine = torch.stack(
+            [
+                outcome.loss.detach().float().reshape(()),
+                self.backend.local_grad_sq(self.params).to(self.device, torch.float32).reshape(()),
+            ]
         )
+        every = torch.empty(self.world * 2, dtype=torch.float32, device=self.device)
         dist.all_reduce(maxes, op=dist.ReduceOp.MAX)  # the slowest rank's time and memory
-        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(every, mine)
         self._next = (step + 1, self.batch(step + 1))
-        if self.rank != 0:
-            return None
-        m, s = maxes.tolist(), sums.tolist()
+        record = None
+        if self.rank == 0:
+            record = self._write_record(
+                step, outcome, maxes.tolist(), every.view(self.world, 2), alloc, reserved
+            )
+        dist.barrier()
+        return record
+
+    def _write_record(
+        self,
+        step: int,
+        outcome: StepOutcome,
+        m: list[float],
+        every: torch.Tensor,
+        alloc: int | None,
+        reserved: int | None,
+    ) -> dict[str, Any]:
+        losses, grad_sq = every.cpu().double().unbind(1)
         if self.round_ == results.PROFILE_ROUND:
             kind = "profile"
         else:
@@ -347,8 +435,8 @@ class StepRunner:
             "step": step,
             "kind": kind,
             "time_ms": m[0],
-            "loss": s[0] / self.world,
-            "grad_norm": (s[1] / self.replicas) ** 0.5,
+            "loss": math.fsum(losses.tolist()) / self.world,
+            "grad_norm": (math.fsum(grad_sq.tolist()) / self.replicas) ** 0.5,
             "tokens": self.world * self.cfg.batch_size * self.cfg.seq_len,
             "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
             "mem_reserved_bytes": int(m[2]) if reserved is not None else None,
@@ -425,6 +513,31 @@ def environment_facts(device_type: str, backend: Backend, world: int) -> dict[st
     return facts
 
 
+def arm_runtime(cfg: RunConfig, arm: Arm, device_type: str, optimizer: Any) -> dict[str, Any]:
+    """What this arm actually runs with, for the manifest (``arm_runtime``): the parameter and reduce
+    dtypes after the device default, the optimizer's ``foreach`` setting (``optimizer_ran``, the path its
+    first step took, is added after the steps), the float32 matmul precision, and the NPU/GPU environment
+    variables that change numerics or scheduling (``device.behaviour_environment``)."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed wraps the run's optimizer
+    defaults = getattr(inner, "defaults", {}) or {}
+    return {
+        "param_dtype": arm.param_dtype,
+        "param_dtype_source": (
+            "arm"
+            if arm.label in cfg.param_dtype_set
+            else ("device default" if device_type != "cpu" else "default")
+        ),
+        "reduce_dtype": arm.reduce_dtype,
+        "optimizer": cfg.optimizer,
+        "optimizer_impl": cfg.optimizer_impl,
+        "optimizer_foreach": defaults.get("foreach"),
+        "optimizer_class": f"{type(inner).__module__}.{type(inner).__qualname__}",
+        "optimizer_ran": None,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "environment": dev.behaviour_environment(),
+    }
+
+
 def _npu_versions() -> dict[str, Any]:
     import torch_npu  # sets torch.version.cann on import (torch_npu has no version.cann of its own)
 
@@ -450,6 +563,8 @@ def run(spec: dict[str, Any]) -> None:
 
     device_type = dev.resolve_device_type(cfg.device)
     device = dev.set_device(device_type, local_rank)
+    # bfloat16 parameters by default on NPU/GPU (RunConfig.param_dtype_for); the label stays the arm's
+    arm = dataclasses.replace(arm, param_dtype=cfg.param_dtype_for(arm, device_type))
     backend = get_backend(arm.backend)
     backend.setup(device_type)
     backend.init_process_group(device_type, timedelta(seconds=max(60.0, cfg.timeout)))
@@ -459,11 +574,13 @@ def run(spec: dict[str, Any]) -> None:
         replicas = mesh_shape[0] if len(mesh_shape) == 2 else 1
         model = build_sharded_model(cfg, arm, backend, mesh, device)
         model, optimizer = backend.make_training(model, functools.partial(make_optimizer, cfg))
+        facts: dict[str, Any] = {}
         if rank == 0:
             from fsdpbench.model import flops_per_token
 
             facts = environment_facts(device_type, backend, world)
             facts["flops_per_token"] = float(flops_per_token(cfg.model, cfg.seq_len))
+            facts["arm_runtime"] = arm_runtime(cfg, arm, device_type, optimizer)
             results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
 
         counter = CollectiveCounter() if cfg.count_collectives else None
@@ -496,6 +613,9 @@ def run(spec: dict[str, Any]) -> None:
         with profiler as prof:
             run_steps(runner, n_steps, prof, cfg.profile_step if profile else None)
         gc.enable()
+        if rank == 0:
+            facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran
+            results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
         if counter:
             counter.uninstall()
         if cfg.dump_params:
@@ -508,8 +628,7 @@ def run(spec: dict[str, Any]) -> None:
             backend.close()
         finally:
             dist.destroy_process_group()
-    if profile and device_type == "npu":
-        parse_npu_profile(profile_dir)
+    # an NPU profile is parsed by the launcher after torchrun exits (``parse_npu_profile``)
 
 
 def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
@@ -533,6 +652,11 @@ def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point under torchrun: ``python -m fsdpbench.worker SPEC.json``."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == PARSE_NPU_PROFILE:  # run by the launcher after torchrun exits
+        logging.basicConfig(level=logging.INFO)
+        for folder in argv[1:]:
+            parse_npu_profile(Path(folder))
+        return 0
     spec = results.read_json(argv[0])
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s")

@@ -14,7 +14,7 @@ Everything hyper_parallel needs from its caller (reference/fsdp_backends.md §2 
   non-root modules");
 * no CPU offload (hyper cannot synchronise after offload on a CPU device);
 * ``optimizer.step()`` under ``SkipDTensorDispatch`` (hyper's DTensor has no layout rule for ``mul_``);
-* a gloo-only fix for ``all_gather_into_tensor`` (see ``_install_gloo_all_gather_fix``);
+* a gloo-only fix for ``all_gather_into_tensor``, installed on CPU only (``_install_gloo_all_gather_fix``);
 * the shared plan's shard-dim rule: hyper's ``fully_shard`` takes ``shard_placement_fn`` but, at the
   commits studied, ``TorchHSDPStateV2._init_hsdp_params`` does not pass it on, so every parameter would be
   sharded on dim 0 and the ``[1, H]`` shared-expert gate refused. ``apply`` passes it on for the duration
@@ -132,7 +132,8 @@ class HyperBackend(Backend):
 
     # ---------------------------------------------------------------------------------------- setup
     def setup(self, device_type: str) -> None:
-        """Select hyper's Torch platform, import it, and install the gloo all-gather fix.
+        """Select hyper's Torch platform, import it, and (on CPU, where the group is gloo) install the
+        gloo all-gather fix: on NCCL/HCCL it would only add a Python call per all-gather.
 
         Raises:
             LaunchError: hyper_parallel (or its undeclared dependency pyyaml) is not importable, or it
@@ -162,7 +163,8 @@ class HyperBackend(Backend):
                 f"hyper_parallel was already loaded for another platform ({type(platform).__module__}); "
                 "unset HYPER_PARALLEL_PLATFORM or set it to torch"
             )
-        _install_gloo_all_gather_fix()
+        if device_type == "cpu":
+            _install_gloo_all_gather_fix()
 
     def init_mesh(self, device_type: str, mesh_shape: tuple[int, ...]) -> Any:
         """hyper's own ``DeviceMesh``: ``("shard",)`` or ``("replicate", "shard")``."""
@@ -361,14 +363,20 @@ def _install_gloo_all_gather_fix() -> None:
     it; FSDP2 hides its own copy-out the same way (``_unsafe_preserve_version_counter``). The version is
     restored when the collective has finished (at ``wait()`` for async calls): same buffers, same
     collective count, no extra copy. Other backends go straight to torch.
+
+    The shim calls c10d's ``all_gather_into_tensor`` as it is at call time (not a reference taken at
+    install), so that ``--count-collectives``, which wraps c10d's functions later, counts hyper's
+    all-gathers on every torch (on torch 2.6 the function does not forward to a wrapped spelling).
     """
     global _GLOO_FIX_INSTALLED
     if _GLOO_FIX_INSTALLED:
         return
     import torch
     import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
 
-    original = dist.all_gather_into_tensor
+    def original(*args: Any, **kwargs: Any) -> Any:
+        return c10d.all_gather_into_tensor(*args, **kwargs)
 
     class _Work:
         def __init__(self, work: Any, guard: Any) -> None:

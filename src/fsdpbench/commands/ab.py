@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fsdpbench.config import DEVICES, DTYPES, OPTIMIZERS, ORDERS, RunConfig
+from fsdpbench.config import DEVICES, DTYPES, OPTIMIZER_IMPLS, OPTIMIZERS, ORDERS, RunConfig
 
 # flag dest → RunConfig / shared arm option key (None defaults: only flags given override)
 RUN_FLAGS = (
@@ -33,6 +33,8 @@ RUN_FLAGS = (
     "seed",
     "optimizer",
     "lr",
+    "optimizer_impl",
+    "device_param_dtype",
     "order",
     "timeout",
     "report",
@@ -86,6 +88,16 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     g.add_argument("--seed", type=int, help="seed of weights and tokens (default 0)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, help="sgd (default; exact parity) or adamw")
     g.add_argument("--lr", type=float, help="learning rate (default 1e-3)")
+    g.add_argument(
+        "--optimizer-impl",
+        choices=OPTIMIZER_IMPLS,
+        help="foreach (default: batched kernels) or per-parameter, passed explicitly for every arm",
+    )
+    g.add_argument(
+        "--device-param-dtype",
+        choices=DTYPES,
+        help="param_dtype of arms that set none, on NPU/GPU (default bfloat16; CPU always float32)",
+    )
     a = parser.add_argument_group("arm options shared by all arms (an arm's own key=value wins)")
     a.add_argument("--prefetch", type=int, help="explicit layer prefetch depth, 0 = none (env PREFETCH)")
     a.add_argument("--mesh", help="N (1D FSDP) or RxS (HSDP replicate x shard), e.g. 2x4")

@@ -23,10 +23,21 @@ from fsdpbench.config.arms import (
     parse_mesh,
 )
 from fsdpbench.config.model import PRESETS, ModelConfig, model_fields, model_preset, preset_full, preset_tiny
-from fsdpbench.config.run import DEVICES, ENV_NAMES, OPTIMIZERS, ORDERS, RunConfig, read_toml
+from fsdpbench.config.run import (
+    ACCELERATORS,
+    DEVICES,
+    ENV_NAMES,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    ORDERS,
+    RunConfig,
+    read_toml,
+)
 from fsdpbench.config.types import Ac, Backend, Device, Dtype, Optimizer, Order, coerce, field_types
 
 __all__ = [
+    "ACCELERATORS",
+    "OPTIMIZER_IMPLS",
     "ARM_OPTION_FIELDS",
     "ARM_TYPES",
     "BACKENDS",

@@ -19,12 +19,15 @@ from fsdpbench.config.arms import (
     parse_arms,
 )
 from fsdpbench.config.model import ModelConfig, model_fields, model_preset, preset_tiny
-from fsdpbench.config.types import Device, Optimizer, Order, coerce, field_types
+from fsdpbench.config.types import Device, Dtype, Optimizer, OptimizerImpl, Order, coerce, field_types
 from fsdpbench.errors import ConfigError
 
 DEVICES: tuple[str, ...] = get_args(Device)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 ORDERS: tuple[str, ...] = get_args(Order)
+OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
+ACCELERATORS = ("cuda", "npu")
+"""Device types on which an arm's param_dtype defaults to ``device_param_dtype`` (bfloat16)."""
 ENV_NAMES = {
     "SEQ_LEN": "seq_len",
     "NUM_LAYERS": "layers",
@@ -72,6 +75,16 @@ class RunConfig:
     """Seeds the initial weights and the synthetic tokens (identical for every arm and round)."""
     optimizer: Optimizer = "sgd"
     lr: float = 1e-3
+    optimizer_impl: OptimizerImpl = "foreach"
+    """``foreach`` (batched ``torch._foreach_*`` kernels) or ``per-parameter`` for every arm, passed to the
+    optimizer explicitly: left unset, PyTorch picks per parameter type and device, so arms differ
+    (hyper's DTensor is not in ``torch.optim.optimizer._foreach_supported_types``)."""
+    device_param_dtype: Dtype = "bfloat16"
+    """param_dtype of every arm that does not set one, when the ranks run on NPU or GPU (on CPU: float32).
+    An arm's own ``param_dtype=`` (or ``--param-dtype``) always wins."""
+    param_dtype_set: list[str] = dataclasses.field(default_factory=list)
+    """Labels of the arms whose param_dtype was given (arm spec, TOML or ``--param-dtype``); filled by
+    ``from_sources``: the others take ``device_param_dtype`` on NPU/GPU."""
     order: Order = "alternate"
     """``alternate`` (A B, B A, ...) or ``shuffle`` (a seeded permutation per round)."""
     timeout: float = 900.0
@@ -125,9 +138,16 @@ class RunConfig:
             host, _, port = self.rdzv_endpoint.rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError(f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT")
-        for name, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("order", ORDERS)):
+        for name, allowed in (
+            ("device", DEVICES),
+            ("optimizer", OPTIMIZERS),
+            ("order", ORDERS),
+            ("optimizer_impl", OPTIMIZER_IMPLS),
+            ("device_param_dtype", ("float32", "bfloat16", "float16")),
+        ):
             if getattr(self, name) not in allowed:
-                raise ConfigError(f"--{name} {getattr(self, name)!r}; choose one of: {', '.join(allowed)}")
+                flag = name.replace("_", "-")
+                raise ConfigError(f"--{flag} {getattr(self, name)!r}; choose one of: {', '.join(allowed)}")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         if not self.timeout > 0:
@@ -142,6 +162,13 @@ class RunConfig:
             optional = OPTIONAL_BACKENDS.get(arm.backend)
             if optional and not arm.python and not optional[0]():  # python= arms: probed in their interpreter
                 raise ConfigError(f"arm {arm.label!r} needs {optional[1]}, or drop the {arm.backend} arm")
+
+    def param_dtype_for(self, arm: Arm, device_type: str) -> str:
+        """The parameter dtype ``arm`` runs with on ``device_type``: its own when it set one, else
+        ``device_param_dtype`` on NPU/GPU and float32 on CPU."""
+        if arm.label in self.param_dtype_set or device_type not in ACCELERATORS:
+            return arm.param_dtype
+        return self.device_param_dtype
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict; ``from_dict`` inverts it."""
@@ -209,7 +236,7 @@ class RunConfig:
             key = key.replace("-", "_")
             if key in ARM_OPTION_FIELDS and key != "label":
                 shared[key] = coerce(value, ARM_TYPES[key], f"option {key}")
-            elif key in fields and key not in ("model", "arms", "preset"):
+            elif key in fields and key not in ("model", "arms", "preset", "param_dtype_set"):
                 values[key] = coerce(value, fields[key], f"--{key.replace('_', '-')}")
             else:
                 raise ConfigError(f"{source}: unknown option {key!r}")
@@ -225,8 +252,22 @@ class RunConfig:
             if typed["num_hidden_layers"] < 1:
                 raise ConfigError(f"--layers must be >= 1, got {layers!r}")
         model = model.replace(**typed) if typed else model
-        arms = parse_arms(arms_spec if arms_spec else default_arm_specs(), shared)
+        specs = arms_spec if arms_spec else default_arm_specs()
+        arms = parse_arms(specs, shared)
+        specs = specs.split(",") if isinstance(specs, str) else list(specs)
+        specs = [s for s in specs if s.strip()]
+        values["param_dtype_set"] = [
+            arm.label
+            for arm, spec in zip(arms, specs, strict=True)
+            if "param_dtype" in shared or _sets_param_dtype(spec)
+        ]
         return cls(arms=arms, preset=preset, model=model, **values)
+
+
+def _sets_param_dtype(spec: str) -> bool:
+    """Whether the arm spec ``BACKEND[:key=value...]`` sets param_dtype itself."""
+    keys = [item.partition("=")[0].strip().replace("-", "_") for item in spec.split(":")[1:]]
+    return "param_dtype" in keys
 
 
 def read_toml(path: str) -> dict[str, Any]:

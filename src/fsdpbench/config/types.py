@@ -14,6 +14,7 @@ Ac = Literal["off", "full"]
 Device = Literal["auto", "cpu", "cuda", "npu"]
 Optimizer = Literal["sgd", "adamw"]
 Order = Literal["alternate", "shuffle"]
+OptimizerImpl = Literal["foreach", "per-parameter"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

@@ -343,6 +343,35 @@ def _fla_chunk_gated_delta_rule() -> tuple[Callable[..., Any], bool] | None:
     return fla_kernel, grouped
 
 
+FLA_DTYPES = (torch.bfloat16, torch.float16)
+"""Input dtypes fla's ``chunk_gated_delta_rule`` takes: releases 0.2–0.3 assert ``q.dtype !=
+torch.float32`` ("ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16.",
+fla/ops/gated_delta_rule/chunk.py); later ones accept float32 but only bf16/fp16 is its fast path."""
+
+
+@functools.cache
+def _warn_fla_dtype(dtype: torch.dtype) -> None:
+    log.warning(
+        "fla's gated delta rule takes bf16/fp16 inputs only; the %s activations use the pure-PyTorch "
+        "chunked path instead (slower; set param_dtype=bfloat16 to use fla)",
+        str(dtype).replace("torch.", ""),
+    )
+
+
+def fla_kernel_for(x: torch.Tensor) -> tuple[Callable[..., Any], bool] | None:
+    """fla's kernel (and whether it groups values) for activations like ``x``: CUDA and bf16/fp16 only;
+    None (the pure-PyTorch path) otherwise, with a one-time warning when fla is there but ``x`` is fp32."""
+    if not x.is_cuda:
+        return None
+    fla = _fla_chunk_gated_delta_rule()
+    if fla is None:
+        return None
+    if x.dtype not in FLA_DTYPES:
+        _warn_fla_dtype(x.dtype)
+        return None
+    return fla
+
+
 def fla_gated_delta_rule(
     kernel: Callable[..., Any],
     grouped_values: bool,
@@ -405,7 +434,7 @@ class GatedDeltaNet(nn.Module):
         beta_BTV = self.in_proj_b(x_BTH).sigmoid()
         g_BTV = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x_BTH).float() + self.dt_bias)
 
-        fla = _fla_chunk_gated_delta_rule() if self.use_fla and x_BTH.is_cuda else None
+        fla = fla_kernel_for(q_BTHD) if self.use_fla else None
         if fla is not None:
             o_BTVD = fla_gated_delta_rule(*fla, q_BTHD, k_BTHD, v_BTVD, g_BTV, beta_BTV)
         else:

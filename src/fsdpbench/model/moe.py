@@ -13,6 +13,8 @@ grouped-GEMM call. Back-ends (``Experts.impl``):
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Literal
 
 import torch
@@ -23,6 +25,13 @@ from fsdpbench.config import ModelConfig
 from fsdpbench.model.layers import MLP
 
 ExpertsImpl = Literal["auto", "grouped_mm", "loop", "npu"]
+log = logging.getLogger(__name__)
+
+NPU_K_GROUPED_MIN_VERSION = "2.6.0.post3 (2.6 line) / 2.7.1 (2.7 line)"
+"""torch_npu releases whose op-plugin (7.2) has K-grouped ``npu_grouped_matmul`` (``group_type=2``, the
+expert weight gradient). op-plugin's own API page lists only ``group_type`` -1 and 0 for Atlas A2/A3 at
+some commits (docs/context/torch_npu-npu_grouped_matmul.md @ 4a859cf6), so a release is also checked by
+one small call against the loop (``npu_k_grouped_supported``)."""
 
 
 def _grouped_mm_fn():
@@ -56,6 +65,73 @@ def npu_grouped_matmul_args(counts_E: torch.Tensor) -> dict[str, dict]:
     }
 
 
+def torch_npu_version_has_k_grouped(version: str | None) -> bool:
+    """Whether torch_npu ``version`` is at least ``NPU_K_GROUPED_MIN_VERSION`` on its line (2.8 and later:
+    yes; before 2.6: no; an unparsable version: no)."""
+    from torch.torch_version import TorchVersion
+
+    try:
+        v = TorchVersion(str(version).split("+")[0])
+        if v >= (2, 8):
+            return True
+        if v >= (2, 7):
+            return v >= TorchVersion("2.7.1")
+        return v >= TorchVersion("2.6.0.post3")
+    except Exception:  # noqa: BLE001 - None or a string packaging cannot read
+        return False
+
+
+def wgrad_loop(x_SK: torch.Tensor, dy_SN: torch.Tensor, counts_E: torch.Tensor) -> torch.Tensor:
+    """``dw[e] = x[rows of e]ᵀ @ dy[rows of e]`` (``[E, K, N]``) one expert at a time: the fallback of
+    the K-grouped call (reads the counts on the host)."""
+    sizes = counts_E.tolist()
+    return torch.stack([x.t() @ d for x, d in zip(x_SK.split(sizes), dy_SN.split(sizes), strict=True)])
+
+
+@functools.cache
+def npu_k_grouped_supported(device: str) -> bool:
+    """Whether the installed torch_npu computes K-grouped ``npu_grouped_matmul`` (``group_type=2``)
+    right on ``device``: its version (``torch_npu_version_has_k_grouped``), then one small call compared
+    with ``wgrad_loop``. Cached per device; logs once why the fallback is used."""
+    import torch_npu
+
+    version = getattr(torch_npu, "__version__", None)
+    if not torch_npu_version_has_k_grouped(version):
+        log.warning(
+            "torch_npu %s has no K-grouped npu_grouped_matmul (group_type=2; needs torch_npu >= %s): the "
+            "experts' weight gradient runs one matmul per expert (a host sync per MoE layer in backward)",
+            version,
+            NPU_K_GROUPED_MIN_VERSION,
+        )
+        return False
+    gen = torch.Generator().manual_seed(0)
+    counts_E = torch.tensor([3, 0, 5], dtype=torch.int64)
+    x_SK = torch.randn(8, 4, generator=gen).to(device)
+    dy_SN = torch.randn(8, 6, generator=gen).to(device)
+    counts_E = counts_E.to(device)
+    try:
+        got = torch_npu.npu_grouped_matmul([x_SK.t()], [dy_SN], **npu_grouped_matmul_args(counts_E)["wgrad"])[
+            0
+        ]
+        ok = tuple(got.shape) == (3, 4, 6) and torch.allclose(
+            got.float().cpu(), wgrad_loop(x_SK, dy_SN, counts_E).float().cpu(), rtol=1e-2, atol=1e-2
+        )
+        why = "its result differs from one matmul per expert"
+    except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
+        ok, why = (
+            False,
+            f"it fails ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})",
+        )
+    if not ok:
+        log.warning(
+            "torch_npu %s: K-grouped npu_grouped_matmul (group_type=2) cannot be used, %s; the experts' "
+            "weight gradient runs one matmul per expert",
+            version,
+            why,
+        )
+    return ok
+
+
 class _NpuGroupedLinear(torch.autograd.Function):
     """``y[rows of e] = x[rows of e] @ w[e]`` with ``w [E, K, N]`` via ``torch_npu.npu_grouped_matmul``
     (``npu_grouped_matmul_args``); backward: dgrad with ``wᵀ`` (M-grouped), wgrad K-grouped."""
@@ -77,7 +153,10 @@ class _NpuGroupedLinear(torch.autograd.Function):
         args = npu_grouped_matmul_args(counts_E)
         dy_SN = dy_SN.contiguous()
         dx_SK = torch_npu.npu_grouped_matmul([dy_SN], [w_EKN.transpose(1, 2)], **args["dgrad"])[0]
-        dw_EKN = torch_npu.npu_grouped_matmul([x_SK.t()], [dy_SN], **args["wgrad"])[0]
+        if npu_k_grouped_supported(str(x_SK.device)):
+            dw_EKN = torch_npu.npu_grouped_matmul([x_SK.t()], [dy_SN], **args["wgrad"])[0]
+        else:
+            dw_EKN = wgrad_loop(x_SK, dy_SN, counts_E)
         return dx_SK, dw_EKN, None
 
 
@@ -101,9 +180,22 @@ def grouped_linear(
     if impl == "npu":
         return _NpuGroupedLinear.apply(x_SK, w_ENK.transpose(-2, -1), counts_E)
     if impl == "loop":
+        if x_SK.device.type != "cpu":
+            _warn_loop(x_SK.device.type, x_SK.dtype)
         chunks = x_SK.split(counts_E.tolist(), dim=0)
         return torch.cat([F.linear(c, w_ENK[e]) for e, c in enumerate(chunks)], dim=0)
     raise ValueError(f"unknown experts implementation {impl!r}; choose auto, grouped_mm, loop or npu")
+
+
+@functools.cache
+def _warn_loop(device_type: str, dtype: torch.dtype) -> None:
+    log.warning(
+        "the MoE experts run one matmul per expert on %s (%s activations): a host sync per MoE call and "
+        "no grouped GEMM, which biases step times; use bfloat16 parameters (torch's CUDA grouped GEMM takes "
+        "bf16 only) or a torch that has grouped_mm",
+        device_type,
+        str(dtype).replace("torch.", ""),
+    )
 
 
 def tokens_per_expert(experts_S: torch.Tensor, num_experts: int) -> torch.Tensor:

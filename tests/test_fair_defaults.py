@@ -1,0 +1,509 @@
+"""Issue 22 point 5, fair defaults on devices, tested on CPU against independent references: torch's own
+optimizer dispatch, hand sums, the documented behaviour of torch_npu/op-plugin/fla (fakes with the real
+signatures, sources cited per test), and the raw files of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+from fsdpbench.config import RunConfig
+
+HAVE_HYPER = __import__("importlib").util.find_spec("hyper_parallel") is not None
+
+
+# --------------------------------------------------------------------------------------------
+# the optimizer: foreach passed explicitly, and the path that ran
+# --------------------------------------------------------------------------------------------
+
+
+class _OwnTensor(torch.Tensor):
+    """A parameter type outside ``torch.optim.optimizer._foreach_supported_types`` (as hyper's DTensor)."""
+
+
+def _params_and_grads(kind: type) -> list[torch.nn.Parameter]:
+    params = []
+    for n in (3, 5):
+        p = torch.nn.Parameter(torch.ones(n).as_subclass(kind) if kind is not torch.Tensor else torch.ones(n))
+        p.grad = torch.full((n,), 0.5)
+        params.append(p)
+    return params
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_every_parameter_type_gets_the_same_optimizer_path_once_foreach_is_explicit(monkeypatch, optimizer):
+    """On CUDA/NPU torch defaults plain tensors to foreach and other parameter types to the per-parameter
+    loop (torch/optim/optimizer.py ``_default_to_fused_or_foreach``). Making "cpu" a foreach device here
+    reproduces that split; ``make_optimizer`` then runs the same path for both types."""
+    import torch.optim.optimizer as topt
+
+    from fsdpbench.worker import make_optimizer, optimizer_path
+
+    monkeypatch.setattr(topt, "_get_foreach_kernels_supported_devices", lambda: ["cpu"])
+
+    def ran(opt: torch.optim.Optimizer) -> list[str]:
+        with optimizer_path(set()) as seen:
+            opt.step()
+        return sorted(seen)
+
+    cls = torch.optim.SGD if optimizer == "sgd" else torch.optim.AdamW
+    # torch's own choice when foreach is left unset: the two parameter types differ
+    assert ran(cls(_params_and_grads(torch.Tensor), lr=0.1)) == ["foreach"]
+    assert ran(cls(_params_and_grads(_OwnTensor), lr=0.1)) == ["per-parameter"]
+    for impl in ("foreach", "per-parameter"):
+        cfg = RunConfig.from_sources(
+            env={}, overrides={"arms": "torch", "optimizer": optimizer, "optimizer_impl": impl}
+        )
+        for kind in (torch.Tensor, _OwnTensor):
+            opt = make_optimizer(cfg, _params_and_grads(kind))
+            assert opt.defaults["foreach"] is (impl == "foreach")
+            assert ran(opt) == [impl]
+
+
+def test_optimizer_path_restores_torchs_functions():
+    import torch.optim.adam as adam
+    import torch.optim.sgd as sgd
+
+    from fsdpbench.worker import optimizer_path
+
+    before = (sgd._multi_tensor_sgd, sgd._single_tensor_sgd, adam._multi_tensor_adam)
+    with optimizer_path(set()):
+        assert sgd._multi_tensor_sgd is not before[0]
+    assert (sgd._multi_tensor_sgd, sgd._single_tensor_sgd, adam._multi_tensor_adam) == before
+
+
+def test_optimizer_impl_is_a_checked_run_option():
+    from fsdpbench.errors import ConfigError
+
+    assert RunConfig.from_sources(env={}, overrides={"arms": "torch"}).optimizer_impl == "foreach"
+    with pytest.raises(ConfigError, match=r"--optimizer-impl 'fused'; choose one of: foreach, per-parameter"):
+        RunConfig.from_sources(env={}, overrides={"arms": "torch", "optimizer_impl": "fused"})
+
+
+# --------------------------------------------------------------------------------------------
+# bfloat16 parameters by default on NPU/GPU
+# --------------------------------------------------------------------------------------------
+
+
+def test_param_dtype_defaults_to_bf16_on_accelerators_and_an_arms_own_setting_wins(tmp_path):
+    cfg = RunConfig.from_sources(
+        env={}, overrides={"arms": "torch,hyper:param_dtype=float32,fsdp1:param-dtype=float16"}
+    )
+    by_device = {d: [cfg.param_dtype_for(a, d) for a in cfg.arms] for d in ("cpu", "cuda", "npu")}
+    assert by_device == {
+        "cpu": ["float32", "float32", "float16"],
+        "cuda": ["bfloat16", "float32", "float16"],
+        "npu": ["bfloat16", "float32", "float16"],
+    }
+    shared = RunConfig.from_sources(env={}, overrides={"arms": "torch,fsdp1", "param_dtype": "float32"})
+    assert [shared.param_dtype_for(a, "cuda") for a in shared.arms] == ["float32", "float32"]  # --param-dtype
+    toml = tmp_path / "c.toml"
+    toml.write_text('arms = ["torch", "fsdp1"]\nparam_dtype = "float32"\n')
+    assert [RunConfig.from_sources(str(toml), env={}).param_dtype_for(a, "npu") for a in shared.arms] == [
+        "float32",
+        "float32",
+    ]
+    fp32 = RunConfig.from_sources(env={}, overrides={"arms": "torch", "device_param_dtype": "float32"})
+    assert fp32.param_dtype_for(fp32.arms[0], "cuda") == "float32"
+    again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))  # --resume reads the manifest
+    assert [again.param_dtype_for(a, "cuda") for a in again.arms] == by_device["cuda"]
+
+
+# --------------------------------------------------------------------------------------------
+# fla only with bf16/fp16 inputs; the looped experts warn on an accelerator
+# --------------------------------------------------------------------------------------------
+
+
+def _fla_0_3_kernel(
+    q,
+    k,
+    v,
+    g=None,
+    beta=None,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    use_qk_l2norm_in_kernel=False,
+    cu_seqlens=None,
+    head_first=False,
+):
+    """fla 0.2–0.3's entry check (fla-org/flash-linear-attention fla/ops/gated_delta_rule/chunk.py,
+    ``chunk_gated_delta_rule``): ``assert q.dtype != torch.float32``."""
+    assert q.dtype == k.dtype == v.dtype
+    assert q.dtype != torch.float32, (
+        "ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16."
+    )
+    return "fla", None
+
+
+def test_fla_is_used_for_bf16_and_fp16_cuda_inputs_only_with_one_notice(monkeypatch, caplog):
+    from fsdpbench.model import deltanet
+
+    monkeypatch.setattr(deltanet, "_fla_chunk_gated_delta_rule", lambda: (_fla_0_3_kernel, False))
+    deltanet._warn_fla_dtype.cache_clear()
+    for dtype in (torch.bfloat16, torch.float16):
+        assert deltanet.fla_kernel_for(types.SimpleNamespace(is_cuda=True, dtype=dtype))[0] is _fla_0_3_kernel
+    assert deltanet.fla_kernel_for(torch.ones(1)) is None  # CPU: the pure-PyTorch path
+    with caplog.at_level("WARNING", logger="fsdpbench.model.deltanet"):
+        fp32 = types.SimpleNamespace(is_cuda=True, dtype=torch.float32)
+        assert deltanet.fla_kernel_for(fp32) is None and deltanet.fla_kernel_for(fp32) is None
+    assert caplog.text.count("bf16/fp16 inputs only") == 1
+    with pytest.raises(AssertionError, match="does not support float32"):  # what fp32 would have met
+        _fla_0_3_kernel(*(torch.ones(1),) * 3)
+
+
+def test_the_looped_experts_warn_once_off_cpu_and_stay_silent_on_cpu(caplog):
+    from fsdpbench.model import moe
+
+    moe._warn_loop.cache_clear()
+    counts = torch.tensor([2, 0, 1])
+    with caplog.at_level("WARNING", logger="fsdpbench.model.moe"):
+        moe.grouped_linear(torch.ones(3, 4), torch.ones(3, 5, 4), counts, "loop")
+        assert "one matmul per expert" not in caplog.text
+        for _ in range(2):  # a device other than the CPU (meta runs the same ops without data)
+            out = moe.grouped_linear(
+                torch.ones(3, 4, device="meta"), torch.ones(3, 5, 4, device="meta"), counts, "loop"
+            )
+    assert out.shape == (3, 5) and caplog.text.count("one matmul per expert on meta (float32") == 1
+    # and the auto choice on CUDA for fp32 activations is that loop (torch's grouped GEMM takes bf16 only)
+    assert moe.resolve_experts_impl("auto", torch.device("cuda"), torch.float32) == "loop"
+
+
+# --------------------------------------------------------------------------------------------
+# K-grouped npu_grouped_matmul: version gate, a checked call, and the per-expert fallback
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "has"),
+    [
+        ("2.5.1", False),
+        ("2.6.0", False),
+        ("2.6.0.post2", False),
+        ("2.6.0.post3", True),
+        ("2.7.0", False),
+        ("2.7.1", True),
+        ("2.7.1rc1", False),
+        ("2.8.0", True),
+        ("2.9.0+git1a2b", True),
+        (None, False),
+    ],
+)
+def test_k_grouped_minimum_torch_npu_versions(version, has):
+    """op-plugin 7.2's K-grouped group_type=2 ships in torch_npu 2.6.0.post3 and 2.7.1 (issue 22)."""
+    from fsdpbench.model.moe import torch_npu_version_has_k_grouped
+
+    assert torch_npu_version_has_k_grouped(version) is has
+
+
+@pytest.mark.parametrize(("version", "k_grouped"), [("2.6.0", True), ("2.7.1", False), ("2.7.1", True)])
+def test_expert_weight_gradient_is_right_with_or_without_k_grouping(monkeypatch, caplog, version, k_grouped):
+    """The K-grouped call is used only when the version allows it and one checked call agrees with the
+    loop; otherwise the weight gradient runs per expert. Either way the gradients equal F.linear's."""
+    from fsdpbench.model import moe
+    from test_hardware_paths import _fake_npu_grouped_matmul
+
+    calls: list[dict] = []
+    fake = _fake_npu_grouped_matmul(calls, k_grouped=k_grouped)
+    monkeypatch.setitem(
+        sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=fake, __version__=version)
+    )
+    moe.npu_k_grouped_supported.cache_clear()
+    counts = torch.tensor([3, 0, 5, 2])
+    gen = torch.Generator().manual_seed(1)
+    x, w, dy = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((10, 6), (4, 5, 6), (10, 5)))
+    grads = []
+    with caplog.at_level("WARNING", logger="fsdpbench.model.moe"):
+        for impl in ("npu", "loop"):
+            xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+            moe.grouped_linear(xi, wi, counts, impl).backward(dy)
+            grads.append((xi.grad, wi.grad))
+    for got, ref in zip(*grads, strict=True):
+        torch.testing.assert_close(got, ref)
+    used = version == "2.7.1" and k_grouped
+    assert moe.npu_k_grouped_supported("cpu") is used
+    k_calls = [c for c in calls if c["group_type"] == 2]
+    assert len(k_calls) == (2 if used else 0)  # the checked call and the real one; a refusal records none
+    assert ("K-grouped" in caplog.text) is not used
+    moe.npu_k_grouped_supported.cache_clear()
+
+
+# --------------------------------------------------------------------------------------------
+# the bookkeeping: float32 losses gathered and summed in float64; the ranks aligned at its end
+# --------------------------------------------------------------------------------------------
+
+
+class _FakeDist:
+    """``torch.distributed`` as ``StepRunner.record`` uses it, for rank 0 of 2: records the call order,
+    and the all-gather returns the other rank's float32 loss and grad share."""
+
+    ReduceOp = types.SimpleNamespace(MAX="max")
+
+    def __init__(self, other: tuple[float, float], log: list[str]) -> None:
+        self.other, self.log = other, log
+
+    def all_reduce(self, tensor, op=None):
+        self.log.append("all_reduce")
+
+    def all_gather_single(self, out, mine):
+        assert mine.dtype == torch.float32 and out.dtype == torch.float32
+        out.copy_(torch.cat([mine, torch.tensor(self.other, dtype=torch.float32)]))
+        self.log.append("all_gather")
+
+    def barrier(self):
+        self.log.append("barrier")
+
+
+def test_record_sums_float32_losses_in_float64_and_aligns_ranks_last(tmp_path, monkeypatch):
+    from fsdpbench import results, worker
+
+    log: list[str] = []
+    mine_loss, other_loss = np.float32(11.7), np.float32(12.300001)
+    monkeypatch.setattr(worker, "dist", _FakeDist((float(other_loss), 4.0), log))
+    real_append = results.append_step
+    monkeypatch.setattr(results, "append_step", lambda p, r: (log.append("write"), real_append(p, r)))
+    cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "layers": 1, "seq_len": 16, "warmup": 0})
+    backend = types.SimpleNamespace(local_grad_sq=lambda params: torch.tensor(9.0))
+    runner = worker.StepRunner(
+        cfg=cfg,
+        arm=cfg.arms[0],
+        backend=backend,
+        model=torch.nn.Linear(1, 1),
+        optimizer=None,
+        device_type="cpu",
+        device=torch.device("cpu"),
+        rank=0,
+        world=2,
+        replicas=1,
+        round_=0,
+        steps_path=tmp_path / "steps.jsonl",
+    )
+    real_batch = runner.batch
+    monkeypatch.setattr(runner, "batch", lambda step: (log.append("batch"), real_batch(step))[1])
+    outcome = worker.StepOutcome(elapsed_ms=5.0, loss=torch.tensor(float(mine_loss)), collectives=None)
+    record = runner.record(0, outcome)
+    assert record["loss"] == (float(mine_loss) + float(other_loss)) / 2  # float64 sum of the fp32 values
+    assert record["loss"] != float(np.float32(mine_loss + other_loss)) / 2  # what a float32 sum gives
+    assert record["grad_norm"] == math.sqrt(13.0)
+    assert json.loads((tmp_path / "steps.jsonl").read_text())["loss"] == record["loss"]
+    # the barrier ends the bookkeeping: after rank 0's write and the next batch, before the next clock
+    assert log == ["all_reduce", "all_gather", "batch", "write", "barrier"]
+
+
+def test_run_steps_keeps_the_alignment_barrier_out_of_the_profiled_step(monkeypatch):
+    """The barrier is the last thing of ``record``; ``prof.step()`` opens the recorded step after it."""
+    from fsdpbench import worker
+
+    events: list[str] = []
+    runner = types.SimpleNamespace(
+        train=lambda i: events.append(f"train{i}"),
+        record=lambda i, o: events.extend([f"record{i}", "barrier"]),
+    )
+    prof = types.SimpleNamespace(step=lambda: events.append("prof.step"))
+    worker.run_steps(runner, 3, prof, profile_step=2)
+    recorded = events[
+        events.index("prof.step", events.index("record1")) + 1 : events.index(
+            "prof.step", events.index("train2")
+        )
+    ]
+    assert recorded == ["train2"]  # ProfilerStep#2 holds train(2) only: no barrier
+
+
+# --------------------------------------------------------------------------------------------
+# hyper's gloo fix: CPU only, and --count-collectives sees through it
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gloo_of_one(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_collectives_through_hypers_gloo_fix_are_counted_when_all_gather_forwards_nowhere(
+    gloo_of_one, monkeypatch
+):
+    """On torch 2.6 ``all_gather_into_tensor`` implements itself (no ``all_gather_single`` to count
+    through): the fix installed before the counter must call c10d's function as it is at call time."""
+    import torch.distributed.distributed_c10d as c10d
+
+    from fsdpbench import worker
+    from fsdpbench.backends import hyper
+
+    dist = gloo_of_one
+    monkeypatch.setattr(dist, "all_gather_into_tensor", dist.all_gather_into_tensor)  # restored after
+    monkeypatch.setattr(hyper, "_GLOO_FIX_INSTALLED", False)
+    monkeypatch.setattr(worker, "COLLECTIVES", {"all_gather_into_tensor": "all_gather"})  # torch 2.6's set
+    hyper._install_gloo_all_gather_fix()
+    assert dist.all_gather_into_tensor is not c10d.all_gather_into_tensor  # the fix sits on dist
+    counter = worker.CollectiveCounter()
+    counter.install()
+    try:
+        out = torch.zeros(2)
+        dist.all_gather_into_tensor(out, torch.ones(2))  # as hyper calls it (param.py: dist.all_gather_...)
+        dist.all_gather_into_tensor(out, torch.ones(2), async_op=True).wait()
+        assert counter.take() == {"all_gather": 2}
+    finally:
+        counter.uninstall()
+
+
+@pytest.mark.skipif(not HAVE_HYPER, reason="hyper_parallel is not installed (optional dependency)")
+@pytest.mark.timeout(120)
+def test_hypers_gloo_fix_is_installed_on_cpu_only():
+    """In a fresh interpreter (hyper's import patches torch): setup on cuda leaves dist alone."""
+    code = (
+        "import torch.distributed as dist\n"
+        "from fsdpbench.backends.hyper import HyperBackend\n"
+        "orig = dist.all_gather_into_tensor\n"
+        "HyperBackend().setup('cuda'); a = dist.all_gather_into_tensor is orig\n"
+        "HyperBackend().setup('cpu'); b = dist.all_gather_into_tensor is orig\n"
+        "print(a, b)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-2:] == ["True", "False"]
+
+
+# --------------------------------------------------------------------------------------------
+# environment variables that change NPU/GPU behaviour are recorded
+# --------------------------------------------------------------------------------------------
+
+
+def test_device_behaviour_variables_reach_the_manifest_and_others_do_not(monkeypatch):
+    """Names from torch_npu's environment-variable list (Ascend/pytorch docs) and PyTorch's CUDA notes."""
+    from fsdpbench.launcher import recorded_environment
+
+    wanted = {
+        "MULTI_STREAM_MEMORY_REUSE": "2",
+        "STREAMS_PER_DEVICE": "32",
+        "ACL_DEVICE_SYNC_TIMEOUT": "1800",
+        "ACL_OP_COMPILER_CACHE_MODE": "enable",
+        "NPU_ASD_ENABLE": "1",
+        "INF_NAN_MODE_ENABLE": "1",
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "NVIDIA_TF32_OVERRIDE": "0",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+    }
+    for name, value in {**wanted, "UNRELATED_SETTING": "x"}.items():
+        monkeypatch.setenv(name, value)
+    recorded = recorded_environment()
+    assert {k: recorded.get(k) for k in wanted} == wanted
+    assert "UNRELATED_SETTING" not in recorded
+
+
+# --------------------------------------------------------------------------------------------
+# the Ascend parse: after torchrun exits, with the arm's interpreter, outside --timeout
+# --------------------------------------------------------------------------------------------
+
+_FAKE_ANALYSE = """
+import os, pathlib, time
+def analyse(profiler_path, max_process_number=os.cpu_count() // 2):  # torch_npu.profiler.profiler.analyse
+    run = pathlib.Path(profiler_path).parents[2]
+    pid = (run / "torchrun_pid").read_text()
+    assert not pathlib.Path("/proc", pid).exists(), "parsed while the launch was still running"
+    time.sleep(float(os.environ.get("FAKE_PARSE_S", "0")))
+    out = pathlib.Path(profiler_path) / "r_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    for name in ("kernel_details.csv", "trace_view.json"):
+        (out / name).write_text("")
+    (out / "interpreter").write_text(os.environ.get("ARM_INTERPRETER", "launcher's"))
+"""
+
+
+_PID = "\nimport os\n(run_dir / 'torchrun_pid').write_text(str(os.getpid()))\n"
+
+
+def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_the_timeout(
+    tmp_path, monkeypatch
+):
+    from fsdpbench import launcher, results
+    from test_hardware_paths import _FAKE_LAUNCH
+
+    fake = tmp_path / "fake"
+    (fake / "torch_npu" / "profiler").mkdir(parents=True)
+    (fake / "torch_npu" / "__init__.py").write_text("")
+    (fake / "torch_npu" / "profiler" / "__init__.py").write_text("")
+    (fake / "torch_npu" / "profiler" / "profiler.py").write_text(_FAKE_ANALYSE)
+    python = tmp_path / "venvB" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(
+        f'#!/bin/sh\nexport ARM_INTERPRETER=venvB PYTHONPATH={REPO / "src"}:{fake}\nexec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    cfg = RunConfig.from_sources(
+        env={}, overrides={"arms": f"torch:python={python}", "nproc": 2, "profile": True, "timeout": 1.0}
+    )
+    files = {"{ldir}/environment.json": '{"device_type": "npu"}'}
+    files.update({f"profiles/{cfg.arms[0].label}/rank{r}/raw.txt": "" for r in (0, 1)})
+    monkeypatch.setattr(
+        launcher,
+        "torchrun_command",
+        lambda c, spec, logs, i, python=None: [
+            sys.executable,
+            "-c",
+            _FAKE_LAUNCH + _PID,
+            str(spec),
+            json.dumps(files),
+        ],
+    )
+    monkeypatch.setenv("FAKE_PARSE_S", "1.5")  # longer than --timeout 1.0
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run = launcher.Run(cfg, run_dir, {"launches": [], "profiles": {}, "environment": None, "order": []}, None)
+    label = cfg.arms[0].label
+    run.launch(label, results.PROFILE_ROUND, 0, None)
+    for r in (0, 1):
+        (out,) = (run_dir / "profiles" / label / f"rank{r}").glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT")
+        assert (out / "interpreter").read_text() == "venvB"
+    assert results.launch_ok(run_dir, label, results.PROFILE_ROUND)
+
+
+# --------------------------------------------------------------------------------------------
+# what the shared profiled run (tests/conftest.py, no launch of its own) records
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(420)
+def test_the_manifest_records_what_each_arm_ran_and_the_profiled_step_holds_no_barrier(profiled_ab_run):
+    import gzip
+
+    import orjson
+
+    manifest = orjson.loads((profiled_ab_run / "manifest.json").read_bytes())
+    assert "arm_runtime" not in manifest["environment"]
+    for arm in ("torch", "torch-prefetch1"):
+        ran = manifest["arm_runtime"][arm]
+        assert (ran["param_dtype"], ran["param_dtype_source"], ran["reduce_dtype"]) == (
+            "float32",
+            "default",
+            "float32",
+        )
+        assert ran["optimizer_impl"] == "foreach" and ran["optimizer_foreach"] is True
+        assert ran["optimizer_ran"] == ["foreach"]  # on CPU torch alone would have run per-parameter
+        assert ran["float32_matmul_precision"] == "highest" and isinstance(ran["environment"], dict)
+        for rank in (0, 1):
+            (trace,) = (profiled_ab_run / "profiles" / arm / f"rank{rank}").glob("*.json.gz")
+            events = orjson.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+            names = {e["name"] for e in events if e.get("cat") in ("cpu_op", "user_annotation")}
+            assert any(n.startswith("ProfilerStep#") for n in names)
+            assert not [n for n in names if "barrier" in n], (arm, rank)  # the alignment stays outside
+    summary = orjson.loads((profiled_ab_run / "summary.json").read_bytes())
+    assert summary["parity"]["mode"] == "exact" and summary["parity"]["tolerance"] == 1e-6  # CPU
