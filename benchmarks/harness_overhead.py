@@ -350,7 +350,31 @@ def phase_marks_cost(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "phases", times["bare"], times["fsdpbench"], f"{args.paired_steps} step pairs", ("with", "without")
     )
     out["paired_ratio"] = _paired_ratio(times["bare"], times["fsdpbench"])
+    out["marks_direct"] = _marks_direct_cost(statistics.median(times["fsdpbench"]))
     return out
+
+
+def _marks_direct_cost(step_ms: float, repeats: int = 20_000) -> dict[str, float]:
+    """The marks' own host cost per step (4 marks and the read, CPU host clock), timed directly: what the
+    paired comparison cannot resolve on a loaded machine. Best of 5 batches of ``repeats`` steps."""
+    from fsdpbench.phase_marks import N_MARKS, PhaseMarks
+
+    marks = PhaseMarks("cpu")
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            for boundary in range(N_MARKS):
+                marks.mark(boundary)
+            marks.read()
+        best = min(best, (time.perf_counter() - t0) / repeats)
+    us = best * 1e6
+    print(
+        f"[phases, direct] the marks cost {us:.2f} µs per step on the host clock = "
+        f"{us / 1e3 / step_ms * 100:.4f}% of the median step ({step_ms:.1f} ms)",
+        flush=True,
+    )
+    return {"us_per_step": us, "fraction_of_step": us / 1e3 / step_ms}
 
 
 def _paired_ratio(without: list[float], with_: list[float], seed: int = 0) -> dict[str, object]:
