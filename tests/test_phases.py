@@ -7,6 +7,7 @@ steps.jsonl / summary.json read with orjson, medians computed with the standard 
 
 from __future__ import annotations
 
+import gzip
 import io
 import math
 import statistics
@@ -19,7 +20,7 @@ import torch.distributed as dist
 
 from fsdpbench import results
 from fsdpbench.backends import get_backend
-from fsdpbench.config import RunConfig
+from fsdpbench.config import RunConfig, preset_tiny
 from fsdpbench.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
 from phase_checks import PHASE_NAMES, assert_phase_split
 
@@ -368,3 +369,71 @@ def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
     assert [r[1] for r in comp_rows] == ["forward", "backward", "optimizer"]
     forward = summary["comparisons"][0]["phases"]["forward"]
     assert comp_rows[0][3] == f"{forward['ci95'][0]:.3f} – {forward['ci95'][1]:.3f}"
+
+
+# ------------------------------------------------------------- named ranges in the profiled step
+
+
+def _rank0_trace_events(run_dir, arm: str) -> list[dict]:
+    (path,) = (run_dir / "profiles" / arm / "rank0").glob("*.json*")
+    raw = path.read_bytes()
+    return orjson.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)["traceEvents"]
+
+
+def _inside(inner: dict, outer: dict) -> bool:
+    return outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_profiled_step_names_units_phases_and_collectives(profiled_ab_run):
+    """On the real 2-rank profile (the profiler's own trace, read here): one forward and one backward
+    range per layer and for the root, one optimizer range, FSDP2's own spans of each layer inside that
+    layer's ranges, and every c10d collective named with its group and a per-group index 0, 1, 2, ..."""
+    layers = preset_tiny().num_hidden_layers
+    units = [f"layers.{i}" for i in range(layers)] + ["root"]
+    for arm in ("torch", "torch-prefetch1"):
+        events = [e for e in _rank0_trace_events(profiled_ab_run, arm) if e.get("ph") == "X"]
+        ours = [e for e in events if e["name"].startswith("fsdpbench::")]
+        by_name: dict[str, list[dict]] = {}
+        for e in ours:
+            by_name.setdefault(e["name"], []).append(e)
+        for unit in units:
+            assert len(by_name.get(f"fsdpbench::forward::{unit}", [])) == 1, (arm, unit)
+            assert len(by_name.get(f"fsdpbench::backward::{unit}", [])) == 1, (arm, unit)
+        assert len(by_name["fsdpbench::optimizer"]) == 1
+        (step,) = [e for e in events if e["name"].startswith("ProfilerStep#")]
+        assert all(_inside(e, step) for e in ours), arm
+        root_bwd = by_name["fsdpbench::backward::root"][0]
+        for i in range(layers):
+            fwd, bwd = (
+                by_name[f"fsdpbench::forward::layers.{i}"][0],
+                by_name[f"fsdpbench::backward::layers.{i}"][0],
+            )
+            assert _inside(bwd, root_bwd)
+            for e in events:  # FSDP2's own spans of this layer land in this layer's ranges
+                if e["name"] == f"FSDP::pre_forward (model.layers.{i})":
+                    assert _inside(e, fwd), (arm, e)
+                if e["name"] in (
+                    f"FSDP::pre_backward (model.layers.{i})",
+                    f"FSDP::post_backward_reduce (model.layers.{i})",
+                ):
+                    assert _inside(e, bwd), (arm, e)
+        callback = [e for e in events if e["name"] == "FSDP::root_post_backward_callback"]
+        assert callback and all(_inside(e, root_bwd) for e in callback)
+        layer_bwd = [by_name[f"fsdpbench::backward::layers.{i}"][0] for i in range(layers)]
+        assert not any(_inside(c, b) for c in callback for b in layer_bwd)  # the root's, not a layer's
+        # collectives: group + per-group index, numbered 0.. in launch (= start) order per group
+        colls = sorted((e for e in ours if e["name"].startswith("fsdpbench::c10d::")), key=lambda e: e["ts"])
+        kinds: dict[str, int] = {}
+        per_group: dict[str, list[int]] = {}
+        for e in colls:
+            _, _, kind, group, index = e["name"].split("::")
+            kinds[kind] = kinds.get(kind, 0) + 1
+            per_group.setdefault(group, []).append(int(index.removeprefix("index=")))
+            assert group.startswith("group=") and group != "group=?", e["name"]
+            assert any(_inside(e, u) for u in ours if not u["name"].startswith("fsdpbench::c10d::")), e[
+                "name"
+            ]
+        assert all(v == list(range(len(v))) for v in per_group.values()), per_group
+        assert kinds == {"all_gather": 2 * layers + 1, "reduce_scatter": layers + 1}, (arm, kinds)

@@ -37,6 +37,7 @@ from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
 from fsdpbench.phase_marks import PhaseMarks
 from fsdpbench.phases import MARKED_PHASES
+from fsdpbench.profile_marks import ProfileMarks, decoder_units
 
 log = logging.getLogger("fsdpbench.worker")
 
@@ -339,6 +340,8 @@ class StepRunner:
     """Mark the phase boundaries of every step (docs/phases.md); off only to measure their cost."""
     phase_clock: Callable[[], float] = time.perf_counter
     """The host clock of the phase marks on CPU (tests pass a fake one)."""
+    profile_marks: ProfileMarks | None = None
+    """The named unit, phase and collective ranges of the profiled step (``run_steps`` installs them)."""
 
     def __post_init__(self) -> None:
         self.params = list(self.model.parameters())
@@ -364,7 +367,7 @@ class StepRunner:
         """``train`` then ``record``: one step without a profiler (rank 0 gets the record, others None)."""
         return self.record(step, self.train(step))
 
-    def train(self, step: int) -> StepOutcome:
+    def train(self, step: int, ranges: ProfileMarks | None = None) -> StepOutcome:
         """Train one step (forward, backward, optimizer step), timed between device syncs.
 
         Only this is the profiled work: the batch was prepared by the previous ``record`` and the
@@ -388,7 +391,8 @@ class StepRunner:
         loss = self.model(ids, labels=ids).loss
         if marks:
             marks.mark(1)
-        self.backend.backward(loss)
+        with ranges.backward() if ranges else contextlib.nullcontext():
+            self.backend.backward(loss)
         if marks:
             marks.mark(2)
         if self.optimizer_ran is None:  # the first step (never a timed or profiled one) says what ran
@@ -396,7 +400,8 @@ class StepRunner:
                 self.backend.optimizer_step(self.optimizer)
             self.optimizer_ran = sorted(seen)
         else:
-            self.backend.optimizer_step(self.optimizer)
+            with ranges.optimizer() if ranges else contextlib.nullcontext():
+                self.backend.optimizer_step(self.optimizer)
         if marks:
             marks.mark(3)
         dev.synchronize(self.device_type)
@@ -500,10 +505,19 @@ def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: 
     The profiler's step span runs from one ``prof.step()`` to the next, and the schedule stops the
     recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
     bookkeeping on every step except the profiled one, where it comes right after ``train``: the
-    recorded window opens after ``record(P-1)`` and closes before ``record(P)``.
+    recorded window opens after ``record(P-1)`` and closes before ``record(P)``. The runner's
+    ``profile_marks`` are installed around ``train(P)`` only.
     """
     for step in range(n_steps):
-        outcome = runner.train(step)
+        ranges = runner.profile_marks if prof is not None and step == profile_step else None
+        if ranges is None:
+            outcome = runner.train(step)
+        else:  # the named ranges exist in the profiled step only
+            ranges.install(COLLECTIVES)
+            try:
+                outcome = runner.train(step, ranges)
+            finally:
+                ranges.uninstall()
         if prof is not None and step == profile_step:
             prof.step()
         runner.record(step, outcome)
@@ -644,6 +658,7 @@ def run(spec: dict[str, Any]) -> None:
             steps_path=run_dir / results.STEPS,
             counter=counter,
             spec=spec,
+            profile_marks=ProfileMarks(model, decoder_units(model)) if profile else None,
         )
         n_steps = cfg.profile_step + 1 if profile else cfg.warmup + cfg.steps
         profiler = (
