@@ -23,6 +23,7 @@ from conftest import REPO, free_port, run_cli
 from fsdpbench.config import Arm, RunConfig, parse_arms, preset_tiny
 from fsdpbench.errors import ConfigError, LaunchError
 from fsdpbench.model import build_model
+from phase_checks import assert_phase_split
 from reference import LR, SEQ, STEPS, reference_grad_norms, reference_training
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
@@ -126,6 +127,7 @@ def test_fsdp1_equals_single_process_training_with_reshard_on_off_and_prefetch(t
     for arm, want in expected.items():
         assert [s["collectives"] for s in steps[arm]] == [want] * STEPS, arm
         _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+        assert_phase_split(steps[arm], world=2)
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["parity"]["valid"], summary["parity"]
 
@@ -167,6 +169,7 @@ def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefet
     assert steps["deepspeed-prefetch1"][2]["collectives"]["all_gather"] < m
     for arm in steps:
         _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+        assert_phase_split(steps[arm], world=2)  # marks around engine.backward and engine.step
     ref_norms = reference_grad_norms(rows=2)  # DeepSpeed's own global norm, reported as the grad norm
     for arm in steps:
         assert [s["grad_norm"] for s in steps[arm]] == pytest.approx(ref_norms, rel=1e-5), arm

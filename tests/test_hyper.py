@@ -22,6 +22,7 @@ from fsdpbench.backends.hyper import HyperBackend, hyper_parallel_info, hyper_sh
 from fsdpbench.config import parse_arms, preset_full, preset_tiny
 from fsdpbench.errors import ConfigError, LaunchError
 from fsdpbench.model import build_model
+from phase_checks import assert_phase_split
 from reference import LR, SEQ, STEPS, reference_training
 
 HAVE_HYPER = importlib.util.find_spec("hyper_parallel") is not None
@@ -174,6 +175,8 @@ def test_hyper_arm_matches_torch_arm_exactly_on_2_ranks_with_per_parameter_colle
         assert s["collectives"] == {"all_gather": 2 * layers + 1, "reduce_scatter": layers + 1}
     for s in by_arm[hyper_arm]:
         assert s["collectives"] == expected_hyper_counts(hsdp=False)
+    for arm in (torch_arm, hyper_arm):
+        assert_phase_split(by_arm[arm], world=2)
 
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["parity"]["valid"] is True

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from fsdpbench import collect, failures, results
+from fsdpbench import collect, failures, phases, results
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import InputError, LaunchError
 from fsdpbench.interpreters import arm_interpreter, interpreter_environment, probe_arms
@@ -728,6 +728,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
         for label, a in summary["arms"].items()
     }
     console.print(summary_table(rows, console.width))
+    phases.print_phase_table(console, summary)
     for c in summary["comparisons"]:
         ci = "—" if c["ci95"] is None else f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}"
         need = c["rounds_needed_1pct"]
@@ -748,6 +749,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
         console.print(f"[yellow]missing: {missing} — complete them with fsdpbench ab --resume RUN_DIR[/]")
     if summary["verdict"]:
         console.print(f"[bold]verdict:[/] {summary['verdict']}")
+        phases.print_phase_verdicts(console, summary)
 
 
 def summary_table(rows: dict[str, dict[str, str]], width: int) -> Any:

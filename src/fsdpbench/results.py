@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fsdpbench import stats
+from fsdpbench import phases, stats
 from fsdpbench.device import peak_bf16_flops, peak_flops
 from fsdpbench.errors import InputError
 
@@ -230,6 +230,7 @@ def build_summary(
     runtime = manifest.get("arm_runtime") or {}
 
     timed: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    timed_records: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     mem: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
     tokens_per_step: dict[str, float] = {}
     for rec in steps:
@@ -239,6 +240,7 @@ def build_summary(
         if done is not None and key not in done:
             continue
         timed[rec["arm"]][rec["round"]].append(float(rec["time_ms"]))
+        timed_records[rec["arm"]][rec["round"]].append(rec)
         mem[rec["arm"]].append((rec.get("mem_allocated_bytes"), rec.get("mem_reserved_bytes")))
         tokens_per_step[rec["arm"]] = float(rec["tokens"])
 
@@ -259,6 +261,7 @@ def build_summary(
                 "peak_flops_per_device": None,
                 "peak_mem_allocated_bytes": None,
                 "peak_mem_reserved_bytes": None,
+                "phases": None,
             }
             continue
         per_round = [
@@ -285,6 +288,7 @@ def build_summary(
             "peak_flops_per_device": arm_peak,
             "peak_mem_allocated_bytes": max(allocs) if allocs else None,
             "peak_mem_reserved_bytes": max(reserved) if reserved else None,
+            "phases": phases.arm_phases(timed_records[label]),
         }
 
     comparisons = []
@@ -294,8 +298,11 @@ def build_summary(
             if label in round_medians:
                 comp = stats.compare(
                     base, label, round_medians[base], round_medians[label], seed=cfg.get("seed", 0)
+                ).to_dict()
+                comp["phases"] = phases.compare_phases(
+                    base, label, arms[base]["phases"], arms[label]["phases"], seed=cfg.get("seed", 0)
                 )
-                comparisons.append(comp.to_dict())
+                comparisons.append(comp)
     parity = check_parity(steps, labels, cfg, done, runtime=runtime, device_type=env.get("device_type"))
     verdict = "; ".join(c["verdict"] for c in comparisons) or None
     if verdict and not parity["valid"]:

@@ -36,6 +36,9 @@ from fsdpbench import results
 from fsdpbench.backends import Backend, get_backend
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
+from fsdpbench.phase_marks import PhaseMarks
+from fsdpbench.phases import MARKED_PHASES
+from fsdpbench.profile_marks import ProfileMarks, decoder_units
 
 log = logging.getLogger("fsdpbench.worker")
 
@@ -306,6 +309,8 @@ class StepOutcome:
     elapsed_ms: float
     loss: torch.Tensor
     collectives: dict[str, int] | None
+    phases_ms: dict[str, float] | None = None
+    """This rank's forward, backward and optimizer times (``PhaseMarks.read``); None when not recorded."""
 
 
 @dataclasses.dataclass
@@ -332,9 +337,16 @@ class StepRunner:
     """The launch spec, for the ``FSDPBENCH_FAULT`` test hook (None: no faults)."""
     clock: Callable[[], float] = time.perf_counter
     """Seconds, read just after the device sync before and after each step (tests pass a fake one)."""
+    phase_times: bool = True
+    """Mark the phase boundaries of every step (docs/phases.md); off only to measure their cost."""
+    phase_clock: Callable[[], float] = time.perf_counter
+    """The host clock of the phase marks on CPU (tests pass a fake one)."""
+    profile_marks: ProfileMarks | None = None
+    """The named unit, phase and collective ranges of the profiled step (``run_steps`` installs them)."""
 
     def __post_init__(self) -> None:
         self.params = list(self.model.parameters())
+        self.marks = PhaseMarks(self.device_type, self.phase_clock) if self.phase_times else None
         self.reduce_dtype = torch.float32 if self.device_type == "npu" else torch.float64
         self._next: tuple[int, torch.Tensor] | None = None
         self.optimizer_ran: list[str] | None = None
@@ -356,11 +368,13 @@ class StepRunner:
         """``train`` then ``record``: one step without a profiler (rank 0 gets the record, others None)."""
         return self.record(step, self.train(step))
 
-    def train(self, step: int) -> StepOutcome:
+    def train(self, step: int, ranges: ProfileMarks | None = None) -> StepOutcome:
         """Train one step (forward, backward, optimizer step), timed between device syncs.
 
         Only this is the profiled work: the batch was prepared by the previous ``record`` and the
-        bookkeeping (metric all-reduces, grad norm, host reads) waits for ``record``.
+        bookkeeping (metric all-reduces, grad norm, host reads) waits for ``record``. The phase
+        boundaries are marked inside (``PhaseMarks``: events on the compute stream, no added sync) and
+        read after the closing sync.
         """
         ids = self._next[1] if self._next is not None and self._next[0] == step else self.batch(step)
         self._next = None
@@ -372,25 +386,38 @@ class StepRunner:
         t0 = self.clock()
         if self.spec:
             _inject_fault(self.spec, self.rank, step)
+        marks = self.marks
+        if marks:
+            marks.mark(0)
         loss = self.model(ids, labels=ids).loss
-        self.backend.backward(loss)
+        if marks:
+            marks.mark(1)
+        with ranges.backward() if ranges else contextlib.nullcontext():
+            self.backend.backward(loss)
+        if marks:
+            marks.mark(2)
         if self.optimizer_ran is None:  # the first step (never a timed or profiled one) says what ran
             with optimizer_path(set()) as seen:
                 self.backend.optimizer_step(self.optimizer)
             self.optimizer_ran = sorted(seen)
         else:
-            self.backend.optimizer_step(self.optimizer)
+            with ranges.optimizer() if ranges else contextlib.nullcontext():
+                self.backend.optimizer_step(self.optimizer)
+        if marks:
+            marks.mark(3)
         dev.synchronize(self.device_type)
         elapsed_ms = (self.clock() - t0) * 1e3
         counts = self.counter.take() if self.counter else None
-        return StepOutcome(elapsed_ms=elapsed_ms, loss=loss, collectives=counts)
+        phases = marks.read() if marks else None
+        return StepOutcome(elapsed_ms=elapsed_ms, loss=loss, collectives=counts, phases_ms=phases)
 
     def record(self, step: int, outcome: StepOutcome) -> dict[str, Any] | None:
         """fsdpbench's bookkeeping after ``train``; rank 0 gets the record (appended to steps.jsonl).
 
         The slowest rank's time and memory (all_reduce MAX); every rank's float32 loss and squared
         grad-norm share, all-gathered and summed on the host in float64 (``math.fsum``: correctly
-        rounded, independent of the rank order, unlike a float32 all-reduce); the next step's batch, so that its copy stays out of
+        rounded, independent of the rank order, unlike a float32 all-reduce); every rank's own step time
+        and phase times (all-gathered); the next step's batch, so that its copy stays out of
         the next ``train``. Last, a barrier aligns the ranks, so the next step's clock starts when the
         slowest rank's bookkeeping is done (rank 0 writes the record) and no rank starts early; it runs
         before the profiler's step boundary (``run_steps``), so it never enters a profiled step.
@@ -407,11 +434,19 @@ class StepRunner:
         every = torch.empty(self.world * 2, dtype=torch.float32, device=self.device)
         dist.all_reduce(maxes, op=dist.ReduceOp.MAX)  # the slowest rank's time and memory
         (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(every, mine)
+        split = None
+        if outcome.phases_ms is not None:  # [own step time, forward, backward, optimizer] of every rank
+            own = [outcome.elapsed_ms, *(outcome.phases_ms[p] for p in MARKED_PHASES)]
+            split = torch.empty(self.world * len(own), dtype=rd, device=self.device)
+            (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
+                split, torch.tensor(own, dtype=rd, device=self.device)
+            )
+            split = split.view(self.world, len(own))
         self._next = (step + 1, self.batch(step + 1))
         record = None
         if self.rank == 0:
             record = self._write_record(
-                step, outcome, maxes.tolist(), every.view(self.world, 2), alloc, reserved
+                step, outcome, maxes.tolist(), every.view(self.world, 2), alloc, reserved, split
             )
         dist.barrier()
         return record
@@ -424,6 +459,7 @@ class StepRunner:
         every: torch.Tensor,
         alloc: int | None,
         reserved: int | None,
+        split: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         losses, grad_sq = every.cpu().double().unbind(1)
         if self.round_ == results.PROFILE_ROUND:
@@ -445,11 +481,23 @@ class StepRunner:
         }
         if outcome.collectives is not None:
             record["collectives"] = outcome.collectives
+        if split is not None:
+            record.update(phase_fields(split.cpu().double().tolist(), self.marks.clock_kind))  # type: ignore[union-attr]
         results.append_step(self.steps_path, record)
         log.info(
             "%s round %s step %d: %.1f ms loss %.6f", self.arm.label, self.round_, step, m[0], record["loss"]
         )
         return record
+
+
+def phase_fields(per_rank: list[list[float]], clock_kind: str) -> dict[str, Any]:
+    """steps.jsonl's ``rank_time_ms``, ``phases_ms`` and ``phase_clock`` from ``[step, forward, backward,
+    optimizer]`` ms per rank: the remainder is each rank's step time minus its three marked phases."""
+    phases: dict[str, list[float]] = {
+        p: [row[i + 1] for row in per_rank] for i, p in enumerate(MARKED_PHASES)
+    }
+    phases["remainder"] = [row[0] - math.fsum(row[1:]) for row in per_rank]
+    return {"rank_time_ms": [row[0] for row in per_rank], "phases_ms": phases, "phase_clock": clock_kind}
 
 
 def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None) -> None:
@@ -458,10 +506,19 @@ def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: 
     The profiler's step span runs from one ``prof.step()`` to the next, and the schedule stops the
     recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
     bookkeeping on every step except the profiled one, where it comes right after ``train``: the
-    recorded window opens after ``record(P-1)`` and closes before ``record(P)``.
+    recorded window opens after ``record(P-1)`` and closes before ``record(P)``. The runner's
+    ``profile_marks`` are installed around ``train(P)`` only.
     """
     for step in range(n_steps):
-        outcome = runner.train(step)
+        ranges = runner.profile_marks if prof is not None and step == profile_step else None
+        if ranges is None:
+            outcome = runner.train(step)
+        else:  # the named ranges exist in the profiled step only
+            ranges.install(COLLECTIVES)
+            try:
+                outcome = runner.train(step, ranges)
+            finally:
+                ranges.uninstall()
         if prof is not None and step == profile_step:
             prof.step()
         runner.record(step, outcome)
@@ -616,6 +673,7 @@ def run(spec: dict[str, Any]) -> None:
             steps_path=run_dir / results.STEPS,
             counter=counter,
             spec=spec,
+            profile_marks=ProfileMarks(model, decoder_units(model)) if profile else None,
         )
         n_steps = cfg.profile_step + 1 if profile else cfg.warmup + cfg.steps
         profiler = (

@@ -29,6 +29,7 @@ from fsdpbench.report.diff_md import (
 )
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from fsdpbench.report.load import RunData
+from fsdpbench.report.phases import phase_section
 from fsdpbench.report.profile import profile_section
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ def build_report(data: RunData) -> tuple[str, list[Block]]:
     sections: list[tuple[str, Callable[[RunData], list[Block]]]] = [
         ("verdict", _verdict),
         ("step times", _step_times),
+        ("phase times", phase_section),
         ("throughput", _throughput),
         ("profile", profile_section),
         ("diagnosis", _diagnosis),
