@@ -132,6 +132,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         orphan_events=int(orphans.sum()),
         orphan_us=orphan_ns / 1000.0,
         orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
+        groups=trace.groups,
         _events=all_ev,
     )
 

@@ -34,13 +34,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NO_CACHE_ENV = "FSDPBENCH_NO_CACHE"
-_FORMAT = 2  # 2: columns by name, steps as three arrays, the cross-check table
+_FORMAT = 3  # 2: columns by name, steps as three arrays, the cross-check table; 3: collective identity
 _HEAD_BYTES = 1 << 20
 # the modules whose code decides the cached table: a change in any of them invalidates every cache
 _READER_FILES = (
     "kineto.py",
     "kineto_decode.py",
     "kineto_cpu.py",
+    "kineto_comm.py",
     "ascend.py",
     "ascend_db.py",
     "table.py",
@@ -144,6 +145,7 @@ def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
         warnings=list(meta["warnings"]),
         cross_check=plain_to_frame(meta["cross_check"]),
         recorded_tasks=None if meta["recorded_tasks"] is None else tuple(meta["recorded_tasks"]),
+        groups=meta["groups"],
     )
 
 
@@ -163,6 +165,7 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         "recorded_tasks": None if rt.recorded_tasks is None else list(rt.recorded_tasks),
         "events": _columns(rt.table, arrays),
         "cross_check": frame_to_plain(rt.cross_check),
+        "groups": rt.groups,
     }
     for column in ("step", "start_ns", "end_ns"):
         arrays[f"s.{column}"] = rt.windows[column]

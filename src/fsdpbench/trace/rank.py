@@ -29,6 +29,9 @@ class RankTrace:
             ``step_trace_time.csv``): columns ``step, compute_us, comm_us, exposed_comm_us, free_us``.
         recorded_tasks: the sync/launch task kinds (``table.TASKS``) this trace can record; the others
             are reported as ``null`` ("not recorded"), not 0. None: all of them.
+        groups: the process groups the trace names for its collectives (the ``group`` column's
+            values): ``{name: {"description", "ranks", "size"}}``, each null where the trace does not
+            say; empty for traces without group fields (gloo, older NCCL, Ascend).
     """
 
     rank: int | None
@@ -40,6 +43,7 @@ class RankTrace:
     warnings: list[str] = field(default_factory=list)
     cross_check: pd.DataFrame | None = None
     recorded_tasks: tuple[str, ...] | None = None
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     _frame: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:

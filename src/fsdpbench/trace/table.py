@@ -19,6 +19,12 @@ Columns (one row per complete event; times are integer nanoseconds on the rank's
 | ``task`` | category | ``barrier``, ``launch_ffts``, ``device_synchronize``, ``stream_synchronize``, ``event_synchronize``, ``kernel_launch`` or ``""`` |
 | ``step`` | int64 | profiler step (``ProfilerStep#N``) the event belongs to, ``-1`` when none |
 | ``orphan`` | bool | device work whose launching call is not in the trace (launched before the profiler started): left out of every total |
+| ``group`` | category | a collective's process group (``Process Group Name``, else ``Process Group ID``), ``""`` when the trace does not say |
+| ``seq`` | int64 | a collective's sequence number in its group (``Seq``), ``-1`` when the trace does not say |
+| ``dtype`` | category | a collective's element type as the trace writes it (``Float``, ``BFloat16`` …), ``""`` when unknown |
+| ``in_bytes``, ``out_bytes`` | float64 | a collective's input and output buffer in bytes, NaN when unknown |
+
+The group's description, ranks and size are per group, not per event: ``RankTrace.groups``.
 """
 
 from __future__ import annotations
@@ -65,7 +71,14 @@ COLUMNS = [
     "task",
     "step",
     "orphan",
+    "group",
+    "seq",
+    "dtype",
+    "in_bytes",
+    "out_bytes",
 ]
+# columns a table made before they existed (a DataFrame from elsewhere) may lack: their empty values
+_OPTIONAL = ("group", "seq", "dtype", "in_bytes", "out_bytes")
 
 # Checked in order on the lower-cased name with "_" removed; the first match wins.
 _COLLECTIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -348,6 +361,11 @@ class EventTable:
     task: Coded
     step: np.ndarray
     orphan: np.ndarray
+    group: Coded
+    seq: np.ndarray
+    dtype: Coded
+    in_bytes: np.ndarray
+    out_bytes: np.ndarray
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -370,7 +388,11 @@ class EventTable:
         """The numpy columns of a table built as a ``pd.DataFrame`` (see :func:`as_table`)."""
         fixed = {"category": CATEGORIES, "collective": COLLECTIVE_LABELS, "task": TASK_LABELS}
         cols: dict[str, Any] = {}
+        n = len(df)
         for c in COLUMNS:
+            if c in _OPTIONAL and c not in df.columns:
+                cols[c] = _empty(c, n)
+                continue
             col = df[c]
             if c in _CODED:
                 cols[c] = Coded.of(col.array if hasattr(col, "cat") else col.to_numpy(object), fixed.get(c))
@@ -379,7 +401,16 @@ class EventTable:
         return cls(**cols)
 
 
-_CODED = ("name", "category", "lane", "collective", "op_type", "task")
+_CODED = ("name", "category", "lane", "collective", "op_type", "task", "group", "dtype")
+
+
+def _empty(column: str, n: int) -> Any:
+    """The "not said" value of an identity column (:data:`_OPTIONAL`) for ``n`` events."""
+    if column in ("group", "dtype"):
+        return Coded(np.zeros(n, np.int8), [""])
+    if column == "seq":
+        return np.full(n, -1, dtype=np.int64)
+    return np.full(n, np.nan)
 
 
 def as_table(events: EventTable | pd.DataFrame) -> EventTable:
@@ -436,9 +467,15 @@ def make_table(
     task: Any = None,
     step: np.ndarray | None = None,
     orphan: np.ndarray | None = None,
+    group: Any = None,
+    seq: np.ndarray | None = None,
+    dtype: Any = None,
+    in_bytes: np.ndarray | None = None,
+    out_bytes: np.ndarray | None = None,
 ) -> EventTable:
     """Assemble the event table with the dtypes of the module docstring, sorted by start. Categorical
-    columns may be given as strings, :class:`Coded` or ``pd.Categorical``."""
+    columns may be given as strings, :class:`Coded` or ``pd.Categorical``; identity columns not given
+    are "not said" (``""``, -1, NaN)."""
     n = len(start_ns)
     start_ns = np.asarray(start_ns, dtype=np.int64)
     # columns already in order (a reader that sorted them itself) are used as they are: no copies
@@ -460,6 +497,11 @@ def make_table(
         task=Coded(np.zeros(n, np.int8), TASK_LABELS) if task is None else Coded.of(task, TASK_LABELS)[order],
         step=np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
         orphan=np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
+        group=_empty("group", n) if group is None else Coded.of(group)[order],
+        seq=_empty("seq", n) if seq is None else np.asarray(seq, dtype=np.int64)[order],
+        dtype=_empty("dtype", n) if dtype is None else Coded.of(dtype)[order],
+        in_bytes=_empty("in_bytes", n) if in_bytes is None else np.asarray(in_bytes, np.float64)[order],
+        out_bytes=_empty("out_bytes", n) if out_bytes is None else np.asarray(out_bytes, np.float64)[order],
     )
 
 
