@@ -52,7 +52,6 @@ from fsdpbench.trace.table import (
     Coded,
     StepWindows,
     assign_steps,
-    collective_codes,
     factorize,
     kernel_category_codes,
     make_table,

@@ -45,7 +45,9 @@ class Identity:
 def _codes(mapping: dict[int, int], n: int) -> np.ndarray:
     out = np.full(n, -1, dtype=np.int64)
     if mapping:
-        out[np.fromiter(mapping, np.int64, len(mapping))] = np.fromiter(mapping.values(), np.int64, len(mapping))
+        out[np.fromiter(mapping, np.int64, len(mapping))] = np.fromiter(
+            mapping.values(), np.int64, len(mapping)
+        )
     return out
 
 
@@ -63,7 +65,9 @@ def _launchers(
     innermost enclosing ``nccl:<op>``-style annotation around its launch (same thread), -1 for none."""
     rpc = np.full(dev.size, -1, dtype=np.int64)
     ann = np.full(dev.size, -1, dtype=np.int64)
-    kind_of_name = [1 if c == "record_param_comms" else 2 if _LAUNCHER.match(c) else 0 for c in names.categories]
+    kind_of_name = [
+        1 if c == "record_param_comms" else 2 if _LAUNCHER.match(c) else 0 for c in names.categories
+    ]
     kind = np.array([*kind_of_name, 0], dtype=np.int8)[names.codes]
     kind[is_dev | is_annot] = 0
     cand = np.flatnonzero(kind > 0)
