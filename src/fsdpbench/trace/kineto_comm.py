@@ -34,20 +34,30 @@ class Identity:
     """The identity columns of the event table for one rank, filled for its communication kernels."""
 
     def __init__(self, n: int) -> None:
-        self.group = Coded(np.zeros(n, np.int32), [""])
+        self.group = Coded(np.zeros(n, np.int16), [""])
         self.seq = np.full(n, -1, dtype=np.int64)
-        self.dtype = Coded(np.zeros(n, np.int32), [""])
+        self.dtype = Coded(np.zeros(n, np.int8), [""])
         self.in_bytes = np.full(n, np.nan)
         self.out_bytes = np.full(n, np.nan)
         self.groups: dict[str, dict[str, Any]] = {}
 
 
-def _codes(mapping: dict[int, int], n: int) -> np.ndarray:
-    out = np.full(n, -1, dtype=np.int64)
-    if mapping:
-        out[np.fromiter(mapping, np.int64, len(mapping))] = np.fromiter(
-            mapping.values(), np.int64, len(mapping)
-        )
+def _lookup(
+    mapping: dict[int, Any], index: np.ndarray, missing: Any = -1, dtype: Any = np.int64
+) -> np.ndarray:
+    """``mapping[i]`` for each i of ``index`` (``missing`` where absent), without an array per event of
+    the trace or a dict lookup per event."""
+    out = np.full(index.size, missing, dtype=dtype)
+    if not mapping or index.size == 0:
+        return out
+    keys = np.fromiter(mapping, np.int64, len(mapping))
+    values = np.fromiter(mapping.values(), dtype, len(mapping))
+    if keys.size > 1 and not (keys[1:] > keys[:-1]).all():
+        order = np.argsort(keys)
+        keys, values = keys[order], values[order]
+    pos = np.minimum(np.searchsorted(keys, index), keys.size - 1)
+    hit = keys[pos] == index
+    out[hit] = values[pos[hit]]
     return out
 
 
@@ -132,19 +142,23 @@ def resolve(
     if dev.size == 0:
         return out
     idents = found["idents"]
-    ident = _codes(found["ident"], n)
-    seq = _codes(found["seq"], n)
-    own = ident[dev]
-    own_named = np.array([c >= 0 and idents[c][0] is not None for c in own.tolist()], dtype=bool)
+    own = _lookup(found["ident"], dev)
+    own_named = np.array([t[0] is not None for t in idents] + [False], dtype=bool)[own]
     rpc = np.full(dev.size, -1, dtype=np.int64)
     ann = np.full(dev.size, -1, dtype=np.int64)
     need = ~own_named
     if need.any():
         rpc[need], ann[need] = _launchers(dev[need], names, is_dev, is_annot, corr, start, end, lane)
-    rpc_code = np.where(rpc >= 0, ident[np.maximum(rpc, 0)], -1)
+    rpc_code = _lookup(found["ident"], rpc)
     ann_name = np.where(ann >= 0, names.codes[np.maximum(ann, 0)], -1)
-    combos, inverse = np.unique(np.stack([own, rpc_code, ann_name], axis=1), axis=0, return_inverse=True)
+    # one code per (own identity, launcher identity, annotation name): resolved once each
+    m_ident, m_name = len(idents) + 1, len(names.categories) + 1
+    combo = ((own + 1) * m_ident + (rpc_code + 1)) * m_name + (ann_name + 1)
+    uniq, inverse = np.unique(combo, return_inverse=True)
     inverse = inverse.ravel()
+    combos = np.stack(
+        [uniq // m_name // m_ident - 1, uniq // m_name % m_ident - 1, uniq % m_name - 1], axis=1
+    )
     c_type = np.empty(len(combos), dtype=np.int16)
     c_group = np.zeros(len(combos), dtype=np.int32)
     c_dtype = np.zeros(len(combos), dtype=np.int32)
@@ -179,22 +193,22 @@ def resolve(
     ev_type = c_type[inverse]
     typed = ev_type >= 0
     collective[dev[typed]] = ev_type[typed]
-    out.group = Coded(np.zeros(n, np.int32), groups)
+    out.group = Coded(np.zeros(n, np.int16 if len(groups) < 2**15 else np.int32), groups)
     out.group.codes[dev] = c_group[inverse]
-    out.dtype = Coded(np.zeros(n, np.int32), dtypes)
+    out.dtype = Coded(np.zeros(n, np.int8 if len(dtypes) < 2**7 else np.int32), dtypes)
     out.dtype.codes[dev] = c_dtype[inverse]
     out.in_bytes[dev] = c_in[inverse]
     out.out_bytes[dev] = c_out[inverse]
-    rpc_seq = np.where(rpc >= 0, seq[np.maximum(rpc, 0)], -1)
-    out.seq[dev] = np.where(seq[dev] >= 0, seq[dev], rpc_seq)
+    own_seq = _lookup(found["seq"], dev)
+    out.seq[dev] = np.where(own_seq >= 0, own_seq, _lookup(found["seq"], rpc))
     # bytes: the kernel's own message size (as before identity was read: the larger buffer, NaN when
     # its args are odd); without args of its own, the larger buffer its launcher's identity gives,
     # else the launching annotation's Input Dims (its input: all the annotation says)
     sizes = found["nbytes"]
     with np.errstate(invalid="ignore"):
         best = np.fmax(out.in_bytes[dev], out.out_bytes[dev])
-    for j in np.flatnonzero(own >= 0).tolist():
-        best[j] = sizes.get(int(dev[j]), np.nan)
+    has_own = own >= 0
+    best[has_own] = _lookup(sizes, dev[has_own], np.nan, np.float64)
     for j in np.flatnonzero(np.isnan(best) & (own < 0)).tolist():
         i = int(dev[j])
         b = sizes.get(i, np.nan)

@@ -336,6 +336,10 @@ _OTHER, _X, _META, _FLOW = 0, 1, 2, 3
 _KINDS = {"X": _X, "M": _META, "s": _FLOW, "f": _FLOW}
 _FLOW_END = operator.attrgetter("ph", "id", "ts", "pid", "tid")  # Columns.flows' tuple
 _CORR, _NO_CORR = repeat("correlation"), repeat(-1)
+# the args a typed event's message size and identity are computed from (Seq apart: it differs per call)
+_SIGNATURE = operator.attrgetter(
+    "dtype", "in_nelems", "out_nelems", "coll_name", "pg_name", "pg_id", "pg_desc", "pg_ranks", "group_size"
+)
 
 
 def _args_dict(a: Any) -> dict[str, Any]:
@@ -515,12 +519,12 @@ class Columns:
         self.key_sized = np.zeros(0, dtype=bool)  # per key: a name whose message size is read
         self.key_ac2g = np.zeros(0, dtype=bool)  # per key: an ac2g flow end ('s'/'f' with cat ac2g)
         self.x_keys: list[np.ndarray] = []  # the X events' key codes, chunk by chunk
-        self.size_memo: dict[tuple[Any, Any, Any], float] = {}  # (dtype, In, Out msg nelems) → bytes
+        # the identifying args of a sized typed event (:data:`_SIGNATURE`) → (bytes, identity code)
+        self.size_memo: dict[tuple[Any, ...], tuple[float, int]] = {}
         # collectives' identity (:func:`identity`), interned: event index → code into ``idents``
         self.ident: dict[int, int] = {}
         self.idents: list[tuple[Any, ...]] = []
         self.ident_code: dict[tuple[Any, ...], int] = {}
-        self.ident_memo: dict[tuple[Any, ...], int] = {}  # the raw typed args → code (-1: none)
         self.seq: dict[int, int] = {}  # event index → ``Seq``
         self.devices = 0  # devices in the trace's ``deviceProperties``
 
@@ -689,56 +693,32 @@ class Columns:
         except OverflowError:  # beyond int64 (hand-made trace): the orjson path reads it
             raise _TypedError from None
         self.corr.append(corr)
-        memo = self.size_memo
-        sized = np.flatnonzero(self.key_sized[x_codes]).tolist()
-        self._identities(args, sized, self.n)
-        for i in sized:
+        memo, nbytes, ident, seqs, first = self.size_memo, self.nbytes, self.ident, self.seq, self.n
+        for i in np.flatnonzero(self.key_sized[x_codes]).tolist():
             a = args[i]
             if a is None:
                 continue
+            seq = a.seq
+            if seq is not _UNSET and type(seq) is int:
+                seqs[first + i] = seq
             if a.in_nelems is _UNSET and a.out_nelems is _UNSET:  # sized by its Input Dims
-                self.nbytes[self.n + i] = message_bytes(_args_dict(a))
-                continue
-            # sized by (dtype, In/Out msg nelems) alone: one computation per distinct message
-            sig = (a.dtype, a.in_nelems, a.out_nelems)
-            try:
-                size = memo[sig]
-            except KeyError:
-                size = memo[sig] = message_bytes(_args_dict(a))
-            except TypeError:  # a list where a number belongs (hand-made trace)
-                size = message_bytes(_args_dict(a))
-            self.nbytes[self.n + i] = size
-        self.n += k
-
-    def _identities(self, args: list[Any], sized: np.ndarray, first: int) -> None:
-        """Identity code and sequence number of the sized typed events (``first``: the index of
-        ``args[0]``): one :func:`identity` per distinct combination of the args it reads."""
-        memo = self.ident_memo
-        for i in sized:
-            a = args[i]
-            if a is None:
-                continue
-            if a.seq is not _UNSET and isinstance(a.seq, int) and not isinstance(a.seq, bool):
-                self.seq[first + i] = a.seq
-            sig = (
-                a.coll_name,
-                a.dtype,
-                a.in_nelems,
-                a.out_nelems,
-                a.pg_name,
-                a.pg_id,
-                a.pg_desc,
-                a.pg_ranks,
-                a.group_size,
-            )
-            try:
-                code = memo[sig]
-            except KeyError:
-                code = memo[sig] = self._ident_of(a)
-            except TypeError:  # a list where a string or number belongs (hand-made trace)
+                nbytes[first + i] = message_bytes(_args_dict(a))
                 code = self._ident_of(a)
+                if code >= 0:
+                    ident[first + i] = code
+                continue
+            # sized by the args that identify it: one computation per distinct combination
+            sig = _SIGNATURE(a)
+            try:
+                size, code = memo[sig]
+            except KeyError:
+                size, code = memo[sig] = (message_bytes(_args_dict(a)), self._ident_of(a))
+            except TypeError:  # a list where a number or string belongs (hand-made trace)
+                size, code = message_bytes(_args_dict(a)), self._ident_of(a)
+            nbytes[first + i] = size
             if code >= 0:
-                self.ident[first + i] = code
+                ident[first + i] = code
+        self.n += k
 
     def _ident_of(self, a: Any) -> int:
         try:
