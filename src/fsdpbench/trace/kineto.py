@@ -237,7 +237,7 @@ def _read_kineto(path: Path) -> RankTrace:
     orphan = np.zeros(n, dtype=bool)
     step = assign_steps(start, steps.start_ns, steps.end_ns, steps.step)
     task[is_annot] = 0
-    identity = Identity(n)
+    identity = Identity()
     groups: dict[str, dict[str, Any]] = {}
 
     if is_dev_cat.any():
@@ -322,18 +322,14 @@ def _read_kineto(path: Path) -> RankTrace:
         "task": Coded(task, TASK_LABELS),
         "step": step,
         "orphan": orphan,
-        "group": identity.group,
-        "seq": identity.seq,
-        "dtype": identity.dtype,
-        "in_bytes": identity.in_bytes,
-        "out_bytes": identity.out_bytes,
     }
-    del names, category, end, lane, device, collective, nbytes, task, step, orphan, identity
+    del names, category, end, lane, device, collective, nbytes, task, step, orphan
     order = np.argsort(start, kind="stable")
     del start
     for key in cols_:
         cols_[key] = cols_[key][order]
-    del order
+    cols_.update(identity.columns(n, order))  # sparse: made in sorted order, not sorted copies
+    del order, identity
     table = make_table(**cols_)
     del cols_
     return RankTrace(

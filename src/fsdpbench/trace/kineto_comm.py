@@ -31,15 +31,45 @@ _LABEL = {lab: i for i, lab in enumerate(COLLECTIVE_LABELS)}
 
 
 class Identity:
-    """The identity columns of the event table for one rank, filled for its communication kernels."""
+    """The identity of one rank's communication kernels: per event of ``index`` (ascending event
+    indices), codes into ``group_names``/``dtype_names``, ``seq`` (-1: none) and bytes in/out (NaN:
+    unknown); ``groups`` the named groups' description, ranks and size."""
 
-    def __init__(self, n: int) -> None:
-        self.group = Coded(np.zeros(n, np.int16), [""])
-        self.seq = np.full(n, -1, dtype=np.int64)
-        self.dtype = Coded(np.zeros(n, np.int8), [""])
-        self.in_bytes = np.full(n, np.nan)
-        self.out_bytes = np.full(n, np.nan)
+    def __init__(self, index: np.ndarray | None = None) -> None:
+        self.index = np.empty(0, np.int64) if index is None else index
+        k = self.index.size
+        self.group_codes = np.zeros(k, np.int32)
+        self.group_names = [""]
+        self.seq = np.full(k, -1, dtype=np.int64)
+        self.dtype_codes = np.zeros(k, np.int32)
+        self.dtype_names = [""]
+        self.in_bytes = np.full(k, np.nan)
+        self.out_bytes = np.full(k, np.nan)
         self.groups: dict[str, dict[str, Any]] = {}
+
+    def columns(self, n: int, order: np.ndarray) -> dict[str, Any]:
+        """The event table's ``group, seq, dtype, in_bytes, out_bytes`` for ``n`` events put in
+        ``order`` (the table's sort): made in place, not sorted copies of full columns."""
+        is_comm = np.zeros(n, dtype=bool)
+        is_comm[self.index] = True
+        pos = np.flatnonzero(is_comm[order])  # where the kernels land in sorted order
+        k = np.searchsorted(self.index, order[pos])
+        group = np.zeros(n, np.int16 if len(self.group_names) < 2**15 else np.int32)
+        group[pos] = self.group_codes[k]
+        dtype = np.zeros(n, np.int8 if len(self.dtype_names) < 2**7 else np.int32)
+        dtype[pos] = self.dtype_codes[k]
+        seq = np.full(n, -1, dtype=np.int64)
+        seq[pos] = self.seq[k]
+        in_bytes, out_bytes = np.full(n, np.nan), np.full(n, np.nan)
+        in_bytes[pos] = self.in_bytes[k]
+        out_bytes[pos] = self.out_bytes[k]
+        return {
+            "group": Coded(group, self.group_names),
+            "seq": seq,
+            "dtype": Coded(dtype, self.dtype_names),
+            "in_bytes": in_bytes,
+            "out_bytes": out_bytes,
+        }
 
 
 def _lookup(
@@ -134,9 +164,8 @@ def resolve(
     module docstring, and return their group, sequence number, dtype and bytes in/out.
     ``found`` holds what the decoder read (:class:`~fsdpbench.trace.kineto_decode.Columns`), by event
     index: ``ident`` (code into ``idents``), ``idents``, ``seq`` and ``nbytes``."""
-    n = len(comm)
-    out = Identity(n)
     dev = np.flatnonzero(comm)
+    out = Identity(dev)
     by_name = np.array([_LABEL[collective_type(c)] for c in names.categories] + [_LABEL["other"]], np.int8)
     collective[dev] = by_name[names.codes[dev]]
     if dev.size == 0:
@@ -193,20 +222,17 @@ def resolve(
     ev_type = c_type[inverse]
     typed = ev_type >= 0
     collective[dev[typed]] = ev_type[typed]
-    out.group = Coded(np.zeros(n, np.int16 if len(groups) < 2**15 else np.int32), groups)
-    out.group.codes[dev] = c_group[inverse]
-    out.dtype = Coded(np.zeros(n, np.int8 if len(dtypes) < 2**7 else np.int32), dtypes)
-    out.dtype.codes[dev] = c_dtype[inverse]
-    out.in_bytes[dev] = c_in[inverse]
-    out.out_bytes[dev] = c_out[inverse]
+    out.group_names, out.group_codes = groups, c_group[inverse]
+    out.dtype_names, out.dtype_codes = dtypes, c_dtype[inverse]
+    out.in_bytes, out.out_bytes = c_in[inverse], c_out[inverse]
     own_seq = _lookup(found["seq"], dev)
-    out.seq[dev] = np.where(own_seq >= 0, own_seq, _lookup(found["seq"], rpc))
+    out.seq = np.where(own_seq >= 0, own_seq, _lookup(found["seq"], rpc))
     # bytes: the kernel's own message size (as before identity was read: the larger buffer, NaN when
     # its args are odd); without args of its own, the larger buffer its launcher's identity gives,
     # else the launching annotation's Input Dims (its input: all the annotation says)
     sizes = found["nbytes"]
     with np.errstate(invalid="ignore"):
-        best = np.fmax(out.in_bytes[dev], out.out_bytes[dev])
+        best = np.fmax(out.in_bytes, out.out_bytes)
     has_own = own >= 0
     best[has_own] = _lookup(sizes, dev[has_own], np.nan, np.float64)
     for j in np.flatnonzero(np.isnan(best) & (own < 0)).tolist():
@@ -214,8 +240,8 @@ def resolve(
         b = sizes.get(i, np.nan)
         if b != b and ann[j] >= 0:
             b = sizes.get(int(ann[j]), np.nan)
-            if b == b and np.isnan(out.in_bytes[i]):
-                out.in_bytes[i] = b
+            if b == b and np.isnan(out.in_bytes[j]):
+                out.in_bytes[j] = b
         best[j] = b
     nbytes[dev] = best
     return out
