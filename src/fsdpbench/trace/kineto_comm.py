@@ -5,7 +5,7 @@ In order of preference, each field comes from
 
 1. the kernel's own ``args`` (recent PyTorch writes ``Collective name``, ``In msg nelems``,
    ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Name``/``Description``/``Ranks`` and,
-   from about 2.8, ``Seq`` on NCCL/RCCL kernels);
+   in later versions ``Seq`` on NCCL/RCCL kernels);
 2. the ``record_param_comms`` host op that encloses the kernel's launch (the runtime call with the
    kernel's correlation id) on the launching thread: the same keys (2.1–2.2: ``Process Group ID``
    instead of the name);
