@@ -437,3 +437,30 @@ def test_a_gloo_run_on_a_gpu_machine_is_still_a_gloo_run(tmp_path):
     assert not any("device activity was not recorded" in w for w in res.warnings)
     got = res.to_dict()["ranks"][0]["collectives"]
     assert sum(s["count"] for s in got.values()) == len(gloo) == 1
+
+
+def test_odd_identity_args_give_what_they_say_and_no_traceback(tmp_path, monkeypatch):
+    """A hand-edited trace: a list as group size, a number as ranks, a string Seq, an unknown dtype. The
+    typed and the orjson decoders agree, and each odd value is "not said", never a traceback."""
+    from fsdpbench.trace import kineto_decode
+
+    doc = _trace(*CASES["2026_seq"])
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["args"].update(
+        {"Group size": [8], "Process Group Ranks": 7, "Seq": "7", "Process Group Name": "9"}
+    )
+    kernels[1]["args"]["dtype"] = "Float7"
+    path = _write(tmp_path, doc)
+    typed = read_kineto(path).table
+    monkeypatch.setattr(kineto_decode, "_TYPED", (None, None))
+    plain = read_kineto(path).table
+    for table in (typed, plain):
+        comm = table.category.mask("comm") & table.device
+        assert table.seq[comm].tolist() == [-1, 8, 3]  # the string Seq is not a sequence number
+        assert math.isnan(table.in_bytes[comm][1]) and math.isnan(table.bytes[comm][1])  # unknown dtype
+    res = analyze([path])
+    assert res.to_dict()["ranks"][0]["groups"]["9"] == {
+        "description": "undefined",
+        "ranks": "7",
+        "size": None,
+    }
