@@ -464,3 +464,17 @@ def test_odd_identity_args_give_what_they_say_and_no_traceback(tmp_path, monkeyp
         "ranks": "7",
         "size": None,
     }
+
+
+def test_an_older_gloo_trace_without_worker_spans_on_a_gpu_machine_keeps_its_launches(tmp_path):
+    """No gloo:* span and no distributedInfo, but c10d launches: the GPUs Kineto lists do not make it a
+    GPU job (a gloo run on a GPU machine); its launches are its communication, as for any such trace."""
+    doc = json.loads((Path(__file__).parent / "fixtures" / "traces" / "gloo_min.json").read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("gloo:")]
+    del doc["distributedInfo"]
+    doc["deviceProperties"] = [{"id": i} for i in range(8)]
+    launches = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("c10d::")]
+    res = analyze([_write(tmp_path, doc, "rank1.json")])
+    assert not any("device activity was not recorded" in w for w in res.warnings)
+    got = res.to_dict()["ranks"][0]["collectives"]
+    assert sum(s["count"] for s in got.values()) == len(launches) == 1

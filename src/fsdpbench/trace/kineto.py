@@ -350,20 +350,24 @@ _DEVICE_BACKENDS = ("nccl", "rccl", "hccl", "xccl", "mccl")
 
 
 def _device_job(path: Path, names: Coded, devices: int, dist: Any, warnings: list[str]) -> bool:
-    """True (with a warning) when a trace without device activity comes from a GPU/NPU job: its
-    ``deviceProperties`` lists devices, its ``distributedInfo`` names a device backend, or it holds
-    ``nccl:*``/``hccl:*`` ops, and no ``gloo:*`` op says the collectives ran on the CPU."""
+    """True (with a warning) when a trace without device activity comes from a GPU/NPU job: it holds
+    ``nccl:*``/``hccl:*`` ops, its ``distributedInfo`` names a device backend, or its
+    ``deviceProperties`` lists devices; never when ``gloo:*`` ops or a gloo backend say the collectives
+    ran on the CPU. Devices alone do not decide it when the trace has c10d collective launches: Kineto
+    lists the machine's GPUs for a gloo job too, and an older gloo trace may lack its worker spans."""
     if any(c.lower().startswith("gloo:") for c in names.categories):
         return False
     backend = str(_get(dist, "backend") or "").lower() if isinstance(dist, dict) else ""
+    if backend == "gloo":
+        return False
     ops = sorted({c.split(":", 1)[0].lower() for c in names.categories if _DEVICE_COMM_OP.match(c)})
     why = []
-    if devices:
-        why.append(f"deviceProperties lists {devices} device(s)")
-    if backend in _DEVICE_BACKENDS:
-        why.append(f"the backend is {backend}")
     if ops:
         why.append(f"it holds {'/'.join(o + ':*' for o in ops)} ops")
+    if backend in _DEVICE_BACKENDS:
+        why.append(f"the backend is {backend}")
+    if devices and (why or not any(c.startswith("c10d::") for c in names.categories)):
+        why.append(f"deviceProperties lists {devices} device(s)")
     if not why:
         return False
     warnings.append(
