@@ -43,7 +43,7 @@ from fsdpbench.errors import InputError
 from fsdpbench.trace.kineto_comm import Identity, resolve
 from fsdpbench.trace.kineto_cpu import classify_cpu
 from fsdpbench.trace.kineto_decode import decode
-from fsdpbench.trace.rank import RankTrace
+from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, RankTrace
 from fsdpbench.trace.table import (
     CATEGORIES,
     CATEGORY_CODE,
@@ -371,7 +371,7 @@ def _device_job(path: Path, names: Coded, devices: int, dist: Any, warnings: lis
     if not why:
         return False
     warnings.append(
-        f"{path.name}: device activity was not recorded (no kernels, memcpys or runtime calls) although this is a "
+        f"{path.name}: {DEVICE_NOT_RECORDED} (no kernels, memcpys or runtime calls) although this is a "
         f"GPU/NPU job ({'; '.join(why)}): communication and device time are unknown, no host span is counted as "
         "a collective, and 'compute' is the training thread's host operators; profile with "
         "ProfilerActivity.CUDA (or the NPU activity) to measure the device"

@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from fsdpbench.trace.table import EventTable, StepWindows
 
 
+DEVICE_NOT_RECORDED = "device activity was not recorded"
+"""The words of the warning a reader gives a CPU-only profile of a GPU/NPU job."""
+
+
 @dataclass
 class RankTrace:
     """One rank's profile, read into the common event table.
