@@ -35,16 +35,17 @@ def collective_events(events: EventTable | pd.DataFrame) -> dict[str, np.ndarray
     sel = sel[np.argsort(t.start_ns[sel], kind="stable")]
     ctype = t.collective[sel].strings("other")
     ctype[ctype == ""] = "other"
+    ident = t.identity(sel)
     return {
         "type": ctype,
         "bytes": t.bytes[sel],
         "start_ns": t.start_ns[sel],
         "end_ns": t.end_ns[sel],
-        "group": _or_none(t.group[sel].strings("")),
-        "seq": t.seq[sel],
-        "dtype": _or_none(t.dtype[sel].strings("")),
-        "in_bytes": t.in_bytes[sel],
-        "out_bytes": t.out_bytes[sel],
+        "group": _or_none(ident["group"]),
+        "seq": ident["seq"],
+        "dtype": _or_none(ident["dtype"]),
+        "in_bytes": ident["in_bytes"],
+        "out_bytes": ident["out_bytes"],
     }
 
 

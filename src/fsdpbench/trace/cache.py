@@ -204,34 +204,40 @@ def _writable(folder: Path) -> bool:
 
 
 def _columns(table: EventTable, arrays: dict[str, np.ndarray]) -> list[list[str]]:
-    """Put ``table``'s columns into ``arrays``; returns [[column, kind], ...] in column order."""
+    """Put ``table``'s columns (``table.STORED``) and its collectives' identity (``c.*``) into
+    ``arrays``; returns [[column, kind], ...] in column order."""
     import numpy as np
 
-    from fsdpbench.trace.table import COLUMNS, Coded
+    from fsdpbench.trace.table import STORED, Coded
 
     spec = []
-    for name in COLUMNS:
-        col = getattr(table, name)
-        if isinstance(col, Coded):
-            arrays[f"e.{name}.codes"] = col.codes
-            arrays[f"e.{name}.cats"] = np.array(col.categories, dtype=str)
-            spec.append([name, "category"])
-        else:
-            arrays[f"e.{name}"] = col
-            spec.append([name, "array"])
+    for prefix, obj, names in (
+        ("e", table, STORED),
+        ("c", table.comm, ("group", "seq", "dtype", "in_bytes", "out_bytes")),
+    ):
+        for name in names:
+            col = getattr(obj, name)
+            if isinstance(col, Coded):
+                arrays[f"{prefix}.{name}.codes"] = col.codes
+                arrays[f"{prefix}.{name}.cats"] = np.array(col.categories, dtype=str)
+                spec.append([f"{prefix}.{name}", "category"])
+            else:
+                arrays[f"{prefix}.{name}"] = col
+                spec.append([f"{prefix}.{name}", "array"])
     return spec
 
 
 def _table(spec: list[list[str]], arrays: dict[str, np.ndarray]) -> EventTable:
-    from fsdpbench.trace.table import Coded, EventTable
+    from fsdpbench.trace.table import Coded, CommInfo, EventTable
 
-    cols: dict[str, Any] = {}
-    for name, kind in spec:
+    cols: dict[str, dict[str, Any]] = {"e": {}, "c": {}}
+    for key, kind in spec:
+        prefix, name = key.split(".", 1)
         if kind == "category":
-            cols[name] = Coded(arrays[f"e.{name}.codes"], arrays[f"e.{name}.cats"].tolist())
+            cols[prefix][name] = Coded(arrays[f"{key}.codes"], arrays[f"{key}.cats"].tolist())
         else:
-            cols[name] = arrays[f"e.{name}"]
-    return EventTable(**cols)
+            cols[prefix][name] = arrays[key]
+    return EventTable(**cols["e"], comm=CommInfo(**cols["c"]))
 
 
 def frame_to_plain(df: pd.DataFrame | None) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.trace.table import COLLECTIVE_LABELS, Coded, collective_type
+from fsdpbench.trace.table import COLLECTIVE_LABELS, Coded, CommInfo, collective_type
 
 # host spans that may carry the identity of the collectives launched inside them
 _LAUNCHER = re.compile(r"^(?:record_param_comms$|(?:nccl|rccl|hccl):)")
@@ -48,28 +48,22 @@ class Identity:
         self.groups: dict[str, dict[str, Any]] = {}
 
     def columns(self, n: int, order: np.ndarray) -> dict[str, Any]:
-        """The event table's ``group, seq, dtype, in_bytes, out_bytes`` for ``n`` events put in
-        ``order`` (the table's sort): made in place, not sorted copies of full columns."""
+        """The event table's ``comm_row`` and ``comm`` (:class:`~fsdpbench.trace.table.CommInfo`) for
+        ``n`` events put in ``order`` (the table's sort)."""
         is_comm = np.zeros(n, dtype=bool)
         is_comm[self.index] = True
         pos = np.flatnonzero(is_comm[order])  # where the kernels land in sorted order
         k = np.searchsorted(self.index, order[pos])
-        group = np.zeros(n, np.int16 if len(self.group_names) < 2**15 else np.int32)
-        group[pos] = self.group_codes[k]
-        dtype = np.zeros(n, np.int8 if len(self.dtype_names) < 2**7 else np.int32)
-        dtype[pos] = self.dtype_codes[k]
-        seq = np.full(n, -1, dtype=np.int64)
-        seq[pos] = self.seq[k]
-        in_bytes, out_bytes = np.full(n, np.nan), np.full(n, np.nan)
-        in_bytes[pos] = self.in_bytes[k]
-        out_bytes[pos] = self.out_bytes[k]
-        return {
-            "group": Coded(group, self.group_names),
-            "seq": seq,
-            "dtype": Coded(dtype, self.dtype_names),
-            "in_bytes": in_bytes,
-            "out_bytes": out_bytes,
-        }
+        row = np.full(n, -1, dtype=np.int32)
+        row[pos] = np.arange(pos.size, dtype=np.int32)
+        comm = CommInfo(
+            Coded(self.group_codes[k], self.group_names),
+            self.seq[k],
+            Coded(self.dtype_codes[k], self.dtype_names),
+            self.in_bytes[k],
+            self.out_bytes[k],
+        )
+        return {"comm_row": row, "comm": comm}
 
 
 def _lookup(
