@@ -479,3 +479,26 @@ def test_an_older_gloo_trace_without_worker_spans_on_a_gpu_machine_keeps_its_lau
     assert not any("device activity was not recorded" in w for w in res.warnings)
     got = res.to_dict()["ranks"][0]["collectives"]
     assert sum(s["count"] for s in got.values()) == len(launches) == 1
+
+
+def test_real_2023_trace_each_kernel_takes_the_type_of_the_annotation_that_launched_it(shared_fixtures):
+    """HTA's negative_queue trace (16-rank NCCL run): all 80 NCCL kernels are ncclKernel_SendRecv, launched
+    by nccl:all_to_all, _reduce_scatter_base, all_reduce and _all_gather_base. Reference, from the raw
+    JSON: per annotation, whether a runtime call inside it launched an NCCL kernel of the trace."""
+    path = shared_fixtures / "fixtures" / "kineto" / "negative_queue_length_values_check" / "rank0.json.gz"
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    ev = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    kernels = {
+        e["args"]["correlation"] for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()
+    }
+    launches = [
+        e for e in ev if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in kernels
+    ]
+    want: Counter[str] = Counter()
+    for a in ev:
+        if a.get("cat") == "user_annotation" and a["name"].startswith("nccl:"):
+            if any(r["tid"] == a["tid"] and a["ts"] <= r["ts"] <= a["ts"] + a["dur"] for r in launches):
+                want[TYPE_OF[a["name"].split(":", 1)[1]]] += 1
+    assert want == {"all_to_all": 45, "reduce_scatter": 10, "all_reduce": 10, "all_gather": 10}
+    got = analyze([path]).to_dict()["ranks"][0]["collectives"]
+    assert {t: s["count"] for t, s in got.items()} == dict(want)  # the 5 orphan kernels are left out
