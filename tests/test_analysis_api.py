@@ -21,5 +21,8 @@ def test_parallel_and_in_process_analyses_agree_and_events_reload(tmp_path):
     assert r._events is None  # not shipped back from the worker
     pd.testing.assert_frame_equal(r.events, serial.ranks[1].events)
     pd.testing.assert_frame_equal(r.collective_events, serial.ranks[1].collective_events)
-    assert list(r.collective_events.columns) == ["type", "bytes", "start_ns", "end_ns"]
+    assert list(r.collective_events.columns) == [
+        *("type", "bytes", "start_ns", "end_ns"),
+        *("group", "seq", "dtype", "in_bytes", "out_bytes"),
+    ]
     assert {"name", "category", "start_ns", "end_ns", "lane"} <= set(r.events.columns)

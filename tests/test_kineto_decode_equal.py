@@ -72,6 +72,14 @@ def assert_same_columns(typed: Any, ref: Any) -> None:
         assert values == ref_values, f
     assert typed.nbytes.keys() == ref.nbytes.keys()
     assert all(_same_number(typed.nbytes[i], ref.nbytes[i]) for i in ref.nbytes)
+    # collective identity: the same identities (NaN sizes compared as NaN) for the same events
+    assert typed.ident.keys() == ref.ident.keys() and typed.seq == ref.seq
+    for i, code in ref.ident.items():
+        got, want = typed.idents[typed.ident[i]], ref.idents[code]
+        assert len(got) == len(want) and all(
+            _same_number(a, b) if isinstance(b, float) else a == b for a, b in zip(got, want, strict=True)
+        ), i
+    assert typed.devices == ref.devices
     assert typed.thread_names == ref.thread_names
     # the typed decoder reads a flow's ts as a double, as the reader uses it (orjson keeps an integer
     # ts as an int: ns-integer traces' ts is past 2**53, so compare both as the doubles the reader sees)

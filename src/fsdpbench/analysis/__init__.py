@@ -21,6 +21,7 @@ from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew,
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
+from fsdpbench.trace.rank import DEVICE_NOT_RECORDED
 
 if TYPE_CHECKING:
     from fsdpbench.trace.table import EventTable
@@ -140,6 +141,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         orphan_events=int(orphans.sum()),
         orphan_us=orphan_ns / 1000.0,
         orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
+        groups=trace.groups,
         _events=all_ev,
     )
 
@@ -339,7 +341,9 @@ def analyze(
         )
     ranks.sort(key=lambda r: r.rank)
     for r in ranks:
-        if not r.collectives:
+        # a CPU-only profile of a GPU job already says why it has none (its reader's warning)
+        unrecorded = any(w.startswith(f"{Path(r.source).name}: {DEVICE_NOT_RECORDED}") for w in warnings)
+        if not r.collectives and not unrecorded:
             warnings.append(f"rank {r.rank}: {NO_COLLECTIVES}")
         if r.orphan_events:
             warnings.append(

@@ -13,16 +13,40 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+EVENT_COLUMNS = ("type", "bytes", "start_ns", "end_ns", "group", "seq", "dtype", "in_bytes", "out_bytes")
+"""``collective_events``' columns, in order."""
+
+
+def _or_none(values: np.ndarray) -> np.ndarray:
+    """Object array of strings with None where the string is empty (not said by the trace)."""
+    out = values.astype(object)
+    out[values == ""] = None
+    return out
+
+
 def collective_events(events: EventTable | pd.DataFrame) -> dict[str, np.ndarray]:
-    """The rank's communication events as columns ``type`` (object), ``bytes`` (NaN where the trace
-    does not say), ``start_ns``, ``end_ns``, sorted by start (``RankMetrics.collective_events`` shows
-    them as a DataFrame)."""
+    """The rank's communication events as columns (:data:`EVENT_COLUMNS`), sorted by start:
+    ``type`` (object), ``bytes`` (NaN where the trace does not say), ``start_ns``, ``end_ns``, and
+    their identity: ``group`` (process group name, None where the trace names none), ``seq``
+    (sequence number in the group, -1 where none), ``dtype`` (None where unknown), ``in_bytes``,
+    ``out_bytes`` (NaN where unknown). ``RankMetrics.collective_events`` shows them as a DataFrame."""
     t = as_table(events)
     sel = np.flatnonzero(t.device & t.category.mask("comm"))
     sel = sel[np.argsort(t.start_ns[sel], kind="stable")]
     ctype = t.collective[sel].strings("other")
     ctype[ctype == ""] = "other"
-    return {"type": ctype, "bytes": t.bytes[sel], "start_ns": t.start_ns[sel], "end_ns": t.end_ns[sel]}
+    ident = t.identity(sel)
+    return {
+        "type": ctype,
+        "bytes": t.bytes[sel],
+        "start_ns": t.start_ns[sel],
+        "end_ns": t.end_ns[sel],
+        "group": _or_none(ident["group"]),
+        "seq": ident["seq"],
+        "dtype": _or_none(ident["dtype"]),
+        "in_bytes": ident["in_bytes"],
+        "out_bytes": ident["out_bytes"],
+    }
 
 
 def summarize(ce: dict[str, Any] | pd.DataFrame) -> dict[str, dict[str, float | int | None]]:

@@ -49,12 +49,18 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
 
     if cols is None:
         return pd.DataFrame()
+    n = len(cols["type"])
     return pd.DataFrame(
         {
             "type": pd.Series(cols["type"], dtype=object).astype(str),  # as collective_events
             "bytes": np.array(cols["bytes"], dtype=np.float64),  # null (NaN when written) → NaN
             "start_ns": np.array(cols["start_ns"], dtype=np.int64),
             "end_ns": np.array(cols["end_ns"], dtype=np.int64),
+            "group": pd.Series(cols.get("group", [None] * n), dtype=object),
+            "seq": np.array(cols.get("seq", [-1] * n), dtype=np.int64),
+            "dtype": pd.Series(cols.get("dtype", [None] * n), dtype=object),
+            "in_bytes": np.array(cols.get("in_bytes", [None] * n), dtype=np.float64),
+            "out_bytes": np.array(cols.get("out_bytes", [None] * n), dtype=np.float64),
         }
     )
 
@@ -175,7 +181,9 @@ class RankMetrics(StepMetrics):
         rank, source, format, mode (``device`` or ``cpu``);
         steps: per profiler step; events: the rank's event table (see ``fsdpbench.trace.table``);
         device_span_ns: first device event start and last end (the rank's clock), or None;
-        collective_events: DataFrame ``type, bytes, start_ns, end_ns``;
+        collective_events: DataFrame ``type, bytes, start_ns, end_ns, group, seq, dtype, in_bytes,
+            out_bytes`` (one row per collective; group None and seq -1 where the trace does not say);
+        groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
         is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
@@ -193,6 +201,7 @@ class RankMetrics(StepMetrics):
     orphan_events: int = 0
     orphan_us: float = 0.0
     orphan_share: float | None = None
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -214,6 +223,7 @@ class RankMetrics(StepMetrics):
             "orphan_events": self.orphan_events,
             "orphan_us": self.orphan_us,
             "orphan_share": self.orphan_share,
+            "groups": self.groups,
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
@@ -268,6 +278,7 @@ class RankMetrics(StepMetrics):
             orphan_events=d["orphan_events"],
             orphan_us=d["orphan_us"],
             orphan_share=d["orphan_share"],
+            groups=d["groups"],
         )
 
 

@@ -25,7 +25,7 @@ from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 1
+_FORMAT = 2  # 2: collective identity (group, seq, dtype, bytes in/out) and groups
 
 
 def cache_path(trace: Path) -> Path:

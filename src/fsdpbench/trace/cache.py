@@ -34,13 +34,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NO_CACHE_ENV = "FSDPBENCH_NO_CACHE"
-_FORMAT = 2  # 2: columns by name, steps as three arrays, the cross-check table
+_FORMAT = 3  # 2: columns by name, steps as three arrays, the cross-check table; 3: collective identity
 _HEAD_BYTES = 1 << 20
 # the modules whose code decides the cached table: a change in any of them invalidates every cache
 _READER_FILES = (
     "kineto.py",
     "kineto_decode.py",
     "kineto_cpu.py",
+    "kineto_comm.py",
     "ascend.py",
     "ascend_db.py",
     "table.py",
@@ -144,6 +145,7 @@ def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
         warnings=list(meta["warnings"]),
         cross_check=plain_to_frame(meta["cross_check"]),
         recorded_tasks=None if meta["recorded_tasks"] is None else tuple(meta["recorded_tasks"]),
+        groups=meta["groups"],
     )
 
 
@@ -163,6 +165,7 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         "recorded_tasks": None if rt.recorded_tasks is None else list(rt.recorded_tasks),
         "events": _columns(rt.table, arrays),
         "cross_check": frame_to_plain(rt.cross_check),
+        "groups": rt.groups,
     }
     for column in ("step", "start_ns", "end_ns"):
         arrays[f"s.{column}"] = rt.windows[column]
@@ -201,34 +204,40 @@ def _writable(folder: Path) -> bool:
 
 
 def _columns(table: EventTable, arrays: dict[str, np.ndarray]) -> list[list[str]]:
-    """Put ``table``'s columns into ``arrays``; returns [[column, kind], ...] in column order."""
+    """Put ``table``'s columns (``table.STORED``) and its collectives' identity (``c.*``) into
+    ``arrays``; returns [[column, kind], ...] in column order."""
     import numpy as np
 
-    from fsdpbench.trace.table import COLUMNS, Coded
+    from fsdpbench.trace.table import STORED, Coded
 
     spec = []
-    for name in COLUMNS:
-        col = getattr(table, name)
-        if isinstance(col, Coded):
-            arrays[f"e.{name}.codes"] = col.codes
-            arrays[f"e.{name}.cats"] = np.array(col.categories, dtype=str)
-            spec.append([name, "category"])
-        else:
-            arrays[f"e.{name}"] = col
-            spec.append([name, "array"])
+    for prefix, obj, names in (
+        ("e", table, STORED),
+        ("c", table.comm, ("group", "seq", "dtype", "in_bytes", "out_bytes")),
+    ):
+        for name in names:
+            col = getattr(obj, name)
+            if isinstance(col, Coded):
+                arrays[f"{prefix}.{name}.codes"] = col.codes
+                arrays[f"{prefix}.{name}.cats"] = np.array(col.categories, dtype=str)
+                spec.append([f"{prefix}.{name}", "category"])
+            else:
+                arrays[f"{prefix}.{name}"] = col
+                spec.append([f"{prefix}.{name}", "array"])
     return spec
 
 
 def _table(spec: list[list[str]], arrays: dict[str, np.ndarray]) -> EventTable:
-    from fsdpbench.trace.table import Coded, EventTable
+    from fsdpbench.trace.table import Coded, CommInfo, EventTable
 
-    cols: dict[str, Any] = {}
-    for name, kind in spec:
+    cols: dict[str, dict[str, Any]] = {"e": {}, "c": {}}
+    for key, kind in spec:
+        prefix, name = key.split(".", 1)
         if kind == "category":
-            cols[name] = Coded(arrays[f"e.{name}.codes"], arrays[f"e.{name}.cats"].tolist())
+            cols[prefix][name] = Coded(arrays[f"{key}.codes"], arrays[f"{key}.cats"].tolist())
         else:
-            cols[name] = arrays[f"e.{name}"]
-    return EventTable(**cols)
+            cols[prefix][name] = arrays[key]
+    return EventTable(**cols["e"], comm=CommInfo(**cols["c"]))
 
 
 def frame_to_plain(df: pd.DataFrame | None) -> dict[str, Any] | None:

@@ -40,9 +40,10 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.errors import InputError
+from fsdpbench.trace.kineto_comm import Identity, resolve
 from fsdpbench.trace.kineto_cpu import classify_cpu
 from fsdpbench.trace.kineto_decode import decode
-from fsdpbench.trace.rank import RankTrace
+from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, RankTrace
 from fsdpbench.trace.table import (
     CATEGORIES,
     CATEGORY_CODE,
@@ -51,7 +52,6 @@ from fsdpbench.trace.table import (
     Coded,
     StepWindows,
     assign_steps,
-    collective_codes,
     factorize,
     kernel_category_codes,
     make_table,
@@ -168,7 +168,7 @@ def _read_kineto(path: Path) -> RankTrace:
     del fields
     corr = np.concatenate(cols.corr)
     cols.ts = cols.dur = cols.corr = cols.x_keys = []  # concatenated: the chunks' arrays can go
-    sizes = cols.nbytes
+    sizes, ident, seqs = cols.nbytes, cols.ident, cols.seq
     finite_ts = ts[np.isfinite(ts)]
     if finite_ts.size and np.abs(finite_ts).max() >= _NS_EPOCH_TS:
         raise InputError(
@@ -185,6 +185,8 @@ def _read_kineto(path: Path) -> RankTrace:
             raise InputError(f"{path}: no event has a valid 'ts' and 'dur'")
         new_index = np.cumsum(good) - 1
         sizes = {int(new_index[i]): b for i, b in sizes.items() if good[i]}
+        ident = {int(new_index[i]): c for i, c in ident.items() if good[i]}
+        seqs = {int(new_index[i]): c for i, c in seqs.items() if good[i]}
         ts, dur, corr = ts[keep], dur[keep], corr[keep]
         name_codes, cat_codes, pid_codes, tid_codes = (
             name_codes[keep],
@@ -235,6 +237,8 @@ def _read_kineto(path: Path) -> RankTrace:
     orphan = np.zeros(n, dtype=bool)
     step = assign_steps(start, steps.start_ns, steps.end_ns, steps.step)
     task[is_annot] = 0
+    identity = Identity()
+    groups: dict[str, dict[str, Any]] = {}
 
     if is_dev_cat.any():
         mode = "device"
@@ -255,9 +259,11 @@ def _read_kineto(path: Path) -> RankTrace:
         ]
         lane = _lanes(pair_codes, list(lane_names[: len(pairs)]))
         comm = category == CATEGORY_CODE["comm"]
-        collective[comm] = collective_codes(names)[comm]
-        for i in np.flatnonzero(comm):
-            nbytes[i] = sizes.get(int(i), np.nan)
+        found = {"ident": ident, "idents": cols.idents, "seq": seqs, "nbytes": sizes}
+        identity = resolve(
+            comm, names, is_dev_cat, is_annot, corr, start, end, pair_codes, found, collective, nbytes
+        )
+        groups = identity.groups
         orphan = _join_launches(
             start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows
         )
@@ -280,6 +286,7 @@ def _read_kineto(path: Path) -> RankTrace:
     else:
         mode = "cpu"
         lane = _lanes(pair_codes, name_lane)
+        device_job = _device_job(path, names, cols.devices, dist, warnings)
         classify_cpu(
             names,
             np.array(lower + [""], dtype=object)[cats.codes],
@@ -295,6 +302,7 @@ def _read_kineto(path: Path) -> RankTrace:
             nbytes,
             warnings,
             path,
+            device_job,
         )
         recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
         task[:] = 0
@@ -320,7 +328,8 @@ def _read_kineto(path: Path) -> RankTrace:
     del start
     for key in cols_:
         cols_[key] = cols_[key][order]
-    del order
+    cols_.update(identity.columns(n, order))  # sparse: made in sorted order, not sorted copies
+    del order, identity
     table = make_table(**cols_)
     del cols_
     return RankTrace(
@@ -332,7 +341,42 @@ def _read_kineto(path: Path) -> RankTrace:
         mode=mode,
         warnings=warnings,
         recorded_tasks=recorded,
+        groups=groups,
     )
+
+
+_DEVICE_COMM_OP = re.compile(r"^(?:nccl|rccl|hccl|hcom):", re.IGNORECASE)
+_DEVICE_BACKENDS = ("nccl", "rccl", "hccl", "xccl", "mccl")
+
+
+def _device_job(path: Path, names: Coded, devices: int, dist: Any, warnings: list[str]) -> bool:
+    """True (with a warning) when a trace without device activity comes from a GPU/NPU job: it holds
+    ``nccl:*``/``hccl:*`` ops, its ``distributedInfo`` names a device backend, or its
+    ``deviceProperties`` lists devices; never when ``gloo:*`` ops or a gloo backend say the collectives
+    ran on the CPU. Devices alone do not decide it when the trace has c10d collective launches: Kineto
+    lists the machine's GPUs for a gloo job too, and an older gloo trace may lack its worker spans."""
+    if any(c.lower().startswith("gloo:") for c in names.categories):
+        return False
+    backend = str(_get(dist, "backend") or "").lower() if isinstance(dist, dict) else ""
+    if backend == "gloo":
+        return False
+    ops = sorted({c.split(":", 1)[0].lower() for c in names.categories if _DEVICE_COMM_OP.match(c)})
+    why = []
+    if ops:
+        why.append(f"it holds {'/'.join(o + ':*' for o in ops)} ops")
+    if backend in _DEVICE_BACKENDS:
+        why.append(f"the backend is {backend}")
+    if devices and (why or not any(c.startswith("c10d::") for c in names.categories)):
+        why.append(f"deviceProperties lists {devices} device(s)")
+    if not why:
+        return False
+    warnings.append(
+        f"{path.name}: {DEVICE_NOT_RECORDED} (no kernels, memcpys or runtime calls) although this is a "
+        f"GPU/NPU job ({'; '.join(why)}): communication and device time are unknown, no host span is counted as "
+        "a collective, and 'compute' is the training thread's host operators; profile with "
+        "ProfilerActivity.CUDA (or the NPU activity) to measure the device"
+    )
+    return True
 
 
 def _unknown_categories(

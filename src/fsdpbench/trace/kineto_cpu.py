@@ -71,11 +71,13 @@ def classify_cpu(
     nbytes: np.ndarray,
     warnings: list[str],
     path: Path,
+    device_job: bool = False,
 ) -> None:
     """Fill category/device/collective/bytes in place for a CPU-only trace (see the Kineto module
     docstring); ``category`` and ``collective`` are codes into ``table.CATEGORIES`` and
     ``table.COLLECTIVE_LABELS``, ``sizes`` maps event index → message bytes. Device-side annotations (``is_annot``)
-    are labels: never a collective, a launch or compute."""
+    are labels: never a collective, a launch or compute. ``device_job``: a CPU-only profile of a GPU/NPU
+    job (its collectives ran on the device, unrecorded): no host span is counted as a collective."""
     is_cpu_op = cat_lower == "cpu_op"
     # the training thread holds the ProfilerStep spans, else the most cpu_ops
     if is_step.any():
@@ -135,7 +137,7 @@ def classify_cpu(
                 )
         collective[launch_order] = launch_type
         nbytes[launch_order] = launch_bytes
-    elif launches.size:
+    elif launches.size and not device_job:
         category[launches] = CATEGORY_CODE["comm"]
         device[launches] = True
         collective[launches] = collective_codes(names)[launches]

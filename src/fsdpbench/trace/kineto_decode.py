@@ -69,6 +69,15 @@ _ITEMSIZE = {
     "c10::complex<double>": 16,
     "c10::float8_e4m3fn": 1,
     "c10::float8_e5m2": 1,
+    # the c10 ScalarType names ``record_param_comms`` writes as ``dtype`` (``Float``, ``BFloat16``, …)
+    "byte": 1,
+    "char": 1,
+    "complexfloat": 8,
+    "complexdouble": 16,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
 }
 
 
@@ -100,6 +109,73 @@ def message_bytes(args: Any) -> float:
         return best
     except (TypeError, ValueError, OverflowError):
         return np.nan
+
+
+IDENTITY_KEYS = (
+    "Collective name",
+    "dtype",
+    "In msg nelems",
+    "Out msg nelems",
+    "Process Group Name",
+    "Process Group ID",
+    "Process Group Description",
+    "Process Group Ranks",
+    "Group size",
+)
+"""The ``args`` a collective's identity is read from (on its kernel or its ``record_param_comms``)."""
+
+
+def _nelems_bytes(n: Any, size: int | None) -> float:
+    if size is None or isinstance(n, bool) or not isinstance(n, int | float):
+        return np.nan
+    return float(n) * size
+
+
+def _ranks(value: Any) -> tuple[int, ...] | str | None:
+    """``Process Group Ranks`` (a JSON-like string ``"[0, 1]"``, or a list) as a tuple of ints; the
+    string as written when it is not one (a truncated list)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return tuple(int(v) for v in value if isinstance(v, int))
+    try:
+        parsed = orjson.loads(str(value))
+    except orjson.JSONDecodeError:
+        return str(value)
+    return tuple(int(v) for v in parsed if isinstance(v, int)) if isinstance(parsed, list) else str(value)
+
+
+def identity(args: Any) -> tuple[Any, ...] | None:
+    """A collective's identity from the args Kineto writes on its kernel or ``record_param_comms``:
+    ``(collective name, dtype, in bytes, out bytes, group name, group description, group ranks,
+    group size)`` (None for what the args do not say; the group name is ``Process Group Name``, else
+    the older ``Process Group ID``), or None when the args hold none of :data:`IDENTITY_KEYS`."""
+    if not isinstance(args, dict) or not any(k in args for k in IDENTITY_KEYS):
+        return None
+    dtype = args.get("dtype")
+    size = _ITEMSIZE.get(str(dtype).lower()) if dtype is not None else None
+    name = args.get("Process Group Name")
+    if name is None and args.get("Process Group ID") is not None:
+        name = args["Process Group ID"]
+    gsize = args.get("Group size")
+    coll = args.get("Collective name")
+    desc = args.get("Process Group Description")
+    return (
+        None if coll is None else str(coll),
+        None if dtype is None else str(dtype),
+        _nelems_bytes(args.get("In msg nelems"), size),
+        _nelems_bytes(args.get("Out msg nelems"), size),
+        None if name is None else str(name),
+        None if desc is None else str(desc),
+        _ranks(args.get("Process Group Ranks")),
+        gsize if isinstance(gsize, int) and not isinstance(gsize, bool) else None,
+    )
+
+
+def sequence_number(args: Any) -> int | None:
+    """The collective's sequence number in its process group (``Seq``), None when not written."""
+    seq = args.get("Seq") if isinstance(args, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
 def read_bytes(path: Path) -> bytes:
@@ -168,8 +244,40 @@ class _TypedError(Exception):
     """Valid JSON whose events do not fit the typed structs (a hand-made trace): decode with orjson."""
 
 
-_ARG_KEYS = ("correlation", "name", "dtype", "In msg nelems", "Out msg nelems", "Input Dims", "Input type")
-_ARG_ATTRS = ("correlation", "name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type")
+_ARG_KEYS = (
+    "correlation",
+    "name",
+    "dtype",
+    "In msg nelems",
+    "Out msg nelems",
+    "Input Dims",
+    "Input type",
+    "Collective name",
+    "Process Group Name",
+    "Process Group ID",
+    "Process Group Description",
+    "Process Group Ranks",
+    "Group size",
+    "Seq",
+)
+_ARG_ATTRS = (
+    "correlation",
+    "name",
+    "dtype",
+    "in_nelems",
+    "out_nelems",
+    "input_dims",
+    "input_type",
+    "coll_name",
+    "pg_name",
+    "pg_id",
+    "pg_desc",
+    "pg_ranks",
+    "group_size",
+    "seq",
+)
+# the identity args beyond the size ones: an event with any of them gets an identity
+_GROUP_ATTRS = ("coll_name", "pg_name", "pg_id", "pg_desc", "pg_ranks", "group_size", "seq")
 
 
 # every event phase of the Trace Event Format: a Literal decodes to one shared string per phase (no
@@ -228,6 +336,10 @@ _OTHER, _X, _META, _FLOW = 0, 1, 2, 3
 _KINDS = {"X": _X, "M": _META, "s": _FLOW, "f": _FLOW}
 _FLOW_END = operator.attrgetter("ph", "id", "ts", "pid", "tid")  # Columns.flows' tuple
 _CORR, _NO_CORR = repeat("correlation"), repeat(-1)
+# the args a typed event's message size and identity are computed from (Seq apart: it differs per call)
+_SIGNATURE = operator.attrgetter(
+    "dtype", "in_nelems", "out_nelems", "coll_name", "pg_name", "pg_id", "pg_desc", "pg_ranks", "group_size"
+)
 
 
 def _args_dict(a: Any) -> dict[str, Any]:
@@ -407,7 +519,24 @@ class Columns:
         self.key_sized = np.zeros(0, dtype=bool)  # per key: a name whose message size is read
         self.key_ac2g = np.zeros(0, dtype=bool)  # per key: an ac2g flow end ('s'/'f' with cat ac2g)
         self.x_keys: list[np.ndarray] = []  # the X events' key codes, chunk by chunk
-        self.size_memo: dict[tuple[Any, Any, Any], float] = {}  # (dtype, In, Out msg nelems) → bytes
+        # the identifying args of a sized typed event (:data:`_SIGNATURE`) → (bytes, identity code)
+        self.size_memo: dict[tuple[Any, ...], tuple[float, int]] = {}
+        # collectives' identity (:func:`identity`), interned: event index → code into ``idents``
+        self.ident: dict[int, int] = {}
+        self.idents: list[tuple[Any, ...]] = []
+        self.ident_code: dict[tuple[Any, ...], int] = {}
+        self.seq: dict[int, int] = {}  # event index → ``Seq``
+        self.devices = 0  # devices in the trace's ``deviceProperties``
+
+    def intern(self, ident: tuple[Any, ...] | None) -> int:
+        """The code of an identity in ``idents`` (-1 for None)."""
+        if ident is None:
+            return -1
+        code = self.ident_code.get(ident)
+        if code is None:
+            code = self.ident_code[ident] = len(self.idents)
+            self.idents.append(ident)
+        return code
 
     def fields(self) -> dict[str, tuple[np.ndarray, list[Any]]]:
         """Codes of the X events and the values in first-seen order, of ``name, cat, pid, tid``."""
@@ -493,7 +622,17 @@ class Columns:
             codes
         ]
         for i in np.flatnonzero(wanted & has_args):
-            self.nbytes[self.n + int(i)] = message_bytes(as_dict(args[i]))
+            a = as_dict(args[i])
+            self.nbytes[self.n + int(i)] = message_bytes(a)
+            try:
+                code = self.intern(identity(a))
+            except (TypeError, ValueError, OverflowError):  # odd values in a hand-made trace
+                code = -1
+            if code >= 0:
+                self.ident[self.n + int(i)] = code
+            seq = sequence_number(a)
+            if seq is not None:
+                self.seq[self.n + int(i)] = seq
 
     def _add_typed(self, events: list[Any]) -> None:
         """:meth:`add` for msgspec structs (``_TYPED``): one C-level pass codes each event by its
@@ -554,24 +693,38 @@ class Columns:
         except OverflowError:  # beyond int64 (hand-made trace): the orjson path reads it
             raise _TypedError from None
         self.corr.append(corr)
-        memo = self.size_memo
+        memo, nbytes, ident, seqs, first = self.size_memo, self.nbytes, self.ident, self.seq, self.n
         for i in np.flatnonzero(self.key_sized[x_codes]).tolist():
             a = args[i]
             if a is None:
                 continue
+            seq = a.seq
+            if seq is not _UNSET and type(seq) is int:
+                seqs[first + i] = seq
             if a.in_nelems is _UNSET and a.out_nelems is _UNSET:  # sized by its Input Dims
-                self.nbytes[self.n + i] = message_bytes(_args_dict(a))
+                nbytes[first + i] = message_bytes(_args_dict(a))
+                code = self._ident_of(a)
+                if code >= 0:
+                    ident[first + i] = code
                 continue
-            # sized by (dtype, In/Out msg nelems) alone: one computation per distinct message
-            sig = (a.dtype, a.in_nelems, a.out_nelems)
+            # sized by the args that identify it: one computation per distinct combination
+            sig = _SIGNATURE(a)
             try:
-                size = memo[sig]
+                size, code = memo[sig]
             except KeyError:
-                size = memo[sig] = message_bytes(_args_dict(a))
-            except TypeError:  # a list where a number belongs (hand-made trace)
-                size = message_bytes(_args_dict(a))
-            self.nbytes[self.n + i] = size
+                size, code = memo[sig] = (message_bytes(_args_dict(a)), self._ident_of(a))
+            except TypeError:  # a list where a number or string belongs (hand-made trace)
+                size, code = message_bytes(_args_dict(a)), self._ident_of(a)
+            nbytes[first + i] = size
+            if code >= 0:
+                ident[first + i] = code
         self.n += k
+
+    def _ident_of(self, a: Any) -> int:
+        try:
+            return self.intern(identity(_args_dict(a)))
+        except (TypeError, ValueError, OverflowError):
+            return -1
 
 
 def _attr_floats(xs: list[Any], name: str) -> np.ndarray:
@@ -582,19 +735,28 @@ def _attr_floats(xs: list[Any], name: str) -> np.ndarray:
         return np.array(list(map(_attr(name), xs)), dtype=np.float64)
 
 
+def _devices(meta: Any) -> int:
+    """How many devices the trace's ``deviceProperties`` lists (0 without it)."""
+    props = meta.get("deviceProperties") if isinstance(meta, dict) else None
+    return len(props) if isinstance(props, list) else 0
+
+
 def decode(path: Path) -> tuple[Any, Columns]:
     """(distributedInfo, columns) of a trace: streamed chunk by chunk when the document splits
-    cleanly (peak memory: one chunk), else decoded whole."""
+    cleanly (peak memory: one chunk), else decoded whole. ``columns.devices`` is the number of
+    devices in the trace's ``deviceProperties``."""
     if _TYPED[1] is not None:
         cols = Columns()
         try:
             meta = _decode_streaming(path, cols, _TYPED[1])
+            cols.devices = _devices(meta)
             return meta.get("distributedInfo"), cols
         except (_ChunkError, _TypedError):
             pass  # odd splits or types: the orjson path below reads what the typed decoder refused
     cols = Columns()
     try:
         meta = _decode_streaming(path, cols)
+        cols.devices = _devices(meta)
         return meta.get("distributedInfo"), cols
     except _ChunkError:
         cols = Columns()
@@ -613,4 +775,5 @@ def decode(path: Path) -> tuple[Any, Columns]:
     if not isinstance(events, list):
         raise InputError(f"{path}: no 'traceEvents' list; this is not a PyTorch profiler trace")
     cols.add(events, path)
+    cols.devices = _devices(doc)
     return dist, cols

@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from fsdpbench.trace.table import EventTable, StepWindows
 
 
+DEVICE_NOT_RECORDED = "device activity was not recorded"
+"""The words of the warning a reader gives a CPU-only profile of a GPU/NPU job."""
+
+
 @dataclass
 class RankTrace:
     """One rank's profile, read into the common event table.
@@ -31,6 +35,9 @@ class RankTrace:
             ``comm_tasks_us, exposed_comm_tasks_us`` (the same from the union of HCCL's tasks).
         recorded_tasks: the sync/launch task kinds (``table.TASKS``) this trace can record; the others
             are reported as ``null`` ("not recorded"), not 0. None: all of them.
+        groups: the process groups the trace names for its collectives (the ``group`` column's
+            values): ``{name: {"description", "ranks", "size"}}``, each null where the trace does not
+            say; empty for traces without group fields (gloo, older NCCL, Ascend).
     """
 
     rank: int | None
@@ -42,6 +49,7 @@ class RankTrace:
     warnings: list[str] = field(default_factory=list)
     cross_check: pd.DataFrame | None = None
     recorded_tasks: tuple[str, ...] | None = None
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     _frame: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:

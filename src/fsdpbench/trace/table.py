@@ -19,6 +19,14 @@ Columns (one row per complete event; times are integer nanoseconds on the rank's
 | ``task`` | category | ``barrier``, ``launch_ffts``, ``device_synchronize``, ``stream_synchronize``, ``event_synchronize``, ``kernel_launch`` or ``""`` |
 | ``step`` | int64 | profiler step (``ProfilerStep#N``) the event belongs to, ``-1`` when none |
 | ``orphan`` | bool | device work whose launching call is not in the trace (launched before the profiler started): left out of every total |
+| ``group`` | category | a collective's process group (``Process Group Name``, else ``Process Group ID``), ``""`` when the trace does not say |
+| ``seq`` | int64 | a collective's sequence number in its group (``Seq``), ``-1`` when the trace does not say |
+| ``dtype`` | category | a collective's element type as the trace writes it (``Float``, ``BFloat16`` …), ``""`` when unknown |
+| ``in_bytes``, ``out_bytes`` | float64 | a collective's input and output buffer in bytes, NaN when unknown |
+
+The identity columns are stored once per collective (``EventTable.comm``, pointed to by the
+``comm_row`` column, -1 off collectives) and read as full columns through properties. The group's
+description, ranks and size are per group, not per event: ``RankTrace.groups``.
 """
 
 from __future__ import annotations
@@ -65,7 +73,14 @@ COLUMNS = [
     "task",
     "step",
     "orphan",
+    "group",
+    "seq",
+    "dtype",
+    "in_bytes",
+    "out_bytes",
 ]
+# columns a table made before they existed (a DataFrame from elsewhere) may lack: their empty values
+_OPTIONAL = ("group", "seq", "dtype", "in_bytes", "out_bytes")
 
 # Checked in order on the lower-cased name with "_" removed; the first match wins.
 _COLLECTIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -332,9 +347,63 @@ class Coded:
 
 
 @dataclass
+class CommInfo:
+    """The identity of a table's collectives, one entry per row that has one (``EventTable.comm_row``
+    points here): ``group`` and ``dtype`` (:class:`Coded`, ``""`` first: not said), ``seq`` (-1: none),
+    ``in_bytes``, ``out_bytes`` (NaN: unknown). Shared, not copied, by the tables ``take`` makes."""
+
+    group: Coded
+    seq: np.ndarray
+    dtype: Coded
+    in_bytes: np.ndarray
+    out_bytes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @classmethod
+    def of(cls, group: Any, seq: Any, dtype: Any, in_bytes: Any, out_bytes: Any) -> CommInfo:
+        """From per-collective values (strings or :class:`Coded` for group/dtype, ``""`` for none)."""
+        return cls(
+            _blank_first(Coded.of(group)),
+            np.asarray(seq, dtype=np.int64),
+            _blank_first(Coded.of(dtype)),
+            np.asarray(in_bytes, dtype=np.float64),
+            np.asarray(out_bytes, dtype=np.float64),
+        )
+
+
+def _blank_first(c: Coded) -> Coded:
+    """``c`` with ``""`` as its category 0 (what an event without a value reads), codes as small ints."""
+    if not c.categories or c.categories[0] != "":
+        c = c.recoded(["", *[x for x in c.categories if x != ""]])
+    small = np.int8 if len(c.categories) < 2**7 else np.int16 if len(c.categories) < 2**15 else np.int32
+    return Coded(np.where(c.codes < 0, 0, c.codes).astype(small), c.categories)
+
+
+def comm_of_columns(
+    n: int, group: Any = None, seq: Any = None, dtype: Any = None, in_bytes: Any = None, out_bytes: Any = None
+) -> tuple[np.ndarray, CommInfo]:
+    """(``comm_row``, :class:`CommInfo`) from full-length identity columns (None: said nowhere)."""
+    g = np.full(n, "", dtype=object) if group is None else Coded.of(group).strings("")
+    d = np.full(n, "", dtype=object) if dtype is None else Coded.of(dtype).strings("")
+    sq = np.full(n, -1, np.int64) if seq is None else np.asarray(seq, dtype=np.int64)
+    ib = np.full(n, np.nan) if in_bytes is None else np.asarray(in_bytes, dtype=np.float64)
+    ob = np.full(n, np.nan) if out_bytes is None else np.asarray(out_bytes, dtype=np.float64)
+    has = np.flatnonzero((g != "") | (d != "") | (sq >= 0) | ~np.isnan(ib) | ~np.isnan(ob))
+    row = np.full(n, -1, dtype=np.int32)
+    row[has] = np.arange(has.size, dtype=np.int32)
+    return row, CommInfo.of(g[has].tolist(), sq[has], d[has].tolist(), ib[has], ob[has])
+
+
+@dataclass
 class EventTable:
     """The event table as numpy columns (the columns of the module docstring; categoricals as
-    :class:`Coded`), sorted by start. ``to_frame()`` gives the ``pd.DataFrame`` callers read."""
+    :class:`Coded`), sorted by start. ``to_frame()`` gives the ``pd.DataFrame`` callers read.
+
+    The identity columns (``group, seq, dtype, in_bytes, out_bytes``) are properties: only collectives
+    have values, kept once in ``comm`` (:class:`CommInfo`) and pointed to by ``comm_row`` (-1: none),
+    so that the tables ``take`` makes do not copy five mostly empty columns."""
 
     name: Coded
     category: Coded
@@ -348,13 +417,65 @@ class EventTable:
     task: Coded
     step: np.ndarray
     orphan: np.ndarray
+    comm_row: np.ndarray
+    comm: CommInfo
 
     def __len__(self) -> int:
         return len(self.start_ns)
 
     def take(self, index: np.ndarray) -> EventTable:
-        """The rows at ``index`` (a boolean mask or positions), in order."""
-        return EventTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        """The rows at ``index`` (a boolean mask or positions), in order (``comm`` shared)."""
+        return EventTable(
+            **{f.name: getattr(self, f.name)[index] for f in fields(self) if f.name != "comm"}, comm=self.comm
+        )
+
+    def identity(self, index: Any = slice(None)) -> dict[str, np.ndarray]:
+        """The identity columns at ``index`` (all rows by default): ``group`` and ``dtype`` as object
+        arrays of str (``""``: not said), ``seq`` (-1), ``in_bytes``, ``out_bytes`` (NaN)."""
+        rows = self.comm_row[index]
+        has = rows >= 0
+        r = rows[has]
+        c = self.comm
+        group = np.full(rows.size, "", dtype=object)
+        dtype = np.full(rows.size, "", dtype=object)
+        group[has] = np.array(c.group.categories, dtype=object)[c.group.codes[r]]
+        dtype[has] = np.array(c.dtype.categories, dtype=object)[c.dtype.codes[r]]
+        seq = np.full(rows.size, -1, dtype=np.int64)
+        seq[has] = c.seq[r]
+        in_b, out_b = np.full(rows.size, np.nan), np.full(rows.size, np.nan)
+        in_b[has], out_b[has] = c.in_bytes[r], c.out_bytes[r]
+        return {"group": group, "seq": seq, "dtype": dtype, "in_bytes": in_b, "out_bytes": out_b}
+
+    def _coded(self, part: Coded) -> Coded:
+        out = np.zeros(len(self), dtype=part.codes.dtype)
+        has = self.comm_row >= 0
+        out[has] = part.codes[self.comm_row[has]]
+        return Coded(out, part.categories)
+
+    @property
+    def group(self) -> Coded:
+        """Process group name per event (``""``: none)."""
+        return self._coded(self.comm.group)
+
+    @property
+    def dtype(self) -> Coded:
+        """Element type per event as the trace writes it (``""``: unknown)."""
+        return self._coded(self.comm.dtype)
+
+    @property
+    def seq(self) -> np.ndarray:
+        """Sequence number in its group per event (-1: none)."""
+        return self.identity()["seq"]
+
+    @property
+    def in_bytes(self) -> np.ndarray:
+        """Input buffer bytes per event (NaN: unknown)."""
+        return self.identity()["in_bytes"]
+
+    @property
+    def out_bytes(self) -> np.ndarray:
+        """Output buffer bytes per event (NaN: unknown)."""
+        return self.identity()["out_bytes"]
 
     def to_frame(self) -> pd.DataFrame:
         """The table as a ``pd.DataFrame`` (categoricals as ``category`` dtype)."""
@@ -371,15 +492,27 @@ class EventTable:
         fixed = {"category": CATEGORIES, "collective": COLLECTIVE_LABELS, "task": TASK_LABELS}
         cols: dict[str, Any] = {}
         for c in COLUMNS:
+            if c in _OPTIONAL:
+                continue
             col = df[c]
             if c in _CODED:
                 cols[c] = Coded.of(col.array if hasattr(col, "cat") else col.to_numpy(object), fixed.get(c))
             else:
                 cols[c] = col.to_numpy()
+        ident = {}
+        for c in _OPTIONAL:
+            if c in df.columns:
+                col = df[c]
+                ident[c] = (
+                    (col.array if hasattr(col, "cat") else col.to_numpy(object)) if c in _CODED else col
+                )
+        cols["comm_row"], cols["comm"] = comm_of_columns(len(df), **ident)
         return cls(**cols)
 
 
-_CODED = ("name", "category", "lane", "collective", "op_type", "task")
+_CODED = ("name", "category", "lane", "collective", "op_type", "task", "group", "dtype")
+STORED = [c for c in COLUMNS if c not in _OPTIONAL] + ["comm_row"]
+"""The table's own columns (what a cache stores, beside ``comm``)."""
 
 
 def as_table(events: EventTable | pd.DataFrame) -> EventTable:
@@ -436,15 +569,26 @@ def make_table(
     task: Any = None,
     step: np.ndarray | None = None,
     orphan: np.ndarray | None = None,
+    group: Any = None,
+    seq: np.ndarray | None = None,
+    dtype: Any = None,
+    in_bytes: np.ndarray | None = None,
+    out_bytes: np.ndarray | None = None,
+    comm_row: np.ndarray | None = None,
+    comm: CommInfo | None = None,
 ) -> EventTable:
     """Assemble the event table with the dtypes of the module docstring, sorted by start. Categorical
-    columns may be given as strings, :class:`Coded` or ``pd.Categorical``."""
+    columns may be given as strings, :class:`Coded` or ``pd.Categorical``; the identity of collectives
+    either as full columns (``group`` … ``out_bytes``; not given: "not said", ``""``/-1/NaN) or as
+    ``comm_row`` + ``comm`` (see :class:`EventTable`)."""
     n = len(start_ns)
     start_ns = np.asarray(start_ns, dtype=np.int64)
     # columns already in order (a reader that sorted them itself) are used as they are: no copies
     ordered = n < 2 or bool((start_ns[1:] >= start_ns[:-1]).all())
     order = slice(None) if ordered else np.argsort(start_ns, kind="stable")
     names = Coded.of(name)[order]
+    if comm is None or comm_row is None:
+        comm_row, comm = comm_of_columns(n, group, seq, dtype, in_bytes, out_bytes)
     return EventTable(
         name=names,
         category=Coded.of(category, CATEGORIES)[order],
@@ -460,6 +604,8 @@ def make_table(
         task=Coded(np.zeros(n, np.int8), TASK_LABELS) if task is None else Coded.of(task, TASK_LABELS)[order],
         step=np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
         orphan=np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
+        comm_row=np.asarray(comm_row, dtype=np.int32)[order],
+        comm=comm,
     )
 
 
