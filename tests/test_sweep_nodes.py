@@ -113,6 +113,23 @@ def test_node1_follows_node0s_cells_not_its_own_folders(tmp_path):
     state = orjson.loads((node1.tree / "sweep.json").read_bytes())
     assert [c["node0_action"] for c in state["cells"]] == ["skip", "resume", "skip", "start"]
     assert [c["status"] for c in state["cells"]] == ["done"] * 4
+    # a third pass: node 0 skips everything, so does node 1 (recorded as done), running nothing
+    run_sweep(
+        load_sweep(write(tmp_path, TWO_NODES), out=tmp_path / "n0", node_rank=0),
+        run_ab=FakeRunAb(),
+        agree=plan,
+        write_index=False,
+    )
+    assert plan.sent == [[c, "skip"] for c in CELLS]
+    follower = FollowerRunAb()
+    run_sweep(
+        load_sweep(write(tmp_path, TWO_NODES), out=tmp_path / "n1", node_rank=1),
+        run_ab=follower,
+        agree=plan,
+        write_index=False,
+    )
+    state = orjson.loads((node1.tree / "sweep.json").read_bytes())
+    assert follower.calls == [] and [c["status"] for c in state["cells"]] == ["done"] * 4
     # the plan step's folder is each node's own tree
     assert {(node, folder) for node, folder, _ in plan.calls} == {
         (0, node0.tree / SWEEP_PLAN_DIR),

@@ -468,7 +468,8 @@ def run_sweep(
     for i, cell in enumerate(selected, 1):
         prefix = f"[sweep {i}/{len(selected)}] {cell.name}"
         if cell.node0_action == "skip" and node:
-            cell.status = "done"
+            cell.status, cell.error = "done", None
+            write_state(sweep, command)
             say(f"{prefix}: node 0 skips it ({'done there' if cell.config.nnodes > 1 else 'one-node cell'})")
             continue
         if (cell.node0_action is None and cell.status == "done") or cell.node0_action == "skip":
