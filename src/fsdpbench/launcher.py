@@ -438,21 +438,7 @@ class Run:
         return failure
 
     def _collect_step(self, folder: Path, spec: dict[str, Any], port: int | None) -> dict[str, Any] | str:
-        """Run ``fsdpbench.collect`` with ``spec`` under torchrun (one process per node) in ``folder``;
-        the result every node got from node 0, or why there is none."""
-        folder.mkdir(parents=True, exist_ok=True)
-        spec_path = results.write_json(folder / results.LAUNCH_SPEC, spec)
-        cmd = torchrun_command(
-            self.cfg, spec_path, folder / "logs", port, module="fsdpbench.collect", nproc=1
-        )
-        rc, timed_out = _run_to_end(
-            cmd, folder / results.LAUNCH_LOG, worker_environment(self.cfg), self.cfg.timeout
-        )
-        result = results.read_json_if_readable(spec["result"])
-        if isinstance(result, dict):
-            return result
-        why = f"timed out after {self.cfg.timeout:g} s" if timed_out else failures.explain(folder, rc)
-        return f"the collect step with the other nodes failed ({why}; its log: {folder / results.LAUNCH_LOG})"
+        return collect_step(self.cfg, folder, spec, port)
 
     def _collect(
         self, arm: str, round_: int, ldir: Path, rc: int | None, error: str | None, timed_out: bool
@@ -505,21 +491,46 @@ class Run:
         """Several nodes: node 0's to-do list, sent to every node (which checks that it runs the same
         plan); raises ``LaunchError`` when the nodes disagree or cannot meet."""
         folder = self.run_dir / results.LAUNCHES / collect.PLAN_DIR
-        spec = {
-            "op": "plan",
-            "node": self.cfg.node_rank,
-            "fingerprint": plan_fingerprint(self.manifest),
-            "todo": [list(t) for t in todo],
-            "result": str((folder / collect.COLLECT_RESULT).resolve()),
-            "timeout": self.cfg.timeout,
-        }
-        (folder / collect.COLLECT_RESULT).unlink(missing_ok=True)
-        result = self._collect_step(folder, spec, rendezvous_address(self.cfg)[1])
-        if isinstance(result, str):
-            raise LaunchError(f"node {self.cfg.node_rank} could not get the plan from node 0: {result}")
-        if result["error"]:
-            raise LaunchError(result["error"])
-        return [(arm, int(round_)) for arm, round_ in result["todo"]]
+        agreed = node0_decides(self.cfg, folder, plan_fingerprint(self.manifest), [list(t) for t in todo])
+        return [(arm, int(round_)) for arm, round_ in agreed]
+
+
+def collect_step(
+    cfg: RunConfig, folder: Path, spec: dict[str, Any], port: int | None
+) -> dict[str, Any] | str:
+    """Run ``fsdpbench.collect`` with ``spec`` under torchrun (one process per node) in ``folder``; the
+    result every node got from node 0, or why there is none."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path = results.write_json(folder / results.LAUNCH_SPEC, spec)
+    cmd = torchrun_command(cfg, spec_path, folder / "logs", port, module="fsdpbench.collect", nproc=1)
+    rc, timed_out = _run_to_end(cmd, folder / results.LAUNCH_LOG, worker_environment(cfg), cfg.timeout)
+    result = results.read_json_if_readable(spec["result"])
+    if isinstance(result, dict):
+        return result
+    why = f"timed out after {cfg.timeout:g} s" if timed_out else failures.explain(folder, rc)
+    return f"the collect step with the other nodes failed ({why}; its log: {folder / results.LAUNCH_LOG})"
+
+
+def node0_decides(cfg: RunConfig, folder: Path, fingerprint: str, todo: list[Any]) -> list[Any]:
+    """The plan step (``collect.py``'s ``plan`` op, on the base port): every node sends ``fingerprint``;
+    node 0 checks they agree and sends its ``todo`` (any JSON list), which every node returns. Raises
+    ``LaunchError`` when the nodes' fingerprints differ or they cannot meet. ``folder`` holds the step's
+    spec, logs and result on this node."""
+    spec = {
+        "op": "plan",
+        "node": cfg.node_rank,
+        "fingerprint": fingerprint,
+        "todo": todo,
+        "result": str((folder / collect.COLLECT_RESULT).resolve()),
+        "timeout": cfg.timeout,
+    }
+    (folder / collect.COLLECT_RESULT).unlink(missing_ok=True)
+    result = collect_step(cfg, folder, spec, rendezvous_address(cfg)[1])
+    if isinstance(result, str):
+        raise LaunchError(f"node {cfg.node_rank} could not get the plan from node 0: {result}")
+    if result["error"]:
+        raise LaunchError(result["error"])
+    return list(result["todo"])
 
 
 ASCEND_PARSE_LOG = "ascend_parse.log"

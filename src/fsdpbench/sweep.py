@@ -49,7 +49,7 @@ import orjson
 
 from fsdpbench import results
 from fsdpbench.config import RunConfig, read_toml
-from fsdpbench.errors import ConfigError, FsdpbenchError, InputError
+from fsdpbench.errors import ConfigError, FsdpbenchError, InputError, LaunchError
 from fsdpbench.fmt import MISSING
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,8 @@ class Cell:
     """``pending`` (never started), ``running``, ``partial`` (started, not complete), ``done`` or ``failed``."""
     error: str | None = None
     wall_s: float | None = None
+    node0_action: str | None = None
+    """Several nodes: what node 0 decided for this cell (``NODE0_ACTIONS``); ``None`` on one node."""
 
     def record(self, tree: Path) -> dict[str, Any]:
         return {
@@ -85,6 +87,7 @@ class Cell:
             "status": self.status,
             "error": self.error,
             "wall_s": self.wall_s,
+            "node0_action": self.node0_action,
             "config": comparable_config(self.config),
         }
 
@@ -212,13 +215,15 @@ def expand(
     return name, sweep, cells
 
 
-def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
+def load_sweep(path: str | Path, out: str | Path | None = None, node_rank: int | None = None) -> Sweep:
     """Parse and validate a sweep file; every cell's ``RunConfig`` is built now, so a bad cell fails
     before anything runs.
 
     Args:
         path: the sweep TOML file.
         out: the folder that holds the tree (overrides ``[sweep] out``; default ``results``).
+        node_rank: this node's rank for every cell that runs on several nodes (``--node-rank``; the
+            file's own ``node_rank`` otherwise), so that every node can run the same file.
     """
     source = str(path)
     spec = read_toml(source)
@@ -234,6 +239,8 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
         }
         try:
             cfg = RunConfig.from_sources(None, env={}, overrides=overrides)
+            if node_rank is not None and cfg.nnodes > 1:
+                cfg = RunConfig.from_sources(None, env={}, overrides={**overrides, "node_rank": node_rank})
         except ConfigError as exc:
             raise ConfigError(f"{source}: cell {cell_name!r}: {exc}") from None
         params = {**values, "arms": ",".join(a.label for a in cfg.arms)}
@@ -326,6 +333,79 @@ def check_against_state(sweep: Sweep) -> None:
 # --------------------------------------------------------------------------------------------
 
 RunAb = Callable[..., Path]
+NodeAgree = Callable[[RunConfig, Path, str, list[Any]], list[Any]]
+"""``launcher.node0_decides``: (config, folder, fingerprint, this node's list) → node 0's list."""
+SWEEP_PLAN_DIR = ".plan"
+"""In each node's tree: the sweep's plan step (its spec, torchrun logs and node 0's list)."""
+NODE0_ACTIONS = ("skip", "start", "resume")
+"""What node 0 decides for a cell: done already (every node skips it), start afresh, or resume."""
+
+
+def coordinating_config(cells: list[Cell]) -> RunConfig | None:
+    """The config of the first cell that runs on several nodes (its rendezvous address, node rank and
+    timeout serve the sweep's plan step); ``None`` when every cell runs on one node. Raises
+    ``ConfigError`` when the multi-node cells differ in ``nnodes`` or ``node_rank``."""
+    multi = [c for c in cells if c.config.nnodes > 1]
+    if not multi:
+        return None
+    first = multi[0].config
+    for cell in multi[1:]:
+        if (cell.config.nnodes, cell.config.node_rank) != (first.nnodes, first.node_rank):
+            raise ConfigError(
+                f"cells {multi[0].name!r} (nnodes {first.nnodes}, node_rank {first.node_rank}) and "
+                f"{cell.name!r} (nnodes {cell.config.nnodes}, node_rank {cell.config.node_rank}) differ; "
+                "a sweep runs every multi-node cell on the same nodes: give nnodes once in [base] and "
+                "this node's rank with --node-rank"
+            )
+    return first
+
+
+def sweep_fingerprint(cells: list[Cell]) -> str:
+    """A digest of the cells a sweep runs (names and configurations, without the options that may
+    differ between nodes: ``launcher.PLAN_FINGERPRINT_IGNORES`` but the name), the same on every node."""
+    import hashlib
+
+    from fsdpbench.launcher import PLAN_FINGERPRINT_IGNORES
+
+    ignored = set(PLAN_FINGERPRINT_IGNORES) - {"name"}
+    payload = [[c.name, {k: v for k, v in c.config.to_dict().items() if k not in ignored}] for c in cells]
+    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def node0_plan(cells: list[Cell]) -> list[list[str]]:
+    """``[[cell, action], ...]`` from this node's view of its cells (node 0's is the one that counts):
+    ``skip`` a done cell, ``resume`` a partial or failed one that has a run folder, else ``start``."""
+    return [
+        [
+            c.name,
+            "skip"
+            if c.status == "done"
+            else "resume"
+            if c.status in ("partial", "failed") and c.run_dir
+            else "start",
+        ]
+        for c in cells
+    ]
+
+
+def agree_on_cells(
+    sweep: Sweep, selected: list[Cell], coordinator: RunConfig, agree: NodeAgree | None
+) -> dict[str, str]:
+    """Several nodes: node 0's action for each selected cell, the same on every node (``agree``, the
+    plan step of ``collect.py``, sends node 0's list to the others). A cell that runs on one node runs
+    on node 0 only. Raises ``LaunchError`` when the nodes run different sweeps or cannot meet."""
+    if agree is None:
+        from fsdpbench.launcher import node0_decides as agree
+    mine = node0_plan(selected)
+    agreed = agree(coordinator, sweep.tree / SWEEP_PLAN_DIR, sweep_fingerprint(selected), mine)
+    actions = {str(name): str(action) for name, action in agreed}
+    if set(actions) != {c.name for c in selected} or not set(actions.values()) <= set(NODE0_ACTIONS):
+        raise LaunchError(f"node 0 sent a cell list that is not this sweep's: {agreed!r}")
+    for cell in selected:
+        cell.node0_action = actions[cell.name]
+        if coordinator.node_rank and cell.config.nnodes == 1:
+            cell.node0_action = "skip"  # a one-node cell runs on node 0 only
+    return actions
 
 
 def run_sweep(
@@ -336,11 +416,16 @@ def run_sweep(
     console: Any = None,
     command: list[str] | None = None,
     write_index: bool = True,
+    agree: NodeAgree | None = None,
 ) -> list[Cell]:
     """Run every cell that is not complete: pending cells start, partial ones resume.
 
     A cell that fails is recorded (``status = failed`` with its error) and the sweep goes on; the
     index report is rewritten after every cell. Ctrl-C stops after recording the state.
+
+    Cells on several nodes (docs/multi-node.md): node 0 decides which cells run and how (``skip``,
+    ``start``, ``resume``) and the other nodes follow its list, never their own folders' state (which
+    hold no steps); there a cell is ``done`` when its ``run_ab`` returned (node 0 holds its results).
 
     Args:
         sweep: from ``load_sweep``.
@@ -348,7 +433,8 @@ def run_sweep(
         run_ab: the launcher's ``run_ab`` (injectable for tests).
         console: a rich Console for progress (passed on to ``run_ab``); ``None`` logs instead.
         command: the command line, recorded in ``sweep.json``.
-        write_index: rewrite index.md/index.html after each cell.
+        write_index: rewrite index.md/index.html after each cell (node 0 only on several nodes).
+        agree: ``launcher.node0_decides`` (injectable for tests), used when a cell has ``nnodes > 1``.
 
     Returns:
         The cells, with their final status.
@@ -366,6 +452,12 @@ def run_sweep(
     selected = [c for c in sweep.cells if only is None or fnmatch.fnmatchcase(c.name, only)]
     if only is not None and not selected:
         raise ConfigError(f"--only {only!r} matches no cell; cells: {', '.join(c.name for c in sweep.cells)}")
+    coordinator = coordinating_config(selected)
+    node = coordinator.node_rank if coordinator is not None else 0
+    if coordinator is not None:
+        agree_on_cells(sweep, selected, coordinator, agree)
+        write_state(sweep, command)
+    write_index = write_index and node == 0  # a follower's tree holds no steps: node 0's index is the one
 
     def say(message: str) -> None:
         if console is not None:
@@ -375,10 +467,17 @@ def run_sweep(
 
     for i, cell in enumerate(selected, 1):
         prefix = f"[sweep {i}/{len(selected)}] {cell.name}"
-        if cell.status == "done":
+        if cell.node0_action == "skip" and node:
+            cell.status, cell.error = "done", None
+            write_state(sweep, command)
+            say(f"{prefix}: node 0 skips it ({'done there' if cell.config.nnodes > 1 else 'one-node cell'})")
+            continue
+        if (cell.node0_action is None and cell.status == "done") or cell.node0_action == "skip":
             say(f"{prefix}: done already ({cell.run_dir.name}), skipped")
             continue
         resume = cell.run_dir if cell.status in ("partial", "failed") and cell.run_dir else None
+        if cell.node0_action is not None:  # node 0's word, whatever this node's folder says
+            resume = cell.run_dir if cell.node0_action == "resume" and cell.run_dir else None
         say(f"{prefix}: {'resuming ' + resume.name if resume else 'starting'} ({_describe(cell)})")
         cell.status, cell.error = "running", None  # what the index shows meanwhile
         write_state(sweep, command)
@@ -388,12 +487,15 @@ def run_sweep(
         try:
             run_dir = run_ab(cell.config, resume=resume, console=console, command=command)
             cell.run_dir = Path(run_dir)
-            if cell.config.report:
-                _cell_report(cell.run_dir, say)
-            cell.status = run_status(cell.run_dir)
-            cell.error = None if cell.status == "done" else _why_partial(cell.run_dir)
-            if cell.status != "done":
-                cell.status = "failed"
+            if node:  # run_ab returned, so every launch passed node 0's verdict; node 0 has the steps
+                cell.status, cell.error = "done", None
+            else:
+                if cell.config.report:
+                    _cell_report(cell.run_dir, say)
+                cell.status = run_status(cell.run_dir)
+                cell.error = None if cell.status == "done" else _why_partial(cell.run_dir)
+                if cell.status != "done":
+                    cell.status = "failed"
         except KeyboardInterrupt:
             cell.run_dir = find_run_dir(sweep.tree, cell.name)
             cell.status = "partial" if cell.run_dir else "pending"
@@ -403,7 +505,7 @@ def run_sweep(
         except FsdpbenchError as exc:
             cell.run_dir = find_run_dir(sweep.tree, cell.name)
             cell.status, cell.error = "failed", str(exc)
-            if cell.run_dir is not None and cell.config.report:
+            if cell.run_dir is not None and cell.config.report and not node:
                 _cell_report(cell.run_dir, say)  # it names what is missing and shows the rest
         except Exception as exc:  # one broken cell must not lose hours of finished ones
             log.exception("cell %s failed unexpectedly", cell.name)

@@ -11,9 +11,11 @@ estimate                    from                                         counter
                                                                          hyper → torch/fsdp1 (approximate:
                                                                          the compute path differs too)
 ``one_bucket_per_layer``    fragmentation ``one_bucket_per_layer``       the same, when it runs ``unit=layer``
-``prefetch_overlap``        low_overlap's ``estimate_overlap``, or the   same options but ``prefetch``: the
-                            same estimate computed from the diff's       subject runs ``prefetch=0``, the
-                            side-by-side means when no finding fired     other ``prefetch>=1`` (exact)
+``prefetch_overlap``        low_overlap's ``estimate_overlap``, or the   same options but prefetch (``prefetch``,
+                            same estimate computed from the diff's       ``fwd_prefetch``, ``bwd_prefetch``
+                            side-by-side means when no finding fired     resolved per direction): the other
+                                                                         prefetches at least as far in both
+                                                                         directions, further in one (exact)
 ==========================  ===========================================  ===================================
 
 Straggler estimates ("rank r computes like the others") have no counterfactual arm in one run: removing a
@@ -40,7 +42,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fsdpbench.analysis import whatif
+from fsdpbench.analysis.findings import prefetch_deeper_side
+from fsdpbench.config.arms import manifest_prefetch
 
+PREFETCH_OPTIONS = frozenset({"prefetch", "fwd_prefetch", "bwd_prefetch"})
+"""The arm options that set prefetch (``prefetch`` both directions, the others one each)."""
 IGNORED_OPTIONS = frozenset({"label", "python"})
 """Arm fields that do not change what runs (``python`` is recorded; a different interpreter is
 reported by the diff's own warnings)."""
@@ -51,7 +57,7 @@ DISTORTION_GAP = 0.10
 def arm_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> set[str]:
     """The option names whose values differ between two manifest arm dicts (``label``/``python`` ignored)."""
     keys = (set(a) | set(b)) - IGNORED_OPTIONS
-    defaults = {"unit": "layer", "prefetch": 0}  # manifests written before an option existed
+    defaults = {"unit": "layer", "prefetch": 0, "fwd_prefetch": "", "bwd_prefetch": ""}  # older manifests
     return {k for k in keys if a.get(k, defaults.get(k)) != b.get(k, defaults.get(k))}
 
 
@@ -258,14 +264,11 @@ def _prefetch_entries(
     findings: Sequence[Mapping[str, Any]],
     timed_ms: Mapping[str, float | None],
 ) -> list[dict[str, Any]]:
-    a, b = arms[labels["base"]], arms[labels["test"]]
-    if arm_differences(a, b) != {"prefetch"}:
+    deeper = prefetch_counterfactual(arms[labels["base"]], arms[labels["test"]])
+    if deeper is None:
         return []
-    depth = {side: int(arms[labels[side]].get("prefetch") or 0) for side in ("base", "test")}
-    if min(depth.values()) != 0:
-        return []
-    side = "base" if depth["base"] == 0 else "test"
-    other = "test" if side == "base" else "base"
+    other = deeper
+    side = "base" if deeper == "test" else "test"
     means = (diff.get("side_by_side") or {}).get("mean") or {}
     m, mo = means.get(side) or {}, means.get(other) or {}
     found = next(
@@ -303,11 +306,28 @@ def _prefetch_entries(
     ]
 
 
+def prefetch_counterfactual(base: Mapping[str, Any], test: Mapping[str, Any]) -> str | None:
+    """``"test"`` or ``"base"``: the arm that is the prefetch counterfactual of the other. The two differ
+    only in prefetch options, resolved per direction as run (``fwd_prefetch``/``bwd_prefetch``,
+    ``config.arms.manifest_prefetch``), and that arm prefetches at least as far in both directions and
+    further in one (``findings.prefetch_deeper_side``). ``None`` otherwise."""
+    differences = arm_differences(base, test)
+    if not differences or not differences <= PREFETCH_OPTIONS or base.get("backend") != test.get("backend"):
+        return None
+    directions = manifest_prefetch(base), manifest_prefetch(test)
+    if directions[0] is None or directions[1] is None or directions[0] == directions[1]:
+        return None
+    backend = base.get("backend")
+    return prefetch_deeper_side(directions[0], directions[1], (backend, backend))
+
+
 def is_counterfactual_pair(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether one of two manifest arms is the counterfactual of an estimate about the other: they differ
-    in ``unit`` alone, in ``prefetch`` alone, or are hyper vs torch/fsdp1 (``_regrouping_match``)."""
+    in ``unit`` alone, in prefetch alone with one prefetching further (``prefetch_counterfactual``), or are
+    hyper vs torch/fsdp1 (``_regrouping_match``)."""
     return (
-        arm_differences(a, b) in ({"unit"}, {"prefetch"})
+        arm_differences(a, b) == {"unit"}
+        or prefetch_counterfactual(a, b) is not None
         or _regrouping_match(a, b) is not None
         or _regrouping_match(b, a) is not None
     )

@@ -24,6 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only", default=None, metavar="GLOB", help="run only the cells whose name matches GLOB"
     )
+    parser.add_argument(
+        "--node-rank",
+        type=int,
+        default=None,
+        metavar="K",
+        help="this node's rank for every cell with nnodes > 1 (the same sweep file on every node; node 0 "
+        "decides which cells run, the others follow: docs/multi-node.md)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state; run nothing")
     parser.add_argument(
         "--index-only",
@@ -57,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     from fsdpbench import sweep as sweep_mod
 
     console = Console()
-    sweep = sweep_mod.load_sweep(args.config, out=args.out)
+    sweep = sweep_mod.load_sweep(args.config, out=args.out, node_rank=getattr(args, "node_rank", None))
     if args.dry_run:
         table = Table(title=f"sweep {sweep.name}: {len(sweep.cells)} cells in {sweep.tree}")
         for header in sweep_mod.DRY_RUN_HEADERS:
@@ -76,12 +84,19 @@ def main(args: argparse.Namespace) -> int:
         return 0
     cells = sweep_mod.run_sweep(sweep, only=args.only, console=console, command=sweep_mod.main_command())
     failed = [c for c in cells if c.status == "failed"]
-    print_overview(console, sweep.tree, f"sweep {sweep.name}: overview")
+    node = next((c.config.node_rank for c in cells if c.config.nnodes > 1), 0)
+    if not node:
+        print_overview(console, sweep.tree, f"sweep {sweep.name}: overview")
     console.print(
         f"sweep {sweep.name}: "
         + ", ".join(
             f"{sum(c.status == s for c in cells)} {s}" for s in ("done", "failed", "partial", "pending")
         )
     )
-    console.print(f"index: {sweep.tree / 'index.html'}")
+    if node:  # its tree holds only its own ranks' files; node 0's has every cell's steps and the index
+        console.print(
+            f"node {node}: no index here; node 0's sweep tree has every cell's results and the index"
+        )
+    else:
+        console.print(f"index: {sweep.tree / 'index.html'}")
     return 1 if failed else 0

@@ -4,6 +4,7 @@ which optional libraries are importable here."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -384,6 +385,44 @@ def prefetch_statement(backend: str, forward: Depth, backward: Depth) -> dict[st
         "none": "none (each unit prefetches only itself)",
     }.get(str(backward), f"explicit {backward} layer(s) back (root: implicit 1)")
     return {"forward": fwd, "backward": bwd}
+
+
+PREFETCH_DEFAULT_UNITS: dict[str, tuple[int | None, int | None]] = {
+    "torch": (0, 1),
+    "hyper": (0, 0),
+    "fsdp1": (0, 1),
+    "deepspeed": (None, None),
+}
+"""How many units ahead each library's own default (``default``) prefetches, (forward, backward), as
+``prefetch_statement`` words it; ``None``: not in units (DeepSpeed's default is a bucket of elements)."""
+
+
+def prefetch_units(backend: str | None, direction: int, depth: Depth) -> int | None:
+    """Units ahead a prefetch setting fetches in one direction (0 = forward, 1 = backward): ``none`` → 0,
+    N → N, ``default`` → the library's default (``PREFETCH_DEFAULT_UNITS``; 0 for an unknown backend, what
+    ``prefetch=0`` meant before per-direction options); ``None`` where it is not a number of units."""
+    if depth == "none":
+        return 0
+    if isinstance(depth, int):
+        return depth
+    if backend is None:
+        return 0
+    return PREFETCH_DEFAULT_UNITS.get(backend, (None, None))[direction]
+
+
+def manifest_prefetch(arm: Mapping[str, Any] | None) -> tuple[Depth, Depth] | None:
+    """(forward, backward) prefetch of a manifest arm dict as run (``Arm.prefetch_directions``); manifests
+    from before ``fwd_prefetch``/``bwd_prefetch`` hold ``prefetch`` only. ``None`` when the dict has no
+    prefetch option or its options do not form a valid arm."""
+    arm = arm or {}
+    if not any(k in arm for k in ("prefetch", "fwd_prefetch", "bwd_prefetch")):
+        return None
+    backend = arm.get("backend")
+    options = {k: arm[k] for k in ("prefetch", "fwd_prefetch", "bwd_prefetch") if arm.get(k) is not None}
+    try:  # an arm dict without a backend (hand-written) resolves as the torch arm: 0 → the library default
+        return Arm(backend=backend or "torch", label="prefetch", **options).prefetch_directions()
+    except (ConfigError, TypeError, ValueError):
+        return None
 
 
 def _short_value(value: Any) -> str:

@@ -412,6 +412,9 @@ def _configuration(data: RunData) -> list[Block]:
     ran = _what_ran_table(manifest.get("backends") or {})
     if ran is not None:
         blocks.append(ran)
+    runtime = _runtime_table(manifest.get("arm_runtime") or {})
+    if runtime is not None:
+        blocks.append(runtime)
     interpreters = manifest.get("interpreters") or {}
     if interpreters:
         blocks.append(_interpreter_table(interpreters))
@@ -498,6 +501,52 @@ def _what_ran_table(backends: dict[str, Any]) -> Table | None:
         return None
     header = ["arm", "sharding call", "torch_npu patches", "forward prefetch", "backward prefetch", "kw."]
     return Table(header, rows, numeric=False)
+
+
+RUNTIME_HEADER = ["arm", "param dtype", "optimizer", "experts", "K-grouped mm", "fp32 matmul", "environment"]
+
+
+def _runtime_table(runtime: dict[str, Any]) -> Table | None:
+    """Per arm what it actually ran with (``manifest.arm_runtime``, docs/fairness.md): the parameter dtype
+    and where it came from, the optimizer's ``foreach`` and the torch.optim path its first step took, the
+    experts' back-end, whether NPU's K-grouped matmul passed its check, torch's float32 matmul precision
+    and the set variables that change NPU/GPU behaviour."""
+    rows: list[list[str]] = []
+    for label, facts in runtime.items():
+        if not isinstance(facts, dict):
+            continue
+        dtype = str(facts.get("param_dtype", MISSING))
+        if facts.get("param_dtype_source"):
+            dtype += f" ({facts['param_dtype_source']})"
+        ran = facts.get("optimizer_ran")
+        optimizer = f"foreach={_runtime_value(facts.get('optimizer_foreach'))}, ran " + (
+            ", ".join(str(r) for r in ran) if isinstance(ran, list) and ran else MISSING
+        )
+        k_grouped = (
+            {True: "yes", False: "no (per-expert fallback)", None: "—"}.get(
+                facts["npu_k_grouped_matmul"], MISSING
+            )
+            if "npu_k_grouped_matmul" in facts
+            else MISSING
+        )
+        environment = facts.get("environment")
+        rows.append(
+            [
+                str(label),
+                dtype,
+                optimizer,
+                str(facts.get("experts_impl", MISSING)),
+                k_grouped,
+                str(facts.get("float32_matmul_precision", MISSING)),
+                _option_text(environment) if isinstance(environment, dict) and environment else "—",
+            ]
+        )
+    return Table(RUNTIME_HEADER, rows, numeric=False) if rows else None
+
+
+def _runtime_value(value: Any) -> str:
+    """``None`` (left to PyTorch) as ``unset``, everything else as written."""
+    return "unset" if value is None else str(value)
 
 
 def _library_text(facts: Any) -> str:
