@@ -227,7 +227,8 @@ def build_summary(
     peak = peak_bf16_flops(env.get("device_name"))
 
     timed: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    mem: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+    mem: dict[str, list[tuple[Any, Any, Any]]] = defaultdict(list)
+    rss_since: dict[str, set[str]] = defaultdict(set)
     tokens_per_step: dict[str, float] = {}
     for rec in steps:
         if rec.get("kind") != "timed":
@@ -236,7 +237,11 @@ def build_summary(
         if done is not None and key not in done:
             continue
         timed[rec["arm"]][rec["round"]].append(float(rec["time_ms"]))
-        mem[rec["arm"]].append((rec.get("mem_allocated_bytes"), rec.get("mem_reserved_bytes")))
+        mem[rec["arm"]].append(
+            (rec.get("mem_allocated_bytes"), rec.get("mem_reserved_bytes"), rec.get("mem_peak_rss_bytes"))
+        )
+        if rec.get("mem_peak_rss_since"):
+            rss_since[rec["arm"]].add(rec["mem_peak_rss_since"])
         tokens_per_step[rec["arm"]] = float(rec["tokens"])
 
     arms: dict[str, Any] = {}
@@ -255,6 +260,8 @@ def build_summary(
                 "mfu": None,
                 "peak_mem_allocated_bytes": None,
                 "peak_mem_reserved_bytes": None,
+                "peak_rss_bytes": None,
+                "peak_rss_since": None,
             }
             continue
         per_round = [
@@ -268,6 +275,7 @@ def build_summary(
         tflops = flops_per_token * tps / 1e12 if flops_per_token else None
         allocs = [m[0] for m in mem[label] if m[0] is not None]
         reserved = [m[1] for m in mem[label] if m[1] is not None]
+        rss = [m[2] for m in mem[label] if m[2] is not None]
         arms[label] = {
             "status": "ok",
             "rounds": per_round,
@@ -279,6 +287,8 @@ def build_summary(
             "mfu": tflops * 1e12 / peak if (tflops is not None and peak) else None,
             "peak_mem_allocated_bytes": max(allocs) if allocs else None,
             "peak_mem_reserved_bytes": max(reserved) if reserved else None,
+            "peak_rss_bytes": max(rss) if rss else None,
+            "peak_rss_since": _rss_since(rss_since.get(label)) if rss else None,
         }
 
     comparisons = []
@@ -289,7 +299,7 @@ def build_summary(
                 comp = stats.compare(
                     base, label, round_medians[base], round_medians[label], seed=cfg.get("seed", 0)
                 )
-                comparisons.append(comp.to_dict())
+                comparisons.append(with_memory_ratio(comp.to_dict(), arms[base], arms[label]))
     parity = check_parity(steps, labels, cfg, done)
     verdict = "; ".join(c["verdict"] for c in comparisons) or None
     if verdict and not parity["valid"]:
@@ -310,6 +320,49 @@ def build_summary(
         "flops_per_token": flops_per_token,
         "peak_bf16_flops_per_device": peak,
     }
+
+
+PEAK_MEMORY_MEASURES = (
+    ("peak_mem_allocated_bytes", "peak allocated (device allocator)"),
+    ("peak_rss_bytes", "peak resident set (process)"),
+)
+"""The figures a memory ratio is taken from, in order of preference: the device allocator's peak
+allocated where both arms have it (GPU/NPU), else the processes' peak resident set (CPU)."""
+
+
+def _rss_since(spans: set[str] | None) -> str:
+    """``"step"`` when every step's peak resident set was reset before it, else ``"process start"``."""
+    return "step" if spans == {"reset"} else "process start"
+
+
+def peak_memory_figure(arm: dict[str, Any]) -> tuple[int | None, str | None]:
+    """(bytes, label) of an arm's peak memory: the first of ``PEAK_MEMORY_MEASURES`` it has."""
+    for key, label in PEAK_MEMORY_MEASURES:
+        if arm.get(key) is not None:
+            if key == "peak_rss_bytes" and arm.get("peak_rss_since") == "process start":
+                label += ", since process start"
+            return arm[key], label
+    return None, None
+
+
+def with_memory_ratio(comp: dict[str, Any], base: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    """``comp`` with ``memory`` (the peak-memory ratio test/base and what it measures) and the ratio
+    beside the time ratio in its verdict; ``memory`` is None when the arms share no measure."""
+    for key, label in PEAK_MEMORY_MEASURES:
+        b, t = base.get(key), test.get(key)
+        if b and t is not None:
+            if key == "peak_rss_bytes" and "process start" in (
+                base.get("peak_rss_since"),
+                test.get("peak_rss_since"),
+            ):
+                label += ", since process start"
+            comp["memory"] = {"measure": label, "base_bytes": b, "test_bytes": t, "ratio": t / b}
+            comp["verdict"] = (
+                f"{comp['verdict']}; peak memory {comp['test']}/{comp['base']} {t / b:.3f} ({label})"
+            )
+            return comp
+    comp["memory"] = None
+    return comp
 
 
 def check_parity(

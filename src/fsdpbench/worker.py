@@ -326,8 +326,11 @@ class StepRunner:
         loss and grad norm (all_reduce SUM), rank 0 appends the record (returned) to steps.jsonl;
         then the next step's batch is prepared, so that its copy stays out of the next ``train``."""
         alloc, reserved = dev.peak_memory(self.device_type)
+        rss = dev.peak_rss_bytes()
         rd = self.reduce_dtype
-        maxes = torch.tensor([outcome.elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
+        maxes = torch.tensor(
+            [outcome.elapsed_ms, alloc or 0, reserved or 0, rss or 0], dtype=rd, device=self.device
+        )
         sums = torch.stack(
             [outcome.loss.detach().to(rd), self.backend.local_grad_sq(self.params).to(self.device, rd)]
         )
@@ -352,6 +355,8 @@ class StepRunner:
             "tokens": self.world * self.cfg.batch_size * self.cfg.seq_len,
             "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
             "mem_reserved_bytes": int(m[2]) if reserved is not None else None,
+            "mem_peak_rss_bytes": int(m[3]) if rss is not None else None,
+            "mem_peak_rss_since": dev.peak_rss_since(),
             "world_size": self.world,
         }
         if outcome.collectives is not None:
