@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+from tests.test_results import _manifest, _steps
 
 from fsdpbench import device as dev
 from fsdpbench import results
-from tests.test_results import _manifest, _steps
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
 
