@@ -95,10 +95,9 @@ def measure(setting: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         round_=0,
         steps_path=Path(os.devnull),
     )
-    for step in range(2):
-        runner.train(step)
+    runner.train(0)  # warm-up: the optimizer states exist from here on
     optimizer.zero_grad(set_to_none=True)
-    ids = runner.batch(2)
+    ids = runner.batch(1)
     gc.collect()
     live = memory.storage_bytes(memory.model_state_tensors(model, optimizer) + [ids])
 
