@@ -104,3 +104,30 @@ def test_profiled_run_records_every_ranks_peak_resident_set(profiled_ab_run):
         assert stats["peak_rss_bytes"] == max(r["mem_peak_rss_bytes"] for r in timed)
         assert 50 * 2**20 < stats["peak_rss_bytes"] < 8 * 2**30  # a torch process, not a stray unit
     assert summary["comparisons"][0]["memory"]["measure"] == "peak resident set (process)"
+
+
+def _compare_with_peaks(base_bytes, test_bytes, measure_test="peak resident set (process)", **arms):
+    from fsdpbench.analysis.diff import compare
+    from tests.test_findings import analysis
+
+    context = {
+        "peak_memory": {
+            "torch": [base_bytes, "peak resident set (process)"],
+            "torch-p2": [test_bytes, measure_test],
+        }
+    }
+    return compare(
+        analysis(), analysis(), base_label="torch", test_label="torch-p2", context=context, **arms
+    ).finding("peak_memory")
+
+
+def test_peak_memory_finding_fires_beyond_5_percent_and_names_the_differing_option():
+    f = _compare_with_peaks(1000 * 2**20, 1060 * 2**20, base_arm={"prefetch": 0}, test_arm={"prefetch": 2})
+    assert f is not None and f.severity == "medium" and f.subject == "torch-p2"
+    assert "6% higher" in f.title and "prefetch 0 vs 2" in f.cause
+    assert "test/base 1.060" in f.evidence
+    lower = _compare_with_peaks(1000, 900)
+    assert lower.severity == "info" and "10% lower" in lower.title
+    assert _compare_with_peaks(1000, 1049) is None  # within 5%
+    assert _compare_with_peaks(1000, 2000, measure_test="peak allocated (device allocator)") is None
+    assert _compare_with_peaks(None, 2000) is None

@@ -589,6 +589,9 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
         "base": side,
         "test": side,
         "num_layers": (model or {}).get("num_hidden_layers") if isinstance(model, Mapping) else None,
+        "peak_memory": {
+            label: list(peak_memory_figure(stats)) for label, stats in (summary.get("arms") or {}).items()
+        },
     }
     labels = list(arms)
     base = labels[0]
