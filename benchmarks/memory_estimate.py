@@ -23,7 +23,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-BASE = {"preset": "tiny", "layers": 4, "seq_len": 512, "ac": "off", "prefetch": 0, "optimizer": "adamw"}
+BASE = {
+    "preset": "tiny",
+    "layers": 4,
+    "seq_len": 512,
+    "ac": "off",
+    "prefetch": 0,
+    "optimizer": "adamw",
+    "experts": "auto",
+}
 MATRIX: dict[str, list[dict[str, Any]]] = {
     "default": [
         {},
@@ -39,6 +47,8 @@ MATRIX: dict[str, list[dict[str, Any]]] = {
         {"prefetch": 2},
         {"prefetch": 2, "seq_len": 2048},
         {"optimizer": "sgd", "seq_len": 1024},
+        {"experts": "loop"},
+        {"experts": "loop", "ac": "full", "seq_len": 2048},
     ],
     # the shared fixture's shape (tests/conftest.py: tiny, seq 128, 2 ranks, SGD) at prefetch 0 and 1
     "ci": [
@@ -81,6 +91,7 @@ def measure(setting: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     device = torch.device("cpu")
     model = build_sharded_model(cfg, arm_cfg, backend, mesh, device)
     model, optimizer = backend.make_training(model, lambda params: make_optimizer(cfg, params))
+    _set_experts_impl(model, setting["experts"])
     runner = StepRunner(
         cfg=cfg,
         arm=arm_cfg,
@@ -121,6 +132,14 @@ def measure(setting: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     }
     gc.collect()
     return out
+
+
+def _set_experts_impl(model: Any, impl: str) -> None:
+    from fsdpbench.model.moe import Experts
+
+    for m in model.modules():
+        if isinstance(m, Experts):
+            m.impl = impl
 
 
 def _experts_impl(model: Any) -> str:

@@ -107,8 +107,9 @@ def test_profiled_run_records_every_ranks_peak_resident_set(profiled_ab_run):
 
 
 def _compare_with_peaks(base_bytes, test_bytes, measure_test="peak resident set (process)", **arms):
-    from fsdpbench.analysis.diff import compare
     from tests.test_findings import analysis
+
+    from fsdpbench.analysis.diff import compare
 
     context = {
         "peak_memory": {
