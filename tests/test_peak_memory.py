@@ -132,3 +132,29 @@ def test_peak_memory_finding_fires_beyond_5_percent_and_names_the_differing_opti
     assert _compare_with_peaks(1000, 1049) is None  # within 5%
     assert _compare_with_peaks(1000, 2000, measure_test="peak allocated (device allocator)") is None
     assert _compare_with_peaks(None, 2000) is None
+
+
+def test_ab_table_shows_the_resident_set_on_cpu():
+    import io
+
+    from rich.console import Console
+
+    from fsdpbench.launcher import print_summary
+
+    arm = {
+        "rounds": [0],
+        "median_ms": 100.0,
+        "p10_ms": 90.0,
+        "p90_ms": 110.0,
+        "tokens_per_s_per_device": 1.0,
+        "tflops_per_device": None,
+        "mfu": None,
+        "peak_mem_allocated_bytes": None,
+        "peak_rss_bytes": 3 * 2**30,
+        "peak_rss_since": "step",
+    }
+    console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    summary = {"arms": {"torch": arm}, "comparisons": [], "parity": {"valid": True, "steps_compared": 0}}
+    print_summary(console, {**summary, "missing": [], "verdict": ""})
+    text = console.export_text()
+    assert "GiB" in text and "3.00" in text and "resident set" in text
