@@ -178,11 +178,52 @@ def synchronize(device_type: str) -> None:
 
 
 def reset_peak_memory(device_type: str) -> None:
-    """Start a new peak-memory window."""
+    """Start a new peak-memory window: the device allocator's peaks and the process's peak resident set."""
+    reset_peak_rss()
     if device_type != "cpu":
         import torch
 
         torch.get_device_module(device_type).reset_peak_memory_stats()
+
+
+PROC_STATUS = "/proc/self/status"
+PROC_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def reset_peak_rss() -> bool:
+    """Reset the process's peak resident set (Linux ``VmHWM``) to its current resident set by writing
+    ``5`` to ``/proc/self/clear_refs``; False where that cannot be done (not Linux, no permission):
+    ``VmHWM`` is then the peak since the process started."""
+    global _rss_reset_ok
+    try:
+        with open(PROC_CLEAR_REFS, "w") as f:
+            f.write("5")
+    except OSError:
+        _rss_reset_ok = False
+    else:
+        _rss_reset_ok = True
+    return _rss_reset_ok
+
+
+_rss_reset_ok: bool | None = None
+
+
+def peak_rss_since() -> str:
+    """What ``peak_rss_bytes`` spans: ``"reset"`` (since the last successful ``reset_peak_rss``) or
+    ``"process start"`` (never reset, or the reset failed)."""
+    return "reset" if _rss_reset_ok else "process start"
+
+
+def peak_rss_bytes() -> int | None:
+    """The process's peak resident set (``VmHWM`` of ``/proc/self/status``) in bytes; None off Linux."""
+    try:
+        with open(PROC_STATUS) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def peak_memory(device_type: str) -> tuple[int | None, int | None]:

@@ -734,7 +734,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
             "tok/s": fmt(a["tokens_per_s_per_device"], ".0f"),
             "TFLOP/s": fmt(a["tflops_per_device"], ".3g"),
             "MFU": fmt(a["mfu"], ".1%"),
-            "GiB": fmt(a["peak_mem_allocated_bytes"], ".2f", 1 / 2**30),
+            "GiB": fmt(results.peak_memory_figure(a)[0], ".2f", 1 / 2**30),
         }
         for label, a in summary["arms"].items()
     }
@@ -777,7 +777,8 @@ def summary_table(rows: dict[str, dict[str, str]], width: int) -> Any:
     columns = [c for c in next(iter(rows.values()), {}) if any(r[c] != "—" for r in rows.values())]
     caption = (
         "ms: median of per-round medians, p10 and p90 of the timed steps; n: rounds; tok/s, TFLOP/s, MFU: "
-        "per device" + ("; GiB: peak memory allocated" if "GiB" in columns else "")
+        "per device"
+        + ("; GiB: peak memory (device: allocated; CPU: process resident set)" if "GiB" in columns else "")
     )
 
     def build(names: list[str], caption: str) -> Table:

@@ -231,7 +231,8 @@ def build_summary(
 
     timed: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     timed_records: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    mem: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+    mem: dict[str, list[tuple[Any, Any, Any]]] = defaultdict(list)
+    rss_since: dict[str, set[str]] = defaultdict(set)
     tokens_per_step: dict[str, float] = {}
     for rec in steps:
         if rec.get("kind") != "timed":
@@ -241,7 +242,11 @@ def build_summary(
             continue
         timed[rec["arm"]][rec["round"]].append(float(rec["time_ms"]))
         timed_records[rec["arm"]][rec["round"]].append(rec)
-        mem[rec["arm"]].append((rec.get("mem_allocated_bytes"), rec.get("mem_reserved_bytes")))
+        mem[rec["arm"]].append(
+            (rec.get("mem_allocated_bytes"), rec.get("mem_reserved_bytes"), rec.get("mem_peak_rss_bytes"))
+        )
+        if rec.get("mem_peak_rss_since"):
+            rss_since[rec["arm"]].add(rec["mem_peak_rss_since"])
         tokens_per_step[rec["arm"]] = float(rec["tokens"])
 
     arms: dict[str, Any] = {}
@@ -262,6 +267,8 @@ def build_summary(
                 "peak_mem_allocated_bytes": None,
                 "peak_mem_reserved_bytes": None,
                 "phases": None,
+                "peak_rss_bytes": None,
+                "peak_rss_since": None,
             }
             continue
         per_round = [
@@ -276,6 +283,7 @@ def build_summary(
         allocs = [m[0] for m in mem[label] if m[0] is not None]
         reserved = [m[1] for m in mem[label] if m[1] is not None]
         arm_peak = arm_peak_flops(env.get("device_name"), runtime.get(label), cfg, label)
+        rss = [m[2] for m in mem[label] if m[2] is not None]
         arms[label] = {
             "status": "ok",
             "rounds": per_round,
@@ -289,6 +297,8 @@ def build_summary(
             "peak_mem_allocated_bytes": max(allocs) if allocs else None,
             "peak_mem_reserved_bytes": max(reserved) if reserved else None,
             "phases": phases.arm_phases(timed_records[label]),
+            "peak_rss_bytes": max(rss) if rss else None,
+            "peak_rss_since": _rss_since(rss_since.get(label)) if rss else None,
         }
 
     comparisons = []
@@ -302,7 +312,7 @@ def build_summary(
                 comp["phases"] = phases.compare_phases(
                     base, label, arms[base]["phases"], arms[label]["phases"], seed=cfg.get("seed", 0)
                 )
-                comparisons.append(comp)
+                comparisons.append(with_memory_ratio(comp, arms[base], arms[label]))
     parity = check_parity(steps, labels, cfg, done, runtime=runtime, device_type=env.get("device_type"))
     verdict = "; ".join(c["verdict"] for c in comparisons) or None
     if verdict and not parity["valid"]:
@@ -374,6 +384,49 @@ def arm_peak_flops(
 ACCELERATOR_PARITY_ULPS = 8
 """Exact parity on NPU/GPU allows this many float32 rounding steps of the loss: the same float32
 arithmetic in another order (a different kernel or reduction tree) moves the last bits."""
+
+
+PEAK_MEMORY_MEASURES = (
+    ("peak_mem_allocated_bytes", "peak allocated (device allocator)"),
+    ("peak_rss_bytes", "peak resident set (process)"),
+)
+"""The figures a memory ratio is taken from, in order of preference: the device allocator's peak
+allocated where both arms have it (GPU/NPU), else the processes' peak resident set (CPU)."""
+
+
+def _rss_since(spans: set[str] | None) -> str:
+    """``"step"`` when every step's peak resident set was reset before it, else ``"process start"``."""
+    return "step" if spans == {"reset"} else "process start"
+
+
+def peak_memory_figure(arm: dict[str, Any]) -> tuple[int | None, str | None]:
+    """(bytes, label) of an arm's peak memory: the first of ``PEAK_MEMORY_MEASURES`` it has."""
+    for key, label in PEAK_MEMORY_MEASURES:
+        if arm.get(key) is not None:
+            if key == "peak_rss_bytes" and arm.get("peak_rss_since") == "process start":
+                label += ", since process start"
+            return arm[key], label
+    return None, None
+
+
+def with_memory_ratio(comp: dict[str, Any], base: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    """``comp`` with ``memory`` (the peak-memory ratio test/base and what it measures) and the ratio
+    beside the time ratio in its verdict; ``memory`` is None when the arms share no measure."""
+    for key, label in PEAK_MEMORY_MEASURES:
+        b, t = base.get(key), test.get(key)
+        if b and t is not None:
+            if key == "peak_rss_bytes" and "process start" in (
+                base.get("peak_rss_since"),
+                test.get("peak_rss_since"),
+            ):
+                label += ", since process start"
+            comp["memory"] = {"measure": label, "base_bytes": b, "test_bytes": t, "ratio": t / b}
+            comp["verdict"] = (
+                f"{comp['verdict']}; peak memory {comp['test']}/{comp['base']} {t / b:.3f} ({label})"
+            )
+            return comp
+    comp["memory"] = None
+    return comp
 
 
 def check_parity(
@@ -623,6 +676,9 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
         "base": side,
         "test": side,
         "num_layers": (model or {}).get("num_hidden_layers") if isinstance(model, Mapping) else None,
+        "peak_memory": {
+            label: list(peak_memory_figure(stats)) for label, stats in (summary.get("arms") or {}).items()
+        },
     }
     labels = list(arms)
     base = labels[0]

@@ -423,8 +423,11 @@ class StepRunner:
         before the profiler's step boundary (``run_steps``), so it never enters a profiled step.
         """
         alloc, reserved = dev.peak_memory(self.device_type)
+        rss = dev.peak_rss_bytes()
         rd = self.reduce_dtype
-        maxes = torch.tensor([outcome.elapsed_ms, alloc or 0, reserved or 0], dtype=rd, device=self.device)
+        maxes = torch.tensor(
+            [outcome.elapsed_ms, alloc or 0, reserved or 0, rss or 0], dtype=rd, device=self.device
+        )
         mine = torch.stack(
             [
                 outcome.loss.detach().float().reshape(()),
@@ -446,7 +449,7 @@ class StepRunner:
         record = None
         if self.rank == 0:
             record = self._write_record(
-                step, outcome, maxes.tolist(), every.view(self.world, 2), alloc, reserved, split
+                step, outcome, maxes.tolist(), every.view(self.world, 2), alloc, reserved, rss, split
             )
         dist.barrier()
         return record
@@ -459,6 +462,7 @@ class StepRunner:
         every: torch.Tensor,
         alloc: int | None,
         reserved: int | None,
+        rss: int | None,
         split: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         losses, grad_sq = every.cpu().double().unbind(1)
@@ -477,6 +481,8 @@ class StepRunner:
             "tokens": self.world * self.cfg.batch_size * self.cfg.seq_len,
             "mem_allocated_bytes": int(m[1]) if alloc is not None else None,
             "mem_reserved_bytes": int(m[2]) if reserved is not None else None,
+            "mem_peak_rss_bytes": int(m[3]) if rss is not None else None,
+            "mem_peak_rss_since": dev.peak_rss_since(),
             "world_size": self.world,
         }
         if outcome.collectives is not None:

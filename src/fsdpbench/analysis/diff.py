@@ -383,6 +383,14 @@ def _problems(db: Mapping[str, Any], dt: Mapping[str, Any], context: Mapping[str
     return problems
 
 
+def _peak_memory(context: Mapping[str, Any], label: str) -> fnd.PeakMemory | None:
+    """An arm's peak memory from ``context["peak_memory"][label]`` (``[bytes, measure]``), if given."""
+    entry = (context.get("peak_memory") or {}).get(label)
+    if not entry or entry[0] is None:
+        return None
+    return fnd.PeakMemory(float(entry[0]), str(entry[1]))
+
+
 def compare(
     base: Any,
     test: Any,
@@ -402,7 +410,7 @@ def compare(
         base_arm, test_arm: the arms' options from manifest.json (``prefetch``, ``comm_fusion``,
             ``reshard_after_forward``); the prefetch finding names them.
         context: ``{"parity": summary.json parity, "base": {"world_size", "model"}, "test": {...},
-            "num_layers": int}``; differences make an ``invalid_comparison`` finding and a warning.
+            "num_layers": int, "peak_memory": {label: [bytes, measure]}}``; differences make an ``invalid_comparison`` finding and a warning.
 
     Returns:
         The ``DiffResult``: deltas are ``test − base`` in µs, ratios ``test / base``; counts are per rank
@@ -447,6 +455,7 @@ def compare(
         arms=Pair(fnd.ArmOptions.from_manifest(base_arm), fnd.ArmOptions.from_manifest(test_arm)),
         problems=problems,
         num_layers=context.get("num_layers"),
+        peak_memory=Pair(*(_peak_memory(context, label) for label in (base_label, test_label))),
     )
     return DiffResult(
         base_label, test_label, side, collectives, ops, sync, fits, fnd.evaluate(rule_input), warnings

@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal, TypeVar
 from fsdpbench.analysis import whatif
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, manifest_prefetch, prefetch_units
-from fsdpbench.fmt import fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x, speed_phrase
+from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x, speed_phrase
 
 # ---- thresholds (documented in RULES and README.md ("Findings: the rules")) ---------------------------------
 FRAGMENTATION_COUNT_RATIO = 3.0
@@ -47,6 +47,8 @@ OP_MAX_LISTED = 5
 """At most this many op types are named in the compute-path finding."""
 STRAGGLER_SKEW = 0.10
 """A rank whose compute time exceeds the median of the other ranks by this share is a straggler."""
+PEAK_MEMORY_RATIO = 1.05
+"""Two arms' peak memory (the same measure on both) differing by more than this factor is a finding."""
 HCCL_AVG_RE = re.compile(r"^(?P<op>\S+) \(HCCL AVG of (?P<collective>\w+)\)$")
 """Op types the Ascend reader gives the divide kernels torch_npu runs after an AVG collective
 (``fsdpbench.trace.ascend.HCCL_AVG_LABEL``)."""
@@ -357,6 +359,14 @@ class Finding:
         )
 
 
+@dataclass(frozen=True)
+class PeakMemory:
+    """An arm's peak memory per rank from summary.json and what it measures (``results.peak_memory_figure``)."""
+
+    bytes: float
+    measure: str
+
+
 @dataclass
 class RuleInput:
     """Everything the rules read: labels, rank-mean metrics, per-rank metrics, comparison rows, fits.
@@ -377,6 +387,7 @@ class RuleInput:
     arms: Pair[ArmOptions] = field(default_factory=lambda: Pair(ArmOptions(), ArmOptions()))
     problems: list[str] = field(default_factory=list)
     num_layers: int | None = None
+    peak_memory: Pair[PeakMemory | None] = field(default_factory=lambda: Pair(None, None))
 
     def other(self, side: Side) -> Side:
         return "test" if side == "base" else "base"
@@ -698,6 +709,44 @@ def rule_prefetch_change(x: RuleInput) -> list[Finding]:
     ]
 
 
+def rule_peak_memory(x: RuleInput) -> list[Finding]:
+    b, t = x.peak_memory.base, x.peak_memory.test
+    if b is None or t is None or b.measure != t.measure or b.bytes <= 0:
+        return []
+    ratio = t.bytes / b.bytes
+    if 1 / PEAK_MEMORY_RATIO <= ratio <= PEAK_MEMORY_RATIO:
+        return []
+    higher = "test" if ratio > 1 else "base"
+    causes = []
+    ab, at = x.arms.base, x.arms.test
+    if ab.prefetch is not None and at.prefetch is not None and ab.prefetch != at.prefetch:
+        causes.append(f"prefetch {ab.prefetch} vs {at.prefetch} (each prefetched unit is held unsharded)")
+    if ab.reshard_after_forward != at.reshard_after_forward:
+        causes.append("reshard_after_forward differs (unresharded units stay gathered until backward)")
+    if ab.backend != at.backend:
+        causes.append(
+            f"backends {ab.backend} vs {at.backend} (their communication buffers and caches differ)"
+        )
+    cause = (
+        "; ".join(causes)
+        if causes
+        else "the arm options the diff knows do not differ in a memory-relevant way"
+    ) + "; where in the step (phase, unit, category) is not attributed yet"
+    return [
+        Finding(
+            "peak_memory",
+            "medium" if higher == "test" else "info",
+            f"{x.labels.test} peaks {abs(ratio - 1):.0%} {'higher' if ratio > 1 else 'lower'} in memory "
+            f"than {x.labels.base}",
+            f"{b.measure}: {fmt_bytes(b.bytes)} ({x.labels.base}) → {fmt_bytes(t.bytes)} ({x.labels.test}), "
+            f"test/base {ratio:.3f}",
+            cause,
+            _action("peak_memory"),
+            subject=x.labels[higher],
+        )
+    ]
+
+
 def rule_sync_storm(x: RuleInput) -> list[Finding]:
     findings = []
     for side in ("test", "base"):
@@ -925,6 +974,14 @@ RULES: tuple[Rule, ...] = (
         "medium",
         "remove per-parameter synchronisation and launches (fewer, larger operations)",
         rule_sync_storm,
+    ),
+    Rule(
+        "peak_memory",
+        f"the arms' peak memory (same measure on both) differs by more than {PEAK_MEMORY_RATIO - 1:.0%}",
+        "medium when the test arm peaks higher, else info",
+        "check the higher arm fits the target device with `fsdpbench model --device`; trade prefetch depth "
+        "or activation checkpointing for memory",
+        rule_peak_memory,
     ),
     Rule(
         "compute_path",

@@ -53,6 +53,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FIELD=VALUE",
         help="override any ModelConfig field, e.g. --set num_experts=64 (repeatable)",
     )
+    parser.add_argument("--batch-size", type=int, default=1, help="sequences per rank (default 1)")
+    parser.add_argument(
+        "--optimizer", default="adamw", choices=("adamw", "sgd"), help="optimizer states (default adamw)"
+    )
+    parser.add_argument(
+        "--ac",
+        default="off",
+        choices=("off", "full"),
+        help="activation checkpointing of every layer (default off)",
+    )
+    parser.add_argument(
+        "--device",
+        help="say whether the estimated peak fits this device's memory: 910b, h100, h200, a100, ... "
+        "(docs/memory.md lists them)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -91,6 +106,10 @@ def summarize(
     reduce_dtype: str = "float32",
     master_dtype: str = "float32",
     prefetch: int = 0,
+    batch_size: int = 1,
+    optimizer: str = "adamw",
+    ac: str = "off",
+    device: str | None = None,
 ) -> dict[str, Any]:
     """Everything ``fsdpbench model`` reports, as a JSON-ready dict (bytes, FLOPs and counts unrounded)."""
     from fsdpbench.model.flops import (
@@ -102,10 +121,22 @@ def summarize(
         params_per_layer,
         total_params,
     )
+    from fsdpbench.model.memory import estimate_peak
 
     cfg.validate_seq_len(seq_len)
     if prefetch < 0:
         raise ConfigError(f"--prefetch must be >= 0, got {prefetch}")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
+    if device is not None:
+        from fsdpbench.model.memory import DEVICE_MEMORY_GIB, device_fit
+
+        try:
+            device_fit(0, device)
+        except ValueError:
+            raise ConfigError(
+                f"--device {device!r} is not in the memory table; use one of {', '.join(DEVICE_MEMORY_GIB)}"
+            ) from None
     per_layer = params_per_layer(cfg)
     counts = {t: cfg.layer_types.count(t) for t in ("linear_attention", "full_attention")}
     active = active_matmul_params(cfg)
@@ -125,7 +156,25 @@ def summarize(
         "flops_convention": "training (fwd + 2×fwd bwd), active experts only, causal attention as Megatron "
         "counts it (half of QKᵀ and AV), GDN chunked core with a triangular solve, embedding free",
         "per_rank_memory_bytes": fsdp_memory_per_rank(
-            cfg, shard_size, param_dtype=param_dtype, master_dtype=master_dtype, prefetch=prefetch
+            cfg,
+            shard_size,
+            param_dtype=param_dtype,
+            master_dtype=master_dtype,
+            reduce_dtype=reduce_dtype,
+            prefetch=prefetch,
+        ),
+        "peak_memory_estimate": estimate_peak(
+            cfg,
+            seq_len,
+            mesh,
+            batch_size=batch_size,
+            param_dtype=param_dtype,
+            reduce_dtype=reduce_dtype,
+            master_dtype=master_dtype,
+            optimizer=optimizer,
+            ac=ac,
+            prefetch=prefetch,
+            device=device,
         ),
         "comm_bytes_per_layer": comm_bytes_per_unit(
             cfg, mesh, param_dtype=param_dtype, reduce_dtype=reduce_dtype
@@ -174,6 +223,7 @@ def _print_tables(s: dict[str, Any]) -> None:
     for name, n in s["per_rank_memory_bytes"].items():
         table.add_row(name, gb(n))
     console.print(table)
+    _print_peak(console, s["peak_memory_estimate"], gb)
     table = Table(
         title="communication per shard unit and step (all-gather in forward; again in backward when resharded)"
     )
@@ -191,6 +241,30 @@ def _print_tables(s: dict[str, Any]) -> None:
     console.print(table)
 
 
+def _print_peak(console: Any, est: dict[str, Any], gb: Any) -> None:
+    """The peak-memory estimate: its components, the candidates and the device verdict."""
+    from rich.table import Table
+
+    st = est["settings"]
+    table = Table(
+        title=f"estimated peak per rank: {gb(est['total'])} at {est['peak_at']} (seq {st['seq_len']} × batch "
+        f"{st['batch_size']}, ac {st['ac']}, prefetch {st['prefetch']}, {st['optimizer']}, {st['param_dtype']})"
+    )
+    table.add_column("what")
+    table.add_column("bytes", justify="right")
+    for name, n in est["components"].items():
+        table.add_row(name, gb(n))
+    console.print(table)
+    others = ", ".join(f"{k} {gb(v)}" for k, v in est["candidates"].items())
+    console.print(f"peak candidates: {others}")
+    console.print(
+        f"kernel path modelled: {est['kernel_path_description']} (measured on CPU only: docs/memory.md)"
+    )
+    if "fits" in est:
+        verdict = "fits" if est["fits"] else "[bold red]does not fit[/]"
+        console.print(f"{est['device']} ({gb(est['device_memory_bytes'])} nominal): {verdict}")
+
+
 def main(args: argparse.Namespace) -> int:
     """Resolve the config, compute the summary, print it as tables or JSON."""
     cfg = resolve_config(args)
@@ -203,6 +277,10 @@ def main(args: argparse.Namespace) -> int:
         reduce_dtype=args.reduce_dtype,
         master_dtype=args.master_dtype,
         prefetch=args.prefetch,
+        batch_size=args.batch_size,
+        optimizer=args.optimizer,
+        ac=args.ac,
+        device=args.device,
     )
     if args.json:
         import sys

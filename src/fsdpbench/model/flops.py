@@ -124,29 +124,32 @@ def fsdp_memory_per_rank(
     *,
     param_dtype: str = "bfloat16",
     master_dtype: str = "float32",
+    reduce_dtype: str = "float32",
     prefetch: int = 0,
 ) -> dict[str, int]:
-    """Bytes per rank of model state under FSDP sharding over ``shard_size`` ranks, with AdamW.
+    """Bytes per rank of model state under FSDP2 sharding over ``shard_size`` ranks, with AdamW.
 
     FSDP keeps the sharded parameters in ``master_dtype`` (that is the master copy when it differs from
     ``param_dtype``), their gradients in the same dtype, and AdamW keeps two states (exp_avg,
-    exp_avg_sq) of that dtype. Transiently, the unsharded parameters of the layers being computed are
-    held in ``param_dtype``: the largest layer, plus ``prefetch`` more when prefetching, plus their
-    unsharded gradients before the reduce-scatter. Activations are not included.
+    exp_avg_sq) of that dtype. The root unit (embedding, final norm, lm_head) is never resharded
+    between forward and backward, so it is held unsharded in ``param_dtype`` beside the largest
+    layer (plus ``prefetch`` more layers when prefetching); in backward their unsharded gradients,
+    and, when ``reduce_dtype`` differs from ``param_dtype``, FSDP2's copies of them in
+    ``reduce_dtype`` for the reduce-scatter. Activations are not included (``model.memory``).
     """
     total = total_params(cfg)
-    pb, mb = DTYPE_BYTES[param_dtype], DTYPE_BYTES[master_dtype]
+    pb, mb, rb = DTYPE_BYTES[param_dtype], DTYPE_BYTES[master_dtype], DTYPE_BYTES[reduce_dtype]
     shard = -(-total // shard_size)
     per = params_per_layer(cfg)
-    biggest = max(
-        [per[t] for t in set(cfg.layer_types)] + [per["embed_tokens"] + per["lm_head"] + per["norm"]]
-    )
+    biggest = max(per[t] for t in set(cfg.layer_types))
+    root = per["embed_tokens"] + per["lm_head"] + per["norm"]
     out = {
         "params": shard * mb,
         "grads": shard * mb,
         "optimizer_states": 2 * shard * mb,
-        "unsharded_params": (1 + prefetch) * biggest * pb,
-        "unsharded_grads": biggest * pb,
+        "unsharded_params": (root + (1 + prefetch) * biggest) * pb,
+        "unsharded_grads": (root + biggest) * pb,
+        "reduce_scatter_copies": (root + biggest) * rb if rb != pb else 0,
     }
     out["total"] = sum(out.values())
     return out

@@ -283,6 +283,7 @@ def _throughput(data: RunData) -> list[Block]:
                 fmt_pct(s.get("mfu")),
                 fmt_bytes(s.get("peak_mem_allocated_bytes")),
                 fmt_bytes(s.get("peak_mem_reserved_bytes")),
+                fmt_bytes(s.get("peak_rss_bytes")),
             ]
         )
     blocks.append(
@@ -298,6 +299,7 @@ def _throughput(data: RunData) -> list[Block]:
                 "MFU",
                 "peak mem allocated",
                 "peak mem reserved",
+                "peak resident set",
             ],
             rows,
         )
@@ -305,7 +307,10 @@ def _throughput(data: RunData) -> list[Block]:
     blocks.append(
         Para(
             "Medians are over the per-round medians of timed steps. MFU is left blank on devices without a known "
-            "peak (CPU); memory is blank on CPU, where no device allocator reports it."
+            "peak (CPU). Peak mem allocated/reserved are the device allocator's (blank on CPU, which has none); "
+            "peak resident set is the process's host memory high-water mark (Linux VmHWM), max over ranks, reset "
+            'before each step (marked "since process start" in summary.json where it could not be reset) — on '
+            "CPU it is the peak memory, and it includes the interpreter and libraries."
         )
     )
     return blocks
