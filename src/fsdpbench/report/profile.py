@@ -263,4 +263,25 @@ def _timeline(data: RunData) -> list[Block]:
             "per arm are shown; neighbouring events closer than a pixel are drawn merged.",
         )
     )
+    blocks += _rank_timeline(data)
     return blocks
+
+
+def _rank_timeline(data: RunData) -> list[Block]:
+    """Every rank of the profiled step on one clock, per arm, communication by process group."""
+    timelines = getattr(data, "rank_timelines", None) or {}
+    ordered = [timelines[a] for a in data.arms if a in timelines]
+    ordered += [t for a, t in timelines.items() if a not in data.arms]
+    if not ordered:
+        return []
+    return [
+        Figure(
+            "rank_timeline",
+            figures.rank_timeline(ordered),
+            "The profiled step of every rank, per arm, on the common clock from the earliest rank's step "
+            "start (the analysis' clock check decides whether the ranks' clocks compare; where they do not, "
+            "each rank starts at its own step start and the panel says so). Per rank: compute below, "
+            "communication above, coloured by process group: shard groups (consecutive ranks, intra-node) in "
+            "oranges, replicate groups (strided ranks, inter-node) in purples.",
+        )
+    ]
