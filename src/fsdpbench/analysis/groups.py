@@ -201,6 +201,12 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(v) / len(v) if v else None
 
 
+def _by_group(rank: Any) -> dict[str, Any]:
+    """A rank's ``by_group``: of a :class:`RankMetrics` or of its dict in the Analysis JSON."""
+    got = rank.get("by_group") if isinstance(rank, dict) else getattr(rank, "by_group", None)
+    return got or {}
+
+
 def summary_rows(ranks: Sequence[Any], kinds: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per process group, shard groups first, then replicate, world, other: ``group, kind,
     ranks`` (members), ``n_ranks`` (analysed ranks with its communication), ``count_min``/``count_max``
@@ -208,7 +214,7 @@ def summary_rows(ranks: Sequence[Any], kinds: dict[str, dict[str, Any]]) -> list
     order = {"shard": 0, "replicate": 1, "world": 2, "other": 3, "unknown": 4}
     rows = []
     for name, info in kinds.items():
-        per = [r.by_group[name] for r in ranks if name in (getattr(r, "by_group", None) or {})]
+        per = [g[name] for g in map(_by_group, ranks) if name in g]
         if not per:
             continue
         counts = [int(p["count"]) for p in per]

@@ -10,6 +10,7 @@ hosts whose clocks differ), each rank is drawn from its own step start and the c
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 log = logging.getLogger(__name__)
+_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 MAX_RANKS = 32
 """Ranks drawn per arm (the first ones by rank id); the caption names what is left out."""
@@ -74,13 +76,16 @@ def build(arm: str, folder: Path) -> RankTimeline | None:
     from fsdpbench.trace import find_all, read_rank
 
     sources = find_all([folder])
+    numbered = [
+        (int(m.group(1)) if (m := _RANK.search(str(s.path))) else i, s) for i, s in enumerate(sources)
+    ]
+    numbered.sort(key=lambda x: x[0])  # by the rank in the path, so only the drawn ranks are read
+    left_out = max(len(numbered) - MAX_RANKS, 0)
     traces = []
-    for i, src in enumerate(sources):
+    for i, src in numbered[:MAX_RANKS]:
         trace = read_rank(src)
         traces.append((trace.rank if trace.rank is not None else i, trace))
     traces.sort(key=lambda x: x[0])
-    left_out = max(len(traces) - MAX_RANKS, 0)
-    traces = traces[:MAX_RANKS]
     steps = [int(s) for _, t in traces for s in t.windows.step.tolist()]
     step = max(steps) if steps else None
     rows, origins, spans, metas = [], [], [], []
