@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-from fsdpbench.analysis import intervals as iv
-from fsdpbench.trace.table import EventTable, as_table
+    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace.table import EventTable
+
+# numpy and the table are imported where a rank is measured: group_kinds and summary_rows run on a fully
+# cached analysis, which never imports numpy (see analysis/__init__.py)
 
 RANGE_PREFIX = "fsdpbench::c10d::"
 _RANGE_GROUP = re.compile(r"::group=(.*)::index=\d+$")
@@ -41,6 +45,8 @@ UNKNOWN = "?"
 
 def _range_groups(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The fsdpbench c10d ranges of the table: starts, ends and group names, by start."""
+    import numpy as np
+
     cats = t.name.categories
     group_of = {
         i: m.group(1)
@@ -59,6 +65,10 @@ def _range_groups(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def event_groups(events: EventTable | Any) -> tuple[np.ndarray, np.ndarray, str | None]:
     """(indices of the communication events by start, their group names (``""``: unknown), a warning
     or None) of one rank's table (see the module docstring for where a group comes from)."""
+    import numpy as np
+
+    from fsdpbench.trace.table import as_table
+
     t = as_table(events)
     comm = np.flatnonzero(t.device & t.category.mask("comm"))
     comm = comm[np.argsort(t.start_ns[comm], kind="stable")]
@@ -100,6 +110,11 @@ def group_metrics(
         events: one rank's events of the analysed step(s).
         compute: ∪ compute of the same events (computed when not given).
     """
+    import numpy as np
+
+    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace.table import as_table
+
     t = as_table(events)
     idx, names, warning = event_groups(t)
     if compute is None:
