@@ -165,3 +165,20 @@ def test_rank_timeline_puts_every_rank_on_the_common_clock_with_its_groups(hsdp_
     assert t.kinds == {"1": "shard", "2": "shard", "3": "replicate", "4": "replicate"}
     svg = figures.rank_timeline([t])
     assert "group 1 (shard)" in svg and "group 4 (replicate)" in svg and "rank 3" in svg
+
+
+def test_a_cached_analysis_keeps_the_groups_without_measuring_again(hsdp_traces, monkeypatch):
+    import fsdpbench.analysis as analysis
+    from fsdpbench.trace import cache as table_cache
+
+    monkeypatch.delenv(table_cache.NO_CACHE_ENV, raising=False)
+    first = analyze([hsdp_traces], workers=1)  # writes the result caches
+
+    def no_measure(*args, **kwargs):
+        raise AssertionError("rank_metrics was called although every rank's result is cached")
+
+    monkeypatch.setattr(analysis, "rank_metrics", no_measure)
+    second = analyze([hsdp_traces], workers=1)
+    assert [r.by_group for r in second.ranks] == [r.by_group for r in first.ranks]
+    assert second.process_groups == first.process_groups
+    _close(second.ranks[0].by_group["1"], WANT_SHARD)
