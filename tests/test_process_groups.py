@@ -182,3 +182,59 @@ def test_a_cached_analysis_keeps_the_groups_without_measuring_again(hsdp_traces,
     assert [r.by_group for r in second.ranks] == [r.by_group for r in first.ranks]
     assert second.process_groups == first.process_groups
     _close(second.ranks[0].by_group["1"], WANT_SHARD)
+
+
+def _gloo_trace(extra_span: bool = False) -> list[dict[str, Any]]:
+    """A gloo step by hand (µs): on the training thread (tid 1) two fsdpbench c10d ranges, each around
+    its c10d launch, and compute [5, 15), [30, 40); gloo's worker threads run the all-gather on tid 10,
+    [1, 12), and the all-reduce on tid 11, [21, 35)."""
+
+    def x(name: str, tid: int, ts: float, dur: float, cat: str = "cpu_op", **args: Any) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    ev = [
+        x("ProfilerStep#1", 1, 0.0, 100.0, "user_annotation"),
+        x("fsdpbench::c10d::all_gather::group=3::index=0", 1, 0.0, 2.0, "user_annotation"),
+        x(
+            "c10d::_allgather_base_",
+            1,
+            0.2,
+            1.3,
+            **{"Input Dims": [[8], [4]], "Input type": ["float", "float"]},
+        ),
+        x("aten::mm", 1, 5.0, 10.0),
+        x("fsdpbench::c10d::all_reduce::group=1::index=0", 1, 20.0, 2.0, "user_annotation"),
+        x("c10d::allreduce_", 1, 20.2, 1.3, **{"Input Dims": [[[16]]], "Input type": ["float"]}),
+        x("aten::mm", 1, 30.0, 10.0),
+        x("gloo:all_gather", 10, 1.0, 11.0, "user_annotation"),
+        x("gloo:all_reduce", 11, 21.0, 14.0, "user_annotation"),
+    ]
+    if extra_span:  # a worker span no launch or range accounts for
+        ev.append(x("gloo:all_reduce", 11, 50.0, 5.0, "user_annotation"))
+    return ev
+
+
+def test_gloo_spans_take_the_group_of_the_fsdpbench_range_around_their_launch(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_bytes(orjson.dumps({"traceEvents": _gloo_trace()}))
+    r = analyze([path], workers=1).ranks[0]
+    # by hand: group 3 = [1, 12): 11 µs, under compute [5, 12) → exposed 4, 8 floats = 32 B;
+    # group 1 = [21, 35): 14 µs, under compute [30, 35) → exposed 9, 16 floats = 64 B
+    _close(
+        r.by_group["3"],
+        {"comm_us": 11.0, "exposed_us": 4.0, "count": 1, "bytes": 32, "algbw_gbps": 32 / 11e3},
+    )
+    _close(
+        r.by_group["1"],
+        {"comm_us": 14.0, "exposed_us": 9.0, "count": 1, "bytes": 64, "algbw_gbps": 64 / 14e3},
+    )
+    assert set(r.by_group) == {"3", "1"}
+
+
+def test_gloo_spans_that_do_not_pair_with_launches_are_named_unknown_with_a_warning(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_bytes(orjson.dumps({"traceEvents": _gloo_trace(extra_span=True)}))
+    res = analyze([path], workers=1)
+    assert list(res.ranks[0].by_group) == ["?"] and res.ranks[0].by_group["?"]["count"] == 3
+    assert res.process_groups == {"?": {"kind": "unknown", "ranks": None, "rule": None}}
+    assert any("3 collectives without a process group" in w for w in res.warnings), res.warnings
