@@ -5,8 +5,7 @@ Each communication event gets its process group:
 * from the trace's own identity fields (NCCL/RCCL ``Process Group Name``; ``table.group``);
 * else, in a CPU/gloo trace of an fsdpbench run, from the ``fsdpbench::c10d::<kind>::group=<name>::index=<k>``
   range around the c10d call that launched it (:mod:`fsdpbench.profile_marks`): the k-th gloo worker span
-  is the k-th collective launch (the reader's own pairing), and the launch lies in one such range.
-  Without launches paired to spans, the k-th span takes the k-th range when their counts agree;
+  is the k-th collective launch (the reader's own pairing), and the launch lies in one such range;
 * else it has no group (``""``, shown as ``?``).
 
 Per rank and group (over the analysed steps): ``comm_us`` = |∪ the group's communication|,
@@ -83,21 +82,23 @@ def event_groups(events: EventTable | Any) -> tuple[np.ndarray, np.ndarray, str 
     said = np.array([c != "" for c in t.collective.categories] + [False])[t.collective.codes]
     launch = np.flatnonzero(~t.device & said & ~t.category.mask("comm"))
     launch = launch[np.argsort(t.start_ns[launch], kind="stable")]
-    if launch.size == comm.size:
-        k = np.searchsorted(r_start, t.start_ns[launch], side="right") - 1
-        inside = (k >= 0) & (r_end[np.maximum(k, 0)] >= t.end_ns[launch])
-        via = np.where(inside, r_group[np.maximum(k, 0)], "")
-        names = np.where(missing, via, names)
-        return comm, names, None
-    if r_start.size == comm.size:
-        return comm, np.where(missing, r_group, names), None
-    return (
-        comm,
-        names,
-        f"{int(missing.sum())} collectives without a process group: {comm.size} communication spans, "
-        f"{launch.size} launches and {r_start.size} fsdpbench c10d ranges do not pair up; per-group "
-        f"figures name them '{UNKNOWN}'",
+    if launch.size != comm.size:  # the reader could not pair them either (it warns about the types)
+        return (
+            comm,
+            names,
+            f"{int(missing.sum())} collectives without a process group: {comm.size} communication spans but "
+            f"{launch.size} collective launches; per-group figures name them '{UNKNOWN}'",
+        )
+    k = np.searchsorted(r_start, t.start_ns[launch], side="right") - 1
+    inside = (k >= 0) & (r_end[np.maximum(k, 0)] >= t.end_ns[launch])
+    names = np.where(missing, np.where(inside, r_group[np.maximum(k, 0)], ""), names)
+    left = int((names == "").sum())
+    warning = (
+        f"{left} collectives launched outside every fsdpbench c10d range; per-group figures name them '{UNKNOWN}'"
+        if left
+        else None
     )
+    return comm, names, warning
 
 
 def group_metrics(
