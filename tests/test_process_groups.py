@@ -238,3 +238,16 @@ def test_gloo_spans_that_do_not_pair_with_launches_are_named_unknown_with_a_warn
     assert list(res.ranks[0].by_group) == ["?"] and res.ranks[0].by_group["?"]["count"] == 3
     assert res.process_groups == {"?": {"kind": "unknown", "ranks": None, "rule": None}}
     assert any("3 collectives without a process group" in w for w in res.warnings), res.warnings
+
+
+def test_rank_timeline_with_more_groups_than_shades_colours_them_by_kind():
+    import numpy as np
+
+    from fsdpbench.report import figures
+    from fsdpbench.report.rank_timeline import RankRow, RankTimeline
+
+    span = (np.array([0, 500_000]), np.array([100_000, 600_000]))
+    rows = [RankRow(r, span, {str(10 + r // 2): span, str(20 + r % 2): span}) for r in range(10)]
+    kinds = {**{str(10 + i): "shard" for i in range(5)}, "20": "replicate", "21": "replicate"}
+    svg = figures.rank_timeline([RankTimeline("hsdp 2x5", 1, rows, kinds)])
+    assert "5 shard groups" in svg and "group 20 (replicate)" in svg and "group 10 (shard)" not in svg

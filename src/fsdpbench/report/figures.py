@@ -414,18 +414,22 @@ def rank_timeline(timelines: Sequence) -> str:
         gridspec_kw={"height_ratios": [max(len(t.rows), 1) for t in timelines]},
     )[:, 0]
     min_gap = span_ms / 1500.0
-    colors: dict[str, str] = {}
-    used = {k: 0 for k in GROUP_KIND_COLORS}
-    legend: dict[str, str] = {}
+    kind_of: dict[str, str] = {}
     for t in timelines:
         for g in sorted({g for r in t.rows for g in r.comm}):
-            if g in colors:
-                continue
-            kind = t.kinds.get(g, "unknown")
-            palette = GROUP_KIND_COLORS.get(kind, GROUP_KIND_COLORS["other"])
-            colors[g] = palette[used.get(kind, 0) % len(palette)]
-            used[kind] = used.get(kind, 0) + 1
-            legend[g] = f"group {g} ({kind})"
+            kind_of.setdefault(g, t.kinds.get(g, "unknown"))
+    per_kind = {k: sorted(g for g in kind_of if kind_of[g] == k) for k in set(kind_of.values())}
+    colors: dict[str, str] = {}
+    legend: dict[str, str] = {}  # label → colour
+    for kind, names in sorted(per_kind.items()):
+        palette = GROUP_KIND_COLORS.get(kind, GROUP_KIND_COLORS["other"])
+        if len(names) > len(palette):  # many groups (many nodes): one colour per kind
+            colors.update(dict.fromkeys(names, palette[0]))
+            legend[f"{len(names)} {kind} groups"] = palette[0]
+            continue
+        for i, g in enumerate(names):
+            colors[g] = palette[i]
+            legend[f"group {g} ({kind})"] = palette[i]
     for ax, t in zip(axes, timelines, strict=True):
         for row, r in enumerate(t.rows):
             parts = [(r.compute, CATEGORY_COLORS["compute"], row + 0.2)]
@@ -453,7 +457,7 @@ def rank_timeline(timelines: Sequence) -> str:
     axes[-1].set_xlim(0, span_ms * 1.01)
     axes[-1].set_xlabel("time from the earliest rank's step start (ms)")
     handles = [Patch(color=CATEGORY_COLORS["compute"], label="compute")]
-    handles += [Patch(color=colors[g], label=legend[g]) for g in colors]
+    handles += [Patch(color=color, label=label) for label, color in legend.items()]
     fig.legend(
         handles=handles,
         loc="lower center",
