@@ -123,6 +123,11 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         if len(chosen) > 1
         else [total]
     )
+    from fsdpbench.analysis.groups import group_metrics
+
+    by_group, group_warning = group_metrics(sel)
+    if group_warning:
+        trace.warnings.append(f"rank {trace.rank}: {group_warning}")
     dev = ev.device
     span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
     dur = all_ev.end_ns - all_ev.start_ns
@@ -142,6 +147,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         orphan_us=orphan_ns / 1000.0,
         orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
         groups=trace.groups,
+        by_group=by_group,
         _events=all_ev,
     )
 
@@ -150,6 +156,7 @@ def _import_measuring_modules() -> None:
     """Import what reading and measuring a rank needs (numpy, the decoder, the metric modules), so
     that worker processes forked afterwards inherit them instead of each importing them again."""
     import fsdpbench.analysis.collectives
+    import fsdpbench.analysis.groups
     import fsdpbench.analysis.intervals
     import fsdpbench.analysis.ops
     import fsdpbench.analysis.overlap
@@ -362,8 +369,15 @@ def analyze(
             + ", ".join(f"rank {k}: {list(v)}" for k, v in step_sets.items())
             + "); per-rank figures are valid, cross-rank comparisons mix steps"
         )
+    from fsdpbench.analysis.groups import group_kinds
+
     res = Analysis(
-        sources=[str(p) for p in paths], format=sources[0].format, ranks=ranks, warnings=warnings, top=top
+        sources=[str(p) for p in paths],
+        format=sources[0].format,
+        ranks=ranks,
+        warnings=warnings,
+        top=top,
+        process_groups=group_kinds(ranks),
     )
     offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
     if offset:

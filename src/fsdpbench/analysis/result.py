@@ -184,6 +184,8 @@ class RankMetrics(StepMetrics):
         collective_events: DataFrame ``type, bytes, start_ns, end_ns, group, seq, dtype, in_bytes,
             out_bytes`` (one row per collective; group None and seq -1 where the trace does not say);
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
+        by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
+            over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
         is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
@@ -202,6 +204,7 @@ class RankMetrics(StepMetrics):
     orphan_us: float = 0.0
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_group: dict[str, dict[str, Any]] = field(default_factory=dict)
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -224,6 +227,7 @@ class RankMetrics(StepMetrics):
             "orphan_us": self.orphan_us,
             "orphan_share": self.orphan_share,
             "groups": self.groups,
+            "by_group": self.by_group,
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
@@ -279,6 +283,7 @@ class RankMetrics(StepMetrics):
             orphan_us=d["orphan_us"],
             orphan_share=d["orphan_share"],
             groups=d["groups"],
+            by_group=d.get("by_group") or {},
         )
 
 
@@ -306,7 +311,9 @@ class Analysis:
         sources: the paths given; format: ``kineto`` or ``ascend``; ranks: per rank, by rank id;
         warnings: everything a reader of the numbers should know;
         collective_skew_us: median lateness of each rank at collectives (µs);
-        stragglers: ``[{rank, skew_us}]``, latest first.
+        stragglers: ``[{rank, skew_us}]``, latest first;
+        process_groups: ``{group: {kind, ranks, rule}}``: shard / replicate / world / other / unknown
+            (:func:`fsdpbench.analysis.groups.group_kinds`).
     """
 
     sources: list[str]
@@ -316,6 +323,7 @@ class Analysis:
     collective_skew_us: dict[int, float] = field(default_factory=dict)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     top: int | None = None
+    process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def mean(self) -> dict[str, float | None]:
@@ -347,4 +355,5 @@ class Analysis:
             "ranks": [r.to_dict(self.top) for r in self.ranks],
             "mean": self.mean,
             "across_ranks": self.across_ranks(),
+            "process_groups": self.process_groups,
         }

@@ -117,6 +117,45 @@ def _rank_tables(res, columns: list, width: int) -> list:  # noqa: ANN001 (rich 
     ]
 
 
+def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
+    """Communication per process group (shard = intra-node, replicate = inter-node), mean over its ranks."""
+    from rich.table import Table
+
+    from fsdpbench.analysis.groups import summary_rows
+
+    rows = summary_rows(res.ranks, getattr(res, "process_groups", None) or {})
+    if not rows or (len(rows) == 1 and rows[0]["kind"] == "world"):
+        return  # one group of all ranks: the per-rank table says it all
+    g = Table(
+        title="Communication per process group",
+        title_justify="left",
+        caption="mean over the group's ranks; count: collectives per rank; comm: ∪ of the group's "
+        "communication, ms; exposed: its part not under compute, ms; bytes: per rank; GB/s: algorithm "
+        "bandwidth; kind: shard = consecutive ranks (intra-node), replicate = strided (inter-node)",
+        caption_justify="left",
+    )
+    for col in ("group", "kind", "ranks", "count", "comm", "exposed", "bytes", "GB/s"):
+        g.add_column(col, justify="left" if col in ("group", "kind") else "right")
+    for row in rows:
+        members = row["ranks"]
+        count = (
+            str(row["count_min"])
+            if row["count_min"] == row["count_max"]
+            else f"{row['count_min']}–{row['count_max']}"
+        )
+        g.add_row(
+            row["group"],
+            str(row["kind"]),
+            shorten_middle(",".join(map(str, members)), 24) if members else "?",
+            count,
+            _ms(row["comm_us"]),
+            _ms(row["exposed_us"]),
+            fmt_bytes(row["bytes"]),
+            fmt(row["algbw_gbps"], 3),
+        )
+    con.print(g)
+
+
 def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Print the analysis as rich tables that fit the console's width.
 
@@ -153,6 +192,7 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
             )
     if c.row_count:
         con.print(c)
+    _group_table(res, con)
 
     if res.ranks:
         r0 = res.ranks[0]

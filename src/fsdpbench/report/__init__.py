@@ -165,6 +165,9 @@ def write_report(run_dir: Path | str) -> list[Path]:
     _ensure_diff(data, written)
     if data.profile_dirs():
         _ensure_timelines(data, analysed)
+        from fsdpbench.report import rank_timeline
+
+        rank_timeline.ensure(data)
     title, blocks = build_report(data)
     return written + render(data.run_dir, results.REPORT, title, blocks)
 

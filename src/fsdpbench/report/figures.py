@@ -381,3 +381,89 @@ def ratio_per_cell(
         "A/B ratio per cell (test median / base median; < 1 = test faster; bars: 95% CI)", fontsize=10
     )
     return to_svg(fig, "ratio_per_cell")
+
+
+GROUP_KIND_COLORS = {
+    "shard": ["#DD8452", "#F0B27A", "#C0392B", "#E59866"],
+    "replicate": ["#8172B3", "#B39DDB", "#5E35B1", "#9575CD"],
+    "world": ["#DD8452"],
+    "other": ["#937860", "#C9A66B"],
+    "unknown": ["#8C8C8C"],
+}
+
+
+def rank_timeline(timelines: Sequence) -> str:
+    """The profiled step of every rank, one panel per arm: a row per rank, compute below (blue) and
+    communication above, coloured by process group (shard groups in oranges, replicate in purples).
+
+    Args:
+        timelines: ``report.rank_timeline.RankTimeline`` objects (times in ns from the arm's origin).
+    """
+    ends = [
+        float(max([0, *(e.max() for r in t.rows for _, e in [r.compute, *r.comm.values()] if e.size)]))
+        for t in timelines
+    ]
+    span_ms = max([*ends, 1e-6]) / 1e6
+    total_rows = sum(len(t.rows) for t in timelines)
+    fig = _figure(11.5, 0.42 * total_rows + 0.9 * len(timelines) + 0.9)
+    axes = fig.subplots(
+        len(timelines),
+        1,
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [max(len(t.rows), 1) for t in timelines]},
+    )[:, 0]
+    min_gap = span_ms / 1500.0
+    kind_of: dict[str, str] = {}
+    for t in timelines:
+        for g in sorted({g for r in t.rows for g in r.comm}):
+            kind_of.setdefault(g, t.kinds.get(g, "unknown"))
+    per_kind = {k: sorted(g for g in kind_of if kind_of[g] == k) for k in set(kind_of.values())}
+    colors: dict[str, str] = {}
+    legend: dict[str, str] = {}  # label → colour
+    for kind, names in sorted(per_kind.items()):
+        palette = GROUP_KIND_COLORS.get(kind, GROUP_KIND_COLORS["other"])
+        if len(names) > len(palette):  # many groups (many nodes): one colour per kind
+            colors.update(dict.fromkeys(names, palette[0]))
+            legend[f"{len(names)} {kind} groups"] = palette[0]
+            continue
+        for i, g in enumerate(names):
+            colors[g] = palette[i]
+            legend[f"group {g} ({kind})"] = palette[i]
+    for ax, t in zip(axes, timelines, strict=True):
+        for row, r in enumerate(t.rows):
+            parts = [(r.compute, CATEGORY_COLORS["compute"], row + 0.2)]
+            parts += [(iv, colors[g], row - 0.2) for g, iv in sorted(r.comm.items())]
+            for (start, end), color, y in parts:
+                if not start.size:
+                    continue
+                s, e = _merge_for_display(start / 1e6, end / 1e6, min_gap)
+                ax.broken_barh(
+                    np.column_stack([s, np.maximum(e - s, span_ms / 3000.0)]),
+                    (y - 0.18, 0.36),
+                    facecolors=color,
+                    linewidth=0,
+                )
+        ax.set_yticks(range(len(t.rows)), [f"rank {r.rank}" for r in t.rows], fontsize=7)
+        ax.set_ylim(len(t.rows) - 0.5, -0.5)
+        step = f", step {t.step}" if t.step is not None else ""
+        clock = "" if t.aligned else " (clocks not comparable: each rank from its own step start)"
+        more = f"; {t.left_out} more ranks not drawn" if t.left_out else ""
+        ax.set_title(f"{t.arm} — all ranks{step}{clock}{more}", fontsize=9, loc="left")
+        ax.spines["top"].set_visible(False)
+        ax.spines["right"].set_visible(False)
+        ax.grid(axis="x", color="#eeeeee", linewidth=0.8)
+        ax.set_axisbelow(True)
+    axes[-1].set_xlim(0, span_ms * 1.01)
+    axes[-1].set_xlabel("time from the earliest rank's step start (ms)")
+    handles = [Patch(color=CATEGORY_COLORS["compute"], label="compute")]
+    handles += [Patch(color=color, label=label) for label, color in legend.items()]
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=min(len(handles), 5),
+        frameon=False,
+        fontsize=8,
+    )
+    return to_svg(fig, "rank_timeline")

@@ -34,6 +34,8 @@ class RunData:
     diffs: list[dict[str, Any]] = field(default_factory=list)
     """One diff JSON per (base, test) pair."""
     timelines: dict[str, Timeline] = field(default_factory=dict)
+    rank_timelines: dict[str, Any] = field(default_factory=dict)
+    """arm label → ``report.rank_timeline.RankTimeline`` (every rank of the profiled step, aligned)."""
     missing: list[str] = field(default_factory=list)
     """Human-readable notes: what is absent or failed, and what to do about it."""
 

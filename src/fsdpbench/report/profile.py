@@ -263,4 +263,58 @@ def _timeline(data: RunData) -> list[Block]:
             "per arm are shown; neighbouring events closer than a pixel are drawn merged.",
         )
     )
+    blocks += _rank_timeline(data)
     return blocks
+
+
+def _rank_timeline(data: RunData) -> list[Block]:
+    """Every rank of the profiled step on one clock, per arm, communication by process group."""
+    timelines = getattr(data, "rank_timelines", None) or {}
+    ordered = [timelines[a] for a in data.arms if a in timelines]
+    ordered += [t for a, t in timelines.items() if a not in data.arms]
+    blocks: list[Block] = _group_table(data)
+    if not ordered:
+        return blocks
+    return blocks + [
+        Figure(
+            "rank_timeline",
+            figures.rank_timeline(ordered),
+            "The profiled step of every rank, per arm, on the common clock from the earliest rank's step "
+            "start (the analysis' clock check decides whether the ranks' clocks compare; where they do not, "
+            "each rank starts at its own step start and the panel says so). Per rank: compute below, "
+            "communication above, coloured by process group: shard groups (consecutive ranks, intra-node) in "
+            "oranges, replicate groups (strided ranks, inter-node) in purples.",
+        )
+    ]
+
+
+def _group_table(data: RunData) -> list[Block]:
+    """Communication per process group and arm (mean over the group's ranks), when an arm has several."""
+    from fsdpbench.analysis.groups import summary_rows
+
+    analysis = data.analysis or {}
+    rows = []
+    for arm in [a for a in data.arms if a in analysis] + [a for a in analysis if a not in data.arms]:
+        doc = analysis[arm] if isinstance(analysis[arm], dict) else {}
+        groups = summary_rows(_rank_table(doc), doc.get("process_groups") or {})
+        if len(groups) < 2:
+            continue
+        for g in groups:
+            members = ",".join(map(str, g["ranks"])) if g["ranks"] else "?"
+            count = (
+                g["count_min"] if g["count_min"] == g["count_max"] else f"{g['count_min']}–{g['count_max']}"
+            )
+            rows.append(
+                [arm, g["group"], str(g["kind"]), members, str(count), fmt_us_as_ms(g["comm_us"], 3),
+                 fmt_us_as_ms(g["exposed_us"], 3), fmt_bytes(g["bytes"]), fmt(g["algbw_gbps"], 3)]
+            )  # fmt: skip
+    if not rows:
+        return []
+    return [
+        Para(
+            "Communication per process group (mean over the group's ranks; shard = consecutive ranks, "
+            "intra-node; replicate = strided ranks, inter-node; count per rank; comm and exposed in ms; bytes "
+            "per rank; GB/s: algorithm bandwidth):"
+        ),
+        Table(["arm", "group", "kind", "ranks", "count", "comm", "exposed", "bytes", "GB/s"], rows),
+    ]

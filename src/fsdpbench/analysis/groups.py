@@ -1,0 +1,251 @@
+"""Communication per process group: HSDP's shard group (intra-node) and replicate group (inter-node) apart.
+
+Each communication event gets its process group:
+
+* from the trace's own identity fields (NCCL/RCCL ``Process Group Name``; ``table.group``);
+* else, in a CPU/gloo trace of an fsdpbench run, from the ``fsdpbench::c10d::<kind>::group=<name>::index=<k>``
+  range around the c10d call that launched it (:mod:`fsdpbench.profile_marks`): the k-th gloo worker span
+  is the k-th collective launch (the reader's own pairing), and the launch lies in one such range;
+* else it has no group (``""``, shown as ``?``).
+
+Per rank and group (over the analysed steps): ``comm_us`` = |∪ the group's communication|,
+``exposed_us`` = that minus its overlap with ∪ compute, ``count``, ``bytes`` (Σ known sizes),
+``algbw_gbps`` (Σ known bytes / Σ their durations; GB/s = 1e9 B/s) and ``collectives`` ({type: count}).
+Two groups' communication may overlap each other, so their ``comm_us`` may sum to more than the rank's.
+
+Each group gets a kind (:func:`group_kinds`) from its ranks, said by the trace (NCCL ``Process Group
+Ranks``) or, where it is silent (gloo), the analysed ranks whose trace names the group: all the ranks →
+``world``; consecutive ranks (stride 1, as a mesh R×S's shard dimension lays them out, within a node) →
+``shard``; ranks at one stride > 1 (the replicate dimension, across nodes) → ``replicate``; otherwise
+``other``. Without ranks the group's name or description decides (``shard``/``replicate`` in it; ``0``,
+the default group, is ``world``), else ``unknown``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace.table import EventTable
+
+# numpy and the table are imported where a rank is measured: group_kinds and summary_rows run on a fully
+# cached analysis, which never imports numpy (see analysis/__init__.py)
+
+RANGE_PREFIX = "fsdpbench::c10d::"
+_RANGE_GROUP = re.compile(r"::group=(.*)::index=\d+$")
+UNKNOWN = "?"
+"""Shown for communication whose group the trace does not tell."""
+
+
+def _range_groups(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fsdpbench c10d ranges of the table: starts, ends and group names, by start."""
+    import numpy as np
+
+    cats = t.name.categories
+    group_of = {
+        i: m.group(1)
+        for i, c in enumerate(cats)
+        if c.startswith(RANGE_PREFIX) and (m := _RANGE_GROUP.search(c))
+    }
+    if not group_of:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, object)
+    codes = np.fromiter(group_of, np.int64, len(group_of))
+    idx = np.flatnonzero(np.isin(t.name.codes, codes) & ~t.device)
+    idx = idx[np.argsort(t.start_ns[idx], kind="stable")]
+    names = np.array([group_of[int(c)] for c in t.name.codes[idx]], dtype=object)
+    return t.start_ns[idx], t.end_ns[idx], names
+
+
+def event_groups(events: EventTable | Any) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(indices of the communication events by start, their group names (``""``: unknown), a warning
+    or None) of one rank's table (see the module docstring for where a group comes from)."""
+    import numpy as np
+
+    from fsdpbench.trace.table import as_table
+
+    t = as_table(events)
+    comm = np.flatnonzero(t.device & t.category.mask("comm"))
+    comm = comm[np.argsort(t.start_ns[comm], kind="stable")]
+    names = t.identity(comm)["group"] if comm.size else np.empty(0, object)
+    missing = names == ""
+    if not missing.any():
+        return comm, names, None
+    r_start, r_end, r_group = _range_groups(t)
+    if r_start.size == 0:
+        return comm, names, None
+    # the collective launches on the host (a CPU trace's c10d ops the reader paired with the spans)
+    said = np.array([c != "" for c in t.collective.categories] + [False])[t.collective.codes]
+    launch = np.flatnonzero(~t.device & said & ~t.category.mask("comm"))
+    launch = launch[np.argsort(t.start_ns[launch], kind="stable")]
+    if launch.size != comm.size:  # the reader could not pair them either (it warns about the types)
+        return (
+            comm,
+            names,
+            f"{int(missing.sum())} collectives without a process group: {comm.size} communication spans but "
+            f"{launch.size} collective launches; per-group figures name them '{UNKNOWN}'",
+        )
+    k = np.searchsorted(r_start, t.start_ns[launch], side="right") - 1
+    inside = (k >= 0) & (r_end[np.maximum(k, 0)] >= t.end_ns[launch])
+    names = np.where(missing, np.where(inside, r_group[np.maximum(k, 0)], ""), names)
+    left = int((names == "").sum())
+    warning = (
+        f"{left} collectives launched outside every fsdpbench c10d range; per-group figures name them '{UNKNOWN}'"
+        if left
+        else None
+    )
+    return comm, names, warning
+
+
+def group_metrics(
+    events: EventTable | Any, compute: iv.Intervals | None = None
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Per process group of the table's communication: ``comm_us, exposed_us, count, bytes, algbw_gbps,
+    collectives`` (module docstring), and the warning of :func:`event_groups`.
+
+    Args:
+        events: one rank's events of the analysed step(s).
+        compute: ∪ compute of the same events (computed when not given).
+    """
+    import numpy as np
+
+    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace.table import as_table
+
+    t = as_table(events)
+    idx, names, warning = event_groups(t)
+    if compute is None:
+        sel = t.device & t.category.mask("compute")
+        compute = iv.union(t.start_ns[sel], t.end_ns[sel])
+    out: dict[str, dict[str, Any]] = {}
+    if idx.size == 0:
+        return out, warning
+    start, end = t.start_ns[idx], t.end_ns[idx]
+    nbytes = t.bytes[idx]
+    types = t.collective[idx].strings("other")
+    for name in sorted(set(names.tolist())):
+        mine = names == name
+        m = iv.union(start[mine], end[mine])
+        comm_ns = iv.length(m)
+        exposed_ns = comm_ns - iv.intersection_length(m, compute)
+        b = nbytes[mine]
+        known = ~np.isnan(b)
+        dur = (end[mine] - start[mine])[known]
+        kinds, counts = np.unique(
+            np.where(types[mine] == "", "other", types[mine]).astype(str), return_counts=True
+        )
+        out[name or UNKNOWN] = {
+            "comm_us": comm_ns / 1000.0,
+            "exposed_us": exposed_ns / 1000.0,
+            "count": int(mine.sum()),
+            "bytes": int(b[known].sum()) if known.any() else None,
+            "algbw_gbps": float(b[known].sum() / dur.sum()) if known.any() and dur.sum() > 0 else None,
+            "collectives": dict(zip(kinds.tolist(), counts.tolist(), strict=True)),
+        }
+    return out, warning
+
+
+def _kind_of_ranks(ranks: Sequence[int], world: int | None) -> str:
+    r = sorted(int(x) for x in ranks)
+    if world is not None and len(r) == world and world > 1:
+        return "world"
+    if len(r) < 2:
+        return "other"
+    steps = {b - a for a, b in zip(r[:-1], r[1:], strict=True)}
+    if steps == {1}:
+        return "shard"
+    if len(steps) == 1:
+        return "replicate"
+    return "other"
+
+
+def _kind_of_name(name: str, description: str | None) -> str:
+    text = f"{name} {description or ''}".lower()
+    if "replicate" in text:
+        return "replicate"
+    if "shard" in text:
+        return "shard"
+    if name == "0":
+        return "world"
+    return "unknown"
+
+
+def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """``{group: {kind, ranks, rule}}`` over the analysed ranks (:class:`RankMetrics` with ``rank``,
+    ``by_group`` and ``groups``): ``ranks`` as the trace says them, else the analysed ranks naming the
+    group (``rule``: ``trace ranks`` or ``analysed ranks``), ``kind`` by the module docstring's rule
+    (``rule``: ``group name`` when no ranks are known)."""
+    world = len(ranks) or None
+    said: dict[str, list[int]] = {}
+    desc: dict[str, str | None] = {}
+    members: dict[str, set[int]] = {}
+    for r in ranks:
+        for name, info in (getattr(r, "groups", None) or {}).items():
+            if info.get("ranks") and name not in said:
+                said[name] = [int(x) for x in info["ranks"]]
+            desc.setdefault(name, info.get("description"))
+        for name in getattr(r, "by_group", None) or {}:
+            members.setdefault(name, set()).add(int(r.rank))
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(members):
+        if name == UNKNOWN:
+            out[name] = {"kind": "unknown", "ranks": None, "rule": None}
+        elif name in said:
+            out[name] = {
+                "kind": _kind_of_ranks(said[name], world),
+                "ranks": said[name],
+                "rule": "trace ranks",
+            }
+        elif len(members[name]) > 1 or world == 1:
+            got = sorted(members[name])
+            out[name] = {"kind": _kind_of_ranks(got, world), "ranks": got, "rule": "analysed ranks"}
+        else:
+            out[name] = {
+                "kind": _kind_of_name(name, desc.get(name)),
+                "ranks": sorted(members[name]),
+                "rule": "group name",
+            }
+    return out
+
+
+def _mean(values: list[float | None]) -> float | None:
+    v = [float(x) for x in values if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def _by_group(rank: Any) -> dict[str, Any]:
+    """A rank's ``by_group``: of a :class:`RankMetrics` or of its dict in the Analysis JSON."""
+    got = rank.get("by_group") if isinstance(rank, dict) else getattr(rank, "by_group", None)
+    return got or {}
+
+
+def summary_rows(ranks: Sequence[Any], kinds: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per process group, shard groups first, then replicate, world, other: ``group, kind,
+    ranks`` (members), ``n_ranks`` (analysed ranks with its communication), ``count_min``/``count_max``
+    per rank, and the mean over those ranks of ``comm_us, exposed_us, bytes, algbw_gbps``."""
+    order = {"shard": 0, "replicate": 1, "world": 2, "other": 3, "unknown": 4}
+    rows = []
+    for name, info in kinds.items():
+        per = [g[name] for g in map(_by_group, ranks) if name in g]
+        if not per:
+            continue
+        counts = [int(p["count"]) for p in per]
+        rows.append(
+            {
+                "group": name,
+                "kind": info.get("kind"),
+                "ranks": info.get("ranks"),
+                "n_ranks": len(per),
+                "count_min": min(counts),
+                "count_max": max(counts),
+                **{
+                    k: _mean([p.get(k) for p in per])
+                    for k in ("comm_us", "exposed_us", "bytes", "algbw_gbps")
+                },
+            }
+        )
+    return sorted(rows, key=lambda r: (order.get(str(r["kind"]), 9), r["group"]))
