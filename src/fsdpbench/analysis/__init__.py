@@ -125,6 +125,10 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     )
     dev = ev.device
     span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
+    from fsdpbench.analysis.waits import exposed_intervals, rank_marks
+
+    ce = collective_events(sel)
+    ce.update(rank_marks(sel))
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
@@ -135,7 +139,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         format=trace.format,
         mode=trace.mode,
         steps=per_step,
-        collective_events=collective_events(sel),
+        collective_events=ce,
+        exposed_comm_ns=exposed_intervals(sel),
         cross_check=trace.cross_check,
         device_span_ns=span,
         orphan_events=int(orphans.sum()),
@@ -154,6 +159,7 @@ def _import_measuring_modules() -> None:
     import fsdpbench.analysis.ops
     import fsdpbench.analysis.overlap
     import fsdpbench.analysis.sync
+    import fsdpbench.analysis.waits
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
 
 
@@ -374,4 +380,13 @@ def analyze(
         )
         warnings.extend(skew_warnings)
         res.stragglers = stragglers(res.collective_skew_us)
+    if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
+        from fsdpbench.analysis.waits import wait_transfer
+
+        res.waits, wait_warnings = wait_transfer(
+            [r.rank for r in timed],
+            [r.collective_columns() for r in timed],
+            [r.exposed_comm_ns for r in timed],
+        )
+        warnings.extend(wait_warnings)
     return res

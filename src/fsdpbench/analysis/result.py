@@ -61,6 +61,10 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
             "dtype": pd.Series(cols.get("dtype", [None] * n), dtype=object),
             "in_bytes": np.array(cols.get("in_bytes", [None] * n), dtype=np.float64),
             "out_bytes": np.array(cols.get("out_bytes", [None] * n), dtype=np.float64),
+            "mark_group": pd.Series(cols.get("mark_group", [None] * n), dtype=object),
+            "mark_index": np.array(cols.get("mark_index", [-1] * n), dtype=np.int64),
+            "unit": pd.Series(cols.get("unit", [None] * n), dtype=object),
+            "phase": pd.Series(cols.get("phase", [None] * n), dtype=object),
         }
     )
 
@@ -202,6 +206,8 @@ class RankMetrics(StepMetrics):
     orphan_us: float = 0.0
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exposed_comm_ns: Any = field(default=None, repr=False)
+    """(starts, ends) int64 arrays: ∪ communication minus ∪ compute (for the wait/transfer split)."""
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -258,6 +264,9 @@ class RankMetrics(StepMetrics):
             "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
             "collective_events": ce,
             "cross_check": self.cross_check_columns(),
+            "exposed_comm_ns": None
+            if self.exposed_comm_ns is None
+            else [list(map(int, self.exposed_comm_ns[0])), list(map(int, self.exposed_comm_ns[1]))],
         }
 
     @classmethod
@@ -279,11 +288,21 @@ class RankMetrics(StepMetrics):
             orphan_us=d["orphan_us"],
             orphan_share=d["orphan_share"],
             groups=d["groups"],
+            exposed_comm_ns=_intervals(d.get("exposed_comm_ns")),
         )
 
 
 _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
+
+
+def _intervals(pair: list[list[int]] | None) -> Any:
+    """(starts, ends) int64 arrays from their lists (None stays None)."""
+    if pair is None:
+        return None
+    import numpy as np
+
+    return np.asarray(pair[0], dtype=np.int64), np.asarray(pair[1], dtype=np.int64)
 
 
 def _stat(values: list[float | None], how: str) -> float | None:
@@ -316,6 +335,8 @@ class Analysis:
     collective_skew_us: dict[int, float] = field(default_factory=dict)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     top: int | None = None
+    waits: dict[str, Any] = field(default_factory=dict)
+    """Waiting vs transferring across ranks (analysis/waits.py); empty with one rank."""
 
     @property
     def mean(self) -> dict[str, float | None]:
@@ -347,4 +368,5 @@ class Analysis:
             "ranks": [r.to_dict(self.top) for r in self.ranks],
             "mean": self.mean,
             "across_ranks": self.across_ranks(),
+            "waits": self.waits,
         }

@@ -1,0 +1,141 @@
+"""Waiting vs transferring (analysis/waits.py) against hand-computed references."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fsdpbench.analysis import analyze
+from fsdpbench.analysis.waits import wait_transfer
+
+OFFSET_NS = 100_000  # rank 1's clock runs this far ahead
+
+
+def _cols(rows: list[tuple[str, float, int, int, int]], offset: int = 0) -> dict[str, Any]:
+    """(type, bytes, seq, start, end) rows as collective_events columns, group "0"."""
+    return {
+        "type": [r[0] for r in rows],
+        "bytes": [r[1] for r in rows],
+        "seq": [r[2] for r in rows],
+        "group": ["0"] * len(rows),
+        "start_ns": [r[3] + offset for r in rows],
+        "end_ns": [r[4] + offset for r in rows],
+    }
+
+
+def test_hand_computed_wait_transfer_offsets_exposure_and_bus_bandwidth():
+    # rank 0 reaches the all-gather 2000 ns and the reduce-scatter 500 ns before rank 1
+    r0 = _cols([("all_gather", 4000.0, 0, 1000, 5000), ("reduce_scatter", 3000.0, 1, 6000, 8000)])
+    r1 = _cols([("all_gather", 4000.0, 0, 3000, 5000), ("reduce_scatter", 3000.0, 1, 6500, 8000)], OFFSET_NS)
+    # rank 0 computes during [1000, 2000) and [7000, 8000): exposed = [2000, 5000) ∪ [6000, 7000)
+    exposed0 = (np.array([2000, 6000]), np.array([5000, 7000]))
+    exposed1 = (np.array([3000, 6500]) + OFFSET_NS, np.array([5000, 8000]) + OFFSET_NS)
+    out, warnings = wait_transfer([0, 1], [r0, r1], [exposed0, exposed1])
+    assert warnings == []
+    assert out["match"] == "group_seq" and out["instances"] == 2
+    rank0, rank1 = out["ranks"]
+    assert rank0["clock_offset_us"] == 0.0 and rank1["clock_offset_us"] == OFFSET_NS / 1000
+    # rank 0: waits 2000 + 500 ns, transfers 2000 + 1500 ns
+    assert rank0["wait_us"] == pytest.approx(2.5) and rank0["transfer_us"] == pytest.approx(3.5)
+    # exposed wait: [1000, 3000) ∪ [6000, 6500) ∩ exposed = 1000 + 500; transfer [3000, 5000) ∪ [6500, 8000)
+    assert rank0["exposed_wait_us"] == pytest.approx(1.5) and rank0["exposed_transfer_us"] == pytest.approx(
+        2.5
+    )
+    assert rank1["wait_us"] == 0.0 and rank1["transfer_us"] == pytest.approx(3.5)
+    assert rank1["exposed_wait_us"] == 0.0 and rank1["exposed_transfer_us"] == pytest.approx(3.5)
+    # nccl-tests: all_gather busbw = algbw (n-1)/n; 4000 B over 2000 ns = 2 GB/s
+    bw = out["bandwidth"]
+    assert bw["all_gather"]["algbw_gbps"] == pytest.approx(2.0) and bw["all_gather"][
+        "busbw_gbps"
+    ] == pytest.approx(1.0)
+    assert bw["reduce_scatter"]["algbw_gbps"] == pytest.approx(2.0)
+    top = out["top"][0]
+    assert top["type"] == "all_gather" and top["wait_us"] == pytest.approx(2.0) and top["last_rank"] == 1
+    skews = {r["rank"]: r["skew_us"] for r in top["per_rank"]}
+    assert skews == {0: 0.0, 1: pytest.approx(2.0)}
+
+
+def test_an_all_reduce_bus_bandwidth_is_twice_n_minus_one_over_n():
+    r = [_cols([("all_reduce", 8000.0, 0, 0, 1000)], k * 10) for k in range(4)]
+    out, _ = wait_transfer([0, 1, 2, 3], r)
+    bw = out["bandwidth"]["all_reduce"]
+    assert bw["algbw_gbps"] == pytest.approx(8.0) and bw["busbw_gbps"] == pytest.approx(8.0 * 2 * 3 / 4)
+
+
+def test_without_identity_collectives_are_matched_by_order_and_it_says_so():
+    r0 = {
+        "type": ["all_gather", "all_gather"],
+        "bytes": [1.0, 1.0],
+        "start_ns": [0, 100],
+        "end_ns": [50, 150],
+    }
+    r1 = {
+        "type": ["all_gather", "all_gather"],
+        "bytes": [1.0, 1.0],
+        "start_ns": [30, 100],
+        "end_ns": [50, 150],
+    }
+    out, _ = wait_transfer([0, 1], [r0, r1])
+    assert out["match"] == "order" and "order" in out["match_text"]
+    assert out["ranks"][0]["wait_us"] == pytest.approx(0.03)
+
+
+# --------------------------------------------------------------------- a hand-built 2-rank gloo trace
+def _gloo_rank(rank: int, shift_us: float, late_us: float, compute: tuple[float, float]) -> dict[str, Any]:
+    """A gloo profiled step with fsdpbench's ranges: layers.0 forward holds an all-gather (index 0) that
+    this rank reaches ``late_us`` after 1010 µs and that ends at 1051 µs on both ranks; layers.0 backward a
+    reduce-scatter (index 1) both reach at 1111 µs. Every timestamp moved by ``shift_us``."""
+
+    def x(name: str, ts: float, dur: float, tid: int = 100, cat: str = "user_annotation", **args: Any):
+        ev = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts + shift_us, "dur": dur}
+        return {**ev, "args": args} if args else ev
+
+    ag = 1010.0 + late_us
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 200, "args": {"name": "thread 200 (pt_gloo)"}},
+        x("ProfilerStep#3", 1000.0, 200.0),
+        x("fsdpbench::forward::layers.0", 1000.0, 100.0),
+        x("aten::mm", compute[0], compute[1], cat="cpu_op"),
+        x("fsdpbench::c10d::all_gather::group=0::index=0", ag, 3.0),
+        x("c10d::_allgather_base_", ag, 2.0, cat="cpu_op", **{"Input Dims": [[16], [8]], "Input type": ["float", "float"]}),
+        x("gloo:all_gather", ag + 1, 1051.0 - ag - 1, tid=200),
+        x("fsdpbench::backward::layers.0", 1100.0, 100.0),
+        x("fsdpbench::c10d::reduce_scatter::group=0::index=1", 1110.0, 3.0),
+        x("c10d::reduce_scatter_tensor", 1110.0, 2.0, cat="cpu_op", **{"Input Dims": [[8], [16]], "Input type": ["float", "float"]}),
+        x("gloo:reduce_scatter", 1111.0, 10.0, tid=200),
+    ]  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_a_hand_built_gloo_trace_matches_by_fsdpbench_ranges_and_puts_the_wait_in_its_unit(tmp_path):
+    docs = [
+        _gloo_rank(0, 0.0, 0.0, (1020.0, 10.0)),  # computes during part of its wait
+        _gloo_rank(1, 50_000.0, 30.0, (1000.0, 35.0)),  # arrives 30 µs late; clock 50 ms ahead
+    ]
+    paths = []
+    for r, doc in enumerate(docs):
+        p = tmp_path / f"rank{r}.json"
+        p.write_text(json.dumps(doc))
+        paths.append(p)
+    res = analyze(paths, workers=1)
+    w = res.to_dict()["waits"]
+    assert w["match"] == "c10d_ranges"
+    r0, r1 = w["ranks"]
+    assert r1["clock_offset_us"] == pytest.approx(50_000.0)
+    # rank 0: all-gather 1011–1051 waits until rank 1 arrives at 1041 (30 µs), moves 10; reduce-scatter 10
+    assert r0["wait_us"] == pytest.approx(30.0) and r0["transfer_us"] == pytest.approx(20.0)
+    # its compute [1020, 1030) hides 10 µs of the wait
+    assert r0["exposed_wait_us"] == pytest.approx(20.0) and r0["exposed_transfer_us"] == pytest.approx(20.0)
+    assert r1["wait_us"] == pytest.approx(0.0) and r1["transfer_us"] == pytest.approx(20.0)
+    units = {(u["unit"], u["phase"]): u["ranks"] for u in w["units"]}
+    assert units[("layers.0", "forward")]["0"]["wait_us"] == pytest.approx(30.0)
+    assert units[("layers.0", "backward")]["0"]["wait_us"] == pytest.approx(0.0)
+    assert units[("layers.0", "backward")]["0"]["transfer_us"] == pytest.approx(10.0)
