@@ -139,3 +139,37 @@ def test_a_hand_built_gloo_trace_matches_by_fsdpbench_ranges_and_puts_the_wait_i
     assert units[("layers.0", "forward")]["0"]["wait_us"] == pytest.approx(30.0)
     assert units[("layers.0", "backward")]["0"]["wait_us"] == pytest.approx(0.0)
     assert units[("layers.0", "backward")]["0"]["transfer_us"] == pytest.approx(10.0)
+
+
+# --------------------------------------------------------------------- the deliberate delay
+DELAY_MS = 1000.0  # well above the scheduling noise of a loaded 2-core machine (tens of ms)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_a_delayed_rank_shows_up_as_wait_on_the_other_rank_in_that_unit_and_phase_only(tmp_path):
+    """FSDPBENCH_FAULT=delay: rank 1 sleeps at the start of layers.1's forward in the profiled step; rank 0
+    then waits for it at that unit's all-gather: within 10% of the delay there, under 10% anywhere else."""
+    from conftest import free_port, run_cli
+    from fsdpbench.results import PROFILE_ROUND
+
+    fault = f"delay:torch:{PROFILE_ROUND}:1:layers.1:forward:{DELAY_MS:g}"
+    proc = run_cli(
+        *("run", "--arms", "torch", "--rounds", "1", "--warmup", "1", "--steps", "1", "--profile"),
+        *("--nproc", "2", "--layers", "2", "--seq-len", "32", "--no-report", "--name", "delay"),
+        *("--out", str(tmp_path), "--master-port", str(free_port())),
+        env={"FSDPBENCH_FAULT": fault},
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = tmp_path.glob("delay_*")
+    w = analyze([run / "profiles" / "torch"], workers=1).to_dict()["waits"]
+    assert w["match"] == "c10d_ranges"
+    waits = {
+        (u["unit"], u["phase"], int(r)): v["wait_us"] / 1000
+        for u in w["units"]
+        for r, v in u["ranks"].items()
+    }
+    assert waits[("layers.1", "forward", 0)] == pytest.approx(DELAY_MS, rel=0.10)
+    others = {k: v for k, v in waits.items() if k != ("layers.1", "forward", 0)}
+    assert max(others.values()) < 0.10 * DELAY_MS, others

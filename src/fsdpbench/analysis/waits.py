@@ -14,7 +14,9 @@ transferring), so ``wait_us + transfer_us`` = ``comm_us``. The exposed communica
 
 Clock offsets: the ranks of a collective finish it together (the last arrival releases them all), so
 rank r's offset to the reference rank (the lowest) is the median over shared instances of
-``e_r - e_ref``.
+``e_r - e_ref``, clipped to what causality allows (no rank ends a collective before the other arrived:
+``max(s_r - e_ref) <= offset <= min(e_r - s_ref)``), which on one host keeps scheduling noise in the
+ends from inventing an offset.
 """
 
 from __future__ import annotations
@@ -256,9 +258,20 @@ def wait_transfer(
     offsets: dict[int, float | None] = {int(ranks[0]): 0.0}
     off_ns = [0] * len(ranks)
     for i in range(1, len(ranks)):
-        diffs = [v["end"] - ref[k]["end"] for k, v in per_rank[i].items() if k in ref]
-        if diffs:
-            off_ns[i] = int(round(statistics.median(diffs)))
+        shared = [(v, ref[k]) for k, v in per_rank[i].items() if k in ref]
+        if shared:
+            est = statistics.median(v["end"] - w["end"] for v, w in shared)
+            # causality: neither rank ends a collective before the other arrived
+            lo = max(v["start"] - w["end"] for v, w in shared)
+            hi = min(v["end"] - w["start"] for v, w in shared)
+            if lo <= hi:
+                est = min(max(est, lo), hi)
+            else:
+                warnings.append(
+                    f"rank {ranks[i]}: no single clock offset to rank {ranks[0]} lets every shared collective end "
+                    "after both ranks arrived (clock drift, or collectives matched wrongly); the median is used"
+                )
+            off_ns[i] = int(round(est))
             offsets[int(ranks[i])] = off_ns[i] / 1000.0
         else:
             offsets[int(ranks[i])] = None
