@@ -381,12 +381,27 @@ def analyze(
         warnings.extend(skew_warnings)
         res.stragglers = stragglers(res.collective_skew_us)
     if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
-        from fsdpbench.analysis.waits import wait_transfer
+        from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
 
+        ce = [r.collective_columns() for r in timed]
         res.waits, wait_warnings = wait_transfer(
-            [r.rank for r in timed],
-            [r.collective_columns() for r in timed],
-            [r.exposed_comm_ns for r in timed],
+            [r.rank for r in timed], ce, [r.exposed_comm_ns for r in timed]
         )
         warnings.extend(wait_warnings)
+        row_split = res.waits.pop(ROW_SPLIT, None)
+        if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours
+            from fsdpbench.trace.ascend_comm import profiler_split
+
+            try:
+                totals, ops, ascend_warnings = profiler_split(
+                    [r.rank for r in timed],
+                    [r.source for r in timed],
+                    row_split,
+                    [list(c["start_ns"]) for c in ce],
+                )
+            except FsdpbenchError as exc:
+                warnings.append(f"the profiler's communication split is not shown: {exc}")
+            else:
+                res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
+                warnings.extend(ascend_warnings)
     return res

@@ -40,6 +40,9 @@ OPTIMIZER_RANGE = "fsdpbench::optimizer"
 MARK_COLUMNS = ("mark_group", "mark_index", "unit", "phase")
 """Columns :func:`rank_marks` adds to ``collective_events``."""
 TOP_N = 10
+ROW_SPLIT = "_rows"
+"""Key of the per-rank {row of collective_events: (wait µs, transfer µs)} in ``wait_transfer``'s result
+(taken out by ``analyze``, never in the JSON)."""
 
 # nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md): busbw = algbw * factor(n)
 BUSBW_FACTOR = {
@@ -209,7 +212,7 @@ def wait_transfer(
             end_ns, group, seq`` and, where fsdpbench ranges were read, ``mark_group, mark_index, unit,
             phase``); exposed: per rank its exposed-communication intervals (None: not split).
     Returns:
-        (the ``waits`` object of docs/DATA.md, warnings).
+        (the ``waits`` object of docs/DATA.md, plus :data:`ROW_SPLIT`; warnings).
     """
     warnings: list[str] = []
     if len(ranks) < 2:
@@ -288,6 +291,7 @@ def wait_transfer(
     wait_end_r: list[list[int]] = [[] for _ in ranks]
     ends_r: list[list[int]] = [[] for _ in ranks]
     place_r: list[list[tuple[Any, Any]]] = [[] for _ in ranks]
+    row_split: list[dict[int, tuple[float, float]]] = [{} for _ in ranks]
     for k, holders in all_keys.items():
         if len(holders) < 2:
             i = holders[0]
@@ -297,6 +301,7 @@ def wait_transfer(
             wait_end_r[i].append(v["start"])  # wait unknown: all of it transfer
             ends_r[i].append(v["end"])
             place_r[i].append((v["unit"], v["phase"]))
+            row_split[i][v["rows"][0]] = (0.0, (v["end"] - v["start"]) / 1000.0)
             continue
         aligned = [(per_rank[i][k]["start"] - off_ns[i], per_rank[i][k]["end"] - off_ns[i]) for i in holders]
         last = max(s for s, _ in aligned)
@@ -309,6 +314,7 @@ def wait_transfer(
             wait_end_r[i].append(v["start"] + wait)
             ends_r[i].append(v["end"])
             place_r[i].append((v["unit"], v["phase"]))
+            row_split[i][v["rows"][0]] = (wait / 1000.0, (e - s - wait) / 1000.0)
             rows.append(
                 {
                     "rank": int(ranks[i]),
@@ -370,6 +376,7 @@ def wait_transfer(
             "bandwidth": _bandwidth(instances),
             "units": units,
             "top": sorted(instances, key=lambda x: -(x["wait_us"] + x["transfer_us"]))[:top],
+            ROW_SPLIT: row_split,
         },
         warnings,
     )
