@@ -238,3 +238,34 @@ def test_the_late_ranks_wait_agrees_with_the_profilers_synchronization_on_the_te
     op = analyze([folder], workers=1).waits["profiler_ops"][0]
     assert op["op"] == name and op["rank"] == 0
     assert op["fsdpbench_wait_us"] == pytest.approx(1000.0 * info["Synchronization Time(ms)"], abs=1.0)
+
+
+def test_the_plain_python_interval_helpers_agree_with_a_brute_force_count():
+    from fsdpbench.analysis import waits
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        a = rng.integers(0, 60, size=(rng.integers(0, 6), 2)).tolist()
+        b = rng.integers(0, 60, size=(rng.integers(0, 6), 2)).tolist()
+        set_a = {t for s, e in a for t in range(s, e)}
+        set_b = {t for s, e in b for t in range(s, e)}
+        ua = waits._union([s for s, _ in a], [e for _, e in a])
+        ub = waits._union([s for s, _ in b], [e for _, e in b])
+        assert waits._length(ua) == len(set_a)
+        assert waits._intersection_length(ua, ub) == len(set_a & set_b)
+        diff = waits._difference(ua, ub)
+        assert {t for s, e in diff for t in range(s, e)} == set_a - set_b
+
+
+def test_the_exposed_overlap_by_running_length_agrees_with_a_brute_force_count():
+    from fsdpbench.analysis import waits
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        e = rng.integers(0, 80, size=(rng.integers(0, 8), 2)).tolist()
+        u = rng.integers(0, 80, size=(rng.integers(0, 8), 2)).tolist()
+        ue = waits._union([s for s, _ in e], [x for _, x in e])
+        uu = waits._union([s for s, _ in u], [x for _, x in u])
+        exp = waits._Exposed(([s for s, _ in ue], [x for _, x in ue]))
+        brute = {t for s, x in ue for t in range(s, x)} & {t for s, x in uu for t in range(s, x)}
+        assert exp.overlap(uu) == len(brute)

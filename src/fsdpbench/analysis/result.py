@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import array
+import base64
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,7 +189,10 @@ class RankMetrics(StepMetrics):
         steps: per profiler step; events: the rank's event table (see ``fsdpbench.trace.table``);
         device_span_ns: first device event start and last end (the rank's clock), or None;
         collective_events: DataFrame ``type, bytes, start_ns, end_ns, group, seq, dtype, in_bytes,
-            out_bytes`` (one row per collective; group None and seq -1 where the trace does not say);
+            out_bytes`` (one row per collective; group None and seq -1 where the trace does not say) and
+            ``mark_group, mark_index, unit, phase`` from fsdpbench's ranges (analysis/waits.py
+            ``rank_marks``; None/-1 without);
+        exposed_comm_ns: ∪ communication minus ∪ compute as (starts, ends), for the wait/transfer split;
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
@@ -207,7 +213,8 @@ class RankMetrics(StepMetrics):
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     exposed_comm_ns: Any = field(default=None, repr=False)
-    """(starts, ends) int64 arrays: ∪ communication minus ∪ compute (for the wait/transfer split)."""
+    """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
+    the wait/transfer split)."""
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -264,9 +271,7 @@ class RankMetrics(StepMetrics):
             "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
             "collective_events": ce,
             "cross_check": self.cross_check_columns(),
-            "exposed_comm_ns": None
-            if self.exposed_comm_ns is None
-            else [list(map(int, self.exposed_comm_ns[0])), list(map(int, self.exposed_comm_ns[1]))],
+            "exposed_comm_ns": _packed(self.exposed_comm_ns),
         }
 
     @classmethod
@@ -296,13 +301,32 @@ _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 
 
-def _intervals(pair: list[list[int]] | None) -> Any:
-    """(starts, ends) int64 arrays from their lists (None stays None)."""
+def _packed(pair: Any) -> list[str] | None:
+    """(starts, ends) as two base64 strings of little-endian int64 (compact in the cache, and read back
+    by the standard library's ``array``, without numpy)."""
     if pair is None:
         return None
-    import numpy as np
+    out = []
+    for values in pair:
+        arr = array.array("q", values.tolist() if hasattr(values, "tolist") else values)
+        if sys.byteorder != "little":
+            arr.byteswap()
+        out.append(base64.b64encode(arr.tobytes()).decode("ascii"))
+    return out
 
-    return np.asarray(pair[0], dtype=np.int64), np.asarray(pair[1], dtype=np.int64)
+
+def _intervals(packed: list[str] | None) -> Any:
+    """The inverse of :func:`_packed`: (starts, ends) as ``array.array('q')``."""
+    if packed is None:
+        return None
+    out = []
+    for text in packed:
+        arr = array.array("q")
+        arr.frombytes(base64.b64decode(text))
+        if sys.byteorder != "little":
+            arr.byteswap()
+        out.append(arr)
+    return out[0], out[1]
 
 
 def _stat(values: list[float | None], how: str) -> float | None:

@@ -21,18 +21,24 @@ ends from inventing an offset.
 
 from __future__ import annotations
 
+import array
+import bisect
+import heapq
+import itertools
+import operator
 import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from fsdpbench.analysis import intervals as iv
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from fsdpbench.trace.table import EventTable
+
+# The cross-rank part is plain Python (no numpy): a fully cached `fsdpbench analyze` never imports numpy.
+Pairs = list[list[int]]
 
 MARK_RE = re.compile(r"^fsdpbench::c10d::(?P<kind>[^:]+)::group=(?P<group>.*)::index=(?P<index>\d+)$")
 UNIT_RE = re.compile(r"^fsdpbench::(?P<phase>forward|backward)::(?P<unit>.+)$")
@@ -69,6 +75,8 @@ MATCH_TEXT = {
 # ------------------------------------------------------------------------------------------ one rank
 def _sorted_comm(t: EventTable) -> np.ndarray:
     """The comm events' positions in ``collective_events``' order (by start, stable)."""
+    import numpy as np
+
     sel = np.flatnonzero(t.device & t.category.mask("comm"))
     return sel[np.argsort(t.start_ns[sel], kind="stable")]
 
@@ -77,6 +85,8 @@ def _enclosing_unit(
     starts: np.ndarray, lanes: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, r_lane: np.ndarray
 ) -> np.ndarray:
     """For each (start, lane): the position of the innermost range (latest start) that holds it, -1 none."""
+    import numpy as np
+
     out = np.full(starts.size, -1, dtype=np.int64)
     if r_start.size == 0:
         return out
@@ -98,6 +108,8 @@ def rank_marks(t: EventTable) -> dict[str, np.ndarray]:
     The k-th c10d range (by start) names the k-th collective, as the CPU reader pairs launches with
     gloo's worker spans; used only when the counts agree (else every value is None/-1).
     """
+    import numpy as np
+
     comm = _sorted_comm(t)
     n = comm.size
     out: dict[str, np.ndarray] = {
@@ -140,6 +152,7 @@ def rank_marks(t: EventTable) -> dict[str, np.ndarray]:
 
 def exposed_intervals(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """∪ communication minus ∪ compute of ``t`` (the exposed communication, as intervals)."""
+    from fsdpbench.analysis import intervals as iv
     from fsdpbench.analysis.overlap import category_union
 
     return iv.difference(category_union(t, "comm"), category_union(t, "compute"))
@@ -178,31 +191,102 @@ def _keys(ce: Any) -> tuple[list[tuple[Any, ...]], str]:
     return keys, MATCH_ORDER
 
 
-def _length_us(x: iv.Intervals) -> float:
-    return iv.length(x) / 1000.0
+def _union(starts: Sequence[int], ends: Sequence[int]) -> Pairs:
+    """Sorted union of [start, end) intervals (touching ones merged; empty ones dropped)."""
+    out: Pairs = []
+    for a, b in sorted((a, b) for a, b in zip(starts, ends, strict=True) if b > a):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1][1] = b
+        else:
+            out.append([a, b])
+    return out
+
+
+def _length(x: Pairs) -> int:
+    return sum(b - a for a, b in x)
+
+
+def _intersection_length(x: Pairs, y: Pairs) -> int:
+    """|x ∩ y| of two unions (a merge of the two sorted lists)."""
+    i = j = total = 0
+    while i < len(x) and j < len(y):
+        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if hi > lo:
+            total += hi - lo
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _difference(x: Pairs, y: Pairs) -> Pairs:
+    """x minus y for two unions."""
+    out: Pairs = []
+    j = 0
+    for a, b in x:
+        cur = a
+        while j < len(y) and y[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(y) and y[k][0] < b:
+            if y[k][0] > cur:
+                out.append([cur, y[k][0]])
+            cur = max(cur, y[k][1])
+            k += 1
+        if cur < b:
+            out.append([cur, b])
+    return out
+
+
+class _Exposed:
+    """A rank's exposed-communication union as sorted starts/ends and the running length before each
+    interval: ``|E ∩ U|`` for a union U of k intervals in O(k log n), with no per-interval Python work
+    on the n intervals of E beyond one C-level accumulate."""
+
+    def __init__(self, exposed: Any) -> None:
+        s, e = exposed
+        # numpy arrays (a fresh analysis) as lists; array.array (from a result cache) index as they are
+        self.s = s.tolist() if hasattr(s, "dtype") else s
+        self.e = e.tolist() if hasattr(e, "dtype") else e
+        self.cum = array.array("q", [0])
+        self.cum.extend(itertools.accumulate(map(operator.sub, self.e, self.s)))
+
+    def before(self, t: int) -> int:
+        """|E ∩ (-inf, t)|."""
+        k = bisect.bisect_right(self.s, t) - 1
+        if k < 0:
+            return 0
+        return self.cum[k] + min(t, self.e[k]) - self.s[k]
+
+    def overlap(self, u: Pairs) -> int:
+        """|E ∩ u| for a union u."""
+        return sum(self.before(b) - self.before(a) for a, b in u)
 
 
 def _split(
-    starts: list[int], wait_end: list[int], ends: list[int], exposed: iv.Intervals | None
+    starts: list[int], wait_end: list[int], ends: list[int], exposed: _Exposed | None
 ) -> dict[str, float | None]:
     """Union-based wait/transfer (and their exposed parts) of one rank's collectives."""
-    s, w, e = (np.asarray(x, dtype=np.int64) for x in (starts, wait_end, ends))
-    wait_u = iv.union(s, w)
-    transfer_u = iv.union(w, e)
-    wait_only = iv.difference(wait_u, transfer_u)
-    out: dict[str, float | None] = {"wait_us": _length_us(wait_only), "transfer_us": _length_us(transfer_u)}
+    transfer_u = _union(wait_end, ends)
+    wait_only = _difference(_union(starts, wait_end), transfer_u)
+    out: dict[str, float | None] = {
+        "wait_us": _length(wait_only) / 1000.0,
+        "transfer_us": _length(transfer_u) / 1000.0,
+    }
     if exposed is None:
         out["exposed_wait_us"] = out["exposed_transfer_us"] = None
     else:
-        out["exposed_wait_us"] = iv.intersection_length(wait_only, exposed) / 1000.0
-        out["exposed_transfer_us"] = iv.intersection_length(transfer_u, exposed) / 1000.0
+        out["exposed_wait_us"] = exposed.overlap(wait_only) / 1000.0
+        out["exposed_transfer_us"] = exposed.overlap(transfer_u) / 1000.0
     return out
 
 
 def wait_transfer(
     ranks: Sequence[int],
     events: Sequence[Any],
-    exposed: Sequence[iv.Intervals | None] | None = None,
+    exposed: Sequence[Any] | None = None,
     top: int = TOP_N,
 ) -> tuple[dict[str, Any], list[str]]:
     """Wait and transfer of every collective of ``ranks``.
@@ -217,18 +301,18 @@ def wait_transfer(
     warnings: list[str] = []
     if len(ranks) < 2:
         return {}, warnings
-    exposed = list(exposed) if exposed is not None else [None] * len(ranks)
+    exposed = (
+        [None if x is None else _Exposed(x) for x in exposed] if exposed is not None else [None] * len(ranks)
+    )
     per_rank: list[dict[tuple[Any, ...], dict[str, Any]]] = []
-    methods = []
-    for ce in events:
-        keys, method = _keys(ce)
-        methods.append(method)
-        per_rank.append({})
+    first = [_keys(ce) for ce in events]
+    methods = [m for _, m in first]
+    per_rank = [{} for _ in events]
     # one method for all ranks: the weakest any rank allows
     order = [MATCH_SEQ, MATCH_MARKS, MATCH_ORDER]
     method = max(methods, key=order.index)
     for i, ce in enumerate(events):
-        keys, m = _keys(ce)
+        keys, m = first[i]
         if m != method:
             if method == MATCH_ORDER:
                 ce = {k: ce[k] for k in ("type", "start_ns", "end_ns", "group") if k in ce}
@@ -303,42 +387,21 @@ def wait_transfer(
             place_r[i].append((v["unit"], v["phase"]))
             row_split[i][v["rows"][0]] = (0.0, (v["end"] - v["start"]) / 1000.0)
             continue
-        aligned = [(per_rank[i][k]["start"] - off_ns[i], per_rank[i][k]["end"] - off_ns[i]) for i in holders]
+        vs = [per_rank[i][k] for i in holders]
+        aligned = [(v["start"] - off_ns[i], v["end"] - off_ns[i]) for i, v in zip(holders, vs, strict=True)]
         last = max(s for s, _ in aligned)
-        first = min(s for s, _ in aligned)
-        rows = []
-        for i, (s, e) in zip(holders, aligned, strict=True):
-            v = per_rank[i][k]
+        waits = []
+        for i, v, (s, e) in zip(holders, vs, aligned, strict=True):
             wait = min(max(last - s, 0), e - s)
+            waits.append(wait)
             starts_r[i].append(v["start"])
             wait_end_r[i].append(v["start"] + wait)
             ends_r[i].append(v["end"])
             place_r[i].append((v["unit"], v["phase"]))
             row_split[i][v["rows"][0]] = (wait / 1000.0, (e - s - wait) / 1000.0)
-            rows.append(
-                {
-                    "rank": int(ranks[i]),
-                    "skew_us": (s - first) / 1000.0,
-                    "wait_us": wait / 1000.0,
-                    "transfer_us": (e - s - wait) / 1000.0,
-                }
-            )
-        v0 = per_rank[holders[0]][k]
+        # (wait + transfer of the slowest, key, holders, aligned, waits): dicts only for the top ones
         transfer_ns = max(max(e for _, e in aligned) - last, 0)
-        instances.append(
-            {
-                "key": list(k),
-                "type": v0["type"],
-                "bytes": v0["bytes"],
-                "unit": v0["unit"],
-                "phase": v0["phase"],
-                "ranks": len(holders),
-                "last_rank": int(ranks[holders[max(range(len(aligned)), key=lambda j: aligned[j][0])]]),
-                "wait_us": max(r["wait_us"] for r in rows),
-                "transfer_us": transfer_ns / 1000.0,
-                "per_rank": rows,
-            }
-        )
+        instances.append((max(waits) + transfer_ns, transfer_ns, k, holders, aligned, waits))
     if any(unmatched):
         warnings.append(
             "collectives found on one rank only (counted as transfer, their wait cannot be told): "
@@ -373,29 +436,62 @@ def wait_transfer(
             "reference_rank": int(ranks[0]),
             "instances": len(instances),
             "ranks": rank_rows,
-            "bandwidth": _bandwidth(instances),
+            "bandwidth": _bandwidth(per_rank, instances),
             "units": units,
-            "top": sorted(instances, key=lambda x: -(x["wait_us"] + x["transfer_us"]))[:top],
+            "top": [
+                _instance(per_rank, ranks, x) for x in heapq.nlargest(top, instances, key=lambda x: x[0])
+            ],
             ROW_SPLIT: row_split,
         },
         warnings,
     )
 
 
-def _bandwidth(instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _instance(per_rank: list[dict[Any, dict[str, Any]]], ranks: Sequence[int], x: tuple) -> dict[str, Any]:
+    """One matched collective as the ``top`` entry of docs/DATA.md."""
+    _, transfer_ns, k, holders, aligned, waits = x
+    v0 = per_rank[holders[0]][k]
+    first = min(s for s, _ in aligned)
+    rows = [
+        {
+            "rank": int(ranks[i]),
+            "skew_us": (s - first) / 1000.0,
+            "wait_us": w / 1000.0,
+            "transfer_us": (e - s - w) / 1000.0,
+        }
+        for i, (s, e), w in zip(holders, aligned, waits, strict=True)
+    ]
+    return {
+        "key": list(k),
+        "type": v0["type"],
+        "bytes": v0["bytes"],
+        "unit": v0["unit"],
+        "phase": v0["phase"],
+        "ranks": len(holders),
+        "last_rank": int(ranks[holders[max(range(len(aligned)), key=lambda j: aligned[j][0])]]),
+        "wait_us": max(waits) / 1000.0,
+        "transfer_us": transfer_ns / 1000.0,
+        "per_rank": rows,
+    }
+
+
+def _bandwidth(
+    per_rank: list[dict[Any, dict[str, Any]]], instances: list[tuple]
+) -> dict[str, dict[str, Any]]:
     """Per type: algbw = Σ bytes / Σ transfer time (last arrival to last end) over the instances whose
     size is known, busbw = Σ (bytes x nccl-tests factor(n)) / the same time; GB/s (1e9 B/s)."""
     acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
-    for x in instances:
-        a = acc[x["type"]]
+    for _, transfer_ns, k, holders, _, _ in instances:
+        v0 = per_rank[holders[0]][k]
+        a = acc[v0["type"]]
         a[3] += 1
-        b = x["bytes"]
-        if b is None or x["transfer_us"] <= 0:
+        b = v0["bytes"]
+        if b is None or transfer_ns <= 0:
             continue
-        factor = BUSBW_FACTOR.get(x["type"])
+        factor = BUSBW_FACTOR.get(v0["type"])
         a[0] += b
-        a[1] += b * (factor(x["ranks"]) if factor else float("nan"))
-        a[2] += x["transfer_us"] * 1000.0
+        a[1] += b * (factor(len(holders)) if factor else float("nan"))
+        a[2] += transfer_ns
     return {
         t: {
             "count": int(a[3]),
