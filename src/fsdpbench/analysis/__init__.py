@@ -128,7 +128,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.waits import exposed_intervals, rank_marks
 
     ce = collective_events(sel)
-    ce.update(rank_marks(sel))
+    ce.update(rank_marks(sel, by_order=trace.mode == "cpu"))
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())

@@ -99,14 +99,15 @@ def _enclosing_unit(
     return out
 
 
-def rank_marks(t: EventTable) -> dict[str, np.ndarray]:
+def rank_marks(t: EventTable, by_order: bool = True) -> dict[str, np.ndarray]:
     """Per collective (``collective_events``' order): ``mark_group``/``mark_index`` from fsdpbench's
     ``fsdpbench::c10d::<kind>::group=<g>::index=<k>`` ranges (None/-1 without), and the ``unit`` and
     ``phase`` (``forward``, ``backward``, ``optimizer``; None outside) of the innermost fsdpbench unit range
     holding that c10d range.
 
     The k-th c10d range (by start) names the k-th collective, as the CPU reader pairs launches with
-    gloo's worker spans; used only when the counts agree (else every value is None/-1).
+    gloo's worker spans; used only when the counts agree and ``by_order`` (CPU traces: on a device,
+    kernels on several streams need not start in launch order), else every value is None/-1.
     """
     import numpy as np
 
@@ -123,7 +124,7 @@ def rank_marks(t: EventTable) -> dict[str, np.ndarray]:
     host = ~t.device
     is_mark = np.array([m is not None for m in parsed] + [False])[t.name.codes] & host
     marks = np.flatnonzero(is_mark)
-    if n == 0 or marks.size != n:
+    if n == 0 or marks.size != n or not by_order:
         return out
     marks = marks[np.argsort(t.start_ns[marks], kind="stable")]
     codes = t.name.codes[marks]
