@@ -140,6 +140,35 @@ def test_a_hand_built_gloo_trace_matches_by_fsdpbench_ranges_and_puts_the_wait_i
     assert units[("layers.0", "forward")]["0"]["wait_us"] == pytest.approx(30.0)
     assert units[("layers.0", "backward")]["0"]["wait_us"] == pytest.approx(0.0)
     assert units[("layers.0", "backward")]["0"]["transfer_us"] == pytest.approx(10.0)
+    # each collective's transfer time for the α–β fits: rank 0's all-gather 40 µs long, 30 of it waiting
+    assert res.ranks[0].collective_events["transfer_ns"].tolist() == [10_000, 10_000]
+    assert res.ranks[1].collective_events["transfer_ns"].tolist() == [10_000, 10_000]
+
+
+def test_the_alpha_beta_fit_uses_transfer_time_not_wait_plus_transfer():
+    import pandas as pd
+
+    from fsdpbench.analysis import whatif
+
+    alpha_us, beta_us_per_byte = 20.0, 0.001
+    sizes = np.array([1e4, 5e4, 1e5, 5e5, 1e6, 2e6])
+    transfer_ns = np.round((alpha_us + beta_us_per_byte * sizes) * 1000).astype(np.int64)
+    wait_ns = np.array([0, 900_000, 5_000, 0, 2_000_000, 40_000])  # waits unrelated to size
+    start = np.arange(sizes.size, dtype=np.int64) * 10_000_000
+    events = pd.DataFrame(
+        {
+            "type": ["all_gather"] * sizes.size,
+            "bytes": sizes,
+            "start_ns": start,
+            "end_ns": start + wait_ns + transfer_ns,
+            "transfer_ns": transfer_ns,
+        }
+    )
+    fit = whatif.fit_events(events)["all_gather"]
+    assert fit.alpha_us == pytest.approx(alpha_us, rel=1e-6)
+    assert fit.beta_us_per_byte == pytest.approx(beta_us_per_byte, rel=1e-6)
+    without = whatif.fit_events(events.drop(columns="transfer_ns"))["all_gather"]
+    assert without.alpha_us != pytest.approx(alpha_us, rel=0.1)  # wait + transfer: a different line
 
 
 # --------------------------------------------------------------------- the deliberate delay

@@ -389,6 +389,9 @@ def analyze(
         )
         warnings.extend(wait_warnings)
         row_split = res.waits.pop(ROW_SPLIT, None)
+        if row_split is not None:
+            for r, split in zip(timed, row_split, strict=True):
+                r.set_transfer_ns(split)
         if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours
             from fsdpbench.trace.ascend_comm import profiler_split
 

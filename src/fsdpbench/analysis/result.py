@@ -68,6 +68,11 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
             "mark_index": np.array(cols.get("mark_index", [-1] * n), dtype=np.int64),
             "unit": pd.Series(cols.get("unit", [None] * n), dtype=object),
             "phase": pd.Series(cols.get("phase", [None] * n), dtype=object),
+            **(
+                {"transfer_ns": np.array(cols["transfer_ns"], dtype=np.int64)}
+                if "transfer_ns" in cols
+                else {}
+            ),
         }
     )
 
@@ -240,6 +245,22 @@ class RankMetrics(StepMetrics):
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
+
+    def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
+        """Add ``collective_events``' ``transfer_ns`` column: each collective's transfer time (ns) from the
+        cross-rank split ``{row: (wait µs, transfer µs)}``; the whole duration where a row has none (the
+        further kernels of a coalesced collective). The α–β fits use it (docs/attribution.md)."""
+        ce = self.collective_columns()
+        start, end = list(ce["start_ns"]), list(ce["end_ns"])
+        transfer = [int(e) - int(s) for s, e in zip(start, end, strict=True)]
+        for j, (_, t_us) in split.items():
+            transfer[j] = round(t_us * 1000.0)
+        if isinstance(ce, dict):
+            ce["transfer_ns"] = transfer
+        else:
+            import numpy as np
+
+            ce["transfer_ns"] = np.asarray(transfer, dtype=np.int64)
 
     def collective_columns(self) -> Any:
         """``collective_events`` as stored: the DataFrame, or the columns (``type, bytes, start_ns,
