@@ -298,3 +298,52 @@ def test_the_exposed_overlap_by_running_length_agrees_with_a_brute_force_count()
         exp = waits._Exposed(([s for s, _ in ue], [x for _, x in ue]))
         brute = {t for s, x in ue for t in range(s, x)} & {t for s, x in uu for t in range(s, x)}
         assert exp.overlap(uu) == len(brute)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "delay:torch:-1:1:layers.1:sideways:200",
+        "delay:torch:-1:1:layers.1:forward",
+        "delay:torch:x:1:l:forward:5",
+    ],
+)
+def test_a_malformed_delay_is_one_clear_error_naming_the_variable(monkeypatch, fault):
+    from fsdpbench.errors import ConfigError
+    from fsdpbench.worker import FAULT_ENV, profile_delay
+
+    monkeypatch.setenv(FAULT_ENV, fault)
+    with pytest.raises(ConfigError, match="FSDPBENCH_FAULT"):
+        profile_delay({"arm": "torch", "round": -1}, 1)
+
+
+def test_a_delay_applies_to_its_arm_round_and_rank_only(monkeypatch):
+    from fsdpbench.worker import FAULT_ENV, profile_delay
+
+    monkeypatch.setenv(FAULT_ENV, "delay:torch:-1:1:layers.0:backward:250")
+    assert profile_delay({"arm": "torch", "round": -1}, 1) == ("layers.0", "backward", 0.25)
+    assert profile_delay({"arm": "torch", "round": -1}, 0) is None
+    assert profile_delay({"arm": "hyper", "round": -1}, 1) is None
+    assert profile_delay({"arm": "torch", "round": 0}, 1) is None
+
+
+def test_analyze_prints_the_split_per_rank_and_the_slowest_collectives(tmp_path):
+    from rich.console import Console
+
+    from fsdpbench.commands.analyze import render
+
+    paths = []
+    for r, doc in enumerate(
+        [_gloo_rank(0, 0.0, 0.0, (1020.0, 10.0)), _gloo_rank(1, 50_000.0, 30.0, (1000.0, 35.0))]
+    ):
+        paths.append(tmp_path / f"rank{r}.json")
+        paths[-1].write_text(json.dumps(doc))
+    con = Console(record=True, width=130)
+    render(analyze(paths, workers=1), console=con)
+    text = con.export_text()
+    assert "Waiting vs transferring (2 collectives matched by c10d_ranges)" in text
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    assert ["0", "0.030", "0.020", "0.020", "0.020", "0.0"] in rows  # rank: wait, transfer, exposed, offset
+    assert ["1", "0.000", "0.020", "0.000", "0.020", "50000.0"] in rows
+    top = next(line for line in text.splitlines() if "layers.0" in line and "forward" in line)
+    assert "0.030" in top and "all_gather" in top

@@ -36,6 +36,7 @@ from fsdpbench import results
 from fsdpbench.backends import Backend, get_backend
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
+from fsdpbench.errors import ConfigError
 from fsdpbench.phase_marks import PhaseMarks
 from fsdpbench.phases import MARKED_PHASES
 from fsdpbench.profile_marks import ProfileMarks, decoder_units
@@ -562,13 +563,17 @@ def profile_delay(spec: dict[str, Any] | None, rank: int) -> tuple[str, str, flo
         return None
     parts = fault.split(":")
     if len(parts) != 7 or parts[5] not in ("forward", "backward"):
-        raise ValueError(
+        raise ConfigError(
             f"{FAULT_ENV}={fault!r}: a delay is delay:ARM:ROUND:RANK:UNIT:PHASE:MS with PHASE forward or backward"
         )
     _, arm, round_, f_rank, unit, phase, ms = parts
-    if (arm, int(round_), int(f_rank)) != (spec["arm"], spec["round"], rank):
+    try:
+        round_n, rank_n, seconds = int(round_), int(f_rank), float(ms) / 1000.0
+    except ValueError:
+        raise ConfigError(f"{FAULT_ENV}={fault!r}: ROUND and RANK must be integers, MS a number") from None
+    if (arm, round_n, rank_n) != (spec["arm"], spec["round"], rank):
         return None
-    return unit, phase, float(ms) / 1000.0
+    return unit, phase, seconds
 
 
 def environment_facts(device_type: str, backend: Backend, world: int) -> dict[str, Any]:
