@@ -262,8 +262,17 @@ class _Exposed:
         return self.cum[k] + min(t, self.e[k]) - self.s[k]
 
     def overlap(self, u: Pairs) -> int:
-        """|E ∩ u| for a union u."""
-        return sum(self.before(b) - self.before(a) for a, b in u)
+        """|E ∩ u| for a union u (``before`` inlined: this runs once per interval of u)."""
+        s, e, cum, right = self.s, self.e, self.cum, bisect.bisect_right
+        total = 0
+        for a, b in u:
+            k = right(s, b) - 1
+            if k >= 0:
+                total += cum[k] + (b if b < e[k] else e[k]) - s[k]
+            k = right(s, a) - 1
+            if k >= 0:
+                total -= cum[k] + (a if a < e[k] else e[k]) - s[k]
+        return total
 
 
 def _split(
@@ -305,10 +314,9 @@ def wait_transfer(
     exposed = (
         [None if x is None else _Exposed(x) for x in exposed] if exposed is not None else [None] * len(ranks)
     )
-    per_rank: list[dict[tuple[Any, ...], dict[str, Any]]] = []
     first = [_keys(ce) for ce in events]
     methods = [m for _, m in first]
-    per_rank = [{} for _ in events]
+    per_rank: list[dict[tuple[Any, ...], list[Any]]] = [{} for _ in events]
     # one method for all ranks: the weakest any rank allows
     order = [MATCH_SEQ, MATCH_MARKS, MATCH_ORDER]
     method = max(methods, key=order.index)
@@ -321,26 +329,18 @@ def wait_transfer(
                 ce = {k: ce[k] for k in ce if k not in ("seq",)}
             keys, _ = _keys(ce)
         n = len(keys)
-        types = _col(ce, "type", n, "other")
-        nbytes = _col(ce, "bytes", n, float("nan"))
+        types = [str(t) for t in _col(ce, "type", n, "other")]
+        nbytes = [_none(b) for b in _col(ce, "bytes", n, None)]
         st, en = _col(ce, "start_ns", n, 0), _col(ce, "end_ns", n, 0)
         unit, phase = _col(ce, "unit", n, None), _col(ce, "phase", n, None)
+        mine = per_rank[i]
         for j, k in enumerate(keys):
-            item = per_rank[i].get(k)
-            if item is None:
-                per_rank[i][k] = {
-                    "type": str(types[j]),
-                    "bytes": _none(nbytes[j]),
-                    "start": int(st[j]),
-                    "end": int(en[j]),
-                    "unit": _none(unit[j]),
-                    "phase": _none(phase[j]),
-                    "rows": [j],
-                }
+            item = mine.get(k)
+            if item is None:  # [type, bytes, start, end, unit, phase, first row]
+                mine[k] = [types[j], nbytes[j], int(st[j]), int(en[j]), _none(unit[j]), _none(phase[j]), j]
             else:  # several kernels of one collective (coalesced): its span
-                item["start"] = min(item["start"], int(st[j]))
-                item["end"] = max(item["end"], int(en[j]))
-                item["rows"].append(j)
+                item[2] = min(item[2], int(st[j]))
+                item[3] = max(item[3], int(en[j]))
     # clock offsets from the ends of shared instances, to the lowest rank
     ref = per_rank[0]
     offsets: dict[int, float | None] = {int(ranks[0]): 0.0}
@@ -348,10 +348,10 @@ def wait_transfer(
     for i in range(1, len(ranks)):
         shared = [(v, ref[k]) for k, v in per_rank[i].items() if k in ref]
         if shared:
-            est = statistics.median(v["end"] - w["end"] for v, w in shared)
+            est = statistics.median(v[3] - w[3] for v, w in shared)
             # causality: neither rank ends a collective before the other arrived
-            lo = max(v["start"] - w["end"] for v, w in shared)
-            hi = min(v["end"] - w["start"] for v, w in shared)
+            lo = max(v[2] - w[3] for v, w in shared)
+            hi = min(v[3] - w[2] for v, w in shared)
             if lo <= hi:
                 est = min(max(est, lo), hi)
             else:
@@ -380,28 +380,34 @@ def wait_transfer(
     for k, holders in all_keys.items():
         if len(holders) < 2:
             i = holders[0]
-            v = per_rank[i][k]
+            _, _, start, end, u, ph, row = per_rank[i][k]
             unmatched[i] += 1
-            starts_r[i].append(v["start"])
-            wait_end_r[i].append(v["start"])  # wait unknown: all of it transfer
-            ends_r[i].append(v["end"])
-            place_r[i].append((v["unit"], v["phase"]))
-            row_split[i][v["rows"][0]] = (0.0, (v["end"] - v["start"]) / 1000.0)
+            starts_r[i].append(start)
+            wait_end_r[i].append(start)  # wait unknown: all of it transfer
+            ends_r[i].append(end)
+            place_r[i].append((u, ph))
+            row_split[i][row] = (0.0, (end - start) / 1000.0)
             continue
         vs = [per_rank[i][k] for i in holders]
-        aligned = [(v["start"] - off_ns[i], v["end"] - off_ns[i]) for i, v in zip(holders, vs, strict=True)]
-        last = max(s for s, _ in aligned)
+        aligned = [(v[2] - off_ns[i], v[3] - off_ns[i]) for i, v in zip(holders, vs, strict=True)]
+        last = max([a for a, _ in aligned])
+        last_end = max([b for _, b in aligned])
         waits = []
-        for i, v, (s, e) in zip(holders, vs, aligned, strict=True):
-            wait = min(max(last - s, 0), e - s)
+        for i, v, (a, b) in zip(holders, vs, aligned, strict=True):
+            wait = last - a
+            if wait < 0:
+                wait = 0
+            elif wait > b - a:
+                wait = b - a
             waits.append(wait)
-            starts_r[i].append(v["start"])
-            wait_end_r[i].append(v["start"] + wait)
-            ends_r[i].append(v["end"])
-            place_r[i].append((v["unit"], v["phase"]))
-            row_split[i][v["rows"][0]] = (wait / 1000.0, (e - s - wait) / 1000.0)
+            start = v[2]
+            starts_r[i].append(start)
+            wait_end_r[i].append(start + wait)
+            ends_r[i].append(v[3])
+            place_r[i].append((v[4], v[5]))
+            row_split[i][v[6]] = (wait / 1000.0, (b - a - wait) / 1000.0)
         # (wait + transfer of the slowest, key, holders, aligned, waits): dicts only for the top ones
-        transfer_ns = max(max(e for _, e in aligned) - last, 0)
+        transfer_ns = last_end - last if last_end > last else 0
         instances.append((max(waits) + transfer_ns, transfer_ns, k, holders, aligned, waits))
     if any(unmatched):
         warnings.append(
@@ -448,11 +454,12 @@ def wait_transfer(
     )
 
 
-def _instance(per_rank: list[dict[Any, dict[str, Any]]], ranks: Sequence[int], x: tuple) -> dict[str, Any]:
+def _instance(per_rank: list[dict[Any, list[Any]]], ranks: Sequence[int], x: tuple) -> dict[str, Any]:
     """One matched collective as the ``top`` entry of docs/DATA.md."""
     _, transfer_ns, k, holders, aligned, waits = x
     v0 = per_rank[holders[0]][k]
     first = min(s for s, _ in aligned)
+    v0 = {"type": v0[0], "bytes": v0[1], "unit": v0[4], "phase": v0[5]}
     rows = [
         {
             "rank": int(ranks[i]),
@@ -483,13 +490,12 @@ def _bandwidth(
     size is known, busbw = Σ (bytes x nccl-tests factor(n)) / the same time; GB/s (1e9 B/s)."""
     acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     for _, transfer_ns, k, holders, _, _ in instances:
-        v0 = per_rank[holders[0]][k]
-        a = acc[v0["type"]]
+        kind, b = per_rank[holders[0]][k][:2]
+        a = acc[kind]
         a[3] += 1
-        b = v0["bytes"]
         if b is None or transfer_ns <= 0:
             continue
-        factor = BUSBW_FACTOR.get(v0["type"])
+        factor = BUSBW_FACTOR.get(kind)
         a[0] += b
         a[1] += b * (factor(len(holders)) if factor else float("nan"))
         a[2] += transfer_ns
