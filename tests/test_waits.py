@@ -347,3 +347,27 @@ def test_analyze_prints_the_split_per_rank_and_the_slowest_collectives(tmp_path)
     assert ["1", "0.000", "0.020", "0.000", "0.020", "50000.0"] in rows
     top = next(line for line in text.splitlines() if "layers.0" in line and "forward" in line)
     assert "0.030" in top and "all_gather" in top
+
+
+def test_the_clock_offset_is_clipped_to_what_causality_allows():
+    """Rank 1 ends 500 ns before rank 0 in two of three collectives (scheduling noise on one host: the
+    median says −500 ns), but rank 0 arrives 100 ns before rank 1 ends the first one and rank 1 arrives
+    100 ns before rank 0 ends the second: no rank ends before the other arrived only for offsets in
+    [−100, 100] ns, so −100 ns is used."""
+    r0 = _cols(
+        [
+            ("all_gather", 1.0, 0, 900, 1500),
+            ("all_gather", 1.0, 1, 2000, 3000),
+            ("all_gather", 1.0, 2, 5000, 6000),
+        ]
+    )
+    r1 = _cols(
+        [
+            ("all_gather", 1.0, 0, 0, 1000),
+            ("all_gather", 1.0, 1, 2900, 3050),
+            ("all_gather", 1.0, 2, 4000, 5500),
+        ]
+    )
+    out, warnings = wait_transfer([0, 1], [r0, r1])
+    assert warnings == []
+    assert out["ranks"][1]["clock_offset_us"] == pytest.approx(-0.1)
