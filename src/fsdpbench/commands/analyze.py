@@ -207,7 +207,13 @@ def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
         title=f"Waiting vs transferring ({w['instances']} collectives matched by {w['match']})",
         title_justify="left",
         caption="ms; wait: for the last rank to arrive; exp.: not hidden under compute; offset: clock offset "
-        f"to rank {w['reference_rank']} applied (µs)",
+        f"to rank {w['reference_rank']} applied (µs)"
+        + (
+            "; profiler: the Ascend profiler's synchronization and elapse − synchronization "
+            "(docs/attribution.md)"
+            if w.get("profiler")
+            else ""
+        ),
         caption_justify="left",
     )
     for col in ("rank", "wait", "transfer", "exp. wait", "exp. transfer", "offset µs"):
@@ -223,7 +229,8 @@ def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
             "?" if off is None else f"{off:.1f}",
         )
     for p in w.get("profiler") or []:  # the Ascend profiler's own split, per rank
-        t.add_row(f"{p['rank']} (profiler)", _ms(p["wait_us"]), _ms(p["transit_us"]), "", "", "")
+        sync = p["synchronization_us"]
+        t.add_row(f"{p['rank']} (profiler)", _ms(sync), _ms(p["elapse_us"] - sync), "", "", "")
     con.print(t)
     bw = ", ".join(
         f"{k} algbw {fmt(v['algbw_gbps'], 3)} / busbw {fmt(v['busbw_gbps'], 3)} GB/s"
