@@ -24,5 +24,6 @@ def test_parallel_and_in_process_analyses_agree_and_events_reload(tmp_path):
     assert list(r.collective_events.columns) == [
         *("type", "bytes", "start_ns", "end_ns"),
         *("group", "seq", "dtype", "in_bytes", "out_bytes"),
+        *("mark_group", "mark_index", "unit", "phase", "transfer_ns"),
     ]
     assert {"name", "category", "start_ns", "end_ns", "lane"} <= set(r.events.columns)

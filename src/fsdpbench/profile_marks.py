@@ -12,6 +12,7 @@ import contextlib
 import functools
 import inspect
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -84,6 +85,8 @@ class ProfileMarks:
         self._local = threading.local()
         self.collectives: list[str] = []
         """The collective range names in launch order (for tests and logs)."""
+        self.delay: tuple[str, str, float] | None = None
+        """(unit, phase, seconds): sleep at the start of that unit's phase range (the debug delay fault)."""
 
     # ---------------------------------------------------------------- install / remove
     def install(self, collective_kinds: dict[str, str]) -> None:
@@ -142,6 +145,7 @@ class ProfileMarks:
     # ---------------------------------------------------------------- hooks
     def _fwd_pre(self, name: str, module: Any, args: Any) -> None:
         self._forward[name] = _Range(forward_range(name))
+        self._maybe_delay(name, "forward")
         first = args[0] if args else None
         if name != ROOT and isinstance(first, torch.Tensor) and first.requires_grad:
             first.register_hook(functools.partial(self._input_grad, name))
@@ -156,6 +160,11 @@ class ProfileMarks:
             self._backward.close()
         self._backward = _Range(backward_range(name))
         self._backward_unit = name
+        self._maybe_delay(name, "backward")
+
+    def _maybe_delay(self, name: str, phase: str) -> None:
+        if self.delay is not None and self.delay[:2] == (name, phase):
+            time.sleep(self.delay[2])
 
     def _input_grad(self, name: str, grad: torch.Tensor) -> None:
         if self._backward is not None and self._backward_unit == name:

@@ -36,6 +36,7 @@ from fsdpbench import results
 from fsdpbench.backends import Backend, get_backend
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
+from fsdpbench.errors import ConfigError
 from fsdpbench.phase_marks import PhaseMarks
 from fsdpbench.phases import MARKED_PHASES
 from fsdpbench.profile_marks import ProfileMarks, decoder_units
@@ -520,6 +521,7 @@ def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: 
         if ranges is None:
             outcome = runner.train(step)
         else:  # the named ranges exist in the profiled step only
+            ranges.delay = profile_delay(runner.spec, runner.rank)
             ranges.install(COLLECTIVES)
             try:
                 outcome = runner.train(step, ranges)
@@ -541,6 +543,8 @@ def _inject_fault(spec: dict[str, Any], rank: int, step: int) -> None:
     fault = os.environ.get(FAULT_ENV)
     if not fault:
         return
+    if fault.startswith("delay:"):
+        return  # the profiled step's delay: profile_delay
     kind, arm, round_, f_rank, f_step = fault.split(":")
     if (arm, int(round_), int(f_rank), int(f_step)) != (spec["arm"], spec["round"], rank, step):
         return
@@ -554,6 +558,28 @@ def _inject_fault(spec: dict[str, Any], rank: int, step: int) -> None:
         log.warning("injected SIGKILL at step %d", step)
         os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError(f"injected crash at step {step} ({FAULT_ENV})")
+
+
+def profile_delay(spec: dict[str, Any] | None, rank: int) -> tuple[str, str, float] | None:
+    """The debug delay ``FSDPBENCH_FAULT=delay:ARM:ROUND:RANK:UNIT:PHASE:MS`` for this launch and rank:
+    (unit, phase, seconds), or None. It sleeps this rank at the start of ``UNIT``'s ``PHASE`` (``forward``
+    or ``backward``) range in the profiled step (docs/attribution.md); a test hook, never an arm option."""
+    fault = os.environ.get(FAULT_ENV, "")
+    if not fault.startswith("delay:") or spec is None:
+        return None
+    parts = fault.split(":")
+    if len(parts) != 7 or parts[5] not in ("forward", "backward"):
+        raise ConfigError(
+            f"{FAULT_ENV}={fault!r}: a delay is delay:ARM:ROUND:RANK:UNIT:PHASE:MS with PHASE forward or backward"
+        )
+    _, arm, round_, f_rank, unit, phase, ms = parts
+    try:
+        round_n, rank_n, seconds = int(round_), int(f_rank), float(ms) / 1000.0
+    except ValueError:
+        raise ConfigError(f"{FAULT_ENV}={fault!r}: ROUND and RANK must be integers, MS a number") from None
+    if (arm, round_n, rank_n) != (spec["arm"], spec["round"], rank):
+        return None
+    return unit, phase, seconds
 
 
 def environment_facts(device_type: str, backend: Backend, world: int) -> dict[str, Any]:

@@ -130,6 +130,10 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         trace.warnings.append(f"rank {trace.rank}: {group_warning}")
     dev = ev.device
     span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
+    from fsdpbench.analysis.waits import exposed_intervals, rank_marks
+
+    ce = collective_events(sel)
+    ce.update(rank_marks(sel, by_order=trace.mode == "cpu"))
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
@@ -140,7 +144,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         format=trace.format,
         mode=trace.mode,
         steps=per_step,
-        collective_events=collective_events(sel),
+        collective_events=ce,
+        exposed_comm_ns=exposed_intervals(sel),
         cross_check=trace.cross_check,
         device_span_ns=span,
         orphan_events=int(orphans.sum()),
@@ -161,6 +166,7 @@ def _import_measuring_modules() -> None:
     import fsdpbench.analysis.ops
     import fsdpbench.analysis.overlap
     import fsdpbench.analysis.sync
+    import fsdpbench.analysis.waits
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
 
 
@@ -388,4 +394,31 @@ def analyze(
         )
         warnings.extend(skew_warnings)
         res.stragglers = stragglers(res.collective_skew_us)
+    if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
+        from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
+
+        ce = [r.collective_columns() for r in timed]
+        res.waits, wait_warnings = wait_transfer(
+            [r.rank for r in timed], ce, [r.exposed_comm_ns for r in timed]
+        )
+        warnings.extend(wait_warnings)
+        row_split = res.waits.pop(ROW_SPLIT, None)
+        if row_split is not None:
+            for r, split in zip(timed, row_split, strict=True):
+                r.set_transfer_ns(split)
+        if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours
+            from fsdpbench.trace.ascend_comm import profiler_split
+
+            try:
+                totals, ops, ascend_warnings = profiler_split(
+                    [r.rank for r in timed],
+                    [r.source for r in timed],
+                    row_split,
+                    [list(c["start_ns"]) for c in ce],
+                )
+            except FsdpbenchError as exc:
+                warnings.append(f"the profiler's communication split is not shown: {exc}")
+            else:
+                res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
+                warnings.extend(ascend_warnings)
     return res

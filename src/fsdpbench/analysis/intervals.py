@@ -91,3 +91,23 @@ def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
     s2, e2 = np.maximum(s, lo), np.minimum(e, hi)
     keep = e2 > s2
     return s2[keep], e2[keep]
+
+
+def difference(a: Intervals, b: Intervals) -> Intervals:
+    """``a`` minus ``b`` for two unions, as a union."""
+    (sa, ea), (sb, eb) = a, b
+    if sa.size == 0 or sb.size == 0:
+        return a
+    times = np.concatenate([sa, ea, sb, eb])
+    delta = np.concatenate(
+        [
+            np.ones(sa.size, np.int8),
+            -np.ones(ea.size, np.int8),
+            np.full(sb.size, 2, np.int8),
+            np.full(eb.size, -2, np.int8),
+        ]
+    )
+    order = np.lexsort((delta, times))
+    t, state = times[order], np.cumsum(delta[order], dtype=np.int64)
+    only_a = state == 1
+    return union(t[:-1][only_a[:-1]], t[1:][only_a[:-1]])

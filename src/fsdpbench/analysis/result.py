@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import array
+import base64
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +64,15 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
             "dtype": pd.Series(cols.get("dtype", [None] * n), dtype=object),
             "in_bytes": np.array(cols.get("in_bytes", [None] * n), dtype=np.float64),
             "out_bytes": np.array(cols.get("out_bytes", [None] * n), dtype=np.float64),
+            "mark_group": pd.Series(cols.get("mark_group", [None] * n), dtype=object),
+            "mark_index": np.array(cols.get("mark_index", [-1] * n), dtype=np.int64),
+            "unit": pd.Series(cols.get("unit", [None] * n), dtype=object),
+            "phase": pd.Series(cols.get("phase", [None] * n), dtype=object),
+            **(
+                {"transfer_ns": np.array(cols["transfer_ns"], dtype=np.int64)}
+                if "transfer_ns" in cols
+                else {}
+            ),
         }
     )
 
@@ -182,7 +194,10 @@ class RankMetrics(StepMetrics):
         steps: per profiler step; events: the rank's event table (see ``fsdpbench.trace.table``);
         device_span_ns: first device event start and last end (the rank's clock), or None;
         collective_events: DataFrame ``type, bytes, start_ns, end_ns, group, seq, dtype, in_bytes,
-            out_bytes`` (one row per collective; group None and seq -1 where the trace does not say);
+            out_bytes`` (one row per collective; group None and seq -1 where the trace does not say) and
+            ``mark_group, mark_index, unit, phase`` from fsdpbench's ranges (analysis/waits.py
+            ``rank_marks``; None/-1 without);
+        exposed_comm_ns: ∪ communication minus ∪ compute as (starts, ends), for the wait/transfer split;
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
         by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
             over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
@@ -205,6 +220,9 @@ class RankMetrics(StepMetrics):
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     by_group: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exposed_comm_ns: Any = field(default=None, repr=False)
+    """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
+    the wait/transfer split)."""
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -231,6 +249,22 @@ class RankMetrics(StepMetrics):
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
+
+    def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
+        """Add ``collective_events``' ``transfer_ns`` column: each collective's transfer time (ns) from the
+        cross-rank split ``{row: (wait µs, transfer µs)}``; the whole duration where a row has none (the
+        further kernels of a coalesced collective). The α–β fits use it (docs/attribution.md)."""
+        ce = self.collective_columns()
+        start, end = list(ce["start_ns"]), list(ce["end_ns"])
+        transfer = [int(e) - int(s) for s, e in zip(start, end, strict=True)]
+        for j, (_, t_us) in split.items():
+            transfer[j] = round(t_us * 1000.0)
+        if isinstance(ce, dict):
+            ce["transfer_ns"] = transfer
+        else:
+            import numpy as np
+
+            ce["transfer_ns"] = np.asarray(transfer, dtype=np.int64)
 
     def collective_columns(self) -> Any:
         """``collective_events`` as stored: the DataFrame, or the columns (``type, bytes, start_ns,
@@ -262,6 +296,7 @@ class RankMetrics(StepMetrics):
             "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
             "collective_events": ce,
             "cross_check": self.cross_check_columns(),
+            "exposed_comm_ns": _packed(self.exposed_comm_ns),
         }
 
     @classmethod
@@ -284,11 +319,40 @@ class RankMetrics(StepMetrics):
             orphan_share=d["orphan_share"],
             groups=d["groups"],
             by_group=d.get("by_group") or {},
+            exposed_comm_ns=_intervals(d.get("exposed_comm_ns")),
         )
 
 
 _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
+
+
+def _packed(pair: Any) -> list[str] | None:
+    """(starts, ends) as two base64 strings of little-endian int64 (compact in the cache, and read back
+    by the standard library's ``array``, without numpy)."""
+    if pair is None:
+        return None
+    out = []
+    for values in pair:
+        arr = array.array("q", values.tolist() if hasattr(values, "tolist") else values)
+        if sys.byteorder != "little":
+            arr.byteswap()
+        out.append(base64.b64encode(arr.tobytes()).decode("ascii"))
+    return out
+
+
+def _intervals(packed: list[str] | None) -> Any:
+    """The inverse of :func:`_packed`: (starts, ends) as ``array.array('q')``."""
+    if packed is None:
+        return None
+    out = []
+    for text in packed:
+        arr = array.array("q")
+        arr.frombytes(base64.b64decode(text))
+        if sys.byteorder != "little":
+            arr.byteswap()
+        out.append(arr)
+    return out[0], out[1]
 
 
 def _stat(values: list[float | None], how: str) -> float | None:
@@ -324,6 +388,8 @@ class Analysis:
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     top: int | None = None
     process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    waits: dict[str, Any] = field(default_factory=dict)
+    """Waiting vs transferring across ranks (analysis/waits.py); empty with one rank."""
 
     @property
     def mean(self) -> dict[str, float | None]:
@@ -356,4 +422,5 @@ class Analysis:
             "mean": self.mean,
             "across_ranks": self.across_ranks(),
             "process_groups": self.process_groups,
+            "waits": self.waits,
         }

@@ -208,13 +208,20 @@ def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
 
 
 def fit_events(events: pd.DataFrame | None) -> dict[str, AlphaBetaFit]:
-    """One fit per collective type from an events table (columns ``type, bytes, start_ns, end_ns``)."""
+    """One fit per collective type from an events table (columns ``type, bytes, start_ns, end_ns``); on
+    each collective's transfer time (``transfer_ns``, analysis/waits.py) where the table has it, else on
+    its duration."""
     if events is None or len(events) == 0:
         return {}
     missing = {"type", "bytes", "start_ns", "end_ns"} - set(events.columns)
     if missing:
         raise ValueError(f"collective events table lacks columns {sorted(missing)}")
     dur_us = (events["end_ns"].astype(float) - events["start_ns"].astype(float)) / 1e3
+    if (
+        "transfer_ns" in events.columns
+    ):  # the cross-rank split's transfer time: waiting is not the link's cost
+        transfer = events["transfer_ns"].astype(float) / 1e3
+        dur_us = transfer.where(transfer.notna(), dur_us)
     frame = pd.DataFrame({"type": events["type"].astype(str), "bytes": events["bytes"], "dur_us": dur_us})
     return {
         str(kind): fit_alpha_beta(group["bytes"].to_numpy(), group["dur_us"].to_numpy())

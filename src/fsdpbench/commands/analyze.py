@@ -224,6 +224,8 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
             s.add_row(str(r.rank), *["n/r" if v is None else str(v) for v in r.sync.values()])
         con.print(s)
 
+    if res.waits:
+        _render_waits(con, res.waits)
     across = res.across_ranks()
     if len(res.ranks) > 1:
         strag = (
@@ -232,6 +234,65 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         con.print(f"slowest rank: {across['slowest_rank']}; stragglers by collective start skew: {strag}")
     for w in res.warnings:
         con.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+
+
+WAITS_TOP = 5
+
+
+def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
+    """Waiting vs transferring: per rank, bandwidth per type, the slowest collectives."""
+    from rich.table import Table
+
+    t = Table(
+        title=f"Waiting vs transferring ({w['instances']} collectives matched by {w['match']})",
+        title_justify="left",
+        caption="ms; wait: for the last rank to arrive; exp.: not hidden under compute; offset: clock offset "
+        f"to rank {w['reference_rank']} applied (µs)"
+        + (
+            "; profiler: the Ascend profiler's synchronization and elapse − synchronization "
+            "(docs/attribution.md)"
+            if w.get("profiler")
+            else ""
+        ),
+        caption_justify="left",
+    )
+    for col in ("rank", "wait", "transfer", "exp. wait", "exp. transfer", "offset µs"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in w["ranks"]:
+        off = r["clock_offset_us"]
+        t.add_row(
+            str(r["rank"]),
+            _ms(r["wait_us"]),
+            _ms(r["transfer_us"]),
+            _ms(r["exposed_wait_us"]),
+            _ms(r["exposed_transfer_us"]),
+            "?" if off is None else f"{off:.1f}",
+        )
+    for p in w.get("profiler") or []:  # the Ascend profiler's own split, per rank
+        sync = p["synchronization_us"]
+        t.add_row(f"{p['rank']} (profiler)", _ms(sync), _ms(p["elapse_us"] - sync), "", "", "")
+    con.print(t)
+    bw = ", ".join(
+        f"{k} algbw {fmt(v['algbw_gbps'], 3)} / busbw {fmt(v['busbw_gbps'], 3)} GB/s"
+        for k, v in w["bandwidth"].items()
+    )
+    if bw:
+        con.print(f"bandwidth over transfer time: {bw}", highlight=False)
+    top = Table(title="Slowest collectives", title_justify="left", caption="ms", caption_justify="left")
+    for col in ("type", "unit", "phase", "bytes", "wait", "transfer", "last rank"):
+        top.add_column(col, justify="right" if col not in ("type", "unit", "phase") else "left", no_wrap=True)
+    for x in w["top"][:WAITS_TOP]:
+        top.add_row(
+            x["type"],
+            x["unit"] or "—",
+            x["phase"] or "—",
+            fmt_bytes(x["bytes"]),
+            _ms(x["wait_us"]),
+            _ms(x["transfer_us"]),
+            str(x["last_rank"]),
+        )
+    if top.row_count:
+        con.print(top)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,0 +1,145 @@
+"""The Ascend profiler's own per-HCCL-op time split (msprof's communication analysis), per rank.
+
+Text export: ``<rank>_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json``,
+``{step: {"collective"|"p2p": {"<op>@<group>": {"Communication Time Info": {"Start Timestamp(us)",
+"Elapse Time(ms)", "Transit Time(ms)", "Wait Time(ms)", "Synchronization Time(ms)", "Idle Time(ms)", …}}}}}``
+(the ``Total Op Info`` entry is the profiler's sum, not an op). Db export: ``analysis.db`` table
+``CommAnalyzerTime`` (``hccl_op_name, group_name, start_timestamp`` µs, ``elapse_time, transit_time,
+wait_time, synchronization_time, idle_time`` ms, ``step, type``). The profiler: elapse = transit + wait +
+idle; synchronization (the wait before the first transfer, for the peers to be ready) is part of wait.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from fsdpbench.errors import InputError
+
+OUTPUT = "ASCEND_PROFILER_OUTPUT"
+TOTAL = "Total Op Info"
+_TEXT_FIELDS = {
+    "elapse_us": "Elapse Time(ms)",
+    "transit_us": "Transit Time(ms)",
+    "wait_us": "Wait Time(ms)",
+    "synchronization_us": "Synchronization Time(ms)",
+    "idle_us": "Idle Time(ms)",
+}
+_DB_FIELDS = {
+    "elapse_us": "elapse_time",
+    "transit_us": "transit_time",
+    "wait_us": "wait_time",
+    "synchronization_us": "synchronization_time",
+    "idle_us": "idle_time",
+}
+SPLIT_FIELDS = tuple(_TEXT_FIELDS)
+
+
+def _ms_to_us(v: Any) -> float | None:
+    return None if v is None else float(v) * 1000.0
+
+
+def read_text(path: Path) -> list[dict[str, Any]]:
+    """The ops of one communication.json, by start."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read the profiler's communication analysis ({exc})") from None
+    ops = []
+    for step, kinds in (doc or {}).items():
+        for kind, entries in (kinds or {}).items():
+            for name, entry in (entries or {}).items():
+                info = (entry or {}).get("Communication Time Info")
+                if name == TOTAL or not info:
+                    continue
+                op, _, group = name.partition("@")
+                ops.append(
+                    {
+                        "op": op,
+                        "group": group or None,
+                        "step": step,
+                        "type": kind,
+                        "start_us": info.get("Start Timestamp(us)"),
+                        **{k: _ms_to_us(info.get(v)) for k, v in _TEXT_FIELDS.items()},
+                    }
+                )
+    return sorted(ops, key=lambda o: (o["start_us"] is None, o["start_us"] or 0.0))
+
+
+def read_db(path: Path) -> list[dict[str, Any]]:
+    """The ops of one analysis.db's CommAnalyzerTime table, by start."""
+    cols = ", ".join(["hccl_op_name", "group_name", "step", "type", "start_timestamp", *_DB_FIELDS.values()])
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = con.execute(f"SELECT {cols} FROM CommAnalyzerTime").fetchall()  # noqa: S608 - fixed names
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise InputError(f"{path}: cannot read CommAnalyzerTime ({exc})") from None
+    ops = [
+        {
+            "op": r[0],
+            "group": r[1],
+            "step": r[2],
+            "type": r[3],
+            "start_us": None if r[4] is None else float(r[4]),
+            **{k: _ms_to_us(v) for k, v in zip(_DB_FIELDS, r[5:], strict=True)},
+        }
+        for r in rows
+    ]
+    return sorted(ops, key=lambda o: (o["start_us"] is None, o["start_us"] or 0.0))
+
+
+def read_rank(rank_dir: str | Path) -> tuple[Path | None, list[dict[str, Any]]]:
+    """(the file read, its ops) for one ``*_ascend_pt`` folder: communication.json, else analysis.db;
+    (None, []) when the export has neither."""
+    out = Path(rank_dir) / OUTPUT
+    text, db = out / "communication.json", out / "analysis.db"
+    if text.is_file():
+        return text, read_text(text)
+    if db.is_file():
+        return db, read_db(db)
+    return None, []
+
+
+def profiler_split(
+    ranks: list[int], sources: list[str], rows: list[dict[int, tuple[float, float]]], starts: list[list[int]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """The profiler's split beside fsdpbench's, per rank and per op.
+
+    Args:
+        ranks, sources: rank ids and their ``*_ascend_pt`` folders; rows: per rank, fsdpbench's
+            (wait µs, transfer µs) by row of ``collective_events``; starts: per rank the rows' start_ns.
+    Returns:
+        (per-rank totals, per-op rows, warnings). An op is paired with the fsdpbench collective of the same
+        position in start order, when the rank has as many of each.
+    """
+    totals, per_op, warnings = [], [], []
+    for rank, src, split, st in zip(ranks, sources, rows, starts, strict=True):
+        path, ops = read_rank(src)
+        if path is None:
+            continue
+        paired = len(ops) == len(st)
+        if not paired:
+            warnings.append(
+                f"rank {rank}: {path.name} lists {len(ops)} HCCL ops, the trace {len(st)} collectives; "
+                "the profiler's split is shown per rank only"
+            )
+        tot: dict[str, Any] = {"rank": rank, "file": str(path), "ops": len(ops)}
+        for k in SPLIT_FIELDS:
+            tot[k] = sum(o[k] or 0.0 for o in ops)
+        totals.append(tot)
+        for j, o in enumerate(ops):
+            ours = split.get(j) if paired else None
+            per_op.append(
+                {
+                    "rank": rank,
+                    **o,
+                    "fsdpbench_wait_us": None if ours is None else ours[0],
+                    "fsdpbench_transfer_us": None if ours is None else ours[1],
+                }
+            )
+    return totals, per_op, warnings
