@@ -184,6 +184,8 @@ class RankMetrics(StepMetrics):
         collective_events: DataFrame ``type, bytes, start_ns, end_ns, group, seq, dtype, in_bytes,
             out_bytes`` (one row per collective; group None and seq -1 where the trace does not say);
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
+        units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
+            None where they cannot be told (a device trace, or no fsdpbench ranges in the trace);
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
         is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
@@ -202,6 +204,7 @@ class RankMetrics(StepMetrics):
     orphan_us: float = 0.0
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    units: list[dict[str, Any]] | None = None
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -224,6 +227,7 @@ class RankMetrics(StepMetrics):
             "orphan_us": self.orphan_us,
             "orphan_share": self.orphan_share,
             "groups": self.groups,
+            "units": self.units,
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
@@ -279,6 +283,7 @@ class RankMetrics(StepMetrics):
             orphan_us=d["orphan_us"],
             orphan_share=d["orphan_share"],
             groups=d["groups"],
+            units=d.get("units"),
         )
 
 

@@ -25,7 +25,7 @@ from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 2  # 2: collective identity (group, seq, dtype, bytes in/out) and groups
+_FORMAT = 3  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: unit × phase rows
 
 
 def cache_path(trace: Path) -> Path:
