@@ -5,6 +5,7 @@ totals on real profiled runs (totals recomputed by the test from the raw trace J
 from __future__ import annotations
 
 import gzip
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import run_profiled_ab
 from fsdpbench.analysis import analyze, attribution, rank_metrics
 from fsdpbench.trace.kineto import read_kineto
+
+HAVE_HYPER = importlib.util.find_spec("hyper_parallel") is not None
 
 MAIN, WORKER, WORKER2 = 100, 200, 201
 
@@ -177,6 +181,7 @@ def _raw_totals(path: Path) -> dict[str, int]:
         and not any(a <= ns(e)[0] and ns(e)[1] <= b for a, b in launches)
     ]
     gloo = [ns(e) for e in evs if e["name"].startswith("gloo:")]
+    gloo_threads = {e["tid"] for e in evs if e["name"].startswith("gloo:")}
 
     def union(spans):
         out = []
@@ -189,7 +194,7 @@ def _raw_totals(path: Path) -> dict[str, int]:
                 out.append([s, e])
         return out
 
-    def outer(spans):  # spans not nested in another of them (same thread for gloo is fine here)
+    def outer(spans):  # spans not nested in another of them
         keep, reach = [], -1
         for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
             if s >= reach:
@@ -206,7 +211,10 @@ def _raw_totals(path: Path) -> dict[str, int]:
         "compute": sum(e - s for s, e in comp),
         "comm": sum(e - s for s, e in comm),
         "overlapped": over,
-        "collectives": len(outer(gloo)),
+        "collectives": sum(  # the outermost gloo spans of each worker thread
+            len(outer([ns(e) for e in evs if e["tid"] == tid and e["name"].startswith("gloo:")]))
+            for tid in gloo_threads
+        ),
     }
 
 
@@ -225,6 +233,30 @@ def _check_partition(path: Path) -> list[dict]:
         assert sum(p["count"] for p in per) == c["count"]
         assert sum(p["bytes"] or 0 for p in per) == (c["bytes"] or 0)
     return rows
+
+
+@pytest.fixture(scope="module")
+def other_arms_run(tmp_path_factory) -> Path:
+    """The other arms' profiled step (fsdp1, deepspeed, and hyper where installed; CI has no hyper):
+    torch's is the shared ``profiled_ab_run``, whose arm pair other tests rely on."""
+    arms = "fsdp1,deepspeed" + (",hyper" if HAVE_HYPER else "")
+    return run_profiled_ab(tmp_path_factory.mktemp("other_arms"), arms, "arms", 600)
+
+
+@pytest.mark.distributed
+def test_unit_phase_rows_partition_the_step_exactly_for_every_arm(other_arms_run):
+    """fsdp1, deepspeed and hyper emit no FSDP2 ranges: the rows come from fsdpbench's own ranges alone."""
+    traces = [t for t in sorted((other_arms_run / "profiles").rglob("*.json*")) if not t.name.startswith(".")]
+    arms = {t.parts[-3] for t in traces}
+    assert arms == {"fsdp1", "deepspeed"} | ({"hyper"} if HAVE_HYPER else set())
+    assert len(traces) == 2 * len(arms)
+    for path in traces:
+        rows = _check_partition(path)
+        assert all(r["fsdp_internals"] is None for r in rows), path
+        for unit in ("layers.0", "layers.3", "root"):
+            for phase in ("forward", "backward"):
+                row = next(r for r in rows if (r["unit"], r["phase"]) == (unit, phase))
+                assert row["collectives"], (path, unit, phase)  # each unit gathers in each pass
 
 
 @pytest.mark.distributed
