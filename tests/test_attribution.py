@@ -293,3 +293,29 @@ def test_analysis_result_carries_the_rows_and_caches_them(profiled_ab_run, monke
     first = analyze([arm], workers=1).to_dict()
     again = analyze([arm], workers=1).to_dict()  # from the result cache
     assert [r["units"] for r in again["ranks"]] == [r["units"] for r in first["ranks"]]
+
+
+@pytest.mark.distributed
+def test_analyze_units_prints_the_unit_phase_table(profiled_ab_run):
+    from conftest import run_cli
+
+    arm = profiled_ab_run / "profiles" / "torch"
+    proc = run_cli("analyze", str(arm), "--units", "--top", "1", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Units × phases (rank 0)" in out and "Units × phases (rank 1)" in out
+    lines = [ln for ln in out.splitlines() if "layers.2" in ln and "backward" in ln]
+    assert lines and "reduce_scatter×1" in lines[0]
+
+
+def test_analyze_units_says_which_ranks_have_no_rows(tmp_path):
+    """A trace without fsdpbench's ranges (here the hand trace without them) has no rows: said, not a table."""
+    from conftest import run_cli
+
+    events = orjson.loads(hand_trace(tmp_path / "t.json").read_bytes())["traceEvents"]
+    events = [e for e in events if not e["name"].startswith("fsdpbench::")]
+    (tmp_path / "rank0.json").write_bytes(orjson.dumps({"traceEvents": events}))
+    proc = run_cli("analyze", str(tmp_path / "rank0.json"), "--units", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "Units × phases" not in proc.stdout
+    assert "no unit × phase rows for rank(s) 0" in proc.stdout

@@ -224,6 +224,20 @@ class Placed:
     unit: np.ndarray
     phase: np.ndarray
     warnings: list[str]
+    range_index: np.ndarray
+    """Per event the index into :func:`find_ranges` of its range (-1: outside)."""
+
+    def buckets(self, ranges: Ranges, keys: list[tuple[str, str]]) -> np.ndarray:
+        """Per event its position in ``keys`` ((unit, phase) pairs holding every range's and OUTSIDE)."""
+        index = {k: i for i, k in enumerate(keys)}
+        of_range = np.array(
+            [
+                *(index[(u, p)] for u, p in zip(ranges.unit, ranges.phase, strict=True)),
+                index[(OUTSIDE, OUTSIDE)],
+            ],
+            dtype=np.int64,
+        )
+        return of_range[self.range_index]
 
 
 def place(t: EventTable, mode: str, select: np.ndarray | None = None) -> Placed:
@@ -238,7 +252,7 @@ def place(t: EventTable, mode: str, select: np.ndarray | None = None) -> Placed:
     r = innermost(ranges, lane[rows], time[rows])
     units = np.array([*ranges.unit, OUTSIDE], dtype=object)
     phases = np.array([*ranges.phase, OUTSIDE], dtype=object)
-    return Placed(rows=rows, unit=units[r], phase=phases[r], warnings=warnings)
+    return Placed(rows=rows, unit=units[r], phase=phases[r], warnings=warnings, range_index=r)
 
 
 def collective_places(t: EventTable | Any, mode: str, select: np.ndarray | None = None) -> dict[str, Any]:
@@ -332,9 +346,8 @@ def unit_phase_rows(t: EventTable | Any, mode: str, select: np.ndarray | None = 
         if k not in keys:
             keys.append(k)
     keys.append((OUTSIDE, OUTSIDE))
-    index = {k: i for i, k in enumerate(keys)}
     rows = placed.rows
-    bucket = np.array([index[(u, p)] for u, p in zip(placed.unit, placed.phase, strict=True)], dtype=np.int64)
+    bucket = placed.buckets(ranges, keys)
     is_comm = t.category.mask("comm")[rows]
     parts = partition(t.start_ns[rows], t.end_ns[rows], is_comm, bucket, len(keys))
     ctype = t.collective[rows].strings("other")
