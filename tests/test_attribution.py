@@ -319,3 +319,74 @@ def test_analyze_units_says_which_ranks_have_no_rows(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Units × phases" not in proc.stdout
     assert "no unit × phase rows for rank(s) 0" in proc.stdout
+
+
+def _kernel(name: str, ts: float, dur: float, stream: int, corr: int) -> dict:
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"stream": stream, "correlation": corr},
+    }
+
+
+def _launch(ts: float, corr: int) -> dict:
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "tid": MAIN,
+        "ts": ts,
+        "dur": 0.5,
+        "args": {"correlation": corr},
+    }
+
+
+def test_device_kernels_are_placed_by_their_launching_runtime_call(tmp_path):
+    """A CUDA-style trace: kernels run after (and past the end of) the range that launched them; each
+    counts where its cudaLaunchKernel (joined by correlation id) was called."""
+    events = [
+        _range("ProfilerStep#3", 0.0, 100.0),
+        _range("fsdpbench::forward::layers.0", 0.0, 30.0),
+        _range("fsdpbench::backward::root", 40.0, 50.0),
+        _range("fsdpbench::backward::layers.0", 45.0, 25.0),
+        _launch(2.0, 1),
+        _launch(5.0, 2),
+        _launch(35.0, 6),  # in the gap between ranges
+        _launch(50.0, 3),
+        _launch(60.0, 4),
+        _launch(85.0, 5),  # the root's backward, after the layer's closed
+        _kernel("ncclDevKernel_AllGather_RING_LL", 10.0, 30.0, 20, 1),
+        _kernel("gemm", 12.0, 13.0, 7, 2),
+        _kernel("gemm", 36.0, 2.0, 7, 6),
+        _kernel("gemm", 55.0, 25.0, 7, 3),
+        _kernel("ncclDevKernel_ReduceScatter_RING_LL", 62.0, 33.0, 20, 4),
+        _kernel("gemm", 88.0, 11.0, 7, 5),
+    ]
+    (tmp_path / "t.json").write_bytes(orjson.dumps({"traceEvents": events}))
+    trace = read_kineto(tmp_path / "t.json")
+    assert trace.mode == "device"
+    rows = {(r["unit"], r["phase"]): r for r in attribution.unit_phase_rows(trace.table, trace.mode)}
+    # by hand: compute [12,25) | [36,38) | [55,80) | [88,99); comm [10,40) | [62,95);
+    # overlapped: [10,40) ∩ C = [12,25)+[36,38) = 15; [62,95) ∩ C = [62,80)+[88,95) = 25
+    want = {
+        ("layers.0", "forward"): (13.0, 30.0, 15.0, 15.0, {"all_gather": 1}),
+        ("(outside)", "(outside)"): (2.0, 0.0, 0.0, 0.0, {}),
+        ("layers.0", "backward"): (25.0, 33.0, 25.0, 8.0, {"reduce_scatter": 1}),
+        ("root", "backward"): (11.0, 0.0, 0.0, 0.0, {}),
+    }
+    assert set(rows) == set(want)
+    for key, (comp, comm, over, exp, colls) in want.items():
+        r = rows[key]
+        got = (r["compute_us"], r["comm_us"], r["overlapped_us"], r["exposed_us"])
+        assert got == pytest.approx((comp, comm, over, exp), abs=1e-9), key
+        assert {t: c["count"] for t, c in r["collectives"].items()} == colls
+        assert r["fsdp_internals"] is None
+    m = rank_metrics(trace)
+    assert (m.compute_us, m.comm_us, m.overlapped_us) == pytest.approx((51.0, 63.0, 40.0))
+    assert m.units is not None and len(m.units) == 4

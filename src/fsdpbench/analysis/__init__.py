@@ -148,12 +148,12 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
 
 
 def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict[str, Any]] | None:
-    """The unit × phase rows of the chosen steps (None: a device trace, or no fsdpbench ranges)."""
+    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or no fsdpbench ranges)."""
     import numpy as np
 
     from fsdpbench.analysis import attribution
 
-    if trace.mode != "cpu" or not len(attribution.find_ranges(ev)):
+    if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
         return None
     return attribution.unit_phase_rows(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
 

@@ -6,7 +6,8 @@ torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns.
 
 * **Ranges**: the host ranges ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>`` and
   ``fsdpbench::optimizer`` (:mod:`fsdpbench.profile_marks`, docs/DATA.md "Ranges in the profiled step").
-* **Launch point** of a device event: on CPU/gloo traces a compute event is the training thread's own
+* **Launch point** of a device event: on device (CUDA/ROCm) traces the runtime call linked to the
+  kernel by correlation id (the table's ``launch_ns``/``launch_lane``); on CPU/gloo traces a compute event is the training thread's own
   operator (its own start and thread); a gloo worker span is launched by the k-th collective launch op
   of the training thread (the reader's own pairing, ``kineto_cpu.classify_cpu``), so it takes that op's
   start and thread. The innermost fsdpbench range open on that thread at that time wins (a layer's
@@ -50,12 +51,6 @@ device time (copy steps: compute/copies; collective steps: communication)."""
 
 def _marks(name: str, spellings: tuple[str, ...]) -> bool:
     return any(name == s or name.startswith(s + " ") for s in spellings)
-
-
-DEVICE_MODE_UNSUPPORTED = (
-    "unit × phase attribution covers CPU/gloo traces only: a device trace's event table does not carry "
-    "each kernel's launching host call yet"
-)
 
 
 @dataclass(frozen=True)
@@ -127,27 +122,28 @@ def innermost(ranges: Ranges, lane: np.ndarray, time_ns: np.ndarray) -> np.ndarr
 def launch_points(t: EventTable, mode: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per row of ``t``: (lane code, time) of the host call that launched it, and warnings.
 
-    CPU/gloo (``mode == "cpu"``): every row's own lane and start, except the gloo worker spans
-    (communication on the device lanes), which take the k-th collective launch op's (the reader pairs
-    them in start order); when the counts differ, the span's own start on the training thread.
-    Raises ValueError for device traces (:data:`DEVICE_MODE_UNSUPPORTED`).
+    Device traces: the runtime call linked by correlation id (the table's ``launch_ns``/``launch_lane``;
+    an event without one keeps its own lane, a stream, and so lands in ``(outside)``). CPU/gloo
+    (``mode == "cpu"``): every row's own lane and start, except the gloo worker spans (communication),
+    which take the k-th collective launch op's (the reader pairs them in start order); when the counts
+    differ, the span's own start on the training thread.
     """
-    if mode != "cpu":
-        raise ValueError(DEVICE_MODE_UNSUPPORTED)
-    lane = t.lane.codes.astype(np.int64).copy()
-    time = t.start_ns.copy()
+    lane = t.launch_lane.astype(np.int64)
+    time = t.launch_ns.copy()
     warnings: list[str] = []
+    if mode != "cpu":
+        return lane, time, warnings
     comm = np.flatnonzero(t.device & t.category.mask("comm"))
     launches = np.flatnonzero(~t.device & (t.collective.codes != 0))
     if not comm.size:
         return lane, time, warnings
-    main = _main_lane(t)
     if launches.size == comm.size:
         comm = comm[np.argsort(t.start_ns[comm], kind="stable")]
         launches = launches[np.argsort(t.start_ns[launches], kind="stable")]
         lane[comm] = t.lane.codes[launches]
         time[comm] = t.start_ns[launches]
     else:
+        main = _main_lane(t)
         on_main = t.lane.codes[comm] == main
         lane[comm] = main
         if launches.size and not on_main.all():
@@ -260,7 +256,7 @@ def collective_places(t: EventTable | Any, mode: str, select: np.ndarray | None 
 
     Returns columns sorted by start as :func:`fsdpbench.analysis.collectives.collective_events` is
     (the same events, in the same order, for the same ``select``): ``start_ns``, ``end_ns``, ``type``,
-    ``unit``, ``phase``. Raises ValueError for device traces.
+    ``unit``, ``phase``.
     """
     t = as_table(t)
     p = place(t, mode, None if select is None else select)
@@ -335,7 +331,7 @@ def unit_phase_rows(t: EventTable | Any, mode: str, select: np.ndarray | None = 
     ``compute_us, comm_us, overlapped_us, exposed_us``, ``collectives`` ``{type: {count, bytes}}``
     (bytes None when no event of that type there has a known size) and ``fsdp_internals`` (None when
     the trace has no FSDP2 ranges). Rows in range order (units in the order their ranges start, then
-    the optimizer), ``(outside)`` last when it holds anything. Raises ValueError for device traces."""
+    the optimizer), ``(outside)`` last when it holds anything."""
     t = as_table(t)
     placed = place(t, mode, select)
     ranges = find_ranges(t)

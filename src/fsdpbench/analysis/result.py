@@ -185,7 +185,7 @@ class RankMetrics(StepMetrics):
             out_bytes`` (one row per collective; group None and seq -1 where the trace does not say);
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
         units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
-            None where they cannot be told (a device trace, or no fsdpbench ranges in the trace);
+            None where they cannot be told (an Ascend export, or no fsdpbench ranges in the trace);
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
         is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is

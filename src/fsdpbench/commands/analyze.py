@@ -175,8 +175,8 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         console.print(t)
     if missing:
         console.print(
-            f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a CPU/gloo trace "
-            "with fsdpbench's ranges (a profiled step of `fsdpbench run/ab --profile`)",
+            f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a Kineto trace "
+            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`)",
             highlight=False,
         )
 
