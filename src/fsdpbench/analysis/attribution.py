@@ -276,10 +276,14 @@ def collective_places(t: EventTable | Any, mode: str, select: np.ndarray | None 
 
 
 def _internals(
-    t: EventTable, mode: str, placed: Placed, keys: list[tuple[str, str]], launch: tuple[np.ndarray, ...]
+    t: EventTable,
+    placed: Placed,
+    keys: list[tuple[str, str]],
+    launch: tuple[np.ndarray, ...],
+    select: np.ndarray | None,
 ) -> list[dict[str, Any] | None]:
     """Per bucket ``{copy_in|all_gather|copy_out|reduce: {host_us, device_us}}`` from FSDP2's own
-    ranges, or None for every bucket when the trace has none of them."""
+    ranges (those in ``select``), or None for every bucket when the trace has none of them."""
     names = [str(c) for c in t.name.categories]
     kinds = {k: [i for i, c in enumerate(names) if _marks(c, sp)] for k, (sp, _) in FSDP_INTERNALS.items()}
     if not any(kinds.values()):
@@ -292,7 +296,8 @@ def _internals(
         host = np.zeros(len(keys))
         dev = np.zeros(len(keys))
         # on CPU traces an operator (fsdp::all_gather_copy_in) is its own host span and device event
-        spans = np.flatnonzero(np.isin(t.name.codes, codes)) if codes else np.empty(0, np.int64)
+        mark = np.isin(t.name.codes, codes) if codes else np.zeros(len(t), dtype=bool)
+        spans = np.flatnonzero(mark if select is None else mark & select)
         if spans.size:
             # the outermost spans per lane (a spelling nested in another counts once)
             from fsdpbench.trace.kineto_cpu import outermost
@@ -313,9 +318,7 @@ def _internals(
             rows = placed.rows
             want = t.category.mask(FSDP_INTERNALS[kind][1])[rows]
             inside = (innermost(sp, lane[rows], time[rows]) >= 0) & want
-            pb = np.array(
-                [index[(u, p)] for u, p in zip(placed.unit, placed.phase, strict=True)], dtype=np.int64
-            )
+            pb = placed.buckets(ranges, keys)
             np.add.at(dev, pb[inside], (t.end_ns[rows] - t.start_ns[rows])[inside])
         for i in range(len(keys)):
             out[i][kind] = {"host_us": float(host[i]) / 1000.0, "device_us": float(dev[i]) / 1000.0}
@@ -350,7 +353,7 @@ def unit_phase_rows(t: EventTable | Any, mode: str, select: np.ndarray | None = 
     ctype[ctype == ""] = "other"
     nbytes = t.bytes[rows]
     launch = launch_points(t, mode)[:2]
-    internals = _internals(t, mode, placed, keys, launch)
+    internals = _internals(t, placed, keys, launch, select)
     out = []
     for i, (unit, phase) in enumerate(keys):
         mine = bucket == i
