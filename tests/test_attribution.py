@@ -390,3 +390,31 @@ def test_device_kernels_are_placed_by_their_launching_runtime_call(tmp_path):
     m = rank_metrics(trace)
     assert (m.compute_us, m.comm_us, m.overlapped_us) == pytest.approx((51.0, 63.0, 40.0))
     assert m.units is not None and len(m.units) == 4
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 15), st.booleans(), st.integers(0, 2)), max_size=14)
+)
+def test_partition_matches_a_point_by_point_count(events):
+    """Per bucket, by brute force over integer instants: compute/comm = instants whose first-started
+    event of that category is in the bucket; overlapped = its comm instants where any compute runs."""
+    start = np.array([e[0] for e in events], dtype=np.int64)
+    end = start + np.array([e[1] for e in events], dtype=np.int64)
+    is_comm = np.array([e[2] for e in events], dtype=bool)
+    bucket = np.array([e[3] for e in events], dtype=np.int64)
+    got = attribution.partition(start, end, is_comm, bucket, 3)
+    want = {k: [0, 0, 0] for k in ("compute_ns", "comm_ns", "overlapped_ns")}
+    order = sorted(range(len(events)), key=lambda i: (start[i], i))
+    for t in range(0, 70):
+        comp_owner = next((i for i in order if not is_comm[i] and start[i] <= t < end[i]), None)
+        comm_owner = next((i for i in order if is_comm[i] and start[i] <= t < end[i]), None)
+        if comp_owner is not None:
+            want["compute_ns"][bucket[comp_owner]] += 1
+        if comm_owner is not None:
+            want["comm_ns"][bucket[comm_owner]] += 1
+            if comp_owner is not None:
+                want["overlapped_ns"][bucket[comm_owner]] += 1
+    for k, v in want.items():
+        assert got[k].tolist() == v, k
+    assert (got["exposed_ns"] == got["comm_ns"] - got["overlapped_ns"]).all()
