@@ -153,13 +153,26 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
         groups=trace.groups,
         by_group=by_group,
+        units=_units(trace, ev, chosen),
         _events=all_ev,
     )
+
+
+def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict[str, Any]] | None:
+    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or no fsdpbench ranges)."""
+    import numpy as np
+
+    from fsdpbench.analysis import attribution
+
+    if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
+        return None
+    return attribution.unit_phase_rows(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
 
 
 def _import_measuring_modules() -> None:
     """Import what reading and measuring a rank needs (numpy, the decoder, the metric modules), so
     that worker processes forked afterwards inherit them instead of each importing them again."""
+    import fsdpbench.analysis.attribution
     import fsdpbench.analysis.collectives
     import fsdpbench.analysis.groups
     import fsdpbench.analysis.intervals

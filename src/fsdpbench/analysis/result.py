@@ -201,6 +201,8 @@ class RankMetrics(StepMetrics):
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
         by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
             over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
+        units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
+            None where they cannot be told (an Ascend export, or no fsdpbench ranges in the trace);
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
         is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
@@ -223,6 +225,7 @@ class RankMetrics(StepMetrics):
     exposed_comm_ns: Any = field(default=None, repr=False)
     """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
     the wait/transfer split)."""
+    units: list[dict[str, Any]] | None = None
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -246,6 +249,7 @@ class RankMetrics(StepMetrics):
             "orphan_share": self.orphan_share,
             "groups": self.groups,
             "by_group": self.by_group,
+            "units": self.units,
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
@@ -320,6 +324,7 @@ class RankMetrics(StepMetrics):
             groups=d["groups"],
             by_group=d.get("by_group") or {},
             exposed_comm_ns=_intervals(d.get("exposed_comm_ns")),
+            units=d.get("units"),
         )
 
 

@@ -25,7 +25,8 @@ from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 3  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed
+_FORMAT = 4  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed;
+# 4: unit × phase rows
 
 
 def cache_path(trace: Path) -> Path:

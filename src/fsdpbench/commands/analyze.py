@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every per-rank column (adds overlapped, free, carried-over and kernel time); in a narrow "
         "terminal the per-rank table is split in parts, each with the rank and step labels",
     )
+    parser.add_argument(
+        "--units",
+        action="store_true",
+        help="a unit × phase table per rank: compute, communication, exposed communication and collectives "
+        "of each FSDP unit's forward and backward and the optimizer step, from fsdpbench's own ranges in the "
+        "profiled step (docs/attribution.md)",
+    )
 
 
 def _ms(us: float | None) -> str:
@@ -154,6 +161,63 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
             fmt(row["algbw_gbps"], 3),
         )
     con.print(g)
+
+
+def _internal_ms(row: dict, kind: str) -> str:
+    """``host/device`` ms of one FSDP2 internal step of a unit × phase row, ``—`` where not marked."""
+    part = (row.get("fsdp_internals") or {}).get(kind)
+    if part is None:
+        return "—"
+    return f"{_ms(part['host_us'])}/{_ms(part['device_us'])}"
+
+
+def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
+    """One unit × phase table per rank (``--units``); ranks without rows are named once."""
+    from rich.table import Table
+
+    missing = [r.rank for r in res.ranks if r.units is None]
+    for r in res.ranks:
+        if r.units is None:
+            continue
+        t = Table(
+            title=f"Units × phases (rank {r.rank})",
+            title_justify="left",
+            caption="ms; exposed: comm − overlapped; collectives: count per type; FSDP2 internals: host/device "
+            "ms of copy-in, all-gather, copy-out, reduce (— where the implementation marks none); "
+            "rows sum to the step's totals (docs/attribution.md)",
+            caption_justify="left",
+        )
+        for col in (
+            "unit",
+            "phase",
+            "compute",
+            "comm",
+            "exposed",
+            "collectives",
+            "copy-in",
+            "ag",
+            "copy-out",
+        ):
+            t.add_column(col, justify="left" if col in ("unit", "phase", "collectives") else "right")
+        t.add_column("reduce", justify="right")
+        for row in r.units:
+            colls = " ".join(f"{k}×{v['count']}" for k, v in row["collectives"].items()) or "—"
+            t.add_row(
+                row["unit"],
+                row["phase"],
+                _ms(row["compute_us"]),
+                _ms(row["comm_us"]),
+                _ms(row["exposed_us"]),
+                colls,
+                *[_internal_ms(row, k) for k in ("copy_in", "all_gather", "copy_out", "reduce")],
+            )
+        console.print(t)
+    if missing:
+        console.print(
+            f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a Kineto trace "
+            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`)",
+            highlight=False,
+        )
 
 
 def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noqa: ANN001 (rich types kept lazy)
@@ -309,6 +373,10 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data + b"\n")
         return 0
     render(res, top=args.top, wide=args.wide)
+    if args.units:
+        from rich.console import Console
+
+        render_units(res, Console())
     if args.json:
         out = Path(args.json)
         try:

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NO_CACHE_ENV = "FSDPBENCH_NO_CACHE"
-_FORMAT = 3  # 2: columns by name, steps as three arrays, the cross-check table; 3: collective identity
+_FORMAT = 4  # 2: columns by name, steps as three arrays, the cross-check table; 3: collective identity;
+# 4: launch_ns/launch_lane
 _HEAD_BYTES = 1 << 20
 # the modules whose code decides the cached table: a change in any of them invalidates every cache
 _READER_FILES = (

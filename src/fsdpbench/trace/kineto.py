@@ -264,8 +264,9 @@ def _read_kineto(path: Path) -> RankTrace:
             comm, names, is_dev_cat, is_annot, corr, start, end, pair_codes, found, collective, nbytes
         )
         groups = identity.groups
+        launch_of = np.full(n, -1, dtype=np.int64)
         orphan = _join_launches(
-            start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows
+            start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows, launch_of
         )
         syncs = [
             TASK_LABELS.index(t) for t in ("device_synchronize", "stream_synchronize", "event_synchronize")
@@ -285,6 +286,7 @@ def _read_kineto(path: Path) -> RankTrace:
             )
     else:
         mode = "cpu"
+        launch_of = np.full(n, -1, dtype=np.int64)
         lane = _lanes(pair_codes, name_lane)
         device_job = _device_job(path, names, cols.devices, dist, warnings)
         classify_cpu(
@@ -310,6 +312,10 @@ def _read_kineto(path: Path) -> RankTrace:
     # sort here, one column at a time, each unsorted column freed as its sorted copy is made (peak
     # memory: the columns plus one copy); make_table finds them in order and copies nothing
     del corr, pair_codes
+    own = launch_of < 0  # no linked launch: the event's own start and lane
+    launch_ns = np.where(own, start, start[np.maximum(launch_of, 0)])
+    launch_lane = np.where(own, lane.codes, lane.codes[np.maximum(launch_of, 0)]).astype(np.int32)
+    del launch_of, own
     cols_ = {
         "name": names,
         "category": Coded(category, CATEGORIES),
@@ -322,8 +328,10 @@ def _read_kineto(path: Path) -> RankTrace:
         "task": Coded(task, TASK_LABELS),
         "step": step,
         "orphan": orphan,
+        "launch_ns": launch_ns,
+        "launch_lane": launch_lane,
     }
-    del names, category, end, lane, device, collective, nbytes, task, step, orphan
+    del names, category, end, lane, device, collective, nbytes, task, step, orphan, launch_ns, launch_lane
     order = np.argsort(start, kind="stable")
     del start
     for key in cols_:
@@ -424,8 +432,10 @@ def _join_launches(
     pair_codes: np.ndarray,
     pairs: list[tuple[Any, Any]],
     flows: list[tuple[Any, Any, Any, Any, Any]],
+    launch_of: np.ndarray,
 ) -> np.ndarray:
     """Give each device event the step of the runtime call that launched it (in place in ``step``),
+    and that call's index (in place in ``launch_of``; correlation-id links only, -1 otherwise),
     joined by correlation id, else by an ``ac2g`` flow. Returns the orphans: device events whose
     launch is not in a trace that records launches (left out of every total, as HTA does).
     Device events of a trace with no launch records keep their step by time. A device-side sync
@@ -440,6 +450,7 @@ def _join_launches(
         pos = np.minimum(np.searchsorted(ids, corr[dev]), ids.size - 1)
         linked = (ids[pos] == corr[dev]) & (corr[dev] >= 0)
         step[dev[linked]] = launch_step[pos[linked]]
+        launch_of[dev[linked]] = np.flatnonzero(host)[first][pos[linked]]
     flow_links = _flow_steps(start, dev[~linked], steps, pair_codes, pairs, flows)
     for i, st in flow_links.items():
         step[i] = st

@@ -19,6 +19,7 @@ Columns (one row per complete event; times are integer nanoseconds on the rank's
 | ``task`` | category | ``barrier``, ``launch_ffts``, ``device_synchronize``, ``stream_synchronize``, ``event_synchronize``, ``kernel_launch`` or ``""`` |
 | ``step`` | int64 | profiler step (``ProfilerStep#N``) the event belongs to, ``-1`` when none |
 | ``orphan`` | bool | device work whose launching call is not in the trace (launched before the profiler started): left out of every total |
+| ``launch_ns``, ``launch_lane`` | int64, int32 | where the host call that launched the event began: its start and its lane's code (into ``lane``'s categories); an event's own start and lane where the trace does not link one (host events, CPU-only traces) |
 | ``group`` | category | a collective's process group (``Process Group Name``, else ``Process Group ID``), ``""`` when the trace does not say |
 | ``seq`` | int64 | a collective's sequence number in its group (``Seq``), ``-1`` when the trace does not say |
 | ``dtype`` | category | a collective's element type as the trace writes it (``Float``, ``BFloat16`` …), ``""`` when unknown |
@@ -417,6 +418,8 @@ class EventTable:
     task: Coded
     step: np.ndarray
     orphan: np.ndarray
+    launch_ns: np.ndarray
+    launch_lane: np.ndarray
     comm_row: np.ndarray
     comm: CommInfo
 
@@ -507,11 +510,13 @@ class EventTable:
                     (col.array if hasattr(col, "cat") else col.to_numpy(object)) if c in _CODED else col
                 )
         cols["comm_row"], cols["comm"] = comm_of_columns(len(df), **ident)
+        cols["launch_ns"] = cols["start_ns"].astype(np.int64)
+        cols["launch_lane"] = cols["lane"].codes.astype(np.int32)
         return cls(**cols)
 
 
 _CODED = ("name", "category", "lane", "collective", "op_type", "task", "group", "dtype")
-STORED = [c for c in COLUMNS if c not in _OPTIONAL] + ["comm_row"]
+STORED = [c for c in COLUMNS if c not in _OPTIONAL] + ["launch_ns", "launch_lane", "comm_row"]
 """The table's own columns (what a cache stores, beside ``comm``)."""
 
 
@@ -576,17 +581,23 @@ def make_table(
     out_bytes: np.ndarray | None = None,
     comm_row: np.ndarray | None = None,
     comm: CommInfo | None = None,
+    launch_ns: np.ndarray | None = None,
+    launch_lane: np.ndarray | None = None,
 ) -> EventTable:
     """Assemble the event table with the dtypes of the module docstring, sorted by start. Categorical
     columns may be given as strings, :class:`Coded` or ``pd.Categorical``; the identity of collectives
     either as full columns (``group`` … ``out_bytes``; not given: "not said", ``""``/-1/NaN) or as
-    ``comm_row`` + ``comm`` (see :class:`EventTable`)."""
+    ``comm_row`` + ``comm`` (see :class:`EventTable`); ``launch_ns``/``launch_lane`` (codes into the
+    categories of ``lane`` as given) default to each event's own start and lane."""
     n = len(start_ns)
     start_ns = np.asarray(start_ns, dtype=np.int64)
     # columns already in order (a reader that sorted them itself) are used as they are: no copies
     ordered = n < 2 or bool((start_ns[1:] >= start_ns[:-1]).all())
     order = slice(None) if ordered else np.argsort(start_ns, kind="stable")
     names = Coded.of(name)[order]
+    lanes = Coded.of(lane)
+    if launch_ns is None or launch_lane is None:
+        launch_ns, launch_lane = start_ns, lanes.codes
     if comm is None or comm_row is None:
         comm_row, comm = comm_of_columns(n, group, seq, dtype, in_bytes, out_bytes)
     return EventTable(
@@ -594,7 +605,7 @@ def make_table(
         category=Coded.of(category, CATEGORIES)[order],
         start_ns=start_ns[order],
         end_ns=np.asarray(end_ns, dtype=np.int64)[order],
-        lane=Coded.of(lane)[order],
+        lane=lanes[order],
         device=np.asarray(device, dtype=bool)[order],
         collective=Coded(np.zeros(n, np.int8), COLLECTIVE_LABELS)
         if collective is None
@@ -604,6 +615,8 @@ def make_table(
         task=Coded(np.zeros(n, np.int8), TASK_LABELS) if task is None else Coded.of(task, TASK_LABELS)[order],
         step=np.full(n, -1, dtype=np.int64) if step is None else np.asarray(step, dtype=np.int64)[order],
         orphan=np.zeros(n, dtype=bool) if orphan is None else np.asarray(orphan, dtype=bool)[order],
+        launch_ns=np.asarray(launch_ns, dtype=np.int64)[order],
+        launch_lane=np.asarray(launch_lane, dtype=np.int32)[order],
         comm_row=np.asarray(comm_row, dtype=np.int32)[order],
         comm=comm,
     )
