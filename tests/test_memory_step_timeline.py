@@ -17,7 +17,12 @@ def _range(name: str, start: float, end: float) -> dict:
 
 
 def _mem(ts: float, nbytes: int, addr: int) -> dict:
-    return {"ph": "i", "name": "[memory]", "ts": ts, "args": {"Device Type": 0, "Bytes": nbytes, "Addr": addr}}
+    return {
+        "ph": "i",
+        "name": "[memory]",
+        "ts": ts,
+        "args": {"Device Type": 0, "Bytes": nbytes, "Addr": addr},
+    }
 
 
 HAND_TRACE = [
@@ -99,7 +104,11 @@ def test_profiled_run_records_the_memory_step_with_its_ranges(profiled_ab_run):
                 best, best_ts = running, e["ts"]
         assert tl["peak"]["bytes"] == live_bytes + best
         names = {e["name"] for e in events if e.get("ph") == "X"}
-        assert {"fsdpbench::forward::layers.0", "fsdpbench::backward::layers.0", "fsdpbench::optimizer"} <= names
+        assert {
+            "fsdpbench::forward::layers.0",
+            "fsdpbench::backward::layers.0",
+            "fsdpbench::optimizer",
+        } <= names
         holding = [
             e
             for e in events
@@ -117,6 +126,7 @@ def test_profiled_run_records_the_memory_step_with_its_ranges(profiled_ab_run):
         cats = tl["live_at_start_bytes"]
         assert cats["parameters"] > 0
         assert cats["batch"] == 8 * cfg["batch_size"] * cfg["seq_len"] * world
-        assert tl["peak"]["in_step_bytes"] == sum(tl["peak"]["in_step_by_category"].values()) - (
-            tl["peak"]["unmatched_free_bytes"]
+        assert (
+            tl["peak"]["in_step_bytes"]
+            == sum(tl["peak"]["in_step_by_category"].values()) - (tl["peak"]["unmatched_free_bytes"])
         )

@@ -32,8 +32,7 @@ import torch
 import torch.distributed as dist
 
 from fsdpbench import device as dev
-from fsdpbench import memory
-from fsdpbench import results
+from fsdpbench import memory, results
 from fsdpbench.backends import Backend, get_backend
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
