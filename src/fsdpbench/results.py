@@ -710,6 +710,9 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
         "peak_memory": {
             label: list(peak_memory_figure(stats)) for label, stats in (summary.get("arms") or {}).items()
         },
+        "memory_timeline": {
+            label: stats.get("memory_timeline") for label, stats in (summary.get("arms") or {}).items()
+        },
     }
     labels = list(arms)
     base = labels[0]

@@ -172,3 +172,87 @@ def where(peak: Mapping[str, Any]) -> str:
     if phase is None:
         return "outside fsdpbench's ranges"
     return f"{phase} of {unit}" if unit else phase
+
+
+def peak_summary(timeline: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The peak part of a ``memory_timeline`` (diff JSON's ``memory_timeline.base|test``); None without one."""
+    if not timeline or "peak" not in timeline:
+        return None
+    peak = timeline["peak"]
+    return {
+        "rank": timeline.get("rank", 0),
+        "peak_bytes": peak["bytes"],
+        "where": where(peak),
+        "phase": peak["phase"],
+        "unit": peak["unit"],
+        "collective": peak["collective"],
+        "live_at_start_bytes": dict(timeline["live_at_start_bytes"]),
+        "in_step_by_category": dict(peak["in_step_by_category"]),
+        "in_step_by_range": [dict(r) for r in peak["in_step_by_range"]],
+    }
+
+
+def peak_difference(base: Mapping[str, Any], test: Mapping[str, Any]) -> dict[str, Any]:
+    """Where two peaks differ (test − base): the total, the category and the (phase, unit) range of the
+    step's allocations with the largest difference, and the live-at-start category with the largest."""
+
+    def largest(b: Mapping[Any, int], t: Mapping[Any, int]) -> tuple[Any, int]:
+        deltas = {k: t.get(k, 0) - b.get(k, 0) for k in {*b, *t}}
+        key = max(sorted(deltas, key=str), key=lambda k: abs(deltas[k]), default=None)
+        return key, deltas.get(key, 0)
+
+    def ranges(side: Mapping[str, Any]) -> dict[tuple[Any, Any], int]:
+        return {(r["phase"], r["unit"]): r["bytes"] for r in side["in_step_by_range"]}
+
+    category, d_category = largest(base["in_step_by_category"], test["in_step_by_category"])
+    (phase, unit), d_range = (
+        largest(ranges(base), ranges(test))
+        if ranges(base) or ranges(test)
+        else (
+            (None, None),
+            0,
+        )
+    )
+    live, d_live = largest(base["live_at_start_bytes"], test["live_at_start_bytes"])
+    return {
+        "delta_bytes": test["peak_bytes"] - base["peak_bytes"],
+        "same_place": (base["phase"], base["unit"]) == (test["phase"], test["unit"]),
+        "category": category,
+        "category_delta_bytes": d_category,
+        "range": {"phase": phase, "unit": unit},
+        "range_delta_bytes": d_range,
+        "live_category": live,
+        "live_delta_bytes": d_live,
+    }
+
+
+def difference_text(
+    base_label: str, test_label: str, base: Mapping[str, Any], test: Mapping[str, Any]
+) -> str:
+    """One sentence on where two arms' peaks differ (the finding and the diff text)."""
+    d = peak_difference(base, test)
+    place = (
+        f"both peak in {base['where']}"
+        if d["same_place"]
+        else f"{base_label} peaks in {base['where']}, {test_label} in {test['where']}"
+    )
+    rng = d["range"]
+    parts = [place]
+    if d["range_delta_bytes"]:
+        what = where({"phase": rng["phase"], "unit": rng["unit"]})
+        parts.append(
+            f"the largest difference is in what {what} allocated and still holds at the peak "
+            f"({_signed_bytes(d['range_delta_bytes'])}, {d['category'].replace('_', ' ')} "
+            f"{_signed_bytes(d['category_delta_bytes'])})"
+        )
+    if d["live_delta_bytes"]:
+        parts.append(
+            f"live at the start: {d['live_category'].replace('_', ' ')} {_signed_bytes(d['live_delta_bytes'])}"
+        )
+    return "; ".join(parts)
+
+
+def _signed_bytes(n: int) -> str:
+    from fsdpbench.fmt import fmt_bytes
+
+    return ("+" if n >= 0 else "−") + fmt_bytes(abs(n))
