@@ -165,3 +165,16 @@ def test_diff_and_finding_name_where_the_peaks_differ():
         "peak_memory"
     )
     assert "no memory timeline" in f.cause
+
+
+def test_report_draws_one_memory_figure_per_arm(tmp_path):
+    from fsdpbench.report.blocks import Figure
+    from fsdpbench.report.load import RunData
+    from fsdpbench.report.profile import _memory_timeline
+
+    tl = step_timeline(HAND_TRACE, LIVE)
+    data = RunData(tmp_path, summary={"arms": {"a": {"memory_timeline": tl}, "b": {"memory_timeline": None}}})
+    figs = [b for b in _memory_timeline(data, ["a", "b"]) if isinstance(b, Figure)]
+    assert len(figs) == 1
+    assert "backward of layers.0" in figs[0].svg and "a — memory step, rank 0" in figs[0].svg
+    assert "Peak 3.96 KiB in backward of layers.0" in figs[0].caption
