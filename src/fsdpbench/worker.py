@@ -544,7 +544,8 @@ def live_at_start(runner: StepRunner) -> dict[str, int]:
         "gradients": [p.grad for p in params],
         "optimizer_states": [
             v
-            for state in runner.optimizer.state.values()
+            for state in (getattr(runner.optimizer, "state", None) or {}).values()
+            if isinstance(state, dict)
             for v in state.values()
             if isinstance(v, torch.Tensor) and v.dim() > 0
         ],
