@@ -260,6 +260,8 @@ class Run:
             done=self.done(),
             flops_per_token=self.flops_per_token(),
         )
+        for arm, timeline in results.memory_timelines(self.run_dir, list(summary["arms"])).items():
+            summary["arms"][arm]["memory_timeline"] = timeline
         results.write_json(self.run_dir / results.SUMMARY, summary)
         return summary
 

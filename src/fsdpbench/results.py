@@ -38,6 +38,9 @@ ANALYSIS = "analysis.json"
 DIFF_JSON = "diff.json"
 DIFF_MD = "diff.md"
 PROFILES = "profiles"
+MEMORY_STEP = "memory_step"
+"""``memory_step/<arm>/rank<k>.trace.json.gz`` and ``rank<k>.live.json``: the profile launch's memory-recording
+step (docs/memory.md), kept out of ``profiles/`` so the attribution never reads it."""
 LAUNCHES = "launches"
 REPORT = "report"
 """Stem of ``report.md`` / ``report.html``; their figures go to ``FIGURES``."""
@@ -70,6 +73,34 @@ def launch_kind(round_: int) -> str:
 def profile_dir(run_dir: str | Path, arm: str) -> Path:
     """``profiles/<arm>``: the arm's profiler output, one ``rank<k>/`` folder per rank."""
     return Path(run_dir) / PROFILES / arm
+
+
+def memory_step_files(run_dir: str | Path, arm: str, rank: int) -> tuple[Path, Path]:
+    """(Chrome trace, live-at-start JSON) of ``rank``'s memory-recording step of ``arm``."""
+    folder = Path(run_dir) / MEMORY_STEP / arm
+    return folder / f"rank{rank}.trace.json.gz", folder / f"rank{rank}.live.json"
+
+
+def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> dict[str, Any]:
+    """``{arm: memory_timeline}`` of ``rank`` for the arms whose memory step was recorded
+    (``analysis.memory_timeline.step_timeline``); an arm whose files cannot be read gets ``{"error": why}``."""
+    import gzip
+
+    from fsdpbench.analysis.memory_timeline import step_timeline
+
+    out: dict[str, Any] = {}
+    for arm in labels:
+        trace, live = memory_step_files(run_dir, arm, rank)
+        if not trace.is_file() or not live.is_file():
+            continue
+        try:
+            events = orjson.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+            facts = read_json(live)
+            out[arm] = step_timeline(events, facts["live_at_start_bytes"], facts.get("device_type", 0))
+            out[arm]["rank"] = rank
+        except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
+            out[arm] = {"error": f"{trace}: {exc}"}
+    return out
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -678,6 +709,9 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
         "num_layers": (model or {}).get("num_hidden_layers") if isinstance(model, Mapping) else None,
         "peak_memory": {
             label: list(peak_memory_figure(stats)) for label, stats in (summary.get("arms") or {}).items()
+        },
+        "memory_timeline": {
+            label: stats.get("memory_timeline") for label, stats in (summary.get("arms") or {}).items()
         },
     }
     labels = list(arms)

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from fsdpbench import device as dev
-from fsdpbench import results
+from fsdpbench import memory, results
 from fsdpbench.backends import Backend, get_backend
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.data import rank_batch
@@ -534,6 +534,61 @@ def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: 
             prof.step()
 
 
+def live_at_start(runner: StepRunner) -> dict[str, int]:
+    """Bytes of the tensors live before the memory step, by category (each storage once, in the first
+    category that holds it): parameters (as stored: sharded where the backend shards them), gradients
+    (none after ``zero_grad(set_to_none=True)``), optimizer states, the prepared batch."""
+    params = list(runner.model.parameters())
+    groups = {
+        "parameters": params,
+        "gradients": [p.grad for p in params],
+        "optimizer_states": [
+            v
+            for state in (getattr(runner.optimizer, "state", None) or {}).values()
+            if isinstance(state, dict)
+            for v in state.values()
+            if isinstance(v, torch.Tensor) and v.dim() > 0
+        ],
+        "batch": [runner._next[1]] if runner._next is not None else [],
+    }
+    seen: set[int] = set()
+    out: dict[str, int] = {}
+    for name, tensors in groups.items():
+        fresh = []
+        for t in tensors:
+            if t is None:
+                continue
+            local = t.to_local() if hasattr(t, "to_local") else t
+            if local.untyped_storage().data_ptr() not in seen:
+                seen.add(local.untyped_storage().data_ptr())
+                fresh.append(local)
+        out[name] = memory.storage_bytes(fresh)
+    return out
+
+
+def record_memory_step(runner: StepRunner, step: int, run_dir: Path) -> None:
+    """One more step after the profiled one, recorded with ``profile_memory=True`` and fsdpbench's ranges
+    (docs/memory.md): its Chrome trace and the bytes live at its start go to ``results.memory_step_files``.
+    Not timed, not in steps.jsonl; the gradients are freed before it, so no tensor live at its start is
+    freed inside it (the CPU events cannot see those frees)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    runner.optimizer.zero_grad(set_to_none=True)
+    live = live_at_start(runner)
+    trace, live_path = results.memory_step_files(run_dir, runner.arm.label, runner.rank)
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    marks = ProfileMarks(runner.model, decoder_units(runner.model))
+    marks.install(COLLECTIVES)
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            runner.train(step, marks)
+    finally:
+        marks.uninstall()
+    prof.export_chrome_trace(str(trace))
+    device_type = 1 if runner.device_type == "cuda" else memory.CPU_DEVICE_TYPE  # Kineto's Device Type
+    results.write_json(live_path, {"live_at_start_bytes": live, "device_type": device_type, "step": step})
+
+
 # --------------------------------------------------------------------------------------------
 # the run
 # --------------------------------------------------------------------------------------------
@@ -717,6 +772,8 @@ def run(spec: dict[str, Any]) -> None:
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
             run_steps(runner, n_steps, prof, cfg.profile_step if profile else None)
+        if profile and device_type in ("cpu", "cuda"):  # torch_npu's allocator is read from its own files
+            record_memory_step(runner, n_steps, run_dir)
         gc.enable()
         if local_rank == 0:
             facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran

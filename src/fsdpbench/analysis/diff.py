@@ -21,6 +21,7 @@ import pandas as pd
 
 from fsdpbench.analysis import calibration, whatif
 from fsdpbench.analysis import findings as fnd
+from fsdpbench.analysis import memory_timeline as mt
 from fsdpbench.analysis.findings import (
     METRICS,
     CollectiveRow,
@@ -205,6 +206,9 @@ class DiffResult:
     """Estimates checked against their counterfactual arm (``fsdpbench.analysis.calibration`` entries)."""
     distortion: dict[str, Any] | None = None
     """Each arm's profiled/timed step ratio (``calibration.distortion``); ``None`` without timed medians."""
+    memory: dict[str, Any] | None = None
+    """``{"base", "test", "difference"}``: the memory step's peaks (``memory_timeline.peak_summary``) and
+    ``peak_difference``; ``None`` unless both arms have a memory timeline."""
 
     def to_dict(self) -> dict[str, Any]:
         """The Diff JSON of docs/DATA.md."""
@@ -223,6 +227,7 @@ class DiffResult:
             "findings": [f.to_dict() for f in self.findings],
             "calibration": [dict(e) for e in self.calibration],
             **({"distortion": self.distortion} if self.distortion is not None else {}),
+            **({"memory_timeline": self.memory} if self.memory is not None else {}),
         }
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
@@ -391,6 +396,15 @@ def _peak_memory(context: Mapping[str, Any], label: str) -> fnd.PeakMemory | Non
     return fnd.PeakMemory(float(entry[0]), str(entry[1]))
 
 
+def _memory(context: Mapping[str, Any], base_label: str, test_label: str) -> dict[str, Any] | None:
+    """The diff's ``memory_timeline`` from ``context["memory_timeline"][label]`` (summary.json's timelines)."""
+    timelines = context.get("memory_timeline") or {}
+    base, test = (mt.peak_summary(timelines.get(label)) for label in (base_label, test_label))
+    if base is None or test is None:
+        return None
+    return {"base": base, "test": test, "difference": mt.peak_difference(base, test)}
+
+
 def compare(
     base: Any,
     test: Any,
@@ -410,7 +424,9 @@ def compare(
         base_arm, test_arm: the arms' options from manifest.json (``prefetch``, ``comm_fusion``,
             ``reshard_after_forward``); the prefetch finding names them.
         context: ``{"parity": summary.json parity, "base": {"world_size", "model"}, "test": {...},
-            "num_layers": int, "peak_memory": {label: [bytes, measure]}}``; differences make an ``invalid_comparison`` finding and a warning.
+            "num_layers": int, "peak_memory": {label: [bytes, measure]},
+            "memory_timeline": {label: summary.json's memory_timeline}}``; differences make an
+            ``invalid_comparison`` finding and a warning.
 
     Returns:
         The ``DiffResult``: deltas are ``test − base`` in µs, ratios ``test / base``; counts are per rank
@@ -444,6 +460,7 @@ def compare(
             warnings.append(
                 f"{lab}: no collectives recognised; its overlap and comm numbers are not meaningful"
             )
+    memory = _memory(context, base_label, test_label)
     rule_input = fnd.RuleInput(
         labels=Pair(base_label, test_label),
         mean=mean,
@@ -456,7 +473,17 @@ def compare(
         problems=problems,
         num_layers=context.get("num_layers"),
         peak_memory=Pair(*(_peak_memory(context, label) for label in (base_label, test_label))),
+        memory_peaks=Pair(memory["base"], memory["test"]) if memory else Pair(None, None),
     )
     return DiffResult(
-        base_label, test_label, side, collectives, ops, sync, fits, fnd.evaluate(rule_input), warnings
+        base_label,
+        test_label,
+        side,
+        collectives,
+        ops,
+        sync,
+        fits,
+        fnd.evaluate(rule_input),
+        warnings,
+        memory=memory,
     )

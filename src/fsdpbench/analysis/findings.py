@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from statistics import median
 from typing import Any, Generic, Literal, TypeVar
 
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis import memory_timeline, whatif
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, manifest_prefetch, prefetch_units
 from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x, speed_phrase
@@ -388,6 +388,8 @@ class RuleInput:
     problems: list[str] = field(default_factory=list)
     num_layers: int | None = None
     peak_memory: Pair[PeakMemory | None] = field(default_factory=lambda: Pair(None, None))
+    memory_peaks: Pair[dict[str, Any] | None] = field(default_factory=lambda: Pair(None, None))
+    """The memory step's peaks (``memory_timeline.peak_summary``), where the run recorded one."""
 
     def other(self, side: Side) -> Side:
         return "test" if side == "base" else "base"
@@ -731,7 +733,14 @@ def rule_peak_memory(x: RuleInput) -> list[Finding]:
         "; ".join(causes)
         if causes
         else "the arm options the diff knows do not differ in a memory-relevant way"
-    ) + "; where in the step (phase, unit, category) is not attributed yet"
+    )
+    mb, mtest = x.memory_peaks.base, x.memory_peaks.test
+    if mb is not None and mtest is not None:
+        cause += f"; in the memory step (rank {mb['rank']}): " + memory_timeline.difference_text(
+            x.labels.base, x.labels.test, mb, mtest
+        )
+    else:
+        cause += "; where in the step (phase, unit, category): no memory timeline (profile the run)"
     return [
         Finding(
             "peak_memory",

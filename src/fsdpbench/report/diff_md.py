@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fsdpbench.analysis import memory_timeline as mt
 from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, SideMetrics, collective_phrase
 from fsdpbench.analysis.whatif import AlphaBetaFit
@@ -134,6 +135,35 @@ def distortion_text(result: DiffResult) -> str | None:
     )
 
 
+def _bytes_parts(parts: Mapping[str, int]) -> str:
+    shown = [f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in parts.items() if v]
+    return ", ".join(shown) or "none"
+
+
+def memory_lines(result: DiffResult) -> list[str]:
+    """The memory step's peak per arm, where it falls and its categories, then where they differ
+    (``[]`` without memory timelines for both arms)."""
+    if result.memory is None:
+        return []
+    sides = ((result.base, result.memory["base"]), (result.test, result.memory["test"]))
+    out = [f"Memory step, rank {result.memory['base']['rank']} (profile_memory on; allocated bytes):"]
+    for label, side in sides:
+        live = side["live_at_start_bytes"]
+        step = side["in_step_by_category"]
+        collective = f" (inside {side['collective'].split('::')[2]})" if side["collective"] else ""
+        out.append(
+            f"  {label}: peak {fmt_bytes(side['peak_bytes'])} in {side['where']}{collective} = "
+            f"live at start {fmt_bytes(sum(live.values()))} ({_bytes_parts(live)}) + step allocations "
+            f"{fmt_bytes(sum(step.values()))} ({_bytes_parts(step)})"
+        )
+    d = result.memory["difference"]
+    out.append(
+        f"  Δ peak {'+' if d['delta_bytes'] >= 0 else '−'}{fmt_bytes(abs(d['delta_bytes']))}: "
+        + mt.difference_text(result.base, result.test, result.memory["base"], result.memory["test"])
+    )
+    return out
+
+
 def _table(header: list[str], rows: list[list[str]], align: str = "") -> list[str]:
     """A markdown table; ``align`` has one ``l``/``r`` per column (default: the first left, the rest right)."""
     align = align or "l" + "r" * (len(header) - 1)
@@ -153,6 +183,9 @@ def to_markdown(result: DiffResult) -> str:
     distortion = distortion_text(result)
     if distortion:
         md += [f"{distortion}: every number below is from the profiled step.", ""]
+    memory = memory_lines(result)
+    if memory:
+        md += [memory[0], "", *(f"- {line.strip()}" for line in memory[1:]), ""]
     rows = []
     for key in METRICS:
         base, test = getattr(sbs.mean.base, key), getattr(sbs.mean.test, key)

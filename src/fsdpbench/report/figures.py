@@ -467,3 +467,50 @@ def rank_timeline(timelines: Sequence) -> str:
         fontsize=8,
     )
     return to_svg(fig, "rank_timeline")
+
+
+PHASE_COLORS = {"forward": "#8FB9E3", "backward": "#F2B880", "optimizer": "#9ED3A4"}
+
+
+def memory_timeline(arm: str, timeline: dict) -> str:
+    """Allocated memory over one arm's memory step (``summary.json``'s ``memory_timeline``), with the
+    layers' forward/backward ranges and the optimizer step shaded, the live-at-start bytes dashed and
+    the peak marked with the phase and unit it falls in."""
+    t_ms = np.asarray(timeline["t_us"], dtype=float) / 1e3
+    mib = np.asarray(timeline["allocated_bytes"], dtype=float) / 2**20
+    peak = timeline["peak"]
+    fig = _figure(11.5, 3.0)
+    ax = fig.subplots()
+    top = float(mib.max()) * 1.12 if mib.size else 1.0
+    for r in timeline["ranges"]:
+        start, end = r["start_us"] / 1e3, r["end_us"] / 1e3
+        if r["unit"] == "root":  # the root's ranges hold every layer's: a thin band along the bottom
+            ax.axvspan(start, end, ymin=0, ymax=0.03, color=PHASE_COLORS[r["phase"]], linewidth=0)
+            continue
+        ax.axvspan(start, end, color=PHASE_COLORS[r["phase"]], alpha=0.35, linewidth=0)
+        ax.axvline(start, color="#999999", linewidth=0.5)
+        label = r["unit"].removeprefix("layers.") if r["unit"] else "opt"
+        ax.text((start + end) / 2, top * 0.97, label, ha="center", va="top", fontsize=6, color="#555555")
+    ax.step(t_ms, mib, where="post", color="#333333", linewidth=1.0)
+    live = sum(timeline["live_at_start_bytes"].values()) / 2**20
+    ax.axhline(live, color="#777777", linestyle="--", linewidth=0.8)
+    where_ = f"{peak['phase']} of {peak['unit']}" if peak.get("unit") else str(peak.get("phase"))
+    ax.plot([peak["t_us"] / 1e3], [peak["bytes"] / 2**20], "o", color="#D1495B", markersize=5)
+    ax.annotate(
+        f"peak {peak['bytes'] / 2**20:.2f} MiB\n{where_}",
+        (peak["t_us"] / 1e3, peak["bytes"] / 2**20),
+        xytext=(6, -22),
+        textcoords="offset points",
+        fontsize=7,
+        color="#D1495B",
+    )
+    ax.set_ylim(0, top)
+    ax.set_xlim(0, float(t_ms.max()) * 1.01 if t_ms.size else 1.0)
+    ax.set_xlabel("time from the step's first range (ms)")
+    ax.set_ylabel("allocated (MiB)")
+    ax.set_title(f"{arm} — memory step, rank {timeline.get('rank', 0)}", fontsize=9, loc="left")
+    _style(ax)
+    handles = [Patch(color=c, alpha=0.5, label=p) for p, c in PHASE_COLORS.items()]
+    handles.append(Patch(facecolor="none", edgecolor="#777777", linestyle="--", label="live at start"))
+    ax.legend(handles=handles, loc="lower right", fontsize=7, frameon=False, ncol=4, bbox_to_anchor=(1, 1.0))
+    return to_svg(fig, f"memory_timeline_{arm}")

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis import memory_timeline as mt
 from fsdpbench.analysis.findings import finite
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 from fsdpbench.report import figures
@@ -122,6 +123,47 @@ def profile_section(data: RunData) -> list[Block]:
     blocks.extend(_ops(data, arms, ranks))
     blocks.extend(_sync(arms, ranks))
     blocks.extend(_timeline(data))
+    blocks.extend(_memory_timeline(data, arms))
+    return blocks
+
+
+def _memory_timeline(data: RunData, arms: list[str]) -> list[Block]:
+    """Per arm, allocated memory over the memory step with its phases and units (docs/memory.md)."""
+    arm_stats = (data.summary or {}).get("arms") or {}
+    timelines = {a: (arm_stats.get(a) or {}).get("memory_timeline") for a in arms}
+    blocks: list[Block] = [Heading("Memory over one step", 3)]
+    if not any(t and "peak" in t for t in timelines.values()):
+        blocks.append(
+            Para(
+                "No memory timeline: this run recorded no memory step (the profile launch records one "
+                "on CPU and CUDA; see docs/memory.md)."
+            )
+        )
+        return blocks
+    for arm, timeline in timelines.items():
+        if not timeline:
+            continue
+        if "peak" not in timeline:
+            blocks.append(Banner("warning", f"`{arm}`: no memory timeline: {timeline.get('error')}"))
+            continue
+        peak = timeline["peak"]
+        parts = ", ".join(
+            f"{k.replace('_', ' ')} {fmt_bytes(v)}"
+            for k, v in {**timeline["live_at_start_bytes"], **peak["in_step_by_category"]}.items()
+            if v
+        )
+        blocks.append(
+            Figure(
+                f"memory_timeline_{arm}",
+                figures.memory_timeline(arm, timeline),
+                f"`{arm}`: allocated memory over the memory step (one more step after the profiled one, "
+                f"recorded with profile_memory and fsdpbench's ranges), rank {timeline.get('rank', 0)}. "
+                f"Peak {fmt_bytes(peak['bytes'])} in {mt.where(peak)}: {parts} (live at the start by "
+                "category; the step's allocations still live at the peak by the phase they were made in). "
+                "Shaded: each layer's forward (blue) and backward (orange), the optimizer (green); the "
+                "root's ranges along the bottom; dashed: bytes live at the start.",
+            )
+        )
     return blocks
 
 

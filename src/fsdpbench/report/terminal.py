@@ -11,6 +11,7 @@ from fsdpbench.report.diff_md import (
     CALIBRATION_NOTE,
     calibration_rows,
     distortion_text,
+    memory_lines,
     metric_cells,
 )
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
@@ -73,6 +74,8 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
     distortion = distortion_text(result)
     if distortion:
         console.print(distortion, highlight=False)
+    for line in memory_lines(result):
+        console.print(line, highlight=False, markup=False)
     if result.collectives:
 
         def coll_table(hb: str, ht: str) -> Table:

@@ -15,8 +15,8 @@ Sources:
 - Ascend db export (``ascend_pytorch_profiler_<rank>.db``): the same in tables ``MEMORY_RECORD``,
   ``OP_MEMORY`` and ``NPU_MODULE_MEM`` (bytes and ns; names through ``STRING_IDS``).
 
-Phase and unit boundaries and the attribution of the peak to them are not drawn here (they wait for
-the attribution work); these readers give the timelines and their peaks.
+These readers give the timelines and their peaks; the phase and unit boundaries and the attribution
+of the peak to them are in ``fsdpbench.analysis.memory_timeline`` (Kineto, the worker's memory step).
 """
 
 from __future__ import annotations

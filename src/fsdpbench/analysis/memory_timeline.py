@@ -1,0 +1,258 @@
+"""Allocated memory over the memory-recording step, with fsdpbench's phase and unit ranges on it.
+
+The worker records one step of its own with ``profile_memory=True`` and fsdpbench's ranges installed
+(``worker.record_memory_step``; docs/memory.md "Memory timeline of a step"), so the ``[memory]``
+events and the ``fsdpbench::forward|backward::<unit>`` / ``fsdpbench::optimizer`` ranges share one
+clock. From its Chrome trace and the bytes live at its start (by category, from the model and
+optimizer state) ``step_timeline`` gives the allocated bytes over the step, the ranges, and the peak:
+the (phase, unit) range it falls in, the collective range if any, and what makes it up — the
+live-at-start bytes by category, and the step's own allocations still live at the peak by the range
+they were made in (matched allocation to free by address).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fsdpbench.errors import InputError
+from fsdpbench.memory import CPU_DEVICE_TYPE
+
+LIVE_CATEGORIES = ("parameters", "gradients", "optimizer_states", "batch")
+"""Categories of the bytes live at the step's start (``worker.live_at_start``)."""
+IN_STEP_CATEGORIES = {
+    "forward": "forward_allocations",
+    "backward": "backward_allocations",
+    "optimizer": "optimizer_allocations",
+    "collective": "communication_buffers",
+    None: "outside_ranges",
+}
+"""Category of a step allocation by the range it was made in (the innermost collective range first)."""
+PREFIX = "fsdpbench"
+"""``profile_marks.PREFIX`` (not imported: this module runs without torch)."""
+MAX_POINTS = 1500
+"""Largest number of (time, bytes) points kept for the figure (the peak and each bucket's max are kept)."""
+
+
+def _ranges(events: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(phase/unit ranges, collective ranges) of fsdpbench's ``X`` events, in start order."""
+    units, collectives = [], []
+    for e in events:
+        name = e.get("name")
+        if e.get("ph") != "X" or not isinstance(name, str) or not name.startswith(PREFIX + "::"):
+            continue
+        parts = name.split("::")
+        start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur") or 0.0)
+        if parts[1] == "c10d":
+            collectives.append({"name": name, "start_us": start, "end_us": end})
+        elif parts[1] in ("forward", "backward") and len(parts) >= 3:
+            units.append({"phase": parts[1], "unit": "::".join(parts[2:]), "start_us": start, "end_us": end})
+        elif parts[1] == "optimizer":
+            units.append({"phase": "optimizer", "unit": None, "start_us": start, "end_us": end})
+    units.sort(key=lambda r: r["start_us"])
+    collectives.sort(key=lambda r: r["start_us"])
+    return units, collectives
+
+
+def _innermost(ranges: Sequence[Mapping[str, Any]], t: float) -> Mapping[str, Any] | None:
+    """The shortest range holding ``t`` (ranges nest: the root's forward holds every layer's)."""
+    best = None
+    for r in ranges:
+        if r["start_us"] <= t <= r["end_us"] and (
+            best is None or r["end_us"] - r["start_us"] < best["end_us"] - best["start_us"]
+        ):
+            best = r
+    return best
+
+
+def _thin(t: np.ndarray, y: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ~``2 * MAX_POINTS`` points: each bucket's first and largest point (the peak survives)."""
+    if t.size <= MAX_POINTS:
+        return t, y
+    edges = np.linspace(0, t.size, MAX_POINTS + 1).astype(int)
+    idx = set()
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        if b > a:
+            idx.add(a)
+            idx.add(a + int(np.argmax(y[a:b])))
+    idx.add(keep)
+    order = np.array(sorted(idx))
+    return t[order], y[order]
+
+
+def step_timeline(
+    trace_events: Sequence[Mapping[str, Any]],
+    live_at_start: Mapping[str, int],
+    device_type: int = CPU_DEVICE_TYPE,
+) -> dict[str, Any]:
+    """The memory timeline of a recorded step (the ``memory_timeline`` object of docs/DATA.md).
+
+    CPU (``device_type`` 0): allocated = the live-at-start bytes + the running sum of the events'
+    ``Bytes``. A device: the allocator's ``Total Allocated``. Times are µs from the first fsdpbench range
+    (else the first event). Raises ``InputError`` when the trace holds no memory events of that device.
+    """
+    mem = [
+        e
+        for e in trace_events
+        if e.get("name") == "[memory]" and (e.get("args") or {}).get("Device Type") == device_type
+    ]
+    if not mem:
+        raise InputError(
+            f"no [memory] events of device type {device_type} in the trace; record it with profile_memory=True"
+        )
+    mem.sort(key=lambda e: float(e["ts"]))
+    ts = np.array([float(e["ts"]) for e in mem])
+    nbytes = np.array([int(e["args"]["Bytes"]) for e in mem], dtype=np.int64)
+    live = {k: int(v) for k, v in live_at_start.items()}
+    live_total = sum(live.values())
+    if device_type == CPU_DEVICE_TYPE:
+        allocated = live_total + np.cumsum(nbytes)
+    else:
+        allocated = np.array([int(e["args"].get("Total Allocated", 0)) for e in mem], dtype=np.int64)
+    units, collectives = _ranges(trace_events)
+    t0 = min([r["start_us"] for r in units] or [float(ts[0])])
+    i_peak = int(np.argmax(allocated))
+    t_peak = float(ts[i_peak])
+
+    # the step's allocations still live at the peak, by the range they were made in
+    open_: dict[Any, tuple[int, float]] = {}
+    unmatched_free = 0
+    for e, b in zip(mem[: i_peak + 1], nbytes[: i_peak + 1], strict=True):
+        addr = e["args"].get("Addr")
+        if b > 0:
+            open_[addr] = (int(b), float(e["ts"]))
+        elif b < 0:
+            if addr in open_:
+                del open_[addr]
+            else:
+                unmatched_free += int(-b)
+    by_range: dict[tuple[str | None, str | None], int] = {}
+    by_category: dict[str, int] = dict.fromkeys(IN_STEP_CATEGORIES.values(), 0)
+    for size, t_alloc in open_.values():
+        coll = _innermost(collectives, t_alloc)
+        rng = _innermost(units, t_alloc)
+        key = (rng["phase"], rng["unit"]) if rng else (None, None)
+        by_range[key] = by_range.get(key, 0) + size
+        by_category[IN_STEP_CATEGORIES["collective" if coll else key[0]]] += size
+    at_peak = _innermost(units, t_peak)
+    coll_at_peak = _innermost(collectives, t_peak)
+    t_thin, y_thin = _thin(ts, allocated, i_peak)
+    return {
+        "source": "kineto",
+        "device_type": device_type,
+        "n_events": len(mem),
+        "t_us": [round(float(t - t0), 3) for t in t_thin],
+        "allocated_bytes": [int(v) for v in y_thin],
+        "ranges": [{**r, "start_us": r["start_us"] - t0, "end_us": r["end_us"] - t0} for r in units],
+        "live_at_start_bytes": live,
+        "peak": {
+            "bytes": int(allocated[i_peak]),
+            "t_us": t_peak - t0,
+            "phase": at_peak["phase"] if at_peak else None,
+            "unit": at_peak["unit"] if at_peak else None,
+            "collective": coll_at_peak["name"] if coll_at_peak else None,
+            "live_at_start_bytes": live_total,
+            "in_step_bytes": int(allocated[i_peak]) - live_total,
+            "in_step_by_category": by_category,
+            "in_step_by_range": [
+                {"phase": p, "unit": u, "bytes": n}
+                for (p, u), n in sorted(by_range.items(), key=lambda kv: -kv[1])
+            ],
+            "unmatched_free_bytes": unmatched_free,
+        },
+        "end_bytes": int(allocated[-1]),
+    }
+
+
+def where(peak: Mapping[str, Any]) -> str:
+    """``backward of layers.2`` / ``optimizer`` / ``outside fsdpbench's ranges`` for a timeline's peak."""
+    phase, unit = peak.get("phase"), peak.get("unit")
+    if phase is None:
+        return "outside fsdpbench's ranges"
+    return f"{phase} of {unit}" if unit else phase
+
+
+def peak_summary(timeline: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The peak part of a ``memory_timeline`` (diff JSON's ``memory_timeline.base|test``); None without one."""
+    if not timeline or "peak" not in timeline:
+        return None
+    peak = timeline["peak"]
+    return {
+        "rank": timeline.get("rank", 0),
+        "peak_bytes": peak["bytes"],
+        "where": where(peak),
+        "phase": peak["phase"],
+        "unit": peak["unit"],
+        "collective": peak["collective"],
+        "live_at_start_bytes": dict(timeline["live_at_start_bytes"]),
+        "in_step_by_category": dict(peak["in_step_by_category"]),
+        "in_step_by_range": [dict(r) for r in peak["in_step_by_range"]],
+    }
+
+
+def peak_difference(base: Mapping[str, Any], test: Mapping[str, Any]) -> dict[str, Any]:
+    """Where two peaks differ (test − base): the total, the category and the (phase, unit) range of the
+    step's allocations with the largest difference, and the live-at-start category with the largest."""
+
+    def largest(b: Mapping[Any, int], t: Mapping[Any, int]) -> tuple[Any, int]:
+        deltas = {k: t.get(k, 0) - b.get(k, 0) for k in {*b, *t}}
+        key = max(sorted(deltas, key=str), key=lambda k: abs(deltas[k]), default=None)
+        return key, deltas.get(key, 0)
+
+    def ranges(side: Mapping[str, Any]) -> dict[tuple[Any, Any], int]:
+        return {(r["phase"], r["unit"]): r["bytes"] for r in side["in_step_by_range"]}
+
+    category, d_category = largest(base["in_step_by_category"], test["in_step_by_category"])
+    (phase, unit), d_range = (
+        largest(ranges(base), ranges(test))
+        if ranges(base) or ranges(test)
+        else (
+            (None, None),
+            0,
+        )
+    )
+    live, d_live = largest(base["live_at_start_bytes"], test["live_at_start_bytes"])
+    return {
+        "delta_bytes": test["peak_bytes"] - base["peak_bytes"],
+        "same_place": (base["phase"], base["unit"]) == (test["phase"], test["unit"]),
+        "category": category,
+        "category_delta_bytes": d_category,
+        "range": {"phase": phase, "unit": unit},
+        "range_delta_bytes": d_range,
+        "live_category": live,
+        "live_delta_bytes": d_live,
+    }
+
+
+def difference_text(
+    base_label: str, test_label: str, base: Mapping[str, Any], test: Mapping[str, Any]
+) -> str:
+    """One sentence on where two arms' peaks differ (the finding and the diff text)."""
+    d = peak_difference(base, test)
+    place = (
+        f"both peak in {base['where']}"
+        if d["same_place"]
+        else f"{base_label} peaks in {base['where']}, {test_label} in {test['where']}"
+    )
+    rng = d["range"]
+    parts = [place]
+    if d["range_delta_bytes"]:
+        what = where({"phase": rng["phase"], "unit": rng["unit"]})
+        parts.append(
+            f"the largest difference is in what {what} allocated and still holds at the peak "
+            f"({_signed_bytes(d['range_delta_bytes'])}, {d['category'].replace('_', ' ')} "
+            f"{_signed_bytes(d['category_delta_bytes'])})"
+        )
+    if d["live_delta_bytes"]:
+        parts.append(
+            f"live at the start: {d['live_category'].replace('_', ' ')} {_signed_bytes(d['live_delta_bytes'])}"
+        )
+    return "; ".join(parts)
+
+
+def _signed_bytes(n: int) -> str:
+    from fsdpbench.fmt import fmt_bytes
+
+    return ("+" if n >= 0 else "−") + fmt_bytes(abs(n))
