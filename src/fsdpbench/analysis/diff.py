@@ -21,6 +21,7 @@ import pandas as pd
 
 from fsdpbench.analysis import calibration, whatif
 from fsdpbench.analysis import findings as fnd
+from fsdpbench.analysis import places as plc
 from fsdpbench.analysis.findings import (
     METRICS,
     CollectiveRow,
@@ -205,6 +206,10 @@ class DiffResult:
     """Estimates checked against their counterfactual arm (``fsdpbench.analysis.calibration`` entries)."""
     distortion: dict[str, Any] | None = None
     """Each arm's profiled/timed step ratio (``calibration.distortion``); ``None`` without timed medians."""
+    places: list[plc.PlaceRow] = field(default_factory=list)
+    """Both arms per (unit, phase) (``analysis.places``); ``[]`` when neither trace has fsdpbench's ranges."""
+    top_waits: fnd.Pair[list[dict[str, Any]]] = field(default_factory=lambda: fnd.Pair([], []))
+    """Each arm's slowest matched collectives (``places.top_collectives``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The Diff JSON of docs/DATA.md."""
@@ -223,6 +228,8 @@ class DiffResult:
             "findings": [f.to_dict() for f in self.findings],
             "calibration": [dict(e) for e in self.calibration],
             **({"distortion": self.distortion} if self.distortion is not None else {}),
+            "places": [r.to_dict() for r in self.places],
+            "top_waits": {"base": list(self.top_waits.base), "test": list(self.top_waits.test)},
         }
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
@@ -456,7 +463,19 @@ def compare(
         problems=problems,
         num_layers=context.get("num_layers"),
         peak_memory=Pair(*(_peak_memory(context, label) for label in (base_label, test_label))),
+        places=plc.compare_places(db, dt),
+        analysis=Pair(db, dt),
     )
     return DiffResult(
-        base_label, test_label, side, collectives, ops, sync, fits, fnd.evaluate(rule_input), warnings
+        base_label,
+        test_label,
+        side,
+        collectives,
+        ops,
+        sync,
+        fits,
+        fnd.evaluate(rule_input),
+        warnings,
+        places=rule_input.places,
+        top_waits=Pair(plc.top_collectives(db), plc.top_collectives(dt)),
     )
