@@ -229,8 +229,8 @@ def test_real_run_places_diff_and_report(profiled_ab_run):
     (read here from analysis.json), and the report shows the section with its figures."""
     from fsdpbench.results import diff_run
 
+    [result] = diff_run(profiled_ab_run)  # writes analysis.json when the run has none yet
     analysis = json.loads((profiled_ab_run / "analysis.json").read_text())
-    [result] = diff_run(profiled_ab_run)
     base, test = analysis[result.base], analysis[result.test]
 
     def means(data: dict, key: str) -> dict:
@@ -251,3 +251,9 @@ def test_real_run_places_diff_and_report(profiled_ab_run):
         if v["exposed_wait_us"] is not None and key[1] in ("forward", "backward"):
             assert v["exposed_wait_us"] + v["exposed_transfer_us"] == pytest.approx(v["exposed_us"], abs=1.0)
     assert place_lines(result)
+    from fsdpbench.report import write_report
+
+    write_report(profiled_ab_run)
+    md = (profiled_ab_run / "report.md").read_text()
+    assert "### Where: units × phases" in md and "Units × phases: `" in md
+    assert (profiled_ab_run / "figures" / "places_delta_1.svg").is_file()

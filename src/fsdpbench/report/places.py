@@ -61,7 +61,7 @@ def _top_table(rows: list[dict[str, Any]]) -> Table:
 
 def _arm_blocks(arm: str, data: Mapping[str, Any], index: int) -> list[Block]:
     places = plc.arm_places(data)
-    blocks: list[Block] = [Heading(f"`{arm}`", 4)]
+    blocks: list[Block] = [Heading(f"Units × phases: `{arm}`", 4)]
     if not places:
         return blocks + [
             Para("No units: the trace has no fsdpbench ranges (an Ascend export, or not a run of fsdpbench).")
@@ -113,7 +113,7 @@ def _pair_blocks(
     rows = plc.compare_places(db, dt)
     if not rows or not rows[0].compared:
         return []
-    blocks: list[Block] = [Heading(f"`{test}` − `{base}`", 4)]
+    blocks: list[Block] = [Heading(f"Units × phases: `{test}` − `{base}`", 4)]
     units, phases = _axes([(r.unit, r.phase) for r in rows])
     panels = {
         "Δ exposed comm (ms)": _grid(units, phases, {(r.unit, r.phase): r.delta("exposed_us") for r in rows}),
