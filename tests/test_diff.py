@@ -80,7 +80,10 @@ def test_diff_json_has_the_documented_keys_and_serialises():
         "fits",
         "findings",
         "calibration",
+        "places",
+        "top_waits",
     }
+    assert out["places"] == [] and out["top_waits"] == {"base": [], "test": []}  # no units in these analyses
     assert out["calibration"] == []  # no manifest arms: nothing to calibrate against
     assert out["base"] == "torch" and out["test"] == "hyper"
     assert set(out["collectives"][0]) >= {

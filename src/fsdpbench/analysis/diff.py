@@ -22,6 +22,7 @@ import pandas as pd
 from fsdpbench.analysis import calibration, whatif
 from fsdpbench.analysis import findings as fnd
 from fsdpbench.analysis import memory_timeline as mt
+from fsdpbench.analysis import places as plc
 from fsdpbench.analysis.findings import (
     METRICS,
     CollectiveRow,
@@ -209,6 +210,10 @@ class DiffResult:
     memory: dict[str, Any] | None = None
     """``{"base", "test", "difference"}``: the memory step's peaks (``memory_timeline.peak_summary``) and
     ``peak_difference``; ``None`` unless both arms have a memory timeline."""
+    places: list[plc.PlaceRow] = field(default_factory=list)
+    """Both arms per (unit, phase) (``analysis.places``); ``[]`` when neither trace has fsdpbench's ranges."""
+    top_waits: fnd.Pair[list[dict[str, Any]]] = field(default_factory=lambda: fnd.Pair([], []))
+    """Each arm's slowest matched collectives (``places.top_collectives``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The Diff JSON of docs/DATA.md."""
@@ -228,6 +233,8 @@ class DiffResult:
             "calibration": [dict(e) for e in self.calibration],
             **({"distortion": self.distortion} if self.distortion is not None else {}),
             **({"memory_timeline": self.memory} if self.memory is not None else {}),
+            "places": [r.to_dict() for r in self.places],
+            "top_waits": {"base": list(self.top_waits.base), "test": list(self.top_waits.test)},
         }
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
@@ -474,6 +481,8 @@ def compare(
         num_layers=context.get("num_layers"),
         peak_memory=Pair(*(_peak_memory(context, label) for label in (base_label, test_label))),
         memory_peaks=Pair(memory["base"], memory["test"]) if memory else Pair(None, None),
+        places=plc.compare_places(db, dt),
+        analysis=Pair(db, dt),
     )
     return DiffResult(
         base_label,
@@ -486,4 +495,6 @@ def compare(
         fnd.evaluate(rule_input),
         warnings,
         memory=memory,
+        places=rule_input.places,
+        top_waits=Pair(plc.top_collectives(db), plc.top_collectives(dt)),
     )

@@ -18,6 +18,7 @@ from statistics import median
 from typing import Any, Generic, Literal, TypeVar
 
 from fsdpbench.analysis import memory_timeline, whatif
+from fsdpbench.analysis import places as plc
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, manifest_prefetch, prefetch_units
 from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x, speed_phrase
@@ -49,6 +50,12 @@ STRAGGLER_SKEW = 0.10
 """A rank whose compute time exceeds the median of the other ranks by this share is a straggler."""
 PEAK_MEMORY_RATIO = 1.05
 """Two arms' peak memory (the same measure on both) differing by more than this factor is a finding."""
+PLACE_DELTA_SHARE = 0.02
+"""A (unit, phase) whose exposed comm is larger in one arm by this share of the base step is named ..."""
+PLACE_MAX_LISTED = 3
+"""... at most this many places per arm; ``high`` when the largest is at least ``EXPOSED_SHARE`` of the step."""
+PLACE_WAIT_SHARE = 0.5
+"""A place whose exposed comm is at least this share waiting (for a late rank) is blamed on that rank."""
 HCCL_AVG_RE = re.compile(r"^(?P<op>\S+) \(HCCL AVG of (?P<collective>\w+)\)$")
 """Op types the Ascend reader gives the divide kernels torch_npu runs after an AVG collective
 (``fsdpbench.trace.ascend.HCCL_AVG_LABEL``)."""
@@ -390,6 +397,10 @@ class RuleInput:
     peak_memory: Pair[PeakMemory | None] = field(default_factory=lambda: Pair(None, None))
     memory_peaks: Pair[dict[str, Any] | None] = field(default_factory=lambda: Pair(None, None))
     """The memory step's peaks (``memory_timeline.peak_summary``), where the run recorded one."""
+    places: list[plc.PlaceRow] = field(default_factory=list)
+    """Both arms per (unit, phase) (``analysis.places.compare_places``); ``[]`` without units."""
+    analysis: Pair[Mapping[str, Any]] = field(default_factory=lambda: Pair({}, {}))
+    """Both arms' Analysis JSON (the places' collective types and the ranks waited for)."""
 
     def other(self, side: Side) -> Side:
         return "test" if side == "base" else "base"
@@ -613,6 +624,64 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
                 "collectives are issued when their layer needs them, not ahead of time, so compute waits",
                 action,
                 estimate,
+                subject=lab,
+            )
+        )
+    return findings
+
+
+def rule_exposed_place(x: RuleInput) -> list[Finding]:
+    """The (unit, phase) places where one arm exposes more communication than the other, each with its
+    collectives, its exposed time and Δ, and how much of it was waiting for the rank that arrived last."""
+    step = x.mean.base.step_time_us
+    if not step or not x.places:
+        return []
+    findings = []
+    for side in ("test", "base"):
+        other = x.other(side)
+        sign = 1.0 if side == "test" else -1.0
+        hits = [
+            r
+            for r in plc.by_exposed_delta(x.places)
+            if sign * (r.delta("exposed_us") or 0.0) >= PLACE_DELTA_SHARE * step
+        ][:PLACE_MAX_LISTED]
+        if not hits:
+            continue
+        lab, lab_o = x.labels[side], x.labels[other]
+        data = x.analysis[side]
+        phrases = [plc.place_phrase(r, side, data, lab_o) for r in hits]
+        extra = sum(sign * (r.delta("exposed_us") or 0.0) for r in hits)
+        total = safe_delta(x.mean[side].exposed_comm_us, x.mean[other].exposed_comm_us)
+        top = hits[0]
+        exposed, wait = top.value(side, "exposed_us"), top.value(side, "exposed_wait_us")
+        waiting = wait is not None and bool(exposed) and wait / exposed >= PLACE_WAIT_SHARE
+        rank = plc.waited_for(data, (top.unit, top.phase))
+        if waiting:
+            cause = (
+                f"in {top.unit} {top.phase} the ranks mostly wait for "
+                + (f"rank {rank}" if rank is not None else "the last rank")
+                + " to arrive at the collective: the delay is that rank's work before it, not the transfer"
+            )
+            action = (
+                f"find what delays {'rank ' + str(rank) if rank is not None else 'the last rank'} before "
+                f"{top.unit} {top.phase}'s collective (imbalance, a host stall, a slow rank)"
+            )
+        else:
+            cause = (
+                f"in {top.unit} {top.phase} the collectives transfer while nothing computes: they are issued "
+                "too late (or too fragmented) to overlap"
+            )
+            action = f"overlap {top.unit} {top.phase}'s collectives: prefetch them earlier or bucket them"
+        findings.append(
+            Finding(
+                "exposed_place",
+                "high" if sign * (top.delta("exposed_us") or 0.0) >= EXPOSED_SHARE * step else "medium",
+                f"{lab}: {phrases[0]}",
+                "; ".join(phrases)
+                + f"; these {len(hits)} place(s) expose {fmt_us(extra, signed=True)} vs {lab_o}"
+                + (f" of the step's {fmt_us(total, signed=True)}" if total is not None else ""),
+                cause,
+                action,
                 subject=lab,
             )
         )
@@ -969,6 +1038,15 @@ RULES: tuple[Rule, ...] = (
         "high",
         "explicit layer prefetch (the arm's prefetch setting is named; try one deeper)",
         rule_low_overlap,
+    ),
+    Rule(
+        "exposed_place",
+        f"a (unit, phase) exposes more comm in one arm by >= {PLACE_DELTA_SHARE:.0%} of the base step "
+        f"(top {PLACE_MAX_LISTED} per arm, from the profiles' units and waits)",
+        f"high if the largest is >= {EXPOSED_SHARE:.0%} of the step, else medium",
+        f"waiting >= {PLACE_WAIT_SHARE:.0%} of it: find what delays the rank that arrives last; else overlap "
+        "that unit's collectives (prefetch earlier, bucket)",
+        rule_exposed_place,
     ),
     Rule(
         "prefetch_change",

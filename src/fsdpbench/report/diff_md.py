@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fsdpbench.analysis import memory_timeline as mt
+from fsdpbench.analysis import places as plc
 from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, SideMetrics, collective_phrase
 from fsdpbench.analysis.whatif import AlphaBetaFit
@@ -90,6 +91,30 @@ CALIBRATION_NOTE = (
     "timed medians (summary.json); error = (predicted − measured) / |measured|, negative = the estimate "
     "promised more gain than was measured."
 )
+
+
+def place_lines(result: DiffResult) -> list[str]:
+    """The top (unit, phase) places by |exposed Δ| and the test arm's slowest collectives, one line each
+    (diff.md and the terminal); ``[]`` when neither arm has units."""
+    b, t = result.base, result.test
+    lines = []
+    for r in plc.by_exposed_delta(result.places)[: plc.TOP_PLACES]:
+        wait = r.delta("exposed_wait_us")
+        lines.append(
+            f"{r.unit} {r.phase}: exposed {fmt_us(r.value('base', 'exposed_us'))} ({b}) → "
+            f"{fmt_us(r.value('test', 'exposed_us'))} ({t}), Δ {fmt_us(r.delta('exposed_us'), signed=True)}"
+            + (f" (wait {fmt_us(wait, signed=True)})" if wait is not None else "")
+            + f"; compute Δ {fmt_us(r.delta('compute_us'), signed=True)}"
+        )
+    for side, label in (("test", t), ("base", b)):
+        for e in result.top_waits[side][: plc.TOP_WAITS]:
+            lines.append(
+                f"{label} slowest: {e.get('unit') or '?'} {e.get('phase') or '?'} {e.get('type') or '?'} "
+                f"{fmt_bytes(e.get('bytes'))}: wait {fmt_us(e.get('wait_us'))}, transfer "
+                f"{fmt_us(e.get('transfer_us'))}"
+                + (f", last rank {e['last_rank']}" if e.get("last_rank") is not None else "")
+            )
+    return lines
 
 
 def _ms(value: float | None) -> str:
@@ -244,6 +269,10 @@ def to_markdown(result: DiffResult) -> str:
             f"time {t}",
         ]
         md += [""] + _table(header, rows)
+    where = place_lines(result)
+    if where:
+        md += ["", "### Where: units × phases (largest exposed-comm differences first)", ""]
+        md += [f"- {line}" for line in where]
     md += ["", "### Kernel time by op type (largest differences first)", ""]
     if result.ops:
         rows = [

@@ -514,3 +514,42 @@ def memory_timeline(arm: str, timeline: dict) -> str:
     handles.append(Patch(facecolor="none", edgecolor="#777777", linestyle="--", label="live at start"))
     ax.legend(handles=handles, loc="lower right", fontsize=7, frameon=False, ncol=4, bbox_to_anchor=(1, 1.0))
     return to_svg(fig, f"memory_timeline_{arm}")
+
+
+def unit_phase_heatmap(
+    units: Sequence[str],
+    phases: Sequence[str],
+    panels: dict[str, np.ndarray],
+    name: str,
+    diverging: bool = False,
+) -> str:
+    """Heatmaps side by side, one per panel: a unit per row, a phase per column, ms in each cell.
+
+    Each panel is a ``(len(units), len(phases))`` array (NaN = no such place, drawn blank).
+    ``diverging`` draws deltas around 0 (red = more in the test arm).
+    """
+    fig = _figure(min(4.2 * len(panels) + 1.0, 12.0), 0.32 * len(units) + 1.8)
+    for i, (title, values) in enumerate(panels.items()):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        finite_values = values[np.isfinite(values)]
+        top = float(np.max(np.abs(finite_values))) if finite_values.size else 0.0
+        top = top or 1.0
+        cmap = matplotlib.colormaps["RdBu_r" if diverging else "Reds"].with_extremes(bad="#f2f2f2")
+        image = ax.imshow(
+            np.ma.masked_invalid(values),
+            cmap=cmap,
+            vmin=-top if diverging else 0.0,
+            vmax=top,
+            aspect="auto",
+        )
+        for (r, c), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                dark = abs(v) > 0.6 * top
+                ax.text(
+                    c, r, f"{v:.1f}", ha="center", va="center", fontsize=7, color="white" if dark else "#222"
+                )
+        ax.set_xticks(range(len(phases)), phases, fontsize=8)
+        ax.set_yticks(range(len(units)), units if i == 0 else [""] * len(units), fontsize=8)
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    return to_svg(fig, name)

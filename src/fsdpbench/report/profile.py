@@ -13,6 +13,7 @@ from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Figure, Heading, Para, Table
 from fsdpbench.report.load import RunData
+from fsdpbench.report.places import places_section
 
 TOP_OPS = 15
 
@@ -119,6 +120,7 @@ def profile_section(data: RunData) -> list[Block]:
             "Compute only + overlapped comm + exposed comm + free = the profiled step (mean over ranks).",
         )
     )
+    blocks.extend(places_section(analysis, arms))
     blocks.extend(_collectives(arms, ranks))
     blocks.extend(_ops(data, arms, ranks))
     blocks.extend(_sync(arms, ranks))

@@ -13,6 +13,7 @@ from fsdpbench.report.diff_md import (
     distortion_text,
     memory_lines,
     metric_cells,
+    place_lines,
 )
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 
@@ -95,6 +96,11 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
             return coll
 
         console.print(fitted(coll_table))
+    where = place_lines(result)
+    if where:  # lines, not a table: they fit any width
+        console.print("[bold]where: units × phases, largest exposed-comm Δ first; slowest collectives[/]")
+        for line in where:
+            console.print(f"   {line}", highlight=False)
     if result.ops:
         rows = result.ops[:OPS_IN_TERMINAL]
 

@@ -1,0 +1,203 @@
+"""Where the step goes, per (unit, phase): both arms' rank-mean compute and exposed communication, the
+exposed part split into waiting and transferring, their deltas, and the slowest exposed collectives.
+
+Reads the Analysis JSON of docs/DATA.md: each rank's ``units`` rows (docs/attribution.md) and
+``waits.units`` / ``waits.top``. The diff (``fsdpbench.analysis.diff``), its findings
+(``exposed_place``), diff.md, the terminal and the report all use these rows.
+
+Torch-free on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fsdpbench.fmt import fmt_pct, fmt_us
+
+PLACE_FIELDS = ("compute_us", "comm_us", "exposed_us", "exposed_wait_us", "exposed_transfer_us")
+"""The per-(unit, phase) figures, µs, mean over the arm's ranks."""
+TOP_PLACES = 5
+"""Places shown in diff.md and the terminal (largest |exposed Δ| first)."""
+TOP_WAITS = 5
+"""Slowest exposed collectives shown in diff.md and the terminal."""
+
+Place = tuple[str, str]
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _ranks(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
+
+
+def has_units(data: Mapping[str, Any]) -> bool:
+    """Whether any rank of the analysis has ``units`` rows (fsdpbench's ranges were in its trace)."""
+    return any(r.get("units") for r in _ranks(data))
+
+
+def arm_places(data: Mapping[str, Any]) -> dict[Place, dict[str, float | None]]:
+    """``{(unit, phase): {field: rank mean}}`` in the order the places first occur.
+
+    ``compute_us``, ``comm_us``, ``exposed_us`` from each rank's ``units`` rows; ``exposed_wait_us``,
+    ``exposed_transfer_us`` from ``waits.units`` (``None`` for every place when the analysis has no
+    waits: one rank). A place a rank lacks counts as 0 on that rank. ``{}`` without ``units``.
+    """
+    ranks = [r for r in _ranks(data) if r.get("units")]
+    if not ranks:
+        return {}
+    sums: dict[Place, dict[str, float]] = {}
+    for r in ranks:
+        for row in r["units"]:
+            acc = sums.setdefault(
+                (str(row.get("unit")), str(row.get("phase"))), dict.fromkeys(PLACE_FIELDS, 0.0)
+            )
+            for f in ("compute_us", "comm_us", "exposed_us"):
+                acc[f] += _num(row.get(f)) or 0.0
+    waits = data.get("waits") or {}
+    wait_rows = waits.get("units") or []
+    n_wait_ranks = len({int(k) for w in wait_rows for k in (w.get("ranks") or {})}) or len(ranks)
+    for w in wait_rows:
+        acc = sums.setdefault((str(w.get("unit")), str(w.get("phase"))), dict.fromkeys(PLACE_FIELDS, 0.0))
+        for split in (w.get("ranks") or {}).values():
+            for f in ("exposed_wait_us", "exposed_transfer_us"):
+                acc[f] += (_num(split.get(f)) or 0.0) * len(ranks) / n_wait_ranks
+    n = len(ranks)
+    out: dict[Place, dict[str, float | None]] = {}
+    for place, acc in sums.items():
+        out[place] = {f: acc[f] / n for f in PLACE_FIELDS}
+        if not wait_rows:
+            out[place]["exposed_wait_us"] = out[place]["exposed_transfer_us"] = None
+    return out
+
+
+def top_collectives(data: Mapping[str, Any], n: int = TOP_WAITS) -> list[dict[str, Any]]:
+    """The analysis' slowest matched collectives (``waits.top``): unit, phase, type, bytes, the largest
+    wait and transfer over ranks, the rank that arrived last; slowest (wait + transfer) first."""
+    rows = []
+    for e in (data.get("waits") or {}).get("top") or []:
+        if not isinstance(e, Mapping):
+            continue
+        rows.append(
+            {
+                "unit": e.get("unit"),
+                "phase": e.get("phase"),
+                "type": e.get("type"),
+                "bytes": _num(e.get("bytes")),
+                "wait_us": _num(e.get("wait_us")),
+                "transfer_us": _num(e.get("transfer_us")),
+                "last_rank": e.get("last_rank"),
+            }
+        )
+    rows.sort(key=lambda e: -((e["wait_us"] or 0.0) + (e["transfer_us"] or 0.0)))
+    return rows[:n]
+
+
+def waited_for(data: Mapping[str, Any], place: Place) -> int | None:
+    """The rank the place's slowest collectives waited for: among ``waits.top`` in that place, the last
+    arriving rank that caused the most wait; ``None`` when no listed collective is in the place."""
+    by_rank: dict[int, float] = {}
+    for e in (data.get("waits") or {}).get("top") or []:
+        if (str(e.get("unit")), str(e.get("phase"))) == place and isinstance(e.get("last_rank"), int):
+            by_rank[e["last_rank"]] = by_rank.get(e["last_rank"], 0.0) + (_num(e.get("wait_us")) or 0.0)
+    if not by_rank or max(by_rank.values()) <= 0:
+        return None
+    return max(by_rank, key=lambda k: (by_rank[k], -k))
+
+
+def collective_types(data: Mapping[str, Any], place: Place) -> dict[str, float]:
+    """``{type: calls per rank}`` the place's ``units`` rows record (mean over ranks), most calls first."""
+    ranks = [r for r in _ranks(data) if r.get("units")]
+    counts: dict[str, float] = {}
+    for r in ranks:
+        for row in r["units"]:
+            if (str(row.get("unit")), str(row.get("phase"))) == place:
+                for kind, c in (row.get("collectives") or {}).items():
+                    counts[kind] = counts.get(kind, 0.0) + (_num((c or {}).get("count")) or 0.0) / len(ranks)
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+@dataclass(frozen=True)
+class PlaceRow:
+    """One (unit, phase) on both arms; a side is ``None`` where that arm has no such place (or no units)."""
+
+    unit: str
+    phase: str
+    base: Mapping[str, float | None] | None
+    test: Mapping[str, float | None] | None
+    compared: bool = True
+    """Both arms have units (so a side without this place ran nothing there); else no deltas."""
+
+    def value(self, side: str, key: str) -> float | None:
+        values = self.test if side == "test" else self.base
+        return None if values is None else values.get(key)
+
+    def delta(self, key: str) -> float | None:
+        """``test − base`` of ``key``; a place one arm lacks counts as 0 there (both arms have units)."""
+        if not self.compared:
+            return None
+        b, t = self.value("base", key), self.value("test", key)
+        if b is None and self.base is None:
+            b = 0.0
+        if t is None and self.test is None:
+            t = 0.0
+        return t - b if b is not None and t is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "phase": self.phase,
+            "base": None if self.base is None else dict(self.base),
+            "test": None if self.test is None else dict(self.test),
+            "delta": {f: self.delta(f) for f in PLACE_FIELDS},
+        }
+
+
+def compare_places(base: Mapping[str, Any], test: Mapping[str, Any]) -> list[PlaceRow]:
+    """Both arms' places, the test arm's order first; ``[]`` when neither arm has ``units``.
+
+    When only one arm has units, the other side is ``None`` and the deltas are ``None``.
+    """
+    pb, pt = arm_places(base), arm_places(test)
+    if not pb and not pt:
+        return []
+    order = list(pt) + [p for p in pb if p not in pt]
+    compared = bool(pb) and bool(pt)  # one arm without units: no delta rather than one against nothing
+    return [PlaceRow(p[0], p[1], pb.get(p), pt.get(p), compared) for p in order]
+
+
+def by_exposed_delta(rows: list[PlaceRow]) -> list[PlaceRow]:
+    """Rows with a known exposed Δ, largest |Δ| first (ties: the table's order)."""
+    known = [r for r in rows if r.delta("exposed_us") is not None]
+    return sorted(known, key=lambda r: -abs(r.delta("exposed_us") or 0.0))
+
+
+def place_phrase(row: PlaceRow, side: str, data: Mapping[str, Any], other_label: str | None = None) -> str:
+    """``"layers.3 backward: ReduceScatter ×1 exposed 42 ms (+30 ms vs torch), 80% of it waiting for rank 5"``.
+
+    ``data`` is ``side``'s Analysis JSON (collective types and the rank waited for); the Δ is shown when
+    ``other_label`` is given and known.
+    """
+    from fsdpbench.analysis.findings import COLLECTIVE_NAMES
+
+    place = (row.unit, row.phase)
+    exposed = row.value(side, "exposed_us")
+    types = collective_types(data, place)
+    what = ", ".join(f"{COLLECTIVE_NAMES.get(k, k)} ×{v:g}" for k, v in list(types.items())[:2] if v)
+    text = f"{row.unit} {row.phase}: {what + ' ' if what else ''}exposed {fmt_us(exposed)}"
+    delta = row.delta("exposed_us")
+    if other_label is not None and delta is not None:
+        text += f" ({fmt_us(delta if side == 'test' else -delta, signed=True)} vs {other_label})"
+    wait = row.value(side, "exposed_wait_us")
+    if wait is not None and exposed:
+        rank = waited_for(data, place)
+        text += f", {fmt_pct(min(max(wait / exposed, 0.0), 1.0))} of it waiting" + (
+            f" for rank {rank}" if rank is not None else " for other ranks"
+        )
+    return text
