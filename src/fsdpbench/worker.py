@@ -833,4 +833,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_code = main()
+    # Everything is written and the process groups are destroyed: leave without the interpreter's
+    # teardown, during which gloo's C++ worker threads can still hold tensors and abort the process
+    # ("terminate called without an active exception", SIGABRT after the last step, seen under load on
+    # CPU/gloo); an exception still propagates above, so torchrun records it as before.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
