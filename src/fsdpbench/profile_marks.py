@@ -14,7 +14,7 @@ import inspect
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -99,26 +99,14 @@ class ProfileMarks:
             if name != ROOT:
                 bwd = functools.partial(self._bwd_pre, name)
                 self._handles.append(module.register_full_backward_pre_hook(bwd, prepend=True))
-        import torch.distributed.distributed_c10d as c10d
-
-        for fn_name, kind in collective_kinds.items():
-            orig = getattr(c10d, fn_name, None)
-            if orig is None:
-                continue
-            wrapped = self._wrap(orig, kind)
-            for module in (c10d, dist):
-                if getattr(module, fn_name, None) is orig:
-                    self._saved.append((module, fn_name, orig))
-                    setattr(module, fn_name, wrapped)
+        self._saved += wrap_collectives(collective_kinds, self._wrap)
 
     def uninstall(self) -> None:
         """Remove every hook and wrapper (and close a range left open by a failed step)."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        for module, fn_name, orig in reversed(self._saved):
-            setattr(module, fn_name, orig)
-        self._saved.clear()
+        restore_collectives(self._saved)
         for rng in [*self._forward.values(), self._backward]:
             if rng is not None:
                 with contextlib.suppress(RuntimeError):
@@ -215,3 +203,31 @@ def decoder_units(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
         if isinstance(layers, torch.nn.ModuleList):
             return [(f"layers.{i}", layer) for i, layer in enumerate(layers)]
     return []
+
+
+def wrap_collectives(
+    collective_kinds: dict[str, str], wrap: Callable[[Any, str], Any]
+) -> list[tuple[Any, str, Any]]:
+    """Replace each c10d collective named in ``collective_kinds`` (function name → kind) by
+    ``wrap(original, kind)``, in ``distributed_c10d`` and wherever ``torch.distributed`` re-exports the
+    same function; returns what was replaced, for ``restore_collectives``."""
+    import torch.distributed.distributed_c10d as c10d
+
+    saved: list[tuple[Any, str, Any]] = []
+    for fn_name, kind in collective_kinds.items():
+        orig = getattr(c10d, fn_name, None)
+        if orig is None:
+            continue
+        wrapped = wrap(orig, kind)
+        for module in (c10d, dist):
+            if getattr(module, fn_name, None) is orig:
+                saved.append((module, fn_name, orig))
+                setattr(module, fn_name, wrapped)
+    return saved
+
+
+def restore_collectives(saved: list[tuple[Any, str, Any]]) -> None:
+    """Undo ``wrap_collectives`` (in reverse order) and empty ``saved``."""
+    for module, fn_name, orig in reversed(saved):
+        setattr(module, fn_name, orig)
+    saved.clear()

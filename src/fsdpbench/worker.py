@@ -39,7 +39,7 @@ from fsdpbench.data import rank_batch
 from fsdpbench.errors import ConfigError
 from fsdpbench.phase_marks import PhaseMarks
 from fsdpbench.phases import MARKED_PHASES
-from fsdpbench.profile_marks import ProfileMarks, decoder_units
+from fsdpbench.profile_marks import ProfileMarks, decoder_units, restore_collectives, wrap_collectives
 
 log = logging.getLogger("fsdpbench.worker")
 
@@ -184,17 +184,7 @@ class CollectiveCounter:
         self._local = threading.local()
 
     def install(self) -> None:
-        import torch.distributed.distributed_c10d as c10d
-
-        for fn_name, kind in COLLECTIVES.items():
-            orig = getattr(c10d, fn_name, None)
-            if orig is None:
-                continue
-            wrapped = self._wrap(orig, kind)
-            for module in (c10d, dist):
-                if getattr(module, fn_name, None) is orig:
-                    self._saved.append((module, fn_name, orig))
-                    setattr(module, fn_name, wrapped)
+        self._saved += wrap_collectives(COLLECTIVES, self._wrap)
 
     def _wrap(self, orig: Any, kind: str) -> Any:
         local = self._local
@@ -219,9 +209,7 @@ class CollectiveCounter:
         return out
 
     def uninstall(self) -> None:
-        for module, fn_name, orig in reversed(self._saved):
-            setattr(module, fn_name, orig)
-        self._saved.clear()
+        restore_collectives(self._saved)
 
 
 # --------------------------------------------------------------------------------------------

@@ -52,12 +52,10 @@ def length(iv: Intervals) -> int:
     return int((e - s).sum()) if s.size else 0
 
 
-def intersect(a: Intervals, b: Intervals) -> Intervals:
-    """Intersection of two unions, as a union."""
+def _sweep(a: Intervals, b: Intervals, state_kept: int) -> Intervals:
+    """The parts of two unions where a sweep's running state equals ``state_kept``: +1/-1 at a's edges,
+    +2/-2 at b's, so 1 = only a, 3 = both."""
     (sa, ea), (sb, eb) = a, b
-    if sa.size == 0 or sb.size == 0:
-        return empty()
-    # sweep: +1/-1 at a's edges, +2/-2 at b's; the running sum is 3 where both are active
     times = np.concatenate([sa, ea, sb, eb])
     delta = np.concatenate(
         [
@@ -69,10 +67,15 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     )
     order = np.lexsort((delta, times))  # at equal times, ends (negative) before starts
     t, state = times[order], np.cumsum(delta[order], dtype=np.int64)
-    both = state == 3
-    seg_start = t[:-1][both[:-1]]
-    seg_end = t[1:][both[:-1]]
-    return union(seg_start, seg_end)
+    kept = state == state_kept
+    return union(t[:-1][kept[:-1]], t[1:][kept[:-1]])
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Intersection of two unions, as a union."""
+    if a[0].size == 0 or b[0].size == 0:
+        return empty()
+    return _sweep(a, b, 3)
 
 
 def intersection_length(a: Intervals, b: Intervals) -> int:
@@ -95,19 +98,6 @@ def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
 
 def difference(a: Intervals, b: Intervals) -> Intervals:
     """``a`` minus ``b`` for two unions, as a union."""
-    (sa, ea), (sb, eb) = a, b
-    if sa.size == 0 or sb.size == 0:
+    if a[0].size == 0 or b[0].size == 0:
         return a
-    times = np.concatenate([sa, ea, sb, eb])
-    delta = np.concatenate(
-        [
-            np.ones(sa.size, np.int8),
-            -np.ones(ea.size, np.int8),
-            np.full(sb.size, 2, np.int8),
-            np.full(eb.size, -2, np.int8),
-        ]
-    )
-    order = np.lexsort((delta, times))
-    t, state = times[order], np.cumsum(delta[order], dtype=np.int64)
-    only_a = state == 1
-    return union(t[:-1][only_a[:-1]], t[1:][only_a[:-1]])
+    return _sweep(a, b, 1)
