@@ -316,7 +316,11 @@ def test_analyze_units_prints_the_unit_phase_table(profiled_ab_run):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Units × phases (rank 0)" in out and "Units × phases (rank 1)" in out
-    lines = [ln for ln in out.splitlines() if "layers.2" in ln and "backward" in ln]
+    units_table = out[out.index("Units × phases (rank 0)") :]
+    cells = [[c.strip() for c in ln.split("│")[1:3]] for ln in units_table.splitlines()]
+    lines = [
+        ln for ln, c in zip(units_table.splitlines(), cells, strict=True) if c == ["layers.2", "backward"]
+    ]
     assert lines and "reduce_scatter×1" in lines[0]
 
 

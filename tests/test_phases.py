@@ -375,7 +375,9 @@ def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
 
 
 def _rank0_trace_events(run_dir, arm: str) -> list[dict]:
-    (path,) = (run_dir / "profiles" / arm / "rank0").glob("*.json*")
+    (path,) = (
+        p for p in (run_dir / "profiles" / arm / "rank0").glob("*.json*") if not p.name.startswith(".")
+    )
     raw = path.read_bytes()
     return orjson.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)["traceEvents"]
 
