@@ -259,6 +259,12 @@ class RankMetrics(StepMetrics):
         transfer = [int(e) - int(s) for s, e in zip(start, end, strict=True)]
         for j, (_, t_us) in split.items():
             transfer[j] = round(t_us * 1000.0)
+        self.set_transfer_column(transfer)
+
+    def set_transfer_column(self, transfer: list[int]) -> None:
+        """Set ``collective_events``' ``transfer_ns`` column to ``transfer`` (as :meth:`set_transfer_ns`
+        computes it; a list in a cache's columns, an int64 array in a DataFrame)."""
+        ce = self.collective_columns()
         if isinstance(ce, dict):
             ce["transfer_ns"] = transfer
         else:
@@ -327,32 +333,32 @@ _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 
 
+def pack(values: Any, code: str = "q") -> str:
+    """``values`` (a sequence or array) as a base64 string of little-endian ``array`` items of type
+    ``code`` (``q`` int64, ``d`` float64): compact in a cache, read back by :func:`unpack` without numpy."""
+    arr = array.array(code, values.tolist() if hasattr(values, "tolist") else values)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return base64.b64encode(arr.tobytes()).decode("ascii")
+
+
+def unpack(text: str, code: str = "q") -> array.array:
+    """The inverse of :func:`pack`."""
+    arr = array.array(code)
+    arr.frombytes(base64.b64decode(text))
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr
+
+
 def _packed(pair: Any) -> list[str] | None:
-    """(starts, ends) as two base64 strings of little-endian int64 (compact in the cache, and read back
-    by the standard library's ``array``, without numpy)."""
-    if pair is None:
-        return None
-    out = []
-    for values in pair:
-        arr = array.array("q", values.tolist() if hasattr(values, "tolist") else values)
-        if sys.byteorder != "little":
-            arr.byteswap()
-        out.append(base64.b64encode(arr.tobytes()).decode("ascii"))
-    return out
+    """(starts, ends) as two :func:`pack` strings (int64)."""
+    return None if pair is None else [pack(values) for values in pair]
 
 
 def _intervals(packed: list[str] | None) -> Any:
     """The inverse of :func:`_packed`: (starts, ends) as ``array.array('q')``."""
-    if packed is None:
-        return None
-    out = []
-    for text in packed:
-        arr = array.array("q")
-        arr.frombytes(base64.b64decode(text))
-        if sys.byteorder != "little":
-            arr.byteswap()
-        out.append(arr)
-    return out[0], out[1]
+    return None if packed is None else (unpack(packed[0]), unpack(packed[1]))
 
 
 def _stat(values: list[float | None], how: str) -> float | None:

@@ -10,6 +10,10 @@ source hash; :func:`fsdpbench.trace.cache.trace_key`), the step selection, and a
 code (``analysis/*.py`` and ``trace/table.py``), so any change to the analysis recomputes it. It obeys
 ``FSDPBENCH_NO_CACHE`` / ``--no-cache`` as the table cache does, and is skipped quietly in a folder
 that is not writable.
+
+The cross-rank wait/transfer result (analysis/waits.py) of a Kineto rank set is cached likewise beside its
+first rank's trace (``.rank0.json.gz.fsdpbench.waits``: :func:`load_cross`, :func:`store_cross`), keyed by
+every rank's key above and id, so a fully cached analyze neither matches collectives again nor imports numpy.
 """
 
 from __future__ import annotations
@@ -45,14 +49,16 @@ def key(trace: Path, step: int | None) -> dict[str, Any]:
     return {"table": table_cache.trace_key(trace), "step": step, "analysis": analysis_hash()}
 
 
-def load(trace: Path, step: int | None) -> tuple[int | None, list[str], Any] | None:
+def load(
+    trace: Path, step: int | None, want: dict[str, Any] | None = None
+) -> tuple[int | None, list[str], Any] | None:
     """(rank named by the trace, reader warnings, :class:`RankMetrics`) from the cache of ``trace``, or
-    None when the cache is off, missing, damaged or stale."""
+    None when the cache is off, missing, damaged or stale. ``want``: :func:`key`, when already taken."""
     path = cache_path(trace)
     if not table_cache.enabled() or not path.is_file():
         return None
     try:
-        want = key(trace, step)
+        want = key(trace, step) if want is None else want
         data = orjson.loads(path.read_bytes())
         if data.get("key") != want:
             return None
@@ -76,3 +82,32 @@ def store(
     table_cache.write_beside(
         trace, cache_path(trace), lambda f: f.write(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY))
     )
+
+
+def cross_path(trace: Path) -> Path:
+    """Where the cross-rank result (wait/transfer) of a rank set whose first rank is ``trace`` lives."""
+    return trace.with_name(f".{trace.name}.fsdpbench.waits")
+
+
+def load_cross(trace: Path, want: dict[str, Any]) -> dict[str, Any] | None:
+    """The cross-rank result stored beside ``trace`` under ``want`` (every rank's :func:`key` and id),
+    or None when the cache is off, missing, damaged or stale."""
+    path = cross_path(trace)
+    if not table_cache.enabled() or not path.is_file():
+        return None
+    try:
+        data = orjson.loads(path.read_bytes())
+        return data if data.get("key") == want else None
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
+        log.debug("%s: cross-rank cache not used (%s)", path, exc)
+        return None
+
+
+def store_cross(trace: Path, want: dict[str, Any], data: dict[str, Any]) -> None:
+    """Write the cross-rank result ``data`` beside ``trace`` under ``want``, only when it reads back equal
+    (JSON keeps every value it holds: no tuple, NaN or int key), atomically; skip quietly otherwise."""
+    blob = orjson.dumps({"key": want, **data})
+    if orjson.loads(blob) != {"key": want, **data}:
+        log.debug("%s: cross-rank result does not survive JSON; not cached", cross_path(trace))
+        return
+    table_cache.write_beside(trace, cross_path(trace), lambda f: f.write(blob))
