@@ -327,3 +327,17 @@ def test_a_damaged_cross_rank_cache_is_ignored(tmp_path, monkeypatch):
     analysis.analyze([tmp_path], workers=1)
     result_cache.cross_path(tmp_path / "rank0.json.gz").write_bytes(b'{"key": 1, "waits": [')
     _same(analysis.analyze([tmp_path], workers=1), _reference(tmp_path, monkeypatch))
+
+
+def test_a_result_cache_with_truncated_exposed_intervals_is_recomputed(tmp_path, monkeypatch):
+    _ranks(tmp_path, n=2)
+    analysis.analyze([tmp_path], workers=1)
+    path = result_cache.cache_path(tmp_path / "rank0.json.gz")
+    raw = path.read_bytes()
+    assert raw.count(b"\n") >= 1 and len(raw) - raw.index(b"\n") - 1 > 16  # JSON, newline, intervals
+    path.write_bytes(raw[:-8])
+    result_cache.cross_path(tmp_path / "rank0.json.gz").unlink()
+    calls = _count_metrics(monkeypatch)
+    got = analysis.analyze([tmp_path], workers=1)
+    assert [os.path.basename(c) for c in calls] == ["rank0.json.gz"]
+    _same(got, _reference(tmp_path, monkeypatch))

@@ -302,12 +302,27 @@ class RankMetrics(StepMetrics):
             "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
             "collective_events": ce,
             "cross_check": self.cross_check_columns(),
-            "exposed_comm_ns": _packed(self.exposed_comm_ns),
+            "exposed_comm_ns": None if self.exposed_comm_ns is None else len(self.exposed_comm_ns[0]),
         }
 
+    def exposed_bytes(self) -> bytes:
+        """``exposed_comm_ns`` as the bytes a result cache stores after its JSON (:meth:`to_cache` gives
+        the interval count): the starts, then the ends, as little-endian int64 (empty: None)."""
+        pair = self.exposed_comm_ns
+        return b"" if pair is None else b"".join(_le(array.array("q", _ints(v))).tobytes() for v in pair)
+
     @classmethod
-    def from_cache(cls, d: dict[str, Any]) -> RankMetrics:
-        """The inverse of :meth:`to_cache` (the event table is read again on first use of ``events``)."""
+    def from_cache(cls, d: dict[str, Any], tail: bytes = b"") -> RankMetrics:
+        """The inverse of :meth:`to_cache` and :meth:`exposed_bytes` (``tail``), the exposed intervals
+        decoded on first use (a result taken from the cross-rank cache never needs them); the event
+        table is read again on first use of ``events``.
+
+        Raises:
+            ValueError: ``tail`` does not hold the intervals the JSON counts.
+        """
+        n = d.get("exposed_comm_ns")
+        if n is not None and len(tail) != 16 * n:
+            raise ValueError(f"{len(tail)} bytes of exposed intervals, {16 * n} expected")
         ce = d["collective_events"] or None
         span = d["device_span_ns"]
         return cls(
@@ -325,7 +340,7 @@ class RankMetrics(StepMetrics):
             orphan_share=d["orphan_share"],
             groups=d["groups"],
             by_group=d.get("by_group") or {},
-            exposed_comm_ns=_intervals(d.get("exposed_comm_ns")),
+            exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
         )
 
 
@@ -336,29 +351,47 @@ _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 def pack(values: Any, code: str = "q") -> str:
     """``values`` (a sequence or array) as a base64 string of little-endian ``array`` items of type
     ``code`` (``q`` int64, ``d`` float64): compact in a cache, read back by :func:`unpack` without numpy."""
-    arr = array.array(code, values.tolist() if hasattr(values, "tolist") else values)
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return base64.b64encode(arr.tobytes()).decode("ascii")
+    return base64.b64encode(_le(array.array(code, _ints(values))).tobytes()).decode("ascii")
 
 
 def unpack(text: str, code: str = "q") -> array.array:
     """The inverse of :func:`pack`."""
     arr = array.array(code)
     arr.frombytes(base64.b64decode(text))
+    return _le(arr)
+
+
+def _ints(values: Any) -> Any:
+    return values.tolist() if hasattr(values, "tolist") else values
+
+
+def _le(arr: array.array) -> array.array:
+    """``arr`` in little-endian byte order (in place)."""
     if sys.byteorder != "little":
         arr.byteswap()
     return arr
 
 
-def _packed(pair: Any) -> list[str] | None:
-    """(starts, ends) as two :func:`pack` strings (int64)."""
-    return None if pair is None else [pack(values) for values in pair]
+class _PackedIntervals:
+    """``n`` intervals as :meth:`RankMetrics.exposed_bytes` wrote them, not yet decoded."""
+
+    def __init__(self, n: int, data: bytes) -> None:
+        self.n, self.data = n, data
 
 
-def _intervals(packed: list[str] | None) -> Any:
-    """The inverse of :func:`_packed`: (starts, ends) as ``array.array('q')``."""
-    return None if packed is None else (unpack(packed[0]), unpack(packed[1]))
+def _intervals(packed: _PackedIntervals | None) -> Any:
+    """(starts, ends) as ``array.array('q')`` from :class:`_PackedIntervals`."""
+    if packed is None:
+        return None
+    out = []
+    for part in (packed.data[: 8 * packed.n], packed.data[8 * packed.n :]):
+        arr = array.array("q")
+        arr.frombytes(part)
+        out.append(_le(arr))
+    return out[0], out[1]
+
+
+_LazyFrame.install(RankMetrics, "exposed_comm_ns", _intervals, _PackedIntervals)
 
 
 def _stat(values: list[float | None], how: str) -> float | None:

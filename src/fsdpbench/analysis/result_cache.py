@@ -4,7 +4,8 @@ that analysing unchanged traces again neither reads the event table nor recomput
 ``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.metrics`` (``rank0_ascend_pt`` gets
 ``.rank0_ascend_pt.fsdpbench.metrics`` beside the folder): the rank's :class:`RankMetrics` as
 ``RankMetrics.to_cache()`` writes it (the Analysis JSON's rank part with every op, plus the collective
-events the α–β fits of ``diff`` need), the reader's warnings and the rank the trace names. It is used
+events the α–β fits of ``diff`` need), the reader's warnings and the rank the trace names, as JSON,
+then a newline and the exposed-communication intervals as bytes (:meth:`RankMetrics.exposed_bytes`). It is used
 only while its key matches: the event-table cache's key of the trace (size, mtime, head hash, reader
 source hash; :func:`fsdpbench.trace.cache.trace_key`), the step selection, and a hash of the analysis
 code (``analysis/*.py`` and ``trace/table.py``), so any change to the analysis recomputes it. It obeys
@@ -29,7 +30,8 @@ from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 3  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed
+_FORMAT = 4  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed;
+# 4: the exposed intervals as bytes after the JSON
 
 
 def cache_path(trace: Path) -> Path:
@@ -59,12 +61,14 @@ def load(
         return None
     try:
         want = key(trace, step) if want is None else want
-        data = orjson.loads(path.read_bytes())
+        raw = path.read_bytes()
+        cut = raw.find(b"\n")  # the JSON, then the exposed intervals' bytes (orjson writes no newline)
+        data = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
         if data.get("key") != want:
             return None
         from fsdpbench.analysis.result import RankMetrics
 
-        metrics = RankMetrics.from_cache(data["metrics"])
+        metrics = RankMetrics.from_cache(data["metrics"], raw[cut + 1 :] if cut >= 0 else b"")
         metrics.source = str(trace)  # where it is now (a trace copied with its cache keeps its key)
         return data["trace_rank"], list(data["warnings"]), metrics
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
@@ -79,9 +83,13 @@ def store(
     read), atomically and with the trace's permissions; skip quietly when the folder is not writable
     or the write fails."""
     data = {"key": want, "trace_rank": trace_rank, "warnings": warnings, "metrics": metrics.to_cache()}
-    table_cache.write_beside(
-        trace, cache_path(trace), lambda f: f.write(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY))
-    )
+
+    def write(f: Any) -> None:
+        f.write(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY))
+        f.write(b"\n")
+        f.write(metrics.exposed_bytes())
+
+    table_cache.write_beside(trace, cache_path(trace), write)
 
 
 def cross_path(trace: Path) -> Path:
