@@ -298,6 +298,36 @@ def test_the_exposed_overlap_by_running_length_agrees_with_a_brute_force_count()
         exp = waits._Exposed(([s for s, _ in ue], [x for _, x in ue]))
         brute = {t for s, x in ue for t in range(s, x)} & {t for s, x in uu for t in range(s, x)}
         assert exp.overlap(uu) == len(brute)
+        # the numpy version (a fresh analysis) on the same intervals
+        arrays = waits._ExposedArrays(([s for s, _ in ue], [x for _, x in ue]))
+        assert arrays.overlap(
+            (np.array([s for s, _ in uu], np.int64), np.array([x for _, x in uu], np.int64))
+        ) == len(brute)
+
+
+def test_the_numpy_split_equals_the_plain_python_one_and_a_brute_force_count():
+    from fsdpbench.analysis import waits
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(0, 8))
+        starts = rng.integers(0, 80, size=n)
+        wait_end = starts + rng.integers(0, 10, size=n)
+        ends = wait_end + rng.integers(0, 10, size=n)
+        e = rng.integers(0, 90, size=(rng.integers(0, 8), 2)).tolist()
+        ue = waits._union([s for s, _ in e], [x for _, x in e])
+        exposed = ([s for s, _ in ue], [x for _, x in ue])
+        args = (starts.tolist(), wait_end.tolist(), ends.tolist())
+        fresh = waits._split_arrays(*args, waits._ExposedArrays(exposed))
+        assert fresh == waits._split(*args, waits._Exposed(exposed))
+        span = {t for s, x in ue for t in range(s, x)}
+        transfer = {t for w, x in zip(*args[1:], strict=True) for t in range(w, x)}
+        wait = {t for s, w in zip(*args[:2], strict=True) for t in range(s, w)} - transfer
+        assert round(fresh["transfer_us"] * 1000) == len(transfer) and round(fresh["wait_us"] * 1000) == len(
+            wait
+        )
+        assert round(fresh["exposed_wait_us"] * 1000) == len(wait & span)
+        assert round(fresh["exposed_transfer_us"] * 1000) == len(transfer & span)
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,12 @@ def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> tuple
 
 
 def _metrics(
-    trace: RankTrace, events: EventTable, steps: Sequence[int], step: int | None, busy_all: Any = None
+    trace: RankTrace,
+    events: EventTable,
+    steps: Sequence[int],
+    step: int | None,
+    busy_all: Any = None,
+    unions: Any = None,
 ) -> StepMetrics:
     from fsdpbench.analysis.collectives import collective_events, summarize
     from fsdpbench.analysis.ops import kernel_time_us, op_stats
@@ -68,7 +73,7 @@ def _metrics(
     from fsdpbench.analysis.sync import sync_counts
 
     window = _window(trace, events, steps) if steps else None
-    b = breakdown(events, window=window, busy_all=busy_all)
+    b = breakdown(events, window=window, busy_all=busy_all, unions=unions)
     stats = op_stats(events)
     return StepMetrics(
         step=step,
@@ -113,11 +118,13 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         chosen = [step]
     else:
         chosen = known
-    from fsdpbench.analysis.overlap import device_busy
+    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.analysis.overlap import category_union, device_busy
 
     busy_all = device_busy(ev)  # every step's device work: what is not free inside a step's window
     sel = ev.take(np.isin(ev.step, chosen)) if chosen else ev
-    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all)
+    unions = category_union(sel, "compute"), category_union(sel, "comm")  # for the totals and exposed
+    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all, unions)
     per_step = (
         [_metrics(trace, ev.take(ev.step == s), [s], s, busy_all) for s in chosen]
         if len(chosen) > 1
@@ -130,7 +137,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         trace.warnings.append(f"rank {trace.rank}: {group_warning}")
     dev = ev.device
     span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
-    from fsdpbench.analysis.waits import exposed_intervals, rank_marks
+    from fsdpbench.analysis.waits import rank_marks
 
     ce = collective_events(sel)
     ce.update(rank_marks(sel, by_order=trace.mode == "cpu"))
@@ -145,7 +152,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         mode=trace.mode,
         steps=per_step,
         collective_events=ce,
-        exposed_comm_ns=exposed_intervals(sel),
+        exposed_comm_ns=iv.difference(unions[1], unions[0]),  # = waits.exposed_intervals(sel)
         cross_check=trace.cross_check,
         device_span_ns=span,
         orphan_events=int(orphans.sum()),
