@@ -449,7 +449,7 @@ def _waits(
             res.warnings.extend(hit["warnings"])
             for r, col in zip(timed, hit["transfer_ns"], strict=True):
                 if col is not None:
-                    r.set_transfer_column(unpack(col).tolist())
+                    r.set_transfer_column(unpack(col))
             return None
     from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import base64
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -261,9 +262,9 @@ class RankMetrics(StepMetrics):
             transfer[j] = round(t_us * 1000.0)
         self.set_transfer_column(transfer)
 
-    def set_transfer_column(self, transfer: list[int]) -> None:
+    def set_transfer_column(self, transfer: Sequence[int]) -> None:
         """Set ``collective_events``' ``transfer_ns`` column to ``transfer`` (as :meth:`set_transfer_ns`
-        computes it; a list in a cache's columns, an int64 array in a DataFrame)."""
+        computes it; a list or ``array.array`` in a cache's columns, an int64 array in a DataFrame)."""
         ce = self.collective_columns()
         if isinstance(ce, dict):
             ce["transfer_ns"] = transfer
@@ -294,6 +295,9 @@ class RankMetrics(StepMetrics):
         else:
             ce = self.collective_events
             ce = {c: ce[c].tolist() for c in ce.columns}
+        for c, unset in _MARK_UNSET.items():  # without fsdpbench's ranges (GPU traces): left out, not stored
+            if c in ce and all(v is unset or v == unset for v in ce[c]):
+                del ce[c]
         return {
             **self.to_dict(None),
             "source": self.source,
@@ -359,6 +363,11 @@ def unpack(text: str, code: str = "q") -> array.array:
     arr = array.array(code)
     arr.frombytes(base64.b64decode(text))
     return _le(arr)
+
+
+_MARK_UNSET = {"mark_group": None, "mark_index": -1, "unit": None, "phase": None}
+"""``rank_marks``' columns and their value where a collective has none: a cache leaves out a column
+that holds only that value, and its reader (``_collective_frame``, analysis/waits.py) fills it in again."""
 
 
 def _ints(values: Any) -> Any:
