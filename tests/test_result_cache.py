@@ -325,8 +325,14 @@ def test_a_changed_rank_or_rank_set_recomputes_the_cross_rank_waits(tmp_path, mo
 def test_a_damaged_cross_rank_cache_is_ignored(tmp_path, monkeypatch):
     _ranks(tmp_path, n=2)
     analysis.analyze([tmp_path], workers=1)
-    result_cache.cross_path(tmp_path / "rank0.json.gz").write_bytes(b'{"key": 1, "waits": [')
+    path = result_cache.cross_path(tmp_path / "rank0.json.gz")
+    path.write_bytes(b'{"key": 1, "waits": [')
     _same(analysis.analyze([tmp_path], workers=1), _reference(tmp_path, monkeypatch))
+    raw = path.read_bytes()  # rewritten: JSON, newline, the ranks' transfer_ns columns
+    path.write_bytes(raw[:-8])  # one value short
+    calls = _spy_wait_transfer(monkeypatch)
+    _same(analysis.analyze([tmp_path], workers=1), _reference(tmp_path, monkeypatch))
+    assert calls == [2, 2]  # recomputed (and the reference)
 
 
 def test_a_result_cache_with_truncated_exposed_intervals_is_recomputed(tmp_path, monkeypatch):

@@ -438,18 +438,17 @@ def _waits(
     neither matches the collectives again nor imports numpy. Returns the per-rank row split of a fresh
     computation (None from the cache, which is not used for Ascend exports: their profiler's own split
     needs the rows, and is read from the files every time anyway)."""
-    from fsdpbench.analysis.result import pack, unpack
-
     want = None
     if res.format != "ascend" and all(k is not None for _, k in origin):
         want = {"ranks": [[r.rank, k] for r, (_, k) in zip(timed, origin, strict=True)]}
         hit = result_cache.load_cross(origin[0][0], want)
         if hit is not None:
-            res.waits = hit["waits"]
-            res.warnings.extend(hit["warnings"])
-            for r, col in zip(timed, hit["transfer_ns"], strict=True):
+            data, transfer = hit
+            res.waits = data["waits"]
+            res.warnings.extend(data["warnings"])
+            for r, col in zip(timed, transfer, strict=True):
                 if col is not None:
-                    r.set_transfer_column(unpack(col))
+                    r.set_transfer_column(col)
             return None
     from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
 
@@ -462,8 +461,8 @@ def _waits(
             r.set_transfer_ns(split)
     if want is not None:
         columns = (r.collective_columns() for r in timed)
-        transfer = [pack(c["transfer_ns"]) if "transfer_ns" in c else None for c in columns]
+        transfer = [c["transfer_ns"] if "transfer_ns" in c else None for c in columns]
         result_cache.store_cross(
-            origin[0][0], want, {"waits": res.waits, "warnings": wait_warnings, "transfer_ns": transfer}
+            origin[0][0], want, {"waits": res.waits, "warnings": wait_warnings}, transfer
         )
     return row_split

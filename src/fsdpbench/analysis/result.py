@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import array
-import base64
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -313,7 +312,7 @@ class RankMetrics(StepMetrics):
         """``exposed_comm_ns`` as the bytes a result cache stores after its JSON (:meth:`to_cache` gives
         the interval count): the starts, then the ends, as little-endian int64 (empty: None)."""
         pair = self.exposed_comm_ns
-        return b"" if pair is None else b"".join(_le(array.array("q", _ints(v))).tobytes() for v in pair)
+        return b"" if pair is None else int64_bytes(list(pair))
 
     @classmethod
     def from_cache(cls, d: dict[str, Any], tail: bytes = b"") -> RankMetrics:
@@ -352,17 +351,31 @@ _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 
 
-def pack(values: Any, code: str = "q") -> str:
-    """``values`` (a sequence or array) as a base64 string of little-endian ``array`` items of type
-    ``code`` (``q`` int64, ``d`` float64): compact in a cache, read back by :func:`unpack` without numpy."""
-    return base64.b64encode(_le(array.array(code, _ints(values))).tobytes()).decode("ascii")
+def int64_bytes(columns: list[Any]) -> bytes:
+    """``columns`` (sequences or arrays of ints) one after the other as little-endian int64 bytes (what a
+    cache stores after its JSON, read back by :func:`int64_columns` without numpy)."""
+    return b"".join(_le(array.array("q", _ints(c))).tobytes() for c in columns)
 
 
-def unpack(text: str, code: str = "q") -> array.array:
-    """The inverse of :func:`pack`."""
-    arr = array.array(code)
-    arr.frombytes(base64.b64decode(text))
-    return _le(arr)
+def int64_columns(data: bytes, counts: list[int | None]) -> list[array.array | None]:
+    """The inverse of :func:`int64_bytes`: ``counts[i]`` values for column i (None: no column there).
+
+    Raises:
+        ValueError: ``data`` does not hold exactly the values ``counts`` says.
+    """
+    if 8 * sum(c for c in counts if c is not None) != len(data):
+        raise ValueError(f"{len(data)} bytes for columns of {counts} int64 values")
+    out: list[array.array | None] = []
+    pos = 0
+    for c in counts:
+        if c is None:
+            out.append(None)
+            continue
+        arr = array.array("q")
+        arr.frombytes(data[pos : pos + 8 * c])
+        out.append(_le(arr))
+        pos += 8 * c
+    return out
 
 
 _MARK_UNSET = {"mark_group": None, "mark_index": -1, "unit": None, "phase": None}
@@ -392,12 +405,8 @@ def _intervals(packed: _PackedIntervals | None) -> Any:
     """(starts, ends) as ``array.array('q')`` from :class:`_PackedIntervals`."""
     if packed is None:
         return None
-    out = []
-    for part in (packed.data[: 8 * packed.n], packed.data[8 * packed.n :]):
-        arr = array.array("q")
-        arr.frombytes(part)
-        out.append(_le(arr))
-    return out[0], out[1]
+    starts, ends = int64_columns(packed.data, [packed.n, packed.n])
+    return starts, ends
 
 
 _LazyFrame.install(RankMetrics, "exposed_comm_ns", _intervals, _PackedIntervals)

@@ -97,25 +97,37 @@ def cross_path(trace: Path) -> Path:
     return trace.with_name(f".{trace.name}.fsdpbench.waits")
 
 
-def load_cross(trace: Path, want: dict[str, Any]) -> dict[str, Any] | None:
-    """The cross-rank result stored beside ``trace`` under ``want`` (every rank's :func:`key` and id),
-    or None when the cache is off, missing, damaged or stale."""
+def load_cross(trace: Path, want: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
+    """The cross-rank result stored beside ``trace`` under ``want`` (every rank's :func:`key` and id) and
+    each rank's ``transfer_ns`` column (``array.array('q')``, or None), or None when the cache is off,
+    missing, damaged or stale."""
     path = cross_path(trace)
     if not table_cache.enabled() or not path.is_file():
         return None
     try:
-        data = orjson.loads(path.read_bytes())
-        return data if data.get("key") == want else None
+        raw = path.read_bytes()
+        cut = raw.index(b"\n")  # the JSON, then the columns' bytes (orjson writes no newline)
+        data = orjson.loads(memoryview(raw)[:cut])
+        if data.get("key") != want:
+            return None
+        from fsdpbench.analysis.result import int64_columns
+
+        return data, int64_columns(raw[cut + 1 :], data["transfer_counts"])
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
         log.debug("%s: cross-rank cache not used (%s)", path, exc)
         return None
 
 
-def store_cross(trace: Path, want: dict[str, Any], data: dict[str, Any]) -> None:
-    """Write the cross-rank result ``data`` beside ``trace`` under ``want``, only when it reads back equal
-    (JSON keeps every value it holds: no tuple, NaN or int key), atomically; skip quietly otherwise."""
-    blob = orjson.dumps({"key": want, **data})
-    if orjson.loads(blob) != {"key": want, **data}:
+def store_cross(trace: Path, want: dict[str, Any], data: dict[str, Any], transfer: list[Any]) -> None:
+    """Write the cross-rank result ``data`` and the ranks' ``transfer_ns`` columns (None: none) beside
+    ``trace`` under ``want``, only when ``data`` reads back equal (JSON keeps every value it holds: no
+    tuple, NaN or int key), atomically; skip quietly otherwise."""
+    from fsdpbench.analysis.result import int64_bytes
+
+    doc = {"key": want, **data, "transfer_counts": [None if c is None else len(c) for c in transfer]}
+    blob = orjson.dumps(doc)
+    if orjson.loads(blob) != doc:
         log.debug("%s: cross-rank result does not survive JSON; not cached", cross_path(trace))
         return
-    table_cache.write_beside(trace, cross_path(trace), lambda f: f.write(blob))
+    tail = int64_bytes([c for c in transfer if c is not None])
+    table_cache.write_beside(trace, cross_path(trace), lambda f: f.write(blob + b"\n" + tail))
