@@ -278,3 +278,72 @@ def test_a_trace_copied_with_its_cache_reports_where_it_is_now(tmp_path, monkeyp
     got = analysis.analyze([tmp_path / "b"], workers=1)
     assert calls == []
     assert [r.source for r in got.ranks] == [str(tmp_path / "b" / f"rank{i}.json.gz") for i in range(2)]
+
+
+def _spy_wait_transfer(monkeypatch) -> list[int]:
+    """Count calls of the cross-rank wait/transfer computation."""
+    from fsdpbench.analysis import waits
+
+    calls: list[int] = []
+    real = waits.wait_transfer
+
+    def spy(ranks, *args, **kwargs):
+        calls.append(len(ranks))
+        return real(ranks, *args, **kwargs)
+
+    monkeypatch.setattr(waits, "wait_transfer", spy)
+    return calls
+
+
+def test_a_second_run_takes_the_cross_rank_waits_from_their_cache(tmp_path, monkeypatch):
+    _ranks(tmp_path, n=3)
+    ref = _reference(tmp_path, monkeypatch)
+    assert ref.waits["instances"] > 0 and "transfer_ns" in ref.ranks[0].collective_events
+    calls = _spy_wait_transfer(monkeypatch)
+    analysis.analyze([tmp_path], workers=1)
+    assert calls == [3] and result_cache.cross_path(tmp_path / "rank0.json.gz").is_file()
+    second = analysis.analyze([tmp_path], workers=1)
+    assert calls == [3]  # not computed again
+    _same(second, ref)  # waits, warnings and every rank's transfer_ns column as recomputed
+    assert second.warnings == ref.warnings
+
+
+def test_a_changed_rank_or_rank_set_recomputes_the_cross_rank_waits(tmp_path, monkeypatch):
+    _ranks(tmp_path, n=3)
+    analysis.analyze([tmp_path], workers=1)
+    calls = _spy_wait_transfer(monkeypatch)
+    write_trace(tmp_path / "rank2.json.gz", make_trace(rank=2, world_size=3, device_events=500, seed=9))
+    _same(analysis.analyze([tmp_path], workers=1), _reference(tmp_path, monkeypatch))
+    assert calls == [3, 3]  # the analysis and its no-cache reference
+    two = [tmp_path / "rank0.json.gz", tmp_path / "rank1.json.gz"]  # same first rank, other set
+    got = analysis.analyze(two, workers=1)
+    assert calls[-1] == 2
+    monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
+    assert got.to_dict() == analysis.analyze(two, workers=1).to_dict()
+
+
+def test_a_damaged_cross_rank_cache_is_ignored(tmp_path, monkeypatch):
+    _ranks(tmp_path, n=2)
+    analysis.analyze([tmp_path], workers=1)
+    path = result_cache.cross_path(tmp_path / "rank0.json.gz")
+    path.write_bytes(b'{"key": 1, "waits": [')
+    _same(analysis.analyze([tmp_path], workers=1), _reference(tmp_path, monkeypatch))
+    raw = path.read_bytes()  # rewritten: JSON, newline, the ranks' transfer_ns columns
+    path.write_bytes(raw[:-8])  # one value short
+    calls = _spy_wait_transfer(monkeypatch)
+    _same(analysis.analyze([tmp_path], workers=1), _reference(tmp_path, monkeypatch))
+    assert calls == [2, 2]  # recomputed (and the reference)
+
+
+def test_a_result_cache_with_truncated_exposed_intervals_is_recomputed(tmp_path, monkeypatch):
+    _ranks(tmp_path, n=2)
+    analysis.analyze([tmp_path], workers=1)
+    path = result_cache.cache_path(tmp_path / "rank0.json.gz")
+    raw = path.read_bytes()
+    assert raw.count(b"\n") >= 1 and len(raw) - raw.index(b"\n") - 1 > 16  # JSON, newline, intervals
+    path.write_bytes(raw[:-8])
+    result_cache.cross_path(tmp_path / "rank0.json.gz").unlink()
+    calls = _count_metrics(monkeypatch)
+    got = analysis.analyze([tmp_path], workers=1)
+    assert [os.path.basename(c) for c in calls] == ["rank0.json.gz"]
+    _same(got, _reference(tmp_path, monkeypatch))

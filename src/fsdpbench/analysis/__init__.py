@@ -60,7 +60,12 @@ def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> tuple
 
 
 def _metrics(
-    trace: RankTrace, events: EventTable, steps: Sequence[int], step: int | None, busy_all: Any = None
+    trace: RankTrace,
+    events: EventTable,
+    steps: Sequence[int],
+    step: int | None,
+    busy_all: Any = None,
+    unions: Any = None,
 ) -> StepMetrics:
     from fsdpbench.analysis.collectives import collective_events, summarize
     from fsdpbench.analysis.ops import kernel_time_us, op_stats
@@ -68,7 +73,7 @@ def _metrics(
     from fsdpbench.analysis.sync import sync_counts
 
     window = _window(trace, events, steps) if steps else None
-    b = breakdown(events, window=window, busy_all=busy_all)
+    b = breakdown(events, window=window, busy_all=busy_all, unions=unions)
     stats = op_stats(events)
     return StepMetrics(
         step=step,
@@ -113,11 +118,13 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         chosen = [step]
     else:
         chosen = known
-    from fsdpbench.analysis.overlap import device_busy
+    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.analysis.overlap import category_union, device_busy
 
     busy_all = device_busy(ev)  # every step's device work: what is not free inside a step's window
     sel = ev.take(np.isin(ev.step, chosen)) if chosen else ev
-    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all)
+    unions = category_union(sel, "compute"), category_union(sel, "comm")  # for the totals and exposed
+    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all, unions)
     per_step = (
         [_metrics(trace, ev.take(ev.step == s), [s], s, busy_all) for s in chosen]
         if len(chosen) > 1
@@ -130,7 +137,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         trace.warnings.append(f"rank {trace.rank}: {group_warning}")
     dev = ev.device
     span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
-    from fsdpbench.analysis.waits import exposed_intervals, rank_marks
+    from fsdpbench.analysis.waits import rank_marks
 
     ce = collective_events(sel)
     ce.update(rank_marks(sel, by_order=trace.mode == "cpu"))
@@ -145,7 +152,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         mode=trace.mode,
         steps=per_step,
         collective_events=ce,
-        exposed_comm_ns=exposed_intervals(sel),
+        exposed_comm_ns=iv.difference(unions[1], unions[0]),  # = waits.exposed_intervals(sel)
         cross_check=trace.cross_check,
         device_span_ns=span,
         orphan_events=int(orphans.sum()),
@@ -183,19 +190,23 @@ def _import_measuring_modules() -> None:
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
 
 
+def _result_key(source: Source, step: int | None) -> dict[str, Any] | None:
+    """The result cache's key of ``source`` (None with the cache off or a file that cannot be read: its
+    reader then says what is wrong). Taken before reading, so a trace changed meanwhile is read again."""
+    if not table_cache.enabled():
+        return None
+    try:
+        return result_cache.key(Path(source.path), step)
+    except OSError:
+        return None
+
+
 def _analyze_one(
-    source: Source, step: int | None, keep_events: bool = True
+    source: Source, step: int | None, keep_events: bool = True, want: dict[str, Any] | None = None
 ) -> tuple[bool, int | None, list[str], RankMetrics | None, str | None]:
     """Read and measure one rank (runs in a worker process). Returns (read ok, rank from the trace,
-    reader warnings, metrics, error message). Writes the rank's result cache."""
-    want = None
-    if table_cache.enabled():
-        try:
-            want = result_cache.key(
-                Path(source.path), step
-            )  # before reading: a trace changed meanwhile is read again
-        except OSError:
-            want = None  # the reader says what is wrong with the file
+    reader warnings, metrics, error message). Writes the rank's result cache under ``want``
+    (:func:`_result_key`, taken before reading; None: not written)."""
     try:
         trace = read_rank(source)
     except FsdpbenchError as exc:
@@ -310,8 +321,9 @@ def analyze(
     n = len(sources)
     keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
     results: list[Any] = [None] * n
+    keys = [_result_key(s, step) for s in sources]
     for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
-        hit = result_cache.load(Path(s.path), step)
+        hit = None if keys[i] is None else result_cache.load(Path(s.path), step, keys[i])
         if hit is not None:
             results[i] = (True, hit[0], hit[1], hit[2], None)
     cached = [results[i] is not None or table_cache.fresh(Path(s.path)) for i, s in enumerate(sources)]
@@ -327,13 +339,13 @@ def analyze(
 
             _import_measuring_modules()  # once here, inherited by every forked worker
             pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
-            futures = {pool.submit(_analyze_one, sources[i], step, False): i for i in todo}
+            futures = {pool.submit(_analyze_one, sources[i], step, False, keys[i]): i for i in todo}
         advance = stack.enter_context(_progress_bar(n, progress))
         for i in range(n):
             if results[i] is not None:
                 advance()
             elif not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
-                results[i] = _analyze_one(sources[i], step, keep)
+                results[i] = _analyze_one(sources[i], step, keep, keys[i])
                 advance()
         for fut in _as_completed(futures):
             results[futures[fut]] = fut.result()
@@ -341,7 +353,8 @@ def analyze(
     warnings: list[str] = []
     errors: list[str] = []
     ranks: list[RankMetrics] = []
-    for src, (_, trace_rank, trace_warnings, metrics, err) in zip(sources, results, strict=True):
+    origin: dict[int, tuple[Path, dict[str, Any] | None]] = {}  # id(metrics): (trace, result cache key)
+    for src, want, (_, trace_rank, trace_warnings, metrics, err) in zip(sources, keys, results, strict=True):
         warnings.extend(trace_warnings)
         if err:
             errors.append(err)
@@ -351,6 +364,7 @@ def analyze(
                 f"{src.path}: no rank in the trace or its path; using its position ({len(ranks)})"
             )
         ranks.append(metrics)  # type: ignore[arg-type]
+        origin[id(metrics)] = (Path(src.path), want)
     if not ranks:
         raise InputError("nothing could be analysed: " + "; ".join(errors))
     warnings.extend(f"skipped: {e}" for e in errors)
@@ -408,18 +422,9 @@ def analyze(
         warnings.extend(skew_warnings)
         res.stragglers = stragglers(res.collective_skew_us)
     if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
-        from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
-
-        ce = [r.collective_columns() for r in timed]
-        res.waits, wait_warnings = wait_transfer(
-            [r.rank for r in timed], ce, [r.exposed_comm_ns for r in timed]
-        )
-        warnings.extend(wait_warnings)
-        row_split = res.waits.pop(ROW_SPLIT, None)
-        if row_split is not None:
-            for r, split in zip(timed, row_split, strict=True):
-                r.set_transfer_ns(split)
+        row_split = _waits(res, timed, [origin[id(r)] for r in timed])
         if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours
+            ce = [r.collective_columns() for r in timed]
             from fsdpbench.trace.ascend_comm import profiler_split
 
             try:
@@ -435,3 +440,42 @@ def analyze(
                 res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
                 warnings.extend(ascend_warnings)
     return res
+
+
+def _waits(
+    res: Analysis, timed: list[RankMetrics], origin: list[tuple[Path, dict[str, Any] | None]]
+) -> list[dict[int, tuple[float, float]]] | None:
+    """Set ``res.waits`` (and its warnings) and each rank's ``transfer_ns`` column from
+    :func:`fsdpbench.analysis.waits.wait_transfer`, or from the cross-rank cache beside the first rank's
+    trace when every rank's result cache key and id match: a second analyze of unchanged traces then
+    neither matches the collectives again nor imports numpy. Returns the per-rank row split of a fresh
+    computation (None from the cache, which is not used for Ascend exports: their profiler's own split
+    needs the rows, and is read from the files every time anyway)."""
+    want = None
+    if res.format != "ascend" and all(k is not None for _, k in origin):
+        want = {"ranks": [[r.rank, k] for r, (_, k) in zip(timed, origin, strict=True)]}
+        hit = result_cache.load_cross(origin[0][0], want)
+        if hit is not None:
+            data, transfer = hit
+            res.waits = data["waits"]
+            res.warnings.extend(data["warnings"])
+            for r, col in zip(timed, transfer, strict=True):
+                if col is not None:
+                    r.set_transfer_column(col)
+            return None
+    from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
+
+    ce = [r.collective_columns() for r in timed]
+    res.waits, wait_warnings = wait_transfer([r.rank for r in timed], ce, [r.exposed_comm_ns for r in timed])
+    res.warnings.extend(wait_warnings)
+    row_split = res.waits.pop(ROW_SPLIT, None)
+    if row_split is not None:
+        for r, split in zip(timed, row_split, strict=True):
+            r.set_transfer_ns(split)
+    if want is not None:
+        columns = (r.collective_columns() for r in timed)
+        transfer = [c["transfer_ns"] if "transfer_ns" in c else None for c in columns]
+        result_cache.store_cross(
+            origin[0][0], want, {"waits": res.waits, "warnings": wait_warnings}, transfer
+        )
+    return row_split

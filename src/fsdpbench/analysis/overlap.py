@@ -70,6 +70,7 @@ def breakdown(
     *,
     window: iv.Intervals | None = None,
     busy_all: iv.Intervals | None = None,
+    unions: tuple[iv.Intervals, iv.Intervals] | None = None,
 ) -> Breakdown:
     """Compute, communication and overlapped time of ``events``, and the carried-over time.
 
@@ -79,10 +80,10 @@ def breakdown(
             ``window``, else the span of the device events.
         window: the window as intervals (a union); with ``busy_all`` it gives the carried-over time.
         busy_all: :func:`device_busy` of the rank's whole table (every step's work).
+        unions: (compute, communication) :func:`category_union` of ``events``, when already computed.
     """
     t = as_table(events)
-    comp = category_union(t, "compute")
-    comm = category_union(t, "comm")
+    comp, comm = unions if unions is not None else (category_union(t, "compute"), category_union(t, "comm"))
     if window_ns is None and window is not None:
         window_ns = iv.length(window)
     if window_ns is None:

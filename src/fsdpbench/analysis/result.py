@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import array
-import base64
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -263,6 +263,12 @@ class RankMetrics(StepMetrics):
         transfer = [int(e) - int(s) for s, e in zip(start, end, strict=True)]
         for j, (_, t_us) in split.items():
             transfer[j] = round(t_us * 1000.0)
+        self.set_transfer_column(transfer)
+
+    def set_transfer_column(self, transfer: Sequence[int]) -> None:
+        """Set ``collective_events``' ``transfer_ns`` column to ``transfer`` (as :meth:`set_transfer_ns`
+        computes it; a list or ``array.array`` in a cache's columns, an int64 array in a DataFrame)."""
+        ce = self.collective_columns()
         if isinstance(ce, dict):
             ce["transfer_ns"] = transfer
         else:
@@ -292,6 +298,9 @@ class RankMetrics(StepMetrics):
         else:
             ce = self.collective_events
             ce = {c: ce[c].tolist() for c in ce.columns}
+        for c, unset in _MARK_UNSET.items():  # without fsdpbench's ranges (GPU traces): left out, not stored
+            if c in ce and all(v is unset or v == unset for v in ce[c]):
+                del ce[c]
         return {
             **self.to_dict(None),
             "source": self.source,
@@ -300,12 +309,27 @@ class RankMetrics(StepMetrics):
             "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
             "collective_events": ce,
             "cross_check": self.cross_check_columns(),
-            "exposed_comm_ns": _packed(self.exposed_comm_ns),
+            "exposed_comm_ns": None if self.exposed_comm_ns is None else len(self.exposed_comm_ns[0]),
         }
 
+    def exposed_bytes(self) -> bytes:
+        """``exposed_comm_ns`` as the bytes a result cache stores after its JSON (:meth:`to_cache` gives
+        the interval count): the starts, then the ends, as little-endian int64 (empty: None)."""
+        pair = self.exposed_comm_ns
+        return b"" if pair is None else int64_bytes(list(pair))
+
     @classmethod
-    def from_cache(cls, d: dict[str, Any]) -> RankMetrics:
-        """The inverse of :meth:`to_cache` (the event table is read again on first use of ``events``)."""
+    def from_cache(cls, d: dict[str, Any], tail: bytes = b"") -> RankMetrics:
+        """The inverse of :meth:`to_cache` and :meth:`exposed_bytes` (``tail``), the exposed intervals
+        decoded on first use (a result taken from the cross-rank cache never needs them); the event
+        table is read again on first use of ``events``.
+
+        Raises:
+            ValueError: ``tail`` does not hold the intervals the JSON counts.
+        """
+        n = d.get("exposed_comm_ns")
+        if n is not None and len(tail) != 16 * n:
+            raise ValueError(f"{len(tail)} bytes of exposed intervals, {16 * n} expected")
         ce = d["collective_events"] or None
         span = d["device_span_ns"]
         return cls(
@@ -323,7 +347,7 @@ class RankMetrics(StepMetrics):
             orphan_share=d["orphan_share"],
             groups=d["groups"],
             by_group=d.get("by_group") or {},
-            exposed_comm_ns=_intervals(d.get("exposed_comm_ns")),
+            exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
             units=d.get("units"),
         )
 
@@ -332,32 +356,65 @@ _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 
 
-def _packed(pair: Any) -> list[str] | None:
-    """(starts, ends) as two base64 strings of little-endian int64 (compact in the cache, and read back
-    by the standard library's ``array``, without numpy)."""
-    if pair is None:
-        return None
-    out = []
-    for values in pair:
-        arr = array.array("q", values.tolist() if hasattr(values, "tolist") else values)
-        if sys.byteorder != "little":
-            arr.byteswap()
-        out.append(base64.b64encode(arr.tobytes()).decode("ascii"))
+def int64_bytes(columns: list[Any]) -> bytes:
+    """``columns`` (sequences or arrays of ints) one after the other as little-endian int64 bytes (what a
+    cache stores after its JSON, read back by :func:`int64_columns` without numpy)."""
+    return b"".join(_le(array.array("q", _ints(c))).tobytes() for c in columns)
+
+
+def int64_columns(data: bytes, counts: list[int | None]) -> list[array.array | None]:
+    """The inverse of :func:`int64_bytes`: ``counts[i]`` values for column i (None: no column there).
+
+    Raises:
+        ValueError: ``data`` does not hold exactly the values ``counts`` says.
+    """
+    if 8 * sum(c for c in counts if c is not None) != len(data):
+        raise ValueError(f"{len(data)} bytes for columns of {counts} int64 values")
+    out: list[array.array | None] = []
+    pos = 0
+    for c in counts:
+        if c is None:
+            out.append(None)
+            continue
+        arr = array.array("q")
+        arr.frombytes(data[pos : pos + 8 * c])
+        out.append(_le(arr))
+        pos += 8 * c
     return out
 
 
-def _intervals(packed: list[str] | None) -> Any:
-    """The inverse of :func:`_packed`: (starts, ends) as ``array.array('q')``."""
+_MARK_UNSET = {"mark_group": None, "mark_index": -1, "unit": None, "phase": None}
+"""``rank_marks``' columns and their value where a collective has none: a cache leaves out a column
+that holds only that value, and its reader (``_collective_frame``, analysis/waits.py) fills it in again."""
+
+
+def _ints(values: Any) -> Any:
+    return values.tolist() if hasattr(values, "tolist") else values
+
+
+def _le(arr: array.array) -> array.array:
+    """``arr`` in little-endian byte order (in place)."""
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr
+
+
+class _PackedIntervals:
+    """``n`` intervals as :meth:`RankMetrics.exposed_bytes` wrote them, not yet decoded."""
+
+    def __init__(self, n: int, data: bytes) -> None:
+        self.n, self.data = n, data
+
+
+def _intervals(packed: _PackedIntervals | None) -> Any:
+    """(starts, ends) as ``array.array('q')`` from :class:`_PackedIntervals`."""
     if packed is None:
         return None
-    out = []
-    for text in packed:
-        arr = array.array("q")
-        arr.frombytes(base64.b64decode(text))
-        if sys.byteorder != "little":
-            arr.byteswap()
-        out.append(arr)
-    return out[0], out[1]
+    starts, ends = int64_columns(packed.data, [packed.n, packed.n])
+    return starts, ends
+
+
+_LazyFrame.install(RankMetrics, "exposed_comm_ns", _intervals, _PackedIntervals)
 
 
 def _stat(values: list[float | None], how: str) -> float | None:

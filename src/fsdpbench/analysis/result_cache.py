@@ -4,12 +4,17 @@ that analysing unchanged traces again neither reads the event table nor recomput
 ``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.metrics`` (``rank0_ascend_pt`` gets
 ``.rank0_ascend_pt.fsdpbench.metrics`` beside the folder): the rank's :class:`RankMetrics` as
 ``RankMetrics.to_cache()`` writes it (the Analysis JSON's rank part with every op, plus the collective
-events the α–β fits of ``diff`` need), the reader's warnings and the rank the trace names. It is used
+events the α–β fits of ``diff`` need), the reader's warnings and the rank the trace names, as JSON,
+then a newline and the exposed-communication intervals as bytes (:meth:`RankMetrics.exposed_bytes`). It is used
 only while its key matches: the event-table cache's key of the trace (size, mtime, head hash, reader
 source hash; :func:`fsdpbench.trace.cache.trace_key`), the step selection, and a hash of the analysis
 code (``analysis/*.py`` and ``trace/table.py``), so any change to the analysis recomputes it. It obeys
 ``FSDPBENCH_NO_CACHE`` / ``--no-cache`` as the table cache does, and is skipped quietly in a folder
 that is not writable.
+
+The cross-rank wait/transfer result (analysis/waits.py) of a Kineto rank set is cached likewise beside its
+first rank's trace (``.rank0.json.gz.fsdpbench.waits``: :func:`load_cross`, :func:`store_cross`), keyed by
+every rank's key above and id, so a fully cached analyze neither matches collectives again nor imports numpy.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 4  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed;
-# 4: unit × phase rows
+_FORMAT = 5  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed;
+# 4: unit × phase rows; 5: the exposed intervals as bytes after the JSON
 
 
 def cache_path(trace: Path) -> Path:
@@ -46,20 +51,24 @@ def key(trace: Path, step: int | None) -> dict[str, Any]:
     return {"table": table_cache.trace_key(trace), "step": step, "analysis": analysis_hash()}
 
 
-def load(trace: Path, step: int | None) -> tuple[int | None, list[str], Any] | None:
+def load(
+    trace: Path, step: int | None, want: dict[str, Any] | None = None
+) -> tuple[int | None, list[str], Any] | None:
     """(rank named by the trace, reader warnings, :class:`RankMetrics`) from the cache of ``trace``, or
-    None when the cache is off, missing, damaged or stale."""
+    None when the cache is off, missing, damaged or stale. ``want``: :func:`key`, when already taken."""
     path = cache_path(trace)
     if not table_cache.enabled() or not path.is_file():
         return None
     try:
-        want = key(trace, step)
-        data = orjson.loads(path.read_bytes())
+        want = key(trace, step) if want is None else want
+        raw = path.read_bytes()
+        cut = raw.find(b"\n")  # the JSON, then the exposed intervals' bytes (orjson writes no newline)
+        data = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
         if data.get("key") != want:
             return None
         from fsdpbench.analysis.result import RankMetrics
 
-        metrics = RankMetrics.from_cache(data["metrics"])
+        metrics = RankMetrics.from_cache(data["metrics"], raw[cut + 1 :] if cut >= 0 else b"")
         metrics.source = str(trace)  # where it is now (a trace copied with its cache keeps its key)
         return data["trace_rank"], list(data["warnings"]), metrics
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
@@ -74,6 +83,51 @@ def store(
     read), atomically and with the trace's permissions; skip quietly when the folder is not writable
     or the write fails."""
     data = {"key": want, "trace_rank": trace_rank, "warnings": warnings, "metrics": metrics.to_cache()}
-    table_cache.write_beside(
-        trace, cache_path(trace), lambda f: f.write(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY))
-    )
+
+    def write(f: Any) -> None:
+        f.write(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY))
+        f.write(b"\n")
+        f.write(metrics.exposed_bytes())
+
+    table_cache.write_beside(trace, cache_path(trace), write)
+
+
+def cross_path(trace: Path) -> Path:
+    """Where the cross-rank result (wait/transfer) of a rank set whose first rank is ``trace`` lives."""
+    return trace.with_name(f".{trace.name}.fsdpbench.waits")
+
+
+def load_cross(trace: Path, want: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
+    """The cross-rank result stored beside ``trace`` under ``want`` (every rank's :func:`key` and id) and
+    each rank's ``transfer_ns`` column (``array.array('q')``, or None), or None when the cache is off,
+    missing, damaged or stale."""
+    path = cross_path(trace)
+    if not table_cache.enabled() or not path.is_file():
+        return None
+    try:
+        raw = path.read_bytes()
+        cut = raw.index(b"\n")  # the JSON, then the columns' bytes (orjson writes no newline)
+        data = orjson.loads(memoryview(raw)[:cut])
+        if data.get("key") != want:
+            return None
+        from fsdpbench.analysis.result import int64_columns
+
+        return data, int64_columns(raw[cut + 1 :], data["transfer_counts"])
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
+        log.debug("%s: cross-rank cache not used (%s)", path, exc)
+        return None
+
+
+def store_cross(trace: Path, want: dict[str, Any], data: dict[str, Any], transfer: list[Any]) -> None:
+    """Write the cross-rank result ``data`` and the ranks' ``transfer_ns`` columns (None: none) beside
+    ``trace`` under ``want``, only when ``data`` reads back equal (JSON keeps every value it holds: no
+    tuple, NaN or int key), atomically; skip quietly otherwise."""
+    from fsdpbench.analysis.result import int64_bytes
+
+    doc = {"key": want, **data, "transfer_counts": [None if c is None else len(c) for c in transfer]}
+    blob = orjson.dumps(doc)
+    if orjson.loads(blob) != doc:
+        log.debug("%s: cross-rank result does not survive JSON; not cached", cross_path(trace))
+        return
+    tail = int64_bytes([c for c in transfer if c is not None])
+    table_cache.write_beside(trace, cross_path(trace), lambda f: f.write(blob + b"\n" + tail))

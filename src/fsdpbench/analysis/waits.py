@@ -28,6 +28,7 @@ import itertools
 import operator
 import re
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -160,6 +161,12 @@ def exposed_intervals(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------------------ across ranks
+def _numpy_loaded() -> bool:
+    """Whether numpy is imported already (a fresh analysis): then the cross-rank part uses it; an
+    analysis read from result caches runs the plain-Python path and never imports it."""
+    return "numpy" in sys.modules
+
+
 def _col(ce: Any, name: str, n: int, default: Any) -> list[Any]:
     try:
         values = ce[name]
@@ -275,10 +282,64 @@ class _Exposed:
         return total
 
 
-def _split(
-    starts: list[int], wait_end: list[int], ends: list[int], exposed: _Exposed | None
+class _ExposedArrays:
+    """:class:`_Exposed` on numpy arrays, for when numpy is loaded anyway (a fresh analysis): the same
+    integer arithmetic, vectorised over the intervals of the union asked about."""
+
+    def __init__(self, exposed: Any) -> None:
+        import numpy as np
+
+        self.s, self.e = (np.asarray(x, dtype=np.int64) for x in exposed)
+        self.cum = np.concatenate([[0], np.cumsum(self.e - self.s)]).astype(np.int64)
+
+    def _before(self, t: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if self.s.size == 0:
+            return np.zeros(t.size, dtype=np.int64)
+        k = np.searchsorted(self.s, t, side="right") - 1
+        ok = k >= 0
+        k = np.where(ok, k, 0)
+        return np.where(ok, self.cum[k] + np.minimum(t, self.e[k]) - self.s[k], 0)
+
+    def overlap(self, u: Any) -> int:
+        """|E ∩ u| for a union u given as (starts, ends) arrays."""
+        a, b = u
+        if a.size == 0:
+            return 0
+        return int(self._before(b).sum() - self._before(a).sum())
+
+
+def _split_arrays(
+    starts: list[int], wait_end: list[int], ends: list[int], exposed: _ExposedArrays | None
 ) -> dict[str, float | None]:
-    """Union-based wait/transfer (and their exposed parts) of one rank's collectives."""
+    """:func:`_split` with numpy (analysis/intervals.py): the same exact integer unions and lengths."""
+    import numpy as np
+
+    from fsdpbench.analysis import intervals as iv
+
+    s, w, e = (np.asarray(x, dtype=np.int64) for x in (starts, wait_end, ends))
+    transfer_u = iv.union(w, e)
+    wait_only = iv.difference(iv.union(s, w), transfer_u)
+    out: dict[str, float | None] = {
+        "wait_us": iv.length(wait_only) / 1000.0,
+        "transfer_us": iv.length(transfer_u) / 1000.0,
+    }
+    if exposed is None:
+        out["exposed_wait_us"] = out["exposed_transfer_us"] = None
+    else:
+        out["exposed_wait_us"] = exposed.overlap(wait_only) / 1000.0
+        out["exposed_transfer_us"] = exposed.overlap(transfer_u) / 1000.0
+    return out
+
+
+def _split(
+    starts: list[int], wait_end: list[int], ends: list[int], exposed: _Exposed | _ExposedArrays | None
+) -> dict[str, float | None]:
+    """Union-based wait/transfer (and their exposed parts) of one rank's collectives (with numpy when
+    it is loaded already: a fresh analysis; plain Python otherwise: from result caches)."""
+    if isinstance(exposed, _ExposedArrays) or (exposed is None and _numpy_loaded()):
+        return _split_arrays(starts, wait_end, ends, exposed)
     transfer_u = _union(wait_end, ends)
     wait_only = _difference(_union(starts, wait_end), transfer_u)
     out: dict[str, float | None] = {
@@ -311,8 +372,9 @@ def wait_transfer(
     warnings: list[str] = []
     if len(ranks) < 2:
         return {}, warnings
+    fast = _ExposedArrays if _numpy_loaded() else _Exposed  # numpy only when loaded already
     exposed = (
-        [None if x is None else _Exposed(x) for x in exposed] if exposed is not None else [None] * len(ranks)
+        [None if x is None else fast(x) for x in exposed] if exposed is not None else [None] * len(ranks)
     )
     first = [_keys(ce) for ce in events]
     methods = [m for _, m in first]
@@ -320,6 +382,7 @@ def wait_transfer(
     # one method for all ranks: the weakest any rank allows
     order = [MATCH_SEQ, MATCH_MARKS, MATCH_ORDER]
     method = max(methods, key=order.index)
+    columns = []
     for i, ce in enumerate(events):
         keys, m = first[i]
         if m != method:
@@ -333,6 +396,10 @@ def wait_transfer(
         nbytes = [_none(b) for b in _col(ce, "bytes", n, None)]
         st, en = _col(ce, "start_ns", n, 0), _col(ce, "end_ns", n, 0)
         unit, phase = _col(ce, "unit", n, None), _col(ce, "phase", n, None)
+        columns.append((keys, types, nbytes, st, en, unit, phase))
+    if _numpy_loaded():  # loaded already (a fresh analysis): the same integers, vectorised
+        return _wait_transfer_arrays(ranks, columns, exposed, method, top)
+    for i, (keys, types, nbytes, st, en, unit, phase) in enumerate(columns):
         mine = per_rank[i]
         for j, k in enumerate(keys):
             item = mine.get(k)
@@ -409,6 +476,32 @@ def wait_transfer(
         # (wait + transfer of the slowest, key, holders, aligned, waits): dicts only for the top ones
         transfer_ns = last_end - last if last_end > last else 0
         instances.append((max(waits) + transfer_ns, transfer_ns, k, holders, aligned, waits))
+    kinds = [per_rank[x[3][0]][x[2]][:2] for x in instances]
+    bandwidth = _bandwidth([(kb[0], kb[1], x[1], len(x[3])) for kb, x in zip(kinds, instances, strict=True)])
+    tops = [_instance(per_rank, ranks, x) for x in heapq.nlargest(top, instances, key=lambda x: x[0])]
+    return _result(
+        ranks, method, offsets, warnings, unmatched, len(instances), starts_r, wait_end_r, ends_r, place_r,
+        exposed, bandwidth, tops, row_split,
+    )  # fmt: skip
+
+
+def _result(
+    ranks: Sequence[int],
+    method: str,
+    offsets: dict[int, float | None],
+    warnings: list[str],
+    unmatched: list[int],
+    instances: int,
+    starts_r: list[list[int]],
+    wait_end_r: list[list[int]],
+    ends_r: list[list[int]],
+    place_r: list[list[tuple[Any, Any]]],
+    exposed: list[Any],
+    bandwidth: dict[str, dict[str, Any]],
+    tops: list[dict[str, Any]],
+    row_split: list[dict[int, tuple[float, float]]],
+) -> tuple[dict[str, Any], list[str]]:
+    """The ``waits`` object from the per-rank wait/transfer intervals (both paths of :func:`wait_transfer`)."""
     if any(unmatched):
         warnings.append(
             "collectives found on one rank only (counted as transfer, their wait cannot be told): "
@@ -424,8 +517,11 @@ def wait_transfer(
         places = sorted(set(place_r[i]), key=lambda p: (str(p[0]), str(p[1])))
         if places == [(None, None)]:
             continue
+        rows_of: defaultdict[tuple[Any, Any], list[int]] = defaultdict(list)
+        for j, q in enumerate(place_r[i]):
+            rows_of[q].append(j)
         for p in places:
-            sel = [j for j, q in enumerate(place_r[i]) if q == p]
+            sel = rows_of[p]
             by_place[p][int(r)] = _split(
                 [starts_r[i][j] for j in sel],
                 [wait_end_r[i][j] for j in sel],
@@ -441,17 +537,133 @@ def wait_transfer(
             "match": method,
             "match_text": MATCH_TEXT[method],
             "reference_rank": int(ranks[0]),
-            "instances": len(instances),
+            "instances": instances,
             "ranks": rank_rows,
-            "bandwidth": _bandwidth(per_rank, instances),
+            "bandwidth": bandwidth,
             "units": units,
-            "top": [
-                _instance(per_rank, ranks, x) for x in heapq.nlargest(top, instances, key=lambda x: x[0])
-            ],
+            "top": tops,
             ROW_SPLIT: row_split,
         },
         warnings,
     )
+
+
+def _wait_transfer_arrays(
+    ranks: Sequence[int], columns: list[tuple], exposed: list[Any], method: str, top: int
+) -> tuple[dict[str, Any], list[str]]:
+    """:func:`wait_transfer` after the keys, with numpy: instance x rank matrices of the coalesced start
+    and end, the same integer arithmetic per instance, and Python only for the offsets' median, the
+    bandwidth sums (in instance order, as the plain path adds them) and the top instances."""
+    import numpy as np
+
+    warnings: list[str] = []
+    nr = len(ranks)
+    index: dict[tuple[Any, ...], int] = {}  # key: id, in first appearance over ranks in order
+    ids_r = []
+    for keys, *_ in columns:
+        ids_r.append(np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64))
+    nk = len(index)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    start = np.full((nk, nr), big, dtype=np.int64)
+    end = np.full((nk, nr), small, dtype=np.int64)
+    row = np.full((nk, nr), -1, dtype=np.int64)  # first row of the key on the rank
+    for i, (ids, (_, _, _, st, en, _, _)) in enumerate(zip(ids_r, columns, strict=True)):
+        if ids.size == 0:
+            continue
+        np.minimum.at(start[:, i], ids, np.asarray(st, dtype=np.int64))
+        np.maximum.at(end[:, i], ids, np.asarray(en, dtype=np.int64))
+        uniq, firstpos = np.unique(ids, return_index=True)
+        row[uniq, i] = firstpos
+    have = row >= 0
+    # clock offsets from the ends of shared instances, to the lowest rank
+    offsets: dict[int, float | None] = {int(ranks[0]): 0.0}
+    off_ns = [0] * nr
+    for i in range(1, nr):
+        shared = have[:, i] & have[:, 0]
+        if shared.any():
+            est = statistics.median((end[shared, i] - end[shared, 0]).tolist())
+            lo = int((start[shared, i] - end[shared, 0]).max())
+            hi = int((end[shared, i] - start[shared, 0]).min())
+            if lo <= hi:
+                est = min(max(est, lo), hi)
+            else:
+                warnings.append(
+                    f"rank {ranks[i]}: no single clock offset to rank {ranks[0]} lets every shared collective end "
+                    "after both ranks arrived (clock drift, or collectives matched wrongly); the median is used"
+                )
+            off_ns[i] = int(round(est))
+            offsets[int(ranks[i])] = off_ns[i] / 1000.0
+        else:
+            offsets[int(ranks[i])] = None
+            warnings.append(
+                f"rank {ranks[i]} shares no collective with rank {ranks[0]}: its clock offset is unknown (0 used)"
+            )
+    off = np.array(off_ns, dtype=np.int64)
+    count = have.sum(axis=1)
+    matched = count >= 2
+    a = np.where(have, start - off, 0)
+    b = np.where(have, end - off, 0)
+    last = np.where(have, a, small).max(axis=1)
+    last_end = np.where(have, b, small).max(axis=1)
+    span = b - a
+    x = last[:, None] - a
+    wait = np.where(x < 0, 0, np.where(x > span, span, x))
+    wait = np.where(have & matched[:, None], wait, 0)  # one rank only: wait unknown, all of it transfer
+    unmatched = [int(u) for u in (have & ~matched[:, None]).sum(axis=0)]
+    transfer_ns = np.where(last_end > last, last_end - last, 0)
+    score = np.where(have, wait, small).max(axis=1) + transfer_ns
+    starts_r, wait_end_r, ends_r, place_r, row_split = [], [], [], [], []
+    for i, (_, _, _, _, _, unit, phase) in enumerate(columns):
+        sel = np.flatnonzero(have[:, i])  # in key order, as the plain path appends
+        s_i, w_i, e_i, r_i = start[sel, i], wait[sel, i], end[sel, i], row[sel, i]
+        starts_r.append(s_i.tolist())
+        wait_end_r.append((s_i + w_i).tolist())
+        ends_r.append(e_i.tolist())
+        rows = r_i.tolist()
+        place_r.append([(_none(unit[j]), _none(phase[j])) for j in rows])
+        row_split.append(
+            dict(
+                zip(
+                    rows,
+                    zip(
+                        [w / 1000.0 for w in w_i.tolist()],
+                        [t / 1000.0 for t in (e_i - s_i - w_i).tolist()],
+                        strict=True,
+                    ),
+                    strict=True,
+                )
+            )
+        )
+    inst = np.flatnonzero(matched)  # instances in key order
+    first_rank = np.argmax(have, axis=1)  # holders[0]: the lowest rank holding the key
+    first_row = row[np.arange(nk), first_rank]
+    keys_by_id = list(index)
+    types = [
+        columns[fr][1][j] for fr, j in zip(first_rank[inst].tolist(), first_row[inst].tolist(), strict=True)
+    ]
+    nbytes = [
+        columns[fr][2][j] for fr, j in zip(first_rank[inst].tolist(), first_row[inst].tolist(), strict=True)
+    ]
+    bandwidth = _bandwidth(
+        list(zip(types, nbytes, transfer_ns[inst].tolist(), count[inst].tolist(), strict=True))
+    )
+    order = inst[np.argsort(-score[inst], kind="stable")[:top]]  # = heapq.nlargest (stable) on score
+    per_rank: list[dict[Any, list[Any]]] = [{} for _ in ranks]
+    tops = []
+    for k_id in order.tolist():
+        holders = np.flatnonzero(have[k_id]).tolist()
+        k = keys_by_id[k_id]
+        for i in holders:
+            j = int(row[k_id, i])
+            _, types_i, nbytes_i, _, _, unit, phase = columns[i]
+            per_rank[i][k] = [types_i[j], nbytes_i[j], 0, 0, _none(unit[j]), _none(phase[j]), j]
+        aligned = [(int(a[k_id, i]), int(b[k_id, i])) for i in holders]
+        waits = [int(wait[k_id, i]) for i in holders]
+        tops.append(_instance(per_rank, ranks, (0, int(transfer_ns[k_id]), k, holders, aligned, waits)))
+    return _result(
+        ranks, method, offsets, warnings, unmatched, int(inst.size), starts_r, wait_end_r, ends_r, place_r,
+        exposed, bandwidth, tops, row_split,
+    )  # fmt: skip
 
 
 def _instance(per_rank: list[dict[Any, list[Any]]], ranks: Sequence[int], x: tuple) -> dict[str, Any]:
@@ -483,21 +695,19 @@ def _instance(per_rank: list[dict[Any, list[Any]]], ranks: Sequence[int], x: tup
     }
 
 
-def _bandwidth(
-    per_rank: list[dict[Any, dict[str, Any]]], instances: list[tuple]
-) -> dict[str, dict[str, Any]]:
+def _bandwidth(instances: list[tuple[str, Any, int, int]]) -> dict[str, dict[str, Any]]:
     """Per type: algbw = Σ bytes / Σ transfer time (last arrival to last end) over the instances whose
-    size is known, busbw = Σ (bytes x nccl-tests factor(n)) / the same time; GB/s (1e9 B/s)."""
+    size is known, busbw = Σ (bytes x nccl-tests factor(n)) / the same time; GB/s (1e9 B/s).
+    ``instances``: (type, bytes or None, transfer ns, ranks) of each matched instance, in key order."""
     acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
-    for _, transfer_ns, k, holders, _, _ in instances:
-        kind, b = per_rank[holders[0]][k][:2]
+    for kind, b, transfer_ns, n in instances:
         a = acc[kind]
         a[3] += 1
         if b is None or transfer_ns <= 0:
             continue
         factor = BUSBW_FACTOR.get(kind)
         a[0] += b
-        a[1] += b * (factor(len(holders)) if factor else float("nan"))
+        a[1] += b * (factor(n) if factor else float("nan"))
         a[2] += transfer_ns
     return {
         t: {
