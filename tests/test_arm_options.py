@@ -18,6 +18,7 @@ References, each independent of fsdpbench's own output:
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import subprocess
@@ -44,7 +45,16 @@ from fsdpbench.model import build_model
         ("torch:prefetch=none", "none", "none", "torch-prefetchnone"),
         ("torch:prefetch=default", "default", "default", "torch-prefetchdefault"),
         ("torch:prefetch=1:bwd_prefetch=none", 1, "none", "torch-prefetch1-bwdnone"),
-        ("hyper:fwd_prefetch=2:bwd_prefetch=1", 2, 1, "hyper-fwd2-bwd1"),
+        pytest.param(
+            "hyper:fwd_prefetch=2:bwd_prefetch=1",
+            2,
+            1,
+            "hyper-fwd2-bwd1",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("hyper_parallel") is None,
+                reason="a hyper arm needs hyper_parallel installed (optional dependency)",
+            ),
+        ),
         ("fsdp1", "none", "none", "fsdp1"),  # prefetch=0 turned FSDP1's default off, as before
         ("fsdp1:prefetch=default", "default", "default", "fsdp1-prefetchdefault"),
         ("deepspeed:prefetch=none", "none", "none", "deepspeed-prefetchnone"),

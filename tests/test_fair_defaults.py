@@ -97,7 +97,7 @@ def test_optimizer_impl_is_a_checked_run_option():
 
 def test_param_dtype_defaults_to_bf16_on_accelerators_and_an_arms_own_setting_wins(tmp_path):
     cfg = RunConfig.from_sources(
-        env={}, overrides={"arms": "torch,hyper:param_dtype=float32,fsdp1:param-dtype=float16"}
+        env={}, overrides={"arms": "torch,deepspeed:param_dtype=float32,fsdp1:param-dtype=float16"}
     )
     by_device = {d: [cfg.param_dtype_for(a, d) for a in cfg.arms] for d in ("cpu", "cuda", "npu")}
     assert by_device == {
