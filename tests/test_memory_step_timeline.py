@@ -82,6 +82,22 @@ def test_peak_inside_a_collective_and_no_events():
         step_timeline(HAND_TRACE[:6], LIVE)
 
 
+def test_an_address_reused_before_its_free_is_listed():
+    """Two threads at one µs: block B takes address 1 before the free of block A at 1 is listed."""
+    trace = [
+        HAND_TRACE[1],
+        _mem(11, 100, 1),  # A
+        _mem(12, 70, 1),  # B, same address, listed before A's free
+        _mem(12, -100, 1),  # A's free
+        _mem(13, 200, 2),  # the peak: 3008 + 270
+    ]
+    peak = step_timeline(trace, LIVE)["peak"]
+    # by hand: B (70) and the 200 bytes are live at the peak, all made in the forward of layers.0
+    assert peak["in_step_bytes"] == 270
+    assert peak["in_step_by_category"]["forward_allocations"] == 270
+    assert peak["unmatched_free_bytes"] == 0
+
+
 @pytest.mark.distributed
 def test_profiled_run_records_the_memory_step_with_its_ranges(profiled_ab_run):
     summary = orjson.loads((profiled_ab_run / results.SUMMARY).read_bytes())

@@ -117,20 +117,25 @@ def step_timeline(
     t_peak = float(ts[i_peak])
 
     # the step's allocations still live at the peak, by the range they were made in
-    open_: dict[Any, tuple[int, float]] = {}
+    # An address can hold two live entries at once: events from different threads share a µs timestamp,
+    # so a reuse's allocation may be listed before the free of the block that held the address. A free
+    # therefore closes the entry at its address with its size, and counts as unmatched where none has it.
+    open_: dict[Any, list[tuple[int, float]]] = {}
     unmatched_free = 0
     for e, b in zip(mem[: i_peak + 1], nbytes[: i_peak + 1], strict=True):
         addr = e["args"].get("Addr")
         if b > 0:
-            open_[addr] = (int(b), float(e["ts"]))
+            open_.setdefault(addr, []).append((int(b), float(e["ts"])))
         elif b < 0:
-            if addr in open_:
-                del open_[addr]
-            else:
+            held = open_.get(addr, [])
+            match = next((k for k, (size, _) in enumerate(held) if size == -b), None)
+            if match is None:
                 unmatched_free += int(-b)
+            else:
+                del held[match]
     by_range: dict[tuple[str | None, str | None], int] = {}
     by_category: dict[str, int] = dict.fromkeys(IN_STEP_CATEGORIES.values(), 0)
-    for size, t_alloc in open_.values():
+    for size, t_alloc in (entry for held in open_.values() for entry in held):
         coll = _innermost(collectives, t_alloc)
         rng = _innermost(units, t_alloc)
         key = (rng["phase"], rng["unit"]) if rng else (None, None)
