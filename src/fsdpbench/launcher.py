@@ -340,6 +340,15 @@ class Run:
                 arm_interpreter(arm_cfg), profile_dir, self._local_ranks(), env, ldir / ASCEND_PARSE_LOG
             )
             error = missing_ascend_output(profile_dir, self._local_ranks())
+            # the memory step's own torch_npu profile (worker.record_memory_step); a failed parse leaves
+            # the arm's memory_timeline an error, not the launch
+            parse_ascend_profiles(
+                arm_interpreter(arm_cfg),
+                results.memory_step_npu_dir(self.run_dir, arm, 0).parent,
+                self._local_ranks(),
+                env,
+                ldir / ASCEND_MEMORY_PARSE_LOG,
+            )
         decided: dict[str, Any] | None = None
         if self.cfg.nnodes > 1:  # node 0 gets every node's files and decides; the others follow
             error, decided = self._collect(arm, round_, ldir, rc, error, timed_out)
@@ -537,6 +546,8 @@ def node0_decides(cfg: RunConfig, folder: Path, fingerprint: str, todo: list[Any
 
 ASCEND_PARSE_LOG = "ascend_parse.log"
 """The parse step's output, in the profile launch's folder."""
+ASCEND_MEMORY_PARSE_LOG = "ascend_memory_parse.log"
+"""The parse of the memory step's torch_npu profile (``memory_step/<arm>/rank<k>``), in the same folder."""
 
 
 def parse_ascend_profiles(

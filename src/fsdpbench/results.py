@@ -81,9 +81,16 @@ def memory_step_files(run_dir: str | Path, arm: str, rank: int) -> tuple[Path, P
     return folder / f"rank{rank}.trace.json.gz", folder / f"rank{rank}.live.json"
 
 
+def memory_step_npu_dir(run_dir: str | Path, arm: str, rank: int) -> Path:
+    """``memory_step/<arm>/rank<k>``: the torch_npu profile of ``rank``'s memory step (its ``*_ascend_pt``
+    folder once parsed)."""
+    return Path(run_dir) / MEMORY_STEP / arm / f"rank{rank}"
+
+
 def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> dict[str, Any]:
     """``{arm: memory_timeline}`` of ``rank`` for the arms whose memory step was recorded
-    (``analysis.memory_timeline.step_timeline``); an arm whose files cannot be read gets ``{"error": why}``."""
+    (``analysis.memory_timeline.step_timeline``; on NPU ``analysis.ascend_memory_timeline``); an arm whose
+    files cannot be read gets ``{"error": why}``."""
     import gzip
 
     from fsdpbench.analysis.memory_timeline import step_timeline
@@ -91,6 +98,10 @@ def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> d
     out: dict[str, Any] = {}
     for arm in labels:
         trace, live = memory_step_files(run_dir, arm, rank)
+        npu_dir = memory_step_npu_dir(run_dir, arm, rank)
+        if not trace.is_file() and npu_dir.is_dir():
+            out[arm] = _ascend_memory_timeline(npu_dir, live, rank)
+            continue
         if not trace.is_file() or not live.is_file():
             continue
         try:
@@ -101,6 +112,45 @@ def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> d
         except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
             out[arm] = {"error": f"{trace}: {exc}"}
     return out
+
+
+def memory_timelines_of_rank(run_dir: str | Path, summary: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """``{arm: memory_timeline}`` for the report and the diff: summary.json's (rank 0) for ``rank`` 0, else
+    read from ``memory_step/<arm>/`` (``--memory-rank``). Raises ``InputError`` when no arm recorded ``rank``."""
+    labels = list(summary.get("arms") or {})
+    if rank == 0:
+        return {label: (summary["arms"].get(label) or {}).get("memory_timeline") for label in labels}
+    if rank < 0:
+        raise InputError(f"--memory-rank {rank}: a rank is 0 or more")
+    found = memory_timelines(run_dir, labels, rank)
+    if not found:
+        have = sorted(
+            {p.name.split(".")[0].removeprefix("rank") for p in (Path(run_dir) / MEMORY_STEP).glob("*/rank*")}
+        )
+        raise InputError(
+            f"{Path(run_dir) / MEMORY_STEP}: no arm recorded a memory step of rank {rank} "
+            f"(ranks recorded: {', '.join(have) or 'none'}); pick one of those with --memory-rank"
+        )
+    return {label: found.get(label) for label in labels}
+
+
+def _ascend_memory_timeline(npu_dir: Path, live: Path, rank: int) -> dict[str, Any]:
+    """The memory timeline of one rank's parsed torch_npu memory step (``*_ascend_pt`` under ``npu_dir``)."""
+    from fsdpbench.analysis.ascend_memory_timeline import ascend_step_timeline, read_export
+
+    folders = sorted(npu_dir.glob("*_ascend_pt"))
+    if not folders:
+        return {
+            "error": f"{npu_dir}: no *_ascend_pt folder; the memory step's torch_npu profile was not parsed "
+            "(see the profile launch's ascend_parse.log)"
+        }
+    try:
+        facts = read_json(live) if live.is_file() else {}
+        timeline = ascend_step_timeline(read_export(folders[-1]), facts.get("live_at_start_bytes"))
+    except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
+        return {"error": f"{folders[-1]}: {exc}"}
+    timeline["rank"] = rank
+    return timeline
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -693,7 +743,9 @@ def _run_manifest(run_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, Any]) -> list[DiffResult]:
+def _diff_arms(
+    run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, Any], memory_rank: int = 0
+) -> list[DiffResult]:
     from fsdpbench.analysis.calibration import calibration_pairs
     from fsdpbench.analysis.diff import add_calibration, compare
 
@@ -710,9 +762,7 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
         "peak_memory": {
             label: list(peak_memory_figure(stats)) for label, stats in (summary.get("arms") or {}).items()
         },
-        "memory_timeline": {
-            label: stats.get("memory_timeline") for label, stats in (summary.get("arms") or {}).items()
-        },
+        "memory_timeline": memory_timelines_of_rank(run_dir, summary, memory_rank),
     }
     labels = list(arms)
     base = labels[0]
@@ -741,8 +791,11 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
     return results
 
 
-def diff_run(run_dir: str | Path, *, reanalyze: bool = False, step: int | None = None) -> list[DiffResult]:
-    """One ``DiffResult`` per test arm of a profiled run, each against the manifest's first arm.
+def diff_run(
+    run_dir: str | Path, *, reanalyze: bool = False, step: int | None = None, memory_rank: int = 0
+) -> list[DiffResult]:
+    """One ``DiffResult`` per test arm of a profiled run, each against the manifest's first arm; the memory
+    timelines are ``memory_rank``'s (``memory_timelines_of_rank``).
 
     The analyses come from ``ensure_analysis``; parity from summary.json, the world size and model from
     manifest.json, the arms' options (prefetch, comm_fusion) from the manifest's arm entries.
@@ -754,7 +807,7 @@ def diff_run(run_dir: str | Path, *, reanalyze: bool = False, step: int | None =
     manifest = _run_manifest(run_dir)
     labels = [a.get("label") for a in manifest["arms"]]
     analyses = ensure_analysis(run_dir, labels, step=step, reanalyze=reanalyze)
-    return _diff_arms(run_dir, manifest, analyses)
+    return _diff_arms(run_dir, manifest, analyses, memory_rank)
 
 
 def ensure_diffs(run_dir: str | Path, markdown: Callable[[list[DiffResult]], str]) -> list[dict[str, Any]]:

@@ -258,6 +258,28 @@ def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
     )
 
 
+def npu_memory_profiler(out_dir: Path, rank: int) -> Any:
+    """torch_npu's profiler for the memory step: CPU + NPU activity, ``profile_memory=True`` (memory_record,
+    operator_memory, npu_module_mem), no schedule (the whole ``with`` block is the one active step), the
+    raw data written to ``out_dir`` for the launcher's parse (``analyse_flag=False`` where supported)."""
+    import torch_npu
+
+    prof = torch_npu.profiler
+    out_dir.mkdir(parents=True, exist_ok=True)
+    experimental = prof._ExperimentalConfig(
+        profiler_level=prof.ProfilerLevel.Level1,
+        aic_metrics=prof.AiCMetrics.PipeUtilization,
+        data_simplification=False,
+    )
+    return prof.profile(
+        activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
+        on_trace_ready=npu_trace_handler(prof, out_dir, rank),
+        profile_memory=True,
+        record_shapes=False,
+        experimental_config=experimental,
+    )
+
+
 def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
     """torch_npu's ``tensorboard_trace_handler`` that only exports the raw data (``analyse_flag=False``).
 
@@ -568,10 +590,20 @@ def record_memory_step(runner: StepRunner, step: int, run_dir: Path) -> None:
     marks = ProfileMarks(runner.model, decoder_units(runner.model))
     marks.install(COLLECTIVES)
     try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            runner.train(step, marks)
+        if runner.device_type == "npu":
+            # torch_npu's profiler: memory_record/operator_memory + the ranges in trace_view.json, raw here,
+            # parsed by the launcher after torchrun exits (results.memory_step_npu_dir)
+            npu_dir = results.memory_step_npu_dir(run_dir, runner.arm.label, runner.rank)
+            with npu_memory_profiler(npu_dir, runner.rank):
+                runner.train(step, marks)
+        else:
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                runner.train(step, marks)
     finally:
         marks.uninstall()
+    if runner.device_type == "npu":
+        results.write_json(live_path, {"live_at_start_bytes": live, "device_type": "npu", "step": step})
+        return
     prof.export_chrome_trace(str(trace))
     device_type = 1 if runner.device_type == "cuda" else memory.CPU_DEVICE_TYPE  # Kineto's Device Type
     results.write_json(live_path, {"live_at_start_bytes": live, "device_type": device_type, "step": step})
@@ -760,7 +792,7 @@ def run(spec: dict[str, Any]) -> None:
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
             run_steps(runner, n_steps, prof, cfg.profile_step if profile else None)
-        if profile and device_type in ("cpu", "cuda"):  # torch_npu's allocator is read from its own files
+        if profile:  # on npu: a torch_npu profile of its own (docs/memory.md)
             record_memory_step(runner, n_steps, run_dir)
         gc.enable()
         if local_rank == 0:

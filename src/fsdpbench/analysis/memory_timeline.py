@@ -67,19 +67,17 @@ def _innermost(ranges: Sequence[Mapping[str, Any]], t: float) -> Mapping[str, An
     return best
 
 
-def _thin(t: np.ndarray, y: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ~``2 * MAX_POINTS`` points: each bucket's first and largest point (the peak survives)."""
-    if t.size <= MAX_POINTS:
-        return t, y
-    edges = np.linspace(0, t.size, MAX_POINTS + 1).astype(int)
-    idx = set()
+def _thin_index(y: np.ndarray, keep: int) -> np.ndarray:
+    """Indices of at most ~``2 * MAX_POINTS`` points: each bucket's first and largest (and ``keep``, the peak)."""
+    if y.size <= MAX_POINTS:
+        return np.arange(y.size)
+    edges = np.linspace(0, y.size, MAX_POINTS + 1).astype(int)
+    idx = {keep}
     for a, b in zip(edges[:-1], edges[1:], strict=True):
         if b > a:
             idx.add(a)
             idx.add(a + int(np.argmax(y[a:b])))
-    idx.add(keep)
-    order = np.array(sorted(idx))
-    return t[order], y[order]
+    return np.array(sorted(idx))
 
 
 def step_timeline(
@@ -114,7 +112,6 @@ def step_timeline(
     units, collectives = _ranges(trace_events)
     t0 = min([r["start_us"] for r in units] or [float(ts[0])])
     i_peak = int(np.argmax(allocated))
-    t_peak = float(ts[i_peak])
 
     # the step's allocations still live at the peak, by the range they were made in
     # An address can hold two live entries at once: events from different threads share a µs timestamp,
@@ -133,23 +130,59 @@ def step_timeline(
                 unmatched_free += int(-b)
             else:
                 del held[match]
+    return timeline_object(
+        source="kineto",
+        t_us=ts,
+        allocated=allocated,
+        units=units,
+        collectives=collectives,
+        live_at_start=live,
+        live_allocations=[entry for held in open_.values() for entry in held],
+        t0=t0,
+        extra={"device_type": device_type, "n_events": len(mem)},
+        peak_extra={"unmatched_free_bytes": unmatched_free},
+    )
+
+
+def timeline_object(
+    *,
+    source: str,
+    t_us: np.ndarray,
+    allocated: np.ndarray,
+    units: Sequence[Mapping[str, Any]],
+    collectives: Sequence[Mapping[str, Any]],
+    live_at_start: Mapping[str, int],
+    live_allocations: Sequence[tuple[int, float]],
+    t0: float,
+    extra: Mapping[str, Any] | None = None,
+    peak_extra: Mapping[str, Any] | None = None,
+    reserved: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """The ``memory_timeline`` object from an allocated series (µs, time order), the fsdpbench ranges
+    (``_ranges``' form), the bytes live at the start by category and the step's allocations still live at
+    the peak as ``(bytes, time made)``; times in the object are µs from ``t0``. ``reserved`` (same length
+    as ``allocated``) adds ``reserved_bytes`` and ``peak.reserved_bytes``."""
+    live = {k: int(v) for k, v in live_at_start.items()}
+    live_total = sum(live.values())
+    i_peak = int(np.argmax(allocated))
+    t_peak = float(t_us[i_peak])
     by_range: dict[tuple[str | None, str | None], int] = {}
     by_category: dict[str, int] = dict.fromkeys(IN_STEP_CATEGORIES.values(), 0)
-    for size, t_alloc in (entry for held in open_.values() for entry in held):
+    for size, t_alloc in live_allocations:
         coll = _innermost(collectives, t_alloc)
         rng = _innermost(units, t_alloc)
         key = (rng["phase"], rng["unit"]) if rng else (None, None)
-        by_range[key] = by_range.get(key, 0) + size
-        by_category[IN_STEP_CATEGORIES["collective" if coll else key[0]]] += size
+        by_range[key] = by_range.get(key, 0) + int(size)
+        by_category[IN_STEP_CATEGORIES["collective" if coll else key[0]]] += int(size)
     at_peak = _innermost(units, t_peak)
     coll_at_peak = _innermost(collectives, t_peak)
-    t_thin, y_thin = _thin(ts, allocated, i_peak)
-    return {
-        "source": "kineto",
-        "device_type": device_type,
-        "n_events": len(mem),
-        "t_us": [round(float(t - t0), 3) for t in t_thin],
-        "allocated_bytes": [int(v) for v in y_thin],
+    keep = _thin_index(allocated, i_peak)
+    out: dict[str, Any] = {
+        "source": source,
+        **(extra or {}),
+        "t_us": [round(float(t - t0), 3) for t in t_us[keep]],
+        "allocated_bytes": [int(v) for v in allocated[keep]],
+        **({"reserved_bytes": [int(v) for v in reserved[keep]]} if reserved is not None else {}),
         "ranges": [{**r, "start_us": r["start_us"] - t0, "end_us": r["end_us"] - t0} for r in units],
         "live_at_start_bytes": live,
         "peak": {
@@ -165,10 +198,12 @@ def step_timeline(
                 {"phase": p, "unit": u, "bytes": n}
                 for (p, u), n in sorted(by_range.items(), key=lambda kv: -kv[1])
             ],
-            "unmatched_free_bytes": unmatched_free,
+            **({"reserved_bytes": int(reserved[i_peak])} if reserved is not None else {}),
+            **(peak_extra or {}),
         },
         "end_bytes": int(allocated[-1]),
     }
+    return out
 
 
 def where(peak: Mapping[str, Any]) -> str:

@@ -47,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="RUN_DIR: analyze the profiles again even if analysis.json is fresh "
         "(per-call alpha-beta fits need the traces)",
     )
+    parser.add_argument(
+        "--memory-rank",
+        type=int,
+        default=0,
+        metavar="K",
+        help="RUN_DIR: compare the memory timelines of rank K's memory step (default 0, as in summary.json)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no terminal tables")
 
 
@@ -109,12 +116,18 @@ def main(args: argparse.Namespace) -> int:
                 f"{run_dir} is not a run folder; pass a RUN_DIR of `fsdpbench ab --profile` or two "
                 "paths BASE TEST"
             )
-        results = run_folder.diff_run(run_dir, reanalyze=args.reanalyze, step=args.step)
+        results = run_folder.diff_run(
+            run_dir, reanalyze=args.reanalyze, step=args.step, memory_rank=args.memory_rank
+        )
         json_path = args.json or run_dir / run_folder.DIFF_JSON
         md_path = args.md or run_dir / run_folder.DIFF_MD
     elif len(paths) == 2:
         if args.reanalyze:
             raise ConfigError("--reanalyze applies to a RUN_DIR; BASE TEST traces are always analyzed")
+        if args.memory_rank:
+            raise ConfigError(
+                "--memory-rank applies to a RUN_DIR (its memory_step/ folder); BASE TEST have none"
+            )
         labels = args.labels.split(",") if args.labels else [p.name.removesuffix(".json") for p in paths]
         if len(labels) != 2 or not all(labels):
             raise ConfigError(f"--labels must be two names BASE,TEST, got {args.labels!r}")

@@ -17,6 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_DIR",
         help="a results folder of `fsdpbench ab`/`run`, or a sweep results tree (writes its index)",
     )
+    parser.add_argument(
+        "--memory-rank",
+        type=int,
+        default=0,
+        metavar="K",
+        help="draw the memory timelines of rank K's memory step (default 0, as in summary.json; docs/memory.md)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -27,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     if (run_dir / results.SWEEP_STATE).is_file():
         written = write_index(run_dir)
     else:
-        written = write_report(run_dir)
+        written = write_report(run_dir, memory_rank=args.memory_rank)
     for path in written:
         if path.suffix in (".md", ".html") and path.stem in (results.REPORT, "index"):
             print(f"wrote {path}")

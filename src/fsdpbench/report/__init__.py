@@ -144,12 +144,13 @@ def _ensure_timelines(data: RunData, analysed: dict[str, Any]) -> None:
             data.timelines[arm] = timeline
 
 
-def write_report(run_dir: Path | str) -> list[Path]:
+def write_report(run_dir: Path | str, memory_rank: int = 0) -> list[Path]:
     """Write analysis.json and diff.json/diff.md where missing or stale, then report.md (with
     figures/*.svg beside it) and a self-contained report.html.
 
     Args:
         run_dir: a results folder of ``fsdpbench ab`` / ``run`` (docs/DATA.md).
+        memory_rank: the rank whose memory step the memory timelines show (0: summary.json's).
 
     Returns:
         The paths written, report.html last.
@@ -160,6 +161,11 @@ def write_report(run_dir: Path | str) -> list[Path]:
     from fsdpbench.report.build import build_report
 
     data = load_run(Path(run_dir))
+    if memory_rank and data.summary:
+        for arm, timeline in results.memory_timelines_of_rank(
+            data.run_dir, data.summary, memory_rank
+        ).items():
+            data.summary["arms"][arm]["memory_timeline"] = timeline
     written: list[Path] = []
     analysed = _ensure_analysis(data, written)
     _ensure_diff(data, written)

@@ -478,10 +478,13 @@ def memory_timeline(arm: str, timeline: dict) -> str:
     the peak marked with the phase and unit it falls in."""
     t_ms = np.asarray(timeline["t_us"], dtype=float) / 1e3
     mib = np.asarray(timeline["allocated_bytes"], dtype=float) / 2**20
+    reserved = timeline.get("reserved_bytes")  # Ascend (and device) sources: the allocator's reserved bytes
+    reserved_mib = np.asarray(reserved, dtype=float) / 2**20 if reserved else None
     peak = timeline["peak"]
     fig = _figure(11.5, 3.0)
     ax = fig.subplots()
-    top = float(mib.max()) * 1.12 if mib.size else 1.0
+    highest = max(float(mib.max()) if mib.size else 0.0, float(reserved_mib.max()) if reserved else 0.0)
+    top = highest * 1.12 if highest > 0 else 1.0
     for r in timeline["ranges"]:
         start, end = r["start_us"] / 1e3, r["end_us"] / 1e3
         if r["unit"] == "root":  # the root's ranges hold every layer's: a thin band along the bottom
@@ -491,6 +494,8 @@ def memory_timeline(arm: str, timeline: dict) -> str:
         ax.axvline(start, color="#999999", linewidth=0.5)
         label = r["unit"].removeprefix("layers.") if r["unit"] else "opt"
         ax.text((start + end) / 2, top * 0.97, label, ha="center", va="top", fontsize=6, color="#555555")
+    if reserved_mib is not None:
+        ax.step(t_ms, reserved_mib, where="post", color="#9A9A9A", linewidth=0.8)
     ax.step(t_ms, mib, where="post", color="#333333", linewidth=1.0)
     live = sum(timeline["live_at_start_bytes"].values()) / 2**20
     ax.axhline(live, color="#777777", linestyle="--", linewidth=0.8)
@@ -505,13 +510,18 @@ def memory_timeline(arm: str, timeline: dict) -> str:
         color="#D1495B",
     )
     ax.set_ylim(0, top)
-    ax.set_xlim(0, float(t_ms.max()) * 1.01 if t_ms.size else 1.0)
+    left = min(float(t_ms.min()), 0.0) if t_ms.size else 0.0
+    ax.set_xlim(left, float(t_ms.max()) * 1.01 if t_ms.size and t_ms.max() > 0 else 1.0)
     ax.set_xlabel("time from the step's first range (ms)")
     ax.set_ylabel("allocated (MiB)")
-    ax.set_title(f"{arm} — memory step, rank {timeline.get('rank', 0)}", fontsize=9, loc="left")
+    source = timeline.get("source", "kineto")
+    what = f", {source} {timeline['component']}" if timeline.get("component") else ""
+    ax.set_title(f"{arm} — memory step, rank {timeline.get('rank', 0)}{what}", fontsize=9, loc="left")
     _style(ax)
     handles = [Patch(color=c, alpha=0.5, label=p) for p, c in PHASE_COLORS.items()]
     handles.append(Patch(facecolor="none", edgecolor="#777777", linestyle="--", label="live at start"))
+    if reserved_mib is not None:
+        handles.append(Patch(facecolor="none", edgecolor="#9A9A9A", label="reserved"))
     ax.legend(handles=handles, loc="lower right", fontsize=7, frameon=False, ncol=4, bbox_to_anchor=(1, 1.0))
     return to_svg(fig, f"memory_timeline_{arm}")
 

@@ -138,7 +138,7 @@ def _memory_timeline(data: RunData, arms: list[str]) -> list[Block]:
         blocks.append(
             Para(
                 "No memory timeline: this run recorded no memory step (the profile launch records one "
-                "on CPU and CUDA; see docs/memory.md)."
+                "on CPU, CUDA and NPU; see docs/memory.md)."
             )
         )
         return blocks
@@ -159,7 +159,8 @@ def _memory_timeline(data: RunData, arms: list[str]) -> list[Block]:
                 f"memory_timeline_{arm}",
                 figures.memory_timeline(arm, timeline),
                 f"`{arm}`: allocated memory over the memory step (one more step after the profiled one, "
-                f"recorded with profile_memory and fsdpbench's ranges), rank {timeline.get('rank', 0)}. "
+                f"recorded with profile_memory and fsdpbench's ranges), rank {timeline.get('rank', 0)}"
+                f"{_memory_source(timeline)}. "
                 f"Peak {fmt_bytes(peak['bytes'])} in {mt.where(peak)}: {parts} (live at the start by "
                 "category; the step's allocations still live at the peak by the phase they were made in). "
                 "Shaded: each layer's forward (blue) and backward (orange), the optimizer (green); the "
@@ -167,6 +168,21 @@ def _memory_timeline(data: RunData, arms: list[str]) -> list[Block]:
             )
         )
     return blocks
+
+
+def _memory_source(timeline: dict[str, Any]) -> str:
+    """``, from torch_npu's … (PTA: …); grey: reserved`` for an Ascend-sourced timeline, else empty."""
+    source = timeline.get("source")
+    if source not in ("ascend_text", "ascend_db"):
+        return ""
+    files = (
+        "memory_record.csv / operator_memory.csv" if source == "ascend_text" else "MEMORY_RECORD / OP_MEMORY"
+    )
+    return (
+        f", from torch_npu's {files} (component {timeline.get('component')}: the caching allocator's "
+        "allocated bytes; grey: its reserved bytes; in-step categories are the operator_memory blocks "
+        "live at the peak; 'other' = bytes from before the window the known categories do not cover)"
+    )
 
 
 def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> list[Block]:

@@ -1,0 +1,281 @@
+"""Memory timeline of a step recorded by torch_npu's profiler (``profile_memory=True``), with fsdpbench's ranges.
+
+The Ascend export holds the torch_npu caching allocator's totals over time (``memory_record.csv`` /
+``MEMORY_RECORD``, component ``PTA``), one row per allocation block with the operator that made it
+(``operator_memory.csv`` / ``OP_MEMORY``) and the host ranges ``record_function`` opened (``trace_view.json``'s
+``Python`` process / the db's ``PYTORCH_API``), all on one epoch clock. ``ascend_step_timeline`` joins them into
+the ``memory_timeline`` object of docs/DATA.md (the Kineto one's fields, ``source`` ``ascend_text`` or
+``ascend_db``): the allocated (and reserved) bytes over the step, the ranges, the peak's (phase, unit), and
+the blocks ``operator_memory`` lists as live at the peak, by the range they were made in.
+
+Times are read to the ns (text: decimal µs strings; db: integer ns) and are µs from the first fsdpbench
+range in the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from fsdpbench.analysis.memory_timeline import PREFIX, timeline_object
+from fsdpbench.errors import InputError
+from fsdpbench.trace.table import us_strings_to_ns, us_to_ns
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+MB = 2**20
+"""The exports' "MB" is MiB (``fsdpbench.trace.memory.MB``)."""
+COMPONENT = "PTA"
+"""torch_npu's caching allocator: the component whose allocated bytes are the torch tensors'."""
+OTHER_LIVE = "other"
+"""``live_at_start_bytes`` key: bytes live at the peak that neither a category known at the start nor a block
+``operator_memory`` lists as made in the window explains (see docs/memory.md)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AscendMemoryStep:
+    """One rank's Ascend memory records in integer ns (epoch clock)."""
+
+    source: str
+    """``ascend_text`` or ``ascend_db``."""
+    path: Path
+    component: str
+    ts_ns: np.ndarray
+    allocated: np.ndarray
+    reserved: np.ndarray
+    blocks: pd.DataFrame
+    """``size_bytes``, ``alloc_ns``, ``release_ns`` (-1: not released in the window), ``name``."""
+    ranges: list[tuple[str, int, int]]
+    """fsdpbench's host ranges ``(name, start_ns, end_ns)``."""
+
+
+def _csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    if not path.is_file():
+        raise InputError(
+            f"{path}: missing; profile with torch_npu.profiler(profile_memory=True) and export_type text"
+        )
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read ({' '.join(str(exc).split())})") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: no column {', '.join(missing)}; is this a torch_npu memory export?")
+    return frame.apply(lambda col: col.str.strip())
+
+
+def _ns_column(col: pd.Series, path: Path, what: str) -> np.ndarray:
+    """Decimal µs strings → int64 ns; blank → -1."""
+    out = np.full(len(col), -1, dtype=np.int64)
+    filled = (col != "").to_numpy()
+    try:
+        out[filled] = us_strings_to_ns(col[filled].reset_index(drop=True))
+    except (ValueError, OverflowError) as exc:
+        raise InputError(f"{path}: column {what!r}: {exc}") from None
+    return out
+
+
+def _mb_to_bytes(col: pd.Series) -> np.ndarray:
+    return np.rint(pd.to_numeric(col.replace("", np.nan), errors="coerce").to_numpy(float) * MB)
+
+
+def _select_component(comp: np.ndarray, component: str, where: str) -> np.ndarray:
+    sel = comp == component
+    if not sel.any():
+        raise InputError(
+            f"{where}: no {component} rows (components: {', '.join(sorted(set(map(str, comp))))}); "
+            "PTA is torch_npu's allocator"
+        )
+    return sel
+
+
+def _trace_view_ranges(path: Path) -> list[tuple[str, int, int]]:
+    """fsdpbench's ``record_function`` ranges: ``X`` events of the ``Python`` process named ``fsdpbench::…``."""
+    if not path.is_file():
+        return []
+    try:
+        events = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({exc}); the file is truncated or corrupt") from None
+    if isinstance(events, dict):
+        events = events.get("traceEvents", [])
+    mine = [
+        e
+        for e in events
+        if type(e) is dict and e.get("ph") == "X" and str(e.get("name", "")).startswith(PREFIX + "::")
+    ]
+    if not mine:
+        return []
+    try:
+        start = us_strings_to_ns(pd.Series([str(e["ts"]) for e in mine], dtype=object))
+        dur = us_to_ns(np.array([float(e.get("dur") or 0.0) for e in mine]))
+    except (KeyError, ValueError, TypeError, OverflowError) as exc:
+        raise InputError(f"{path}: an fsdpbench range has a bad 'ts' or 'dur' ({exc})") from None
+    return [(str(e["name"]), int(s), int(s + d)) for e, s, d in zip(mine, start, dur, strict=True)]
+
+
+def read_text(output_dir: Path, component: str = COMPONENT) -> AscendMemoryStep:
+    """The text export: ``memory_record.csv``, ``operator_memory.csv`` and ``trace_view.json``'s ranges."""
+    rec_path = output_dir / "memory_record.csv"
+    rec = _csv(rec_path, ("Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)"))
+    rec = rec[_select_component(rec["Component"].to_numpy(), component, str(rec_path))]
+    ts = _ns_column(rec["Timestamp(us)"], rec_path, "Timestamp(us)")
+    order = np.argsort(ts, kind="stable")
+    op_path = output_dir / "operator_memory.csv"
+    ops = _csv(op_path, ("Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)"))
+    blocks = pd.DataFrame(
+        {
+            "name": ops["Name"],
+            "size_bytes": np.rint(pd.to_numeric(ops["Size(KB)"], errors="coerce").to_numpy(float) * 1024),
+            "alloc_ns": _ns_column(ops["Allocation Time(us)"], op_path, "Allocation Time(us)"),
+            "release_ns": _ns_column(ops["Release Time(us)"], op_path, "Release Time(us)"),
+        }
+    )
+    return AscendMemoryStep(
+        "ascend_text",
+        output_dir,
+        component,
+        ts[order],
+        _mb_to_bytes(rec["Total Allocated(MB)"])[order].astype(np.int64),
+        _mb_to_bytes(rec["Total Reserved(MB)"])[order].astype(np.int64),
+        blocks,
+        _trace_view_ranges(output_dir / "trace_view.json"),
+    )
+
+
+def read_db(db: Path, component: str = COMPONENT) -> AscendMemoryStep:
+    """The db export: ``MEMORY_RECORD``, ``OP_MEMORY`` and ``PYTORCH_API``'s ranges (names via ``STRING_IDS``)."""
+    from fsdpbench.trace.ascend_db import _connect, _query, _tables
+
+    con = _connect(db)
+    try:
+        have = _tables(con)
+        missing = [t for t in ("MEMORY_RECORD", "OP_MEMORY", "STRING_IDS") if t not in have]
+        if missing:
+            raise InputError(
+                f"{db}: no table {', '.join(missing)}; profile with torch_npu.profiler(profile_memory=True)"
+            )
+        strings = _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"]
+        rec = _query(con, db, "SELECT component, timestamp, totalAllocated, totalReserved FROM MEMORY_RECORD")
+        ops = _query(con, db, "SELECT name, size, allocationTime, releaseTime FROM OP_MEMORY")
+        api = (
+            _query(con, db, "SELECT startNs, endNs, name FROM PYTORCH_API")
+            if "PYTORCH_API" in have
+            else pd.DataFrame(columns=["startNs", "endNs", "name"])
+        )
+    finally:
+        con.close()
+    comp = rec["component"].map(strings).fillna(rec["component"].astype(str)).to_numpy()
+    rec = rec[_select_component(comp, component, f"{db} MEMORY_RECORD")]
+    rec = rec.sort_values("timestamp", kind="stable")
+    names = api["name"].map(strings).fillna("").astype(str)
+    mine = names.str.startswith(PREFIX + "::").to_numpy()
+    try:
+        starts = pd.to_numeric(api["startNs"][mine]).astype(np.int64).to_numpy()
+        ends = pd.to_numeric(api["endNs"][mine]).astype(np.int64).to_numpy()
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{db}: PYTORCH_API: not integer nanoseconds ({exc})") from None
+    blocks = pd.DataFrame(
+        {
+            "name": ops["name"].map(strings).fillna("").astype(str),
+            "size_bytes": pd.to_numeric(ops["size"]).astype(float).to_numpy(),
+            "alloc_ns": pd.to_numeric(ops["allocationTime"]).fillna(-1).astype(np.int64).to_numpy(),
+            "release_ns": pd.to_numeric(ops["releaseTime"]).fillna(-1).astype(np.int64).to_numpy(),
+        }
+    )
+    return AscendMemoryStep(
+        "ascend_db",
+        db,
+        component,
+        rec["timestamp"].to_numpy(np.int64),
+        rec["totalAllocated"].to_numpy(np.int64),
+        rec["totalReserved"].to_numpy(np.int64),
+        blocks,
+        [(str(n), int(s), int(e)) for n, s, e in zip(names[mine], starts, ends, strict=True)],
+    )
+
+
+def read_export(folder: Path, component: str = COMPONENT, prefer: str = "text") -> AscendMemoryStep:
+    """One rank's ``*_ascend_pt`` folder (or its ``ASCEND_PROFILER_OUTPUT``): the text export when it has
+    ``memory_record.csv`` (``prefer="text"``), else the db export (``prefer="db"`` reverses the order)."""
+    from fsdpbench.trace.ascend_db import find_db
+
+    folder = Path(folder)
+    out = folder if folder.name == OUTPUT_DIR else folder / OUTPUT_DIR
+    text = (out / "memory_record.csv").is_file()
+    db = find_db(out)
+    if text and (prefer == "text" or db is None):
+        return read_text(out, component)
+    if db is not None:
+        return read_db(db, component)
+    raise InputError(
+        f"{folder}: no {OUTPUT_DIR}/memory_record.csv or ascend_pytorch_profiler_<rank>.db; record the step "
+        "with torch_npu.profiler(profile_memory=True) and parse it (torch_npu's analyse)"
+    )
+
+
+def ascend_step_timeline(
+    step: AscendMemoryStep, live_at_start: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The ``memory_timeline`` object of an Ascend export (docs/DATA.md; ``source`` ``ascend_text`` /
+    ``ascend_db``).
+
+    Allocated (and reserved) = ``step.component``'s totals (absolute: the allocator's own figures). The
+    blocks live at the peak are ``operator_memory`` rows allocated at or before it and not released by
+    then, each counted under the range (innermost fsdpbench range, a collective's first) its allocation
+    falls in. ``live_at_start_bytes``: the worker's categories when given, plus ``other`` = the rest of the
+    peak (bytes allocated before the window that the categories do not cover); without categories, all
+    of that rest is ``other``.
+    """
+    if step.allocated.size == 0:
+        raise InputError(f"{step.path}: no {step.component} memory records")
+    units, collectives = [], []
+    for name, start, end in step.ranges:
+        parts = name.split("::")
+        r = {"start_ns": start, "end_ns": end}
+        if parts[1] == "c10d":
+            collectives.append({"name": name, **r})
+        elif parts[1] in ("forward", "backward") and len(parts) >= 3:
+            units.append({"phase": parts[1], "unit": "::".join(parts[2:]), **r})
+        elif parts[1] == "optimizer":
+            units.append({"phase": "optimizer", "unit": None, **r})
+    t0_ns = min([r["start_ns"] for r in units] or [int(step.ts_ns[0])])
+
+    def rel(r: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in r.items() if not k.endswith("_ns")}
+        return {**out, "start_us": (r["start_ns"] - t0_ns) / 1e3, "end_us": (r["end_ns"] - t0_ns) / 1e3}
+
+    units = sorted((rel(r) for r in units), key=lambda r: r["start_us"])
+    collectives = sorted((rel(r) for r in collectives), key=lambda r: r["start_us"])
+    i_peak = int(np.argmax(step.allocated))
+    t_peak_ns = int(step.ts_ns[i_peak])
+    b = step.blocks
+    alloc, release = b["alloc_ns"].to_numpy(np.int64), b["release_ns"].to_numpy(np.int64)
+    live_mask = (alloc >= 0) & (alloc <= t_peak_ns) & ((release < 0) | (release > t_peak_ns))
+    live_blocks = [
+        (int(size), (int(t) - t0_ns) / 1e3)
+        for size, t in zip(b["size_bytes"].to_numpy()[live_mask], alloc[live_mask], strict=True)
+    ]
+    listed = sum(size for size, _ in live_blocks)
+    live = {k: int(v) for k, v in (live_at_start or {}).items()}
+    live[OTHER_LIVE] = int(step.allocated[i_peak]) - listed - sum(live.values())
+    timeline = timeline_object(
+        source=step.source,
+        t_us=(step.ts_ns - t0_ns) / 1e3,
+        allocated=step.allocated,
+        reserved=step.reserved,
+        units=units,
+        collectives=collectives,
+        live_at_start=live,
+        live_allocations=live_blocks,
+        t0=0.0,
+        extra={"component": step.component, "n_events": int(step.allocated.size), "n_blocks": len(b)},
+        peak_extra={"blocks_live": len(live_blocks)},
+    )
+    return timeline
