@@ -44,7 +44,16 @@ def test_real_text_export_peak_and_live_blocks(shared_fixtures, rank):
     peak_bytes = int(Decimal(top["Total Allocated(MB)"]) * MiB)
     t_peak = Decimal(top["Timestamp(us)"].strip())
     with open(out / "operator_memory.csv", newline="") as f:
-        ops = list(csv.DictReader(f))
+        all_ops = list(csv.DictReader(f))
+    # operator_memory lists GE's blocks too: PTA's are those whose allocation time and total match a PTA row
+    pta_points = {(Decimal(r["Timestamp(us)"].strip()), Decimal(r["Total Allocated(MB)"])) for r in pta}
+    ops = [
+        r
+        for r in all_ops
+        if (Decimal(r["Allocation Time(us)"].strip()), Decimal(r["Allocation Total Allocated(MB)"]))
+        in pta_points
+    ]
+    assert 0 < len(ops) < len(all_ops)
     live = [
         r
         for r in ops
@@ -77,16 +86,21 @@ def test_real_db_export_peak_and_live_blocks(shared_fixtures, rank):
         "ORDER BY totalAllocated DESC, timestamp LIMIT 1",
         (pta,),
     ).fetchone()
+    pta_blocks = (
+        "FROM OP_MEMORY o WHERE EXISTS (SELECT 1 FROM MEMORY_RECORD m WHERE m.component = ? "
+        "AND m.timestamp = o.allocationTime AND m.totalAllocated = o.allocationTotalAllocated)"
+    )
+    n_blocks = con.execute(f"SELECT count(*) {pta_blocks}", (pta,)).fetchone()[0]
     n_live, live_bytes = con.execute(
-        "SELECT count(*), sum(size) FROM OP_MEMORY WHERE allocationTime <= ? "
-        "AND (releaseTime IS NULL OR releaseTime > ?)",
-        (t_peak, t_peak),
+        f"SELECT count(*), sum(size) {pta_blocks} AND o.allocationTime <= ? "
+        "AND (o.releaseTime IS NULL OR o.releaseTime > ?)",
+        (pta, t_peak, t_peak),
     ).fetchone()
     n_pta = con.execute("SELECT count(*) FROM MEMORY_RECORD WHERE component = ?", (pta,)).fetchone()[0]
     con.close()
 
     tl = ascend_step_timeline(read_export(out.parent))
-    assert tl["source"] == "ascend_db" and tl["n_events"] == n_pta
+    assert tl["source"] == "ascend_db" and tl["n_events"] == n_pta and tl["n_blocks"] == n_blocks
     assert tl["peak"]["bytes"] == peak_bytes and tl["peak"]["reserved_bytes"] == reserved
     assert tl["peak"]["blocks_live"] == n_live and tl["peak"]["in_step_bytes"] == live_bytes
     assert tl["live_at_start_bytes"] == {"other": peak_bytes - live_bytes}
@@ -111,6 +125,7 @@ BLOCKS = [  # (operator, KB, alloc µs, release µs or None)
     ("aten::add", 512, "300.001", "850.000"),  # C: forward of root (after layers.0), freed after the peak
     ("aten::mm", 4096, "600.000", "700.000"),  # D: backward of layers.0 — the peak is its allocation
 ]
+GE_BLOCK = ("cann::trans_TransData_1", 8192, "600.000", None)  # GE's (total 900 MiB): never in PTA's figures
 BEFORE_MIB = Decimal(100)  # allocated before the window
 LIVE = {"parameters": 60 * MiB, "optimizer_states": 30 * MiB}  # the worker's categories
 
@@ -124,6 +139,11 @@ def _pta_rows() -> list[tuple[Decimal, Decimal]]:
         total += d
         rows.append((t, total))
     return rows
+
+
+def _total_after(alloc_us: str) -> Decimal:
+    """PTA's allocated MiB in the record of an allocation (each allocation has its own time here)."""
+    return dict(_pta_rows())[Decimal(alloc_us)]
 
 
 def _header(path: Path) -> list[str]:
@@ -176,8 +196,9 @@ def _text_export(root: Path) -> Path:
             "Allocation Time(us)": f"{B_US + Decimal(a)}\t",
             "Release Time(us)": f"{B_US + Decimal(r)}\t" if r else "",
             "Device Type": "NPU:0",
+            "Allocation Total Allocated(MB)": str(_total_after(a) if n != GE_BLOCK[0] else Decimal(900)),
         }
-        for n, kb, a, r in BLOCKS
+        for n, kb, a, r in [*BLOCKS, GE_BLOCK]
     ]
     _write_csv(out / "operator_memory.csv", _header(real / "operator_memory.csv"), ops)
     events = [
@@ -229,7 +250,13 @@ def _db_export(root: Path) -> Path:
     con = sqlite3.connect(out / "ascend_pytorch_profiler_0.db")
     for sql in schema:
         con.execute(sql)
-    names = ["PTA", "GE", "ProfilerStep#3", *sorted({n for n, *_ in BLOCKS}), *(n for n, *_ in RANGES)]
+    names = [
+        "PTA",
+        "GE",
+        "ProfilerStep#3",
+        *sorted({n for n, *_ in [*BLOCKS, GE_BLOCK]}),
+        *(n for n, *_ in RANGES),
+    ]
     sid = {n: i for i, n in enumerate(names)}
     con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(i, n) for n, i in sid.items()])
 
@@ -245,10 +272,12 @@ def _db_export(root: Path) -> Path:
             "INSERT INTO MEMORY_RECORD VALUES (?,?,?,?,?,?,?)",
             (sid["GE"], ns(t), 900 * MiB, 900 * MiB, 0, 1, 0),
         )
-    for n, kb, a, r in BLOCKS:
+    for n, kb, a, r in [*BLOCKS, GE_BLOCK]:
+        total = _total_after(a) if n != GE_BLOCK[0] else Decimal(900)
         con.execute(
-            "INSERT INTO OP_MEMORY (name, size, allocationTime, releaseTime, deviceId) VALUES (?,?,?,?,?)",
-            (sid[n], kb * 1024, ns(a), ns(r) if r else None, 0),
+            "INSERT INTO OP_MEMORY (name, size, allocationTime, releaseTime, allocationTotalAllocated, deviceId) "
+            "VALUES (?,?,?,?,?,?)",
+            (sid[n], kb * 1024, ns(a), ns(r) if r else None, int(total * MiB), 0),
         )
     api = [("ProfilerStep#3", "0", "1100"), *RANGES]
     for n, s, e in api:  # PYTORCH_API stores its times as text
@@ -269,8 +298,8 @@ def test_hand_built_export_peak_phase_unit_and_in_range_allocations(shared_fixtu
     assert peak["t_us"] == pytest.approx(590.0)  # µs from the first range (forward::root at 10 µs)
     assert (peak["phase"], peak["unit"], peak["collective"]) == ("backward", "layers.0", None)
     assert peak["reserved_bytes"] == 200 * MiB
-    # live at the peak: E, F, B, C, D (A was freed at 140 µs)
-    assert peak["blocks_live"] == 5
+    # live at the peak: E, F, B, C, D (A was freed at 140 µs; the GE block is not PTA's)
+    assert peak["blocks_live"] == 5 and tl["n_blocks"] == 6
     assert peak["in_step_by_category"] == {
         "forward_allocations": 2 * MiB + 512 * 1024,  # B (layers.0) + C (root)
         "backward_allocations": 4 * MiB,  # D

@@ -34,7 +34,7 @@ COMPONENT = "PTA"
 """torch_npu's caching allocator: the component whose allocated bytes are the torch tensors'."""
 OTHER_LIVE = "other"
 """``live_at_start_bytes`` key: bytes live at the peak that neither a category known at the start nor a block
-``operator_memory`` lists as made in the window explains (see docs/memory.md)."""
+``operator_memory`` lists explains (made before the recording, or outside a listed operator; docs/memory.md)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +49,8 @@ class AscendMemoryStep:
     allocated: np.ndarray
     reserved: np.ndarray
     blocks: pd.DataFrame
-    """``size_bytes``, ``alloc_ns``, ``release_ns`` (-1: not released in the window), ``name``."""
+    """``name``, ``size_bytes``, ``alloc_ns``, ``release_ns`` (-1: not released in the window),
+    ``alloc_total`` (the allocator's allocated bytes after the allocation), of every component."""
     ranges: list[tuple[str, int, int]]
     """fsdpbench's host ranges ``(name, start_ns, end_ns)``."""
 
@@ -128,13 +129,17 @@ def read_text(output_dir: Path, component: str = COMPONENT) -> AscendMemoryStep:
     ts = _ns_column(rec["Timestamp(us)"], rec_path, "Timestamp(us)")
     order = np.argsort(ts, kind="stable")
     op_path = output_dir / "operator_memory.csv"
-    ops = _csv(op_path, ("Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)"))
+    ops = _csv(
+        op_path,
+        ("Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)", "Allocation Total Allocated(MB)"),
+    )
     blocks = pd.DataFrame(
         {
             "name": ops["Name"],
             "size_bytes": np.rint(pd.to_numeric(ops["Size(KB)"], errors="coerce").to_numpy(float) * 1024),
             "alloc_ns": _ns_column(ops["Allocation Time(us)"], op_path, "Allocation Time(us)"),
             "release_ns": _ns_column(ops["Release Time(us)"], op_path, "Release Time(us)"),
+            "alloc_total": _mb_to_bytes(ops["Allocation Total Allocated(MB)"]),
         }
     )
     return AscendMemoryStep(
@@ -163,7 +168,9 @@ def read_db(db: Path, component: str = COMPONENT) -> AscendMemoryStep:
             )
         strings = _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"]
         rec = _query(con, db, "SELECT component, timestamp, totalAllocated, totalReserved FROM MEMORY_RECORD")
-        ops = _query(con, db, "SELECT name, size, allocationTime, releaseTime FROM OP_MEMORY")
+        ops = _query(
+            con, db, "SELECT name, size, allocationTime, releaseTime, allocationTotalAllocated FROM OP_MEMORY"
+        )
         api = (
             _query(con, db, "SELECT startNs, endNs, name FROM PYTORCH_API")
             if "PYTORCH_API" in have
@@ -187,6 +194,7 @@ def read_db(db: Path, component: str = COMPONENT) -> AscendMemoryStep:
             "size_bytes": pd.to_numeric(ops["size"]).astype(float).to_numpy(),
             "alloc_ns": pd.to_numeric(ops["allocationTime"]).fillna(-1).astype(np.int64).to_numpy(),
             "release_ns": pd.to_numeric(ops["releaseTime"]).fillna(-1).astype(np.int64).to_numpy(),
+            "alloc_total": pd.to_numeric(ops["allocationTotalAllocated"]).astype(float).to_numpy(),
         }
     )
     return AscendMemoryStep(
@@ -220,6 +228,17 @@ def read_export(folder: Path, component: str = COMPONENT, prefer: str = "text") 
     )
 
 
+def component_blocks(step: AscendMemoryStep) -> pd.DataFrame:
+    """The operator_memory blocks of ``step.component``: operator_memory lists every component's blocks
+    (PTA's ``aten::``/``npu::`` operators, GE's ``cann::`` ones) without naming it; a block is the
+    component's when one of its memory_record rows has the block's allocation time and allocated total."""
+    records = set(zip(step.ts_ns.tolist(), step.allocated.tolist(), strict=True))
+    b = step.blocks
+    totals = np.rint(b["alloc_total"].fillna(-1).to_numpy(float)).astype(np.int64)
+    own = [(t, v) in records for t, v in zip(b["alloc_ns"].tolist(), totals.tolist(), strict=True)]
+    return b[np.asarray(own, dtype=bool)]
+
+
 def ascend_step_timeline(
     step: AscendMemoryStep, live_at_start: Mapping[str, int] | None = None
 ) -> dict[str, Any]:
@@ -228,10 +247,10 @@ def ascend_step_timeline(
 
     Allocated (and reserved) = ``step.component``'s totals (absolute: the allocator's own figures). The
     blocks live at the peak are ``operator_memory`` rows allocated at or before it and not released by
-    then, each counted under the range (innermost fsdpbench range, a collective's first) its allocation
-    falls in. ``live_at_start_bytes``: the worker's categories when given, plus ``other`` = the rest of the
-    peak (bytes allocated before the window that the categories do not cover); without categories, all
-    of that rest is ``other``.
+    then (``component_blocks``: the component's own), each counted under the range (innermost fsdpbench
+    range, a collective's first) its allocation falls in. ``live_at_start_bytes``: the worker's categories
+    when given, plus ``other`` = the rest of the peak (``OTHER_LIVE``); without categories, all of that rest
+    is ``other``.
     """
     if step.allocated.size == 0:
         raise InputError(f"{step.path}: no {step.component} memory records")
@@ -255,7 +274,7 @@ def ascend_step_timeline(
     collectives = sorted((rel(r) for r in collectives), key=lambda r: r["start_us"])
     i_peak = int(np.argmax(step.allocated))
     t_peak_ns = int(step.ts_ns[i_peak])
-    b = step.blocks
+    b = component_blocks(step)
     alloc, release = b["alloc_ns"].to_numpy(np.int64), b["release_ns"].to_numpy(np.int64)
     live_mask = (alloc >= 0) & (alloc <= t_peak_ns) & ((release < 0) | (release > t_peak_ns))
     live_blocks = [
