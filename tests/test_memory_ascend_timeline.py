@@ -439,3 +439,17 @@ def test_npu_memory_step_profiler_records_memory(monkeypatch, tmp_path):
     assert calls["profile"]["activities"] == ["cpu", "npu"] and "schedule" not in calls["profile"]
     assert calls["profile"]["on_trace_ready"] == "handler"
     assert calls["handler"] == (str(out), "rank3", False) and out.is_dir()
+
+
+def test_memory_rank_applies_to_a_run_dir_only(tmp_path):
+    import argparse
+
+    from fsdpbench.commands import diff as diff_cmd
+    from fsdpbench.errors import ConfigError
+
+    parser = argparse.ArgumentParser()
+    diff_cmd.add_arguments(parser)
+    args = parser.parse_args([str(tmp_path / "a"), str(tmp_path / "b"), "--memory-rank", "1"])
+    with pytest.raises(ConfigError, match="--memory-rank applies to a RUN_DIR"):
+        diff_cmd.main(args)
+    assert parser.parse_args([str(tmp_path)]).memory_rank == 0

@@ -221,6 +221,7 @@ def peak_summary(timeline: Mapping[str, Any] | None) -> dict[str, Any] | None:
     peak = timeline["peak"]
     return {
         "rank": timeline.get("rank", 0),
+        "source": timeline.get("source", "kineto"),
         "peak_bytes": peak["bytes"],
         "where": where(peak),
         "phase": peak["phase"],
