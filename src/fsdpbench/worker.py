@@ -578,8 +578,8 @@ def live_at_start(runner: StepRunner) -> dict[str, int]:
 
 def record_memory_step(runner: StepRunner, step: int, run_dir: Path) -> None:
     """One more step after the profiled one, recorded with ``profile_memory=True`` and fsdpbench's ranges
-    (docs/memory.md): its Chrome trace and the bytes live at its start go to ``results.memory_step_files``.
-    Not timed, not in steps.jsonl; the gradients are freed before it, so no tensor live at its start is
+    (docs/memory.md): its Chrome trace and the bytes live at its start go to ``results.memory_step_files``;
+    on npu torch_npu's profile goes to ``results.memory_step_npu_dir`` instead of the Chrome trace. Not timed, not in steps.jsonl; the gradients are freed before it, so no tensor live at its start is
     freed inside it (the CPU events cannot see those frees)."""
     from torch.profiler import ProfilerActivity, profile
 
