@@ -345,6 +345,8 @@ def test_component_choice_and_clear_errors(shared_fixtures, tmp_path):
     folder = _text_export(tmp_path)
     ge = ascend_step_timeline(read_export(folder, component="GE"))
     assert ge["component"] == "GE" and ge["peak"]["bytes"] == 900 * MiB
+    with pytest.raises(InputError, match="APP records reserved bytes only"):
+        read_export(folder, component="APP")
     with pytest.raises(InputError, match="no PTA\\+GE rows"):
         read_export(folder, component="PTA+GE")
     with pytest.raises(InputError, match="memory_record.csv or ascend_pytorch_profiler"):

@@ -128,6 +128,12 @@ def read_text(output_dir: Path, component: str = COMPONENT) -> AscendMemoryStep:
     rec = rec[_select_component(rec["Component"].to_numpy(), component, str(rec_path))]
     ts = _ns_column(rec["Timestamp(us)"], rec_path, "Timestamp(us)")
     order = np.argsort(ts, kind="stable")
+    allocated, reserved = _mb_to_bytes(rec["Total Allocated(MB)"]), _mb_to_bytes(rec["Total Reserved(MB)"])
+    if np.isnan(allocated).any() or (ts < 0).any():
+        raise InputError(
+            f"{rec_path}: {component} rows without a time or an allocated figure (APP records reserved bytes "
+            "only); pick a component with allocated bytes (PTA, GE, PTA+GE)"
+        )
     op_path = output_dir / "operator_memory.csv"
     ops = _csv(
         op_path,
@@ -147,8 +153,8 @@ def read_text(output_dir: Path, component: str = COMPONENT) -> AscendMemoryStep:
         output_dir,
         component,
         ts[order],
-        _mb_to_bytes(rec["Total Allocated(MB)"])[order].astype(np.int64),
-        _mb_to_bytes(rec["Total Reserved(MB)"])[order].astype(np.int64),
+        allocated[order].astype(np.int64),
+        np.nan_to_num(reserved, nan=0.0)[order].astype(np.int64),
         blocks,
         _trace_view_ranges(output_dir / "trace_view.json"),
     )
