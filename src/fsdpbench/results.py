@@ -695,7 +695,7 @@ def _run_manifest(run_dir: Path) -> dict[str, Any]:
 
 def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, Any]) -> list[DiffResult]:
     from fsdpbench.analysis.calibration import calibration_pairs
-    from fsdpbench.analysis.diff import add_calibration, compare
+    from fsdpbench.analysis.diff import add_calibration, diff_analyses
 
     summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
     arms = {a["label"]: a for a in manifest["arms"]}
@@ -718,7 +718,7 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
     base = labels[0]
 
     def pair(x: str, y: str) -> DiffResult:
-        return compare(
+        return diff_analyses(
             analyses[x],
             analyses[y],
             base_label=x,

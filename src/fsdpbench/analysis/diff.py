@@ -1,6 +1,6 @@
 """Diff two profile analyses (base = control, test): side by side, collectives, ops, syncs, fits, findings.
 
-``compare(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
+``diff_analyses(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
 ``to_dict()`` gives it) plus, when present, each rank's ``collective_events`` table for the α–β fits.
 ``fsdpbench.results.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
 manifest is the base, every other arm a test. The vocabulary follows HTA's TraceDiff (control/test, ``test − base``
@@ -412,7 +412,7 @@ def _memory(context: Mapping[str, Any], base_label: str, test_label: str) -> dic
     return {"base": base, "test": test, "difference": mt.peak_difference(base, test)}
 
 
-def compare(
+def diff_analyses(
     base: Any,
     test: Any,
     *,

@@ -71,7 +71,7 @@ class Timeline:
     end_ns: Any
 
 
-def read_json(path: Path, data: RunData, what: str) -> Any:
+def load_optional_json(path: Path, data: RunData, what: str) -> Any:
     """Parsed JSON of ``path``, or ``None`` with a note in ``data.missing``."""
     if not path.is_file():
         return None
@@ -82,7 +82,7 @@ def read_json(path: Path, data: RunData, what: str) -> Any:
         return None
 
 
-def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
+def load_step_frame(path: Path, data: RunData) -> pd.DataFrame | None:
     """steps.jsonl as a DataFrame; a torn last line (a crash mid-write) is skipped with a note."""
     if not path.is_file():
         return None
@@ -118,26 +118,26 @@ def load_run(run_dir: Path) -> RunData:
     if not is_run_dir(run_dir):
         raise not_a_run_error(run_dir)
     data = RunData(run_dir=run_dir)
-    data.manifest = read_json(run_dir / results.MANIFEST, data, "the manifest")
+    data.manifest = load_optional_json(run_dir / results.MANIFEST, data, "the manifest")
     if data.manifest is None:
         data.missing.append(
             "`manifest.json` is missing: configuration, environment and commands are unknown."
         )
-    data.summary = read_json(run_dir / results.SUMMARY, data, "the summary")
+    data.summary = load_optional_json(run_dir / results.SUMMARY, data, "the summary")
     if data.summary is None:
         data.missing.append(
             "`summary.json` is missing: no verdict or statistics yet "
             f"(the run may have stopped early; `fsdpbench ab --resume {run_dir}` finishes it)."
         )
-    data.steps = read_steps(run_dir / results.STEPS, data)
+    data.steps = load_step_frame(run_dir / results.STEPS, data)
     if data.steps is None:
         data.missing.append("`steps.jsonl` is missing or empty: no step times to plot.")
     for status in sorted((run_dir / results.LAUNCHES).glob(f"*/*/{results.STATUS}")):
-        parsed = read_json(status, data, "a launch status")
+        parsed = load_optional_json(status, data, "a launch status")
         if isinstance(parsed, dict):
             data.statuses.append(parsed)
-    analysis = read_json(run_dir / results.ANALYSIS, data, "the analysis")
+    analysis = load_optional_json(run_dir / results.ANALYSIS, data, "the analysis")
     if isinstance(analysis, dict):
         data.analysis = analysis
-    data.diffs = results.diff_list(read_json(run_dir / results.DIFF_JSON, data, "the diff"))
+    data.diffs = results.diff_list(load_optional_json(run_dir / results.DIFF_JSON, data, "the diff"))
     return data
