@@ -159,6 +159,16 @@ class RankPair:
             "delta": _metric_deltas(self.base, self.test) if both else None,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankPair:
+        """The inverse of :meth:`to_dict` (``delta`` is computed again)."""
+        rank = data.get("rank")
+        sides = (
+            None if data.get(side) is None else SideMetrics.from_dict(data[side], rank=rank)
+            for side in ("base", "test")
+        )
+        return cls(rank, *sides)
+
 
 @dataclass(frozen=True)
 class SideBySide:
@@ -184,6 +194,15 @@ class SideBySide:
             },
             "ranks": [r.to_dict() for r in self.ranks],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SideBySide:
+        """The inverse of :meth:`to_dict` (deltas and ratios are computed again)."""
+        mean = data["mean"]
+        return cls(
+            Pair(SideMetrics.from_dict(mean["base"]), SideMetrics.from_dict(mean["test"])),
+            [RankPair.from_dict(r) for r in data.get("ranks") or []],
+        )
 
 
 @dataclass
@@ -236,6 +255,48 @@ class DiffResult:
             "places": [r.to_dict() for r in self.places],
             "top_waits": {"base": list(self.top_waits.base), "test": list(self.top_waits.test)},
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DiffResult:
+        """The inverse of :meth:`to_dict`: a Diff JSON object of docs/DATA.md (one entry of diff.json) as
+        typed objects; what ``to_dict`` derives (deltas, ratios) is computed again from them.
+
+        Raises:
+            InputError: ``data`` is not a Diff JSON object of this schema version (the message names
+                the key that is missing or wrong).
+        """
+        if not isinstance(data, Mapping):
+            raise InputError(f"not a diff: expected a JSON object, got {type(data).__name__}")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise InputError(f"diff schema_version {version!r}: this fsdpbench reads {SCHEMA_VERSION}")
+        try:
+            memory = data.get("memory_timeline")
+            top_waits = data.get("top_waits") or {}
+            return cls(
+                base=str(data["base"]),
+                test=str(data["test"]),
+                side_by_side=SideBySide.from_dict(data["side_by_side"]),
+                collectives=[CollectiveRow.from_dict(r) for r in data["collectives"]],
+                ops=[OpRow.from_dict(r) for r in data["ops"]],
+                sync=[SyncRow.from_dict(r) for r in data["sync"]],
+                fits={
+                    src: {t: whatif.AlphaBetaFit.from_dict(f) for t, f in fits.items()}
+                    for src, fits in (data.get("fits") or {}).items()
+                },
+                findings=[fnd.Finding.from_dict(f) for f in data["findings"]],
+                warnings=[str(w) for w in data.get("warnings") or []],
+                calibration=[dict(e) for e in data.get("calibration") or []],
+                distortion=data.get("distortion"),
+                memory=None if memory is None else dict(memory),
+                places=plc.places_from_dicts(data.get("places") or []),
+                top_waits=Pair(list(top_waits.get("base") or []), list(top_waits.get("test") or [])),
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise InputError(
+                f"diff {data.get('test')!r} vs {data.get('base')!r}: not a Diff JSON object "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
         """The first finding of ``rule_id``, or ``None``."""
