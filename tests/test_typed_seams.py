@@ -65,11 +65,26 @@ def test_a_synthetic_diff_and_its_analyses_read_back_through_json_unchanged(tmp_
         _check_analysis(json.loads(orjson.dumps(a.to_dict())))
 
 
+def test_a_partial_diff_reads_with_the_parts_it_leaves_out_empty():
+    """A report shows what a diff holds: parts it leaves out are empty, not an error."""
+    typed = DiffResult.from_dict(
+        {
+            "schema_version": 1,
+            "base": "a",
+            "test": "b",
+            "ops": [{"op_type": "Slice", "base_us": 2.0, "test_us": 5.0}],
+        }
+    )
+    assert (typed.base, typed.test, typed.findings, typed.collectives, typed.fits) == ("a", "b", [], [], {})
+    assert typed.side_by_side.mean.base.step_time_us is None
+    assert [(o.op_type, o.delta_us) for o in typed.ops] == [("Slice", 3.0)]
+
+
 def test_a_diff_of_another_schema_or_shape_is_one_clear_error():
     with pytest.raises(InputError, match="schema_version 2"):
         DiffResult.from_dict({"schema_version": 2})
-    with pytest.raises(InputError, match="not a Diff JSON object.*side_by_side"):
-        DiffResult.from_dict({"schema_version": 1, "base": "a", "test": "b"})
+    with pytest.raises(InputError, match="not a Diff JSON object.*KeyError: 'type'"):
+        DiffResult.from_dict({"schema_version": 1, "base": "a", "test": "b", "collectives": [{}]})
     with pytest.raises(InputError, match="expected a JSON object"):
         DiffResult.from_dict([])
     with pytest.raises(ValueError, match="schema_version"):

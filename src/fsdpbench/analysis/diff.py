@@ -197,10 +197,13 @@ class SideBySide:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SideBySide:
-        """The inverse of :meth:`to_dict` (deltas and ratios are computed again)."""
-        mean = data["mean"]
+        """The inverse of :meth:`to_dict` (deltas and ratios are computed again); a side it leaves out
+        has no metrics."""
+        mean = data.get("mean") or {}
         return cls(
-            Pair(SideMetrics.from_dict(mean["base"]), SideMetrics.from_dict(mean["test"])),
+            Pair(
+                SideMetrics.from_dict(mean.get("base") or {}), SideMetrics.from_dict(mean.get("test") or {})
+            ),
             [RankPair.from_dict(r) for r in data.get("ranks") or []],
         )
 
@@ -259,7 +262,8 @@ class DiffResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DiffResult:
         """The inverse of :meth:`to_dict`: a Diff JSON object of docs/DATA.md (one entry of diff.json) as
-        typed objects; what ``to_dict`` derives (deltas, ratios) is computed again from them.
+        typed objects; what ``to_dict`` derives (deltas, ratios) is computed again from them. A part it
+        leaves out is empty (a report shows what is there).
 
         Raises:
             InputError: ``data`` is not a Diff JSON object of this schema version (the message names
@@ -276,15 +280,15 @@ class DiffResult:
             return cls(
                 base=str(data["base"]),
                 test=str(data["test"]),
-                side_by_side=SideBySide.from_dict(data["side_by_side"]),
-                collectives=[CollectiveRow.from_dict(r) for r in data["collectives"]],
-                ops=[OpRow.from_dict(r) for r in data["ops"]],
-                sync=[SyncRow.from_dict(r) for r in data["sync"]],
+                side_by_side=SideBySide.from_dict(data.get("side_by_side") or {}),
+                collectives=[CollectiveRow.from_dict(r) for r in data.get("collectives") or []],
+                ops=[OpRow.from_dict(r) for r in data.get("ops") or []],
+                sync=[SyncRow.from_dict(r) for r in data.get("sync") or []],
                 fits={
                     src: {t: whatif.AlphaBetaFit.from_dict(f) for t, f in fits.items()}
                     for src, fits in (data.get("fits") or {}).items()
                 },
-                findings=[fnd.Finding.from_dict(f) for f in data["findings"]],
+                findings=[fnd.Finding.from_dict(f) for f in data.get("findings") or []],
                 warnings=[str(w) for w in data.get("warnings") or []],
                 calibration=[dict(e) for e in data.get("calibration") or []],
                 distortion=data.get("distortion"),

@@ -307,9 +307,9 @@ class OpRow:
         """The inverse of :meth:`to_dict` (a Diff JSON ``ops`` row; ``delta_us`` is computed again)."""
         return cls(
             str(data["op_type"]),
-            OpSide(data["base_us"], data["base_count"]),
-            OpSide(data["test_us"], data["test_count"]),
-            str(data["change"]),
+            OpSide(data.get("base_us", 0.0), data.get("base_count", 0.0)),
+            OpSide(data.get("test_us", 0.0), data.get("test_count", 0.0)),
+            str(data.get("change", "")),
             tuple(data.get("same_as") or ()),
         )
 

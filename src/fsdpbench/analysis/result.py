@@ -258,12 +258,14 @@ class RankMetrics(StepMetrics):
     def from_dict(cls, d: dict[str, Any], format: str = "") -> RankMetrics:
         """A rank of the Analysis JSON (``to_dict()``) as typed metrics, for readers of analysis.json (the
         report). What the JSON does not hold stays unset: ``source``, ``mode``, ``device_span_ns``, the
-        collective events, cross-check and event tables (empty, or None); ``format`` is the Analysis'."""
+        collective events, cross-check and event tables (empty, or None); ``format`` is the Analysis'.
+        A metric the JSON leaves out is None (as a report shows it), unlike :meth:`from_cache`, which
+        refuses an incomplete cache."""
         return cls(
-            **StepMetrics._fields_from_dict(d),
-            rank=d["rank"],
+            **_json_step_fields(d),
+            rank=d.get("rank", 0),
             format=format,
-            steps=[StepMetrics.from_dict(s) for s in d.get("steps") or []],
+            steps=[StepMetrics(**_json_step_fields(s)) for s in d.get("steps") or []],
             orphan_events=d.get("orphan_events", 0),
             orphan_us=d.get("orphan_us", 0.0),
             orphan_share=d.get("orphan_share"),
@@ -368,6 +370,17 @@ class RankMetrics(StepMetrics):
             exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
             units=d.get("units"),
         )
+
+
+def _json_step_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """:class:`StepMetrics`' constructor arguments from an Analysis JSON step or rank; what it leaves out
+    is None (a metric) or empty (a table)."""
+    return {
+        **{k: d.get(k) for k in (*SCALARS, "step")},
+        "collectives": d.get("collectives") or {},
+        "op_stats": list(d.get("ops") or []),  # a DataFrame on first use of op_stats
+        "sync": d.get("sync") or {},
+    }
 
 
 _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -17,12 +17,21 @@ from fsdpbench import results
 from fsdpbench.errors import InputError
 from fsdpbench.results import RUN_MARKERS, is_run_dir
 
+if TYPE_CHECKING:
+    from fsdpbench.analysis.diff import DiffResult
+    from fsdpbench.analysis.result import Analysis
+
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class RunData:
-    """What a run folder holds, parsed; ``None`` where the piece is absent or unreadable."""
+    """What a run folder holds, parsed; ``None`` where the piece is absent or unreadable.
+
+    ``analysis`` and ``diffs`` hold the JSON as read (the places and sweep tables read it so);
+    :attr:`analyses` and :attr:`diff_results` give the same as typed objects. ``manifest`` and
+    ``summary`` are the JSON as read.
+    """
 
     run_dir: Path
     manifest: dict[str, Any] | None = None
@@ -38,6 +47,54 @@ class RunData:
     """arm label → ``report.rank_timeline.RankTimeline`` (every rank of the profiled step, aligned)."""
     missing: list[str] = field(default_factory=list)
     """Human-readable notes: what is absent or failed, and what to do about it."""
+    _typed: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False, compare=False)
+    """``analysis``/``diffs`` → (the JSON it was typed from, the typed value): typed once per JSON."""
+
+    @property
+    def analyses(self) -> dict[str, Analysis]:
+        """arm label → the arm's :class:`~fsdpbench.analysis.result.Analysis` read from ``analysis``; an
+        arm whose JSON is not an Analysis object is left out and named in ``missing``."""
+        from fsdpbench.analysis.result import Analysis
+
+        def parse(raw: dict[str, Any]) -> dict[str, Analysis]:
+            out = {}
+            for arm, doc in raw.items():
+                try:
+                    out[arm] = Analysis.from_dict(doc)
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    self.missing.append(
+                        f"the analysis of arm `{arm}` in `{results.ANALYSIS}` could not be read "
+                        f"({type(exc).__name__}: {exc}); it is left out."
+                    )
+            return out
+
+        return self._typed_value("analysis", self.analysis or {}, parse)
+
+    @property
+    def diff_results(self) -> list[DiffResult]:
+        """``diffs`` as :class:`~fsdpbench.analysis.diff.DiffResult` objects; one that is not a Diff JSON
+        object is left out and named in ``missing``."""
+        from fsdpbench.analysis.diff import DiffResult
+
+        def parse(raw: list[dict[str, Any]]) -> list[DiffResult]:
+            out = []
+            for d in raw:
+                try:
+                    out.append(DiffResult.from_dict(d))
+                except InputError as exc:
+                    self.missing.append(
+                        f"a diff in `{results.DIFF_JSON}` could not be read ({exc}); it is left out."
+                    )
+            return out
+
+        return self._typed_value("diffs", self.diffs, parse)
+
+    def _typed_value(self, name: str, raw: Any, parse: Any) -> Any:
+        """``parse(raw)``, computed again only when the JSON held under ``name`` was replaced."""
+        seen = self._typed.get(name)
+        if seen is None or seen[0] is not raw:
+            self._typed[name] = (raw, parse(raw))
+        return self._typed[name][1]
 
     @property
     def arms(self) -> list[str]:
