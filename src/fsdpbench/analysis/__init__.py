@@ -7,7 +7,15 @@ counts; across ranks, mean / min / max, the slowest rank and stragglers. The pip
 :mod:`fsdpbench.analysis.pipeline`, the result types in :mod:`fsdpbench.analysis.result`.
 """
 
-from fsdpbench.analysis.pipeline import RankOutcome, analyze, rank_metrics
+from fsdpbench.analysis.pipeline import NO_COLLECTIVES, RankOutcome, analyze, rank_metrics
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
 
-__all__ = ["Analysis", "RankMetrics", "RankOutcome", "StepMetrics", "analyze", "rank_metrics"]
+__all__ = [
+    "NO_COLLECTIVES",
+    "Analysis",
+    "RankMetrics",
+    "RankOutcome",
+    "StepMetrics",
+    "analyze",
+    "rank_metrics",
+]
