@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fsdpbench import results
 from fsdpbench.analysis import calibration, whatif
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     num_layers = ((manifest.get("config") or {}).get("model") or {}).get("num_hidden_layers")
     diffs = []
     for base, test in calibration.calibration_pairs(arms):  # the pairs the run's own calibration covers
-        result = compare(
+        result = diff_analyses(
             analyses[base],
             analyses[test],
             base_label=base,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.trace.ascend import op_type_from_name
 from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, OP_ALIASES, canonical_op_type
 
@@ -75,7 +75,9 @@ def _analysis(ops: dict[str, tuple[float, int]]) -> dict:
 def test_a_level1_alias_and_the_level0_name_are_one_operator_in_a_diff(alias):
     op, header = OP_ALIASES[alias]
     assert header.endswith(".h") and alias != op
-    d = compare(_analysis({alias: (30.0, 3), "Add": (5.0, 1)}), _analysis({op: (20.0, 3), "Add": (5.0, 1)}))
+    d = diff_analyses(
+        _analysis({alias: (30.0, 3), "Add": (5.0, 1)}), _analysis({op: (20.0, 3), "Add": (5.0, 1)})
+    )
     row = next(r for r in d.ops if r.op_type == op)
     assert len(d.ops) == 2 and not [r for r in d.ops if r.change in ("added", "deleted")]
     assert (row.base.us, row.test.us, row.base.count, row.test.count) == (30.0, 20.0, 3, 3)
@@ -116,11 +118,11 @@ def test_the_diff_reports_print_the_merged_names():
 
     from rich.console import Console
 
-    from fsdpbench.report.diff_md import to_markdown
+    from fsdpbench.report.diff_md import diff_markdown
     from fsdpbench.report.terminal import render_diff
 
-    d = compare(_analysis({"TopKD": (30.0, 1)}), _analysis({"TopKV2": (20.0, 1)}))
-    assert "| TopKV2 (= TopKD) |" in to_markdown(d)
+    d = diff_analyses(_analysis({"TopKD": (30.0, 1)}), _analysis({"TopKV2": (20.0, 1)}))
+    assert "| TopKV2 (= TopKD) |" in diff_markdown(d)
     console = Console(width=120, record=True, file=io.StringIO(), color_system=None)
     render_diff(d, console)
     assert "TopKV2 (= TopKD)" in console.export_text()

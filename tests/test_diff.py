@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from conftest import run_cli
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.errors import InputError
-from fsdpbench.report.diff_md import to_markdown
+from fsdpbench.report.diff_md import diff_markdown
 from fsdpbench.results import diff_run
 from test_diff_synthetic import synthetic_analysis
 from test_findings import analysis, rank
@@ -19,7 +19,7 @@ from test_findings import analysis, rank
 def test_side_by_side_gives_each_rank_and_the_mean_with_test_minus_base():
     base = analysis(rank(0, step=1000.0, overlap=0.5), rank(1, step=1200.0, overlap=0.7))
     test = analysis(rank(0, step=1500.0, overlap=0.1), rank(1, step=1300.0, overlap=0.3))
-    sbs = compare(base, test).side_by_side.to_dict()
+    sbs = diff_analyses(base, test).side_by_side.to_dict()
     assert [r["rank"] for r in sbs["ranks"]] == [0, 1]
     assert (
         sbs["ranks"][0]["delta"]["step_time_us"] == 500.0
@@ -41,7 +41,7 @@ def test_op_rows_are_sorted_by_size_of_the_difference_with_hta_change_categories
         {"op_type": "New", "count": 1, "total_us": 20.0},
         {"op_type": "MatMul", "count": 5, "total_us": 50.0},
     ]
-    rows = compare(analysis(rank(0, ops=ops_b)), analysis(rank(0, ops=ops_t))).ops
+    rows = diff_analyses(analysis(rank(0, ops=ops_b)), analysis(rank(0, ops=ops_t))).ops
     assert [(r.op_type, r.delta_us, r.change) for r in rows] == [
         ("Slice", -64.0, "decreased"),
         ("New", 20.0, "added"),
@@ -54,7 +54,7 @@ def test_op_rows_are_sorted_by_size_of_the_difference_with_hta_change_categories
 def test_counts_are_means_per_rank_and_a_type_missing_on_a_rank_counts_zero():
     r0 = rank(0, collectives={"all_gather": {"count": 10, "bytes": 100, "time_us": 1.0}}, sync={"barrier": 4})
     r1 = rank(1, collectives={}, sync={"barrier": 6})
-    d = compare(analysis(r0, r1), analysis(r0, r1))
+    d = diff_analyses(analysis(r0, r1), analysis(r0, r1))
     assert d.collectives[0].base.count == 5.0 and d.sync[0].to_dict() == {
         "name": "barrier",
         "base": 5.0,
@@ -64,7 +64,7 @@ def test_counts_are_means_per_rank_and_a_type_missing_on_a_rank_counts_zero():
 
 
 def test_diff_json_has_the_documented_keys_and_serialises():
-    d = compare(
+    d = diff_analyses(
         synthetic_analysis(), synthetic_analysis(per_param=True), base_label="torch", test_label="hyper"
     )
     out = orjson.loads(orjson.dumps(d.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY))
@@ -105,14 +105,14 @@ def test_diff_json_has_the_documented_keys_and_serialises():
 
 
 def test_markdown_has_differences_and_conclusions_and_labels_estimates():
-    d = compare(
+    d = diff_analyses(
         synthetic_analysis(),
         synthetic_analysis(per_param=True, overlap_ratio=0.1),
         base_label="torch",
         test_label="hyper",
         test_arm={"prefetch": 0},
     )
-    md = to_markdown(d)
+    md = diff_markdown(d)
     assert "## Differences: hyper vs torch" in md and "## Conclusions: hyper vs torch" in md
     assert "- AllGather 120 vs 12 (10.0×), same bytes" in md
     assert "Estimate — hyper's collectives issued at torch's granularity" in md
@@ -121,14 +121,14 @@ def test_markdown_has_differences_and_conclusions_and_labels_estimates():
 
 def test_compare_rejects_input_that_is_not_an_analysis():
     with pytest.raises(InputError, match="base \\(torch\\): expected an analysis"):
-        compare(42, analysis(), base_label="torch")
+        diff_analyses(42, analysis(), base_label="torch")
     with pytest.raises(InputError, match="test \\(test\\): the analysis has no ranks"):
-        compare(analysis(), {"schema_version": 1, "ranks": []})
+        diff_analyses(analysis(), {"schema_version": 1, "ranks": []})
 
 
 def test_a_side_without_collectives_is_warned_about():
     quiet = analysis(rank(0, collectives={}), rank(1, collectives={}))
-    d = compare(analysis(), quiet, test_label="hyper")
+    d = diff_analyses(analysis(), quiet, test_label="hyper")
     assert any("hyper: no collectives recognised" in w for w in d.warnings)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.report.diff_md import collective_lines
 
 ALPHA_US = 40.0
@@ -108,7 +108,7 @@ def fragmented_pair(noise: float = 0.0):
 
 def test_synthetic_fragmented_case_states_the_count_ratio_at_same_bytes():
     base, test = fragmented_pair()
-    d = compare(base, test, base_label="torch", test_label="hyper")
+    d = diff_analyses(base, test, base_label="torch", test_label="hyper")
     assert collective_lines(d) == [
         "AllGather 120 vs 12 (10.0×), same bytes",
         "ReduceScatter 60 vs 6 (10.0×), same bytes",
@@ -118,7 +118,7 @@ def test_synthetic_fragmented_case_states_the_count_ratio_at_same_bytes():
 
 def test_fragmentation_estimate_matches_removing_calls_at_the_true_alpha():
     base, test = fragmented_pair()
-    d = compare(base, test, base_label="torch", test_label="hyper", context={"num_layers": 6})
+    d = diff_analyses(base, test, base_label="torch", test_label="hyper", context={"num_layers": 6})
     assert d.fits["test"]["all_gather"].alpha_us == pytest.approx(ALPHA_US)
     assert d.fits["test"]["all_gather"].beta_us_per_byte == pytest.approx(BETA_US_PER_BYTE)
     assert d.fits["base"]["all_gather"].status == "same_size"  # one bucket size per layer: honest, not fitted
@@ -138,7 +138,7 @@ def test_fragmentation_estimate_matches_removing_calls_at_the_true_alpha():
 
 def test_fits_with_noise_stay_close_to_the_true_parameters():
     base, test = fragmented_pair(noise=0.05)
-    fit = compare(base, test).fits["test"]["all_gather"]
+    fit = diff_analyses(base, test).fits["test"]["all_gather"]
     assert fit.ok and fit.n == 240 and fit.r2 > 0.9
     assert fit.alpha_us == pytest.approx(ALPHA_US, rel=0.25)
     assert fit.beta_us_per_byte == pytest.approx(BETA_US_PER_BYTE, rel=0.05)

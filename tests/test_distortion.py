@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench.analysis.diff import add_calibration, compare
+from fsdpbench.analysis.diff import add_calibration, diff_analyses
 from fsdpbench.analysis.findings import Finding
 from fsdpbench.analysis.whatif import Estimate
-from fsdpbench.report.diff_md import to_markdown
+from fsdpbench.report.diff_md import diff_markdown
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from test_findings import analysis
 
@@ -18,7 +18,7 @@ ARMS = {"a": {"label": "a", "backend": "torch"}, "b": {"label": "b", "backend": 
 def _diff(timed_a: float, timed_b: float):
     # every hand-built rank has a 1,000,000 µs = 1000 ms profiled step
     return add_calibration(
-        compare(analysis(), analysis(), base_label="a", test_label="b"),
+        diff_analyses(analysis(), analysis(), base_label="a", test_label="b"),
         ARMS,
         {
             "a": timed_a,
@@ -32,7 +32,7 @@ def test_distortion_ratio_is_profiled_over_timed_and_warns_when_the_arms_differ(
     assert d.distortion["ratio"] == pytest.approx({"a": 1000 / 1000, "b": 1000 / 500})
     assert any("the profiler distorts the arms differently" in w for w in d.warnings)
     assert d.calibration == []  # the arms differ in ac only: nothing predicts that
-    md = to_markdown(d)
+    md = diff_markdown(d)
     assert "Profiled/timed step (profiler distortion): a 1.00, b 2.00" in md
     assert "> **Warning:** the profiler distorts the arms differently" in md
 
@@ -40,8 +40,8 @@ def test_distortion_ratio_is_profiled_over_timed_and_warns_when_the_arms_differ(
 def test_no_warning_when_the_arms_are_distorted_alike_and_none_without_timed_medians():
     d = _diff(1000.0, 960.0)  # 1.00 vs 1.04: within 0.10
     assert not any("distorts" in w for w in d.warnings)
-    d = add_calibration(compare(analysis(), analysis(), base_label="a", test_label="b"), ARMS, {})
-    assert d.distortion is None and "profiler distortion" not in to_markdown(d)
+    d = add_calibration(diff_analyses(analysis(), analysis(), base_label="a", test_label="b"), ARMS, {})
+    assert d.distortion is None and "profiler distortion" not in diff_markdown(d)
 
 
 def test_the_estimate_of_a_finding_is_rescaled_by_its_subject_arms_timed_over_profiled():

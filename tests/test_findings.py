@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO
 from fsdpbench.analysis import findings as fnd
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 
 
 def rank(
@@ -61,7 +61,7 @@ def ids(result) -> list[str]:
 
 
 def test_identical_profiles_give_only_the_step_time_headline():
-    d = compare(analysis(), analysis(), base_arm={"prefetch": 1}, test_arm={"prefetch": 1})
+    d = diff_analyses(analysis(), analysis(), base_arm={"prefetch": 1}, test_arm={"prefetch": 1})
     assert ids(d) == ["step_time"]
     assert d.findings[0].severity == "info" and "0.0%" in d.findings[0].title
     assert d.warnings == []
@@ -76,28 +76,28 @@ def fragmented(ratio: float, bytes_ratio: float = 1.0) -> dict:
 
 
 def test_fragmentation_fires_at_three_times_the_calls_for_the_same_bytes():
-    d = compare(analysis(), fragmented(124 / 12), base_label="torch", test_label="hyper")
+    d = diff_analyses(analysis(), fragmented(124 / 12), base_label="torch", test_label="hyper")
     f = d.finding("fragmentation")
     assert f is not None and f.severity == "high"  # 200 ms of 1 s step >= 10%
     assert "AllGather 124 vs 12 (10.3×), same bytes" in f.evidence
     assert "ReduceScatter" not in f.evidence
     assert "bucket" in f.action and f.estimate.label == "estimate"
-    assert compare(analysis(), fragmented(3.0)).finding("fragmentation") is not None
+    assert diff_analyses(analysis(), fragmented(3.0)).finding("fragmentation") is not None
 
 
 def test_fragmentation_stays_quiet_below_the_ratio_or_when_bytes_differ():
-    assert compare(analysis(), fragmented(2.9)).finding("fragmentation") is None
-    assert compare(analysis(), fragmented(10.0, bytes_ratio=2.0)).finding("fragmentation") is None
+    assert diff_analyses(analysis(), fragmented(2.9)).finding("fragmentation") is None
+    assert diff_analyses(analysis(), fragmented(10.0, bytes_ratio=2.0)).finding("fragmentation") is None
 
 
 def test_fragmentation_of_the_base_arm_is_reported_for_the_base():
-    d = compare(fragmented(10.0), analysis(), base_label="hyper", test_label="torch")
+    d = diff_analyses(fragmented(10.0), analysis(), base_label="hyper", test_label="torch")
     assert d.finding("fragmentation").title.startswith("hyper's communication is 10.0×")
 
 
 def test_fragmentation_names_comm_fusion_when_the_arm_runs_without_it():
     arm = {"backend": "hyper", "prefetch": 0, "comm_fusion": False}
-    d = compare(analysis(), fragmented(10.0), test_label="hyper", test_arm=arm)
+    d = diff_analyses(analysis(), fragmented(10.0), test_label="hyper", test_arm=arm)
     assert "comm_fusion=false" in d.finding("fragmentation").action
 
 
@@ -107,7 +107,7 @@ def test_fragmentation_suggests_comm_fusion_only_to_hyper(backend):
     is told about its own prefetch bucket instead."""
     arm = {"backend": backend, "prefetch": 0, "comm_fusion": False}
     action = (
-        compare(analysis(), fragmented(10.0), test_label=backend, test_arm=arm)
+        diff_analyses(analysis(), fragmented(10.0), test_label=backend, test_arm=arm)
         .finding("fragmentation")
         .action
     )
@@ -122,7 +122,7 @@ def low_overlap(overlap: float) -> dict:
 @pytest.mark.parametrize(("prefetch", "advice"), [(0, "prefetch=1"), (1, "prefetch=2"), (None, "unknown")])
 def test_low_overlap_recommends_prefetch_naming_the_arms_setting(prefetch, advice):
     arm = None if prefetch is None else {"prefetch": prefetch}
-    d = compare(analysis(), low_overlap(0.2), test_label="hyper", base_arm=arm, test_arm=arm)
+    d = diff_analyses(analysis(), low_overlap(0.2), test_label="hyper", base_arm=arm, test_arm=arm)
     f = d.finding("low_overlap")
     assert f is not None and f.severity == "high" and advice in f.action
     assert "overlap 20.0% (hyper) vs 80.0% (base)" in f.evidence
@@ -131,15 +131,15 @@ def test_low_overlap_recommends_prefetch_naming_the_arms_setting(prefetch, advic
 
 
 def test_low_overlap_stays_quiet_when_comm_is_hidden_or_exposed_comm_is_small():
-    assert compare(low_overlap(0.7), low_overlap(0.6)).finding("low_overlap") is None
+    assert diff_analyses(low_overlap(0.7), low_overlap(0.6)).finding("low_overlap") is None
     small = analysis(
         rank(0, overlap=0.2, comm=50_000.0), rank(1, overlap=0.2, comm=50_000.0)
     )  # 4% of the step
-    assert compare(small, small).finding("low_overlap") is None
+    assert diff_analyses(small, small).finding("low_overlap") is None
 
 
 def test_prefetch_change_reports_the_measured_overlap_change_only_when_settings_differ():
-    d = compare(
+    d = diff_analyses(
         low_overlap(0.3),
         low_overlap(0.6),
         base_label="torch",
@@ -150,9 +150,13 @@ def test_prefetch_change_reports_the_measured_overlap_change_only_when_settings_
     f = d.finding("prefetch_change")
     assert f is not None and f.severity == "info" and "30.0% → 60.0% (+30.0 pts)" in f.evidence
     assert f.estimate.exposed_comm_delta_us == pytest.approx(-90_000.0)
-    worse = compare(low_overlap(0.6), low_overlap(0.3), base_arm={"prefetch": 0}, test_arm={"prefetch": 1})
+    worse = diff_analyses(
+        low_overlap(0.6), low_overlap(0.3), base_arm={"prefetch": 0}, test_arm={"prefetch": 1}
+    )
     assert worse.finding("prefetch_change").severity == "medium"
-    same = compare(low_overlap(0.3), low_overlap(0.6), base_arm={"prefetch": 1}, test_arm={"prefetch": 1})
+    same = diff_analyses(
+        low_overlap(0.3), low_overlap(0.6), base_arm={"prefetch": 1}, test_arm={"prefetch": 1}
+    )
     assert same.finding("prefetch_change") is None
 
 
@@ -161,7 +165,7 @@ def syncs(**counts: int) -> dict:
 
 
 def test_sync_storm_fires_on_many_more_barriers_and_launches():
-    d = compare(syncs(barrier=10, launch_ffts=59), syncs(barrier=120, launch_ffts=365))
+    d = diff_analyses(syncs(barrier=10, launch_ffts=59), syncs(barrier=120, launch_ffts=365))
     f = d.finding("sync_storm")
     assert (
         f is not None
@@ -171,8 +175,10 @@ def test_sync_storm_fires_on_many_more_barriers_and_launches():
 
 
 def test_sync_storm_stays_quiet_for_small_or_proportionally_small_increases():
-    assert compare(syncs(barrier=10), syncs(barrier=40)).finding("sync_storm") is None  # +30 < 50
-    assert compare(syncs(launch_ffts=300), syncs(launch_ffts=500)).finding("sync_storm") is None  # 1.7x < 2x
+    assert diff_analyses(syncs(barrier=10), syncs(barrier=40)).finding("sync_storm") is None  # +30 < 50
+    assert (
+        diff_analyses(syncs(launch_ffts=300), syncs(launch_ffts=500)).finding("sync_storm") is None
+    )  # 1.7x < 2x
 
 
 def with_ops(**ops_us: float) -> dict:
@@ -181,7 +187,7 @@ def with_ops(**ops_us: float) -> dict:
 
 
 def test_compute_path_names_op_types_whose_time_moves_by_two_percent_of_the_step():
-    d = compare(
+    d = diff_analyses(
         with_ops(Slice=100_000.0, MatMul=500_000.0, Cast=20_000.0),
         with_ops(Slice=36_000.0, MatMul=500_000.0, Cast=10_000.0),
         test_label="hyper",
@@ -190,23 +196,23 @@ def test_compute_path_names_op_types_whose_time_moves_by_two_percent_of_the_step
     assert f is not None and f.severity == "info"
     assert f.title == "hyper's compute path is faster on Slice"  # Cast moved 1% of the step: below threshold
     assert "Slice −64.0 ms" in f.evidence
-    slower = compare(with_ops(Slice=36_000.0), with_ops(Slice=100_000.0)).finding("compute_path")
+    slower = diff_analyses(with_ops(Slice=36_000.0), with_ops(Slice=100_000.0)).finding("compute_path")
     assert slower.severity == "medium" and slower.estimate.step_time_delta_us == pytest.approx(-64_000.0)
 
 
 def test_compute_path_stays_quiet_for_small_op_differences():
-    assert compare(with_ops(Slice=100_000.0), with_ops(Slice=85_000.0)).finding("compute_path") is None
+    assert diff_analyses(with_ops(Slice=100_000.0), with_ops(Slice=85_000.0)).finding("compute_path") is None
 
 
 def test_straggler_names_the_rank_that_computes_longest():
     skewed = analysis(rank(0), rank(1), rank(2, compute=1_000_000.0), rank(3))
-    d = compare(analysis(rank(0), rank(1), rank(2), rank(3)), skewed, test_label="hyper")
+    d = diff_analyses(analysis(rank(0), rank(1), rank(2), rank(3)), skewed, test_label="hyper")
     f = d.finding("straggler")
     assert f is not None and f.title == "rank 2 is a straggler in hyper" and "+25.0%" in f.evidence
 
 
 def test_straggler_stays_quiet_for_small_skew():
-    d = compare(analysis(), analysis(rank(0), rank(1, compute=840_000.0)))  # 5%
+    d = diff_analyses(analysis(), analysis(rank(0), rank(1, compute=840_000.0)))  # 5%
     assert d.finding("straggler") is None
 
 
@@ -223,14 +229,14 @@ def test_straggler_stays_quiet_for_small_skew():
     ],
 )
 def test_invalid_comparison_comes_first_and_warns_what_is_compared(context, test, phrase):
-    d = compare(analysis(), test or analysis(), base_label="torch", test_label="hyper", context=context)
+    d = diff_analyses(analysis(), test or analysis(), base_label="torch", test_label="hyper", context=context)
     assert d.findings[0].id == "invalid_comparison" and phrase in d.findings[0].evidence
     assert any(w.startswith("comparing torch (") and phrase in w for w in d.warnings)
 
 
 def test_invalid_comparison_names_a_missing_rank_profile_when_world_sizes_match():
     ctx = {"base": {"world_size": 2}, "test": {"world_size": 2}}
-    d = compare(analysis(), analysis(rank(0)), context=ctx)
+    d = diff_analyses(analysis(), analysis(rank(0)), context=ctx)
     assert "ranks analysed differ (2 vs 1 of 2)" in d.finding("invalid_comparison").evidence
 
 
@@ -240,7 +246,7 @@ def test_invalid_comparison_stays_quiet_for_a_valid_comparison():
         "base": {"world_size": 2, "model": {"a": 1}},
         "test": {"world_size": 2, "model": {"a": 1}},
     }
-    assert compare(analysis(), analysis(), context=ctx).finding("invalid_comparison") is None
+    assert diff_analyses(analysis(), analysis(), context=ctx).finding("invalid_comparison") is None
 
 
 def test_findings_are_ranked_by_severity_then_estimated_gain():
@@ -255,7 +261,7 @@ def test_findings_are_ranked_by_severity_then_estimated_gain():
             for r in (0, 1)
         )
     )
-    d = compare(analysis(), test, base_arm={"prefetch": 0}, test_arm={"prefetch": 0})
+    d = diff_analyses(analysis(), test, base_arm={"prefetch": 0}, test_arm={"prefetch": 0})
     order = ids(d)
     assert order[0] == "step_time"
     severities = [fnd.SEVERITY_ORDER[f.severity] for f in d.findings[1:]]
@@ -271,7 +277,7 @@ def test_every_rule_carries_its_check_and_its_findings_carry_its_id():
             for r in (0, 1)
         )
     )
-    d = compare(analysis(), test, base_arm={"prefetch": 0}, test_arm={"prefetch": 1})
+    d = diff_analyses(analysis(), test, base_arm={"prefetch": 0}, test_arm={"prefetch": 1})
     assert {"step_time", "fragmentation", "low_overlap", "prefetch_change"} <= {f.id for f in d.findings}
     assert [r.check.__name__ for r in fnd.RULES] == [f"rule_{r.id}" for r in fnd.RULES]
 
@@ -283,7 +289,7 @@ def test_readme_rules_table_matches_the_code():
 
 
 def test_low_overlap_without_a_better_arm_gives_only_the_best_case_bound():
-    d = compare(low_overlap(0.1), low_overlap(0.2), test_label="hyper")
+    d = diff_analyses(low_overlap(0.1), low_overlap(0.2), test_label="hyper")
     f = next(f for f in d.findings if f.id == "low_overlap" and f.title.startswith("hyper"))
     assert f.estimate.step_time_delta_us is None
     assert f.estimate.best_case_step_time_delta_us == pytest.approx(-300_000.0 * 0.8)
@@ -305,7 +311,7 @@ def test_hccl_avg_division_names_the_arm_with_more_divides_and_their_collectives
     """The study: hyper's ~10x more reduce-scatters cost as many more divides (RealDiv 173 vs 73 there)."""
     base = analysis(*(rank(r, ops=_avg_ops(12, 1)) for r in (0, 1)))
     test = analysis(*(rank(r, ops=_avg_ops(124, 1, us_each=200.0)) for r in (0, 1)))
-    d = compare(base, test, base_label="torch", test_label="hyper")
+    d = diff_analyses(base, test, base_label="torch", test_label="hyper")
     f = d.finding("hccl_avg_division")
     assert f is not None and f.title == "hyper runs 125 HCCL AVG divides vs 13 in torch"
     assert "hyper 125 (1 after AllReduce, 124 after ReduceScatter" in f.evidence
@@ -320,11 +326,11 @@ def test_hccl_avg_division_names_the_arm_with_more_divides_and_their_collectives
 def test_hccl_avg_division_is_info_when_the_divides_cost_little_and_reported_for_the_base_too():
     base = analysis(*(rank(r, ops=_avg_ops(120)) for r in (0, 1)))
     test = analysis(*(rank(r, ops=_avg_ops(12)) for r in (0, 1)))
-    f = compare(base, test, base_label="hyper", test_label="torch").finding("hccl_avg_division")
+    f = diff_analyses(base, test, base_label="hyper", test_label="torch").finding("hccl_avg_division")
     assert f is not None and f.severity == "info" and f.title.startswith("hyper runs 120")
 
 
 def test_hccl_avg_division_stays_quiet_without_divides_or_with_equal_counts():
-    assert compare(analysis(), analysis()).finding("hccl_avg_division") is None
+    assert diff_analyses(analysis(), analysis()).finding("hccl_avg_division") is None
     same = analysis(*(rank(r, ops=_avg_ops(12)) for r in (0, 1)))
-    assert compare(same, copy.deepcopy(same)).finding("hccl_avg_division") is None
+    assert diff_analyses(same, copy.deepcopy(same)).finding("hccl_avg_division") is None

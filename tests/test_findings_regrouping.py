@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fsdpbench.analysis import calibration as cal
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt_us
 from fsdpbench.report.diff_md import calibration_rows
@@ -24,7 +24,7 @@ def _with_free(data: dict, free: float = FREE_US) -> dict:
 
 def test_fragmentation_estimate_adds_the_idle_time_that_scales_with_the_calls():
     base = analysis(rank(0, free=FREE_US), rank(1, free=FREE_US))
-    d = compare(base, _with_free(fragmented(10.0)), base_label="torch", test_label="hyper")
+    d = diff_analyses(base, _with_free(fragmented(10.0)), base_label="torch", test_label="hyper")
     est = d.finding("fragmentation").estimate
     # only AllGather is fragmented: 120 calls → 12, so the idle time shrinks by 1 − 12/120
     assert est.idle_delta_us == pytest.approx(-FREE_US * (1 - 12 / 120))
@@ -36,7 +36,7 @@ def test_fragmentation_estimate_adds_the_idle_time_that_scales_with_the_calls():
 
 def _cause(arm: dict) -> str:
     return (
-        compare(analysis(), fragmented(10.0), test_label="x", base_label="other", test_arm=arm)
+        diff_analyses(analysis(), fragmented(10.0), test_label="x", base_label="other", test_arm=arm)
         .finding("fragmentation")
         .cause
     )

@@ -152,8 +152,8 @@ def test_diff_and_finding_name_where_the_peaks_differ():
     """Two hand-built timelines: the test arm's backward of layers.0 holds 1000 bytes more at the peak."""
     from tests.test_findings import analysis
 
-    from fsdpbench.analysis.diff import compare
-    from fsdpbench.report.diff_md import memory_lines, to_markdown
+    from fsdpbench.analysis.diff import diff_analyses
+    from fsdpbench.report.diff_md import diff_markdown, memory_lines
 
     base = step_timeline(HAND_TRACE, LIVE)
     test_trace = [*HAND_TRACE[:11], _mem(65, 1400, 5), *HAND_TRACE[12:]]
@@ -163,7 +163,7 @@ def test_diff_and_finding_name_where_the_peaks_differ():
         "peak_memory": {"a": [base["peak"]["bytes"], "m"], "b": [test["peak"]["bytes"], "m"]},
         "memory_timeline": {"a": base, "b": test},
     }
-    result = compare(analysis(), analysis(), base_label="a", test_label="b", context=context)
+    result = diff_analyses(analysis(), analysis(), base_label="a", test_label="b", context=context)
     d = result.to_dict()["memory_timeline"]["difference"]
     assert d["delta_bytes"] == 1000 and d["same_place"]
     assert d["range"] == {"phase": "backward", "unit": "layers.0"} and d["range_delta_bytes"] == 1000
@@ -174,10 +174,10 @@ def test_diff_and_finding_name_where_the_peaks_differ():
     lines = memory_lines(result)
     assert lines[1].startswith("  a: peak 3.96 KiB in backward of layers.0")
     assert "Δ peak +1000 B" in lines[3]
-    assert "both peak in backward of layers.0" in to_markdown(result)
+    assert "both peak in backward of layers.0" in diff_markdown(result)
     # without timelines the finding says so
     del context["memory_timeline"]
-    f = compare(analysis(), analysis(), base_label="a", test_label="b", context=context).finding(
+    f = diff_analyses(analysis(), analysis(), base_label="a", test_label="b", context=context).finding(
         "peak_memory"
     )
     assert "no memory timeline" in f.cause

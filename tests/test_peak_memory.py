@@ -109,7 +109,7 @@ def test_profiled_run_records_every_ranks_peak_resident_set(profiled_ab_run):
 def _compare_with_peaks(base_bytes, test_bytes, measure_test="peak resident set (process)", **arms):
     from tests.test_findings import analysis
 
-    from fsdpbench.analysis.diff import compare
+    from fsdpbench.analysis.diff import diff_analyses
 
     context = {
         "peak_memory": {
@@ -117,7 +117,7 @@ def _compare_with_peaks(base_bytes, test_bytes, measure_test="peak resident set 
             "torch-p2": [test_bytes, measure_test],
         }
     }
-    return compare(
+    return diff_analyses(
         analysis(), analysis(), base_label="torch", test_label="torch-p2", context=context, **arms
     ).finding("peak_memory")
 

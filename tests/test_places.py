@@ -12,10 +12,10 @@ import json
 import pytest
 
 from fsdpbench.analysis import places as plc
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Figure, Table
-from fsdpbench.report.diff_md import place_lines, to_markdown
+from fsdpbench.report.diff_md import diff_markdown, place_lines
 from fsdpbench.report.places import places_section
 
 
@@ -141,13 +141,13 @@ def test_one_arm_without_units_gives_no_deltas_and_no_finding():
     base = {"ranks": [{k: v for k, v in r.items() if k != "units"} for r in BASE["ranks"]]}
     rows = plc.compare_places(base, TEST)
     assert rows and all(not r.compared and r.delta("exposed_us") is None for r in rows)
-    result = compare(base, TEST, base_label="torch", test_label="hyper")
+    result = diff_analyses(base, TEST, base_label="torch", test_label="hyper")
     assert result.finding("exposed_place") is None
     assert plc.compare_places({"ranks": [{"rank": 0}]}, {"ranks": [{"rank": 0}]}) == []
 
 
 def test_exposed_place_finding_names_unit_phase_collective_and_the_rank_waited_for():
-    result = compare(BASE, TEST, base_label="torch", test_label="hyper")
+    result = diff_analyses(BASE, TEST, base_label="torch", test_label="hyper")
     f = result.finding("exposed_place")
     assert f is not None and f.subject == "hyper"
     # 41.9 ms ≥ 10% of torch's 100 ms step → high; 33600 / 42000 = 80% waiting, mostly for rank 1
@@ -168,13 +168,13 @@ def test_exposed_place_finding_names_unit_phase_collective_and_the_rank_waited_f
 def test_transfer_dominated_place_blames_overlap_not_a_rank():
     test = json.loads(json.dumps(TEST))
     test["waits"]["units"][0]["ranks"] = {"0": _split(0, 45000), "1": _split(0, 39000)}
-    f = compare(BASE, test, base_label="torch", test_label="hyper").finding("exposed_place")
+    f = diff_analyses(BASE, test, base_label="torch", test_label="hyper").finding("exposed_place")
     assert f.title.endswith("exposed 42.0 ms (+41.9 ms vs torch), 0.0% of it waiting for rank 1")
     assert f.action.startswith("overlap layers.0 backward's collectives")
 
 
 def test_diff_markdown_and_terminal_lines_show_the_places_and_slowest_collectives():
-    result = compare(BASE, TEST, base_label="torch", test_label="hyper")
+    result = diff_analyses(BASE, TEST, base_label="torch", test_label="hyper")
     lines = place_lines(result)
     assert lines[0] == (
         "layers.0 backward: exposed 100 µs (torch) → 42.0 ms (hyper), Δ +41.9 ms (wait +33.5 ms); compute Δ ±0 µs"
@@ -183,7 +183,7 @@ def test_diff_markdown_and_terminal_lines_show_the_places_and_slowest_collective
     assert lines[3] == (
         "hyper slowest: layers.0 backward reduce_scatter 4.00 KiB: wait 40.0 ms, transfer 2.0 ms, last rank 1"
     )
-    md = to_markdown(result)
+    md = diff_markdown(result)
     assert "### Where: units × phases" in md and f"- {lines[0]}" in md
     from rich.console import Console
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fsdpbench.analysis import calibration as cal
-from fsdpbench.analysis.diff import compare
+from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.config.arms import Arm, manifest_prefetch
 from test_findings import low_overlap
 
@@ -28,7 +28,7 @@ def test_manifest_prefetch_resolves_each_direction_as_run():
 
 def test_backward_only_change_is_paired_and_worded_per_direction():
     # exposed comm = comm · (1 − overlap): 300 ms · 0.7 = 210 ms (base) → 300 ms · 0.4 = 120 ms (test)
-    d = compare(
+    d = diff_analyses(
         low_overlap(0.3),
         low_overlap(0.6),
         base_label="torch-bwdnone",
@@ -46,7 +46,7 @@ def test_backward_only_change_is_paired_and_worded_per_direction():
     assert f.action == "keep backward prefetch=1 (arm torch-bwd1)"
     assert f.estimate.exposed_comm_delta_us == pytest.approx(-90_000.0)
     # the same settings on both sides (written as prefetch=1 vs fwd_prefetch=1:bwd_prefetch=1): no finding
-    same = compare(
+    same = diff_analyses(
         low_overlap(0.3),
         low_overlap(0.6),
         base_arm=_arm("a", prefetch=1),
@@ -56,7 +56,7 @@ def test_backward_only_change_is_paired_and_worded_per_direction():
 
 
 def test_forward_only_change_that_did_not_help_is_medium():
-    d = compare(
+    d = diff_analyses(
         low_overlap(0.6),
         low_overlap(0.3),
         base_label="torch",
@@ -77,7 +77,7 @@ def test_forward_only_change_that_did_not_help_is_medium():
 def test_implicit_backward_default_vs_explicit_one_is_described_but_not_ordered():
     """FSDP2's default is an implicit one-unit backward prefetch: explicit 1 is no deeper, and a change of
     forward one way and backward the other is no deeper either; both are still described."""
-    d = compare(
+    d = diff_analyses(
         low_overlap(0.3),
         low_overlap(0.6),
         base_label="torch",
@@ -88,7 +88,7 @@ def test_implicit_backward_default_vs_explicit_one_is_described_but_not_ordered(
     f = d.finding("prefetch_change")
     assert f.severity == "info" and f.title == "Backward prefetch default → 1: exposed communication −90.0 ms"
     assert "arm torch-bwd1" in f.action
-    crossed = compare(
+    crossed = diff_analyses(
         low_overlap(0.3),
         low_overlap(0.6),
         base_arm=_arm("a", fwd_prefetch="2", bwd_prefetch="none"),

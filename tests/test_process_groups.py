@@ -168,7 +168,7 @@ def test_rank_timeline_puts_every_rank_on_the_common_clock_with_its_groups(hsdp_
 
 
 def test_a_cached_analysis_keeps_the_groups_without_measuring_again(hsdp_traces, monkeypatch):
-    import fsdpbench.analysis as analysis
+    from fsdpbench.analysis import pipeline
     from fsdpbench.trace import cache as table_cache
 
     monkeypatch.delenv(table_cache.NO_CACHE_ENV, raising=False)
@@ -177,7 +177,7 @@ def test_a_cached_analysis_keeps_the_groups_without_measuring_again(hsdp_traces,
     def no_measure(*args, **kwargs):
         raise AssertionError("rank_metrics was called although every rank's result is cached")
 
-    monkeypatch.setattr(analysis, "rank_metrics", no_measure)
+    monkeypatch.setattr(pipeline, "rank_metrics", no_measure)
     second = analyze([hsdp_traces], workers=1)
     assert [r.by_group for r in second.ranks] == [r.by_group for r in first.ranks]
     assert second.process_groups == first.process_groups

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from fsdpbench import analysis
-from fsdpbench.analysis import result_cache
+from fsdpbench.analysis import pipeline, result_cache
 from fsdpbench.trace import cache as table_cache
 from fsdpbench.trace.synthetic import make_trace, write_trace
 
@@ -40,13 +40,13 @@ def _reference(folder, monkeypatch, **kw) -> analysis.Analysis:
 def _count_metrics(monkeypatch) -> list[str]:
     """Spy on rank_metrics; returns the list of sources it was run on."""
     calls: list[str] = []
-    real = analysis.rank_metrics
+    real = pipeline.rank_metrics
 
     def spy(trace, step=None):
         calls.append(trace.source)
         return real(trace, step)
 
-    monkeypatch.setattr(analysis, "rank_metrics", spy)
+    monkeypatch.setattr(pipeline, "rank_metrics", spy)
     return calls
 
 
@@ -81,7 +81,7 @@ def test_second_run_equals_a_no_cache_run_without_reading_or_measuring(tmp_path,
     first = analysis.analyze([tmp_path], workers=1)  # writes both caches
     assert all(result_cache.cache_path(p).is_file() for p in tmp_path.glob("rank*.json.gz"))
 
-    _forbid(monkeypatch, analysis, "read_rank")
+    _forbid(monkeypatch, pipeline, "read_rank")
     calls = _count_metrics(monkeypatch)
     second = analysis.analyze([tmp_path], workers=2)
     assert calls == []

@@ -135,13 +135,13 @@ def test_shorten_middle_keeps_both_ends_and_the_width():
 
 def test_diff_fits_80_columns_with_long_labels_and_kernel_names():
     from fsdpbench.analysis import analyze
-    from fsdpbench.analysis.diff import compare
+    from fsdpbench.analysis.diff import diff_analyses
     from fsdpbench.report.terminal import render_diff
 
     base, test = _analysis_with_a_long_kernel_name(), analyze([GLOO_MIN], workers=1)
     labels = ("torch-prefetch2-mesh1x2-pdtbf16", "hyper-prefetch2-pdtbf16-rdtfp32-fusion1")
     console = _console()
-    render_diff(compare(base, test, base_label=labels[0], test_label=labels[1]), console)
+    render_diff(diff_analyses(base, test, base_label=labels[0], test_label=labels[1]), console)
     lines = console.export_text().splitlines()
     assert max(len(line) for line in lines) <= 80
     words = " ".join(" ".join(lines).split())
@@ -156,12 +156,12 @@ def test_diff_fits_80_columns_with_long_labels_and_kernel_names():
 
 def test_diff_keeps_short_labels_as_headers():
     from fsdpbench.analysis import analyze
-    from fsdpbench.analysis.diff import compare
+    from fsdpbench.analysis.diff import diff_analyses
     from fsdpbench.report.terminal import render_diff
 
     res = analyze([GLOO_MIN], workers=1)
     console = _console()
-    render_diff(compare(res, res, base_label="torch", test_label="hyper"), console)
+    render_diff(diff_analyses(res, res, base_label="torch", test_label="hyper"), console)
     text = console.export_text()
     header = next(line for line in text.splitlines() if "metric" in line)
     assert [h.strip() for h in header.strip("┃").split("┃")] == ["metric", "torch", "hyper", "Δ"]

@@ -747,7 +747,7 @@ def _diff_arms(
     run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, Any], memory_rank: int = 0
 ) -> list[DiffResult]:
     from fsdpbench.analysis.calibration import calibration_pairs
-    from fsdpbench.analysis.diff import add_calibration, compare
+    from fsdpbench.analysis.diff import add_calibration, diff_analyses
 
     summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
     arms = {a["label"]: a for a in manifest["arms"]}
@@ -768,7 +768,7 @@ def _diff_arms(
     base = labels[0]
 
     def pair(x: str, y: str) -> DiffResult:
-        return compare(
+        return diff_analyses(
             analyses[x],
             analyses[y],
             base_label=x,

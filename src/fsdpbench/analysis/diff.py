@@ -1,6 +1,6 @@
 """Diff two profile analyses (base = control, test): side by side, collectives, ops, syncs, fits, findings.
 
-``compare(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
+``diff_analyses(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
 ``to_dict()`` gives it) plus, when present, each rank's ``collective_events`` table for the α–β fits.
 ``fsdpbench.results.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
 manifest is the base, every other arm a test. The vocabulary follows HTA's TraceDiff (control/test, ``test − base``
@@ -159,6 +159,16 @@ class RankPair:
             "delta": _metric_deltas(self.base, self.test) if both else None,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankPair:
+        """The inverse of :meth:`to_dict` (``delta`` is computed again)."""
+        rank = data.get("rank")
+        sides = (
+            None if data.get(side) is None else SideMetrics.from_dict(data[side], rank=rank)
+            for side in ("base", "test")
+        )
+        return cls(rank, *sides)
+
 
 @dataclass(frozen=True)
 class SideBySide:
@@ -184,6 +194,18 @@ class SideBySide:
             },
             "ranks": [r.to_dict() for r in self.ranks],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SideBySide:
+        """The inverse of :meth:`to_dict` (deltas and ratios are computed again); a side it leaves out
+        has no metrics."""
+        mean = data.get("mean") or {}
+        return cls(
+            Pair(
+                SideMetrics.from_dict(mean.get("base") or {}), SideMetrics.from_dict(mean.get("test") or {})
+            ),
+            [RankPair.from_dict(r) for r in data.get("ranks") or []],
+        )
 
 
 @dataclass
@@ -236,6 +258,49 @@ class DiffResult:
             "places": [r.to_dict() for r in self.places],
             "top_waits": {"base": list(self.top_waits.base), "test": list(self.top_waits.test)},
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DiffResult:
+        """The inverse of :meth:`to_dict`: a Diff JSON object of docs/DATA.md (one entry of diff.json) as
+        typed objects; what ``to_dict`` derives (deltas, ratios) is computed again from them. A part it
+        leaves out is empty (a report shows what is there).
+
+        Raises:
+            InputError: ``data`` is not a Diff JSON object of this schema version (the message names
+                the key that is missing or wrong).
+        """
+        if not isinstance(data, Mapping):
+            raise InputError(f"not a diff: expected a JSON object, got {type(data).__name__}")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise InputError(f"diff schema_version {version!r}: this fsdpbench reads {SCHEMA_VERSION}")
+        try:
+            memory = data.get("memory_timeline")
+            top_waits = data.get("top_waits") or {}
+            return cls(
+                base=str(data["base"]),
+                test=str(data["test"]),
+                side_by_side=SideBySide.from_dict(data.get("side_by_side") or {}),
+                collectives=[CollectiveRow.from_dict(r) for r in data.get("collectives") or []],
+                ops=[OpRow.from_dict(r) for r in data.get("ops") or []],
+                sync=[SyncRow.from_dict(r) for r in data.get("sync") or []],
+                fits={
+                    src: {t: whatif.AlphaBetaFit.from_dict(f) for t, f in fits.items()}
+                    for src, fits in (data.get("fits") or {}).items()
+                },
+                findings=[fnd.Finding.from_dict(f) for f in data.get("findings") or []],
+                warnings=[str(w) for w in data.get("warnings") or []],
+                calibration=[dict(e) for e in data.get("calibration") or []],
+                distortion=data.get("distortion"),
+                memory=None if memory is None else dict(memory),
+                places=plc.places_from_dicts(data.get("places") or []),
+                top_waits=Pair(list(top_waits.get("base") or []), list(top_waits.get("test") or [])),
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise InputError(
+                f"diff {data.get('test')!r} vs {data.get('base')!r}: not a Diff JSON object "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
         """The first finding of ``rule_id``, or ``None``."""
@@ -412,7 +477,7 @@ def _memory(context: Mapping[str, Any], base_label: str, test_label: str) -> dic
     return {"base": base, "test": test, "difference": mt.peak_difference(base, test)}
 
 
-def compare(
+def diff_analyses(
     base: Any,
     test: Any,
     *,

@@ -158,6 +158,11 @@ class SideMetrics:
         """``{metric: value}`` for the ``METRICS`` keys (Diff JSON ``side_by_side``)."""
         return {k: getattr(self, k) for k in METRICS}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], rank: int | None = None) -> SideMetrics:
+        """The inverse of :meth:`to_dict` (values as written: a Diff JSON's are numbers or null)."""
+        return cls(**{k: data.get(k) for k in METRICS}, rank=rank)
+
     def breakdown(self) -> dict[str, float | None]:
         """The keyword arguments of the ``whatif`` estimators."""
         return {
@@ -226,6 +231,16 @@ class CollectiveRow:
     def bytes_ratio(self) -> float | None:
         return safe_ratio(self.test.bytes, self.base.bytes)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CollectiveRow:
+        """The inverse of :meth:`to_dict` (a Diff JSON ``collectives`` row; the ratios and delta are
+        computed again from the sides)."""
+        sides = (
+            CollectiveSide(data.get(f"{side}_count"), data.get(f"{side}_bytes"), data.get(f"{side}_time_us"))
+            for side in ("base", "test")
+        )
+        return cls(str(data["type"]), *sides)
+
     def to_dict(self) -> dict[str, Any]:
         b, t = self.base, self.test
         return {
@@ -287,6 +302,17 @@ class OpRow:
     def delta_us(self) -> float:
         return self.test.us - self.base.us
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OpRow:
+        """The inverse of :meth:`to_dict` (a Diff JSON ``ops`` row; ``delta_us`` is computed again)."""
+        return cls(
+            str(data["op_type"]),
+            OpSide(data.get("base_us", 0.0), data.get("base_count", 0.0)),
+            OpSide(data.get("test_us", 0.0), data.get("test_count", 0.0)),
+            str(data.get("change", "")),
+            tuple(data.get("same_as") or ()),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "op_type": self.op_type,
@@ -321,6 +347,11 @@ class SyncRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "base": self.base, "test": self.test, "delta": self.delta}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SyncRow:
+        """The inverse of :meth:`to_dict` (a Diff JSON ``sync`` row; ``delta`` is computed again)."""
+        return cls(str(data["name"]), data.get("base"), data.get("test"))
 
 
 @dataclass

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from fsdpbench.trace.table import EventTable
 
 # numpy and the table are imported where a rank is measured: group_kinds and summary_rows run on a fully
-# cached analysis, which never imports numpy (see analysis/__init__.py)
+# cached analysis, which never imports numpy (see analysis/pipeline.py)
 
 RANGE_PREFIX = "fsdpbench::c10d::"
 _RANGE_GROUP = re.compile(r"::group=(.*)::index=\d+$")

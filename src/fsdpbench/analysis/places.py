@@ -11,7 +11,7 @@ Torch-free on purpose.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +157,26 @@ class PlaceRow:
             "test": None if self.test is None else dict(self.test),
             "delta": {f: self.delta(f) for f in PLACE_FIELDS},
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], compared: bool = True) -> PlaceRow:
+        """The inverse of :meth:`to_dict` (``delta`` is computed again); ``compared`` is not written: it
+        is whether both arms have units (:func:`places_from_dicts` tells it from all the rows)."""
+        base, test = data.get("base"), data.get("test")
+        return cls(
+            str(data["unit"]),
+            str(data["phase"]),
+            None if base is None else dict(base),
+            None if test is None else dict(test),
+            compared,
+        )
+
+
+def places_from_dicts(rows: Sequence[Mapping[str, Any]]) -> list[PlaceRow]:
+    """A Diff JSON's ``places`` rows as :class:`PlaceRow` (the inverse of ``[r.to_dict() for r in rows]``
+    of :func:`compare_places`): both arms have units when each side has a place in some row."""
+    compared = any(r.get("base") is not None for r in rows) and any(r.get("test") is not None for r in rows)
+    return [PlaceRow.from_dict(r, compared) for r in rows]
 
 
 def compare_places(base: Mapping[str, Any], test: Mapping[str, Any]) -> list[PlaceRow]:

@@ -254,6 +254,26 @@ class RankMetrics(StepMetrics):
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], format: str = "") -> RankMetrics:
+        """A rank of the Analysis JSON (``to_dict()``) as typed metrics, for readers of analysis.json (the
+        report). What the JSON does not hold stays unset: ``source``, ``mode``, ``device_span_ns``, the
+        collective events, cross-check and event tables (empty, or None); ``format`` is the Analysis'.
+        A metric the JSON leaves out is None (as a report shows it), unlike :meth:`from_cache`, which
+        refuses an incomplete cache."""
+        return cls(
+            **_json_step_fields(d),
+            rank=d.get("rank", 0),
+            format=format,
+            steps=[StepMetrics(**_json_step_fields(s)) for s in d.get("steps") or []],
+            orphan_events=d.get("orphan_events", 0),
+            orphan_us=d.get("orphan_us", 0.0),
+            orphan_share=d.get("orphan_share"),
+            groups=d.get("groups") or {},
+            by_group=d.get("by_group") or {},
+            units=d.get("units"),
+        )
+
     def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
         """Add ``collective_events``' ``transfer_ns`` column: each collective's transfer time (ns) from the
         cross-rank split ``{row: (wait µs, transfer µs)}``; the whole duration where a row has none (the
@@ -350,6 +370,17 @@ class RankMetrics(StepMetrics):
             exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
             units=d.get("units"),
         )
+
+
+def _json_step_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """:class:`StepMetrics`' constructor arguments from an Analysis JSON step or rank; what it leaves out
+    is None (a metric) or empty (a table)."""
+    return {
+        **{k: d.get(k) for k in (*SCALARS, "step")},
+        "collectives": d.get("collectives") or {},
+        "op_stats": list(d.get("ops") or []),  # a DataFrame on first use of op_stats
+        "sync": d.get("sync") or {},
+    }
 
 
 _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
@@ -472,6 +503,31 @@ class Analysis:
             "stragglers": self.stragglers,
             "collective_skew_us": {str(k): v for k, v in self.collective_skew_us.items()},
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Analysis:
+        """The "Analysis" JSON object of docs/DATA.md (one arm of analysis.json) as typed objects
+        (:meth:`RankMetrics.from_dict`); ``mean`` and ``across_ranks``' statistics are computed again
+        from the ranks. ``to_dict()`` gives ``d`` back when it was written with every op (``top=None``).
+
+        Raises:
+            ValueError: ``d`` is not an Analysis JSON object of this schema version.
+        """
+        if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
+            version = d.get("schema_version") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not an Analysis JSON object of schema_version {SCHEMA_VERSION} ({version!r})")
+        across = d.get("across_ranks") or {}
+        fmt = d.get("format") or ""
+        return cls(
+            sources=list(d.get("sources") or []),
+            format=fmt,
+            ranks=[RankMetrics.from_dict(r, fmt) for r in d["ranks"]],
+            warnings=list(d.get("warnings") or []),
+            collective_skew_us={int(k): v for k, v in (across.get("collective_skew_us") or {}).items()},
+            stragglers=list(across.get("stragglers") or []),
+            process_groups=d.get("process_groups") or {},
+            waits=d.get("waits") or {},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The "Analysis" JSON object of docs/DATA.md."""

@@ -46,9 +46,11 @@ def analysis_hash() -> str:
     return table_cache.source_hash(_FORMAT, [*sorted(here.glob("*.py")), here.parent / "trace" / "table.py"])
 
 
-def key(trace: Path, step: int | None) -> dict[str, Any]:
-    """What a result cache must match to stand for ``trace`` analysed at ``step``."""
-    return {"table": table_cache.trace_key(trace), "step": step, "analysis": analysis_hash()}
+def key(trace: Path, step: int | None, table_key: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a result cache must match to stand for ``trace`` analysed at ``step``. ``table_key``:
+    :func:`fsdpbench.trace.cache.trace_key` of the trace, when the caller already took it."""
+    table = table_cache.trace_key(trace) if table_key is None else table_key
+    return {"table": table, "step": step, "analysis": analysis_hash()}
 
 
 def load(

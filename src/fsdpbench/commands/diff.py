@@ -99,8 +99,8 @@ def main(args: argparse.Namespace) -> int:
     """Run the diff, print the tables and write the requested files; 0 on success."""
     from rich.console import Console
 
-    from fsdpbench.analysis.diff import add_calibration, compare
-    from fsdpbench.report.diff_md import to_markdown
+    from fsdpbench.analysis.diff import add_calibration, diff_analyses
+    from fsdpbench.report.diff_md import diff_markdown
     from fsdpbench.report.terminal import render_diff
 
     paths: list[Path] = [Path(p) for p in args.paths]
@@ -137,7 +137,7 @@ def main(args: argparse.Namespace) -> int:
         test = _load_side(paths[1], "TEST", args.step)
         sides = [_run_arm(p) for p in paths]
         arms = {lab: side[0] for lab, side in zip(labels, sides, strict=True) if side is not None}
-        result = compare(
+        result = diff_analyses(
             base,
             test,
             base_label=labels[0],
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.quiet:
         for result in results:
             render_diff(result, console)
-    markdown = "\n\n".join(to_markdown(r) for r in results) if md_path is not None else ""
+    markdown = "\n\n".join(diff_markdown(r) for r in results) if md_path is not None else ""
     for path in run_folder.write_diffs([r.to_dict() for r in results], json_path, md_path, markdown):
         console.print(f"wrote {path}", highlight=False)
     return 0

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.findings import Finding, finite
-from fsdpbench.analysis.whatif import AlphaBetaFit
+from fsdpbench.analysis.findings import finite
 from fsdpbench.fmt import MISSING, fmt, fmt_bytes, fmt_pct, fmt_sig, speed_text
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Bullets, Code, Details, Figure, Heading, Para, Table
@@ -318,7 +317,8 @@ def _throughput(data: RunData) -> list[Block]:
 
 def _diagnosis(data: RunData) -> list[Block]:
     blocks: list[Block] = [Heading("Diagnosis: findings and what-if estimates")]
-    if not data.diffs:
+    diffs = data.diff_results
+    if not diffs:
         why = (
             "this run has fewer than two profiled arms"
             if len(data.analysis or {}) < 2
@@ -326,12 +326,12 @@ def _diagnosis(data: RunData) -> list[Block]:
         )
         blocks.append(Para(f"No diff: {why}."))
         return blocks
-    for d in data.diffs:
-        base, test = d.get("base", MISSING), d.get("test", MISSING)
-        blocks.append(Heading(f"{test} vs {base}", 3))
-        for warning in d.get("warnings") or []:
+    for d in diffs:
+        blocks.append(Heading(f"{d.test} vs {d.base}", 3))
+        for warning in d.warnings:
             blocks.append(Banner("warning", str(warning)))
-        ratio = (d.get("distortion") or {}).get("ratio") or {}
+        distortion = (d.distortion or {}).get("ratio")
+        ratio = distortion or {}
         if any(v is not None for v in ratio.values()):
             shown = ", ".join(f"{arm} {fmt(r, 2)}" for arm, r in ratio.items())
             blocks.append(
@@ -340,31 +340,23 @@ def _diagnosis(data: RunData) -> list[Block]:
                     "come from the profiled step."
                 )
             )
-        findings = [Finding.from_dict(f) for f in d.get("findings") or [] if isinstance(f, dict)]
+        findings = d.findings
         if not findings:  # in the diff's own ranking
             blocks.append(Para("No finding fired: the two profiles show no difference the rules flag."))
         for i, f in enumerate(findings, 1):
             items = [
                 f"**{key}**: {getattr(f, key)}" for key in ("evidence", "cause", "action") if getattr(f, key)
             ]
-            scale = subject_timed_scale(f, (d.get("distortion") or {}).get("ratio"))
+            scale = subject_timed_scale(f, distortion)
             items.extend(estimate_lines(f.estimate, details=True, timed_scale=scale))
             blocks.append(Para(f"**{i}. [{(f.severity or MISSING).upper()}] {f.title or f.id}**"))
             blocks.append(Bullets(items))
-        fits = {
-            source: {
-                kind: AlphaBetaFit.from_dict(fit)
-                for kind, fit in (per_type or {}).items()
-                if isinstance(fit, dict)
-            }
-            for source, per_type in (d.get("fits") or {}).items()
-        }
-        entries = [e for e in d.get("calibration") or [] if isinstance(e, dict)]
+        entries = [e for e in d.calibration if isinstance(e, dict)]
         if entries:
             blocks.append(Para("**Calibration: estimates vs the measured counterfactual arm**"))
             blocks.append(Table(CALIBRATION_HEADER, calibration_rows(entries)))
             blocks.append(Para(CALIBRATION_NOTE))
-        rows = fit_rows(fits)
+        rows = fit_rows(d.fits)
         if rows:
             blocks.append(Table(FIT_HEADER, rows))
             blocks.append(

@@ -196,7 +196,7 @@ def _table(header: list[str], rows: list[list[str]], align: str = "") -> list[st
     return ["| " + " | ".join(header) + " |", f"|{rule}|"] + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def to_markdown(result: DiffResult) -> str:
+def diff_markdown(result: DiffResult) -> str:
     """A "differences" and a "conclusions" section, like the study's report."""
     b, t = result.base, result.test
     md = [f"## Differences: {t} vs {b}", ""]

@@ -390,7 +390,7 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
 
 def write_index(tree: Path) -> list[Path]:
     """Write ``index.md`` (+ ``figures/``) and a self-contained ``index.html`` in ``tree``."""
-    from fsdpbench.report import render
+    from fsdpbench.report.write import render
 
     title, blocks = build_index(tree)
     return render(tree, "index", title, blocks)

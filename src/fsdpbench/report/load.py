@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -17,12 +17,21 @@ from fsdpbench import results
 from fsdpbench.errors import InputError
 from fsdpbench.results import RUN_MARKERS, is_run_dir
 
+if TYPE_CHECKING:
+    from fsdpbench.analysis.diff import DiffResult
+    from fsdpbench.analysis.result import Analysis
+
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class RunData:
-    """What a run folder holds, parsed; ``None`` where the piece is absent or unreadable."""
+    """What a run folder holds, parsed; ``None`` where the piece is absent or unreadable.
+
+    ``analysis`` and ``diffs`` hold the JSON as read (the places and sweep tables read it so);
+    :attr:`analyses` and :attr:`diff_results` give the same as typed objects. ``manifest`` and
+    ``summary`` are the JSON as read.
+    """
 
     run_dir: Path
     manifest: dict[str, Any] | None = None
@@ -38,6 +47,54 @@ class RunData:
     """arm label → ``report.rank_timeline.RankTimeline`` (every rank of the profiled step, aligned)."""
     missing: list[str] = field(default_factory=list)
     """Human-readable notes: what is absent or failed, and what to do about it."""
+    _typed: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False, compare=False)
+    """``analysis``/``diffs`` → (the JSON it was typed from, the typed value): typed once per JSON."""
+
+    @property
+    def analyses(self) -> dict[str, Analysis]:
+        """arm label → the arm's :class:`~fsdpbench.analysis.result.Analysis` read from ``analysis``; an
+        arm whose JSON is not an Analysis object is left out and named in ``missing``."""
+        from fsdpbench.analysis.result import Analysis
+
+        def parse(raw: dict[str, Any]) -> dict[str, Analysis]:
+            out = {}
+            for arm, doc in raw.items():
+                try:
+                    out[arm] = Analysis.from_dict(doc)
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    self.missing.append(
+                        f"the analysis of arm `{arm}` in `{results.ANALYSIS}` could not be read "
+                        f"({type(exc).__name__}: {exc}); it is left out."
+                    )
+            return out
+
+        return self._typed_value("analysis", self.analysis or {}, parse)
+
+    @property
+    def diff_results(self) -> list[DiffResult]:
+        """``diffs`` as :class:`~fsdpbench.analysis.diff.DiffResult` objects; one that is not a Diff JSON
+        object is left out and named in ``missing``."""
+        from fsdpbench.analysis.diff import DiffResult
+
+        def parse(raw: list[dict[str, Any]]) -> list[DiffResult]:
+            out = []
+            for d in raw:
+                try:
+                    out.append(DiffResult.from_dict(d))
+                except InputError as exc:
+                    self.missing.append(
+                        f"a diff in `{results.DIFF_JSON}` could not be read ({exc}); it is left out."
+                    )
+            return out
+
+        return self._typed_value("diffs", self.diffs, parse)
+
+    def _typed_value(self, name: str, raw: Any, parse: Any) -> Any:
+        """``parse(raw)``, computed again only when the JSON held under ``name`` was replaced."""
+        seen = self._typed.get(name)
+        if seen is None or seen[0] is not raw:
+            self._typed[name] = (raw, parse(raw))
+        return self._typed[name][1]
 
     @property
     def arms(self) -> list[str]:
@@ -71,7 +128,7 @@ class Timeline:
     end_ns: Any
 
 
-def read_json(path: Path, data: RunData, what: str) -> Any:
+def load_optional_json(path: Path, data: RunData, what: str) -> Any:
     """Parsed JSON of ``path``, or ``None`` with a note in ``data.missing``."""
     if not path.is_file():
         return None
@@ -82,7 +139,7 @@ def read_json(path: Path, data: RunData, what: str) -> Any:
         return None
 
 
-def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
+def load_step_frame(path: Path, data: RunData) -> pd.DataFrame | None:
     """steps.jsonl as a DataFrame; a torn last line (a crash mid-write) is skipped with a note."""
     if not path.is_file():
         return None
@@ -118,26 +175,26 @@ def load_run(run_dir: Path) -> RunData:
     if not is_run_dir(run_dir):
         raise not_a_run_error(run_dir)
     data = RunData(run_dir=run_dir)
-    data.manifest = read_json(run_dir / results.MANIFEST, data, "the manifest")
+    data.manifest = load_optional_json(run_dir / results.MANIFEST, data, "the manifest")
     if data.manifest is None:
         data.missing.append(
             "`manifest.json` is missing: configuration, environment and commands are unknown."
         )
-    data.summary = read_json(run_dir / results.SUMMARY, data, "the summary")
+    data.summary = load_optional_json(run_dir / results.SUMMARY, data, "the summary")
     if data.summary is None:
         data.missing.append(
             "`summary.json` is missing: no verdict or statistics yet "
             f"(the run may have stopped early; `fsdpbench ab --resume {run_dir}` finishes it)."
         )
-    data.steps = read_steps(run_dir / results.STEPS, data)
+    data.steps = load_step_frame(run_dir / results.STEPS, data)
     if data.steps is None:
         data.missing.append("`steps.jsonl` is missing or empty: no step times to plot.")
     for status in sorted((run_dir / results.LAUNCHES).glob(f"*/*/{results.STATUS}")):
-        parsed = read_json(status, data, "a launch status")
+        parsed = load_optional_json(status, data, "a launch status")
         if isinstance(parsed, dict):
             data.statuses.append(parsed)
-    analysis = read_json(run_dir / results.ANALYSIS, data, "the analysis")
+    analysis = load_optional_json(run_dir / results.ANALYSIS, data, "the analysis")
     if isinstance(analysis, dict):
         data.analysis = analysis
-    data.diffs = results.diff_list(read_json(run_dir / results.DIFF_JSON, data, "the diff"))
+    data.diffs = results.diff_list(load_optional_json(run_dir / results.DIFF_JSON, data, "the diff"))
     return data

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.analysis import memory_timeline as mt
+from fsdpbench.analysis.diff import DiffResult
 from fsdpbench.analysis.findings import finite
+from fsdpbench.analysis.result import RankMetrics
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Figure, Heading, Para, Table
@@ -28,11 +30,19 @@ def _mean_key(ranks: list[dict[str, Any]], key: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def _mean_metric(ranks: list[RankMetrics], name: str) -> float | None:
+    """The mean over ranks of metric ``name`` (ranks where it is not a finite number are left out)."""
+    values = [finite(getattr(r, name)) for r in ranks]
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
 def profile_section(data: RunData) -> list[Block]:
     """The "Profile of one step" section; a short note when the run has no analysed profiles."""
     blocks: list[Block] = [Heading("Profile of one step")]
     analysis = data.analysis or {}
-    arms = [a for a in data.arms if a in analysis] + [a for a in analysis if a not in data.arms]
+    analyses = data.analyses
+    arms = [a for a in data.arms if a in analyses] + [a for a in analyses if a not in data.arms]
     if not arms:
         blocks.append(
             Para(
@@ -42,14 +52,12 @@ def profile_section(data: RunData) -> list[Block]:
         )
         return blocks
     ranks = {arm: _rank_table(analysis[arm]) for arm in arms}
+    typed = {arm: analyses[arm].ranks for arm in arms}
     for arm in arms:
-        for warning in analysis[arm].get("warnings") or []:
+        for warning in analyses[arm].warnings:
             blocks.append(Banner("warning", f"`{arm}`: {warning}"))
     # overlap per rank
-    ratios = {
-        arm: [r.get("overlap_ratio") for r in sorted(ranks[arm], key=lambda r: r.get("rank", 0))]
-        for arm in arms
-    }
+    ratios = {arm: [r.overlap_ratio for r in sorted(typed[arm], key=lambda r: r.rank)] for arm in arms}
     blocks.append(Heading("Communication overlap", 3))
     blocks.append(
         Figure(
@@ -60,19 +68,19 @@ def profile_section(data: RunData) -> list[Block]:
     )
     rows = []
     for arm in arms:
-        r = ranks[arm]
+        r = typed[arm]
         rows.append(
             [
                 arm,
                 str(len(r)),
-                fmt_pct(_mean_key(r, "overlap_ratio")),
-                fmt_us_as_ms(_mean_key(r, "step_time_us")),
-                fmt_us_as_ms(_mean_key(r, "compute_us")),
-                fmt_us_as_ms(_mean_key(r, "comm_us")),
-                fmt_us_as_ms(_mean_key(r, "overlapped_us")),
-                fmt_us_as_ms(_mean_key(r, "exposed_comm_us")),
-                fmt_us_as_ms(_mean_key(r, "free_us")),
-                fmt_us_as_ms(_mean_key(r, "kernel_time_us")),
+                fmt_pct(_mean_metric(r, "overlap_ratio")),
+                fmt_us_as_ms(_mean_metric(r, "step_time_us")),
+                fmt_us_as_ms(_mean_metric(r, "compute_us")),
+                fmt_us_as_ms(_mean_metric(r, "comm_us")),
+                fmt_us_as_ms(_mean_metric(r, "overlapped_us")),
+                fmt_us_as_ms(_mean_metric(r, "exposed_comm_us")),
+                fmt_us_as_ms(_mean_metric(r, "free_us")),
+                fmt_us_as_ms(_mean_metric(r, "kernel_time_us")),
             ]
         )
     blocks.append(
@@ -101,9 +109,8 @@ def profile_section(data: RunData) -> list[Block]:
     # breakdown
     parts = {}
     for arm in arms:
-        r = ranks[arm]
         compute, comm, overlapped, free = (
-            _mean_key(r, k) for k in ("compute_us", "comm_us", "overlapped_us", "free_us")
+            _mean_metric(typed[arm], k) for k in ("compute_us", "comm_us", "overlapped_us", "free_us")
         )
         overlapped = overlapped or 0.0
         parts[arm] = {
@@ -222,10 +229,10 @@ def _collectives(arms: list[str], ranks: dict[str, list[dict[str, Any]]]) -> lis
     ]
 
 
-def _op_rows_from_diff(diff: dict[str, Any]) -> list[tuple[str, float]]:
-    ops = [o for o in diff.get("ops") or [] if isinstance(o, dict) and finite(o.get("delta_us")) is not None]
-    ops.sort(key=lambda o: -abs(finite(o["delta_us"]) or 0.0))
-    return [(str(o.get("op_type")), (finite(o["delta_us"]) or 0.0) / 1000) for o in ops[:TOP_OPS]]
+def _op_rows_from_diff(diff: DiffResult) -> list[tuple[str, float]]:
+    ops = [o for o in diff.ops if finite(o.delta_us) is not None]
+    ops.sort(key=lambda o: -abs(finite(o.delta_us) or 0.0))
+    return [(o.op_type, (finite(o.delta_us) or 0.0) / 1000) for o in ops[:TOP_OPS]]
 
 
 def _op_means(rank_list: list[dict[str, Any]]) -> dict[str, float]:
@@ -245,10 +252,10 @@ def _ops(data: RunData, arms: list[str], ranks: dict[str, list[dict[str, Any]]])
         return []
     blocks: list[Block] = [Heading("Op types: time difference", 3)]
     pairs: list[tuple[str, str, list[tuple[str, float]], str]] = []
-    for d in data.diffs:
+    for d in data.diff_results:
         rows = _op_rows_from_diff(d)
         if rows:
-            pairs.append((str(d.get("base")), str(d.get("test")), rows, "diff.json"))
+            pairs.append((d.base, d.test, rows, "diff.json"))
     if not pairs:
         base_ops = _op_means(ranks[arms[0]])
         for test in arms[1:]:

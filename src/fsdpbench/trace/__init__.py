@@ -38,13 +38,17 @@ __all__ = [
 ]
 
 
-def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> RankTrace:
+def read_rank(
+    source: Source | str | Path, *, cache: bool | None = None, key: dict[str, Any] | None = None
+) -> RankTrace:
     """Read one rank's profile (format from the path when given a path).
 
     Args:
         source: a rank profile, or the path of one.
         cache: read and write the columnar cache beside the trace file or folder (:mod:`fsdpbench.trace.cache`);
             None: unless the ``FSDPBENCH_NO_CACHE`` environment variable is set (``--no-cache``).
+        key: the cache key of the trace (:func:`fsdpbench.trace.cache.trace_key`) when the caller
+            already took it (before reading); None: taken here.
     """
     if not isinstance(source, Source):
         found = find_sources(source)
@@ -56,13 +60,15 @@ def read_rank(source: Source | str | Path, *, cache: bool | None = None) -> Rank
     from fsdpbench.trace import cache as table_cache
 
     path = Path(source.path)
-    key = None
-    if table_cache.enabled() if cache is None else cache:
+    if not (table_cache.enabled() if cache is None else cache):
+        key = None
+    elif key is None:
         try:
             key = table_cache.trace_key(path)
         except OSError:
             key = None  # the reader says what is wrong with the file
-        cached = table_cache.load(path, key) if key is not None else None
+    if key is not None:
+        cached = table_cache.load(path, key)
         if cached is not None:
             return cached
     if source.format == "ascend":

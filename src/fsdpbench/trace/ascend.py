@@ -551,10 +551,10 @@ def _with_task_level_comm(
 
 def _read_db(folder: Path, db: Path) -> RankTrace:
     """One rank of a torch_npu ``export_type=db`` profile (see :mod:`fsdpbench.trace.ascend_db`)."""
-    raw = read_tables(db)
+    tables = read_tables(db)
     warnings: list[str] = []
-    steps = raw["steps"]
-    compute, other, comm = raw["compute"], raw["other_tasks"], raw["comm"]
+    steps = tables.steps
+    compute, other, comm = tables.compute, tables.other_tasks, tables.comm
     hccl_kernel = compute["name"].str.endswith(("AicpuKernel", "AivKernel")).to_numpy(bool)
     dev = pd.concat(
         [
@@ -602,7 +602,7 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
     # tasks that are neither compute nor communication are counted (BARRIER) but not timed: the text
     # export leaves them out of kernel_details.csv and CANN's Overlap Analysis out of its step span
     dev["device"] = (dev["category"] != "other").to_numpy()
-    launch = dev["connection"].map(raw["launch_ns"])
+    launch = dev["connection"].map(tables.launch_ns)
     step = np.full(len(dev), -1, dtype=np.int64)
     known = launch.notna().to_numpy()
     if len(steps):
@@ -614,7 +614,7 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
         )
         step[~known] = _steps_by_time(dev[~known], steps)
     dev = dev.drop(columns="connection").assign(step=step)
-    host = raw["host"].assign(category="other", device=False, op_type=raw["host"]["name"], step=-1)
+    host = tables.host.assign(category="other", device=False, op_type=tables.host["name"], step=-1)
     if not len(dev):
         warnings.append(
             f"{folder.name}: {db.name} has no device tasks (TASK is empty); nothing ran on the NPU"
@@ -622,13 +622,13 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
     analysis_db = db.parent / "analysis.db"
     cross = step_trace_time(analysis_db, warnings) if analysis_db.is_file() else None
     if cross is not None:
-        cross = _with_task_level_comm(cross, dev, raw["comm_tasks"], steps)
+        cross = _with_task_level_comm(cross, dev, tables.comm_tasks, steps)
     rank = rank_of_folder(folder)
-    for alt in (raw["rank"], db_rank(db)):
+    for alt in (tables.rank, db_rank(db)):
         rank = alt if rank is None else rank
-    recorded = recorded_tasks(folder.name, raw["cann_api_rows"] > 0, raw["task_rows"] > 0, warnings)
+    recorded = recorded_tasks(folder.name, tables.cann_api_rows > 0, tables.task_rows > 0, warnings)
     return _assemble(
-        folder, dev, host if len(host) else None, steps, warnings, cross, rank, raw["hccl_streams"], recorded
+        folder, dev, host if len(host) else None, steps, warnings, cross, rank, tables.hccl_streams, recorded
     )
 
 

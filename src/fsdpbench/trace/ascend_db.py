@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -138,16 +139,39 @@ def _ns(col: pd.Series, db: Path, what: str) -> np.ndarray:
         raise InputError(f"{db}: {what}: not integer nanoseconds ({exc})") from None
 
 
-def read_tables(db: Path) -> dict[str, pd.DataFrame]:
-    """The raw frames the reader needs, names resolved through ``STRING_IDS``.
+@dataclass(frozen=True, kw_only=True)
+class AscendDbTables:
+    """The raw tables of one rank's database export that the reader needs (:func:`read_tables`), names
+    resolved through ``STRING_IDS``, times in integer ns. The frames hold ``name, start_ns, end_ns,
+    lane`` plus the columns named below."""
 
-    Returns a dict with ``compute``, ``comm``, ``other_tasks``, ``host``, ``steps`` frames
-    (``name, start_ns, end_ns, lane`` plus table-specific columns), ``launch_ns`` (connection id →
-    start of the launching CANN call), ``rank`` (``RANK_DEVICE_MAP``, None when absent),
-    ``hccl_streams`` (the ``Stream <id>`` lanes HCCL's own tasks run on), ``cann_api_rows`` (how
-    many host runtime events ``CANN_API`` holds: 0 without the table), ``task_rows`` (rows of ``TASK``)
-    and ``comm_tasks`` (``start_ns, end_ns`` of HCCL's own tasks, the ``TASK`` rows of
-    ``COMMUNICATION_TASK_INFO``).
+    compute: pd.DataFrame
+    """``TASK`` ⋈ ``COMPUTE_TASK_INFO``: plus ``op_type, core, connection``."""
+    comm: pd.DataFrame
+    """``COMMUNICATION_OP``, one row per collective: plus ``connection, data_type, count, hccl_stream``."""
+    other_tasks: pd.DataFrame
+    """Every other ``TASK`` row (``BARRIER``, ``MEMCPY_ASYNC`` …), named by its task type: plus
+    ``connection``."""
+    host: pd.DataFrame
+    """``CANN_API`` (``<Level>@<api>``) and ``PYTORCH_API`` host events."""
+    steps: pd.DataFrame
+    """``step, start_ns, end_ns``: the host step windows, by start."""
+    launch_ns: pd.Series
+    """Connection id → start of the launching ``CANN_API`` call."""
+    rank: int | None
+    """The rank ``RANK_DEVICE_MAP`` names (None when absent)."""
+    hccl_streams: set[str]
+    """The ``Stream <id>`` lanes HCCL's own tasks run on."""
+    cann_api_rows: int
+    """How many host runtime events ``CANN_API`` holds (0 without the table)."""
+    task_rows: int
+    """Rows of ``TASK``."""
+    comm_tasks: pd.DataFrame
+    """``start_ns, end_ns`` of HCCL's own tasks (the ``TASK`` rows of ``COMMUNICATION_TASK_INFO``)."""
+
+
+def read_tables(db: Path) -> AscendDbTables:
+    """The raw tables the reader needs (:class:`AscendDbTables`), names resolved through ``STRING_IDS``.
 
     Raises:
         InputError: not a sqlite file, or no ``TASK`` / ``STRING_IDS`` table.
@@ -332,24 +356,24 @@ def read_tables(db: Path) -> dict[str, pd.DataFrame]:
     finally:
         con.close()
     steps = steps[steps["step"] >= 0].sort_values("start_ns", ignore_index=True)
-    return {
-        "compute": compute,
-        "comm": comm,
-        "other_tasks": other_tasks,
-        "host": host,
-        "steps": steps,
-        "launch_ns": launch_ns,
-        "rank": rank,
-        "hccl_streams": hccl_streams,
-        "cann_api_rows": cann_api_rows,
-        "comm_tasks": pd.DataFrame(
+    return AscendDbTables(
+        compute=compute,
+        comm=comm,
+        other_tasks=other_tasks,
+        host=host,
+        steps=steps,
+        launch_ns=launch_ns,
+        rank=rank,
+        hccl_streams=hccl_streams,
+        cann_api_rows=cann_api_rows,
+        comm_tasks=pd.DataFrame(
             {
                 "start_ns": _ns(task.loc[on_hccl, "startNs"], db, "TASK.startNs"),
                 "end_ns": _ns(task.loc[on_hccl, "endNs"], db, "TASK.endNs"),
             }
         ),
-        "task_rows": len(task),
-    }
+        task_rows=len(task),
+    )
 
 
 def step_trace_time(analysis_db: Path, warnings: list[str]) -> pd.DataFrame | None:

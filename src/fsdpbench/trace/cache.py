@@ -101,15 +101,16 @@ def trace_key(trace: Path) -> dict[str, Any]:
     }
 
 
-def fresh(trace: Path) -> bool:
+def fresh(trace: Path, key: dict[str, Any] | None = None) -> bool:
     """True when the cache is on and ``trace`` has a cache that matches it (only the cache's small
-    ``meta`` member is read): reading it is then cheaper than starting a worker process."""
+    ``meta`` member is read): reading it is then cheaper than starting a worker process. ``key``:
+    :func:`trace_key` of the trace, when the caller already took it."""
     import numpy as np
 
     if not enabled() or not cache_path(trace).is_file():
         return False
     try:
-        key = trace_key(trace)
+        key = trace_key(trace) if key is None else key
         with np.load(cache_path(trace), allow_pickle=False) as z:
             return orjson.loads(z["meta"].item()).get("key") == key
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal

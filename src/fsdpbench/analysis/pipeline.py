@@ -1,0 +1,514 @@
+"""The analysis pipeline: find the rank profiles, read and measure each rank (in worker processes, or from
+its caches), then the cross-rank numbers (skew, stragglers, waiting vs transferring).
+
+``analyze(paths)`` returns an :class:`~fsdpbench.analysis.result.Analysis`; ``rank_metrics(trace)``
+measures one rank read by :func:`fsdpbench.trace.read_rank`. Re-exported by :mod:`fsdpbench.analysis`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from fsdpbench.analysis import result_cache
+from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
+from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew, stragglers
+from fsdpbench.errors import FsdpbenchError, InputError
+from fsdpbench.trace import RankTrace, Source, find_all, read_rank
+from fsdpbench.trace import cache as table_cache
+from fsdpbench.trace.rank import DEVICE_NOT_RECORDED
+
+if TYPE_CHECKING:
+    from fsdpbench.trace.table import EventTable
+
+# The metric modules and numpy are imported where a rank is measured, not here: a second `fsdpbench
+# analyze` on unchanged traces takes every rank from its result cache and never needs them (importing
+# numpy alone is ~0.1 s, half of such a run; pandas is not needed even by a cold run).
+
+__all__ = ["RankOutcome", "analyze", "rank_metrics"]
+
+NO_COLLECTIVES = "no collectives found — is this a distributed trace?"
+PROGRESS_MIN_RANKS = 4  # more ranks than this get a progress bar (on a terminal)
+
+
+def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> tuple[Any, Any]:
+    """The union (intervals) of the steps' windows: each is the host ProfilerStep span widened to the
+    device work launched from it (device work lags the host), as torch_npu's step range is."""
+    import numpy as np
+
+    s_all, e_all = [], []
+    windows = trace.windows
+    for st in steps:
+        host = windows.step == st
+        sel = events.device & (events.step == st)
+        starts = windows.start_ns[host].tolist()
+        ends = windows.end_ns[host].tolist()
+        if sel.any():
+            starts.append(int(events.start_ns[sel].min()))
+            ends.append(int(events.end_ns[sel].max()))
+        if starts and ends:
+            s_all.append(min(starts))
+            e_all.append(max(ends))
+    from fsdpbench.analysis import intervals as iv
+
+    return iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64))
+
+
+def _metrics(
+    trace: RankTrace,
+    events: EventTable,
+    steps: Sequence[int],
+    step: int | None,
+    busy_all: Any = None,
+    unions: Any = None,
+) -> StepMetrics:
+    from fsdpbench.analysis.collectives import collective_events, summarize
+    from fsdpbench.analysis.ops import kernel_time_us, op_stats
+    from fsdpbench.analysis.overlap import breakdown
+    from fsdpbench.analysis.sync import sync_counts
+
+    window = _window(trace, events, steps) if steps else None
+    b = breakdown(events, window=window, busy_all=busy_all, unions=unions)
+    stats = op_stats(events)
+    return StepMetrics(
+        step=step,
+        step_time_us=b.window_ns / 1000.0,
+        overlap_ratio=b.overlap_ratio,
+        compute_us=b.compute_ns / 1000.0,
+        comm_us=b.comm_ns / 1000.0,
+        overlapped_us=b.overlapped_ns / 1000.0,
+        exposed_comm_us=b.exposed_comm_ns / 1000.0,
+        free_us=b.free_ns / 1000.0,
+        carried_over_us=b.carried_over_ns / 1000.0,
+        kernel_time_us=kernel_time_us(stats),
+        collectives=summarize(collective_events(events)),
+        op_stats=stats,
+        sync=sync_counts(events, trace.recorded_tasks),
+    )
+
+
+def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
+    """The metrics of one rank's trace.
+
+    Args:
+        trace: a rank read by :func:`fsdpbench.trace.read_rank`.
+        step: restrict to this profiler step (``ProfilerStep#N``); None = every profiled step
+            together (or the whole trace when it has no step markers).
+    Raises:
+        InputError: ``step`` was not profiled on this rank.
+    """
+    import numpy as np
+
+    from fsdpbench.analysis.collectives import collective_events
+
+    all_ev = trace.table
+    orphans = all_ev.orphan & all_ev.device
+    ev = all_ev.take(~orphans) if orphans.any() else all_ev  # orphans are left out of every total
+    known = sorted(int(s) for s in set(trace.windows.step.tolist()) | set(ev.step[ev.step >= 0].tolist()))
+    if step is not None:
+        if step not in known:
+            raise InputError(
+                f"{trace.source}: step {step} was not profiled (steps in the trace: {known or 'none'})"
+            )
+        chosen = [step]
+    else:
+        chosen = known
+    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.analysis.overlap import category_union, device_busy
+
+    busy_all = device_busy(ev)  # every step's device work: what is not free inside a step's window
+    sel = ev.take(np.isin(ev.step, chosen)) if chosen else ev
+    unions = category_union(sel, "compute"), category_union(sel, "comm")  # for the totals and exposed
+    total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all, unions)
+    per_step = (
+        [_metrics(trace, ev.take(ev.step == s), [s], s, busy_all) for s in chosen]
+        if len(chosen) > 1
+        else [total]
+    )
+    from fsdpbench.analysis.groups import group_metrics
+
+    by_group, group_warning = group_metrics(sel)
+    if group_warning:
+        trace.warnings.append(f"rank {trace.rank}: {group_warning}")
+    dev = ev.device
+    span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
+    from fsdpbench.analysis.waits import rank_marks
+
+    ce = collective_events(sel)
+    ce.update(rank_marks(sel, by_order=trace.mode == "cpu"))
+    dur = all_ev.end_ns - all_ev.start_ns
+    all_dev_ns = int(dur[all_ev.device].sum())
+    orphan_ns = int(dur[orphans].sum())
+    return RankMetrics(
+        **total.step_fields(),
+        rank=int(trace.rank or 0),
+        source=trace.source,
+        format=trace.format,
+        mode=trace.mode,
+        steps=per_step,
+        collective_events=ce,
+        exposed_comm_ns=iv.difference(unions[1], unions[0]),  # = waits.exposed_intervals(sel)
+        cross_check=trace.cross_check,
+        device_span_ns=span,
+        orphan_events=int(orphans.sum()),
+        orphan_us=orphan_ns / 1000.0,
+        orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
+        groups=trace.groups,
+        by_group=by_group,
+        units=_units(trace, ev, chosen),
+        _events=all_ev,
+    )
+
+
+def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict[str, Any]] | None:
+    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or no fsdpbench ranges)."""
+    import numpy as np
+
+    from fsdpbench.analysis import attribution
+
+    if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
+        return None
+    return attribution.unit_phase_rows(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
+
+
+def _import_measuring_modules() -> None:
+    """Import what reading and measuring a rank needs (numpy, the decoder, the metric modules), so
+    that worker processes forked afterwards inherit them instead of each importing them again."""
+    import fsdpbench.analysis.attribution
+    import fsdpbench.analysis.collectives
+    import fsdpbench.analysis.groups
+    import fsdpbench.analysis.intervals
+    import fsdpbench.analysis.ops
+    import fsdpbench.analysis.overlap
+    import fsdpbench.analysis.sync
+    import fsdpbench.analysis.waits
+    import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
+
+
+class CacheKeys(NamedTuple):
+    """The cache keys of one trace, taken once per analysis before it is read (so that a trace changed
+    meanwhile is read again next time): the hash of its first MiB (of every file of an Ascend folder) is
+    computed once, whichever cache uses it."""
+
+    table: dict[str, Any]
+    """:func:`fsdpbench.trace.cache.trace_key`: the event-table cache's key."""
+    result: dict[str, Any]
+    """:func:`fsdpbench.analysis.result_cache.key`: the result cache's key (and, with the other ranks',
+    the cross-rank cache's)."""
+
+
+def _cache_keys(source: Source, step: int | None) -> CacheKeys | None:
+    """The cache keys of ``source`` (None with the cache off or a file that cannot be read: its reader
+    then says what is wrong)."""
+    if not table_cache.enabled():
+        return None
+    path = Path(source.path)
+    try:
+        table = table_cache.trace_key(path)
+    except OSError:
+        return None
+    return CacheKeys(table, result_cache.key(path, step, table))
+
+
+class RankOutcome(NamedTuple):
+    """What reading and measuring one rank gave (:func:`_analyze_one`, or the rank's result cache)."""
+
+    read: bool
+    """The trace could be read."""
+    trace_rank: int | None
+    """The rank the trace (or its path) names; None: it names none."""
+    warnings: list[str]
+    """The reader's warnings."""
+    metrics: RankMetrics | None
+    """None when the rank could not be read or measured."""
+    error: str | None
+    """Why the rank could not be read or measured (None: it could)."""
+
+
+def _analyze_one(
+    source: Source, step: int | None, keep_events: bool = True, keys: CacheKeys | None = None
+) -> RankOutcome:
+    """Read and measure one rank (runs in a worker process). Reads the event-table cache and writes the
+    table and result caches under ``keys`` (:func:`_cache_keys`, taken before reading; None: the
+    table cache takes its own key when it is on, and the result cache is not written)."""
+    try:
+        trace = read_rank(source, key=None if keys is None else keys.table)
+    except FsdpbenchError as exc:
+        return RankOutcome(False, None, [], None, str(exc))
+    try:
+        metrics = rank_metrics(trace, step)
+    except FsdpbenchError as exc:
+        return RankOutcome(True, trace.rank, trace.warnings, None, str(exc))
+    if keys is not None:
+        result_cache.store(Path(source.path), keys.result, trace.rank, trace.warnings, metrics)
+    if not keep_events:
+        metrics._events = None  # the bulk of the memory: read again on first use
+    return RankOutcome(True, trace.rank, trace.warnings, metrics, None)
+
+
+@contextlib.contextmanager
+def _progress_bar(total: int, show: bool) -> Iterator[Callable[[], None]]:
+    """A rich progress bar over the ranks on stderr (never stdout, which may carry ``--json -``);
+    yields the function that counts one rank done (a no-op when ``show`` is false)."""
+    if not show:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("reading ranks"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    task = bar.add_task("ranks", total=total)
+    with bar:
+        yield lambda: bar.advance(task)
+
+
+def _as_completed(futures: dict[Any, int]) -> Iterator[Any]:
+    if not futures:
+        return iter(())
+    from concurrent.futures import as_completed
+
+    return as_completed(futures)
+
+
+def _cross_check_warnings(r: RankMetrics) -> list[str]:
+    """Differences over 1 µs between our numbers and the profiler's own per-step summary
+    (``step_trace_time.csv``, or ``analysis.db`` ``StepTraceTime`` for a db export), with the cause
+    when it is known: an older profiler's communication is the union of HCCL tasks, ours of whole
+    operations (the reader gives the task-level figures as ``comm_tasks_us``/``exposed_comm_tasks_us``)."""
+    plain = r.cross_check_columns()
+    if not plain or not plain["columns"]:
+        return []
+    cols = plain["columns"]
+    refs = cols.get("reference") or []
+    out = []
+    by_step = {s.step: s for s in r.steps}
+    for i, step in enumerate(cols["step"]):  # a handful of rows, one per step
+        mine = by_step.get(int(step)) or (r.steps[0] if len(r.steps) == 1 else None)
+        if mine is None:
+            continue
+        ref = refs[i] if i < len(refs) and refs[i] else "per-step summary"
+        for key in ("compute_us", "comm_us", "exposed_comm_us"):
+            theirs, ours = cols[key][i], getattr(mine, key)
+            if theirs is not None and theirs == theirs and abs(ours - theirs) > 1.0:  # not null or NaN
+                msg = (
+                    f"rank {r.rank} step {step}: {key} {ours:.3f} differs from the profiler's "
+                    f"{ref} ({theirs:.3f}) by more than 1 µs"
+                )
+                tasks = (cols.get(key.replace("comm_us", "comm_tasks_us")) or [None] * (i + 1))[i]
+                if key != "compute_us" and tasks is not None and abs(tasks - theirs) <= 1.0:
+                    msg += (
+                        f": the profiler's figure is the task-level one ({tasks:.3f}); it took communication "
+                        "as the union of HCCL's tasks, as older torch_npu profilers do, fsdpbench takes "
+                        "whole HCCL operations (docs/analysis-definitions.md)"
+                    )
+                out.append(msg)
+    return out
+
+
+def analyze(
+    paths: Sequence[str | Path],
+    *,
+    step: int | None = None,
+    workers: int | None = None,
+    top: int | None = None,
+    progress: bool | None = None,
+) -> Analysis:
+    """Analyse the rank profiles under ``paths``.
+
+    A rank whose result cache is valid (:mod:`fsdpbench.analysis.result_cache`) is taken from it, with
+    neither its event table read nor its metrics computed; ranks whose event-table cache is valid
+    (:mod:`fsdpbench.trace.cache`) are read in this process; the others in worker processes, one rank at a time each. Only the small per-rank metrics come
+    back, never an event table, so memory is bounded by one table per process whatever the rank count
+    (``RankMetrics.events`` reads a rank again on first use).
+
+    Args:
+        paths: Kineto trace files (.json/.json.gz), rank folders, ``*_ascend_pt`` folders, or folders
+            of ranks (e.g. ``results/<run>/profiles/<arm>``).
+        step: only this profiler step (None: all profiled steps).
+        workers: processes reading uncached ranks in parallel (default: min(uncached ranks, CPUs);
+            1 = in-process).
+        top: how many op types each rank lists in ``to_dict`` (None: all).
+        progress: a progress bar on stderr; None: when more than 4 ranks are read and stderr is a terminal.
+    Returns:
+        The :class:`Analysis`; ranks that could not be read are left out and named in ``warnings``.
+    Raises:
+        InputError: no rank could be analysed (the message names each file and its problem), or two
+            inputs claim the same rank.
+    """
+    sources = find_all(paths)
+    n = len(sources)
+    keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
+    results: list[RankOutcome | None] = [None] * n
+    keys = [_cache_keys(s, step) for s in sources]  # each trace hashed once, whichever cache uses it
+    for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
+        k = keys[i]
+        hit = None if k is None else result_cache.load(Path(s.path), step, k.result)
+        if hit is not None:
+            results[i] = RankOutcome(True, hit[0], hit[1], hit[2], None)
+    cached = [
+        results[i] is not None or (k is not None and table_cache.fresh(Path(s.path), k.table))
+        for i, (s, k) in enumerate(zip(sources, keys, strict=True))
+    ]
+    todo = [i for i in range(n) if not cached[i]]
+    workers = min(len(todo), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(todo)))
+    if progress is None:
+        progress = n > PROGRESS_MIN_RANKS and sys.stderr.isatty()
+    parallel = workers > 1 and bool(todo)
+    with contextlib.ExitStack() as stack:
+        futures = {}
+        if parallel:  # forked before the progress bar starts its thread
+            from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
+
+            _import_measuring_modules()  # once here, inherited by every forked worker
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
+            futures = {pool.submit(_analyze_one, sources[i], step, False, keys[i]): i for i in todo}
+        advance = stack.enter_context(_progress_bar(n, progress))
+        for i in range(n):
+            if results[i] is not None:
+                advance()
+            elif not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
+                results[i] = _analyze_one(sources[i], step, keep, keys[i])
+                advance()
+        for fut in _as_completed(futures):
+            results[futures[fut]] = fut.result()
+            advance()
+    warnings: list[str] = []
+    errors: list[str] = []
+    ranks: list[RankMetrics] = []
+    outcomes = [r for r in results if r is not None]  # every rank has one by now
+    origin: dict[int, tuple[Path, dict[str, Any] | None]] = {}  # id(metrics): (trace, result cache key)
+    for src, k, outcome in zip(sources, keys, outcomes, strict=True):
+        warnings.extend(outcome.warnings)
+        if outcome.error:
+            errors.append(outcome.error)
+            continue
+        if outcome.trace_rank is None:
+            warnings.append(
+                f"{src.path}: no rank in the trace or its path; using its position ({len(ranks)})"
+            )
+        ranks.append(outcome.metrics)  # type: ignore[arg-type]
+        origin[id(outcome.metrics)] = (Path(src.path), None if k is None else k.result)
+    if not ranks:
+        raise InputError("nothing could be analysed: " + "; ".join(errors))
+    warnings.extend(f"skipped: {e}" for e in errors)
+    ids = [r.rank for r in ranks]
+    if any(o.read and o.trace_rank is None and o.metrics is not None for o in outcomes):
+        ids = list(range(len(ranks))) if len(set(ids)) != len(ids) else ids
+        for r, i in zip(ranks, ids, strict=True):
+            r.rank = i
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        clash = [r.source for r in ranks if r.rank == dup[0]]
+        raise InputError(
+            f"two inputs claim rank {dup[0]}: {clash[0]} and {clash[1]}; pass one profile per rank"
+        )
+    ranks.sort(key=lambda r: r.rank)
+    for r in ranks:
+        # a CPU-only profile of a GPU job already says why it has none (its reader's warning)
+        unrecorded = any(w.startswith(f"{Path(r.source).name}: {DEVICE_NOT_RECORDED}") for w in warnings)
+        if not r.collectives and not unrecorded:
+            warnings.append(f"rank {r.rank}: {NO_COLLECTIVES}")
+        if r.orphan_events:
+            warnings.append(
+                f"rank {r.rank}: {r.orphan_events} device events ({r.orphan_us / 1000:.3f} ms, "
+                f"{100 * (r.orphan_share or 0):.1f}% of device time) were launched before the trace begins; "
+                "they are left out of every number (as HTA does)"
+            )
+        warnings.extend(_cross_check_warnings(r))
+    timed = [
+        r for r in ranks if r.device_span_ns
+    ]  # a rank with no device events has no steps or clock to compare
+    step_sets = {r.rank: tuple(s.step for s in r.steps) for r in timed}
+    if len(set(step_sets.values())) > 1:
+        warnings.append(
+            "ranks profiled different steps ("
+            + ", ".join(f"rank {k}: {list(v)}" for k, v in step_sets.items())
+            + "); per-rank figures are valid, cross-rank comparisons mix steps"
+        )
+    from fsdpbench.analysis.groups import group_kinds
+
+    res = Analysis(
+        sources=[str(p) for p in paths],
+        format=sources[0].format,
+        ranks=ranks,
+        warnings=warnings,
+        top=top,
+        process_groups=group_kinds(ranks),
+    )
+    offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
+    if offset:
+        warnings.append(offset)
+    else:
+        res.collective_skew_us, skew_warnings = collective_skew(
+            [r.rank for r in timed], [r.collective_columns() for r in timed]
+        )
+        warnings.extend(skew_warnings)
+        res.stragglers = stragglers(res.collective_skew_us)
+    if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
+        row_split = _waits(res, timed, [origin[id(r)] for r in timed])
+        if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours
+            ce = [r.collective_columns() for r in timed]
+            from fsdpbench.trace.ascend_comm import profiler_split
+
+            try:
+                totals, ops, ascend_warnings = profiler_split(
+                    [r.rank for r in timed],
+                    [r.source for r in timed],
+                    row_split,
+                    [list(c["start_ns"]) for c in ce],
+                )
+            except FsdpbenchError as exc:
+                warnings.append(f"the profiler's communication split is not shown: {exc}")
+            else:
+                res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
+                warnings.extend(ascend_warnings)
+    return res
+
+
+def _waits(
+    res: Analysis, timed: list[RankMetrics], origin: list[tuple[Path, dict[str, Any] | None]]
+) -> list[dict[int, tuple[float, float]]] | None:
+    """Set ``res.waits`` (and its warnings) and each rank's ``transfer_ns`` column from
+    :func:`fsdpbench.analysis.waits.wait_transfer`, or from the cross-rank cache beside the first rank's
+    trace when every rank's result cache key and id match: a second analyze of unchanged traces then
+    neither matches the collectives again nor imports numpy. Returns the per-rank row split of a fresh
+    computation (None from the cache, which is not used for Ascend exports: their profiler's own split
+    needs the rows, and is read from the files every time anyway)."""
+    want = None
+    if res.format != "ascend" and all(k is not None for _, k in origin):
+        want = {"ranks": [[r.rank, k] for r, (_, k) in zip(timed, origin, strict=True)]}
+        hit = result_cache.load_cross(origin[0][0], want)
+        if hit is not None:
+            data, transfer = hit
+            res.waits = data["waits"]
+            res.warnings.extend(data["warnings"])
+            for r, col in zip(timed, transfer, strict=True):
+                if col is not None:
+                    r.set_transfer_column(col)
+            return None
+    from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
+
+    ce = [r.collective_columns() for r in timed]
+    res.waits, wait_warnings = wait_transfer([r.rank for r in timed], ce, [r.exposed_comm_ns for r in timed])
+    res.warnings.extend(wait_warnings)
+    row_split = res.waits.pop(ROW_SPLIT, None)
+    if row_split is not None:
+        for r, split in zip(timed, row_split, strict=True):
+            r.set_transfer_ns(split)
+    if want is not None:
+        columns = (r.collective_columns() for r in timed)
+        transfer = [c["transfer_ns"] if "transfer_ns" in c else None for c in columns]
+        result_cache.store_cross(
+            origin[0][0], want, {"waits": res.waits, "warnings": wait_warnings}, transfer
+        )
+    return row_split
