@@ -86,8 +86,8 @@ def _assert_matches_reference(run_dir: Path, steps: list[dict], arm: str, rows: 
 def _called_parameter_owners() -> tuple[torch.nn.Module, list[torch.nn.Module]]:
     """(the tiny model, its modules that own parameters and whose forward runs), found with
     forward-pre-hooks on one unsharded single-process forward."""
-    from fsdpbench.data import global_batch
     from fsdpbench.model import init_full_tensor
+    from fsdpbench.run.tokens import global_batch
 
     cfg = preset_tiny()
     model = build_model(cfg, device="cpu")
@@ -227,7 +227,7 @@ def test_deepspeed_setup_without_deepspeed_says_how_to_install(monkeypatch):
 
 
 def test_extension_cache_defaults_under_out_and_respects_the_variable(tmp_path, monkeypatch):
-    from fsdpbench.launcher import worker_environment
+    from fsdpbench.run.launcher import worker_environment
 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     cfg = RunConfig(arms=parse_arms("torch,deepspeed"), out=str(tmp_path))

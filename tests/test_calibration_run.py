@@ -9,7 +9,7 @@ import pytest
 from conftest import run_cli, run_profiled_ab
 from fsdpbench.analysis import calibration as cal
 from fsdpbench.report.diff_md import CALIBRATION_HEADER, calibration_rows
-from fsdpbench.results import diff_run
+from fsdpbench.run.run_folder import diff_run
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 

@@ -11,7 +11,7 @@ from conftest import run_cli
 from fsdpbench.analysis.diff import compare
 from fsdpbench.errors import InputError
 from fsdpbench.report.diff_md import to_markdown
-from fsdpbench.results import diff_run
+from fsdpbench.run.run_folder import diff_run
 from test_diff_synthetic import synthetic_analysis
 from test_findings import analysis, rank
 

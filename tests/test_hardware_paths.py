@@ -276,7 +276,7 @@ def test_manifest_reads_the_cann_version_from_torch_version(monkeypatch):
 
     import torch
 
-    from fsdpbench import worker
+    from fsdpbench.run import worker
 
     # torch_npu as it is: a __version__, no version.cann; its import sets torch.version.cann
     monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(__version__="2.6.0.post3"))
@@ -305,7 +305,7 @@ def _spellings(dist) -> list[tuple[str, object]]:
     import torch
     import torch.distributed.distributed_c10d as c10d
 
-    from fsdpbench.worker import COLLECTIVES
+    from fsdpbench.run.worker import COLLECTIVES
 
     x, out = torch.ones(4), torch.zeros(4)
     calls = {
@@ -342,7 +342,7 @@ def test_collective_counter_counts_every_installed_spelling_once(gloo_world_of_o
     ``_all_gather_base`` → ``all_gather_single`` and ``all_gather_into_tensor`` → ``all_gather_single``)."""
     import torch.distributed.distributed_c10d as c10d
 
-    from fsdpbench.worker import COLLECTIVES, CollectiveCounter
+    from fsdpbench.run.worker import COLLECTIVES, CollectiveCounter
 
     dist = gloo_world_of_one
     originals = {name: getattr(c10d, name) for name in COLLECTIVES if hasattr(c10d, name)}
@@ -389,8 +389,8 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     import json
     import sys
 
-    from fsdpbench import launcher, results
     from fsdpbench.config import RunConfig
+    from fsdpbench.run import launcher, run_folder
 
     cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nproc": nproc, "profile": True})
     monkeypatch.setattr(
@@ -408,11 +408,11 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"launches": [], "profiles": {}, "environment": None, "order": []}
     run = launcher.Run(cfg, run_dir, manifest, console=None)
-    return run, lambda: run.launch("torch", results.PROFILE_ROUND, None)
+    return run, lambda: run.launch("torch", run_folder.PROFILE_ROUND, None)
 
 
 def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
-    from fsdpbench import results
+    from fsdpbench.run import run_folder
 
     old = tmp_path / "run" / "profiles" / "torch" / "rank0" / "old.pt.trace.json.gz"
     old.parent.mkdir(parents=True)
@@ -425,8 +425,8 @@ def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
     kept = run_dir / "launches" / "torch" / "profile" / "discarded_profiles" / "rank0" / old.name
     assert kept.read_text() == "from a failed profile launch"
     assert (run_dir / "profiles" / "other" / "rank0").is_dir()
-    assert run.manifest["profiles"] == {"torch": "profiles/torch"} and results.launch_ok(
-        run_dir, "torch", results.PROFILE_ROUND
+    assert run.manifest["profiles"] == {"torch": "profiles/torch"} and run_folder.launch_ok(
+        run_dir, "torch", run_folder.PROFILE_ROUND
     )
 
 
@@ -435,8 +435,8 @@ _NPU_ENV = {"{ldir}/environment.json": '{"device_type": "npu"}'}
 
 
 def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof(tmp_path, monkeypatch):
-    from fsdpbench import results
     from fsdpbench.errors import LaunchError
+    from fsdpbench.run import run_folder
 
     files = {
         **_NPU_ENV,
@@ -451,25 +451,25 @@ def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof
     assert "\n" not in msg
     assert "rank 1: kernel_details.csv" in msg and "rank 0" not in msg.split("missing")[0]
     assert "msprof" in msg and "set_env.sh" in msg and "analyse(" in msg
-    assert not results.launch_ok(
-        tmp_path / "run", "torch", results.PROFILE_ROUND
+    assert not run_folder.launch_ok(
+        tmp_path / "run", "torch", run_folder.PROFILE_ROUND
     )  # --resume profiles it again
     assert "torch" not in run.manifest["profiles"]
 
 
 def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_path, monkeypatch):
-    from fsdpbench import results
+    from fsdpbench.run import run_folder
 
     parsed = {
         _PT.format(r=r) + name: "" for r in (0, 1) for name in ("trace_view.json", "kernel_details.csv")
     }
     _run, launch = _profile_launch(tmp_path / "npu", monkeypatch, {**_NPU_ENV, **parsed})
     launch()
-    assert results.launch_ok(tmp_path / "npu" / "run", "torch", results.PROFILE_ROUND)
+    assert run_folder.launch_ok(tmp_path / "npu" / "run", "torch", run_folder.PROFILE_ROUND)
     cpu = {"{ldir}/environment.json": '{"device_type": "cpu"}', "profiles/torch/rank0/t.json.gz": ""}
     _run, launch = _profile_launch(tmp_path / "cpu", monkeypatch, cpu)
     launch()
-    assert results.launch_ok(tmp_path / "cpu" / "run", "torch", results.PROFILE_ROUND)
+    assert run_folder.launch_ok(tmp_path / "cpu" / "run", "torch", run_folder.PROFILE_ROUND)
 
 
 # --------------------------------------------------------------------------------------------
@@ -480,7 +480,7 @@ def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_pat
 def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
     import types
 
-    from fsdpbench.worker import npu_trace_handler
+    from fsdpbench.run.worker import npu_trace_handler
 
     calls = []
 
@@ -499,7 +499,7 @@ def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
         calls.append({"dir_name": dir_name, "worker_name": worker_name})
         return "old"
 
-    with caplog.at_level("WARNING", logger="fsdpbench.worker"):
+    with caplog.at_level("WARNING", logger="fsdpbench.run.worker"):
         assert (
             npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=old_handler), tmp_path, 0)
             == "old"
@@ -512,7 +512,7 @@ def test_parse_npu_profile_calls_torch_npus_offline_analyse_on_the_rank_folder(t
     import sys
     import types
 
-    from fsdpbench.worker import parse_npu_profile
+    from fsdpbench.run.worker import parse_npu_profile
 
     paths = []
     offline = types.ModuleType("torch_npu.profiler.profiler")

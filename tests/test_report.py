@@ -520,7 +520,9 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
     def failing_diff(*args, **kwargs):
         raise RuntimeError("no diff today")
 
-    monkeypatch.setattr("fsdpbench.results._diff_arms", failing_diff)  # a failing piece is named, not fatal
+    monkeypatch.setattr(
+        "fsdpbench.run.run_folder._diff_arms", failing_diff
+    )  # a failing piece is named, not fatal
     written = write_report(run)
     assert run / "analysis.json" in written
     assert set(orjson.loads((run / "analysis.json").read_bytes())) == {"torch", "hyper"}

@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from conftest import free_port, processes_mentioning
-from fsdpbench.launcher import write_report_safely
+from fsdpbench.run.launcher import write_report_safely
 
 
 @pytest.mark.distributed

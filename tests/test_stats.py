@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
-from fsdpbench import stats
+from fsdpbench.run import stats
 
 
 def _exact_bootstrap_quantiles(base, test, qs):

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from fsdpbench.errors import ConfigError, LaunchError
-from fsdpbench.sweep import expand, find_run_dir, load_sweep, run_status, run_sweep
+from fsdpbench.run.sweep import expand, find_run_dir, load_sweep, run_status, run_sweep
 from test_report import inspect_html
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fsdpbench import launcher
 from fsdpbench.errors import ConfigError, LaunchError
-from fsdpbench.sweep import (
+from fsdpbench.run import launcher
+from fsdpbench.run.sweep import (
     SWEEP_PLAN_DIR,
     find_run_dir,
     load_sweep,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fsdpbench.launcher import print_summary
+from fsdpbench.run.launcher import print_summary
 
 
 def _console() -> Console:

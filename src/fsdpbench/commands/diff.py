@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fsdpbench import results as run_folder
 from fsdpbench.errors import ConfigError, InputError
+from fsdpbench.run import run_folder
 
 ANALYSIS_JSON_MAX_BYTES = 64 << 20
 """A plain ``*.json`` file up to this size is checked for being an analysis JSON (else it is a trace)."""

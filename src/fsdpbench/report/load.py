@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from fsdpbench import results
 from fsdpbench.errors import InputError
-from fsdpbench.results import RUN_MARKERS, is_run_dir
+from fsdpbench.run import run_folder
+from fsdpbench.run.run_folder import RUN_MARKERS, is_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ class RunData:
     def profile_dirs(self) -> dict[str, Path]:
         """arm label → its profile folder, for arms that have one."""
         order = {a: i for i, a in enumerate(self.arms)}
-        found = sorted(results.profiled_arms(self.run_dir), key=lambda a: order.get(a, len(order)))
-        return {a: results.profile_dir(self.run_dir, a) for a in found}
+        found = sorted(run_folder.profiled_arms(self.run_dir), key=lambda a: order.get(a, len(order)))
+        return {a: run_folder.profile_dir(self.run_dir, a) for a in found}
 
 
 @dataclass
@@ -76,7 +76,7 @@ def read_json(path: Path, data: RunData, what: str) -> Any:
     if not path.is_file():
         return None
     try:
-        return results.read_json(path)
+        return run_folder.read_json(path)
     except InputError as exc:
         data.missing.append(f"{what} `{path.name}` could not be read ({exc}); it is left out.")
         return None
@@ -86,7 +86,7 @@ def read_steps(path: Path, data: RunData) -> pd.DataFrame | None:
     """steps.jsonl as a DataFrame; a torn last line (a crash mid-write) is skipped with a note."""
     if not path.is_file():
         return None
-    rows, bad = results.parse_jsonl(path.read_bytes())
+    rows, bad = run_folder.parse_jsonl(path.read_bytes())
     if bad:
         data.missing.append(
             f"`steps.jsonl` has {bad} unreadable line(s) (a crash mid-write?); they are skipped."
@@ -118,26 +118,26 @@ def load_run(run_dir: Path) -> RunData:
     if not is_run_dir(run_dir):
         raise not_a_run_error(run_dir)
     data = RunData(run_dir=run_dir)
-    data.manifest = read_json(run_dir / results.MANIFEST, data, "the manifest")
+    data.manifest = read_json(run_dir / run_folder.MANIFEST, data, "the manifest")
     if data.manifest is None:
         data.missing.append(
             "`manifest.json` is missing: configuration, environment and commands are unknown."
         )
-    data.summary = read_json(run_dir / results.SUMMARY, data, "the summary")
+    data.summary = read_json(run_dir / run_folder.SUMMARY, data, "the summary")
     if data.summary is None:
         data.missing.append(
             "`summary.json` is missing: no verdict or statistics yet "
             f"(the run may have stopped early; `fsdpbench ab --resume {run_dir}` finishes it)."
         )
-    data.steps = read_steps(run_dir / results.STEPS, data)
+    data.steps = read_steps(run_dir / run_folder.STEPS, data)
     if data.steps is None:
         data.missing.append("`steps.jsonl` is missing or empty: no step times to plot.")
-    for status in sorted((run_dir / results.LAUNCHES).glob(f"*/*/{results.STATUS}")):
+    for status in sorted((run_dir / run_folder.LAUNCHES).glob(f"*/*/{run_folder.STATUS}")):
         parsed = read_json(status, data, "a launch status")
         if isinstance(parsed, dict):
             data.statuses.append(parsed)
-    analysis = read_json(run_dir / results.ANALYSIS, data, "the analysis")
+    analysis = read_json(run_dir / run_folder.ANALYSIS, data, "the analysis")
     if isinstance(analysis, dict):
         data.analysis = analysis
-    data.diffs = results.diff_list(read_json(run_dir / results.DIFF_JSON, data, "the diff"))
+    data.diffs = run_folder.diff_list(read_json(run_dir / run_folder.DIFF_JSON, data, "the diff"))
     return data

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fsdpbench import phases, stats
-from fsdpbench.device import peak_bf16_flops, peak_flops
 from fsdpbench.errors import InputError
+from fsdpbench.run import phases, stats
+from fsdpbench.run.device import peak_bf16_flops, peak_flops
 
 if TYPE_CHECKING:  # the analysis side imports pandas: only the functions that analyse load it
     from fsdpbench.analysis.diff import DiffResult
