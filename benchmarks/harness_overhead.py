@@ -304,7 +304,7 @@ def _report(
 ) -> dict[str, object]:
     from fsdpbench.run import stats
 
-    comp = stats.compare("bare", "fsdpbench", bare, harness)
+    comp = stats.compare_arms("bare", "fsdpbench", bare, harness)
     ci = f"{comp.ci95[0]:.4f}..{comp.ci95[1]:.4f}" if comp.ci95 else "—"
     within = comp.ci95 is not None and comp.ci95[0] >= 0.99 and comp.ci95[1] <= 1.01
     print(

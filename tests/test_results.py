@@ -55,14 +55,14 @@ def test_read_steps_skips_a_truncated_last_line(tmp_path):
         run_folder.append_step(tmp_path / "steps.jsonl", rec)
     with open(tmp_path / "steps.jsonl", "ab") as f:
         f.write(b'{"arm": "torch", "ro')
-    assert len(run_folder.read_steps(tmp_path)) == 3
+    assert len(run_folder.read_step_records(tmp_path)) == 3
 
 
 def test_drop_steps_removes_only_that_arm_round_and_keeps_a_copy(tmp_path):
     for rec in _steps("torch", 0, [1.0]) + _steps("hyper", 0, [2.0]) + _steps("torch", 1, [3.0]):
         run_folder.append_step(tmp_path / "steps.jsonl", rec)
     assert run_folder.drop_steps(tmp_path, "torch", 0, keep_to=tmp_path / "kept.jsonl") == 2
-    left = run_folder.read_steps(tmp_path)
+    left = run_folder.read_step_records(tmp_path)
     assert {(r["arm"], r["round"]) for r in left} == {("hyper", 0), ("torch", 1)}
     assert len((tmp_path / "kept.jsonl").read_text().splitlines()) == 2
 

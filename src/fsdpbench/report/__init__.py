@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.report.blocks import Figure, to_html, to_markdown
+from fsdpbench.report.blocks import Figure, blocks_html, blocks_markdown
 from fsdpbench.report.diff_md import to_markdown as diff_markdown
 from fsdpbench.report.load import RunData, Timeline, load_run
 from fsdpbench.run import run_folder
@@ -42,7 +42,7 @@ def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
         )
     if path.is_file() and path.stat().st_mtime_ns != before:
         written.append(path)
-        data.analysis = run_folder.read_json(path)
+        data.analysis = run_folder.read_json_file(path)
     return {a: r for a, r in analyses.items() if not isinstance(r, dict)}
 
 
@@ -185,8 +185,8 @@ def render(folder: Path, stem: str, title: str, blocks: list) -> list[Path]:
                 fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg
             )
         )
-    written.append(run_folder.write_atomic(folder / f"{stem}.md", to_markdown(title, blocks)))
-    written.append(run_folder.write_atomic(folder / f"{stem}.html", to_html(title, blocks)))
+    written.append(run_folder.write_atomic(folder / f"{stem}.md", blocks_markdown(title, blocks)))
+    written.append(run_folder.write_atomic(folder / f"{stem}.html", blocks_html(title, blocks)))
     return written
 
 

@@ -76,7 +76,7 @@ def read_json(path: Path, data: RunData, what: str) -> Any:
     if not path.is_file():
         return None
     try:
-        return run_folder.read_json(path)
+        return run_folder.read_json_file(path)
     except InputError as exc:
         data.missing.append(f"{what} `{path.name}` could not be read ({exc}); it is left out.")
         return None

@@ -219,7 +219,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point under torchrun: ``python -m fsdpbench.run.collect SPEC.json``."""
     argv = sys.argv[1:] if argv is None else argv
-    spec = run_folder.read_json(argv[0])
+    spec = run_folder.read_json_file(argv[0])
     logging.basicConfig(level=logging.INFO, format=f"[node{spec.get('node')}] %(levelname)s: %(message)s")
     try:
         result = run(spec)

@@ -150,7 +150,7 @@ def node_failures(folder: Path, node: int | None) -> list[RankFailure]:
             by_rank[f.rank] = f
     for path in sorted(folder.glob(run_folder.LAUNCH_ERROR.format(rank="*"))):
         try:
-            error = run_folder.read_json(path)
+            error = run_folder.read_json_file(path)
             rank = int(error["rank"])
         except (InputError, KeyError, TypeError, ValueError):
             continue

@@ -256,7 +256,7 @@ class Run:
     def write_summary(self) -> dict[str, Any]:
         summary = run_folder.build_summary(
             self.manifest,
-            run_folder.read_steps(self.run_dir),
+            run_folder.read_step_records(self.run_dir),
             done=self.done(),
             flops_per_token=self.flops_per_token(),
         )
@@ -349,7 +349,7 @@ class Run:
             progress.finish(error is None, time.monotonic() - t0)
         env_path = ldir / run_folder.LAUNCH_ENVIRONMENT
         if env_path.exists():
-            facts = run_folder.read_json(env_path)
+            facts = run_folder.read_json_file(env_path)
             runtime = facts.pop("arm_runtime", None)
             if runtime:  # what this arm ran with: dtypes after the device default, optimizer path
                 self.manifest.setdefault("arm_runtime", {})[arm] = runtime
@@ -660,7 +660,7 @@ def run_ab(
     console = console or Console(stderr=True)
     if resume is not None:
         run_dir = Path(resume)
-        manifest = run_folder.read_json(run_dir / run_folder.MANIFEST)
+        manifest = run_folder.read_json_file(run_dir / run_folder.MANIFEST)
         try:
             cfg = RunConfig.from_dict(manifest["config"])
         except KeyError:

@@ -95,7 +95,7 @@ def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> d
             continue
         try:
             events = orjson.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-            facts = read_json(live)
+            facts = read_json_file(live)
             out[arm] = step_timeline(events, facts["live_at_start_bytes"], facts.get("device_type", 0))
             out[arm]["rank"] = rank
         except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
@@ -140,7 +140,7 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
-def read_json(path: str | Path) -> Any:
+def read_json_file(path: str | Path) -> Any:
     """Read a JSON file, or raise ``InputError`` naming it."""
     try:
         return orjson.loads(Path(path).read_bytes())
@@ -181,7 +181,7 @@ def append_step(path: str | Path, record: dict[str, Any]) -> None:
         f.flush()
 
 
-def read_steps(run_dir: str | Path) -> list[dict[str, Any]]:
+def read_step_records(run_dir: str | Path) -> list[dict[str, Any]]:
     """All complete step records of a run (a truncated last line is skipped)."""
     path = Path(run_dir) / STEPS
     if not path.exists():
@@ -248,7 +248,7 @@ def build_summary(
 
     Args:
         manifest: the run's manifest (config, arms, order, environment).
-        steps: records from ``read_steps``.
+        steps: records from ``read_step_records``.
         done: arm-rounds whose launch succeeded; rounds outside it are listed under ``missing``
             and left out of the statistics (``None`` = every round that has timed steps).
         flops_per_token: model FLOPs per token (forward + backward) for TFLOP/s and MFU.
@@ -337,7 +337,7 @@ def build_summary(
         base = labels[0]
         for label in labels[1:]:
             if label in round_medians:
-                comp = stats.compare(
+                comp = stats.compare_arms(
                     base, label, round_medians[base], round_medians[label], seed=cfg.get("seed", 0)
                 ).to_dict()
                 comp["phases"] = phases.compare_phases(
@@ -685,7 +685,7 @@ def _run_manifest(run_dir: Path) -> dict[str, Any]:
             f"{run_dir} is not a fsdpbench run folder (no {MANIFEST}); pass a run folder "
             "written by `fsdpbench ab --profile`, or two trace paths BASE TEST"
         )
-    manifest = read_json(path)
+    manifest = read_json_file(path)
     if len(manifest.get("arms") or []) < 2:
         raise InputError(
             f"{path} lists {len(manifest.get('arms') or [])} arm(s); a diff needs at least two (base and test)"
@@ -697,7 +697,7 @@ def _diff_arms(run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, A
     from fsdpbench.analysis.calibration import calibration_pairs
     from fsdpbench.analysis.diff import add_calibration, compare
 
-    summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
+    summary = read_json_file(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
     arms = {a["label"]: a for a in manifest["arms"]}
     env = manifest.get("environment") or {}
     model = (manifest.get("config") or {}).get("model")

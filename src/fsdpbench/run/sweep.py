@@ -290,7 +290,7 @@ def read_state(tree: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return run_folder.read_json(path)
+        return run_folder.read_json_file(path)
     except InputError as exc:
         raise ConfigError(f"{exc}; move it away to start the sweep afresh") from None
 

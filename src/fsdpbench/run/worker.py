@@ -809,7 +809,7 @@ def main(argv: list[str] | None = None) -> int:
         for folder in argv[1:]:
             parse_npu_profile(Path(folder))
         return 0
-    spec = run_folder.read_json(argv[0])
+    spec = run_folder.read_json_file(argv[0])
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s")
     try:
