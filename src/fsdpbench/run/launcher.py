@@ -254,16 +254,16 @@ class Run:
         run_folder.write_json(self.run_dir / run_folder.MANIFEST, self.manifest)
 
     def write_summary(self) -> dict[str, Any]:
-        summary = run_folder.build_summary(
+        summary = run_folder.summarize_run(
             self.manifest,
             run_folder.read_step_records(self.run_dir),
             done=self.done(),
             flops_per_token=self.flops_per_token(),
         )
-        for arm, timeline in run_folder.memory_timelines(self.run_dir, list(summary["arms"])).items():
-            summary["arms"][arm]["memory_timeline"] = timeline
-        run_folder.write_json(self.run_dir / run_folder.SUMMARY, summary)
-        return summary
+        for arm, timeline in run_folder.memory_timelines(self.run_dir, list(summary.arms)).items():
+            summary.arms[arm].memory_timeline = timeline
+        summary.write(self.run_dir / run_folder.SUMMARY)
+        return summary.to_dict()
 
     # ---- one launch
     def launch(self, arm: str, round_: int, progress: _Progress | None) -> None:
