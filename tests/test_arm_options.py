@@ -28,10 +28,10 @@ import textwrap
 import pytest
 import torch
 
-from conftest import REPO, run_cli
 from fsdpbench.config import Arm, RunConfig, parse_arms, preset_tiny
 from fsdpbench.errors import ConfigError
 from fsdpbench.model import build_model
+from helpers import REPO, run_cli
 
 # ------------------------------------------------------------------------------------ point 2: prefetch
 
@@ -510,12 +510,14 @@ def test_report_configuration_shows_kw_env_and_what_ran():
 def test_ab_records_prefetch_kw_and_env_as_run(tmp_path):
     """One 2-rank launch: the arm still trains like the unsharded reference, and the manifest records
     each setting as the worker ran it."""
-    from test_arms import _ab, _assert_matches_reference
+    from helpers import ab_run, assert_matches_reference
 
     arm = "fsdp1-prefetchdefault"
-    run_dir, steps = _ab(tmp_path, "fsdp1:prefetch=default:kw.sync_module_states=false:env.NPU_ASD_ENABLE=0")
+    run_dir, steps = ab_run(
+        tmp_path, "fsdp1:prefetch=default:kw.sync_module_states=false:env.NPU_ASD_ENABLE=0"
+    )
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+    assert_matches_reference(run_dir, steps[arm], arm, rows=2)
     (entry,) = manifest["arms"]
     assert entry["label"] == arm and entry["env"] == {"NPU_ASD_ENABLE": "0"}
     assert entry["kw"] == {"sync_module_states": False}  # typed from the signature, not "false"

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
 from fsdpbench.config import RunConfig
+from helpers import REPO
 
 HAVE_HYPER = __import__("importlib").util.find_spec("hyper_parallel") is not None
 
@@ -211,10 +211,10 @@ def test_expert_weight_gradient_is_right_with_or_without_k_grouping(monkeypatch,
     """The K-grouped call is used only when the version allows it and one checked call agrees with the
     loop; otherwise the weight gradient runs per expert. Either way the gradients equal F.linear's."""
     from fsdpbench.model import moe
-    from test_hardware_paths import _fake_npu_grouped_matmul
+    from helpers import fake_npu_grouped_matmul
 
     calls: list[dict] = []
-    fake = _fake_npu_grouped_matmul(calls, k_grouped=k_grouped)
+    fake = fake_npu_grouped_matmul(calls, k_grouped=k_grouped)
     monkeypatch.setitem(
         sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=fake, __version__=version)
     )
@@ -435,7 +435,7 @@ def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_
     tmp_path, monkeypatch
 ):
     from fsdpbench.run import launcher, run_folder
-    from test_hardware_paths import _FAKE_LAUNCH
+    from helpers import FAKE_LAUNCH
 
     fake = tmp_path / "fake"
     (fake / "torch_npu" / "profiler").mkdir(parents=True)
@@ -459,7 +459,7 @@ def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_
         lambda c, spec, logs, i, python=None: [
             sys.executable,
             "-c",
-            _FAKE_LAUNCH + _PID,
+            FAKE_LAUNCH + _PID,
             str(spec),
             json.dumps(files),
         ],

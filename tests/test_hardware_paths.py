@@ -12,6 +12,8 @@ import gzip
 import orjson
 import pytest
 
+from helpers import FAKE_LAUNCH, fake_npu_grouped_matmul
+
 
 def _raw_events(trace_path) -> list[dict]:
     return orjson.loads(gzip.decompress(trace_path.read_bytes()))["traceEvents"]
@@ -81,55 +83,6 @@ def test_profiled_step_runs_no_bincount(profiled_ab_run):
 # --------------------------------------------------------------------------------------------
 
 
-def _fake_npu_grouped_matmul(calls: list[dict], k_grouped: bool = True):
-    """The op's signature as op-plugin documents it (docs/context/torch_npu-npu_grouped_matmul.md @
-    4a859cf6, keyword-only after ``weight``); ``k_grouped=False`` refuses group_type=2 as the releases
-    whose page lists only -1 and 0 for Atlas A2/A3 do."""
-    import torch
-
-    def npu_grouped_matmul(  # noqa: PLR0913 - the real signature
-        x,
-        weight,
-        *,
-        bias=None,
-        scale=None,
-        offset=None,
-        antiquant_scale=None,
-        antiquant_offset=None,
-        per_token_scale=None,
-        group_list=None,
-        activation_input=None,
-        activation_quant_scale=None,
-        activation_quant_offset=None,
-        split_item=0,
-        group_type=None,
-        group_list_type=0,
-        act_type=0,
-        output_dtype=None,
-        tuning_config=None,
-    ):
-        if group_type == 2 and not k_grouped:
-            raise RuntimeError("group_type only supports -1 and 0")
-        calls.append(
-            {
-                "group_list": group_list.tolist(),
-                "split_item": split_item,
-                "group_type": group_type,
-                "group_list_type": group_list_type,
-                "dtype": group_list.dtype,
-            }
-        )
-        bounds = group_list.tolist() if group_list_type == 0 else torch.cumsum(group_list, 0).tolist()
-        starts = [0, *bounds[:-1]]
-        (x,), (w,) = x, weight
-        if group_type == 0:  # M-grouped: rows of x, one [K, N] weight per group
-            return [torch.cat([x[a:b] @ w[e] for e, (a, b) in enumerate(zip(starts, bounds, strict=True))])]
-        assert group_type == 2  # K-grouped: x [K, S] and w [S, N] split along S, out [E, K, N]
-        return [torch.stack([x[:, a:b] @ w[a:b] for a, b in zip(starts, bounds, strict=True)])]
-
-    return npu_grouped_matmul
-
-
 def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(monkeypatch):
     import sys
     import types
@@ -142,7 +95,7 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
     monkeypatch.setitem(
         sys.modules,
         "torch_npu",
-        types.SimpleNamespace(npu_grouped_matmul=_fake_npu_grouped_matmul(calls), __version__="2.7.1"),
+        types.SimpleNamespace(npu_grouped_matmul=fake_npu_grouped_matmul(calls), __version__="2.7.1"),
     )
     npu_k_grouped_supported.cache_clear()
     assert npu_k_grouped_supported("cpu")  # the one-time probe call (K-grouped) happens here
@@ -254,7 +207,7 @@ def test_old_fla_gets_repeated_qk_heads_and_matches_the_reference():
 
 
 def test_profile_step_0_is_refused_on_the_command_line_in_one_line(tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
 
     proc = run_cli(
         "ab", "--arms", "torch", "--profile", "--profile-step", "0", "--out", str(tmp_path), timeout=120
@@ -368,20 +321,6 @@ def test_collective_counter_counts_every_installed_spelling_once(gloo_world_of_o
 # items 5 and 9: the launcher's profile bookkeeping, with a stand-in for torchrun
 # --------------------------------------------------------------------------------------------
 
-_FAKE_LAUNCH = """
-import json, pathlib, sys
-spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
-run_dir, ldir = pathlib.Path(spec["run_dir"]), pathlib.Path(spec["launch_dir"])
-for rel, text in json.loads(sys.argv[2]).items():
-    path = run_dir / rel.replace("{ldir}", str(ldir.relative_to(run_dir)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-with open(run_dir / "steps.jsonl", "a") as f:
-    for step in range(spec["config"]["profile_step"] + 1):
-        f.write(json.dumps({"arm": spec["arm"], "round": spec["round"], "step": step, "kind": "profile",
-                            "time_ms": 1.0, "loss": 1.0}) + "\\n")
-"""
-
 
 def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2):
     """One profile launch of arm ``torch`` through ``launcher.Run.launch``; torchrun replaced by a
@@ -399,7 +338,7 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
         lambda cfg, spec, logs, i, python=None: [
             sys.executable,
             "-c",
-            _FAKE_LAUNCH,
+            FAKE_LAUNCH,
             str(spec),
             json.dumps(files),
         ],

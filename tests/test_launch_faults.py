@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 import fsdpbench.config
-from conftest import free_port, processes_mentioning, run_cli
+from helpers import free_port, processes_mentioning, run_cli
 
 TINY = ["--seq-len", "32", "--warmup", "1", "--steps", "2", "--no-report"]
 

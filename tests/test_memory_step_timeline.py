@@ -150,10 +150,9 @@ def test_profiled_run_records_the_memory_step_with_its_ranges(profiled_ab_run):
 
 def test_diff_and_finding_name_where_the_peaks_differ():
     """Two hand-built timelines: the test arm's backward of layers.0 holds 1000 bytes more at the peak."""
-    from tests.test_findings import analysis
-
     from fsdpbench.analysis.diff import compare
     from fsdpbench.report.diff_md import memory_lines, to_markdown
+    from helpers import analysis
 
     base = step_timeline(HAND_TRACE, LIVE)
     test_trace = [*HAND_TRACE[:11], _mem(65, 1400, 5), *HAND_TRACE[12:]]

@@ -15,7 +15,7 @@ import pytest
 from fsdpbench.errors import InputError
 from fsdpbench.run import run_folder
 from fsdpbench.run.sweep import run_status
-from test_diff_synthetic import synthetic_analysis
+from helpers import synthetic_analysis
 
 T0 = time.time() - 1000  # profiles were written then; later times are T0 + seconds
 

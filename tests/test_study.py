@@ -13,7 +13,7 @@ import pytest
 from fsdpbench.config import RunConfig, read_toml
 from fsdpbench.run import run_folder
 from fsdpbench.run.sweep import VOLATILE, Sweep, load_sweep, write_state
-from test_report import inspect_html
+from helpers import inspect_html
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "configs" / "study.toml"
@@ -356,11 +356,11 @@ def test_index_only_rewrites_the_index_and_prints_the_overview(tmp_path, study, 
 def test_a_sweep_ends_with_the_overview_in_the_terminal(tmp_path, monkeypatch, capsys):
     """The whole command with the launcher's run_ab replaced by test_sweep's fake (it writes summaries)."""
     from fsdpbench.commands import sweep as sweep_command
-    from test_sweep import TINY, FakeRunAb
+    from helpers import TINY_SWEEP, FakeRunAb
 
     monkeypatch.setattr("fsdpbench.run.launcher.run_ab", FakeRunAb())
     monkeypatch.setenv("COLUMNS", "400")
-    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "tiny.toml").write_text(TINY_SWEEP)
     args = argparse.Namespace(
         config=str(tmp_path / "tiny.toml"), out=tmp_path, only=None, dry_run=False, index_only=False
     )
@@ -377,7 +377,7 @@ def test_a_sweep_ends_with_the_overview_in_the_terminal(tmp_path, monkeypatch, c
 
 def test_the_run_report_says_no_ci_rather_than_not_significant_for_one_round(tmp_path):
     from fsdpbench.report import write_report
-    from test_report import make_run
+    from helpers import make_run
 
     run = make_run(tmp_path, profiled=False)
     summary = orjson.loads((run / run_folder.SUMMARY).read_bytes())
