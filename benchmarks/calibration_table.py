@@ -17,9 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from fsdpbench import results
 from fsdpbench.analysis import calibration, whatif
 from fsdpbench.analysis.diff import diff_analyses
+from fsdpbench.run import run_folder
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         "--reanalyze", action="store_true", help="read the traces again (per-call α–β fits need the events)"
     )
     args = parser.parse_args(argv)
-    manifest = results.read_json(args.run / results.MANIFEST)
-    analyses = results.ensure_analysis(args.run, reanalyze=args.reanalyze)
-    summary = results.read_json(args.run / results.SUMMARY)
+    manifest = run_folder.read_json_file(args.run / run_folder.MANIFEST)
+    analyses = run_folder.ensure_analysis(args.run, reanalyze=args.reanalyze)
+    summary = run_folder.read_json_file(args.run / run_folder.SUMMARY)
     arms = {a["label"]: a for a in manifest["arms"]}
     num_layers = ((manifest.get("config") or {}).get("model") or {}).get("num_hidden_layers")
     diffs = []

@@ -55,8 +55,8 @@ def bare_worker(args: argparse.Namespace) -> None:
 
     from fsdpbench.backends.plan import shard_dim
     from fsdpbench.config import model_preset
-    from fsdpbench.data import rank_batch
     from fsdpbench.model import build_model, init_full_tensor
+    from fsdpbench.run.tokens import rank_batch
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
@@ -107,7 +107,7 @@ def bare_worker(args: argparse.Namespace) -> None:
 
         from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
         from fsdpbench.config import RunConfig
-        from fsdpbench.worker import StepRunner
+        from fsdpbench.run.worker import StepRunner
 
         run_cfg = RunConfig.from_sources(
             env={},
@@ -302,9 +302,9 @@ def _report(
     unit: str,
     names: tuple[str, str] = ("fsdpbench", "bare"),
 ) -> dict[str, object]:
-    from fsdpbench import stats
+    from fsdpbench.run import stats
 
-    comp = stats.compare("bare", "fsdpbench", bare, harness)
+    comp = stats.compare_arms("bare", "fsdpbench", bare, harness)
     ci = f"{comp.ci95[0]:.4f}..{comp.ci95[1]:.4f}" if comp.ci95 else "—"
     within = comp.ci95 is not None and comp.ci95[0] >= 0.99 and comp.ci95[1] <= 1.01
     print(
@@ -357,7 +357,7 @@ def phase_marks_cost(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
 def _marks_direct_cost(step_ms: float, repeats: int = 20_000) -> dict[str, float]:
     """The marks' own host cost per step (4 marks and the read, CPU host clock), timed directly: what the
     paired comparison cannot resolve on a loaded machine. Best of 5 batches of ``repeats`` steps."""
-    from fsdpbench.phase_marks import N_MARKS, PhaseMarks
+    from fsdpbench.run.phase_marks import N_MARKS, PhaseMarks
 
     marks = PhaseMarks("cpu")
     best = float("inf")

@@ -1,7 +1,7 @@
 """``fsdpbench model``'s peak-memory estimate against the measured peak on CPU, over a settings matrix.
 
 Each setting is one FSDP2 (``torch`` arm) training step on ``--nproc`` gloo ranks, measured as
-``fsdpbench.memory`` describes: warm up, free the gradients, then record one step with
+``fsdpbench.run.memory`` describes: warm up, free the gradients, then record one step with
 ``profile_memory=True`` (a step of its own; no timing is taken from it) and take rank 0's peak
 allocated = bytes of the tensors live at the start (sharded parameters, optimizer states) + the peak
 running sum of the step's ``[memory]`` events. The process's peak resident set over the same step
@@ -67,11 +67,11 @@ def measure(setting: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     """One setting on this rank: build, warm up, record one step's memory (see the module docstring)."""
     import torch
 
-    from fsdpbench import device as dev
-    from fsdpbench import memory
     from fsdpbench.backends import get_backend
     from fsdpbench.config import RunConfig
-    from fsdpbench.worker import StepRunner, build_sharded_model, make_optimizer
+    from fsdpbench.run import device as dev
+    from fsdpbench.run import memory
+    from fsdpbench.run.worker import StepRunner, build_sharded_model, make_optimizer
 
     prefetch = setting["prefetch"]
     arm = f"torch:prefetch={prefetch}" + (":ac=full" if setting["ac"] == "full" else "")

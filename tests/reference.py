@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from fsdpbench.config import preset_tiny
-from fsdpbench.data import global_batch
 from fsdpbench.model import build_model, init_full_tensor
+from fsdpbench.run.tokens import global_batch
 
 SEQ, STEPS, LR, SEED = 32, 3, 1e-2, 0
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench import cli
 from fsdpbench.analysis import NO_COLLECTIVES, analyze
 from fsdpbench.errors import InputError
 from fsdpbench.trace.synthetic import make_trace, write_trace
+from helpers import ASCEND_FIXTURES
 
 GLOO_MIN = Path(__file__).parent / "fixtures" / "traces" / "gloo_min.json"
 

@@ -94,6 +94,7 @@ def test_overlap_equals_hta_on_the_gloo_trace_events(tmp_path):
     assert overlap[1] == pytest.approx(100 * 13 / 14, abs=0.0051)
 
 
+@pytest.mark.distributed
 def test_overlap_equals_hta_on_traces_from_a_profiled_ab_run(profiled_ab_run, tmp_path):
     for arm_dir in sorted((profiled_ab_run / "profiles").iterdir()):
         ours = analyze([arm_dir], workers=1)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
-from conftest import run_cli
 from fsdpbench.analysis import NO_COLLECTIVES, analyze
+from helpers import run_cli
 
 
+@pytest.mark.distributed
 def test_runner_profiles_analyse_with_fsdp_collectives_on_every_rank(profiled_ab_run):
     arms = sorted(p for p in (profiled_ab_run / "profiles").iterdir() if p.is_dir())
     assert len(arms) == 2
@@ -28,6 +30,7 @@ def test_runner_profiles_analyse_with_fsdp_collectives_on_every_rank(profiled_ab
         assert counts[0] == counts[1]
 
 
+@pytest.mark.distributed
 def test_analyze_cli_on_the_run_prints_tables_and_writes_json(profiled_ab_run, tmp_path):
     arm = sorted((profiled_ab_run / "profiles").iterdir())[0]
     out = tmp_path / "a.json"

@@ -9,7 +9,7 @@ import sys
 
 import orjson
 
-from conftest import REPO
+from helpers import REPO
 
 
 def test_benchmark_reports_time_cpu_and_memory_for_every_run(tmp_path):

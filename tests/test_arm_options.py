@@ -28,10 +28,10 @@ import textwrap
 import pytest
 import torch
 
-from conftest import REPO, run_cli
 from fsdpbench.config import Arm, RunConfig, parse_arms, preset_tiny
 from fsdpbench.errors import ConfigError
 from fsdpbench.model import build_model
+from helpers import REPO, run_cli
 
 # ------------------------------------------------------------------------------------ point 2: prefetch
 
@@ -147,8 +147,8 @@ def test_fsdp2_backward_prefetch_gathers_what_the_setting_says(gloo_world_of_one
     state: a pending all-gather result or unsharded) are exactly i-1..i-d: d=1 for the implicit default,
     none for ``prefetch=none``, 2 for ``bwd_prefetch=2``."""
     from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
-    from fsdpbench.data import global_batch
     from fsdpbench.model import init_full_tensor
+    from fsdpbench.run.tokens import global_batch
 
     cfg = preset_tiny()
     backend = TorchFSDP2Backend()
@@ -176,8 +176,8 @@ def test_fsdp2_backward_prefetch_gathers_what_the_setting_says(gloo_world_of_one
 
 def test_fsdp2_without_backward_prefetch_trains_like_the_unsharded_model(gloo_world_of_one):
     from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
-    from fsdpbench.data import global_batch
     from fsdpbench.model import init_full_tensor
+    from fsdpbench.run.tokens import global_batch
 
     cfg = preset_tiny()
     ids = global_batch(0, 0, 1, 16, cfg.vocab_size)
@@ -391,7 +391,7 @@ def test_fsdp_option_is_for_the_torch_arm_and_labels_it():
 def _signature_here(target_backend: str, monkeypatch, capsys) -> dict:
     """The interpreter probe's script run in this process (the subprocess form is checked once below)."""
     from fsdpbench.config.arms import SHARDING_CALLS
-    from fsdpbench.interpreters import _SIGNATURE_PROBE
+    from fsdpbench.run.interpreters import _SIGNATURE_PROBE
 
     monkeypatch.setenv("HYPER_PARALLEL_PLATFORM", "torch")
     exec(_SIGNATURE_PROBE, {"TARGET": SHARDING_CALLS[target_backend]})  # noqa: S102
@@ -401,7 +401,7 @@ def _signature_here(target_backend: str, monkeypatch, capsys) -> dict:
 def test_kw_is_typed_from_the_signature_read_in_the_arms_interpreter(monkeypatch, capsys):
     from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
-    from fsdpbench.interpreters import sharding_signature, type_keywords
+    from fsdpbench.run.interpreters import sharding_signature, type_keywords
 
     def keywords(function) -> dict:
         params = inspect.signature(function).parameters
@@ -461,8 +461,8 @@ def test_unknown_kw_is_refused_before_anything_launches(tmp_path):
 
 
 def test_env_is_per_arm_and_wins_over_the_launchers_defaults(tmp_path, monkeypatch):
-    from fsdpbench.interpreters import interpreter_environment
-    from fsdpbench.launcher import worker_environment
+    from fsdpbench.run.interpreters import interpreter_environment
+    from fsdpbench.run.launcher import worker_environment
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     cfg = RunConfig(
@@ -510,12 +510,14 @@ def test_report_configuration_shows_kw_env_and_what_ran():
 def test_ab_records_prefetch_kw_and_env_as_run(tmp_path):
     """One 2-rank launch: the arm still trains like the unsharded reference, and the manifest records
     each setting as the worker ran it."""
-    from test_arms import _ab, _assert_matches_reference
+    from helpers import ab_run, assert_matches_reference
 
     arm = "fsdp1-prefetchdefault"
-    run_dir, steps = _ab(tmp_path, "fsdp1:prefetch=default:kw.sync_module_states=false:env.NPU_ASD_ENABLE=0")
+    run_dir, steps = ab_run(
+        tmp_path, "fsdp1:prefetch=default:kw.sync_module_states=false:env.NPU_ASD_ENABLE=0"
+    )
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+    assert_matches_reference(run_dir, steps[arm], arm, rows=2)
     (entry,) = manifest["arms"]
     assert entry["label"] == arm and entry["env"] == {"NPU_ASD_ENABLE": "0"}
     assert entry["kw"] == {"sync_module_states": False}  # typed from the signature, not "false"

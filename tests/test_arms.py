@@ -19,12 +19,11 @@ import orjson
 import pytest
 import torch
 
-from conftest import REPO, free_port, run_cli
 from fsdpbench.config import Arm, RunConfig, parse_arms, preset_tiny
 from fsdpbench.errors import ConfigError, LaunchError
-from fsdpbench.model import build_model
+from helpers import REPO, ab_run, assert_matches_reference, called_parameter_owners, run_cli
 from phase_checks import assert_phase_split
-from reference import LR, SEQ, STEPS, reference_grad_norms, reference_training
+from reference import STEPS, reference_grad_norms
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAVE_DEEPSPEED, reason="deepspeed is not installed (optional extra)")
@@ -36,78 +35,11 @@ DS_ENV = {
 }
 
 
-def _ab(tmp_path: Path, arms: str, *extra: str, nproc: int = 2, timeout: float = 400, env=None):
-    """One ``ab`` run of ``arms`` (1 round of STEPS steps each); returns (run dir, steps by arm)."""
-    proc = run_cli(
-        "ab",
-        "--arms",
-        arms,
-        "--nproc",
-        str(nproc),
-        "--rounds",
-        "1",
-        "--warmup",
-        "0",
-        "--steps",
-        str(STEPS),
-        "--seq-len",
-        str(SEQ),
-        "--lr",
-        str(LR),
-        "--count-collectives",
-        "--dump-params",
-        "--no-report",
-        "--out",
-        str(tmp_path),
-        "--master-port",
-        str(free_port()),
-        *extra,
-        timeout=timeout,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run_dir,) = tmp_path.glob("ab_*")
-    by_arm: dict[str, list[dict]] = {}
-    for line in (run_dir / "steps.jsonl").read_bytes().splitlines():
-        rec = orjson.loads(line)
-        by_arm.setdefault(rec["arm"], []).append(rec)
-    return run_dir, by_arm
-
-
-def _assert_matches_reference(run_dir: Path, steps: list[dict], arm: str, rows: int) -> None:
-    ref_losses, ref_params = reference_training(rows)
-    assert [s["loss"] for s in steps] == pytest.approx(ref_losses, abs=1e-6), arm
-    params = torch.load(run_dir / "launches" / arm / "round0" / "final_params.pt")
-    assert params.keys() == ref_params.keys(), arm
-    worst = max((params[n] - ref_params[n]).abs().max().item() for n in params)
-    assert worst <= 1e-6, f"{arm}: max |p - p_ref| = {worst}"
-
-
-def _called_parameter_owners() -> tuple[torch.nn.Module, list[torch.nn.Module]]:
-    """(the tiny model, its modules that own parameters and whose forward runs), found with
-    forward-pre-hooks on one unsharded single-process forward."""
-    from fsdpbench.data import global_batch
-    from fsdpbench.model import init_full_tensor
-
-    cfg = preset_tiny()
-    model = build_model(cfg, device="cpu")
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(init_full_tensor(name, tuple(p.shape), 0))
-    called: set[int] = set()
-    for module in model.modules():
-        module.register_forward_pre_hook(lambda m, args: called.add(id(m)))
-    ids = global_batch(0, 0, 1, SEQ, cfg.vocab_size)
-    model(ids, labels=ids)
-    owners = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
-    return model, [m for m in owners if id(m) in called]
-
-
 def _called_modules_with_parameters() -> int:
     """M: modules that own parameters and whose forward runs, counted with forward-pre-hooks on an
     unsharded single-process forward. DeepSpeed gathers per module call; a module never called (the
     GDN's ``conv1d``, whose weight its parent uses directly) is gathered with its caller."""
-    return len(_called_parameter_owners()[1])
+    return len(called_parameter_owners()[1])
 
 
 # ------------------------------------------------------------------------------------------ fsdp1
@@ -116,7 +48,7 @@ def _called_modules_with_parameters() -> int:
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
 def test_fsdp1_equals_single_process_training_with_reshard_on_off_and_prefetch(tmp_path):
-    run_dir, steps = _ab(tmp_path, "fsdp1,fsdp1:reshard_after_forward=false,fsdp1:prefetch=1")
+    run_dir, steps = ab_run(tmp_path, "fsdp1,fsdp1:reshard_after_forward=false,fsdp1:prefetch=1")
     n = preset_tiny().num_hidden_layers
     expected = {  # units = N layers + root; the root is never freed after forward (like FSDP2's plan)
         "fsdp1": {"all_gather": 2 * n + 1, "reduce_scatter": n + 1},
@@ -126,7 +58,7 @@ def test_fsdp1_equals_single_process_training_with_reshard_on_off_and_prefetch(t
     assert set(steps) == set(expected)
     for arm, want in expected.items():
         assert [s["collectives"] for s in steps[arm]] == [want] * STEPS, arm
-        _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+        assert_matches_reference(run_dir, steps[arm], arm, rows=2)
         assert_phase_split(steps[arm], world=2)
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert summary["parity"]["valid"], summary["parity"]
@@ -135,11 +67,11 @@ def test_fsdp1_equals_single_process_training_with_reshard_on_off_and_prefetch(t
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
 def test_fsdp1_hsdp_2x2_adds_one_all_reduce_per_unit_and_matches_reference(tmp_path):
-    run_dir, steps = _ab(tmp_path, "fsdp1:mesh=2x2", nproc=4)
+    run_dir, steps = ab_run(tmp_path, "fsdp1:mesh=2x2", nproc=4)
     n = preset_tiny().num_hidden_layers
     want = {"all_gather": 2 * n + 1, "reduce_scatter": n + 1, "all_reduce": n + 1}
     assert [s["collectives"] for s in steps["fsdp1-mesh2x2"]] == [want] * STEPS
-    _assert_matches_reference(run_dir, steps["fsdp1-mesh2x2"], "fsdp1-mesh2x2", rows=4)
+    assert_matches_reference(run_dir, steps["fsdp1-mesh2x2"], "fsdp1-mesh2x2", rows=4)
 
 
 # -------------------------------------------------------------------------------------- deepspeed
@@ -149,7 +81,7 @@ def test_fsdp1_hsdp_2x2_adds_one_all_reduce_per_unit_and_matches_reference(tmp_p
 @pytest.mark.distributed
 @pytest.mark.timeout(900)
 def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefetch(tmp_path):
-    run_dir, steps = _ab(
+    run_dir, steps = ab_run(
         tmp_path,
         "deepspeed,deepspeed:reshard_after_forward=false,deepspeed:prefetch=1",
         timeout=800,
@@ -168,7 +100,7 @@ def test_deepspeed_equals_single_process_training_with_reshard_on_off_and_prefet
     # prefetch coalesces a bucket's parameters into one all-gather: fewer calls, same parameters
     assert steps["deepspeed-prefetch1"][2]["collectives"]["all_gather"] < m
     for arm in steps:
-        _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+        assert_matches_reference(run_dir, steps[arm], arm, rows=2)
         assert_phase_split(steps[arm], world=2)  # marks around engine.backward and engine.step
     ref_norms = reference_grad_norms(rows=2)  # DeepSpeed's own global norm, reported as the grad norm
     for arm in steps:
@@ -227,7 +159,7 @@ def test_deepspeed_setup_without_deepspeed_says_how_to_install(monkeypatch):
 
 
 def test_extension_cache_defaults_under_out_and_respects_the_variable(tmp_path, monkeypatch):
-    from fsdpbench.launcher import worker_environment
+    from fsdpbench.run.launcher import worker_environment
 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     cfg = RunConfig(arms=parse_arms("torch,deepspeed"), out=str(tmp_path))
@@ -295,10 +227,10 @@ def _venv(where: Path, *, with_packages: bool) -> Path:
 @pytest.mark.timeout(400)
 def test_python_arm_runs_in_a_second_environment_and_the_manifest_records_it(tmp_path):
     other = _venv(tmp_path / "envB", with_packages=True)
-    run_dir, steps = _ab(tmp_path / "out", f"torch,torch:python={other}")
+    run_dir, steps = ab_run(tmp_path / "out", f"torch,torch:python={other}")
     assert set(steps) == {"torch", "torch-envB"}
     for arm in steps:
-        _assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+        assert_matches_reference(run_dir, steps[arm], arm, rows=2)
     manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
     interp = manifest["interpreters"]
     assert interp["torch"]["interpreter"] == sys.executable

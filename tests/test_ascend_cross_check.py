@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench.analysis import analyze
+from helpers import ASCEND_FIXTURES
 
 DB2 = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 TEXT1 = ASCEND_FIXTURES / "msinsight_pt_text_level1"

@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench.analysis import analyze
 from fsdpbench.trace.table import TASKS
+from helpers import ASCEND_FIXTURES
 
 LEVEL0 = Path(__file__).parent / "fixtures" / "ascend_level0"
 HOST_KINDS = [t for t in TASKS if t != "barrier"]

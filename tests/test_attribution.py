@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_profiled_ab
 from fsdpbench.analysis import analyze, attribution, rank_metrics
 from fsdpbench.trace.kineto import read_kineto
+from helpers import run_profiled_ab
 
 HAVE_HYPER = importlib.util.find_spec("hyper_parallel") is not None
 
@@ -309,7 +309,7 @@ def test_analysis_result_carries_the_rows_and_caches_them(profiled_ab_run, monke
 
 @pytest.mark.distributed
 def test_analyze_units_prints_the_unit_phase_table(profiled_ab_run):
-    from conftest import run_cli
+    from helpers import run_cli
 
     arm = profiled_ab_run / "profiles" / "torch"
     proc = run_cli("analyze", str(arm), "--units", "--top", "1", env={"COLUMNS": "200"})
@@ -326,7 +326,7 @@ def test_analyze_units_prints_the_unit_phase_table(profiled_ab_run):
 
 def test_analyze_units_says_which_ranks_have_no_rows(tmp_path):
     """A trace without fsdpbench's ranges (here the hand trace without them) has no rows: said, not a table."""
-    from conftest import run_cli
+    from helpers import run_cli
 
     events = orjson.loads(hand_trace(tmp_path / "t.json").read_bytes())["traceEvents"]
     events = [e for e in events if not e["name"].startswith("fsdpbench::")]

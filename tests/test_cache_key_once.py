@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from fsdpbench.analysis import analyze, result_cache
 from fsdpbench.trace import cache as table_cache
 from fsdpbench.trace.synthetic import make_trace, write_trace
+from helpers import REPO
 
 N_RANKS = 3
 

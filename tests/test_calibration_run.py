@@ -6,10 +6,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from conftest import run_cli, run_profiled_ab
 from fsdpbench.analysis import calibration as cal
 from fsdpbench.report.diff_md import CALIBRATION_HEADER, calibration_rows
-from fsdpbench.results import diff_run
+from fsdpbench.run.run_folder import diff_run
+from helpers import run_cli, run_profiled_ab
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 

@@ -7,13 +7,11 @@ import json
 import orjson
 import pytest
 
-from conftest import run_cli
 from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.errors import InputError
 from fsdpbench.report.diff_md import diff_markdown
-from fsdpbench.results import diff_run
-from test_diff_synthetic import synthetic_analysis
-from test_findings import analysis, rank
+from fsdpbench.run.run_folder import diff_run
+from helpers import analysis, hand_built_run, rank, run_cli, synthetic_analysis
 
 
 def test_side_by_side_gives_each_rank_and_the_mean_with_test_minus_base():
@@ -180,32 +178,8 @@ def test_cli_diffs_two_analysis_json_files_and_writes_json_and_markdown(tmp_path
     assert "## Conclusions: hyper vs torch" in (tmp_path / "d.md").read_text()
 
 
-def _hand_built_run(tmp_path, labels: list[str]):
-    """A run folder with a manifest, placeholder profiles and a cached analysis.json (no real traces)."""
-    arms = [{"label": lab, "backend": "torch", "prefetch": 0, "comm_fusion": False} for lab in labels]
-    (tmp_path / "manifest.json").write_text(
-        json.dumps(
-            {
-                "schema_version": 1,
-                "arms": arms,
-                "environment": {"world_size": 2},
-                "config": {"model": {"num_hidden_layers": 6}},
-            }
-        )
-    )
-    for lab in labels:
-        (tmp_path / "profiles" / lab).mkdir(parents=True)
-        (tmp_path / "profiles" / lab / "placeholder.txt").write_text("not a trace")
-    cached = {lab: synthetic_analysis(per_param=i > 0, seed=i) for i, lab in enumerate(labels)}
-    for a in cached.values():
-        for r in a["ranks"]:
-            del r["collective_events"]
-    (tmp_path / "analysis.json").write_bytes(orjson.dumps(cached))
-    return tmp_path
-
-
 def test_diff_run_uses_a_fresh_analysis_json_and_diffs_every_test_arm_against_the_first(tmp_path):
-    run = _hand_built_run(tmp_path, ["torch", "hyper", "hyper-prefetch1"])
+    run = hand_built_run(tmp_path, ["torch", "hyper", "hyper-prefetch1"])
     results = diff_run(run)
     assert [(r.base, r.test) for r in results] == [("torch", "hyper"), ("torch", "hyper-prefetch1")]
     frag = results[0].finding("fragmentation")
@@ -220,7 +194,7 @@ def test_diff_run_uses_a_fresh_analysis_json_and_diffs_every_test_arm_against_th
 def test_diff_run_reanalyzes_when_profiles_are_newer_than_analysis_json(tmp_path):
     import os
 
-    run = _hand_built_run(tmp_path, ["torch", "hyper"])
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
     cached = run / "analysis.json"
     os.utime(cached, (cached.stat().st_atime, cached.stat().st_mtime - 100))
     # the placeholder is not a trace: the error proves the profiles were read, not the cached analysis.json
@@ -232,7 +206,7 @@ def test_cli_writes_a_list_for_several_test_arms_and_never_imports_torch(tmp_pat
     import subprocess
     import sys
 
-    run = _hand_built_run(tmp_path, ["torch", "hyper", "hyper-prefetch1"])
+    run = hand_built_run(tmp_path, ["torch", "hyper", "hyper-prefetch1"])
     code = (
         "import sys; from fsdpbench.cli import main; rc = main(['diff', sys.argv[1], '--quiet']); "
         "assert 'torch' not in sys.modules, 'torch was imported'; raise SystemExit(rc)"

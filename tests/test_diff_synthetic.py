@@ -2,102 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.report.diff_md import collective_lines
-
-ALPHA_US = 40.0
-BETA_US_PER_BYTE = 2e-4  # 5 GB/s
-
-
-def synthetic_analysis(
-    *,
-    n_ranks: int = 2,
-    layers: int = 6,
-    params_per_layer: int = 10,
-    per_param: bool = False,
-    compute_us: float = 200_000.0,
-    overlap_ratio: float = 0.5,
-    free_us: float = 1_000.0,
-    ops: dict[str, tuple[float, int]] | None = None,
-    sync: dict[str, int] | None = None,
-    rank_compute_skew: dict[int, float] | None = None,
-    alpha_us: float = ALPHA_US,
-    beta: float = BETA_US_PER_BYTE,
-    noise: float = 0.0,
-    seed: int = 0,
-) -> dict:
-    """An Analysis-JSON dict whose collectives follow ``alpha + beta * bytes`` exactly (plus noise).
-
-    Each layer holds ``params_per_layer`` tensors of varied size; ``per_param`` issues one all-gather
-    (forward and backward re-gather) and one reduce-scatter per tensor, otherwise one per layer (FSDP2).
-    Comm time is the sum of the call durations; exposed comm = comm * (1 - overlap_ratio).
-    """
-    rng = np.random.default_rng(seed)
-    sizes = np.array([4096 * (1 + (i * 7) % 13) * 64 for i in range(params_per_layer)], dtype=float)
-    ranks = []
-    for rank in range(n_ranks):
-        rows = []
-        t = 0.0
-        for kind, passes in (("all_gather", 2), ("reduce_scatter", 1)):
-            for _ in range(passes):
-                for _layer in range(layers):
-                    calls = sizes if per_param else np.array([sizes.sum()])
-                    for nbytes in calls:
-                        dur = (alpha_us + beta * nbytes) * (1 + noise * rng.standard_normal())
-                        rows.append((kind, nbytes, t * 1e3, (t + dur) * 1e3))
-                        t += dur
-        events = pd.DataFrame(rows, columns=["type", "bytes", "start_ns", "end_ns"])
-        dur_us = (events["end_ns"] - events["start_ns"]) / 1e3
-        collectives = {
-            kind: {
-                "count": int((events["type"] == kind).sum()),
-                "bytes": int(events.loc[events["type"] == kind, "bytes"].sum()),
-                "time_us": float(dur_us[events["type"] == kind].sum()),
-                "median_bytes": None,
-                "bandwidth_gbps": None,
-            }
-            for kind in ("all_gather", "reduce_scatter")
-        }
-        comm = float(dur_us.sum())
-        compute = compute_us * (1 + (rank_compute_skew or {}).get(rank, 0.0))
-        overlapped = comm * overlap_ratio
-        exposed = comm - overlapped
-        op_rows = [
-            {"op_type": k, "count": c, "total_us": us, "mean_us": us / c if c else None}
-            for k, (us, c) in (ops or {"MatMul": (compute_us * 0.6, 100)}).items()
-        ]
-        ranks.append(
-            {
-                "rank": rank,
-                "step": 3,
-                "step_time_us": compute + exposed + free_us,
-                "overlap_ratio": overlap_ratio,
-                "compute_us": compute,
-                "comm_us": comm,
-                "overlapped_us": overlapped,
-                "exposed_comm_us": exposed,
-                "free_us": free_us,
-                "kernel_time_us": compute + comm,
-                "collectives": collectives,
-                "ops": op_rows,
-                "sync": {
-                    "barrier": 0,
-                    "launch_ffts": 0,
-                    "device_synchronize": 0,
-                    "stream_synchronize": 0,
-                    "event_synchronize": 0,
-                    "kernel_launch": 0,
-                    **(sync or {}),
-                },
-                "steps": [],
-                "collective_events": events,
-            }
-        )
-    return {"schema_version": 1, "sources": ["synthetic"], "format": "kineto", "warnings": [], "ranks": ranks}
+from helpers import ALPHA_US, BETA_US_PER_BYTE, synthetic_analysis
 
 
 def fragmented_pair(noise: float = 0.0):

@@ -10,7 +10,7 @@ from fsdpbench.analysis.findings import Finding
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.report.diff_md import diff_markdown
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
-from test_findings import analysis
+from helpers import analysis
 
 ARMS = {"a": {"label": "a", "backend": "torch"}, "b": {"label": "b", "backend": "torch", "ac": "full"}}
 

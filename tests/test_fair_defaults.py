@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
 from fsdpbench.config import RunConfig
+from helpers import REPO
 
 HAVE_HYPER = __import__("importlib").util.find_spec("hyper_parallel") is not None
 
@@ -47,7 +47,7 @@ def test_every_parameter_type_gets_the_same_optimizer_path_once_foreach_is_expli
     reproduces that split; ``make_optimizer`` then runs the same path for both types."""
     import torch.optim.optimizer as topt
 
-    from fsdpbench.worker import make_optimizer, optimizer_path
+    from fsdpbench.run.worker import make_optimizer, optimizer_path
 
     monkeypatch.setattr(topt, "_get_foreach_kernels_supported_devices", lambda: ["cpu"])
 
@@ -74,7 +74,7 @@ def test_optimizer_path_restores_torchs_functions():
     import torch.optim.adam as adam
     import torch.optim.sgd as sgd
 
-    from fsdpbench.worker import optimizer_path
+    from fsdpbench.run.worker import optimizer_path
 
     before = (sgd._multi_tensor_sgd, sgd._single_tensor_sgd, adam._multi_tensor_adam)
     with optimizer_path(set()):
@@ -211,10 +211,10 @@ def test_expert_weight_gradient_is_right_with_or_without_k_grouping(monkeypatch,
     """The K-grouped call is used only when the version allows it and one checked call agrees with the
     loop; otherwise the weight gradient runs per expert. Either way the gradients equal F.linear's."""
     from fsdpbench.model import moe
-    from test_hardware_paths import _fake_npu_grouped_matmul
+    from helpers import fake_npu_grouped_matmul
 
     calls: list[dict] = []
-    fake = _fake_npu_grouped_matmul(calls, k_grouped=k_grouped)
+    fake = fake_npu_grouped_matmul(calls, k_grouped=k_grouped)
     monkeypatch.setitem(
         sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=fake, __version__=version)
     )
@@ -265,13 +265,13 @@ class _FakeDist:
 
 
 def test_record_sums_float32_losses_in_float64_and_aligns_ranks_last(tmp_path, monkeypatch):
-    from fsdpbench import results, worker
+    from fsdpbench.run import run_folder, worker
 
     log: list[str] = []
     mine_loss, other_loss = np.float32(11.7), np.float32(12.300001)
     monkeypatch.setattr(worker, "dist", _FakeDist((float(other_loss), 4.0), log))
-    real_append = results.append_step
-    monkeypatch.setattr(results, "append_step", lambda p, r: (log.append("write"), real_append(p, r)))
+    real_append = run_folder.append_step
+    monkeypatch.setattr(run_folder, "append_step", lambda p, r: (log.append("write"), real_append(p, r)))
     cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "layers": 1, "seq_len": 16, "warmup": 0})
     backend = types.SimpleNamespace(local_grad_sq=lambda params: torch.tensor(9.0))
     runner = worker.StepRunner(
@@ -302,7 +302,7 @@ def test_record_sums_float32_losses_in_float64_and_aligns_ranks_last(tmp_path, m
 
 def test_run_steps_keeps_the_alignment_barrier_out_of_the_profiled_step(monkeypatch):
     """The barrier is the last thing of ``record``; ``prof.step()`` opens the recorded step after it."""
-    from fsdpbench import worker
+    from fsdpbench.run import worker
 
     events: list[str] = []
     runner = types.SimpleNamespace(
@@ -344,8 +344,8 @@ def test_collectives_through_hypers_gloo_fix_are_counted_when_all_gather_forward
     through): the fix installed before the counter must call c10d's function as it is at call time."""
     import torch.distributed.distributed_c10d as c10d
 
-    from fsdpbench import worker
     from fsdpbench.backends import hyper
+    from fsdpbench.run import worker
 
     dist = gloo_of_one
     monkeypatch.setattr(dist, "all_gather_into_tensor", dist.all_gather_into_tensor)  # restored after
@@ -389,7 +389,7 @@ def test_hypers_gloo_fix_is_installed_on_cpu_only():
 
 def test_device_behaviour_variables_reach_the_manifest_and_others_do_not(monkeypatch):
     """Names from torch_npu's environment-variable list (Ascend/pytorch docs) and PyTorch's CUDA notes."""
-    from fsdpbench.launcher import recorded_environment
+    from fsdpbench.run.launcher import recorded_environment
 
     wanted = {
         "MULTI_STREAM_MEMORY_REUSE": "2",
@@ -434,8 +434,8 @@ _PID = "\nimport os\n(run_dir / 'torchrun_pid').write_text(str(os.getpid()))\n"
 def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_the_timeout(
     tmp_path, monkeypatch
 ):
-    from fsdpbench import launcher, results
-    from test_hardware_paths import _FAKE_LAUNCH
+    from fsdpbench.run import launcher, run_folder
+    from helpers import FAKE_LAUNCH
 
     fake = tmp_path / "fake"
     (fake / "torch_npu" / "profiler").mkdir(parents=True)
@@ -459,7 +459,7 @@ def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_
         lambda c, spec, logs, i, python=None: [
             sys.executable,
             "-c",
-            _FAKE_LAUNCH + _PID,
+            FAKE_LAUNCH + _PID,
             str(spec),
             json.dumps(files),
         ],
@@ -469,11 +469,11 @@ def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_
     run_dir.mkdir()
     run = launcher.Run(cfg, run_dir, {"launches": [], "profiles": {}, "environment": None, "order": []}, None)
     label = cfg.arms[0].label
-    run.launch(label, results.PROFILE_ROUND, None)
+    run.launch(label, run_folder.PROFILE_ROUND, None)
     for r in (0, 1):
         (out,) = (run_dir / "profiles" / label / f"rank{r}").glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT")
         assert (out / "interpreter").read_text() == "venvB"
-    assert results.launch_ok(run_dir, label, results.PROFILE_ROUND)
+    assert run_folder.launch_ok(run_dir, label, run_folder.PROFILE_ROUND)
 
 
 # --------------------------------------------------------------------------------------------

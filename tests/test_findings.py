@@ -6,54 +6,9 @@ import copy
 
 import pytest
 
-from conftest import REPO
 from fsdpbench.analysis import findings as fnd
 from fsdpbench.analysis.diff import diff_analyses
-
-
-def rank(
-    r: int = 0,
-    *,
-    step=1_000_000.0,
-    compute=800_000.0,
-    comm=300_000.0,
-    overlap=0.8,
-    free=0.0,
-    collectives=None,
-    ops=None,
-    sync=None,
-) -> dict:
-    """One rank of an Analysis JSON with a consistent breakdown (µs)."""
-    exposed = comm * (1 - overlap)
-    return {
-        "rank": r,
-        "step": 3,
-        "step_time_us": step,
-        "compute_us": compute,
-        "comm_us": comm,
-        "overlap_ratio": overlap,
-        "overlapped_us": comm - exposed,
-        "exposed_comm_us": exposed,
-        "free_us": free,
-        "kernel_time_us": compute + comm,
-        "collectives": collectives
-        if collectives is not None
-        else {
-            "all_gather": {"count": 12, "bytes": 10**9, "time_us": 200_000.0},
-            "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0},
-        },
-        "ops": ops if ops is not None else [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0}],
-        "sync": sync if sync is not None else {"barrier": 10, "launch_ffts": 59},
-    }
-
-
-def analysis(*ranks: dict) -> dict:
-    return {
-        "schema_version": 1,
-        "sources": ["hand-built"],
-        "warnings": [],
-        "ranks": list(ranks) or [rank(0), rank(1)],
-    }
+from helpers import REPO, analysis, fragmented, low_overlap, rank
 
 
 def ids(result) -> list[str]:
@@ -65,14 +20,6 @@ def test_identical_profiles_give_only_the_step_time_headline():
     assert ids(d) == ["step_time"]
     assert d.findings[0].severity == "info" and "0.0%" in d.findings[0].title
     assert d.warnings == []
-
-
-def fragmented(ratio: float, bytes_ratio: float = 1.0) -> dict:
-    coll = {
-        "all_gather": {"count": 12 * ratio, "bytes": 10**9 * bytes_ratio, "time_us": 200_000.0},
-        "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0},
-    }
-    return analysis(rank(0, collectives=coll), rank(1, collectives=copy.deepcopy(coll)))
 
 
 def test_fragmentation_fires_at_three_times_the_calls_for_the_same_bytes():
@@ -113,10 +60,6 @@ def test_fragmentation_suggests_comm_fusion_only_to_hyper(backend):
     )
     assert "comm_fusion" not in action
     assert ("stage3_prefetch_bucket_size" in action) == (backend == "deepspeed")
-
-
-def low_overlap(overlap: float) -> dict:
-    return analysis(rank(0, overlap=overlap), rank(1, overlap=overlap))
 
 
 @pytest.mark.parametrize(("prefetch", "advice"), [(0, "prefetch=1"), (1, "prefetch=2"), (None, "unknown")])

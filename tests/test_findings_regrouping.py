@@ -11,7 +11,7 @@ from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt_us
 from fsdpbench.report.diff_md import calibration_rows
 from fsdpbench.report.estimate import estimate_lines
-from test_findings import analysis, fragmented, rank
+from helpers import analysis, fragmented, rank
 
 FREE_US = 200_000.0
 

@@ -12,6 +12,8 @@ import gzip
 import orjson
 import pytest
 
+from helpers import FAKE_LAUNCH, fake_npu_grouped_matmul
+
 
 def _raw_events(trace_path) -> list[dict]:
     return orjson.loads(gzip.decompress(trace_path.read_bytes()))["traceEvents"]
@@ -81,55 +83,6 @@ def test_profiled_step_runs_no_bincount(profiled_ab_run):
 # --------------------------------------------------------------------------------------------
 
 
-def _fake_npu_grouped_matmul(calls: list[dict], k_grouped: bool = True):
-    """The op's signature as op-plugin documents it (docs/context/torch_npu-npu_grouped_matmul.md @
-    4a859cf6, keyword-only after ``weight``); ``k_grouped=False`` refuses group_type=2 as the releases
-    whose page lists only -1 and 0 for Atlas A2/A3 do."""
-    import torch
-
-    def npu_grouped_matmul(  # noqa: PLR0913 - the real signature
-        x,
-        weight,
-        *,
-        bias=None,
-        scale=None,
-        offset=None,
-        antiquant_scale=None,
-        antiquant_offset=None,
-        per_token_scale=None,
-        group_list=None,
-        activation_input=None,
-        activation_quant_scale=None,
-        activation_quant_offset=None,
-        split_item=0,
-        group_type=None,
-        group_list_type=0,
-        act_type=0,
-        output_dtype=None,
-        tuning_config=None,
-    ):
-        if group_type == 2 and not k_grouped:
-            raise RuntimeError("group_type only supports -1 and 0")
-        calls.append(
-            {
-                "group_list": group_list.tolist(),
-                "split_item": split_item,
-                "group_type": group_type,
-                "group_list_type": group_list_type,
-                "dtype": group_list.dtype,
-            }
-        )
-        bounds = group_list.tolist() if group_list_type == 0 else torch.cumsum(group_list, 0).tolist()
-        starts = [0, *bounds[:-1]]
-        (x,), (w,) = x, weight
-        if group_type == 0:  # M-grouped: rows of x, one [K, N] weight per group
-            return [torch.cat([x[a:b] @ w[e] for e, (a, b) in enumerate(zip(starts, bounds, strict=True))])]
-        assert group_type == 2  # K-grouped: x [K, S] and w [S, N] split along S, out [E, K, N]
-        return [torch.stack([x[:, a:b] @ w[a:b] for a, b in zip(starts, bounds, strict=True)])]
-
-    return npu_grouped_matmul
-
-
 def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(monkeypatch):
     import sys
     import types
@@ -142,7 +95,7 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
     monkeypatch.setitem(
         sys.modules,
         "torch_npu",
-        types.SimpleNamespace(npu_grouped_matmul=_fake_npu_grouped_matmul(calls), __version__="2.7.1"),
+        types.SimpleNamespace(npu_grouped_matmul=fake_npu_grouped_matmul(calls), __version__="2.7.1"),
     )
     npu_k_grouped_supported.cache_clear()
     assert npu_k_grouped_supported("cpu")  # the one-time probe call (K-grouped) happens here
@@ -254,7 +207,7 @@ def test_old_fla_gets_repeated_qk_heads_and_matches_the_reference():
 
 
 def test_profile_step_0_is_refused_on_the_command_line_in_one_line(tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
 
     proc = run_cli(
         "ab", "--arms", "torch", "--profile", "--profile-step", "0", "--out", str(tmp_path), timeout=120
@@ -276,7 +229,7 @@ def test_manifest_reads_the_cann_version_from_torch_version(monkeypatch):
 
     import torch
 
-    from fsdpbench import worker
+    from fsdpbench.run import worker
 
     # torch_npu as it is: a __version__, no version.cann; its import sets torch.version.cann
     monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(__version__="2.6.0.post3"))
@@ -305,7 +258,7 @@ def _spellings(dist) -> list[tuple[str, object]]:
     import torch
     import torch.distributed.distributed_c10d as c10d
 
-    from fsdpbench.worker import COLLECTIVES
+    from fsdpbench.run.worker import COLLECTIVES
 
     x, out = torch.ones(4), torch.zeros(4)
     calls = {
@@ -342,7 +295,7 @@ def test_collective_counter_counts_every_installed_spelling_once(gloo_world_of_o
     ``_all_gather_base`` → ``all_gather_single`` and ``all_gather_into_tensor`` → ``all_gather_single``)."""
     import torch.distributed.distributed_c10d as c10d
 
-    from fsdpbench.worker import COLLECTIVES, CollectiveCounter
+    from fsdpbench.run.worker import COLLECTIVES, CollectiveCounter
 
     dist = gloo_world_of_one
     originals = {name: getattr(c10d, name) for name in COLLECTIVES if hasattr(c10d, name)}
@@ -368,20 +321,6 @@ def test_collective_counter_counts_every_installed_spelling_once(gloo_world_of_o
 # items 5 and 9: the launcher's profile bookkeeping, with a stand-in for torchrun
 # --------------------------------------------------------------------------------------------
 
-_FAKE_LAUNCH = """
-import json, pathlib, sys
-spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
-run_dir, ldir = pathlib.Path(spec["run_dir"]), pathlib.Path(spec["launch_dir"])
-for rel, text in json.loads(sys.argv[2]).items():
-    path = run_dir / rel.replace("{ldir}", str(ldir.relative_to(run_dir)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-with open(run_dir / "steps.jsonl", "a") as f:
-    for step in range(spec["config"]["profile_step"] + 1):
-        f.write(json.dumps({"arm": spec["arm"], "round": spec["round"], "step": step, "kind": "profile",
-                            "time_ms": 1.0, "loss": 1.0}) + "\\n")
-"""
-
 
 def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2):
     """One profile launch of arm ``torch`` through ``launcher.Run.launch``; torchrun replaced by a
@@ -389,8 +328,8 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     import json
     import sys
 
-    from fsdpbench import launcher, results
     from fsdpbench.config import RunConfig
+    from fsdpbench.run import launcher, run_folder
 
     cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nproc": nproc, "profile": True})
     monkeypatch.setattr(
@@ -399,7 +338,7 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
         lambda cfg, spec, logs, i, python=None: [
             sys.executable,
             "-c",
-            _FAKE_LAUNCH,
+            FAKE_LAUNCH,
             str(spec),
             json.dumps(files),
         ],
@@ -408,11 +347,11 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"launches": [], "profiles": {}, "environment": None, "order": []}
     run = launcher.Run(cfg, run_dir, manifest, console=None)
-    return run, lambda: run.launch("torch", results.PROFILE_ROUND, None)
+    return run, lambda: run.launch("torch", run_folder.PROFILE_ROUND, None)
 
 
 def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
-    from fsdpbench import results
+    from fsdpbench.run import run_folder
 
     old = tmp_path / "run" / "profiles" / "torch" / "rank0" / "old.pt.trace.json.gz"
     old.parent.mkdir(parents=True)
@@ -425,8 +364,8 @@ def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
     kept = run_dir / "launches" / "torch" / "profile" / "discarded_profiles" / "rank0" / old.name
     assert kept.read_text() == "from a failed profile launch"
     assert (run_dir / "profiles" / "other" / "rank0").is_dir()
-    assert run.manifest["profiles"] == {"torch": "profiles/torch"} and results.launch_ok(
-        run_dir, "torch", results.PROFILE_ROUND
+    assert run.manifest["profiles"] == {"torch": "profiles/torch"} and run_folder.launch_ok(
+        run_dir, "torch", run_folder.PROFILE_ROUND
     )
 
 
@@ -435,8 +374,8 @@ _NPU_ENV = {"{ldir}/environment.json": '{"device_type": "npu"}'}
 
 
 def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof(tmp_path, monkeypatch):
-    from fsdpbench import results
     from fsdpbench.errors import LaunchError
+    from fsdpbench.run import run_folder
 
     files = {
         **_NPU_ENV,
@@ -451,25 +390,25 @@ def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof
     assert "\n" not in msg
     assert "rank 1: kernel_details.csv" in msg and "rank 0" not in msg.split("missing")[0]
     assert "msprof" in msg and "set_env.sh" in msg and "analyse(" in msg
-    assert not results.launch_ok(
-        tmp_path / "run", "torch", results.PROFILE_ROUND
+    assert not run_folder.launch_ok(
+        tmp_path / "run", "torch", run_folder.PROFILE_ROUND
     )  # --resume profiles it again
     assert "torch" not in run.manifest["profiles"]
 
 
 def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_path, monkeypatch):
-    from fsdpbench import results
+    from fsdpbench.run import run_folder
 
     parsed = {
         _PT.format(r=r) + name: "" for r in (0, 1) for name in ("trace_view.json", "kernel_details.csv")
     }
     _run, launch = _profile_launch(tmp_path / "npu", monkeypatch, {**_NPU_ENV, **parsed})
     launch()
-    assert results.launch_ok(tmp_path / "npu" / "run", "torch", results.PROFILE_ROUND)
+    assert run_folder.launch_ok(tmp_path / "npu" / "run", "torch", run_folder.PROFILE_ROUND)
     cpu = {"{ldir}/environment.json": '{"device_type": "cpu"}', "profiles/torch/rank0/t.json.gz": ""}
     _run, launch = _profile_launch(tmp_path / "cpu", monkeypatch, cpu)
     launch()
-    assert results.launch_ok(tmp_path / "cpu" / "run", "torch", results.PROFILE_ROUND)
+    assert run_folder.launch_ok(tmp_path / "cpu" / "run", "torch", run_folder.PROFILE_ROUND)
 
 
 # --------------------------------------------------------------------------------------------
@@ -480,7 +419,7 @@ def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_pat
 def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
     import types
 
-    from fsdpbench.worker import npu_trace_handler
+    from fsdpbench.run.worker import npu_trace_handler
 
     calls = []
 
@@ -499,7 +438,7 @@ def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
         calls.append({"dir_name": dir_name, "worker_name": worker_name})
         return "old"
 
-    with caplog.at_level("WARNING", logger="fsdpbench.worker"):
+    with caplog.at_level("WARNING", logger="fsdpbench.run.worker"):
         assert (
             npu_trace_handler(types.SimpleNamespace(tensorboard_trace_handler=old_handler), tmp_path, 0)
             == "old"
@@ -512,7 +451,7 @@ def test_parse_npu_profile_calls_torch_npus_offline_analyse_on_the_rank_folder(t
     import sys
     import types
 
-    from fsdpbench.worker import parse_npu_profile
+    from fsdpbench.run.worker import parse_npu_profile
 
     paths = []
     offline = types.ModuleType("torch_npu.profiler.profiler")

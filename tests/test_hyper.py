@@ -17,11 +17,11 @@ import orjson
 import pytest
 import torch
 
-from conftest import REPO, free_port, run_cli
 from fsdpbench.backends.hyper import HyperBackend, hyper_parallel_info, hyper_shard_dims
 from fsdpbench.config import parse_arms, preset_full, preset_tiny
 from fsdpbench.errors import ConfigError, LaunchError
 from fsdpbench.model import build_model
+from helpers import REPO, free_port, run_cli
 from phase_checks import assert_phase_split
 from reference import LR, SEQ, STEPS, reference_training
 

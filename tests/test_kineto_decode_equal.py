@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import SHARED
 from fsdpbench.trace import kineto_decode
 from fsdpbench.trace.synthetic import make_trace, write_trace
+from helpers import SHARED
 
 pytest.importorskip("msgspec")
 

@@ -12,8 +12,8 @@ import os
 import orjson
 import pytest
 
-from conftest import SHARED, run_cli
 from fsdpbench.analysis import analyze
+from helpers import SHARED, run_cli
 
 KINETO = SHARED / "fixtures" / "kineto"
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -25,6 +25,7 @@ NUMBERS = (
 )
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("mode", ["exact", "short", "missing"])
 def test_runner_traces_with_gpu_side_annotations_give_the_same_numbers(profiled_ab_run, tmp_path, mode):
     arm = sorted(p for p in (profiled_ab_run / "profiles").iterdir() if p.is_dir())[0]

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 import fsdpbench.config
-from conftest import free_port, processes_mentioning, run_cli
+from helpers import free_port, processes_mentioning, run_cli
 
 TINY = ["--seq-len", "32", "--warmup", "1", "--steps", "2", "--no-report"]
 
@@ -100,8 +100,8 @@ def test_out_of_memory_is_named_and_resume_runs_only_the_missing_round(tmp_path)
 
 
 def test_crash_message_names_the_rank_that_failed_first_not_its_peers(tmp_path):
-    from fsdpbench.failures import explain
-    from fsdpbench.results import write_json
+    from fsdpbench.run.failures import explain
+    from fsdpbench.run.run_folder import write_json
 
     write_json(
         tmp_path / "error_rank0.json",

@@ -18,10 +18,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import ASCEND_FIXTURES
-from fsdpbench import results
 from fsdpbench.analysis.ascend_memory_timeline import ascend_step_timeline, read_db, read_export, read_text
 from fsdpbench.errors import InputError
+from fsdpbench.run import run_folder
+from helpers import ASCEND_FIXTURES
 
 TEXT = ASCEND_FIXTURES / "msinsight_pt_text_level1"
 DB = ASCEND_FIXTURES / "msinsight_pt_db_level2"
@@ -362,37 +362,36 @@ def test_component_choice_and_clear_errors(shared_fixtures, tmp_path):
 def _run_with_npu_memory_step(tmp_path: Path, ranks: tuple[int, ...]) -> Path:
     run = tmp_path / "run"
     for rank in ranks:
-        npu_dir = results.memory_step_npu_dir(run, "a", rank)
+        npu_dir = run_folder.memory_step_npu_dir(run, "a", rank)
         _text_export(npu_dir)
         (npu_dir / "rank0_ascend_pt").rename(npu_dir / f"host_{rank}_ascend_pt")
-        results.write_json(results.memory_step_files(run, "a", rank)[1], {"live_at_start_bytes": LIVE})
+        run_folder.write_json(run_folder.memory_step_files(run, "a", rank)[1], {"live_at_start_bytes": LIVE})
     return run
 
 
 def test_run_folder_reads_the_npu_memory_step_and_chooses_the_rank(shared_fixtures, tmp_path):
     run = _run_with_npu_memory_step(tmp_path, (0, 1))
-    tl = results.memory_timelines(run, ["a", "b"], rank=1)
+    tl = run_folder.memory_timelines(run, ["a", "b"], rank=1)
     assert list(tl) == ["a"] and tl["a"]["rank"] == 1 and tl["a"]["source"] == "ascend_text"
     assert tl["a"]["peak"]["bytes"] == int(Decimal("106.875") * MiB)
     summary = {"arms": {"a": {"memory_timeline": {"rank": 0, "x": 1}}, "b": {}}}
-    assert results.memory_timelines_of_rank(run, summary, 0)["a"] == {"rank": 0, "x": 1}
-    assert results.memory_timelines_of_rank(run, summary, 1)["a"]["rank"] == 1
+    assert run_folder.memory_timelines_of_rank(run, summary, 0)["a"] == {"rank": 0, "x": 1}
+    assert run_folder.memory_timelines_of_rank(run, summary, 1)["a"]["rank"] == 1
     with pytest.raises(
         InputError, match="no arm recorded a memory step of rank 5 \\(ranks recorded: 0, 1\\)"
     ):
-        results.memory_timelines_of_rank(run, summary, 5)
+        run_folder.memory_timelines_of_rank(run, summary, 5)
     # a memory step whose torch_npu profile was never parsed is an error entry, not a crash
-    results.memory_step_npu_dir(run, "b", 0).mkdir(parents=True)
-    assert "was not parsed" in results.memory_timelines(run, ["b"], rank=0)["b"]["error"]
+    run_folder.memory_step_npu_dir(run, "b", 0).mkdir(parents=True)
+    assert "was not parsed" in run_folder.memory_timelines(run, ["b"], rank=0)["b"]["error"]
 
 
 def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, tmp_path):
-    from tests.test_findings import analysis
-
-    from fsdpbench.analysis.diff import compare
+    from fsdpbench.analysis.diff import diff_analyses
     from fsdpbench.report.blocks import Figure
     from fsdpbench.report.load import RunData
     from fsdpbench.report.profile import _memory_timeline
+    from helpers import analysis
 
     tl = {**ascend_step_timeline(read_export(_text_export(tmp_path)), LIVE), "rank": 0}
     data = RunData(tmp_path, summary={"arms": {"a": {"memory_timeline": tl}}})
@@ -410,7 +409,7 @@ def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, 
         "peak_memory": {"a": [tl["peak"]["bytes"], "m"], "b": [other["peak"]["bytes"], "m"]},
         "memory_timeline": {"a": tl, "b": other},
     }
-    d = compare(analysis(), analysis(), base_label="a", test_label="b", context=context).to_dict()
+    d = diff_analyses(analysis(), analysis(), base_label="a", test_label="b", context=context).to_dict()
     assert d["memory_timeline"]["difference"]["delta_bytes"] == 8 * MiB
     assert d["memory_timeline"]["difference"]["category"] == "backward_allocations"
 
@@ -418,7 +417,7 @@ def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, 
 def test_npu_memory_step_profiler_records_memory(monkeypatch, tmp_path):
     """The worker's NPU memory step asks torch_npu for profile_memory with CPU + NPU activity and no schedule
     (a stand-in module records the call: CPU cannot run torch_npu)."""
-    from fsdpbench import worker
+    from fsdpbench.run import worker
 
     calls = {}
 
@@ -435,7 +434,7 @@ def test_npu_memory_step_profiler_records_memory(monkeypatch, tmp_path):
         profile=lambda **k: calls.setdefault("profile", k),
     )
     monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(profiler=prof))
-    out = results.memory_step_npu_dir(tmp_path, "a", 3)
+    out = run_folder.memory_step_npu_dir(tmp_path, "a", 3)
     worker.npu_memory_profiler(out, 3)
     assert calls["profile"]["profile_memory"] is True
     assert calls["profile"]["activities"] == ["cpu", "npu"] and "schedule" not in calls["profile"]

@@ -11,11 +11,12 @@ import orjson
 import pytest
 import torch
 
-from fsdpbench import cli, memory
+from fsdpbench import cli
 from fsdpbench.config import model_preset
 from fsdpbench.model import build_model, init_weights
 from fsdpbench.model.flops import fsdp_memory_per_rank, params_per_layer, total_params
 from fsdpbench.model.memory import activation_bytes, estimate_peak
+from fsdpbench.run import memory
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -7,9 +7,9 @@ import gzip
 import orjson
 import pytest
 
-from fsdpbench import results
 from fsdpbench.analysis.memory_timeline import step_timeline, where
 from fsdpbench.errors import InputError
+from fsdpbench.run import run_folder
 
 
 def _range(name: str, start: float, end: float) -> dict:
@@ -100,12 +100,12 @@ def test_an_address_reused_before_its_free_is_listed():
 
 @pytest.mark.distributed
 def test_profiled_run_records_the_memory_step_with_its_ranges(profiled_ab_run):
-    summary = orjson.loads((profiled_ab_run / results.SUMMARY).read_bytes())
-    manifest = orjson.loads((profiled_ab_run / results.MANIFEST).read_bytes())
+    summary = orjson.loads((profiled_ab_run / run_folder.SUMMARY).read_bytes())
+    manifest = orjson.loads((profiled_ab_run / run_folder.MANIFEST).read_bytes())
     cfg, world = manifest["config"], manifest["environment"]["world_size"]
     for arm, stats in summary["arms"].items():
         tl = stats["memory_timeline"]
-        trace, live = results.memory_step_files(profiled_ab_run, arm, 0)
+        trace, live = run_folder.memory_step_files(profiled_ab_run, arm, 0)
         events = orjson.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
         live_bytes = sum(orjson.loads(live.read_bytes())["live_at_start_bytes"].values())
         # independent: the raw CPU [memory] events summed here, and the profiler's ranges read here
@@ -150,10 +150,9 @@ def test_profiled_run_records_the_memory_step_with_its_ranges(profiled_ab_run):
 
 def test_diff_and_finding_name_where_the_peaks_differ():
     """Two hand-built timelines: the test arm's backward of layers.0 holds 1000 bytes more at the peak."""
-    from tests.test_findings import analysis
-
     from fsdpbench.analysis.diff import diff_analyses
     from fsdpbench.report.diff_md import diff_markdown, memory_lines
+    from helpers import analysis
 
     base = step_timeline(HAND_TRACE, LIVE)
     test_trace = [*HAND_TRACE[:11], _mem(65, 1400, 5), *HAND_TRACE[12:]]

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench.errors import InputError
 from fsdpbench.trace import memory as tm
+from helpers import ASCEND_FIXTURES
 
 TEXT = ASCEND_FIXTURES / "msinsight_pt_text_level1"
 DB = ASCEND_FIXTURES / "msinsight_pt_db_level2"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from conftest import run_cli
 from fsdpbench import cli
 from fsdpbench.config import preset_full
 from fsdpbench.model import flops_per_token
+from helpers import run_cli
 
 
 def _json(capsys, *args: str) -> dict:

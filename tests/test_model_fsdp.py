@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import free_port
+from helpers import free_port
 
 SCRIPT = textwrap.dedent(
     """

@@ -20,10 +20,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fsdpbench import collect, failures, results
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import ConfigError
-from fsdpbench.launcher import launch_plan, plan_ports, torchrun_command
+from fsdpbench.run import collect, failures, run_folder
+from fsdpbench.run.launcher import launch_plan, plan_ports, torchrun_command
 from reference import LR, SEQ, reference_training
 
 NODE_ARGS = [
@@ -89,7 +89,7 @@ GLOO_ERROR = {
 
 
 def test_a_signal_death_outranks_an_earlier_collective_transport_error(tmp_path):
-    results.write_json(tmp_path / "error_rank0.json", GLOO_ERROR)
+    run_folder.write_json(tmp_path / "error_rank0.json", GLOO_ERROR)
     (tmp_path / "node1").mkdir()
     (tmp_path / "node1" / "torchrun.log").write_text(TORCHRUN_KILLED)
     found = failures.launch_failures(tmp_path, node=0)
@@ -103,7 +103,7 @@ def test_a_signal_death_outranks_an_earlier_collective_transport_error(tmp_path)
 
 def test_time_breaks_ties_and_torchruns_sigterm_of_survivors_comes_last(tmp_path):
     for rank, when in ((2, 5.0), (3, 4.0)):
-        results.write_json(
+        run_folder.write_json(
             tmp_path / f"error_rank{rank}.json",
             {"rank": rank, "type": "ValueError", "message": f"bad {rank}", "time": when},
         )
@@ -148,7 +148,7 @@ def test_launch_ports_come_from_the_plan_not_from_what_a_node_ran():
     ]
     plan = launch_plan(order, ["a", "b"], profile=True)
     ports = {key: plan_ports(29400, plan, *key) for key in plan}
-    assert ports[("a", 0)] == (29401, 29402) and ports[("b", results.PROFILE_ROUND)] == (29411, 29412)
+    assert ports[("a", 0)] == (29401, 29402) and ports[("b", run_folder.PROFILE_ROUND)] == (29411, 29412)
     used = [p for pair in ports.values() for p in pair]
     assert len(set(used)) == len(used) and 29400 not in used  # the base is the plan step's
     # a resume that runs only ("b", 1) uses the same port as the full run did
@@ -247,9 +247,9 @@ def two_nodes(tmp_path_factory):
         timeout=150,
     )
     run0, run1 = (next((tmp / f"node{k}").glob("run_*")) for k in (0, 1))
-    first_summary = orjson.loads((run0 / results.SUMMARY).read_bytes())
-    status1 = results.launch_dir(run1, "torch", 0) / results.STATUS
-    results.write_json(status1, {**orjson.loads(status1.read_bytes()), "rc": 0, "error": None})
+    first_summary = orjson.loads((run0 / run_folder.SUMMARY).read_bytes())
+    status1 = run_folder.launch_dir(run1, "torch", 0) / run_folder.STATUS
+    run_folder.write_json(status1, {**orjson.loads(status1.read_bytes()), "rc": 0, "error": None})
     resumed = _both_nodes(
         [["run", "--resume", str(run), "--no-report"] for run in (run0, run1)], [{}, {}], timeout=200
     )
@@ -277,10 +277,10 @@ def test_a_killed_rank_is_named_as_the_first_cause_on_every_node(two_nodes):
     assert [c["rank"] for c in failure["consequences"]] == [0] and failure["resolved"] is False
     # node 1's own torchrun report reached node 0 (the launch folder was set aside by the resume)
     (failed,) = (two_nodes["run0"] / "launches" / "torch").glob("round0.failed_*")
-    assert "exitcode  : -9" in (failed / "node1" / results.LAUNCH_LOG).read_text()
+    assert "exitcode  : -9" in (failed / "node1" / run_folder.LAUNCH_LOG).read_text()
     # node 1 keeps node 0's verdict, not its own partial view
     (failed1,) = (two_nodes["run1"] / "launches" / "torch").glob("round0.failed_*")
-    status1 = orjson.loads((failed1 / results.STATUS).read_bytes())
+    status1 = orjson.loads((failed1 / run_folder.STATUS).read_bytes())
     assert (
         status1["failure"]["first_cause"]["rank"] == 1 and status1["failure"]["consequences"][0]["rank"] == 0
     )
@@ -301,11 +301,11 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
     assert [rc for rc, _ in two_nodes["resumed"]] == [0, 0], two_nodes["resumed"]
     # node 1 followed node 0's to-do list: it reran round 0 although its own status said rc 0
     assert list((run1 / "launches" / "torch").glob("round0.failed_*"))
-    steps = [orjson.loads(ln) for ln in (run0 / results.STEPS).read_bytes().splitlines()]
+    steps = [orjson.loads(ln) for ln in (run0 / run_folder.STEPS).read_bytes().splitlines()]
     assert sorted((s["round"], s["step"]) for s in steps) == [(-1, 0), (-1, 1), (0, 0), (0, 1)]
     # the two nodes trained as one world of 2 ranks: losses of unsharded training on the same batches
     ref_losses, _ = reference_training(rows=2, steps=2)
-    for round_ in (0, results.PROFILE_ROUND):
+    for round_ in (0, run_folder.PROFILE_ROUND):
         ours = [s for s in steps if s["round"] == round_]
         assert [s["world_size"] for s in ours] == [2, 2]
         assert [s["loss"] for s in ours] == pytest.approx(ref_losses, abs=1e-6)
@@ -319,7 +319,7 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
         )
         assert "environment_node1.json" in sent and "torchrun.log" in sent
         assert _tree_hashes(run0 / "launches" / "torch" / leaf / "node1") == sent
-    summary = orjson.loads((run0 / results.SUMMARY).read_bytes())
+    summary = orjson.loads((run0 / run_folder.SUMMARY).read_bytes())
     assert summary["missing"] == [] and [f["resolved"] for f in summary["failures"]] == [True]
     assert summary["collected"]["nodes"] == [1] and summary["collected"]["left_in_place"] == []
 
@@ -344,8 +344,8 @@ def test_node_1_checks_its_own_ranks_ascend_output_from_its_own_environment(tmp_
     npu, so it checks that its ranks 2 and 3 were parsed, and reports the failure to node 0."""
     import json
 
-    from fsdpbench import launcher
     from fsdpbench.errors import LaunchError
+    from fsdpbench.run import launcher
 
     out = "profiles/torch/rank{r}/rank{r}_1_ascend_pt/ASCEND_PROFILER_OUTPUT/"
     files = {
@@ -377,7 +377,7 @@ def test_node_1_checks_its_own_ranks_ascend_output_from_its_own_environment(tmp_
     with pytest.raises(
         LaunchError, match="rank 2: kernel_details.csv; rank 3: kernel_details.csv, trace_view"
     ):
-        run.launch("torch", results.PROFILE_ROUND, None)
+        run.launch("torch", run_folder.PROFILE_ROUND, None)
     assert reports and "rank 2: kernel_details.csv" in reports[0] and "rank 0" not in reports[0]
 
 
@@ -409,7 +409,7 @@ def test_summary_names_files_left_on_their_node_and_whether_a_failure_was_resolv
             },
         ],
     }
-    summary = results.build_summary(manifest, [], done={("torch", 0)})
+    summary = run_folder.build_summary(manifest, [], done={("torch", 0)})
     assert summary["collected"] == {
         "nodes": [1],
         "files": 5,
@@ -420,8 +420,10 @@ def test_summary_names_files_left_on_their_node_and_whether_a_failure_was_resolv
         ],
     }
     assert [f["resolved"] for f in summary["failures"]] == [True]
-    assert results.build_summary(manifest, [], done=set())["failures"][0]["resolved"] is False
-    assert results.build_summary({**manifest, "config": {"nnodes": 1, "nproc": 1}}, [])["collected"] is None
+    assert run_folder.build_summary(manifest, [], done=set())["failures"][0]["resolved"] is False
+    assert (
+        run_folder.build_summary({**manifest, "config": {"nnodes": 1, "nproc": 1}}, [])["collected"] is None
+    )
 
 
 def test_node_0_sends_its_to_do_list_unless_a_node_runs_another_plan():
@@ -435,7 +437,7 @@ def test_node_0_sends_its_to_do_list_unless_a_node_runs_another_plan():
 
 def test_files_to_send_map_node_ks_launch_files_under_node_k_and_its_ranks_profiles_in_place(tmp_path):
     run_dir = tmp_path / "run"
-    ldir = results.launch_dir(run_dir, "torch", results.PROFILE_ROUND)
+    ldir = run_folder.launch_dir(run_dir, "torch", run_folder.PROFILE_ROUND)
     for rel in (
         "torchrun.log",
         "logs/x/attempt_0/2/stderr.log",

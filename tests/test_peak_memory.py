@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
-from tests.test_results import _manifest, _steps
 
-from fsdpbench import device as dev
-from fsdpbench import results
+from fsdpbench.run import device as dev
+from fsdpbench.run import run_folder
+from helpers import run_manifest, step_records
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
 
@@ -56,10 +56,10 @@ def _with_mem(steps, alloc, rss, since="reset"):
 
 
 def test_summary_peaks_and_memory_ratio_on_cpu_use_the_resident_set():
-    steps = _with_mem(_steps("torch", 0, [100, 101]), [None, None], [1000, 1500]) + _with_mem(
-        _steps("hyper", 1, [110, 111]), [None, None], [1800, 1200]
+    steps = _with_mem(step_records("torch", 0, [100, 101]), [None, None], [1000, 1500]) + _with_mem(
+        step_records("hyper", 1, [110, 111]), [None, None], [1800, 1200]
     )
-    s = results.build_summary(_manifest(rounds=1), steps)
+    s = run_folder.build_summary(run_manifest(rounds=1), steps)
     assert s["arms"]["torch"]["peak_rss_bytes"] == 1500
     assert s["arms"]["hyper"]["peak_rss_bytes"] == 1800
     assert s["arms"]["torch"]["peak_rss_since"] == "step"
@@ -72,22 +72,24 @@ def test_summary_peaks_and_memory_ratio_on_cpu_use_the_resident_set():
 
 
 def test_device_allocator_peak_is_preferred_and_unreset_rss_is_labelled():
-    steps = _with_mem(_steps("torch", 0, [100, 101]), [4000, 5000], [9, 9]) + _with_mem(
-        _steps("hyper", 1, [110, 111]), [4500, 4000], [9, 9]
+    steps = _with_mem(step_records("torch", 0, [100, 101]), [4000, 5000], [9, 9]) + _with_mem(
+        step_records("hyper", 1, [110, 111]), [4500, 4000], [9, 9]
     )
-    c = results.build_summary(_manifest(rounds=1), steps)["comparisons"][0]
+    c = run_folder.build_summary(run_manifest(rounds=1), steps)["comparisons"][0]
     assert c["memory"]["ratio"] == pytest.approx(4500 / 5000)
     assert c["memory"]["measure"] == "peak allocated (device allocator)"
-    steps = _with_mem(_steps("torch", 0, [100]), [None], [10], "process start") + _with_mem(
-        _steps("hyper", 1, [110]), [None], [20], "process start"
+    steps = _with_mem(step_records("torch", 0, [100]), [None], [10], "process start") + _with_mem(
+        step_records("hyper", 1, [110]), [None], [20], "process start"
     )
-    s = results.build_summary(_manifest(rounds=1), steps)
+    s = run_folder.build_summary(run_manifest(rounds=1), steps)
     assert s["arms"]["torch"]["peak_rss_since"] == "process start"
     assert "since process start" in s["comparisons"][0]["memory"]["measure"]
 
 
 def test_old_steps_without_memory_give_no_ratio():
-    s = results.build_summary(_manifest(rounds=1), _steps("torch", 0, [100]) + _steps("hyper", 1, [110]))
+    s = run_folder.build_summary(
+        run_manifest(rounds=1), step_records("torch", 0, [100]) + step_records("hyper", 1, [110])
+    )
     assert s["comparisons"][0]["memory"] is None
     assert "peak memory" not in s["verdict"]
 
@@ -107,9 +109,8 @@ def test_profiled_run_records_every_ranks_peak_resident_set(profiled_ab_run):
 
 
 def _compare_with_peaks(base_bytes, test_bytes, measure_test="peak resident set (process)", **arms):
-    from tests.test_findings import analysis
-
     from fsdpbench.analysis.diff import diff_analyses
+    from helpers import analysis
 
     context = {
         "peak_memory": {
@@ -139,7 +140,7 @@ def test_ab_table_shows_the_resident_set_on_cpu():
 
     from rich.console import Console
 
-    from fsdpbench.launcher import print_summary
+    from fsdpbench.run.launcher import print_summary
 
     arm = {
         "rounds": [0],

@@ -18,10 +18,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fsdpbench import results
 from fsdpbench.backends import get_backend
 from fsdpbench.config import RunConfig, preset_tiny
-from fsdpbench.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
+from fsdpbench.run import run_folder
+from fsdpbench.run.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
 from phase_checks import PHASE_NAMES, assert_phase_split
 
 
@@ -72,14 +72,14 @@ def _runner(tmp_path, log: list[str], device_type: str = "cpu", **kwargs) -> tup
         world=1,
         replicas=1,
         round_=0,
-        steps_path=tmp_path / results.STEPS,
+        steps_path=tmp_path / run_folder.STEPS,
         **kwargs,
     )
     return runner, cfg
 
 
 def _records(tmp_path) -> list[dict]:
-    return [orjson.loads(line) for line in (tmp_path / results.STEPS).read_bytes().splitlines()]
+    return [orjson.loads(line) for line in (tmp_path / run_folder.STEPS).read_bytes().splitlines()]
 
 
 ONE_STEP = [
@@ -205,7 +205,7 @@ def test_device_events_are_recorded_without_synchronising_inside_the_step(
 
 
 def _manifest(labels, rounds):
-    from fsdpbench.launcher import interleaved_order
+    from fsdpbench.run.launcher import interleaved_order
 
     cfg = RunConfig.from_sources(
         env={}, overrides={"arms": "torch,torch:prefetch=1", "rounds": rounds}
@@ -267,7 +267,7 @@ def test_summary_phase_medians_match_a_hand_computation_from_the_records():
         + _arm_steps("hyper", 0, [[10, 10], [10, 10], [10, 10]], scale=1.5)
         + _arm_steps("hyper", 1, [[11, 11], [11, 11], [11, 11]], scale=1.5)
     )
-    s = results.build_summary(_manifest(("torch", "hyper"), 2), steps)
+    s = run_folder.build_summary(_manifest(("torch", "hyper"), 2), steps)
     torch_phases = s["arms"]["torch"]["phases"]
     # forward, slowest rank per step: round 0 [12, 11, 14] → 12, round 1 [21, 22, 19] → 21; median 16.5
     assert [r["max_over_ranks"]["forward"] for r in torch_phases["rounds"]] == [12, 21]
@@ -301,7 +301,7 @@ def test_summary_phase_medians_match_a_hand_computation_from_the_records():
 
 def test_one_round_per_arm_gives_phase_verdicts_that_cannot_tell_yet():
     steps = _arm_steps("torch", 0, [[10, 12]] * 3) + _arm_steps("hyper", 0, [[20, 20]] * 3, scale=2)
-    s = results.build_summary(_manifest(("torch", "hyper"), 1), steps)
+    s = run_folder.build_summary(_manifest(("torch", "hyper"), 1), steps)
     for phase, c in s["comparisons"][0]["phases"].items():
         assert c["ci95"] is None
         assert c["verdict"].startswith(f"{phase}: cannot tell yet whether hyper differs from torch"), c
@@ -311,7 +311,7 @@ def test_summary_of_records_without_phase_times_has_none():
     steps = _arm_steps("torch", 0, [[10, 12]]) + _arm_steps("hyper", 0, [[10, 12]])
     for rec in steps:
         del rec["phases_ms"]
-    s = results.build_summary(_manifest(("torch", "hyper"), 1), steps)
+    s = run_folder.build_summary(_manifest(("torch", "hyper"), 1), steps)
     assert s["arms"]["torch"]["phases"] is None and s["comparisons"][0]["phases"] is None
 
 
@@ -340,7 +340,7 @@ def test_real_two_rank_run_phases_sum_to_each_ranks_step_and_summary_medians(pro
             assert entry["phases"]["rank0"][phase] == pytest.approx(want_r0, rel=1e-12)
     from rich.console import Console
 
-    from fsdpbench import phases
+    from fsdpbench.run import phases
 
     console = Console(file=io.StringIO(), width=200)
     phases.print_phase_table(console, summary)
@@ -360,7 +360,7 @@ def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
         + _arm_steps("hyper", 0, [[20, 20]] * 3, scale=2)
         + _arm_steps("hyper", 1, [[21, 20]] * 3, scale=2)
     )
-    summary = results.build_summary(_manifest(("torch", "hyper"), 2), steps)
+    summary = run_folder.build_summary(_manifest(("torch", "hyper"), 2), steps)
     data = types.SimpleNamespace(summary=summary)  # the one field of a loaded run the section reads
     blocks = phase_section(data)  # type: ignore[arg-type]
     tables = [b for b in blocks if hasattr(b, "rows")]

@@ -9,7 +9,7 @@ import pytest
 from fsdpbench.analysis import calibration as cal
 from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.config.arms import Arm, manifest_prefetch
-from test_findings import low_overlap
+from helpers import low_overlap
 
 
 def _arm(label: str, backend: str = "torch", **options) -> dict:

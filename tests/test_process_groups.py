@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from conftest import run_cli
 from fsdpbench.analysis import analyze
+from helpers import run_cli
 
 # One 2×2 HSDP step per rank, times in µs from the rank's step start (written by hand):
 #   compute kernels (stream 7):  [100, 300) and [500, 700)

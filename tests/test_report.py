@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import html.parser
 import os
 import re
 import shutil
@@ -22,347 +21,16 @@ from fsdpbench.fmt import fmt_us
 from fsdpbench.report import load_run, write_report
 from fsdpbench.report.build import build_report
 from fsdpbench.report.estimate import estimate_lines
-
-ARMS = ["torch", "hyper"]
+from helpers import hand_rank, inspect_html, make_run
 
 # --------------------------------------------------------------------------------------------
 # A realistic fake run folder, field for field as docs/DATA.md describes it
 # --------------------------------------------------------------------------------------------
 
 
-def _rank(rank: int, overlap: float, ag: int, rs: int, slice_us: float) -> dict:
-    step_us, comm_us, compute_us = 250_000.0, 90_000.0, 180_000.0
-    overlapped = overlap * comm_us
-    free = step_us - (compute_us + comm_us - overlapped)
-    return {
-        "rank": rank,
-        "step": 3,
-        "step_time_us": step_us,
-        "overlap_ratio": overlap,
-        "compute_us": compute_us,
-        "comm_us": comm_us,
-        "overlapped_us": overlapped,
-        "exposed_comm_us": comm_us - overlapped,
-        "free_us": free,
-        "kernel_time_us": 200_000.0,
-        "collectives": {
-            "all_gather": {
-                "count": ag,
-                "bytes": 4_000_000,
-                "time_us": 50_000.0,
-                "median_bytes": 4_000_000 // ag,
-                "bandwidth_gbps": 0.08,
-            },
-            "reduce_scatter": {
-                "count": rs,
-                "bytes": 2_000_000,
-                "time_us": 40_000.0,
-                "median_bytes": 2_000_000 // rs,
-                "bandwidth_gbps": 0.05,
-            },
-        },
-        "ops": [
-            {"op_type": "MatMul", "count": 40, "total_us": 120_000.0, "mean_us": 3000.0},
-            {"op_type": "Slice", "count": 30, "total_us": slice_us, "mean_us": slice_us / 30},
-            {"op_type": "Cast", "count": 12, "total_us": 8_000.0, "mean_us": 666.0},
-        ],
-        "sync": {
-            "barrier": ag // 2,
-            "launch_ffts": 0,
-            "device_synchronize": 1,
-            "stream_synchronize": 0,
-            "event_synchronize": 0,
-            "kernel_launch": 300,
-        },
-        "steps": [],
-    }
-
-
-def make_run(
-    root: Path,
-    *,
-    profiled: bool = True,
-    parity_valid: bool = True,
-    crashed_arm: str | None = None,
-    with_summary: bool = True,
-) -> Path:
-    """A run folder of a 2-arm, 3-round A/B on 2 ranks, per docs/DATA.md."""
-    run = root / "ab_20261202_120000"
-    run.mkdir(parents=True)
-    rounds = 3
-    order = [{"round": r, "arm": a} for r in range(rounds) for a in (ARMS if r % 2 == 0 else ARMS[::-1])]
-    manifest = {
-        "schema_version": 1,
-        "name": "ab",
-        "created": "2026-12-02T12:00:00",
-        "command": ["fsdpbench", "ab", "--arms", "torch,hyper", "--rounds", "3", "--profile"],
-        "config": {
-            "name": "ab",
-            "preset": "tiny",
-            "seq_len": 128,
-            "rounds": rounds,
-            "warmup": 1,
-            "steps": 4,
-            "nproc": 2,
-            "device": "cpu",
-            "profile": profiled,
-            "model": {"hidden_size": 64, "num_hidden_layers": 4, "num_experts": 8},
-        },
-        "arms": [
-            {
-                "label": a,
-                "backend": a,
-                "prefetch": 0,
-                "reshard_after_forward": True,
-                "mesh": "",
-                "param_dtype": "float32",
-                "reduce_dtype": "float32",
-                "comm_fusion": False,
-                "ac": "off",
-            }
-            for a in ARMS
-        ],
-        "order": order,
-        "environment": {
-            "python": "3.11.7",
-            "torch": "2.13.0+cpu",
-            "torch_npu": None,
-            "cann": None,
-            "hyper_parallel": {"version": "0.1.0", "commit": "fdd0a808"},
-            "host": "box",
-            "device_type": "cpu",
-            "device_name": "cpu",
-            "device_count": 1,
-            "world_size": 2,
-            "nnodes": 1,
-            "nproc_per_node": 2,
-            "process_group_backend": "gloo",
-        },
-        "launches": [
-            {"arm": o["arm"], "round": o["round"], "kind": "timed", "rc": 0, "wall_s": 7.1} for o in order
-        ],
-    }
-    rng = np.random.default_rng(1)
-    lines = []
-    for o in order:
-        base = 210.0 if o["arm"] == "torch" else 250.0
-        for step in range(5):
-            lines.append(
-                {
-                    "arm": o["arm"],
-                    "round": o["round"],
-                    "step": step,
-                    "kind": "warmup" if step == 0 else "timed",
-                    "time_ms": base * (1.5 if step == 0 else 1.0) + float(rng.normal(0, 3)),
-                    "loss": 6.2,
-                    "grad_norm": 1.0,
-                    "tokens": 256,
-                    "mem_allocated_bytes": None,
-                    "mem_reserved_bytes": None,
-                    "world_size": 2,
-                }
-            )
-        launch = run / "launches" / o["arm"] / f"round{o['round']}"
-        launch.mkdir(parents=True)
-        failed = crashed_arm == o["arm"] and o["round"] == 2
-        (launch / "status.json").write_bytes(
-            orjson.dumps(
-                {
-                    "arm": o["arm"],
-                    "round": o["round"],
-                    "kind": "timed",
-                    "rc": 1 if failed else 0,
-                    "started": "",
-                    "ended": "",
-                    "wall_s": 7.0,
-                    "error": "rank 1 crashed: RuntimeError: boom" if failed else None,
-                }
-            )
-        )
-    (run / "manifest.json").write_bytes(orjson.dumps(manifest))
-    (run / "steps.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
-    if with_summary:
-        summary = {
-            "schema_version": 1,
-            "arms": {
-                a: {
-                    "status": "failed" if a == crashed_arm else "ok",
-                    "rounds": [{"round": r, "median_ms": m, "n_steps": 4} for r in range(rounds)],
-                    "median_ms": m,
-                    "p10_ms": m - 4,
-                    "p90_ms": m + 4,
-                    "tokens_per_s_per_device": 1000 / m,
-                    "tflops_per_device": 0.01,
-                    "mfu": None,
-                    "peak_mem_allocated_bytes": None,
-                    "peak_mem_reserved_bytes": None,
-                }
-                for a, m in (("torch", 210.0), ("hyper", 250.0))
-            },
-            "comparisons": [
-                {
-                    "base": "torch",
-                    "test": "hyper",
-                    "ratio": 250 / 210,
-                    "ci95": [1.17, 1.21],
-                    "time_change_pct": (250 / 210 - 1) * 100,
-                    "significant": True,
-                    "rounds_needed_1pct": 5,
-                    "verdict": "hyper is 1.19× slower than torch (+19.0%; 95% CI 1.17×–1.21×)",
-                }
-            ],
-            "verdict": "hyper is 1.19× slower than torch (+19.0%; 95% CI 1.17×–1.21×)",
-            "parity": {
-                "valid": parity_valid,
-                "mode": "exact",
-                "tolerance": 1e-6,
-                "steps_compared": 4,
-                "max_abs_diff": 0.0 if parity_valid else 0.31,
-                "max_rel_diff": 0.0 if parity_valid else 0.05,
-                "reason": None if parity_valid else "step 0 loss 6.20 vs 6.51",
-            },
-            "missing": [{"arm": crashed_arm, "round": 2, "why": "launch failed (rc 1)"}]
-            if crashed_arm
-            else [],
-            "profiles": {a: f"profiles/{a}" for a in ARMS} if profiled else {},
-        }
-        (run / "summary.json").write_bytes(orjson.dumps(summary))
-    if profiled:
-        for a in ARMS:
-            for k in range(2):
-                d = run / "profiles" / a / f"rank{k}"
-                d.mkdir(parents=True)
-                (d / "trace.json").write_text("{}")
-        analysis = {
-            "torch": {
-                "schema_version": 1,
-                "sources": ["profiles/torch"],
-                "format": "kineto",
-                "warnings": [],
-                "ranks": [_rank(k, 0.488, 12, 7, 100_000.0) for k in range(2)],
-            },
-            "hyper": {
-                "schema_version": 1,
-                "sources": ["profiles/hyper"],
-                "format": "kineto",
-                "warnings": [],
-                "ranks": [_rank(k, 0.059, 124, 57, 36_000.0) for k in range(2)],
-            },
-        }
-        diff = {
-            "schema_version": 1,
-            "base": "torch",
-            "test": "hyper",
-            "warnings": [],
-            "side_by_side": {},
-            "collectives": [
-                {
-                    "type": "all_gather",
-                    "base_count": 12,
-                    "test_count": 124,
-                    "count_ratio": 10.3,
-                    "base_bytes": 4_000_000,
-                    "test_bytes": 4_000_000,
-                    "bytes_ratio": 1.0,
-                }
-            ],
-            "ops": [
-                {
-                    "op_type": f"Op{i}",
-                    "base_us": 1000.0,
-                    "test_us": 1000.0 + d,
-                    "delta_us": d,
-                    "base_count": 1,
-                    "test_count": 1,
-                }
-                for i, d in enumerate([-64_000.0, 30_000.0, -5_000.0, 2_000.0])
-            ],
-            "sync": [{"name": "launch_ffts", "base": 59, "test": 365, "delta": 306}],
-            "fits": {
-                "test": {"all_gather": {"alpha_us": 10.0, "beta_us_per_byte": 1e-4, "r2": 0.98, "n": 124}}
-            },
-            "findings": [
-                {
-                    "id": "fragmentation",
-                    "severity": "high",
-                    "title": "hyper's collectives are 10.3× more fragmented",
-                    "evidence": "AllGather 124 vs 12 (10.3×), same bytes",
-                    "cause": "per-parameter collectives",
-                    "action": "bucket per module",
-                    "estimate": {
-                        "label": "estimate",
-                        "exposed_comm_delta_us": -200_000.0,
-                        "step_time_delta_us": -150_000.0,
-                    },
-                },
-                {  # as diff.json files before the typed Estimate wrote it: explicit nulls
-                    "id": "prefetch_change",
-                    "severity": "info",
-                    "title": "Prefetch=1 exposes 3.0 ms less communication than prefetch=0",
-                    "evidence": "prefetch=0 (torch) vs prefetch=1 (hyper)",
-                    "cause": "explicit prefetch",
-                    "action": "keep prefetch=1",
-                    "estimate": {
-                        "label": "measured",
-                        "exposed_comm_delta_us": -3000.0,
-                        "step_time_delta_us": None,
-                    },
-                },
-            ],
-        }
-        # the analysis and diff are newer than the profiles, so write_report reuses them
-        os.utime(run / "profiles", None)
-        (run / "analysis.json").write_bytes(orjson.dumps(analysis))
-        (run / "diff.json").write_bytes(orjson.dumps(diff))
-        (run / "diff.md").write_text("# diff\n")
-    return run
-
-
 # --------------------------------------------------------------------------------------------
 # HTML inspection with the standard library's parser
 # --------------------------------------------------------------------------------------------
-
-
-class _Inspector(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: dict[str, int] = {}
-        self.external: list[str] = []
-        self.figures: list[str] = []
-        self.banners: list[str] = []
-        self._in_banner = False
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags[tag] = self.tags.get(tag, 0) + 1
-        a = dict(attrs)
-        for key in ("src", "href", "xlink:href", "data", "action", "poster"):
-            value = (a.get(key) or "").strip().lower()
-            if re.match(r"^(https?:|//|file:|ftp:)", value):
-                self.external.append(f"<{tag} {key}={value}>")
-        if tag == "script" and "src" in a:
-            self.external.append("<script src>")
-        if tag == "link" and "href" in a:
-            self.external.append("<link href>")
-        if tag == "figure":
-            self.figures.append(a.get("id", ""))
-        if tag == "div" and "banner" in (a.get("class") or ""):
-            self._in_banner = True
-            self.banners.append(a.get("class", ""))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "div":
-            self._in_banner = False
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def inspect_html(path: Path) -> _Inspector:
-    parser = _Inspector()
-    parser.feed(path.read_text(encoding="utf-8"))
-    parser.close()
-    return parser
 
 
 # --------------------------------------------------------------------------------------------
@@ -480,7 +148,7 @@ def test_a_folder_that_is_not_a_run_is_refused_naming_runs_below_it(tmp_path):
 
 
 def test_cli_refuses_a_non_run_folder_in_one_line_without_traceback(tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
 
     proc = run_cli("report", str(tmp_path), timeout=60)
     assert proc.returncode == 2
@@ -493,7 +161,7 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
     (run / "analysis.json").unlink()
     (run / "diff.json").unlink()
     calls = []
-    source = orjson.loads(orjson.dumps(_rank(0, 0.25, 4, 2, 1000.0)))
+    source = orjson.loads(orjson.dumps(hand_rank(0, 0.25, 4, 2, 1000.0)))
 
     class FakeAnalysis:
         def __init__(self, path):
@@ -520,7 +188,9 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
     def failing_diff(*args, **kwargs):
         raise RuntimeError("no diff today")
 
-    monkeypatch.setattr("fsdpbench.results._diff_arms", failing_diff)  # a failing piece is named, not fatal
+    monkeypatch.setattr(
+        "fsdpbench.run.run_folder._diff_arms", failing_diff
+    )  # a failing piece is named, not fatal
     written = write_report(run)
     assert run / "analysis.json" in written
     assert set(orjson.loads((run / "analysis.json").read_bytes())) == {"torch", "hyper"}

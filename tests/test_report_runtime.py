@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from fsdpbench.report import load_run
-from fsdpbench.report.blocks import Table, to_html, to_markdown
+from fsdpbench.report.blocks import Table, blocks_html, blocks_markdown
 from fsdpbench.report.build import RUNTIME_HEADER, _configuration
 
 
@@ -99,7 +99,7 @@ def test_runtime_table_of_a_real_profiled_run_matches_its_manifest(profiled_ab_r
         blocks.index(table)
         == next(i for i, b in enumerate(blocks) if isinstance(b, Table) and "sharding call" in b.headers) + 1
     )
-    markdown, page = to_markdown("r", blocks), to_html("r", blocks)
+    markdown, page = blocks_markdown("r", blocks), blocks_html("r", blocks)
     assert "| " + " | ".join(RUNTIME_HEADER) + " |" in markdown
     first = next(iter(runtime))
     assert f"<td>{rows[first]['optimizer']}</td>" in page

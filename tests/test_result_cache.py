@@ -172,7 +172,7 @@ def test_cached_cli_run_prints_the_same_tables_and_json_without_importing_pandas
 
     import orjson
 
-    from conftest import run_cli
+    from helpers import run_cli
 
     _ranks(tmp_path)
     env = {table_cache.NO_CACHE_ENV: ""}
@@ -205,7 +205,7 @@ def _ascend_copy(tmp_path):
     """The in-repo two-rank torch_npu level-0 export (with step_trace_time.csv), writable."""
     import shutil
 
-    from conftest import REPO
+    from helpers import REPO
 
     folder = tmp_path / "ascend"
     shutil.copytree(

@@ -4,65 +4,33 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench import results
 from fsdpbench.config import RunConfig
-from fsdpbench.launcher import interleaved_order, torchrun_command
-
-
-def _manifest(labels=("torch", "hyper"), rounds=3, optimizer="sgd", device_name="cpu"):
-    cfg = RunConfig.from_sources(
-        env={}, overrides={"arms": "torch,torch:prefetch=1", "optimizer": optimizer, "rounds": rounds}
-    ).to_dict()
-    for arm, label in zip(cfg["arms"], labels, strict=True):
-        arm["label"] = label
-    return {
-        "config": cfg,
-        "arms": cfg["arms"],
-        "order": interleaved_order(list(labels), rounds, "alternate", 0),
-        "environment": {"world_size": 2, "device_name": device_name},
-    }
-
-
-def _steps(label, round_, times, losses=None, warmup=1):
-    out = []
-    for i, t in enumerate([999.0] * warmup + list(times)):
-        out.append(
-            {
-                "arm": label,
-                "round": round_,
-                "step": i,
-                "kind": "warmup" if i < warmup else "timed",
-                "time_ms": t,
-                "loss": (losses or [5.0 - 0.1 * k for k in range(20)])[i],
-                "grad_norm": 1.0,
-                "tokens": 512,
-                "mem_allocated_bytes": None,
-                "mem_reserved_bytes": None,
-                "world_size": 2,
-            }
-        )
-    return out
+from fsdpbench.run import run_folder
+from fsdpbench.run.launcher import interleaved_order, torchrun_command
+from helpers import run_manifest, step_records
 
 
 def test_run_folder_is_never_reused(tmp_path):
-    a = results.create_run_dir(tmp_path, "ab")
-    b = results.create_run_dir(tmp_path, "ab")
+    a = run_folder.create_run_dir(tmp_path, "ab")
+    b = run_folder.create_run_dir(tmp_path, "ab")
     assert a != b and a.name.startswith("ab_") and b.exists()
 
 
 def test_read_steps_skips_a_truncated_last_line(tmp_path):
-    for rec in _steps("torch", 0, [1.0, 2.0]):
-        results.append_step(tmp_path / "steps.jsonl", rec)
+    for rec in step_records("torch", 0, [1.0, 2.0]):
+        run_folder.append_step(tmp_path / "steps.jsonl", rec)
     with open(tmp_path / "steps.jsonl", "ab") as f:
         f.write(b'{"arm": "torch", "ro')
-    assert len(results.read_steps(tmp_path)) == 3
+    assert len(run_folder.read_step_records(tmp_path)) == 3
 
 
 def test_drop_steps_removes_only_that_arm_round_and_keeps_a_copy(tmp_path):
-    for rec in _steps("torch", 0, [1.0]) + _steps("hyper", 0, [2.0]) + _steps("torch", 1, [3.0]):
-        results.append_step(tmp_path / "steps.jsonl", rec)
-    assert results.drop_steps(tmp_path, "torch", 0, keep_to=tmp_path / "kept.jsonl") == 2
-    left = results.read_steps(tmp_path)
+    for rec in (
+        step_records("torch", 0, [1.0]) + step_records("hyper", 0, [2.0]) + step_records("torch", 1, [3.0])
+    ):
+        run_folder.append_step(tmp_path / "steps.jsonl", rec)
+    assert run_folder.drop_steps(tmp_path, "torch", 0, keep_to=tmp_path / "kept.jsonl") == 2
+    left = run_folder.read_step_records(tmp_path)
     assert {(r["arm"], r["round"]) for r in left} == {("hyper", 0), ("torch", 1)}
     assert len((tmp_path / "kept.jsonl").read_text().splitlines()) == 2
 
@@ -76,8 +44,8 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
             ([99, 101, 97], [124, 126, 122]),
         ]
     ):
-        steps += _steps("torch", r, a) + _steps("hyper", r, b)
-    s = results.build_summary(_manifest(), steps, flops_per_token=1e6)
+        steps += step_records("torch", r, a) + step_records("hyper", r, b)
+    s = run_folder.build_summary(run_manifest(), steps, flops_per_token=1e6)
     torch_arm = s["arms"]["torch"]
     assert [x["median_ms"] for x in torch_arm["rounds"]] == [100, 101, 99]
     assert torch_arm["median_ms"] == 100
@@ -94,8 +62,8 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
 
 def test_summary_of_one_round_per_arm_cannot_tell_yet_even_at_a_large_ratio():
     """ab's own verdict (summary.json) for 1 round per arm: 399 ms vs 100 ms is no CI, not "no difference"."""
-    steps = _steps("torch", 0, [100.0, 100.0]) + _steps("hyper", 0, [399.0, 399.0])
-    s = results.build_summary(_manifest(rounds=1), steps)
+    steps = step_records("torch", 0, [100.0, 100.0]) + step_records("hyper", 0, [399.0, 399.0])
+    s = run_folder.build_summary(run_manifest(rounds=1), steps)
     comp = s["comparisons"][0]
     assert comp["ratio"] == pytest.approx(3.99) and comp["ci95"] is None and comp["rounds"] == [1, 1]
     assert s["verdict"].startswith(
@@ -107,20 +75,20 @@ def test_summary_of_one_round_per_arm_cannot_tell_yet_even_at_a_large_ratio():
 def test_mfu_uses_the_peak_of_the_dtype_each_arm_ran_and_of_the_exact_device_model():
     """Peaks from NVIDIA's datasheets (dense = half the sparsity figure): H100 SXM bf16 989.4 / FP32 67
     TFLOP/s; H200 NVL bf16 1,671 sparse → 835 dense, FP32 60; H200 SXM bf16 989."""
-    steps = _steps("torch", 0, [100.0]) + _steps("hyper", 0, [100.0])
+    steps = step_records("torch", 0, [100.0]) + step_records("hyper", 0, [100.0])
     tflops = 1e9 * 2560  # FLOP/s per device: 1e9 FLOP/token × 512 tokens / 2 ranks / 0.1 s
-    manifest = _manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3")
+    manifest = run_manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3")
     manifest["arm_runtime"] = {"torch": {"param_dtype": "bfloat16"}, "hyper": {"param_dtype": "float32"}}
-    s = results.build_summary(manifest, steps, flops_per_token=1e9)
+    s = run_folder.build_summary(manifest, steps, flops_per_token=1e9)
     assert s["arms"]["torch"]["mfu"] == pytest.approx(tflops / 989e12)
     assert s["arms"]["hyper"]["mfu"] == pytest.approx(tflops / 67e12)  # fp32 arm: not the bf16 peak
     manifest["arm_runtime"]["hyper"]["float32_matmul_precision"] = "high"  # TF32 allowed: the TF32 peak
-    assert results.build_summary(manifest, steps, flops_per_token=1e9)["arms"]["hyper"][
+    assert run_folder.build_summary(manifest, steps, flops_per_token=1e9)["arms"]["hyper"][
         "mfu"
     ] == pytest.approx(tflops / 494.5e12)
     for name, peak in (("NVIDIA H200 NVL", 835e12), ("NVIDIA H200", 989e12)):
         manifest["environment"]["device_name"] = name
-        s = results.build_summary(manifest, steps, flops_per_token=1e9)
+        s = run_folder.build_summary(manifest, steps, flops_per_token=1e9)
         assert s["arms"]["torch"]["peak_flops_per_device"] == peak
 
 
@@ -131,50 +99,50 @@ def _fp32_exact_losses(spacings: int) -> list[float]:
 
 @pytest.mark.parametrize("device_type", ["cuda", "npu"])
 def test_exact_parity_allows_a_few_float32_steps_on_accelerators_only(device_type):
-    steps = _steps("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
-    steps += _steps("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(3))  # 3 float32 steps at 11.7
-    manifest = _manifest(rounds=1)
-    cpu = results.build_summary(manifest, steps)["parity"]
+    steps = step_records("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
+    steps += step_records("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(3))  # 3 float32 steps at 11.7
+    manifest = run_manifest(rounds=1)
+    cpu = run_folder.build_summary(manifest, steps)["parity"]
     assert not cpu["valid"] and cpu["tolerance"] == 1e-6  # CPU: exact stays exact (3·2**-20 ≈ 2.9e-6)
     manifest["environment"]["device_type"] = device_type
-    accel = results.build_summary(manifest, steps)["parity"]
+    accel = run_folder.build_summary(manifest, steps)["parity"]
     assert accel["valid"] and accel["tolerance"] == 8 * 2.0**-20 and accel["mode"].startswith("exact")
-    far = _steps("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
-    far += _steps("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(9))
-    assert not results.build_summary(manifest, far)["parity"]["valid"]  # 9 steps: more than a few
+    far = step_records("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
+    far += step_records("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(9))
+    assert not run_folder.build_summary(manifest, far)["parity"]["valid"]  # 9 steps: more than a few
 
 
 def test_parity_mode_follows_the_dtype_each_arm_ran_with():
     """bf16 by device default (arm_runtime) is not exact mode, whatever the configured param_dtype."""
-    steps = _steps("torch", 0, [100.0] * 4) + _steps(
+    steps = step_records("torch", 0, [100.0] * 4) + step_records(
         "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
     )
-    manifest = _manifest(rounds=1)
+    manifest = run_manifest(rounds=1)
     manifest["arm_runtime"] = {"torch": {"param_dtype": "bfloat16"}, "hyper": {"param_dtype": "bfloat16"}}
-    parity = results.build_summary(manifest, steps)["parity"]
+    parity = run_folder.build_summary(manifest, steps)["parity"]
     assert parity["mode"] == "relative" and parity["valid"]
 
 
 def test_loss_mismatch_marks_the_comparison_invalid():
-    steps = _steps("torch", 0, [100.0] * 4) + _steps(
+    steps = step_records("torch", 0, [100.0] * 4) + step_records(
         "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
     )
-    s = results.build_summary(_manifest(rounds=1), steps)
+    s = run_folder.build_summary(run_manifest(rounds=1), steps)
     assert not s["parity"]["valid"] and "hyper step 3" in s["parity"]["reason"]
     assert s["verdict"].startswith("INVALID COMPARISON")
 
 
 def test_relative_parity_tolerance_applies_with_adamw():
-    steps = _steps("torch", 0, [100.0] * 4) + _steps(
+    steps = step_records("torch", 0, [100.0] * 4) + step_records(
         "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
     )
-    parity = results.build_summary(_manifest(rounds=1, optimizer="adamw"), steps)["parity"]
+    parity = run_folder.build_summary(run_manifest(rounds=1, optimizer="adamw"), steps)["parity"]
     assert parity["valid"] and parity["mode"] == "relative" and parity["tolerance"] == 1e-2
 
 
 def test_unfinished_rounds_are_listed_missing_and_left_out():
-    steps = _steps("torch", 0, [100.0]) + _steps("hyper", 0, [90.0])
-    s = results.build_summary(_manifest(rounds=2), steps, done={("torch", 0)})
+    steps = step_records("torch", 0, [100.0]) + step_records("hyper", 0, [90.0])
+    s = run_folder.build_summary(run_manifest(rounds=2), steps, done={("torch", 0)})
     assert {(m["arm"], m["round"]) for m in s["missing"]} == {("hyper", 0), ("hyper", 1), ("torch", 1)}
     assert s["arms"]["hyper"]["status"] == "missing" and s["comparisons"] == []
 
@@ -216,4 +184,4 @@ def test_multinode_launch_uses_static_rendezvous_on_the_given_port(tmp_path):
     )
     cmd = torchrun_command(cfg, tmp_path / "spec.json", tmp_path / "logs", 29403)
     assert "--nnodes=2" in cmd and "--node-rank=1" in cmd and "--rdzv-endpoint=10.0.0.1:29403" in cmd
-    assert cmd[-3:] == ["-m", "fsdpbench.worker", str(tmp_path / "spec.json")]
+    assert cmd[-3:] == ["-m", "fsdpbench.run.worker", str(tmp_path / "spec.json")]

@@ -1,4 +1,4 @@
-"""The run folder's owner (results.py): cached analysis.json and diff.json, launches, one profile encoding.
+"""The run folder's owner (run_folder.py): cached analysis.json and diff.json, launches, one profile encoding.
 
 Staleness is decided by file times, so each test sets them with ``os.utime`` instead of sleeping; the
 analysis itself is a stand-in that records which folders it was asked to read.
@@ -12,10 +12,10 @@ import time
 import orjson
 import pytest
 
-from fsdpbench import results
 from fsdpbench.errors import InputError
-from fsdpbench.sweep import run_status
-from test_diff_synthetic import synthetic_analysis
+from fsdpbench.run import run_folder
+from fsdpbench.run.sweep import run_status
+from helpers import synthetic_analysis
 
 T0 = time.time() - 1000  # profiles were written then; later times are T0 + seconds
 
@@ -53,20 +53,20 @@ def _run(tmp_path, labels=("torch", "hyper"), cached=None, analysis_at=T0 + 10):
     an analysis.json written at ``analysis_at``."""
     arms = [{"label": lab, "backend": "torch", "prefetch": 0, "comm_fusion": False} for lab in labels]
     manifest = {"schema_version": 1, "arms": arms, "environment": {"world_size": 2}, "config": {}}
-    (tmp_path / results.MANIFEST).write_bytes(orjson.dumps(manifest))
+    (tmp_path / run_folder.MANIFEST).write_bytes(orjson.dumps(manifest))
     for lab in labels:
-        trace = results.profile_dir(tmp_path, lab) / "rank0" / "rank0.pt.trace.json.gz"
+        trace = run_folder.profile_dir(tmp_path, lab) / "rank0" / "rank0.pt.trace.json.gz"
         trace.parent.mkdir(parents=True)
         trace.write_text("placeholder")
         _touch(trace, T0)
     if cached is not None:
-        (tmp_path / results.ANALYSIS).write_bytes(orjson.dumps(cached))
-        _touch(tmp_path / results.ANALYSIS, analysis_at)
+        (tmp_path / run_folder.ANALYSIS).write_bytes(orjson.dumps(cached))
+        _touch(tmp_path / run_folder.ANALYSIS, analysis_at)
     return tmp_path
 
 
 def _trace(run, arm):
-    return results.profile_dir(run, arm) / "rank0" / "rank0.pt.trace.json.gz"
+    return run_folder.profile_dir(run, arm) / "rank0" / "rank0.pt.trace.json.gz"
 
 
 def test_fresh_entries_are_reused_and_only_the_arm_with_newer_profiles_is_analysed_again(
@@ -74,21 +74,21 @@ def test_fresh_entries_are_reused_and_only_the_arm_with_newer_profiles_is_analys
 ):
     run = _run(tmp_path, cached={"torch": {"cached": "torch"}, "hyper": {"cached": "hyper"}})
     _touch(_trace(run, "hyper"), T0 + 20)  # hyper was profiled again after analysis.json was written
-    out = results.ensure_analysis(run, ["torch", "hyper"])
+    out = run_folder.ensure_analysis(run, ["torch", "hyper"])
     assert analyze_calls == [("hyper", None)]
     assert out["torch"] == {"cached": "torch"} and isinstance(out["hyper"], _Analysis)
-    saved = orjson.loads((run / results.ANALYSIS).read_bytes())
+    saved = orjson.loads((run / run_folder.ANALYSIS).read_bytes())
     assert saved == {"torch": {"cached": "torch"}, "hyper": _Analysis(run / "profiles" / "hyper").to_dict()}
-    assert results.ensure_analysis(run) == saved  # now both are fresh: nothing is read again
+    assert run_folder.ensure_analysis(run) == saved  # now both are fresh: nothing is read again
     assert len(analyze_calls) == 1
 
 
 def test_a_missing_analysis_json_is_written_with_every_arm(tmp_path, analyze_calls):
     run = _run(tmp_path)
-    out = results.ensure_analysis(run)
+    out = run_folder.ensure_analysis(run)
     assert list(out) == ["torch", "hyper"]  # manifest order
     assert sorted(analyze_calls) == [("hyper", None), ("torch", None)]
-    assert set(orjson.loads((run / results.ANALYSIS).read_bytes())) == {"torch", "hyper"}
+    assert set(orjson.loads((run / run_folder.ANALYSIS).read_bytes())) == {"torch", "hyper"}
 
 
 def test_cache_files_beside_the_traces_do_not_make_the_analysis_stale(tmp_path, analyze_calls):
@@ -96,7 +96,7 @@ def test_cache_files_beside_the_traces_do_not_make_the_analysis_stale(tmp_path, 
     cache = _trace(run, "torch").with_name(".rank0.pt.trace.json.gz.fsdpbench.npz")
     cache.write_bytes(b"columns")
     _touch(cache, T0 + 50)  # written by a later read of the traces, after analysis.json
-    assert results.ensure_analysis(run) == {"torch": {"cached": 1}, "hyper": {"cached": 2}}
+    assert run_folder.ensure_analysis(run) == {"torch": {"cached": 1}, "hyper": {"cached": 2}}
     assert analyze_calls == []
 
 
@@ -104,12 +104,12 @@ def test_reanalyze_and_a_chosen_step_read_the_profiles_and_only_the_default_is_c
     tmp_path, analyze_calls
 ):
     run = _run(tmp_path, cached={"torch": {"cached": 1}, "hyper": {"cached": 2}})
-    results.ensure_analysis(run, ["torch"], step=3)
+    run_folder.ensure_analysis(run, ["torch"], step=3)
     assert analyze_calls == [("torch", 3)]
-    assert orjson.loads((run / results.ANALYSIS).read_bytes())["torch"] == {"cached": 1}
-    results.ensure_analysis(run, ["torch"], reanalyze=True)
+    assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"] == {"cached": 1}
+    run_folder.ensure_analysis(run, ["torch"], reanalyze=True)
     assert analyze_calls[-1] == ("torch", None)
-    assert orjson.loads((run / results.ANALYSIS).read_bytes())["torch"]["ranks"][0]["from"] == "torch"
+    assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"]["ranks"][0]["from"] == "torch"
 
 
 def test_an_arm_that_fails_is_named_and_its_stale_entry_dropped_or_the_error_raised(tmp_path, analyze_calls):
@@ -118,17 +118,17 @@ def test_an_arm_that_fails_is_named_and_its_stale_entry_dropped_or_the_error_rai
         _touch(_trace(run, arm), T0 + 20)
     (_trace(run, "hyper").parent / "broken").write_text("")
     with pytest.raises(InputError, match="hyper: not a trace"):
-        results.ensure_analysis(run)
+        run_folder.ensure_analysis(run)
     failed: dict[str, Exception] = {}
-    out = results.ensure_analysis(run, failed=failed)
+    out = run_folder.ensure_analysis(run, failed=failed)
     assert list(out) == ["torch"] and list(failed) == ["hyper"]
-    assert set(orjson.loads((run / results.ANALYSIS).read_bytes())) == {"torch"}
+    assert set(orjson.loads((run / run_folder.ANALYSIS).read_bytes())) == {"torch"}
 
 
 def test_an_arm_without_profiles_is_refused_naming_the_folder(tmp_path, analyze_calls):
     run = _run(tmp_path)
     with pytest.raises(InputError, match=r"arm 'fsdp1': no profiles under .*profiles/fsdp1"):
-        results.ensure_analysis(run, ["torch", "fsdp1"])
+        run_folder.ensure_analysis(run, ["torch", "fsdp1"])
 
 
 def test_diffs_are_reused_while_newer_than_the_analysis_and_always_come_as_a_list(tmp_path, monkeypatch):
@@ -139,38 +139,45 @@ def test_diffs_are_reused_while_newer_than_the_analysis_and_always_come_as_a_lis
             del rank["collective_events"]
     run = _run(tmp_path, labels, cached=cached, analysis_at=T0 + 10)
     computed = []
-    real = results._diff_arms
-    monkeypatch.setattr(results, "_diff_arms", lambda *a: computed.append(1) or real(*a))
+    real = run_folder._diff_arms
+    monkeypatch.setattr(run_folder, "_diff_arms", lambda *a: computed.append(1) or real(*a))
 
-    first = results.ensure_diffs(run, lambda diffs: f"{len(diffs)} diff(s)")
+    first = run_folder.ensure_diffs(run, lambda diffs: f"{len(diffs)} diff(s)")
     assert [(d["base"], d["test"]) for d in first] == [("torch", "hyper")] and computed == [1]
-    assert orjson.loads((run / results.DIFF_JSON).read_bytes())["test"] == "hyper"  # one test arm: an object
-    assert (run / results.DIFF_MD).read_text() == "1 diff(s)"
+    assert (
+        orjson.loads((run / run_folder.DIFF_JSON).read_bytes())["test"] == "hyper"
+    )  # one test arm: an object
+    assert (run / run_folder.DIFF_MD).read_text() == "1 diff(s)"
 
-    assert results.ensure_diffs(run, lambda diffs: "unused") == first and computed == [1]
-    _touch(run / results.ANALYSIS, time.time() + 10)  # a newer analysis makes the diff stale
-    assert results.ensure_diffs(run, lambda diffs: "again") == first and computed == [1, 1]
-    assert (run / results.DIFF_MD).read_text() == "again"
+    assert run_folder.ensure_diffs(run, lambda diffs: "unused") == first and computed == [1]
+    _touch(run / run_folder.ANALYSIS, time.time() + 10)  # a newer analysis makes the diff stale
+    assert run_folder.ensure_diffs(run, lambda diffs: "again") == first and computed == [1, 1]
+    assert (run / run_folder.DIFF_MD).read_text() == "again"
 
 
 def test_diff_list_reads_both_shapes_that_diff_json_has():
-    assert results.diff_list({"test": "hyper"}) == [{"test": "hyper"}]
-    assert results.diff_list([{"test": "a"}, {"test": "b"}]) == [{"test": "a"}, {"test": "b"}]
-    assert results.diff_list(None) == []
+    assert run_folder.diff_list({"test": "hyper"}) == [{"test": "hyper"}]
+    assert run_folder.diff_list([{"test": "a"}, {"test": "b"}]) == [{"test": "a"}, {"test": "b"}]
+    assert run_folder.diff_list(None) == []
 
 
 def test_write_atomic_leaves_no_temporary_file_and_replaces_the_old_content(tmp_path):
     path = tmp_path / "sub" / "x.json"
-    results.write_json(path, {"a": 1})
-    results.write_json(path, {"a": 2})
+    run_folder.write_json(path, {"a": 1})
+    run_folder.write_json(path, {"a": 2})
     assert orjson.loads(path.read_bytes()) == {"a": 2}
     assert [p.name for p in path.parent.iterdir()] == ["x.json"]
 
 
 def test_a_profile_launch_is_round_profile_round_in_its_folder_and_kind(tmp_path):
-    assert results.launch_dir(tmp_path, "torch", results.PROFILE_ROUND) == tmp_path / "launches/torch/profile"
-    assert results.launch_dir(tmp_path, "torch", 0) == tmp_path / "launches/torch/round0"
-    assert results.launch_kind(results.PROFILE_ROUND) == "profile" and results.launch_kind(2) == "timed"
+    assert (
+        run_folder.launch_dir(tmp_path, "torch", run_folder.PROFILE_ROUND)
+        == tmp_path / "launches/torch/profile"
+    )
+    assert run_folder.launch_dir(tmp_path, "torch", 0) == tmp_path / "launches/torch/round0"
+    assert (
+        run_folder.launch_kind(run_folder.PROFILE_ROUND) == "profile" and run_folder.launch_kind(2) == "timed"
+    )
 
 
 @pytest.mark.parametrize(
@@ -187,9 +194,11 @@ def test_a_profile_launch_is_round_profile_round_in_its_folder_and_kind(tmp_path
 def test_a_sweep_cell_is_done_only_when_every_profile_launch_passed(tmp_path, status, ok):
     manifest = {"config": {"profile": True}, "arms": [{"label": "torch"}]}
     summary = {"arms": {"torch": {"status": "ok"}}, "missing": []}
-    results.write_json(tmp_path / results.MANIFEST, manifest)
-    results.write_json(tmp_path / results.SUMMARY, summary)
-    results.write_json(results.launch_dir(tmp_path, "torch", results.PROFILE_ROUND) / results.STATUS, status)
+    run_folder.write_json(tmp_path / run_folder.MANIFEST, manifest)
+    run_folder.write_json(tmp_path / run_folder.SUMMARY, summary)
+    run_folder.write_json(
+        run_folder.launch_dir(tmp_path, "torch", run_folder.PROFILE_ROUND) / run_folder.STATUS, status
+    )
     assert run_status(tmp_path) == ("done" if ok else "partial")
 
 
@@ -200,7 +209,7 @@ def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkey
         for rank in analysis["ranks"]:
             del rank["collective_events"]
     run = _run(tmp_path, labels, cached=cached, analysis_at=T0 + 10)
-    results.ensure_diffs(run, lambda diffs: "first")
+    run_folder.ensure_diffs(run, lambda diffs: "first")
     analysed = []
 
     class Fresh:  # the new analysis of hyper: the cached one, standing in for a trace read
@@ -211,6 +220,6 @@ def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkey
         "fsdpbench.analysis.analyze", lambda paths, step=None: analysed.append(paths[0].name) or Fresh()
     )
     _touch(_trace(run, "hyper"), time.time() + 20)  # profiled again after diff.json was written
-    diffs = results.ensure_diffs(run, lambda diffs: "second")
+    diffs = run_folder.ensure_diffs(run, lambda diffs: "second")
     assert analysed == ["hyper"] and [d["test"] for d in diffs] == ["hyper"]
-    assert (run / results.DIFF_MD).read_text() == "second"
+    assert (run / run_folder.DIFF_MD).read_text() == "second"

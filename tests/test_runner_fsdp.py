@@ -8,8 +8,8 @@ import orjson
 import pytest
 import torch
 
-from conftest import free_port, run_cli
 from fsdpbench.config import preset_tiny
+from helpers import free_port, run_cli
 from process_group_checks import check_hsdp_groups
 from reference import LR, SEQ, STEPS, reference_training
 

@@ -13,8 +13,8 @@ import orjson
 import pytest
 from rich.console import Console
 
-from conftest import free_port, processes_mentioning
-from fsdpbench.launcher import write_report_safely
+from fsdpbench.run.launcher import write_report_safely
+from helpers import free_port, processes_mentioning
 
 
 @pytest.mark.distributed

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 
 @pytest.mark.timeout(240)
@@ -17,7 +17,7 @@ def test_tests_reading_shared_skip_when_it_is_absent(tmp_path):
     readers = sorted(
         p.name
         for p in (REPO / "tests").glob("test_*.py")
-        if re.search(r"^from conftest import .*\b(SHARED|ASCEND_FIXTURES)\b", p.read_text(), re.M)
+        if re.search(r"^from helpers import .*\b(SHARED|ASCEND_FIXTURES)\b", p.read_text(), re.M)
     )
     assert len(readers) >= 5  # the real-trace test modules are found
     env = {**os.environ, "FSDPBENCH_SHARED": str(tmp_path / "absent"), "OMP_NUM_THREADS": "1"}

@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
-from fsdpbench import stats
+from fsdpbench.run import stats
 
 
 def _exact_bootstrap_quantiles(base, test, qs):
@@ -53,7 +53,7 @@ def test_rounds_needed_for_one_percent_sigma_matches_pyperf_example():
 
 def test_verdict_says_the_time_ratio_first_then_the_step_time_change():
     """125 ms vs 100 ms: 1.25× the time, +25% step time (one meaning of %: the time change)."""
-    comp = stats.compare("torch", "hyper", [100.0, 101.0, 99.0], [125.0, 126.0, 124.0])
+    comp = stats.compare_arms("torch", "hyper", [100.0, 101.0, 99.0], [125.0, 126.0, 124.0])
     assert comp.significant and comp.ratio == pytest.approx(1.25)
     assert comp.time_change_pct == pytest.approx(25.0)
     assert comp.verdict.startswith("hyper is 1.25× slower than torch (+25.0%; 95% CI ")
@@ -63,21 +63,21 @@ def test_verdict_says_the_time_ratio_first_then_the_step_time_change():
 
 def test_verdict_says_faster_when_test_is_quicker():
     """80 ms vs 100 ms: the base takes 1.25× the test's time; the test's step time changed by −20%."""
-    comp = stats.compare("a", "b", [100.0, 101.0, 99.0], [80.0, 80.5, 79.5])
+    comp = stats.compare_arms("a", "b", [100.0, 101.0, 99.0], [80.0, 80.5, 79.5])
     assert comp.verdict.startswith("b is 1.25× faster than a (−20.0%; 95% CI ")
     lo, hi = comp.ci95
     assert comp.verdict.endswith(f"CI {1 / hi:.2f}×–{1 / lo:.2f}×)")
 
 
 def test_overlapping_rounds_give_no_difference_detected():
-    comp = stats.compare("a", "b", [100.0, 110.0, 90.0], [105.0, 95.0, 100.0])
+    comp = stats.compare_arms("a", "b", [100.0, 110.0, 90.0], [105.0, 95.0, 100.0])
     assert not comp.significant
     assert comp.verdict.startswith("no difference detected between b and a")
 
 
 def test_one_round_per_arm_gives_no_ci_and_says_it_cannot_tell_yet():
     """3.99× from one round per arm is not "no difference detected": without a CI nothing is decided."""
-    comp = stats.compare("torch", "hyper", [100.0], [399.0])
+    comp = stats.compare_arms("torch", "hyper", [100.0], [399.0])
     assert comp.ci95 is None and not comp.significant and comp.rounds == (1, 1)
     assert comp.verdict == (
         "cannot tell yet whether hyper differs from torch: ratio 3.990 from 1 round per arm has no "
@@ -88,7 +88,7 @@ def test_one_round_per_arm_gives_no_ci_and_says_it_cannot_tell_yet():
 
 
 def test_an_arm_with_one_round_names_each_arms_rounds():
-    comp = stats.compare("torch", "hyper", [100.0, 102.0], [150.0])
+    comp = stats.compare_arms("torch", "hyper", [100.0, 102.0], [150.0])
     assert comp.ci95 is None
     assert "ratio 1.485 from 2 rounds of torch and 1 of hyper has no confidence interval" in comp.verdict
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fsdpbench import results
 from fsdpbench.backends import get_backend
 from fsdpbench.config import RunConfig
-from fsdpbench.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
+from fsdpbench.run import run_folder
+from fsdpbench.run.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
 
 
 class FakeClock:
@@ -63,11 +63,11 @@ def test_recorded_step_times_are_the_clock_differences(tmp_path, one_rank_gloo):
         world=1,
         replicas=1,
         round_=0,
-        steps_path=tmp_path / results.STEPS,
+        steps_path=tmp_path / run_folder.STEPS,
         clock=clock,
     )
     run_steps(runner, cfg.warmup + cfg.steps)
-    records = [json.loads(line) for line in (tmp_path / results.STEPS).read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / run_folder.STEPS).read_text().splitlines()]
     assert [r["time_ms"] for r in records] == [250.0, 500.0, 125.0]
     assert [r["kind"] for r in records] == ["warmup", "timed", "timed"]
     assert clock.reads == 6 and not clock.readings  # two reads per step, no other reader

@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fsdpbench import results
 from fsdpbench.config import RunConfig, read_toml
-from fsdpbench.sweep import VOLATILE, Sweep, load_sweep, write_state
-from test_report import inspect_html
+from fsdpbench.run import run_folder
+from fsdpbench.run.sweep import VOLATILE, Sweep, load_sweep, write_state
+from helpers import inspect_html
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "configs" / "study.toml"
@@ -202,11 +202,11 @@ def _study_tree(tmp_path: Path, study: Sweep) -> Path:
     for name, (summary, diff, analysis) in runs.items():
         run = study.tree / f"{name}_20261203_120000"
         run.mkdir(parents=True)
-        (run / results.SUMMARY).write_bytes(orjson.dumps(summary))
+        (run / run_folder.SUMMARY).write_bytes(orjson.dumps(summary))
         if diff is not None:
-            (run / results.DIFF_JSON).write_bytes(orjson.dumps(diff))
+            (run / run_folder.DIFF_JSON).write_bytes(orjson.dumps(diff))
         if analysis is not None:
-            (run / results.ANALYSIS).write_bytes(orjson.dumps(analysis))
+            (run / run_folder.ANALYSIS).write_bytes(orjson.dumps(analysis))
         cells[name].run_dir, cells[name].status = run, "done"
     cells["E"].status, cells["E"].error = "failed", "rank 3 crashed"
     write_state(study)
@@ -279,11 +279,11 @@ def test_a_cell_with_more_than_two_arms_gets_a_row_per_comparison(tmp_path, stud
 
     tree = _study_tree(tmp_path, study)
     run = next(tree.glob("B_*"))
-    summary = orjson.loads((run / results.SUMMARY).read_bytes())
+    summary = orjson.loads((run / run_folder.SUMMARY).read_bytes())
     summary["comparisons"].append(
         {"base": "torch", "test": "torch-pf", "ratio": 2.0, "ci95": [1.9, 2.1], "rounds": [3, 3]}
     )
-    (run / results.SUMMARY).write_bytes(orjson.dumps(summary))
+    (run / run_folder.SUMMARY).write_bytes(orjson.dumps(summary))
     rows = [r for r in overview(tree).rows if r[0] == "B"]
     assert [r[-3] for r in rows] == ["0.917 (hyper/torch)", "2.000 (torch-pf/torch)"]
     assert rows[1][-1] == "torch-pf 2.00× slower (+100.0%)"
@@ -301,14 +301,14 @@ def test_overview_of_a_real_profiled_one_round_run(tmp_path, study, profiled_ab_
     study.tree.mkdir()
     run = Path(shutil.copytree(profiled_ab_run, study.tree / "A_20261203_120000"))
     write_report(run)  # analysis.json and diff.json, as the sweep's cell report writes them
-    manifest = orjson.loads((run / results.MANIFEST).read_bytes())
+    manifest = orjson.loads((run / run_folder.MANIFEST).read_bytes())
     cell = study.cells[0]
     cell.config = RunConfig.from_dict(manifest["config"])
     cell.run_dir, cell.status = run, "done"
     study.cells = [cell]
     write_state(study)
-    summary = orjson.loads((run / results.SUMMARY).read_bytes())
-    diff = orjson.loads((run / results.DIFF_JSON).read_bytes())
+    summary = orjson.loads((run / run_folder.SUMMARY).read_bytes())
+    diff = orjson.loads((run / run_folder.DIFF_JSON).read_bytes())
     [comp] = summary["comparisons"]
     base, test = comp["base"], comp["test"]
     ratio = summary["arms"][test]["median_ms"] / summary["arms"][base]["median_ms"]
@@ -356,11 +356,11 @@ def test_index_only_rewrites_the_index_and_prints_the_overview(tmp_path, study, 
 def test_a_sweep_ends_with_the_overview_in_the_terminal(tmp_path, monkeypatch, capsys):
     """The whole command with the launcher's run_ab replaced by test_sweep's fake (it writes summaries)."""
     from fsdpbench.commands import sweep as sweep_command
-    from test_sweep import TINY, FakeRunAb
+    from helpers import TINY_SWEEP, FakeRunAb
 
-    monkeypatch.setattr("fsdpbench.launcher.run_ab", FakeRunAb())
+    monkeypatch.setattr("fsdpbench.run.launcher.run_ab", FakeRunAb())
     monkeypatch.setenv("COLUMNS", "400")
-    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "tiny.toml").write_text(TINY_SWEEP)
     args = argparse.Namespace(
         config=str(tmp_path / "tiny.toml"), out=tmp_path, only=None, dry_run=False, index_only=False
     )
@@ -377,12 +377,12 @@ def test_a_sweep_ends_with_the_overview_in_the_terminal(tmp_path, monkeypatch, c
 
 def test_the_run_report_says_no_ci_rather_than_not_significant_for_one_round(tmp_path):
     from fsdpbench.report import write_report
-    from test_report import make_run
+    from helpers import make_run
 
     run = make_run(tmp_path, profiled=False)
-    summary = orjson.loads((run / results.SUMMARY).read_bytes())
+    summary = orjson.loads((run / run_folder.SUMMARY).read_bytes())
     summary["comparisons"][0].update(ci95=None, significant=False, rounds_needed_1pct=None)
-    (run / results.SUMMARY).write_bytes(orjson.dumps(summary))
+    (run / run_folder.SUMMARY).write_bytes(orjson.dumps(summary))
     write_report(run)
     [row] = [x for x in (run / "report.md").read_text().splitlines() if x.startswith("| hyper vs torch |")]
     assert "**no CI: cannot tell yet**" in row and "not significant" not in row

@@ -2,103 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from fsdpbench.errors import ConfigError, LaunchError
-from fsdpbench.sweep import expand, find_run_dir, load_sweep, run_status, run_sweep
-from test_report import inspect_html
+from fsdpbench.errors import ConfigError
+from fsdpbench.run.sweep import expand, find_run_dir, load_sweep, run_status, run_sweep
+from helpers import TINY_SWEEP, FakeRunAb, inspect_html, write_sweep_file
 
 REPO = Path(__file__).resolve().parents[1]
 
-TINY = """
-[sweep]
-name = "tiny"
-
-[base]
-arms = ["torch", "torch:prefetch=1:label=torch-pf"]
-preset = "tiny"
-nproc = 2
-device = "cpu"
-warmup = 1
-steps = 1
-report = false
-
-[[experiment]]
-name = "a"
-seq_len = [64, 128]
-layers = 2
-rounds = 1
-
-[[experiment]]
-name = "b"
-seq_len = 64
-layers = [2, 4]
-rounds = 2
-"""
-
-
-def write(tmp_path: Path, text: str, name: str = "sweep.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-class FakeRunAb:
-    """Stands in for ``launcher.run_ab``: writes a run folder per DATA.md without launching anything.
-
-    Cells named in ``crash_once`` write a partial run and raise ``LaunchError`` on their first call.
-    """
-
-    def __init__(self, crash_once: set[str] = frozenset()) -> None:
-        self.calls: list[tuple[str, Path | None]] = []
-        self.crash_once = set(crash_once)
-
-    def __call__(self, cfg, *, resume=None, console=None, command=None) -> Path:
-        self.calls.append((cfg.name, resume))
-        if resume is None:
-            run = Path(cfg.out) / f"{cfg.name}_{time.strftime('%Y%m%d_%H%M%S')}"
-            run.mkdir(parents=True)
-            (run / "manifest.json").write_bytes(
-                orjson.dumps(
-                    {"name": cfg.name, "config": cfg.to_dict(), "arms": [a.options() for a in cfg.arms]}
-                )
-            )
-        else:
-            run = resume
-        labels = [a.label for a in cfg.arms]
-        crash = cfg.name in self.crash_once
-        ratio = 1.0 + 0.01 * cfg.seq_len / 64
-        summary = {
-            "arms": {
-                a: {"status": "ok", "median_ms": 100.0 * (ratio if i else 1.0)} for i, a in enumerate(labels)
-            },
-            "comparisons": []
-            if crash
-            else [
-                {
-                    "base": labels[0],
-                    "test": labels[1],
-                    "ratio": ratio,
-                    "ci95": [ratio - 0.01, ratio + 0.01],
-                    "verdict": f"ratio {ratio:.2f}",
-                }
-            ],
-            "parity": {"valid": True},
-            "missing": [{"arm": labels[1], "round": 0, "why": "launch failed (rc 1)"}] if crash else [],
-        }
-        (run / "summary.json").write_bytes(orjson.dumps(summary))
-        if crash:
-            self.crash_once.discard(cfg.name)
-            raise LaunchError(f"{cfg.name}: rank 1 crashed")
-        return run
-
 
 def test_grid_expands_experiment_by_experiment_naming_only_varying_axes(tmp_path):
-    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path / "results")
+    sweep = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path / "results")
     names = [c.name for c in sweep.cells]
     assert names == ["a-s64", "a-s128", "b-l2", "b-l4"]
     by_name = {c.name: c.config for c in sweep.cells}
@@ -145,11 +62,11 @@ def test_the_cpu_study_file_holds_three_cells_on_two_gloo_ranks(monkeypatch):
 )
 def test_bad_sweep_files_fail_before_anything_runs_naming_the_problem(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
-        load_sweep(write(tmp_path, text), out=tmp_path)
+        load_sweep(write_sweep_file(tmp_path, text), out=tmp_path)
 
 
 def test_a_rerun_skips_finished_cells_and_resumes_the_failed_one(tmp_path):
-    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    sweep = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path)
     fake = FakeRunAb(crash_once={"a-s128"})
     cells = run_sweep(sweep, run_ab=fake)
     assert {c.name: c.status for c in cells} == {
@@ -163,7 +80,7 @@ def test_a_rerun_skips_finished_cells_and_resumes_the_failed_one(tmp_path):
     state = orjson.loads((sweep.tree / "sweep.json").read_bytes())
     assert [c["status"] for c in state["cells"]] == ["done", "failed", "done", "done"]
 
-    again = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    again = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path)
     fake2 = FakeRunAb()
     cells = run_sweep(again, run_ab=fake2)
     partial_dir = find_run_dir(sweep.tree, "a-s128")
@@ -173,7 +90,7 @@ def test_a_rerun_skips_finished_cells_and_resumes_the_failed_one(tmp_path):
 
 
 def test_index_report_compares_cells_with_a_ratio_plot_and_links(tmp_path):
-    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    sweep = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path)
     run_sweep(sweep, run_ab=FakeRunAb(crash_once={"b-l4"}))
     page = inspect_html(sweep.tree / "index.html")
     assert page.external == [] and "fig-ratio_per_cell" in page.figures
@@ -194,15 +111,17 @@ def test_index_report_compares_cells_with_a_ratio_plot_and_links(tmp_path):
 
 
 def test_changed_configuration_refuses_to_resume_in_the_same_tree(tmp_path):
-    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    sweep = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path)
     run_sweep(sweep, run_ab=FakeRunAb(), write_index=False)
-    changed = load_sweep(write(tmp_path, TINY.replace("steps = 1", "steps = 2")), out=tmp_path)
+    changed = load_sweep(
+        write_sweep_file(tmp_path, TINY_SWEEP.replace("steps = 1", "steps = 2")), out=tmp_path
+    )
     with pytest.raises(ConfigError, match=r"different configuration \(steps: 1 → 2\).*new --out"):
         run_sweep(changed, run_ab=FakeRunAb())
 
 
 def test_only_runs_matching_cells_and_rejects_a_glob_that_matches_none(tmp_path):
-    sweep = load_sweep(write(tmp_path, TINY), out=tmp_path)
+    sweep = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path)
     fake = FakeRunAb()
     run_sweep(sweep, run_ab=fake, only="b-*", write_index=False)
     assert [c[0] for c in fake.calls] == ["b-l2", "b-l4"]
@@ -214,10 +133,10 @@ def test_only_runs_matching_cells_and_rejects_a_glob_that_matches_none(tmp_path)
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
 def test_a_real_one_cell_sweep_runs_reports_and_is_skipped_on_rerun(tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
 
     # one arm, one launch, to stay cheap; master_port stays 0: the launcher picks a free port per launch
-    config = write(
+    config = write_sweep_file(
         tmp_path,
         """
 [sweep]
@@ -260,6 +179,6 @@ name = "x"
 [experiment.arm]
 param_dtype = "float32"
 """
-    cell = load_sweep(write(tmp_path, text), out=tmp_path).cells[0]
+    cell = load_sweep(write_sweep_file(tmp_path, text), out=tmp_path).cells[0]
     arm = cell.config.arms[0]
     assert (arm.param_dtype, arm.reshard_after_forward) == ("float32", False)

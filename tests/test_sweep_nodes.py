@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fsdpbench import launcher
 from fsdpbench.errors import ConfigError, LaunchError
-from fsdpbench.sweep import (
+from fsdpbench.run import launcher
+from fsdpbench.run.sweep import (
     SWEEP_PLAN_DIR,
     find_run_dir,
     load_sweep,
@@ -21,9 +21,11 @@ from fsdpbench.sweep import (
     run_sweep,
     sweep_fingerprint,
 )
-from test_sweep import TINY, FakeRunAb, write
+from helpers import TINY_SWEEP, FakeRunAb, write_sweep_file
 
-TWO_NODES = TINY.replace('device = "cpu"', 'device = "cpu"\nnnodes = 2\nrdzv_endpoint = "127.0.0.1:29400"')
+TWO_NODES = TINY_SWEEP.replace(
+    'device = "cpu"', 'device = "cpu"\nnnodes = 2\nrdzv_endpoint = "127.0.0.1:29400"'
+)
 CELLS = ["a-s64", "a-s128", "b-l2", "b-l4"]
 
 
@@ -68,7 +70,7 @@ class FakePlanStep:
 
 
 def _nodes(tmp_path: Path, text: str = TWO_NODES):
-    path = write(tmp_path, text)
+    path = write_sweep_file(tmp_path, text)
     return load_sweep(path, out=tmp_path / "n0", node_rank=0), load_sweep(
         path, out=tmp_path / "n1", node_rank=1
     )
@@ -115,7 +117,7 @@ def test_node1_follows_node0s_cells_not_its_own_folders(tmp_path):
     assert [c["status"] for c in state["cells"]] == ["done"] * 4
     # a third pass: node 0 skips everything, so does node 1 (recorded as done), running nothing
     run_sweep(
-        load_sweep(write(tmp_path, TWO_NODES), out=tmp_path / "n0", node_rank=0),
+        load_sweep(write_sweep_file(tmp_path, TWO_NODES), out=tmp_path / "n0", node_rank=0),
         run_ab=FakeRunAb(),
         agree=plan,
         write_index=False,
@@ -123,7 +125,7 @@ def test_node1_follows_node0s_cells_not_its_own_folders(tmp_path):
     assert plan.sent == [[c, "skip"] for c in CELLS]
     follower = FollowerRunAb()
     run_sweep(
-        load_sweep(write(tmp_path, TWO_NODES), out=tmp_path / "n1", node_rank=1),
+        load_sweep(write_sweep_file(tmp_path, TWO_NODES), out=tmp_path / "n1", node_rank=1),
         run_ab=follower,
         agree=plan,
         write_index=False,
@@ -141,7 +143,7 @@ def test_nodes_started_with_different_sweeps_stop_before_any_cell(tmp_path):
     node0, node1 = _nodes(tmp_path)
     assert sweep_fingerprint(node0.cells) == sweep_fingerprint(node1.cells)  # node_rank and out may differ
     other = load_sweep(
-        write(tmp_path, TWO_NODES.replace("rounds = 2", "rounds = 3"), "other.toml"),
+        write_sweep_file(tmp_path, TWO_NODES.replace("rounds = 2", "rounds = 3"), "other.toml"),
         out=tmp_path / "n1",
         node_rank=1,
     )
@@ -169,7 +171,7 @@ def test_one_node_cells_run_on_node0_only_and_node_ranks_must_agree(tmp_path):
     bad = TWO_NODES + '\n[[experiment]]\nname = "four"\nseq_len = 64\nlayers = 2\nnnodes = 4\n'
     with pytest.raises(ConfigError, match="differ"):
         run_sweep(
-            load_sweep(write(tmp_path, bad), out=tmp_path / "n2", node_rank=1),
+            load_sweep(write_sweep_file(tmp_path, bad), out=tmp_path / "n2", node_rank=1),
             run_ab=FollowerRunAb(),
             agree=plan,
         )
@@ -178,7 +180,7 @@ def test_one_node_cells_run_on_node0_only_and_node_ranks_must_agree(tmp_path):
 def test_node0_decides_runs_the_plan_op_on_the_base_port(tmp_path, monkeypatch):
     """``launcher.node0_decides`` (what ``run_sweep`` uses for real): the collect step's plan op with
     this node's list and fingerprint on the rendezvous base port; node 0's answer is returned."""
-    (node1, *_) = [load_sweep(write(tmp_path, TWO_NODES), out=tmp_path / "n1", node_rank=1)]
+    (node1, *_) = [load_sweep(write_sweep_file(tmp_path, TWO_NODES), out=tmp_path / "n1", node_rank=1)]
     cfg = node1.cells[0].config
     seen = {}
 

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO
 from fsdpbench.analysis.collectives import collective_events, summarize
 from fsdpbench.analysis.ops import KERNEL_CATEGORIES, kernel_time_us, op_stats
 from fsdpbench.analysis.sync import sync_counts
@@ -21,6 +20,7 @@ from fsdpbench.trace import TASKS, find_all, read_rank
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.synthetic import make_trace, write_trace
 from fsdpbench.trace.table import Coded, EventTable, make_table
+from helpers import REPO
 
 
 def _traces(shared) -> list:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fsdpbench.launcher import print_summary
+from fsdpbench.run.launcher import print_summary
 
 
 def _console() -> Console:
@@ -170,10 +170,9 @@ def test_diff_keeps_short_labels_as_headers():
 
 def test_diff_bookkeeping_log_lines_show_only_with_verbose(tmp_path):
     """The "arm torch: using .../analysis.json" bookkeeping is not in diff's output (nor in ab's report step)."""
-    from conftest import run_cli
-    from test_diff import _hand_built_run
+    from helpers import hand_built_run, run_cli
 
-    run = _hand_built_run(tmp_path, ["torch", "hyper"])
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
     quiet = run_cli("diff", str(run), "--quiet", timeout=120)
     assert quiet.returncode == 0, quiet.stderr
     assert "using" not in quiet.stdout + quiet.stderr and "INFO" not in quiet.stderr

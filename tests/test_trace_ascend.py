@@ -10,11 +10,11 @@ import orjson
 import pandas as pd
 import pytest
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench.analysis import analyze
 from fsdpbench.analysis.overlap import breakdown
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend import op_type_from_name, read_ascend
+from helpers import ASCEND_FIXTURES
 
 LEVEL1 = ASCEND_FIXTURES / "msinsight_pt_text_level1"
 RANKS = [LEVEL1 / "rank0_ascend_pt", LEVEL1 / "rank1_ascend_pt"]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench.analysis import analyze
 from fsdpbench.analysis.overlap import breakdown
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend import read_ascend
+from helpers import ASCEND_FIXTURES
 
 DB2 = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 RANKS = [DB2 / "rank0_ascend_pt", DB2 / "rank1_ascend_pt"]

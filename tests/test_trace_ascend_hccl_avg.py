@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench.analysis import analyze
 from fsdpbench.analysis.findings import HCCL_AVG_RE
 from fsdpbench.trace.ascend import read_ascend
+from helpers import ASCEND_FIXTURES
 
 TEXT = ASCEND_FIXTURES / "msinsight_pt_text_level1" / "rank0_ascend_pt"
 DB = ASCEND_FIXTURES / "msinsight_pt_db_level2" / "rank0_ascend_pt"

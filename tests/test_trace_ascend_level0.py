@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ASCEND_FIXTURES
 from fsdpbench.analysis import analyze
+from helpers import ASCEND_FIXTURES
 
 LEVEL0 = Path(__file__).parent / "fixtures" / "ascend_level0"
 LEVEL1 = ASCEND_FIXTURES / "msinsight_pt_text_level1"

@@ -11,11 +11,11 @@ import orjson
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_cli
 from fsdpbench.trace import cache as table_cache
 from fsdpbench.trace import kineto, read_rank
 from fsdpbench.trace.kineto import read_kineto
 from fsdpbench.trace.synthetic import make_trace, write_trace
+from helpers import REPO, run_cli
 
 GLOO_MIN = REPO / "tests" / "fixtures" / "traces" / "gloo_min.json"
 

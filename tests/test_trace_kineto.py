@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED
 from fsdpbench.analysis import analyze, rank_metrics
 from fsdpbench.errors import InputError
 from fsdpbench.trace import read_rank
 from fsdpbench.trace.kineto import read_kineto
 from fsdpbench.trace.table import us_strings_to_ns, us_to_ns
+from helpers import SHARED
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import ASCEND_FIXTURES, run_cli
 from fsdpbench.analysis import Analysis, analyze
 from fsdpbench.analysis.diff import DiffResult, diff_analyses
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_db import AscendDbTables, read_tables
 from fsdpbench.trace.synthetic import make_trace, write_trace
+from helpers import ASCEND_FIXTURES, run_cli
 
 DB2 = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 

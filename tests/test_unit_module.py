@@ -11,20 +11,19 @@ import importlib.util
 
 import pytest
 
-from conftest import run_cli
 from fsdpbench.analysis import analyze
 from fsdpbench.backends.plan import module_units
 from fsdpbench.config import Arm, parse_arms, preset_tiny
 from fsdpbench.errors import ConfigError
 from fsdpbench.model import build_model
+from helpers import ab_run, assert_matches_reference, called_parameter_owners, run_cli
 from reference import STEPS
-from test_arms import _ab, _assert_matches_reference, _called_parameter_owners
 
 
 def _called_param_modules() -> tuple[int, int]:
     """(modules with parameters whose forward runs inside the decoder layers, the same outside them),
     from forward pre-hooks on one unsharded forward of the tiny model."""
-    model, ran = _called_parameter_owners()
+    model, ran = called_parameter_owners()
     in_layers = {id(m) for layer in model.model.layers for m in layer.modules()}
     return sum(1 for m in ran if id(m) in in_layers), sum(1 for m in ran if id(m) not in in_layers)
 
@@ -69,13 +68,13 @@ def test_deepspeed_unit_module_is_one_line_before_anything_launches(tmp_path):
 @pytest.mark.timeout(600)
 def test_unit_module_gives_derived_counts_and_matches_single_process_training(tmp_path):
     arms = "torch:unit=module,fsdp1:unit=module,torch:unit=module:prefetch=1"
-    run_dir, steps = _ab(tmp_path, arms, "--profile", "--profile-step", "1", timeout=600)
+    run_dir, steps = ab_run(tmp_path, arms, "--profile", "--profile-step", "1", timeout=600)
     u, r = _called_param_modules()  # units inside the layers (resharded after forward), the root's own
     want = {"all_gather": 2 * u + r, "reduce_scatter": u + r}  # tiny: u = 59, r = 3
     for arm in ("torch-unitmodule", "fsdp1-unitmodule", "torch-prefetch1-unitmodule"):
         timed = [s for s in steps[arm] if s["round"] >= 0]
         assert [s["collectives"] for s in timed] == [want] * STEPS, arm
-        _assert_matches_reference(run_dir, timed, arm, rows=2)
+        assert_matches_reference(run_dir, timed, arm, rows=2)
         res = analyze([run_dir / "profiles" / arm])
         for rank in res.ranks:
             got = {t: c["count"] for t, c in rank.collectives.items() if c["count"]}
@@ -91,10 +90,10 @@ def test_unit_module_gives_derived_counts_and_matches_single_process_training(tm
 def test_hyper_unit_module_nests_like_fsdp2_and_matches_single_process_training(tmp_path):
     """hyper's fully_shard nests like FSDP2 (a unit owns what no inner unit holds); it already issues one
     collective per parameter, so module units do not change its counts: 2·ΣP_i + R and ΣP_i + R."""
-    run_dir, steps = _ab(tmp_path, "hyper:unit=module", timeout=400)
+    run_dir, steps = ab_run(tmp_path, "hyper:unit=module", timeout=400)
     model = build_model(preset_tiny())
     in_layers = sum(1 for layer in model.model.layers for _ in layer.parameters())
     root = sum(1 for _ in model.parameters()) - in_layers
     want = {"all_gather": 2 * in_layers + root, "reduce_scatter": in_layers + root}
     assert [s["collectives"] for s in steps["hyper-unitmodule"]] == [want] * STEPS
-    _assert_matches_reference(run_dir, steps["hyper-unitmodule"], "hyper-unitmodule", rows=2)
+    assert_matches_reference(run_dir, steps["hyper-unitmodule"], "hyper-unitmodule", rows=2)

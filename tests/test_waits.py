@@ -180,8 +180,8 @@ DELAY_MS = 1000.0  # well above the scheduling noise of a loaded 2-core machine 
 def test_a_delayed_rank_shows_up_as_wait_on_the_other_rank_in_that_unit_and_phase_only(tmp_path):
     """FSDPBENCH_FAULT=delay: rank 1 sleeps at the start of layers.1's forward in the profiled step; rank 0
     then waits for it at that unit's all-gather: within 10% of the delay there, under 10% anywhere else."""
-    from conftest import free_port, run_cli
-    from fsdpbench.results import PROFILE_ROUND
+    from fsdpbench.run.run_folder import PROFILE_ROUND
+    from helpers import free_port, run_cli
 
     fault = f"delay:torch:{PROFILE_ROUND}:1:layers.1:forward:{DELAY_MS:g}"
     proc = run_cli(
@@ -340,7 +340,7 @@ def test_the_numpy_split_equals_the_plain_python_one_and_a_brute_force_count():
 )
 def test_a_malformed_delay_is_one_clear_error_naming_the_variable(monkeypatch, fault):
     from fsdpbench.errors import ConfigError
-    from fsdpbench.worker import FAULT_ENV, profile_delay
+    from fsdpbench.run.worker import FAULT_ENV, profile_delay
 
     monkeypatch.setenv(FAULT_ENV, fault)
     with pytest.raises(ConfigError, match="FSDPBENCH_FAULT"):
@@ -348,7 +348,7 @@ def test_a_malformed_delay_is_one_clear_error_naming_the_variable(monkeypatch, f
 
 
 def test_a_delay_applies_to_its_arm_round_and_rank_only(monkeypatch):
-    from fsdpbench.worker import FAULT_ENV, profile_delay
+    from fsdpbench.run.worker import FAULT_ENV, profile_delay
 
     monkeypatch.setenv(FAULT_ENV, "delay:torch:-1:1:layers.0:backward:250")
     assert profile_delay({"arm": "torch", "round": -1}, 1) == ("layers.0", "backward", 0.25)

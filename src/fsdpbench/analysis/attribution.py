@@ -5,7 +5,7 @@ and the collectives by type, partitioning the step's totals exactly (docs/attrib
 torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns.
 
 * **Ranges**: the host ranges ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>`` and
-  ``fsdpbench::optimizer`` (:mod:`fsdpbench.profile_marks`, docs/DATA.md "Ranges in the profiled step").
+  ``fsdpbench::optimizer`` (:mod:`fsdpbench.run.profile_marks`, docs/DATA.md "Ranges in the profiled step").
 * **Launch point** of a device event: on device (CUDA/ROCm) traces the runtime call linked to the
   kernel by correlation id (the table's ``launch_ns``/``launch_lane``); on CPU/gloo traces a compute event is the training thread's own
   operator (its own start and thread); a gloo worker span is launched by the k-th collective launch op

@@ -4,7 +4,7 @@ Each communication event gets its process group:
 
 * from the trace's own identity fields (NCCL/RCCL ``Process Group Name``; ``table.group``);
 * else, in a CPU/gloo trace of an fsdpbench run, from the ``fsdpbench::c10d::<kind>::group=<name>::index=<k>``
-  range around the c10d call that launched it (:mod:`fsdpbench.profile_marks`): the k-th gloo worker span
+  range around the c10d call that launched it (:mod:`fsdpbench.run.profile_marks`): the k-th gloo worker span
   is the k-th collective launch (the reader's own pairing), and the launch lies in one such range;
 * else it has no group (``""``, shown as ``?``).
 

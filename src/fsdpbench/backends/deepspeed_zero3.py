@@ -125,7 +125,7 @@ class DeepSpeedZero3Backend(Backend):
         import deepspeed
         import torch.distributed as dist
 
-        from fsdpbench import device as dev
+        from fsdpbench.run import device as dev
 
         deepspeed.init_distributed(dist_backend=dev.process_group_backend(device_type), timeout=timeout)
         self._world = dist.get_world_size()

@@ -189,12 +189,12 @@ def execute(args: argparse.Namespace, defaults: dict[str, Any] | None = None) ->
     """Shared body of ``run`` and ``ab``: resolve, launch, summarise, report."""
     from rich.console import Console
 
-    from fsdpbench import results
-    from fsdpbench.launcher import run_ab, write_report_safely
+    from fsdpbench.run import run_folder
+    from fsdpbench.run.launcher import run_ab, write_report_safely
 
     console = Console(stderr=True)
     resume = Path(args.resume) if getattr(args, "resume", None) else None
-    if resume is not None and not (resume / results.MANIFEST).exists():
+    if resume is not None and not (resume / run_folder.MANIFEST).exists():
         from fsdpbench.errors import InputError
 
         raise InputError(f"--resume {resume}: no manifest.json there; give a run folder made by fsdpbench ab")

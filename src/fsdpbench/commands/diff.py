@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fsdpbench import results as run_folder
 from fsdpbench.errors import ConfigError, InputError
+from fsdpbench.run import run_folder
 
 ANALYSIS_JSON_MAX_BYTES = 64 << 20
 """A plain ``*.json`` file up to this size is checked for being an analysis JSON (else it is a trace)."""
@@ -66,7 +66,7 @@ def _load_side(path: Path, what: str, step: int | None) -> Any:
     if path.is_file() and name.endswith(".json") and not name.endswith(".pt.trace.json"):
         if path.stat().st_size <= ANALYSIS_JSON_MAX_BYTES:
             try:
-                data = run_folder.read_json(path)
+                data = run_folder.read_json_file(path)
             except InputError as exc:
                 raise InputError(f"{what} {exc}") from None
             if isinstance(data, dict) and "ranks" in data and "schema_version" in data:

@@ -27,15 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from fsdpbench import results
     from fsdpbench.report import write_index, write_report
+    from fsdpbench.run import run_folder
 
     run_dir: Path = args.run_dir
-    if (run_dir / results.SWEEP_STATE).is_file():
+    if (run_dir / run_folder.SWEEP_STATE).is_file():
         written = write_index(run_dir)
     else:
         written = write_report(run_dir, memory_rank=args.memory_rank)
     for path in written:
-        if path.suffix in (".md", ".html") and path.stem in (results.REPORT, "index"):
+        if path.suffix in (".md", ".html") and path.stem in (run_folder.REPORT, "index"):
             print(f"wrote {path}")
     return 0

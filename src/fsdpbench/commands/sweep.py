@@ -62,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fsdpbench import sweep as sweep_mod
+    from fsdpbench.run import sweep as sweep_mod
 
     console = Console()
     sweep = sweep_mod.load_sweep(args.config, out=args.out, node_rank=getattr(args, "node_rank", None))

@@ -83,7 +83,7 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(title: str, blocks: list[Block], figure_dir: str = "figures") -> str:
+def blocks_markdown(title: str, blocks: list[Block], figure_dir: str = "figures") -> str:
     """Markdown text; figures are referenced as ``{figure_dir}/{name}.svg`` (written by the caller)."""
     out = [f"# {title}", ""]
     for block in blocks:
@@ -178,7 +178,7 @@ def inline_html(text: str) -> str:
     return "".join(out)
 
 
-def to_html(title: str, blocks: list[Block]) -> str:
+def blocks_html(title: str, blocks: list[Block]) -> str:
     """One self-contained HTML page (UTF-8, inline CSS and SVG)."""
     body = "\n".join(_block_html(b) for b in blocks)
     return (

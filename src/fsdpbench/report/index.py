@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench import results, stats
 from fsdpbench.analysis.findings import finite
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import MISSING, fmt, fmt_pct, speed_text
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
-from fsdpbench.results import read_json_if_readable
-from fsdpbench.sweep import cell_settings
+from fsdpbench.run import run_folder, stats
+from fsdpbench.run.run_folder import read_json_if_readable
+from fsdpbench.run.sweep import cell_settings
 
 MAX_ARM_COLUMNS = 4
 """Up to this many distinct arm labels get a median column each in the overview; more share one column."""
@@ -136,16 +136,16 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
         tree: the sweep tree (holds sweep.json).
         state: sweep.json already read (default: read it).
     """
-    state = state if state is not None else read_json_if_readable(tree / results.SWEEP_STATE)
+    state = state if state is not None else read_json_if_readable(tree / run_folder.SWEEP_STATE)
     cells = [c for c in (state or {}).get("cells") or [] if isinstance(c, dict)]
     loaded = []
     labels: list[str] = []
     for c in cells:
         run_dir = tree / c["run_dir"] if c.get("run_dir") else None
-        summary = read_json_if_readable(run_dir / results.SUMMARY) if run_dir else None
+        summary = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
         summary = summary if isinstance(summary, dict) else {}
-        analysis = read_json_if_readable(run_dir / results.ANALYSIS) if run_dir else None
-        diffs = results.diff_list(read_json_if_readable(run_dir / results.DIFF_JSON)) if run_dir else []
+        analysis = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
+        diffs = run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)) if run_dir else []
         config = c.get("config") if isinstance(c.get("config"), dict) else {}
         cell_labels = [str(a.get("label")) for a in config.get("arms") or [] if isinstance(a, dict)]
         cell_labels += [a for a in summary.get("arms") or {} if a not in cell_labels]
@@ -214,7 +214,7 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
 
 def build_index(tree: Path) -> tuple[str, list[Block]]:
     """Title and blocks of the index of ``tree`` (a folder holding sweep.json)."""
-    state = read_json_if_readable(tree / results.SWEEP_STATE)
+    state = read_json_if_readable(tree / run_folder.SWEEP_STATE)
     if not isinstance(state, dict):
         raise InputError(
             f"{tree} is not a sweep results tree (no readable sweep.json); run `fsdpbench sweep --config FILE`"
@@ -271,8 +271,8 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
     for c in cells:
         run_rel = c.get("run_dir")
         run_dir = tree / run_rel if run_rel else None
-        summary = read_json_if_readable(run_dir / results.SUMMARY) if run_dir else None
-        analysis = read_json_if_readable(run_dir / results.ANALYSIS) if run_dir else None
+        summary = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
+        analysis = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
         summary = summary if isinstance(summary, dict) else {}
         arms = summary.get("arms") or {}
         params = c.get("params") or {}
@@ -286,9 +286,9 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
             for a in arms
             if _mean_overlap(analysis, a) is not None
         )
-        report = run_dir / f"{results.REPORT}.html" if run_dir else None
+        report = run_dir / f"{run_folder.REPORT}.html" if run_dir else None
         link = (
-            f"[report]({run_rel}/{results.REPORT}.html)"
+            f"[report]({run_rel}/{run_folder.REPORT}.html)"
             if report is not None and report.is_file()
             else MISSING
         )

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from fsdpbench import results
 from fsdpbench.errors import InputError
-from fsdpbench.results import RUN_MARKERS, is_run_dir
+from fsdpbench.run import run_folder
+from fsdpbench.run.run_folder import RUN_MARKERS, is_run_dir
 
 if TYPE_CHECKING:
     from fsdpbench.analysis.diff import DiffResult
@@ -63,7 +63,7 @@ class RunData:
                     out[arm] = Analysis.from_dict(doc)
                 except (KeyError, TypeError, AttributeError, ValueError) as exc:
                     self.missing.append(
-                        f"the analysis of arm `{arm}` in `{results.ANALYSIS}` could not be read "
+                        f"the analysis of arm `{arm}` in `{run_folder.ANALYSIS}` could not be read "
                         f"({type(exc).__name__}: {exc}); it is left out."
                     )
             return out
@@ -83,7 +83,7 @@ class RunData:
                     out.append(DiffResult.from_dict(d))
                 except InputError as exc:
                     self.missing.append(
-                        f"a diff in `{results.DIFF_JSON}` could not be read ({exc}); it is left out."
+                        f"a diff in `{run_folder.DIFF_JSON}` could not be read ({exc}); it is left out."
                     )
             return out
 
@@ -110,8 +110,8 @@ class RunData:
     def profile_dirs(self) -> dict[str, Path]:
         """arm label → its profile folder, for arms that have one."""
         order = {a: i for i, a in enumerate(self.arms)}
-        found = sorted(results.profiled_arms(self.run_dir), key=lambda a: order.get(a, len(order)))
-        return {a: results.profile_dir(self.run_dir, a) for a in found}
+        found = sorted(run_folder.profiled_arms(self.run_dir), key=lambda a: order.get(a, len(order)))
+        return {a: run_folder.profile_dir(self.run_dir, a) for a in found}
 
 
 @dataclass
@@ -133,7 +133,7 @@ def load_optional_json(path: Path, data: RunData, what: str) -> Any:
     if not path.is_file():
         return None
     try:
-        return results.read_json(path)
+        return run_folder.read_json_file(path)
     except InputError as exc:
         data.missing.append(f"{what} `{path.name}` could not be read ({exc}); it is left out.")
         return None
@@ -143,7 +143,7 @@ def load_step_frame(path: Path, data: RunData) -> pd.DataFrame | None:
     """steps.jsonl as a DataFrame; a torn last line (a crash mid-write) is skipped with a note."""
     if not path.is_file():
         return None
-    rows, bad = results.parse_jsonl(path.read_bytes())
+    rows, bad = run_folder.parse_jsonl(path.read_bytes())
     if bad:
         data.missing.append(
             f"`steps.jsonl` has {bad} unreadable line(s) (a crash mid-write?); they are skipped."
@@ -175,26 +175,26 @@ def load_run(run_dir: Path) -> RunData:
     if not is_run_dir(run_dir):
         raise not_a_run_error(run_dir)
     data = RunData(run_dir=run_dir)
-    data.manifest = load_optional_json(run_dir / results.MANIFEST, data, "the manifest")
+    data.manifest = load_optional_json(run_dir / run_folder.MANIFEST, data, "the manifest")
     if data.manifest is None:
         data.missing.append(
             "`manifest.json` is missing: configuration, environment and commands are unknown."
         )
-    data.summary = load_optional_json(run_dir / results.SUMMARY, data, "the summary")
+    data.summary = load_optional_json(run_dir / run_folder.SUMMARY, data, "the summary")
     if data.summary is None:
         data.missing.append(
             "`summary.json` is missing: no verdict or statistics yet "
             f"(the run may have stopped early; `fsdpbench ab --resume {run_dir}` finishes it)."
         )
-    data.steps = load_step_frame(run_dir / results.STEPS, data)
+    data.steps = load_step_frame(run_dir / run_folder.STEPS, data)
     if data.steps is None:
         data.missing.append("`steps.jsonl` is missing or empty: no step times to plot.")
-    for status in sorted((run_dir / results.LAUNCHES).glob(f"*/*/{results.STATUS}")):
+    for status in sorted((run_dir / run_folder.LAUNCHES).glob(f"*/*/{run_folder.STATUS}")):
         parsed = load_optional_json(status, data, "a launch status")
         if isinstance(parsed, dict):
             data.statuses.append(parsed)
-    analysis = load_optional_json(run_dir / results.ANALYSIS, data, "the analysis")
+    analysis = load_optional_json(run_dir / run_folder.ANALYSIS, data, "the analysis")
     if isinstance(analysis, dict):
         data.analysis = analysis
-    data.diffs = results.diff_list(load_optional_json(run_dir / results.DIFF_JSON, data, "the diff"))
+    data.diffs = run_folder.diff_list(load_optional_json(run_dir / run_folder.DIFF_JSON, data, "the diff"))
     return data

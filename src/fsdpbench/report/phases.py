@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fsdpbench.analysis.findings import finite
 from fsdpbench.fmt import MISSING, fmt, speed_text
-from fsdpbench.phases import MARKED_PHASES, PHASES
 from fsdpbench.report.blocks import Block, Heading, Para, Table
 from fsdpbench.report.load import RunData
+from fsdpbench.run.phases import MARKED_PHASES, PHASES
 
 
 def phase_section(data: RunData) -> list[Block]:

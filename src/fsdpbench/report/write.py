@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench import results
-from fsdpbench.report.blocks import Figure, to_html, to_markdown
+from fsdpbench.report.blocks import Figure, blocks_html, blocks_markdown
 from fsdpbench.report.diff_md import diff_markdown
 from fsdpbench.report.load import RunData, Timeline, load_run
+from fsdpbench.run import run_folder
 
 __all__ = ["render", "timeline_from_analysis", "write_index", "write_report"]
 
@@ -23,34 +23,34 @@ log = logging.getLogger(__name__)
 
 
 def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
-    """``results.ensure_analysis`` of every profiled arm; an arm that fails is named in the report.
+    """``run_folder.ensure_analysis`` of every profiled arm; an arm that fails is named in the report.
     Returns arm → the ``Analysis`` objects analysed now (empty when analysis.json was reused)."""
     if not data.profile_dirs():
         return {}
-    path = data.run_dir / results.ANALYSIS
+    path = data.run_dir / run_folder.ANALYSIS
     before = path.stat().st_mtime_ns if path.is_file() else None
     failed: dict[str, Exception] = {}
-    analyses = results.ensure_analysis(data.run_dir, list(data.profile_dirs()), failed=failed)
+    analyses = run_folder.ensure_analysis(data.run_dir, list(data.profile_dirs()), failed=failed)
     for arm, exc in failed.items():
         log.warning("analysis of arm %s failed: %s", arm, exc)
         data.missing.append(
-            f"the profiles of arm `{arm}` (`{results.profile_dir(data.run_dir, arm)}`) could not be "
+            f"the profiles of arm `{arm}` (`{run_folder.profile_dir(data.run_dir, arm)}`) could not be "
             f"analysed: {exc}"
         )
     if path.is_file() and path.stat().st_mtime_ns != before:
         written.append(path)
-        data.analysis = results.read_json(path)
+        data.analysis = run_folder.read_json_file(path)
     return {a: r for a, r in analyses.items() if not isinstance(r, dict)}
 
 
 def _ensure_diff(data: RunData, written: list[Path]) -> None:
-    """``results.ensure_diffs`` when at least two arms are analysed; a failure is named in the report."""
+    """``run_folder.ensure_diffs`` when at least two arms are analysed; a failure is named in the report."""
     if len(data.analysis or {}) < 2:
         return
-    paths = [data.run_dir / results.DIFF_JSON, data.run_dir / results.DIFF_MD]
+    paths = [data.run_dir / run_folder.DIFF_JSON, data.run_dir / run_folder.DIFF_MD]
     before = [p.stat().st_mtime_ns if p.is_file() else None for p in paths]
     try:
-        data.diffs = results.ensure_diffs(
+        data.diffs = run_folder.ensure_diffs(
             data.run_dir, lambda diffs: "\n\n".join(diff_markdown(r) for r in diffs)
         )
     except Exception as exc:
@@ -159,7 +159,7 @@ def write_report(run_dir: Path | str, memory_rank: int = 0) -> list[Path]:
 
     data = load_run(Path(run_dir))
     if memory_rank and data.summary:
-        for arm, timeline in results.memory_timelines_of_rank(
+        for arm, timeline in run_folder.memory_timelines_of_rank(
             data.run_dir, data.summary, memory_rank
         ).items():
             data.summary["arms"][arm]["memory_timeline"] = timeline
@@ -172,24 +172,24 @@ def write_report(run_dir: Path | str, memory_rank: int = 0) -> list[Path]:
 
         rank_timeline.ensure(data)
     title, blocks = build_report(data)
-    return written + render(data.run_dir, results.REPORT, title, blocks)
+    return written + render(data.run_dir, run_folder.REPORT, title, blocks)
 
 
 def render(folder: Path, stem: str, title: str, blocks: list) -> list[Path]:
     """Write ``{stem}.md`` + ``figures/*.svg`` and ``{stem}.html`` under ``folder``; return their paths."""
     written: list[Path] = []
     figs = [b for b in _walk(blocks) if isinstance(b, Figure)]
-    fig_dir = folder / results.FIGURES
+    fig_dir = folder / run_folder.FIGURES
     if figs:
         fig_dir.mkdir(exist_ok=True)
     for fig in figs:
         written.append(
-            results.write_atomic(
+            run_folder.write_atomic(
                 fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg
             )
         )
-    written.append(results.write_atomic(folder / f"{stem}.md", to_markdown(title, blocks)))
-    written.append(results.write_atomic(folder / f"{stem}.html", to_html(title, blocks)))
+    written.append(run_folder.write_atomic(folder / f"{stem}.md", blocks_markdown(title, blocks)))
+    written.append(run_folder.write_atomic(folder / f"{stem}.html", blocks_html(title, blocks)))
     return written
 
 

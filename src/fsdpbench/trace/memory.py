@@ -6,7 +6,7 @@ Sources:
   Allocated`` per allocation and free, ``Device Type`` (0 = CPU, 1 = CUDA, ...). On a device the
   allocator's ``Total Allocated`` is absolute; on CPU the events count only allocations made since
   recording started, so the timeline there is ``live_at_start`` + the running sum of ``Bytes``
-  (``fsdpbench.memory``) and ``absolute`` is False.
+  (``fsdpbench.run.memory``) and ``absolute`` is False.
 - Ascend text export (``ASCEND_PROFILER_OUTPUT``): ``memory_record.csv`` (allocated / reserved /
   active totals in MB per component: PTA = torch_npu's caching allocator, GE = graph engine, PTA+GE,
   APP = the whole process, reserved only), ``operator_memory.csv`` (one row per allocation with its

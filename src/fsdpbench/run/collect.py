@@ -1,6 +1,6 @@
 """Multi-node bookkeeping through torch.distributed: node 0 decides, the other nodes send their files.
 
-``python -m fsdpbench.collect SPEC.json`` runs under torchrun (gloo, one process per node) beside each
+``python -m fsdpbench.run.collect SPEC.json`` runs under torchrun (gloo, one process per node) beside each
 launch of a multi-node run, never inside it: after a failure the launch's own process group is broken,
 exactly when the other nodes' error files are needed. Two operations:
 
@@ -32,10 +32,10 @@ from datetime import timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fsdpbench import failures, results
 from fsdpbench.errors import InputError
+from fsdpbench.run import failures, run_folder
 
-log = logging.getLogger("fsdpbench.collect")
+log = logging.getLogger("fsdpbench.run.collect")
 
 CHUNK_BYTES = 8 << 20
 MAX_BYTES_ENV = "FSDPBENCH_COLLECT_MAX_BYTES"
@@ -83,7 +83,7 @@ def files_to_send(
         pairs.append([str(path), (node_dir / rel).as_posix()])
     if profile:
         for rank in ranks:
-            rank_dir = results.profile_dir(run_dir, arm) / f"rank{rank}"
+            rank_dir = run_folder.profile_dir(run_dir, arm) / f"rank{rank}"
             for path in sorted(rank_dir.rglob("*")) if rank_dir.is_dir() else []:
                 if path.is_file():
                     pairs.append([str(path), path.relative_to(run_dir).as_posix()])
@@ -217,15 +217,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point under torchrun: ``python -m fsdpbench.collect SPEC.json``."""
+    """Entry point under torchrun: ``python -m fsdpbench.run.collect SPEC.json``."""
     argv = sys.argv[1:] if argv is None else argv
-    spec = results.read_json(argv[0])
+    spec = run_folder.read_json_file(argv[0])
     logging.basicConfig(level=logging.INFO, format=f"[node{spec.get('node')}] %(levelname)s: %(message)s")
     try:
         result = run(spec)
     except BaseException as exc:  # the launcher names it from this file (failures.explain)
-        results.write_json(
-            Path(argv[0]).parent / results.LAUNCH_ERROR.format(rank=spec.get("node")),
+        run_folder.write_json(
+            Path(argv[0]).parent / run_folder.LAUNCH_ERROR.format(rank=spec.get("node")),
             {
                 "rank": spec.get("node"),
                 "type": type(exc).__name__,
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         raise
-    results.write_json(spec["result"], result)
+    run_folder.write_json(spec["result"], result)
     return 0
 
 

@@ -1,7 +1,7 @@
 """What each rank runs under torchrun: build → shard → load weights → warmup → timed or profiled steps.
 
-``python -m fsdpbench.worker SPEC.json`` — the launcher writes the spec (the resolved run config,
-the arm label, the round (``results.PROFILE_ROUND`` for the profile launch) and the folders). Rank 0 appends one record per step to
+``python -m fsdpbench.run.worker SPEC.json`` — the launcher writes the spec (the resolved run config,
+the arm label, the round (``run_folder.PROFILE_ROUND`` for the profile launch) and the folders). Rank 0 appends one record per step to
 ``steps.jsonl`` (the slowest rank's time via all_reduce MAX). Any rank that fails writes
 ``error_rank<k>.json`` in the launch folder so the launcher can say what went wrong.
 """
@@ -31,17 +31,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fsdpbench import device as dev
-from fsdpbench import memory, results
 from fsdpbench.backends import Backend, get_backend
 from fsdpbench.config import Arm, RunConfig
-from fsdpbench.data import rank_batch
 from fsdpbench.errors import ConfigError
-from fsdpbench.phase_marks import PhaseMarks
-from fsdpbench.phases import MARKED_PHASES
-from fsdpbench.profile_marks import ProfileMarks, decoder_units, restore_collectives, wrap_collectives
+from fsdpbench.run import device as dev
+from fsdpbench.run import memory, run_folder
+from fsdpbench.run.phase_marks import PhaseMarks
+from fsdpbench.run.phases import MARKED_PHASES
+from fsdpbench.run.profile_marks import ProfileMarks, decoder_units, restore_collectives, wrap_collectives
+from fsdpbench.run.tokens import rank_batch
 
-log = logging.getLogger("fsdpbench.worker")
+log = logging.getLogger("fsdpbench.run.worker")
 
 FAULT_ENV = "FSDPBENCH_FAULT"
 """Test hook: ``KIND:ARM:ROUND:RANK:STEP`` with KIND crash, hang or oom injects that failure."""
@@ -300,7 +300,7 @@ def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
 
 
 PARSE_NPU_PROFILE = "--parse-npu-profile"
-"""``python -m fsdpbench.worker --parse-npu-profile DIR...``: the launcher's parse step (``parse_npu_profile``
+"""``python -m fsdpbench.run.worker --parse-npu-profile DIR...``: the launcher's parse step (``parse_npu_profile``
 per rank folder), run with the arm's interpreter after torchrun has exited."""
 
 
@@ -341,7 +341,7 @@ class StepRunner:
     replicas: int
     """Size of the HSDP replicate axis (1 for FSDP): grads are counted once per replica group."""
     round_: int
-    """The launch's round; ``results.PROFILE_ROUND`` for the profile launch."""
+    """The launch's round; ``run_folder.PROFILE_ROUND`` for the profile launch."""
     steps_path: Path
     counter: CollectiveCounter | None = None
     spec: dict[str, Any] | None = None
@@ -477,7 +477,7 @@ class StepRunner:
         split: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         losses, grad_sq = every.cpu().double().unbind(1)
-        if self.round_ == results.PROFILE_ROUND:
+        if self.round_ == run_folder.PROFILE_ROUND:
             kind = "profile"
         else:
             kind = "warmup" if step < self.cfg.warmup else "timed"
@@ -500,7 +500,7 @@ class StepRunner:
             record["collectives"] = outcome.collectives
         if split is not None:
             record.update(phase_fields(split.cpu().double().tolist(), self.marks.clock_kind))  # type: ignore[union-attr]
-        results.append_step(self.steps_path, record)
+        run_folder.append_step(self.steps_path, record)
         log.info(
             "%s round %s step %d: %.1f ms loss %.6f", self.arm.label, self.round_, step, m[0], record["loss"]
         )
@@ -578,22 +578,22 @@ def live_at_start(runner: StepRunner) -> dict[str, int]:
 
 def record_memory_step(runner: StepRunner, step: int, run_dir: Path) -> None:
     """One more step after the profiled one, recorded with ``profile_memory=True`` and fsdpbench's ranges
-    (docs/memory.md): its Chrome trace and the bytes live at its start go to ``results.memory_step_files``;
-    on npu torch_npu's profile goes to ``results.memory_step_npu_dir`` instead of the Chrome trace. Not timed, not in steps.jsonl; the gradients are freed before it, so no tensor live at its start is
+    (docs/memory.md): its Chrome trace and the bytes live at its start go to ``run_folder.memory_step_files``;
+    on npu torch_npu's profile goes to ``run_folder.memory_step_npu_dir`` instead of the Chrome trace. Not timed, not in steps.jsonl; the gradients are freed before it, so no tensor live at its start is
     freed inside it (the CPU events cannot see those frees)."""
     from torch.profiler import ProfilerActivity, profile
 
     runner.optimizer.zero_grad(set_to_none=True)
     live = live_at_start(runner)
-    trace, live_path = results.memory_step_files(run_dir, runner.arm.label, runner.rank)
+    trace, live_path = run_folder.memory_step_files(run_dir, runner.arm.label, runner.rank)
     trace.parent.mkdir(parents=True, exist_ok=True)
     marks = ProfileMarks(runner.model, decoder_units(runner.model))
     marks.install(COLLECTIVES)
     try:
         if runner.device_type == "npu":
             # torch_npu's profiler: memory_record/operator_memory + the ranges in trace_view.json, raw here,
-            # parsed by the launcher after torchrun exits (results.memory_step_npu_dir)
-            npu_dir = results.memory_step_npu_dir(run_dir, runner.arm.label, runner.rank)
+            # parsed by the launcher after torchrun exits (run_folder.memory_step_npu_dir)
+            npu_dir = run_folder.memory_step_npu_dir(run_dir, runner.arm.label, runner.rank)
             with npu_memory_profiler(npu_dir, runner.rank):
                 runner.train(step, marks)
         else:
@@ -602,11 +602,11 @@ def record_memory_step(runner: StepRunner, step: int, run_dir: Path) -> None:
     finally:
         marks.uninstall()
     if runner.device_type == "npu":
-        results.write_json(live_path, {"live_at_start_bytes": live, "device_type": "npu", "step": step})
+        run_folder.write_json(live_path, {"live_at_start_bytes": live, "device_type": "npu", "step": step})
         return
     prof.export_chrome_trace(str(trace))
     device_type = 1 if runner.device_type == "cuda" else memory.CPU_DEVICE_TYPE  # Kineto's Device Type
-    results.write_json(live_path, {"live_at_start_bytes": live, "device_type": device_type, "step": step})
+    run_folder.write_json(live_path, {"live_at_start_bytes": live, "device_type": device_type, "step": step})
 
 
 # --------------------------------------------------------------------------------------------
@@ -733,9 +733,9 @@ def run(spec: dict[str, Any]) -> None:
     cfg = RunConfig.from_dict(spec["config"])
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
     round_ = spec["round"]
-    profile = round_ == results.PROFILE_ROUND
+    profile = round_ == run_folder.PROFILE_ROUND
     run_dir, launch_dir = Path(spec["run_dir"]), Path(spec["launch_dir"])
-    profile_dir = results.profile_dir(run_dir, arm.label) / f"rank{rank}"
+    profile_dir = run_folder.profile_dir(run_dir, arm.label) / f"rank{rank}"
 
     device_type = dev.resolve_device_type(cfg.device)
     device = dev.set_device(device_type, local_rank)
@@ -758,9 +758,9 @@ def run(spec: dict[str, Any]) -> None:
             facts["flops_per_token"] = float(flops_per_token(cfg.model, cfg.seq_len))
             facts["arm_runtime"] = arm_runtime(cfg, arm, device_type, optimizer, device)
             node = int(os.environ.get("GROUP_RANK", 0))
-            results.write_json(launch_dir / results.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
+            run_folder.write_json(launch_dir / run_folder.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
             if rank == 0:
-                results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
+                run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
 
         counter = CollectiveCounter() if cfg.count_collectives else None
         if counter:
@@ -777,7 +777,7 @@ def run(spec: dict[str, Any]) -> None:
             world=world,
             replicas=replicas,
             round_=round_,
-            steps_path=run_dir / results.STEPS,
+            steps_path=run_dir / run_folder.STEPS,
             counter=counter,
             spec=spec,
             profile_marks=ProfileMarks(model, decoder_units(model)) if profile else None,
@@ -797,9 +797,9 @@ def run(spec: dict[str, Any]) -> None:
         gc.enable()
         if local_rank == 0:
             facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran
-            results.write_json(launch_dir / results.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
+            run_folder.write_json(launch_dir / run_folder.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
             if rank == 0:
-                results.write_json(launch_dir / results.LAUNCH_ENVIRONMENT, facts)
+                run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
         if counter:
             counter.uninstall()
         if cfg.dump_params:
@@ -820,8 +820,8 @@ def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
         oom = dev.is_out_of_memory(exc)
     except Exception:  # noqa: BLE001 - never mask the original error
         oom = False
-    results.write_json(
-        launch_dir / results.LAUNCH_ERROR.format(rank=rank),
+    run_folder.write_json(
+        launch_dir / run_folder.LAUNCH_ERROR.format(rank=rank),
         {
             "rank": rank,
             "type": type(exc).__name__,
@@ -834,14 +834,14 @@ def _write_error(launch_dir: Path, rank: int, exc: BaseException) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point under torchrun: ``python -m fsdpbench.worker SPEC.json``."""
+    """Entry point under torchrun: ``python -m fsdpbench.run.worker SPEC.json``."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == PARSE_NPU_PROFILE:  # run by the launcher after torchrun exits
         logging.basicConfig(level=logging.INFO)
         for folder in argv[1:]:
             parse_npu_profile(Path(folder))
         return 0
-    spec = results.read_json(argv[0])
+    spec = run_folder.read_json_file(argv[0])
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s")
     try:

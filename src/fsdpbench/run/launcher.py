@@ -24,10 +24,10 @@ from typing import Any
 
 import orjson
 
-from fsdpbench import collect, failures, phases, results
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import InputError, LaunchError
-from fsdpbench.interpreters import arm_interpreter, interpreter_environment, probe_arms
+from fsdpbench.run import collect, failures, phases, run_folder
+from fsdpbench.run.interpreters import arm_interpreter, interpreter_environment, probe_arms
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def torchrun_command(
     port: int | None = None,
     python: str | None = None,
     *,
-    module: str = "fsdpbench.worker",
+    module: str = "fsdpbench.run.worker",
     nproc: int | None = None,
 ) -> list[str]:
     """``python -m torch.distributed.run ... -m MODULE SPEC`` for one launch, run by ``python`` (the
@@ -109,7 +109,7 @@ def rendezvous_address(cfg: RunConfig) -> tuple[str, int]:
 def launch_plan(order: list[dict[str, Any]], arms: list[str], profile: bool) -> list[tuple[str, int]]:
     """Every launch of the run, in plan order: the interleaved timed rounds, then one profile per arm."""
     return [(i["arm"], i["round"]) for i in order] + (
-        [(a, results.PROFILE_ROUND) for a in arms] if profile else []
+        [(a, run_folder.PROFILE_ROUND) for a in arms] if profile else []
     )
 
 
@@ -156,7 +156,7 @@ def worker_environment(cfg: RunConfig | None = None) -> dict[str, str]:
 def recorded_environment(cfg: RunConfig | None = None) -> dict[str, str]:
     """The performance-relevant part of ``worker_environment()`` (for the manifest): the prefixes above
     and the NPU/GPU variables of ``device.behaviour_environment``."""
-    from fsdpbench.device import behaviour_environment
+    from fsdpbench.run.device import behaviour_environment
 
     env = worker_environment(cfg)
     return dict(
@@ -229,7 +229,7 @@ class _StepTail:
             data = f.read()
         end = data.rfind(b"\n") + 1
         self.offset += end
-        return results.parse_jsonl(data[:end])[0]
+        return run_folder.parse_jsonl(data[:end])[0]
 
 
 class Run:
@@ -244,38 +244,38 @@ class Run:
         return {
             (i["arm"], i["round"])
             for i in self.manifest["order"]
-            if results.launch_ok(self.run_dir, i["arm"], i["round"])
+            if run_folder.launch_ok(self.run_dir, i["arm"], i["round"])
         }
 
     def flops_per_token(self) -> float | None:
         return (self.manifest.get("environment") or {}).get("flops_per_token")
 
     def write_manifest(self) -> None:
-        results.write_json(self.run_dir / results.MANIFEST, self.manifest)
+        run_folder.write_json(self.run_dir / run_folder.MANIFEST, self.manifest)
 
     def write_summary(self) -> dict[str, Any]:
-        summary = results.build_summary(
+        summary = run_folder.summarize_run(
             self.manifest,
-            results.read_steps(self.run_dir),
+            run_folder.read_step_records(self.run_dir),
             done=self.done(),
             flops_per_token=self.flops_per_token(),
         )
-        for arm, timeline in results.memory_timelines(self.run_dir, list(summary["arms"])).items():
-            summary["arms"][arm]["memory_timeline"] = timeline
-        results.write_json(self.run_dir / results.SUMMARY, summary)
-        return summary
+        for arm, timeline in run_folder.memory_timelines(self.run_dir, list(summary.arms)).items():
+            summary.arms[arm].memory_timeline = timeline
+        summary.write(self.run_dir / run_folder.SUMMARY)
+        return summary.to_dict()
 
     # ---- one launch
     def launch(self, arm: str, round_: int, progress: _Progress | None) -> None:
-        """Run one torchrun launch (a timed round, or ``results.PROFILE_ROUND``) to completion; raise
+        """Run one torchrun launch (a timed round, or ``run_folder.PROFILE_ROUND``) to completion; raise
         ``LaunchError`` if it fails (status.json says why)."""
-        profile = round_ == results.PROFILE_ROUND
-        ldir = results.launch_dir(self.run_dir, arm, round_)
+        profile = round_ == run_folder.PROFILE_ROUND
+        ldir = run_folder.launch_dir(self.run_dir, arm, round_)
         if ldir.exists():  # an earlier, failed attempt: keep it aside, never overwrite
             ldir.rename(ldir.with_name(f"{ldir.name}.failed_{datetime.now():%Y%m%d_%H%M%S_%f}"))
         ldir.mkdir(parents=True)
-        results.drop_steps(self.run_dir, arm, round_, keep_to=ldir / "discarded_steps.jsonl")
-        if profile and results.set_aside_profiles(self.run_dir, arm, ldir / "discarded_profiles"):
+        run_folder.drop_steps(self.run_dir, arm, round_, keep_to=ldir / "discarded_steps.jsonl")
+        if profile and run_folder.set_aside_profiles(self.run_dir, arm, ldir / "discarded_profiles"):
             self.manifest.get("profiles", {}).pop(arm, None)
         spec = {
             "config": self.cfg.to_dict(),
@@ -284,22 +284,22 @@ class Run:
             "run_dir": str(self.run_dir.resolve()),
             "launch_dir": str(ldir.resolve()),
         }
-        spec_path = ldir / results.LAUNCH_SPEC
-        results.write_json(spec_path, spec)
+        spec_path = ldir / run_folder.LAUNCH_SPEC
+        run_folder.write_json(spec_path, spec)
         arm_cfg = next(a for a in self.cfg.arms if a.label == arm)
         cmd = torchrun_command(
             self.cfg, spec_path, ldir / "logs", self._ports(arm, round_)[0], python=arm_interpreter(arm_cfg)
         )
         expected = self.cfg.profile_step + 1 if profile else self.cfg.warmup + self.cfg.steps
         started = datetime.now().isoformat(timespec="seconds")
-        tail = _StepTail(self.run_dir / results.STEPS)
+        tail = _StepTail(self.run_dir / run_folder.STEPS)
         if progress:
             progress.start(f"{arm} {'profile' if profile else f'round {round_}'}", expected)
         t0 = time.monotonic()
         error: str | None = None
         rc: int | None = None
         seen = 0
-        with open(ldir / results.LAUNCH_LOG, "wb") as out:
+        with open(ldir / run_folder.LAUNCH_LOG, "wb") as out:
             env = interpreter_environment(arm_cfg, worker_environment(self.cfg))
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -335,7 +335,7 @@ class Run:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
         if profile and error is None and self._device_type(ldir) == "npu":
             # after torchrun has exited and outside --timeout: msprof's parse takes minutes per rank
-            profile_dir = results.profile_dir(self.run_dir, arm)
+            profile_dir = run_folder.profile_dir(self.run_dir, arm)
             parse_ascend_profiles(
                 arm_interpreter(arm_cfg), profile_dir, self._local_ranks(), env, ldir / ASCEND_PARSE_LOG
             )
@@ -344,7 +344,7 @@ class Run:
             # the arm's memory_timeline an error, not the launch
             parse_ascend_profiles(
                 arm_interpreter(arm_cfg),
-                results.memory_step_npu_dir(self.run_dir, arm, 0).parent,
+                run_folder.memory_step_npu_dir(self.run_dir, arm, 0).parent,
                 self._local_ranks(),
                 env,
                 ldir / ASCEND_MEMORY_PARSE_LOG,
@@ -356,9 +356,9 @@ class Run:
         self._write_status(ldir, arm, round_, rc, started, t0, error, failure)
         if progress:
             progress.finish(error is None, time.monotonic() - t0)
-        env_path = ldir / results.LAUNCH_ENVIRONMENT
+        env_path = ldir / run_folder.LAUNCH_ENVIRONMENT
         if env_path.exists():
-            facts = results.read_json(env_path)
+            facts = run_folder.read_json_file(env_path)
             runtime = facts.pop("arm_runtime", None)
             if runtime:  # what this arm ran with: dtypes after the device default, optimizer path
                 self.manifest.setdefault("arm_runtime", {})[arm] = runtime
@@ -372,13 +372,13 @@ class Run:
             {
                 "arm": arm,
                 "round": round_,
-                "kind": results.launch_kind(round_),
+                "kind": run_folder.launch_kind(round_),
                 "rc": rc,
                 "wall_s": round(time.monotonic() - t0, 3),
             }
         )
         if profile and error is None:
-            self.manifest.setdefault("profiles", {})[arm] = f"{results.PROFILES}/{arm}"
+            self.manifest.setdefault("profiles", {})[arm] = f"{run_folder.PROFILES}/{arm}"
         self.write_manifest()
         if error is not None:
             where = "profile launch" if profile else f"round {round_}"
@@ -391,10 +391,10 @@ class Run:
         return plan_ports(rendezvous_address(self.cfg)[1], self.plan, arm, round_)
 
     def _device_type(self, ldir: Path) -> str:
-        node_env = results.LAUNCH_NODE_ENVIRONMENT.format(node=self.cfg.node_rank)
+        node_env = run_folder.LAUNCH_NODE_ENVIRONMENT.format(node=self.cfg.node_rank)
         facts = (
-            results.read_json_if_readable(ldir / node_env)
-            or results.read_json_if_readable(ldir / results.LAUNCH_ENVIRONMENT)
+            run_folder.read_json_if_readable(ldir / node_env)
+            or run_folder.read_json_if_readable(ldir / run_folder.LAUNCH_ENVIRONMENT)
             or self.manifest.get("environment")
             or {}
         )
@@ -415,12 +415,12 @@ class Run:
         error: str | None,
         failure: dict[str, Any] | None = None,
     ) -> None:
-        results.write_json(
-            ldir / results.STATUS,
+        run_folder.write_json(
+            ldir / run_folder.STATUS,
             {
                 "arm": arm,
                 "round": round_,
-                "kind": results.launch_kind(round_),
+                "kind": run_folder.launch_kind(round_),
                 "rc": rc,
                 "started": started,
                 "ended": datetime.now().isoformat(timespec="seconds"),
@@ -444,7 +444,7 @@ class Run:
             or {"first_cause": None, "consequences": []}
         )
         self.manifest.setdefault("failures", []).append(
-            {"arm": arm, "round": round_, "kind": results.launch_kind(round_), "error": error, **failure}
+            {"arm": arm, "round": round_, "kind": run_folder.launch_kind(round_), "error": error, **failure}
         )
         return failure
 
@@ -457,7 +457,7 @@ class Run:
         """After a launch on several nodes: send this node's files of it to node 0 (node 0: receive every
         other node's) and return node 0's verdict on the launch and its failure record (``collect.py``)."""
         node = self.cfg.node_rank
-        profile = round_ == results.PROFILE_ROUND
+        profile = round_ == run_folder.PROFILE_ROUND
         spec = {
             "op": "launch",
             "node": node,
@@ -501,7 +501,7 @@ class Run:
     def agree_on_todo(self, todo: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """Several nodes: node 0's to-do list, sent to every node (which checks that it runs the same
         plan); raises ``LaunchError`` when the nodes disagree or cannot meet."""
-        folder = self.run_dir / results.LAUNCHES / collect.PLAN_DIR
+        folder = self.run_dir / run_folder.LAUNCHES / collect.PLAN_DIR
         agreed = node0_decides(self.cfg, folder, plan_fingerprint(self.manifest), [list(t) for t in todo])
         return [(arm, int(round_)) for arm, round_ in agreed]
 
@@ -509,17 +509,17 @@ class Run:
 def collect_step(
     cfg: RunConfig, folder: Path, spec: dict[str, Any], port: int | None
 ) -> dict[str, Any] | str:
-    """Run ``fsdpbench.collect`` with ``spec`` under torchrun (one process per node) in ``folder``; the
+    """Run ``fsdpbench.run.collect`` with ``spec`` under torchrun (one process per node) in ``folder``; the
     result every node got from node 0, or why there is none."""
     folder.mkdir(parents=True, exist_ok=True)
-    spec_path = results.write_json(folder / results.LAUNCH_SPEC, spec)
-    cmd = torchrun_command(cfg, spec_path, folder / "logs", port, module="fsdpbench.collect", nproc=1)
-    rc, timed_out = _run_to_end(cmd, folder / results.LAUNCH_LOG, worker_environment(cfg), cfg.timeout)
-    result = results.read_json_if_readable(spec["result"])
+    spec_path = run_folder.write_json(folder / run_folder.LAUNCH_SPEC, spec)
+    cmd = torchrun_command(cfg, spec_path, folder / "logs", port, module="fsdpbench.run.collect", nproc=1)
+    rc, timed_out = _run_to_end(cmd, folder / run_folder.LAUNCH_LOG, worker_environment(cfg), cfg.timeout)
+    result = run_folder.read_json_if_readable(spec["result"])
     if isinstance(result, dict):
         return result
     why = f"timed out after {cfg.timeout:g} s" if timed_out else failures.explain(folder, rc)
-    return f"the collect step with the other nodes failed ({why}; its log: {folder / results.LAUNCH_LOG})"
+    return f"the collect step with the other nodes failed ({why}; its log: {folder / run_folder.LAUNCH_LOG})"
 
 
 def node0_decides(cfg: RunConfig, folder: Path, fingerprint: str, todo: list[Any]) -> list[Any]:
@@ -554,7 +554,7 @@ def parse_ascend_profiles(
     python: str, profile_dir: Path, ranks: range, env: dict[str, str], log_path: Path
 ) -> int:
     """Parse each local rank's raw torch_npu profile (``profile_dir/rank<k>``) with the arm's own
-    interpreter, after the launch's workers have exited: ``python -m fsdpbench.worker --parse-npu-profile``.
+    interpreter, after the launch's workers have exited: ``python -m fsdpbench.run.worker --parse-npu-profile``.
 
     The launcher itself never imports torch; the ranks no longer parse (their process group is gone and
     --timeout no longer runs). Returns the parse's exit code; ``missing_ascend_output`` judges the result.
@@ -564,7 +564,7 @@ def parse_ascend_profiles(
         return 0
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(
-            [python, "-m", "fsdpbench.worker", "--parse-npu-profile", *folders],
+            [python, "-m", "fsdpbench.run.worker", "--parse-npu-profile", *folders],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -671,20 +671,20 @@ def run_ab(
     console = console or Console(stderr=True)
     if resume is not None:
         run_dir = Path(resume)
-        manifest = results.read_json(run_dir / results.MANIFEST)
+        manifest = run_folder.read_json_file(run_dir / run_folder.MANIFEST)
         try:
             cfg = RunConfig.from_dict(manifest["config"])
         except KeyError:
             raise InputError(
-                f"{run_dir / results.MANIFEST}: no 'config'; is this an fsdpbench run folder?"
+                f"{run_dir / run_folder.MANIFEST}: no 'config'; is this an fsdpbench run folder?"
             ) from None
     else:
         interpreters = probe_arms(
             cfg.arms, worker_environment(cfg)
         )  # refuse a bad interpreter before launching
-        run_dir = results.create_run_dir(cfg.out, cfg.name)
+        run_dir = run_folder.create_run_dir(cfg.out, cfg.name)
         manifest = {
-            "schema_version": results.SCHEMA_VERSION,
+            "schema_version": run_folder.SCHEMA_VERSION,
             "name": cfg.name,
             "created": datetime.now().isoformat(timespec="seconds"),
             "command": list(command if command is not None else ["fsdpbench", *sys.argv[1:]]),
@@ -697,7 +697,7 @@ def run_ab(
             "launches": [],
             "profiles": {},
         }
-        results.write_json(run_dir / results.MANIFEST, manifest)
+        run_folder.write_json(run_dir / run_folder.MANIFEST, manifest)
     run = Run(cfg, run_dir, manifest, console)
     done = run.done()
     todo: list[tuple[str, int]] = [
@@ -705,9 +705,9 @@ def run_ab(
     ]
     if cfg.profile:
         todo += [
-            (a.label, results.PROFILE_ROUND)
+            (a.label, run_folder.PROFILE_ROUND)
             for a in cfg.arms
-            if not results.launch_ok(run_dir, a.label, results.PROFILE_ROUND)
+            if not run_folder.launch_ok(run_dir, a.label, run_folder.PROFILE_ROUND)
         ]
     console.print(
         f"[bold]fsdpbench[/] {cfg.name}: {len(cfg.arms)} arm(s) × {cfg.rounds} round(s), "
@@ -747,7 +747,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
             "tok/s": fmt(a["tokens_per_s_per_device"], ".0f"),
             "TFLOP/s": fmt(a["tflops_per_device"], ".3g"),
             "MFU": fmt(a["mfu"], ".1%"),
-            "GiB": fmt(results.peak_memory_figure(a)[0], ".2f", 1 / 2**30),
+            "GiB": fmt(run_folder.peak_memory_figure(a)[0], ".2f", 1 / 2**30),
         }
         for label, a in summary["arms"].items()
     }
@@ -815,9 +815,9 @@ def write_report_safely(run_dir: Path, console: Any) -> None:
     """Write the run's report; a failure there is a warning, never a lost run."""
     from fsdpbench.report import write_report
 
-    node = ((results.read_json_if_readable(Path(run_dir) / results.MANIFEST) or {}).get("config") or {}).get(
-        "node_rank"
-    )
+    node = (
+        (run_folder.read_json_if_readable(Path(run_dir) / run_folder.MANIFEST) or {}).get("config") or {}
+    ).get("node_rank")
     if node:  # its folder holds only its own ranks' files; node 0's holds every rank's
         console.print(
             f"node {node}: no report here; node 0's run folder has every rank's results and the report"

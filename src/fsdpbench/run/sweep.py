@@ -47,16 +47,16 @@ from typing import Any
 
 import orjson
 
-from fsdpbench import results
 from fsdpbench.config import RunConfig, read_toml
 from fsdpbench.errors import ConfigError, FsdpbenchError, InputError, LaunchError
 from fsdpbench.fmt import MISSING
+from fsdpbench.run import run_folder
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 AXES = ("seq_len", "layers", "prefetch", "mesh", "arms")
-STATE_FILE = results.SWEEP_STATE
+STATE_FILE = run_folder.SWEEP_STATE
 # fields of a cell's resolved config that may differ between reruns without changing what it measures
 VOLATILE = ("out", "master_port", "report", "timeout")
 
@@ -265,7 +265,7 @@ def run_status(run_dir: Path | None) -> str:
     the folder exists otherwise; ``pending`` when there is no folder."""
     if run_dir is None or not run_dir.is_dir():
         return "pending"
-    summary = results.read_json_if_readable(run_dir / results.SUMMARY)
+    summary = run_folder.read_json_if_readable(run_dir / run_folder.SUMMARY)
     if summary is None:
         return "partial"
     arms = summary.get("arms") or {}
@@ -277,12 +277,12 @@ def run_status(run_dir: Path | None) -> str:
 
 def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
     """When the run asked for profiles, every arm's profile launch must have succeeded."""
-    manifest = results.read_json_if_readable(run_dir / results.MANIFEST)
+    manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST)
     if manifest is None:
         return False
     if not (manifest.get("config") or {}).get("profile"):
         return True
-    return all(results.launch_ok(run_dir, arm, results.PROFILE_ROUND) for arm in arms)
+    return all(run_folder.launch_ok(run_dir, arm, run_folder.PROFILE_ROUND) for arm in arms)
 
 
 def read_state(tree: Path) -> dict[str, Any] | None:
@@ -290,7 +290,7 @@ def read_state(tree: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return results.read_json(path)
+        return run_folder.read_json_file(path)
     except InputError as exc:
         raise ConfigError(f"{exc}; move it away to start the sweep afresh") from None
 
@@ -305,7 +305,7 @@ def write_state(sweep: Sweep, command: list[str] | None = None) -> Path:
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "cells": [c.record(sweep.tree) for c in sweep.cells],
     }
-    return results.write_json(sweep.tree / STATE_FILE, payload)
+    return run_folder.write_json(sweep.tree / STATE_FILE, payload)
 
 
 def check_against_state(sweep: Sweep) -> None:
@@ -365,7 +365,7 @@ def sweep_fingerprint(cells: list[Cell]) -> str:
     differ between nodes: ``launcher.PLAN_FINGERPRINT_IGNORES`` but the name), the same on every node."""
     import hashlib
 
-    from fsdpbench.launcher import PLAN_FINGERPRINT_IGNORES
+    from fsdpbench.run.launcher import PLAN_FINGERPRINT_IGNORES
 
     ignored = set(PLAN_FINGERPRINT_IGNORES) - {"name"}
     payload = [[c.name, {k: v for k, v in c.config.to_dict().items() if k not in ignored}] for c in cells]
@@ -395,7 +395,7 @@ def agree_on_cells(
     plan step of ``collect.py``, sends node 0's list to the others). A cell that runs on one node runs
     on node 0 only. Raises ``LaunchError`` when the nodes run different sweeps or cannot meet."""
     if agree is None:
-        from fsdpbench.launcher import node0_decides as agree
+        from fsdpbench.run.launcher import node0_decides as agree
     mine = node0_plan(selected)
     agreed = agree(coordinator, sweep.tree / SWEEP_PLAN_DIR, sweep_fingerprint(selected), mine)
     actions = {str(name): str(action) for name, action in agreed}
@@ -440,7 +440,7 @@ def run_sweep(
         The cells, with their final status.
     """
     if run_ab is None:
-        from fsdpbench.launcher import run_ab as _run_ab
+        from fsdpbench.run.launcher import run_ab as _run_ab
 
         run_ab = _run_ab
     check_against_state(sweep)
@@ -549,9 +549,9 @@ def _restore_errors(sweep: Sweep) -> None:
 
 
 def _why_partial(run_dir: Path) -> str:
-    summary = results.read_json_if_readable(run_dir / results.SUMMARY)
+    summary = run_folder.read_json_if_readable(run_dir / run_folder.SUMMARY)
     if summary is None:
-        return f"the run wrote no {results.SUMMARY}"
+        return f"the run wrote no {run_folder.SUMMARY}"
     bad = [
         f"{a}: {s.get('status')}"
         for a, s in (summary.get("arms") or {}).items()

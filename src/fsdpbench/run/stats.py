@@ -164,7 +164,7 @@ class Comparison:
         }
 
 
-def compare(
+def compare_arms(
     base_label: str, test_label: str, base: Sequence[float], test: Sequence[float], *, seed: int = 0
 ) -> Comparison:
     """Compare per-round medians of two arms: ratio of medians, bootstrap CI (2+ rounds per arm), significance."""

@@ -20,8 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fsdpbench import results
 from fsdpbench.errors import InputError
+from fsdpbench.run import run_folder
 
 NODE_DIR = "node{node}"
 """Where node 0 keeps a collected node's launch files, inside the launch folder."""
@@ -143,14 +143,14 @@ def torchrun_failures(log_text: str) -> list[RankFailure]:
 def node_failures(folder: Path, node: int | None) -> list[RankFailure]:
     """Every failed rank one node's launch files describe (``folder`` holds its error files and log)."""
     by_rank: dict[int, RankFailure] = {}
-    log_path = folder / results.LAUNCH_LOG
+    log_path = folder / run_folder.LAUNCH_LOG
     if log_path.is_file():
         for f in torchrun_failures(log_path.read_text(errors="replace")):
             f.node = node
             by_rank[f.rank] = f
-    for path in sorted(folder.glob(results.LAUNCH_ERROR.format(rank="*"))):
+    for path in sorted(folder.glob(run_folder.LAUNCH_ERROR.format(rank="*"))):
         try:
-            error = results.read_json(path)
+            error = run_folder.read_json_file(path)
             rank = int(error["rank"])
         except (InputError, KeyError, TypeError, ValueError):
             continue
@@ -214,7 +214,7 @@ def explain(ldir: Path, rc: int | None, node: int = 0, nodes: bool = False) -> s
     text = describe(launch_failures(ldir, node), nodes)
     if text:
         return text
-    log_path = ldir / results.LAUNCH_LOG
+    log_path = ldir / run_folder.LAUNCH_LOG
     lines = (
         [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
         if log_path.exists()

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fsdpbench import phases, stats
-from fsdpbench.device import peak_bf16_flops, peak_flops
 from fsdpbench.errors import InputError
+from fsdpbench.run import phases, stats
+from fsdpbench.run.device import peak_bf16_flops, peak_flops
+from fsdpbench.run.summary import ArmComparison, ArmSummary, MissingLaunch, Parity, RoundMedian, Summary
 
 if TYPE_CHECKING:  # the analysis side imports pandas: only the functions that analyse load it
     from fsdpbench.analysis.diff import DiffResult
@@ -106,7 +107,7 @@ def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> d
             continue
         try:
             events = orjson.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-            facts = read_json(live)
+            facts = read_json_file(live)
             out[arm] = step_timeline(events, facts["live_at_start_bytes"], facts.get("device_type", 0))
             out[arm]["rank"] = rank
         except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
@@ -145,7 +146,7 @@ def _ascend_memory_timeline(npu_dir: Path, live: Path, rank: int) -> dict[str, A
             "(see the profile launch's ascend_parse.log)"
         }
     try:
-        facts = read_json(live) if live.is_file() else {}
+        facts = read_json_file(live) if live.is_file() else {}
         timeline = ascend_step_timeline(read_export(folders[-1]), facts.get("live_at_start_bytes"))
     except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
         return {"error": f"{folders[-1]}: {exc}"}
@@ -190,7 +191,7 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
-def read_json(path: str | Path) -> Any:
+def read_json_file(path: str | Path) -> Any:
     """Read a JSON file, or raise ``InputError`` naming it."""
     try:
         return orjson.loads(Path(path).read_bytes())
@@ -231,7 +232,7 @@ def append_step(path: str | Path, record: dict[str, Any]) -> None:
         f.flush()
 
 
-def read_steps(run_dir: str | Path) -> list[dict[str, Any]]:
+def read_step_records(run_dir: str | Path) -> list[dict[str, Any]]:
     """All complete step records of a run (a truncated last line is skipped)."""
     path = Path(run_dir) / STEPS
     if not path.exists():
@@ -294,11 +295,22 @@ def build_summary(
     done: set[tuple[str, int]] | None = None,
     flops_per_token: float | None = None,
 ) -> dict[str, Any]:
-    """The ``summary.json`` of a run from its manifest and step records (see docs/DATA.md).
+    """``summarize_run(...).to_dict()``: the JSON object of ``summary.json``."""
+    return summarize_run(manifest, steps, done=done, flops_per_token=flops_per_token).to_dict()
+
+
+def summarize_run(
+    manifest: dict[str, Any],
+    steps: list[dict[str, Any]],
+    *,
+    done: set[tuple[str, int]] | None = None,
+    flops_per_token: float | None = None,
+) -> Summary:
+    """The ``summary.json`` of a run, typed, from its manifest and step records (see docs/DATA.md).
 
     Args:
         manifest: the run's manifest (config, arms, order, environment).
-        steps: records from ``read_steps``.
+        steps: records from ``read_step_records``.
         done: arm-rounds whose launch succeeded; rounds outside it are listed under ``missing``
             and left out of the statistics (``None`` = every round that has timed steps).
         flops_per_token: model FLOPs per token (forward + backward) for TFLOP/s and MFU.
@@ -330,32 +342,17 @@ def build_summary(
             rss_since[rec["arm"]].add(rec["mem_peak_rss_since"])
         tokens_per_step[rec["arm"]] = float(rec["tokens"])
 
-    arms: dict[str, Any] = {}
+    arms: dict[str, ArmSummary] = {}
     round_medians: dict[str, list[float]] = {}
     for label in labels:
         rounds = timed.get(label, {})
         if not rounds:
-            arms[label] = {
-                "status": "missing",
-                "rounds": [],
-                "median_ms": None,
-                "p10_ms": None,
-                "p90_ms": None,
-                "tokens_per_s_per_device": None,
-                "tflops_per_device": None,
-                "mfu": None,
-                "peak_flops_per_device": None,
-                "peak_mem_allocated_bytes": None,
-                "peak_mem_reserved_bytes": None,
-                "phases": None,
-                "peak_rss_bytes": None,
-                "peak_rss_since": None,
-            }
+            arms[label] = ArmSummary(status="missing")
             continue
         per_round = [
-            {"round": r, "median_ms": stats.median(v), "n_steps": len(v)} for r, v in sorted(rounds.items())
+            RoundMedian(round=r, median_ms=stats.median(v), n_steps=len(v)) for r, v in sorted(rounds.items())
         ]
-        medians = [r["median_ms"] for r in per_round]
+        medians = [r.median_ms for r in per_round]
         round_medians[label] = medians
         pooled = [t for v in rounds.values() for t in v]
         med = stats.median(medians)
@@ -365,57 +362,60 @@ def build_summary(
         reserved = [m[1] for m in mem[label] if m[1] is not None]
         arm_peak = arm_peak_flops(env.get("device_name"), runtime.get(label), cfg, label)
         rss = [m[2] for m in mem[label] if m[2] is not None]
-        arms[label] = {
-            "status": "ok",
-            "rounds": per_round,
-            "median_ms": med,
-            "p10_ms": stats.percentile(pooled, 10),
-            "p90_ms": stats.percentile(pooled, 90),
-            "tokens_per_s_per_device": tps,
-            "tflops_per_device": tflops,
-            "mfu": tflops * 1e12 / arm_peak if (tflops is not None and arm_peak) else None,
-            "peak_flops_per_device": arm_peak,
-            "peak_mem_allocated_bytes": max(allocs) if allocs else None,
-            "peak_mem_reserved_bytes": max(reserved) if reserved else None,
-            "phases": phases.arm_phases(timed_records[label]),
-            "peak_rss_bytes": max(rss) if rss else None,
-            "peak_rss_since": _rss_since(rss_since.get(label)) if rss else None,
-        }
+        arms[label] = ArmSummary(
+            status="ok",
+            rounds=per_round,
+            median_ms=med,
+            p10_ms=stats.percentile(pooled, 10),
+            p90_ms=stats.percentile(pooled, 90),
+            tokens_per_s_per_device=tps,
+            tflops_per_device=tflops,
+            mfu=tflops * 1e12 / arm_peak if (tflops is not None and arm_peak) else None,
+            peak_flops_per_device=arm_peak,
+            peak_mem_allocated_bytes=max(allocs) if allocs else None,
+            peak_mem_reserved_bytes=max(reserved) if reserved else None,
+            phases=phases.arm_phases(timed_records[label]),
+            peak_rss_bytes=max(rss) if rss else None,
+            peak_rss_since=_rss_since(rss_since.get(label)) if rss else None,
+        )
 
     comparisons = []
     if labels and labels[0] in round_medians:
         base = labels[0]
         for label in labels[1:]:
             if label in round_medians:
-                comp = stats.compare(
+                comp = stats.compare_arms(
                     base, label, round_medians[base], round_medians[label], seed=cfg.get("seed", 0)
                 ).to_dict()
                 comp["phases"] = phases.compare_phases(
-                    base, label, arms[base]["phases"], arms[label]["phases"], seed=cfg.get("seed", 0)
+                    base, label, arms[base].phases, arms[label].phases, seed=cfg.get("seed", 0)
                 )
-                comparisons.append(with_memory_ratio(comp, arms[base], arms[label]))
-    parity = check_parity(steps, labels, cfg, done, runtime=runtime, device_type=env.get("device_type"))
-    verdict = "; ".join(c["verdict"] for c in comparisons) or None
-    if verdict and not parity["valid"]:
-        verdict = f"INVALID COMPARISON (losses differ: {parity['reason']}); timing only: {verdict}"
-    missing = []
+                comp = with_memory_ratio(comp, arms[base].to_dict(), arms[label].to_dict())
+                comparisons.append(ArmComparison.from_dict(comp))
+    parity = Parity.from_dict(
+        check_parity(steps, labels, cfg, done, runtime=runtime, device_type=env.get("device_type"))
+    )
+    verdict = "; ".join(c.verdict for c in comparisons) or None
+    if verdict and not parity.valid:
+        verdict = f"INVALID COMPARISON (losses differ: {parity.reason}); timing only: {verdict}"
+    missing: list[MissingLaunch] = []
     for item in manifest.get("order", []):
         key = (item["arm"], item["round"])
         if key not in (done if done is not None else {(a, r) for a, rs in timed.items() for r in rs}):
-            missing.append({"arm": item["arm"], "round": item["round"], "why": "not run yet"})
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "arms": arms,
-        "comparisons": comparisons,
-        "verdict": verdict,
-        "parity": parity,
-        "missing": missing,
-        "profiles": {a: f"{PROFILES}/{a}" for a in labels if (manifest.get("profiles") or {}).get(a)},
-        "flops_per_token": flops_per_token,
-        "peak_bf16_flops_per_device": peak,
-        "failures": _failures(manifest, done),
-        "collected": _collected(manifest),
-    }
+            missing.append(MissingLaunch(arm=item["arm"], round=item["round"], why="not run yet"))
+    return Summary(
+        schema_version=SCHEMA_VERSION,
+        arms=arms,
+        comparisons=comparisons,
+        verdict=verdict,
+        parity=parity,
+        missing=missing,
+        profiles={a: f"{PROFILES}/{a}" for a in labels if (manifest.get("profiles") or {}).get(a)},
+        flops_per_token=flops_per_token,
+        peak_bf16_flops_per_device=peak,
+        failures=_failures(manifest, done),
+        collected=_collected(manifest),
+    )
 
 
 def _failures(manifest: dict[str, Any], done: set[tuple[str, int]] | None) -> list[dict[str, Any]]:
@@ -735,7 +735,7 @@ def _run_manifest(run_dir: Path) -> dict[str, Any]:
             f"{run_dir} is not a fsdpbench run folder (no {MANIFEST}); pass a run folder "
             "written by `fsdpbench ab --profile`, or two trace paths BASE TEST"
         )
-    manifest = read_json(path)
+    manifest = read_json_file(path)
     if len(manifest.get("arms") or []) < 2:
         raise InputError(
             f"{path} lists {len(manifest.get('arms') or [])} arm(s); a diff needs at least two (base and test)"
@@ -749,7 +749,7 @@ def _diff_arms(
     from fsdpbench.analysis.calibration import calibration_pairs
     from fsdpbench.analysis.diff import add_calibration, diff_analyses
 
-    summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
+    summary = read_json_file(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
     arms = {a["label"]: a for a in manifest["arms"]}
     env = manifest.get("environment") or {}
     model = (manifest.get("config") or {}).get("model")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fsdpbench import stats
+from fsdpbench.run import stats
 
 MARKED_PHASES = ("forward", "backward", "optimizer")
 """Phases between marks on the compute stream, in step order."""
@@ -71,7 +71,7 @@ def compare_phases(
     test_entry: Mapping[str, Any] | None,
     seed: int,
 ) -> dict[str, Any] | None:
-    """Per marked phase, ``stats.compare`` of the slowest rank's per-round medians (as the step time is the
+    """Per marked phase, ``stats.compare_arms`` of the slowest rank's per-round medians (as the step time is the
     slowest rank's) plus a ``verdict`` "backward: hyper is 1.06× slower than torch (...)". None when an arm
     has no phase times; a phase whose base median is 0 gets no ratio."""
     if not base_entry or not test_entry:
@@ -82,7 +82,7 @@ def compare_phases(
         if not b or not t or stats.median(b) <= 0:
             out[phase] = None
             continue
-        comp = stats.compare(base, test, b, t, seed=seed).to_dict()
+        comp = stats.compare_arms(base, test, b, t, seed=seed).to_dict()
         comp["verdict"] = f"{phase}: {comp['verdict']}"
         out[phase] = comp
     return out
