@@ -3,11 +3,10 @@
     python scripts/check_docs_moved.py            # against the README of commit f1b6e31 (1,264 lines)
     python scripts/check_docs_moved.py --rev REV  # against another commit's README
 
-Each heading of the old README must be a heading of a docs/ page or appear in the new README (exit 1 if
-not). Each line of the old README (outside code fences, 25 characters or more) is looked for word for word,
-whitespace collapsed and links' `docs/`
-prefix dropped, in the new README and docs/*.md together; the lines no page holds are listed, so
-that a reader can check each was reworded rather than dropped.
+Each heading of the old README must be a heading of a docs/ page or of the new README (exit 1 if not).
+Each line of the old README (outside code fences, 25 characters or more) is looked for word for word,
+whitespace collapsed and links' `docs/` prefix dropped, in the new README and docs/*.md together; the
+lines no page holds are listed, so that a reader can check each was reworded rather than dropped.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     doc_headings = {h for text in pages.values() for h in headings(text)}
     corpus = " ".join(" ".join(t.split()) for t in [readme.replace("](docs/", "]("), *pages.values()])
 
-    lost_headings = [h for h in headings(old) if h not in doc_headings and h not in readme]
+    lost_headings = [h for h in headings(old) if h not in doc_headings and h not in headings(readme)]
     old_lines = prose_lines(old.replace("](docs/", "]("))  # links moved into docs/ lose the prefix
     reworded = [line for line in old_lines if line not in corpus]
     print(f"old README ({args.rev}): {len(old.splitlines())} lines, {len(headings(old))} headings")
