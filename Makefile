@@ -28,6 +28,11 @@ test: setup-test
 	# the README's test command:
 	. $(BIN)/activate && OMP_NUM_THREADS=1 python -m pytest -q tests
 
+# The README's picture (docs/img/report.png): a profiled `fsdpbench ab` on the CPU default, drawn by the report.
+.PHONY: readme-figure
+readme-figure: setup
+	$(BIN)/python scripts/readme_figure.py
+
 setup: $(VENV)/.fsdpbench-installed
 setup-test: $(VENV)/.fsdpbench-test-installed
 

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "install it beside fsdpbench from its repository: `git clone https://github.com/mindspore-ai/hyper-parallel "
-    "&& pip install --no-deps -e hyper-parallel pyyaml` (see README.md, 'The hyper arm')"
+    "&& pip install --no-deps -e hyper-parallel pyyaml` (see docs/arms.md, 'The hyper arm')"
 )
 
 
