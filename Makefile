@@ -23,8 +23,8 @@ demo: setup
 	else echo "results: $$run_dir (no report.html: see the messages above)"; fi
 
 test: setup-test
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	# the README's test command:
 	. $(BIN)/activate && OMP_NUM_THREADS=1 python -m pytest -q tests
 

@@ -112,7 +112,7 @@ def speed_phrase(test: str, base: str, time_ratio: float, ci95: tuple[float, flo
     Returns:
         The ratio of the slower arm's time to the faster one's first (as pyperf says "1.28x slower"), then
         the change of the test arm's time relative to the base arm's, ``(time_ratio − 1) · 100`` % — the
-        one meaning of "x%" (README: "How to read a comparison"). A ratio of exactly 1 reads "as fast as".
+        one meaning of "x%" (docs/methodology.md, "How to read a comparison"). A ratio of exactly 1 reads "as fast as".
     """
     multiple, pct = _speed(time_ratio)
     shown = (

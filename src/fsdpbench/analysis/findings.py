@@ -1,7 +1,7 @@
 """Findings: explicit rules that turn the differences between two profiles into a ranked diagnosis.
 
 Every rule is one row of ``RULES``: id, when it fires, severity, what to do, and the function that checks it.
-The thresholds are the module constants; README.md ("Findings: the rules") carries the same table. Rules read the
+The thresholds are the module constants; docs/diagnosis.md ("Findings: the rules") carries the same table. Rules read the
 rank-mean metrics of both arms (``base`` = control, ``test``), the collective/op/sync comparison rows
 built by ``fsdpbench.analysis.diff`` and the α–β fits of ``fsdpbench.analysis.whatif``.
 
@@ -23,7 +23,7 @@ from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, manifest_prefetch, prefetch_units
 from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x, speed_phrase
 
-# ---- thresholds (documented in RULES and README.md ("Findings: the rules")) ---------------------------------
+# ---- thresholds (documented in RULES and docs/diagnosis.md ("Findings: the rules")) ---------------------------------
 FRAGMENTATION_COUNT_RATIO = 3.0
 """A collective type issued at least this many times more often by one arm ..."""
 SIMILAR_BYTES = (0.8, 1.25)
@@ -524,7 +524,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 fit_for[r.type] = chosen
         m = x.mean[side]
         # the idle term (idle time scales with the calls) brackets the measured change with the comm-only
-        # prediction on CPU/gloo (README "calibration"); both are shown
+        # prediction on CPU/gloo (docs/diagnosis.md, "Calibration"); both are shown
         estimate = whatif.estimate_regrouping(
             per_type, {r.type: r[other].count for r in hits}, fit_for, **m.breakdown(), free_us=m.free_us
         )

@@ -46,7 +46,7 @@ DS_DTYPE = {"float32": "fp32", "bfloat16": "bf16"}
 def deepspeed_config(arm: Arm, largest_layer_numel: int) -> dict[str, Any]:
     """The DeepSpeed configuration of ``arm`` (ZeRO-3, fair defaults, shared options mapped).
 
-    Mapping of the shared options (approximations are marked in the README):
+    Mapping of the shared options (approximations are marked in docs/arms.md):
 
     * ``reshard_after_forward`` true: ``stage3_max_reuse_distance`` 0 (release every gathered
       parameter after use); false: reuse distance and ``stage3_max_live_parameters`` of 1e12 elements

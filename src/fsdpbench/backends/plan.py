@@ -1,7 +1,7 @@
 """The sharding plan shared by every backend, so that trace differences come from the backend and
 not from how the model was wrapped.
 
-Plan (identical for every arm, documented in the README):
+Plan (identical for every arm, documented in docs/arms.md):
 1. every decoder layer (``model.model.layers[i]``) is its own shard unit, in order;
 2. the root (the whole model) is the last unit and holds what is left: ``embed_tokens``, the final
    ``norm`` and ``lm_head``. hyper_parallel's ``fully_shard`` takes one module, so torchtitan's

@@ -592,7 +592,7 @@ def mesh_text(mesh: str | int | None, world_size: int | None) -> str:
 
 
 def prefetch_text(value: Any) -> str:
-    """An arm's ``prefetch`` as the overview shows it; 0 is the library's default (README "prefetch")."""
+    """An arm's ``prefetch`` as the overview shows it; 0 is the library's default (docs/arms.md)."""
     return "0 (default)" if value in (0, "0") else MISSING if value is None else str(value)
 
 
