@@ -121,6 +121,7 @@ def _entry(
     subject_side: str,
     predicted_us: Any,
     *,
+    basis: str | None = None,
     timed_ms: Mapping[str, float | None],
     match: str,
     note: str = "",
@@ -156,6 +157,8 @@ def _entry(
         "label": "estimate vs measured",
         "note": note,
     }
+    if basis is not None:  # per unit and phase, or whole-step totals (whatif.BASIS_*)
+        out["basis"] = basis
     if comm_only_us is not None:  # the prediction without the idle-time term: the two bracket the change
         out["predicted_comm_only_ms"] = _us_to_ms(comm_only_us)
         out["error_comm_only_pct"] = error_pct(out["predicted_comm_only_ms"], measured)
@@ -248,6 +251,7 @@ def calibrate_diff(
                     diff,
                     side,
                     e.get("step_time_delta_us"),
+                    basis=e.get("basis") or est.get("basis"),
                     component=("comm_us", e.get("comm_delta_us")),
                     comm_only_us=_comm_only(e),
                     **common,
@@ -284,13 +288,17 @@ def _prefetch_entries(
         None,
     )
     note = "from the low_overlap finding"
-    if found is None:
+    per_unit = (diff.get("prefetch_estimates") or {}).get(side)
+    if per_unit and per_unit.get("step_time_delta_us") is not None:  # per (unit, phase), finding or not
+        found, note = per_unit, "per unit and phase (the diff's prefetch_estimates)"
+    elif found is None:
         if mo.get("overlap_ratio") is None:
             return []
         found = whatif.estimate_overlap(
             target_overlap_ratio=float(mo["overlap_ratio"]),
             **{k: m.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
         ).to_dict()
+        found["basis"] = whatif.BASIS_STEP
         note = "no low_overlap finding: the same estimate computed from the diff's side-by-side means"
     return [
         _entry(
@@ -301,6 +309,7 @@ def _prefetch_entries(
             timed_ms=timed_ms,
             match="exact",
             note=note,
+            basis=found.get("basis"),
             component=("exposed_comm_us", found.get("exposed_comm_delta_us")),
         )
     ]
