@@ -14,6 +14,7 @@ from fsdpbench.analysis import calibration as cal
 from fsdpbench.analysis import whatif
 from fsdpbench.analysis.diff import compare
 from fsdpbench.analysis.result import RankMetrics
+from fsdpbench.report.estimate import estimate_lines
 from test_findings import analysis, rank
 
 
@@ -82,6 +83,7 @@ def test_prefetch_per_unit_hides_each_units_exposed_all_gather_under_the_previou
     assert ("(all)", "optimizer") not in per
     d = est.to_dict()
     assert d["basis"] == "units" and whatif.Estimate.from_dict(d).per_unit == est.per_unit
+    assert "computed per unit and phase (most: layers.1 forward" in "\n".join(estimate_lines(est, details=True))
 
 
 def test_prefetch_per_unit_without_waits_counts_the_places_exposed_comm_and_says_so():
@@ -199,6 +201,7 @@ def test_the_fragmentation_finding_prices_per_unit_with_units_and_on_step_totals
     assert est.per_type["all_gather"].alpha_us == pytest.approx(ALPHA)
     if not with_units:
         assert est.basis == whatif.BASIS_STEP and est.per_unit == []
+        assert "computed from step totals" in "\n".join(estimate_lines(est, details=True))
         assert est.one_bucket_per_layer.basis == whatif.BASIS_STEP
         return
     # by hand: per place 60 → 6 calls: 54 · 100 = 5400 saved; layers.0 exposes half its transfer (2700),
