@@ -81,6 +81,7 @@ def test_prefetch_per_unit_hides_each_units_exposed_all_gather_under_the_previou
     assert per[("layers.0", "backward")]["all_gather_exposed_transfer_us"] == pytest.approx(10.0)
     assert per[("layers.0", "backward")]["slack_us"] == pytest.approx(50.0)
     assert ("(all)", "optimizer") not in per
+    assert not any("one rank" in a for a in est.assumptions)  # a place without collectives has no split
     d = est.to_dict()
     assert d["basis"] == "units" and whatif.Estimate.from_dict(d).per_unit == est.per_unit
     assert "computed per unit and phase (most: layers.1 forward" in "\n".join(estimate_lines(est, details=True))

@@ -465,16 +465,12 @@ def _split_of(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str
     return out
 
 
-def _transfer(row: Mapping[str, Any], split: Mapping[str, Any] | None) -> tuple[float, float, bool]:
-    """``(transfer_us, exposed_transfer_us, from_waits)`` of a unit row: the cross-rank split's where the
-    analysis has it, else the row's whole communication (no split: one rank)."""
+def _transfer(row: Mapping[str, Any], split: Mapping[str, Any] | None) -> tuple[float, float]:
+    """``(transfer_us, exposed_transfer_us)`` of a unit row: the cross-rank split's where the analysis
+    has it for this place and rank, else the row's whole communication (no split: one rank)."""
     if split is not None and _num(split.get("transfer_us")) is not None:
-        return (
-            _num(split.get("transfer_us")) or 0.0,
-            _num(split.get("exposed_transfer_us")) or 0.0,
-            True,
-        )
-    return _num(row.get("comm_us")) or 0.0, _num(row.get("exposed_us")) or 0.0, False
+        return _num(split.get("transfer_us")) or 0.0, _num(split.get("exposed_transfer_us")) or 0.0
+    return _num(row.get("comm_us")) or 0.0, _num(row.get("exposed_us")) or 0.0
 
 
 def _type_share(row: Mapping[str, Any], kind: str) -> float:
@@ -544,7 +540,7 @@ def estimate_prefetch_units(
     split = _split_of(data)
     acc: dict[UnitKey, dict[str, float]] = {}
     gain = 0.0
-    with_waits = True
+    with_waits = bool(split)  # one rank: no wait/transfer split at all
     for r in ranks:
         rank = str(r.get("rank"))
         for phase in PREFETCH_PHASES:
@@ -552,8 +548,7 @@ def estimate_prefetch_units(
             prev_slack: float | None = None
             for row in rows:
                 unit = str(row.get("unit"))
-                _, exposed_transfer, from_waits = _transfer(row, split.get((unit, phase, rank)))
-                with_waits &= from_waits
+                _, exposed_transfer = _transfer(row, split.get((unit, phase, rank)))
                 gather = exposed_transfer * _type_share(row, "all_gather")
                 hidden = min(gather, prev_slack) if prev_slack is not None else 0.0
                 gain += hidden / len(ranks)
@@ -637,19 +632,18 @@ def estimate_regrouping_units(
     saved_total = exposed_saved_total = 0.0
     calls_before = calls_after = 0.0
     priced = False
-    with_waits = True
+    with_waits = bool(split)  # one rank: no wait/transfer split at all
     for r in ranks:
         rank = str(r.get("rank"))
         for row in r["units"]:
             unit, phase = str(row.get("unit")), str(row.get("phase"))
-            transfer, exposed_transfer, from_waits = _transfer(row, split.get((unit, phase, rank)))
+            transfer, exposed_transfer = _transfer(row, split.get((unit, phase, rank)))
             saved = count_row = target_row = 0.0
             for kind, c in (row.get("collectives") or {}).items():
                 count = _num((c or {}).get("count")) or 0.0
                 key = (unit, phase, str(kind))
                 if (wanted is not None and kind not in wanted) or not count:
                     continue
-                with_waits &= from_waits
                 # a place or type the target does not list keeps its calls; at least one call stays
                 target = min(max(float(target_counts.get(key, count)), 1.0), count)
                 calls_before += count / n
