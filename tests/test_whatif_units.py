@@ -84,7 +84,9 @@ def test_prefetch_per_unit_hides_each_units_exposed_all_gather_under_the_previou
     assert not any("one rank" in a for a in est.assumptions)  # a place without collectives has no split
     d = est.to_dict()
     assert d["basis"] == "units" and whatif.Estimate.from_dict(d).per_unit == est.per_unit
-    assert "computed per unit and phase (most: layers.1 forward" in "\n".join(estimate_lines(est, details=True))
+    assert "computed per unit and phase (most: layers.1 forward" in "\n".join(
+        estimate_lines(est, details=True)
+    )
 
 
 def test_prefetch_per_unit_without_waits_counts_the_places_exposed_comm_and_says_so():

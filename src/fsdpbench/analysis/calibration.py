@@ -11,11 +11,12 @@ estimate                    from                                         counter
                                                                          hyper → torch/fsdp1 (approximate:
                                                                          the compute path differs too)
 ``one_bucket_per_layer``    fragmentation ``one_bucket_per_layer``       the same, when it runs ``unit=layer``
-``prefetch_overlap``        low_overlap's ``estimate_overlap``, or the   same options but prefetch (``prefetch``,
-                            same estimate computed from the diff's       ``fwd_prefetch``, ``bwd_prefetch``
-                            side-by-side means when no finding fired     resolved per direction): the other
-                                                                         prefetches at least as far in both
-                                                                         directions, further in one (exact)
+``prefetch_overlap``        the diff's ``prefetch_estimates`` (per unit  same options but prefetch
+                            and phase); without units low_overlap's      (``prefetch``, ``fwd_prefetch``,
+                            ``estimate_overlap``, or the same estimate   ``bwd_prefetch``, resolved per
+                            from the diff's side-by-side means when no   direction): the other prefetches at
+                            finding fired                                least as far in both directions,
+                                                                         further in one (exact)
 ==========================  ===========================================  ===================================
 
 Straggler estimates ("rank r computes like the others") have no counterfactual arm in one run: removing a
@@ -30,8 +31,9 @@ same clock the estimate was computed on. The profiler slows arms unequally (``di
 ``predicted_timed_ms`` rescales the prediction by the subject's timed/profiled ratio. The part of the step
 an estimate models (``component``: comm for regrouping, exposed comm for prefetch) is compared on its own
 too (``predicted_component_ms``/``measured_component_ms``), free of the compute and idle-time noise of one
-profiled step. ``independent`` is false when an α–β fit that priced the estimate saw the counterfactual
-arm's calls (pooled, aggregate or the other side's fit): the check is then partly circular.
+profiled step. ``basis`` is the estimate's (``units``: per unit and phase; ``step totals``;
+docs/calibration.md). ``independent`` is false when an α–β fit that priced the estimate saw the
+counterfactual arm's calls (pooled, aggregate or the other side's fit): the check is then partly circular.
 
 Pure and torch-free; the inputs are the plain dicts of manifest.json, summary.json and diff.json.
 """

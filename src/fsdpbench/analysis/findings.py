@@ -496,19 +496,22 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         # prediction on CPU/gloo (README "calibration"); both are shown
         data, data_o = x.analysis[side], x.analysis[other]
         by_unit = whatif.has_unit_rows(data) and whatif.has_unit_rows(data_o)
-        if by_unit:  # per (unit, phase): each place's calls at the other arm's count there
-            estimate = whatif.estimate_regrouping_units(
+        # per (unit, phase): each place's calls at the other arm's count there
+        estimate = (
+            whatif.estimate_regrouping_units(
                 data, whatif.unit_counts(data_o), fit_for, types=per_type, **m.breakdown(), free_us=m.free_us
             )
-            assert estimate is not None
-        else:  # traces without fsdpbench's ranges: whole-step totals
+            if by_unit
+            else None
+        )
+        if estimate is None:  # traces without fsdpbench's ranges: whole-step totals
             estimate = whatif.estimate_regrouping(
                 per_type, {r.type: r[other].count for r in hits}, fit_for, **m.breakdown(), free_us=m.free_us
             )
             estimate.basis = whatif.BASIS_STEP
         estimate.scenario = f"{lab}'s collectives issued at {lab_o}'s granularity"
-        if by_unit:  # one bucket per unit: one call of each type per (unit, phase)
-            per_unit = whatif.estimate_regrouping_units(
+        per_unit = (  # one bucket per unit: one call of each type per (unit, phase)
+            whatif.estimate_regrouping_units(
                 data,
                 {k: 1.0 for k in whatif.unit_counts(data)},
                 fit_for,
@@ -516,7 +519,10 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 **m.breakdown(),
                 free_us=m.free_us,
             )
-            assert per_unit is not None
+            if by_unit
+            else None
+        )
+        if per_unit is not None:
             estimate.one_bucket_per_layer = Estimate(
                 comm_delta_us=per_unit.comm_delta_us,
                 exposed_comm_delta_us=per_unit.exposed_comm_delta_us,

@@ -5,9 +5,12 @@ squares to the trace's own collectives (one point per collective call). ``alpha`
 one call (launch, synchronisation, protocol latency); ``beta`` the inverse bandwidth. Issuing the same
 bytes in fewer calls saves ``alpha`` per call removed, which is what bucketing per module buys.
 
-Every number this module produces is an *estimate* and is labelled so: a measured collective's duration
-includes time spent waiting for the slowest peer, so ``alpha`` absorbs skew, and the estimates assume
-that the overlap ratio stays what it was.
+Every number this module produces is an *estimate* and is labelled so. The fits use each collective's
+transfer time where the analysis split it from the waiting for the slowest peer (analysis/waits.py),
+its duration otherwise (then ``alpha`` absorbs skew). The regrouping and prefetch estimates are made per
+(unit, phase) where the trace has fsdpbench's unit ranges (``estimate_regrouping_units``,
+``estimate_prefetch_units``: docs/calibration.md), from whole-step totals otherwise (``estimate_regrouping``,
+``estimate_overlap``: same overlap ratio assumed); ``Estimate.basis`` says which.
 
 Torch-free on purpose.
 """
@@ -573,8 +576,8 @@ def estimate_prefetch_units(
         step_time_delta_us=None if step_time_us is None else -gain,
         per_unit=_per_unit_list(acc),
         assumptions=[
-            "a unit's exposed all-gather transfer can be hidden under the previous unit's (same phase) compute "
-            "that hides no communication yet, up to that compute",
+            "a unit's exposed all-gather transfer can be hidden under the previous unit's (same phase) "
+            "compute that hides no communication yet, up to that compute",
             "waiting for a late rank is not hidden; compute and total comm time unchanged",
             "the all-gather's share of a place's transfer is its share of the place's bytes",
         ],
