@@ -93,27 +93,38 @@ def main(argv: list[str] | None = None) -> int:
                 "own per-call fits, min over ranks": (low, False),
             }
             mean = d["side_by_side"]["mean"][side]
+            breakdown = {k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")}
+            subject_data = analyses[e["subject"]].to_dict()
+            other_data = analyses[e["counterfactual"]].to_dict()
             for name, (fit_for, idle) in variants.items():
                 est = whatif.estimate_regrouping(
-                    per_type,
-                    targets,
-                    fit_for,
-                    **{k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
-                    free_us=mean.get("free_us") if idle else None,
+                    per_type, targets, fit_for, **breakdown, free_us=mean.get("free_us") if idle else None
                 ).to_dict()
-                pseudo = {**d, "findings": [{"id": "fragmentation", "estimate": est}]}
-                for entry in calibration.calibrate_diff(
-                    pseudo, arms, {a: v.get("median_ms") for a, v in summary["arms"].items()}
-                ):
-                    if entry["estimate"] == "regrouping":
-                        extra.append({**entry, "estimate": f"regrouping ({name})"})
+                ests = [(f"{name}, step totals", est)]
+                per_unit = whatif.estimate_regrouping_units(  # the same fits, per (unit, phase)
+                    subject_data,
+                    whatif.unit_counts(other_data),
+                    fit_for,
+                    types=per_type,
+                    **breakdown,
+                    free_us=mean.get("free_us") if idle else None,
+                )
+                if per_unit is not None:
+                    ests.append((f"{name}, per unit", per_unit.to_dict()))
+                for label, est in ests:
+                    pseudo = {**d, "findings": [{"id": "fragmentation", "estimate": est}]}
+                    for entry in calibration.calibrate_diff(
+                        pseudo, arms, {a: v.get("median_ms") for a, v in summary["arms"].items()}
+                    ):
+                        if entry["estimate"] == "regrouping":
+                            extra.append({**entry, "estimate": f"regrouping ({label})"})
         out["entries"] += extra
     print(
         "| estimate | subject → counterfactual | predicted ms | measured ms (timed) | error | "
         "measured ms (profiled) | error (profiled) | predicted × timed/profiled | error | "
-        "component: predicted / measured ms (profiled) | error | independent fit |"
+        "component: predicted / measured ms (profiled) | error | independent fit | basis |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for e in out["entries"]:
         print(
             f"| {e['estimate']} | {e['subject']} → {e['counterfactual']} | {_fmt(e['predicted_ms'], '.1f')} | "
@@ -122,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{_fmt(e['predicted_timed_ms'], '.1f')} | {_fmt(e['error_timed_pct'], '+.0f')} % | "
             f"{e.get('component', '—')}: {_fmt(e.get('predicted_component_ms'), '.1f')} / "
             f"{_fmt(e.get('measured_component_ms'), '.1f')} | {_fmt(e.get('error_component_pct'), '+.0f')} % | "
-            f"{e.get('independent', '—')} |"
+            f"{e.get('independent', '—')} | {e.get('basis', '—')} |"
         )
     print()
     for arm, ratio in out["distortion"]["ratio"].items():

@@ -80,8 +80,10 @@ def test_diff_json_has_the_documented_keys_and_serialises():
         "calibration",
         "places",
         "top_waits",
+        "prefetch_estimates",
     }
     assert out["places"] == [] and out["top_waits"] == {"base": [], "test": []}  # no units in these analyses
+    assert out["prefetch_estimates"] == {"base": None, "test": None}
     assert out["calibration"] == []  # no manifest arms: nothing to calibrate against
     assert out["base"] == "torch" and out["test"] == "hyper"
     assert set(out["collectives"][0]) >= {

@@ -145,6 +145,61 @@ def test_a_hand_built_gloo_trace_matches_by_fsdpbench_ranges_and_puts_the_wait_i
     assert res.ranks[1].collective_events["transfer_ns"].tolist() == [10_000, 10_000]
 
 
+def _cuda_rank(rank: int, ag_start: float, rs_start: float) -> dict[str, Any]:
+    """A CUDA-style profiled step (µs) with fsdpbench's ranges and no c10d marks or sequence numbers:
+    layers.0's forward [0, 30) launches an all-gather at 2 (its kernel runs from ``ag_start`` to 40),
+    layers.0's backward [45, 70) a reduce-scatter at 60 whose kernel starts at ``rs_start``, after the
+    range has closed, inside the root's backward [40, 100), and ends at 95."""
+
+    def launch(ts: float, corr: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 100, "ts": ts,
+                "dur": 0.5, "args": {"correlation": corr}}  # fmt: skip
+
+    def kernel(name: str, ts: float, dur: float, corr: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 20, "ts": ts, "dur": dur,
+                "args": {"stream": 20, "correlation": corr}}  # fmt: skip
+
+    def rng(name: str, ts: float, dur: float) -> dict[str, Any]:
+        return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 100, "ts": ts, "dur": dur}
+
+    ev = [
+        rng("ProfilerStep#3", 0.0, 100.0),
+        rng("fsdpbench::forward::layers.0", 0.0, 30.0),
+        rng("fsdpbench::backward::root", 40.0, 60.0),
+        rng("fsdpbench::backward::layers.0", 45.0, 25.0),
+        launch(2.0, 1),
+        launch(60.0, 2),
+        kernel("ncclDevKernel_AllGather_RING_LL", ag_start, 40.0 - ag_start, 1),
+        kernel("ncclDevKernel_ReduceScatter_RING_LL", rs_start, 95.0 - rs_start, 2),
+    ]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "traceEvents": ev}  # fmt: skip
+
+
+def test_a_cuda_trace_gets_unit_and_phase_of_each_collective_from_its_launching_runtime_call(tmp_path):
+    paths = []
+    for r, (ag, rs) in enumerate([(10.0, 72.0), (25.0, 80.0)]):  # rank 1 arrives 15 and 8 µs later
+        p = tmp_path / f"rank{r}.json"
+        p.write_text(json.dumps(_cuda_rank(r, ag, rs)))
+        paths.append(p)
+    res = analyze(paths, workers=1)
+    w = res.to_dict()["waits"]
+    assert w["match"] == "order"
+    units = {(u["unit"], u["phase"]): u["ranks"] for u in w["units"]}
+    # by hand: the reduce-scatter kernel starts (72, 80) after layers.0's backward closed at 70, but its
+    # cudaLaunchKernel at 60 lies in it: the wait belongs to layers.0 backward, not to the root
+    assert set(units) == {("layers.0", "forward"), ("layers.0", "backward")}
+    fwd, bwd = units[("layers.0", "forward")], units[("layers.0", "backward")]
+    assert fwd["0"]["wait_us"] == pytest.approx(15.0) and fwd["0"]["transfer_us"] == pytest.approx(15.0)
+    assert fwd["1"]["wait_us"] == pytest.approx(0.0) and fwd["1"]["transfer_us"] == pytest.approx(15.0)
+    assert bwd["0"]["wait_us"] == pytest.approx(8.0) and bwd["0"]["transfer_us"] == pytest.approx(15.0)
+    assert bwd["1"]["exposed_transfer_us"] == pytest.approx(15.0)  # no compute: all of it exposed
+    (top,) = [t for t in w["top"] if t["type"] == "reduce_scatter"]
+    assert (top["unit"], top["phase"], top["last_rank"]) == ("layers.0", "backward", 1)
+    # the rank's collectives carry their transfer time per type (the aggregate fits use it)
+    assert res.to_dict()["ranks"][0]["collectives"]["all_gather"]["transfer_us"] == pytest.approx(15.0)
+
+
 def test_the_alpha_beta_fit_uses_transfer_time_not_wait_plus_transfer():
     import pandas as pd
 

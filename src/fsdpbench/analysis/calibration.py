@@ -11,11 +11,12 @@ estimate                    from                                         counter
                                                                          hyper → torch/fsdp1 (approximate:
                                                                          the compute path differs too)
 ``one_bucket_per_layer``    fragmentation ``one_bucket_per_layer``       the same, when it runs ``unit=layer``
-``prefetch_overlap``        low_overlap's ``estimate_overlap``, or the   same options but prefetch (``prefetch``,
-                            same estimate computed from the diff's       ``fwd_prefetch``, ``bwd_prefetch``
-                            side-by-side means when no finding fired     resolved per direction): the other
-                                                                         prefetches at least as far in both
-                                                                         directions, further in one (exact)
+``prefetch_overlap``        the diff's ``prefetch_estimates`` (per unit  same options but prefetch
+                            and phase); without units low_overlap's      (``prefetch``, ``fwd_prefetch``,
+                            ``estimate_overlap``, or the same estimate   ``bwd_prefetch``, resolved per
+                            from the diff's side-by-side means when no   direction): the other prefetches at
+                            finding fired                                least as far in both directions,
+                                                                         further in one (exact)
 ==========================  ===========================================  ===================================
 
 Straggler estimates ("rank r computes like the others") have no counterfactual arm in one run: removing a
@@ -30,8 +31,9 @@ same clock the estimate was computed on. The profiler slows arms unequally (``di
 ``predicted_timed_ms`` rescales the prediction by the subject's timed/profiled ratio. The part of the step
 an estimate models (``component``: comm for regrouping, exposed comm for prefetch) is compared on its own
 too (``predicted_component_ms``/``measured_component_ms``), free of the compute and idle-time noise of one
-profiled step. ``independent`` is false when an α–β fit that priced the estimate saw the counterfactual
-arm's calls (pooled, aggregate or the other side's fit): the check is then partly circular.
+profiled step. ``basis`` is the estimate's (``units``: per unit and phase; ``step totals``;
+docs/calibration.md). ``independent`` is false when an α–β fit that priced the estimate saw the
+counterfactual arm's calls (pooled, aggregate or the other side's fit): the check is then partly circular.
 
 Pure and torch-free; the inputs are the plain dicts of manifest.json, summary.json and diff.json.
 """
@@ -121,6 +123,7 @@ def _entry(
     subject_side: str,
     predicted_us: Any,
     *,
+    basis: str | None = None,
     timed_ms: Mapping[str, float | None],
     match: str,
     note: str = "",
@@ -156,6 +159,8 @@ def _entry(
         "label": "estimate vs measured",
         "note": note,
     }
+    if basis is not None:  # per unit and phase, or whole-step totals (whatif.BASIS_*)
+        out["basis"] = basis
     if comm_only_us is not None:  # the prediction without the idle-time term: the two bracket the change
         out["predicted_comm_only_ms"] = _us_to_ms(comm_only_us)
         out["error_comm_only_pct"] = error_pct(out["predicted_comm_only_ms"], measured)
@@ -248,6 +253,7 @@ def calibrate_diff(
                     diff,
                     side,
                     e.get("step_time_delta_us"),
+                    basis=e.get("basis") or est.get("basis"),
                     component=("comm_us", e.get("comm_delta_us")),
                     comm_only_us=_comm_only(e),
                     **common,
@@ -284,13 +290,17 @@ def _prefetch_entries(
         None,
     )
     note = "from the low_overlap finding"
-    if found is None:
+    per_unit = (diff.get("prefetch_estimates") or {}).get(side)
+    if per_unit and per_unit.get("step_time_delta_us") is not None:  # per (unit, phase), finding or not
+        found, note = per_unit, "per unit and phase (the diff's prefetch_estimates)"
+    elif found is None:
         if mo.get("overlap_ratio") is None:
             return []
         found = whatif.estimate_overlap(
             target_overlap_ratio=float(mo["overlap_ratio"]),
             **{k: m.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")},
         ).to_dict()
+        found["basis"] = whatif.BASIS_STEP
         note = "no low_overlap finding: the same estimate computed from the diff's side-by-side means"
     return [
         _entry(
@@ -301,6 +311,7 @@ def _prefetch_entries(
             timed_ms=timed_ms,
             match="exact",
             note=note,
+            basis=found.get("basis"),
             component=("exposed_comm_us", found.get("exposed_comm_delta_us")),
         )
     ]

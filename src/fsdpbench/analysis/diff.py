@@ -236,6 +236,9 @@ class DiffResult:
     """Both arms per (unit, phase) (``analysis.places``); ``[]`` when neither trace has fsdpbench's ranges."""
     top_waits: fnd.Pair[list[dict[str, Any]]] = field(default_factory=lambda: fnd.Pair([], []))
     """Each arm's slowest matched collectives (``places.top_collectives``)."""
+    prefetch_estimates: fnd.Pair[whatif.Estimate | None] = field(default_factory=lambda: fnd.Pair(None, None))
+    """Each arm's per-(unit, phase) prefetch estimate (``whatif.estimate_prefetch_units``; ``None`` without
+    units), whether or not a finding fired: the calibration's prefetch prediction."""
 
     def to_dict(self) -> dict[str, Any]:
         """The Diff JSON of docs/DATA.md."""
@@ -257,6 +260,13 @@ class DiffResult:
             **({"memory_timeline": self.memory} if self.memory is not None else {}),
             "places": [r.to_dict() for r in self.places],
             "top_waits": {"base": list(self.top_waits.base), "test": list(self.top_waits.test)},
+            "prefetch_estimates": {
+                side: (None if e is None else e.to_dict())
+                for side, e in (
+                    ("base", self.prefetch_estimates.base),
+                    ("test", self.prefetch_estimates.test),
+                )
+            },
         }
 
     @classmethod
@@ -412,7 +422,9 @@ def _aggregate_fits(db: Mapping[str, Any], dt: Mapping[str, Any]) -> dict[str, w
     for data in (db, dt):
         for rank in data["ranks"]:
             for kind, c in (rank.get("collectives") or {}).items():
-                points.setdefault(kind, []).append((c.get("count"), c.get("bytes"), c.get("time_us")))
+                # transfer time where the analysis split it (waiting is not the link's cost)
+                time_us = c.get("transfer_us") if c.get("transfer_us") is not None else c.get("time_us")
+                points.setdefault(kind, []).append((c.get("count"), c.get("bytes"), time_us))
     return {k: whatif.fit_aggregates(*zip(*pts, strict=True)) for k, pts in sorted(points.items())}
 
 
@@ -562,4 +574,12 @@ def diff_analyses(
         memory=memory,
         places=rule_input.places,
         top_waits=Pair(plc.top_collectives(db), plc.top_collectives(dt)),
+        prefetch_estimates=Pair(
+            *(
+                whatif.estimate_prefetch_units(
+                    d, **{k: v for k, v in m.breakdown().items() if k != "exposed_comm_us"}
+                )
+                for d, m in ((db, mean.base), (dt, mean.test))
+            )
+        ),
     )

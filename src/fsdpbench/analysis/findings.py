@@ -525,11 +525,45 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         m = x.mean[side]
         # the idle term (idle time scales with the calls) brackets the measured change with the comm-only
         # prediction on CPU/gloo (docs/diagnosis.md, "Calibration"); both are shown
-        estimate = whatif.estimate_regrouping(
-            per_type, {r.type: r[other].count for r in hits}, fit_for, **m.breakdown(), free_us=m.free_us
+        data, data_o = x.analysis[side], x.analysis[other]
+        by_unit = whatif.has_unit_rows(data) and whatif.has_unit_rows(data_o)
+        # per (unit, phase): each place's calls at the other arm's count there
+        estimate = (
+            whatif.estimate_regrouping_units(
+                data, whatif.unit_counts(data_o), fit_for, types=per_type, **m.breakdown(), free_us=m.free_us
+            )
+            if by_unit
+            else None
         )
+        if estimate is None:  # traces without fsdpbench's ranges: whole-step totals
+            estimate = whatif.estimate_regrouping(
+                per_type, {r.type: r[other].count for r in hits}, fit_for, **m.breakdown(), free_us=m.free_us
+            )
+            estimate.basis = whatif.BASIS_STEP
         estimate.scenario = f"{lab}'s collectives issued at {lab_o}'s granularity"
-        if x.num_layers:
+        per_unit = (  # one bucket per unit: one call of each type per (unit, phase)
+            whatif.estimate_regrouping_units(
+                data,
+                {k: 1.0 for k in whatif.unit_counts(data)},
+                fit_for,
+                types=per_type,
+                **m.breakdown(),
+                free_us=m.free_us,
+            )
+            if by_unit
+            else None
+        )
+        if per_unit is not None:
+            estimate.one_bucket_per_layer = Estimate(
+                comm_delta_us=per_unit.comm_delta_us,
+                exposed_comm_delta_us=per_unit.exposed_comm_delta_us,
+                step_time_delta_us=per_unit.step_time_delta_us,
+                idle_delta_us=per_unit.idle_delta_us,
+                step_time_lower_bound_us=per_unit.step_time_lower_bound_us,
+                target_counts={k: round(t.target_count) for k, t in per_unit.per_type.items()},
+                basis=whatif.BASIS_UNITS,
+            )
+        elif x.num_layers:
             layer = whatif.layer_bucket_counts(
                 x.num_layers, reshard_after_forward=x.arms[side].reshard_after_forward
             )
@@ -547,6 +581,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 idle_delta_us=per_layer.idle_delta_us,
                 step_time_lower_bound_us=per_layer.step_time_lower_bound_us,
                 target_counts=layer,
+                basis=whatif.BASIS_STEP,
             )
         frag_time = sum(r[side].time_us or 0.0 for r in hits)
         share = _share(frag_time, m.step_time_us)
@@ -634,9 +669,18 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
             f"{fmt_us(exp)} = {fmt_pct(exp / step)} of {lab}'s step"
             + (f" vs {fmt_us(exp_o)} ({lab_o})" if exp_o is not None else "")
         )
-        if ov_o is not None and ov_o >= ov + OVERLAP_GAP:
+        per_unit = whatif.estimate_prefetch_units(
+            x.analysis[side], **{k: v for k, v in m.breakdown().items() if k != "exposed_comm_us"}
+        )
+        if per_unit is not None:  # per (unit, phase): the exposed all-gathers one unit further ahead
+            estimate = per_unit
+            if ov_o is None or ov_o < ov + OVERLAP_GAP:  # and the bound, as without units
+                best = whatif.estimate_overlap(target_overlap_ratio=1.0, **m.breakdown())
+                estimate.best_case_step_time_delta_us = best.step_time_delta_us
+        elif ov_o is not None and ov_o >= ov + OVERLAP_GAP:
             estimate = whatif.estimate_overlap(target_overlap_ratio=ov_o, **m.breakdown())
             estimate.scenario = f"{lab} hides comm as well as {lab_o} does ({fmt_pct(ov_o)})"
+            estimate.basis = whatif.BASIS_STEP
         else:  # no arm shows what is achievable: give only the best case, which is a bound, not an estimate
             best = whatif.estimate_overlap(target_overlap_ratio=1.0, **m.breakdown())
             estimate = replace(
@@ -645,6 +689,7 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
                 step_time_delta_us=None,
                 best_case_step_time_delta_us=best.step_time_delta_us,
                 scenario=f"no arm overlaps much better than {lab}; best case = all comm hidden",
+                basis=whatif.BASIS_STEP,
             )
         findings.append(
             Finding(

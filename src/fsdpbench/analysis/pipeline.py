@@ -139,7 +139,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.waits import rank_marks
 
     ce = collective_events(sel)
-    ce.update(rank_marks(sel, by_order=trace.mode == "cpu"))
+    ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=_collective_places(trace, ev, chosen)))
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
@@ -173,6 +173,19 @@ def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict
     if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
         return None
     return attribution.unit_phase_rows(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
+
+
+def _collective_places(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> dict[str, Any] | None:
+    """Each collective's (unit, phase) of the chosen steps, in ``collective_events``' order
+    (``attribution.collective_places``: through its launching host call, CPU and device traces alike);
+    None where ``units`` is None (not a Kineto trace, or no fsdpbench ranges)."""
+    import numpy as np
+
+    from fsdpbench.analysis import attribution
+
+    if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
+        return None
+    return attribution.collective_places(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
 
 
 def _import_measuring_modules() -> None:

@@ -295,6 +295,14 @@ class RankMetrics(StepMetrics):
             import numpy as np
 
             ce["transfer_ns"] = np.asarray(transfer, dtype=np.int64)
+        # per type Σ transfer time beside the Σ durations (``time_us``): the aggregate α–β fits use it
+        per_type: dict[str, int] = {}
+        for kind, t_ns in zip(ce["type"], transfer, strict=True):
+            per_type[str(kind)] = per_type.get(str(kind), 0) + int(t_ns)
+        self.collectives = {
+            kind: {**row, "transfer_us": per_type[kind] / 1000.0} if kind in per_type else row
+            for kind, row in self.collectives.items()
+        }
 
     def collective_columns(self) -> Any:
         """``collective_events`` as stored: the DataFrame, or the columns (``type, bytes, start_ns,

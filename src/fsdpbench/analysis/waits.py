@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 Pairs = list[list[int]]
 
 MARK_RE = re.compile(r"^fsdpbench::c10d::(?P<kind>[^:]+)::group=(?P<group>.*)::index=(?P<index>\d+)$")
-UNIT_RE = re.compile(r"^fsdpbench::(?P<phase>forward|backward)::(?P<unit>.+)$")
-OPTIMIZER_RANGE = "fsdpbench::optimizer"
 MARK_COLUMNS = ("mark_group", "mark_index", "unit", "phase")
 """Columns :func:`rank_marks` adds to ``collective_events``."""
 TOP_N = 10
@@ -82,33 +80,19 @@ def _sorted_comm(t: EventTable) -> np.ndarray:
     return sel[np.argsort(t.start_ns[sel], kind="stable")]
 
 
-def _enclosing_unit(
-    starts: np.ndarray, lanes: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, r_lane: np.ndarray
-) -> np.ndarray:
-    """For each (start, lane): the position of the innermost range (latest start) that holds it, -1 none."""
-    import numpy as np
-
-    out = np.full(starts.size, -1, dtype=np.int64)
-    if r_start.size == 0:
-        return out
-    order = np.argsort(r_start, kind="stable")
-    for j, (s, lane) in enumerate(zip(starts.tolist(), lanes.tolist(), strict=True)):
-        hold = (r_start[order] <= s) & (r_end[order] >= s) & (r_lane[order] == lane)
-        hit = np.flatnonzero(hold)
-        if hit.size:
-            out[j] = order[hit[-1]]
-    return out
-
-
-def rank_marks(t: EventTable, by_order: bool = True) -> dict[str, np.ndarray]:
+def rank_marks(
+    t: EventTable, by_order: bool = True, places: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
     """Per collective (``collective_events``' order): ``mark_group``/``mark_index`` from fsdpbench's
-    ``fsdpbench::c10d::<kind>::group=<g>::index=<k>`` ranges (None/-1 without), and the ``unit`` and
-    ``phase`` (``forward``, ``backward``, ``optimizer``; None outside) of the innermost fsdpbench unit range
-    holding that c10d range.
+    ``fsdpbench::c10d::<kind>::group=<g>::index=<k>`` ranges (None/-1 without), and its ``unit`` and
+    ``phase`` from ``places`` (None without).
 
     The k-th c10d range (by start) names the k-th collective, as the CPU reader pairs launches with
     gloo's worker spans; used only when the counts agree and ``by_order`` (CPU traces: on a device,
-    kernels on several streams need not start in launch order), else every value is None/-1.
+    kernels on several streams need not start in launch order), else the marks are None/-1.
+    ``places``: :func:`fsdpbench.analysis.attribution.collective_places` of the same collectives (the
+    (unit, phase) of the fsdpbench range that launched each one, on CPU and device traces alike:
+    docs/attribution.md); ignored when its length differs.
     """
     import numpy as np
 
@@ -120,6 +104,9 @@ def rank_marks(t: EventTable, by_order: bool = True) -> dict[str, np.ndarray]:
         "unit": np.full(n, None, dtype=object),
         "phase": np.full(n, None, dtype=object),
     }
+    if places is not None and len(places["unit"]) == n:
+        out["unit"] = np.asarray(places["unit"], dtype=object)
+        out["phase"] = np.asarray(places["phase"], dtype=object)
     cats = t.name.categories
     parsed = [MARK_RE.match(c) for c in cats]
     host = ~t.device
@@ -131,24 +118,6 @@ def rank_marks(t: EventTable, by_order: bool = True) -> dict[str, np.ndarray]:
     codes = t.name.codes[marks]
     out["mark_group"] = np.array([parsed[c].group("group") for c in codes.tolist()], dtype=object)
     out["mark_index"] = np.array([int(parsed[c].group("index")) for c in codes.tolist()], dtype=np.int64)
-    # --- to be replaced by analysis/attribution.py (branch i21b) once it lands: unit and phase of a
-    # collective = the innermost fsdpbench unit/optimizer range holding its c10d range
-    unit_of = [UNIT_RE.match(c) for c in cats]
-    is_unit = np.array([m is not None or c == OPTIMIZER_RANGE for c, m in zip(cats, unit_of, strict=True)])
-    is_unit = np.append(is_unit, False)[t.name.codes] & host
-    ranges = np.flatnonzero(is_unit)
-    pos = _enclosing_unit(
-        t.start_ns[marks],
-        t.lane.codes[marks],
-        t.start_ns[ranges],
-        t.end_ns[ranges],
-        t.lane.codes[ranges],
-    )
-    for j, p in enumerate(pos.tolist()):
-        if p < 0:
-            continue
-        m = unit_of[int(t.name.codes[ranges[p]])]
-        out["unit"][j], out["phase"][j] = (m.group("unit"), m.group("phase")) if m else (None, "optimizer")
     return out
 
 

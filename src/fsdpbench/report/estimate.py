@@ -107,6 +107,16 @@ def estimate_lines(
         )
     if est.note and parts:
         lines.append(f"note: {est.note}")
+    if est.basis == "units":  # whatif.BASIS_UNITS; the places that carry the estimate
+        top = sorted(
+            est.per_unit, key=lambda u: -float(u.get("exposed_saved_us", u.get("hidden_us", 0.0)) or 0.0)
+        )[:3]
+        places = ", ".join(
+            f"{u['unit']} {u['phase']} {fmt_us(u.get('exposed_saved_us', u.get('hidden_us')))}" for u in top
+        )
+        lines.append("computed per unit and phase" + (f" (most: {places})" if places else ""))
+    elif est.basis is not None:
+        lines.append(f"computed from {est.basis} (the trace has no fsdpbench unit ranges)")
     if est.assumptions:
         lines.append("assumptions: " + "; ".join(est.assumptions))
     return lines
