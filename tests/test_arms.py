@@ -57,6 +57,7 @@ def _ab(tmp_path: Path, arms: str, *extra: str, nproc: int = 2, timeout: float =
         "--count-collectives",
         "--dump-params",
         "--no-report",
+        "--no-profile",
         "--out",
         str(tmp_path),
         "--master-port",
