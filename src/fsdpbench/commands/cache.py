@@ -66,6 +66,13 @@ def find_caches(roots: list[Path]) -> list[tuple[Path, int]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fsdpbench cache``."""
+    parser.epilog = (
+        "analyze, diff and report keep their caches as hidden files beside each trace T (a Kineto file or "
+        "an Ascend rank folder): .T.fsdpbench.npz (event table), .T.fsdpbench.metrics (analysis result), "
+        ".T.fsdpbench.waits (cross-rank waits, beside a rank set's first trace). Removing them is safe: "
+        "the next analysis reads the traces again. --no-cache on analyze/diff/report neither reads nor "
+        "writes them. Details: docs/caches.md"
+    )
     parser.add_argument(
         "action", choices=("list", "clear"), help="list: show the cache files; clear: remove them"
     )
