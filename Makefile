@@ -1,5 +1,6 @@
 # Set-up in two commands: `make demo` runs the main job, `make test` the tests (README, "The two commands").
-# Both create .venv when it is missing and install torch 2.13 and fsdpbench into it.
+# Both create .venv when it is missing and install torch 2.13 and fsdpbench into it, quietly: one line per
+# step, pip's output in .venv/setup.log (printed when a step fails).
 #
 # TORCH_PIP_ARGS: extra arguments for installing torch; empty = whatever pip is configured with.
 # On Linux x86_64 PyPI's torch is the CUDA build (several GB); for the CPU build use
@@ -13,7 +14,19 @@ DEMO_ARGS ?=
 
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
+SETUP_LOG := $(VENV)/setup.log
+TEST_EXTRAS := '.[test,deepspeed]'
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# $(call quiet_install,WHAT,PIP ARGS): one line on the console; pip's output goes to $(SETUP_LOG) and is
+# shown (its last 60 lines) only when the install fails.
+define quiet_install
+@echo "setting up $(VENV): $(1) (pip's log: $(SETUP_LOG))"
+@echo "== pip install $(2)" >>$(SETUP_LOG)
+@$(PIP) install $(2) >>$(SETUP_LOG) 2>&1 || { tail -n 60 $(SETUP_LOG); \
+	echo "set-up failed installing $(1): the log above, in full in $(SETUP_LOG)" >&2; exit 1; }
+@touch $@
+endef
 
 .PHONY: demo test setup setup-test
 
@@ -37,17 +50,14 @@ setup: $(VENV)/.fsdpbench-installed
 setup-test: $(VENV)/.fsdpbench-test-installed
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -m venv $(VENV)
 
 # Stamp files: torch is installed once; fsdpbench again when pyproject.toml changes.
 $(VENV)/.torch-installed: | $(BIN)/python
-	$(PIP) install $(TORCH_PIP_ARGS) torch==$(TORCH_VERSION)
-	touch $@
+	$(call quiet_install,torch $(TORCH_VERSION),$(TORCH_PIP_ARGS) torch==$(TORCH_VERSION))
 
 $(VENV)/.fsdpbench-installed: pyproject.toml $(VENV)/.torch-installed
-	$(PIP) install -e .
-	touch $@
+	$(call quiet_install,fsdpbench,-e .)
 
 $(VENV)/.fsdpbench-test-installed: pyproject.toml $(VENV)/.torch-installed
-	$(PIP) install -e '.[test,deepspeed]'
-	touch $@
+	$(call quiet_install,fsdpbench with the test extras,-e $(TEST_EXTRAS))

@@ -308,6 +308,7 @@ def ab_run(tmp_path: Path, arms: str, *extra: str, nproc: int = 2, timeout: floa
         "--count-collectives",
         "--dump-params",
         "--no-report",
+        "--no-profile",
         "--out",
         str(tmp_path),
         "--master-port",

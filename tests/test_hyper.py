@@ -128,6 +128,7 @@ def _cli(tmp_path, command: str, arms: str, *extra: str, nproc: int):
         "--count-collectives",
         "--dump-params",
         "--no-report",
+        "--no-profile",
         "--out",
         str(tmp_path),
         "--name",

@@ -75,7 +75,8 @@ def test_hung_rank_is_killed_with_its_whole_process_group(tmp_path):
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_out_of_memory_is_named_and_resume_runs_only_the_missing_round(tmp_path):
-    args = ["ab", "--arms", "torch,torch:prefetch=1", "--rounds", "1", *TINY, "--out", str(tmp_path)]
+    args = ["ab", "--arms", "torch,torch:prefetch=1", "--rounds", "1", "--no-profile", *TINY]
+    args += ["--out", str(tmp_path)]
     proc = run_cli(*args, timeout=200, env={"FSDPBENCH_FAULT": "oom:torch-prefetch1:0:1:1"})
     _one_line_error(proc, "arm 'torch-prefetch1' round 0: out of memory on rank 1")
     assert "reduce --seq-len" in proc.stderr

@@ -34,7 +34,11 @@ def fixture_traces(shared_fixtures, tmp_path_factory):
         tmp_path_factory.mktemp("syn") / "rank0.json.gz", make_trace(device_events=3000, seed=3)
     )
     gloo = REPO / "tests" / "fixtures" / "traces" / "gloo_min.json"
-    return [*_traces(shared_fixtures), read_rank(synthetic), read_rank(gloo)]
+    return [
+        *_traces(shared_fixtures),
+        read_rank(synthetic),
+        read_rank(gloo, cache=False),
+    ]  # no cache in the repo
 
 
 def test_op_stats_equal_a_pandas_groupby(fixture_traces):

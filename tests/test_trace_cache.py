@@ -212,3 +212,43 @@ def test_progress_bar_on_stderr_only_when_asked_or_on_a_terminal(tmp_path, capsy
     out, err = capsys.readouterr()
     assert out == ""
     assert "reading ranks" in err and "5/5" in err
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [5],
+        [0, 127, -128],
+        [1_000_000_000_000, 1_000_000_000_500, 999_999_999_000],  # differences fit int16, values do not
+        [2**63 - 1, -(2**63), 0, 2**62],  # differences wrap around int64
+    ],
+)
+@pytest.mark.parametrize("key", ["e.start_ns", "e.end_ns", "e.launch_ns", "e.step"])
+def test_stored_columns_come_back_exactly_with_their_type(key, values):
+    import numpy as np
+
+    start = np.array([3 - i for i in range(len(values))], dtype=np.int64)  # the column differences refer to
+    col = np.array(values, dtype=np.int64)
+    cols = {"e.start_ns": col if key == "e.start_ns" else start}
+    stored, (dtype, base) = table_cache._packed(key, col, cols)
+    back = table_cache._unpacked(stored, dtype, base, cols)
+    assert back.dtype == np.int64 and back.tolist() == values
+    assert stored.dtype.itemsize <= 8
+
+
+def test_the_caches_are_smaller_than_the_trace_and_read_back_equal(tmp_path):
+    """A 20k-event GPU-like rank: the table and result caches together stay under the gzipped trace
+    (os.stat), and an analysis from them writes the JSON a --no-cache one does."""
+    path = write_trace(tmp_path / "rank0.json.gz", make_trace(device_events=20_000, seed=5))
+    on = {table_cache.NO_CACHE_ENV: ""}
+    for out in ("first.json", "cached.json"):
+        proc = run_cli("analyze", str(path), "--json", str(tmp_path / out), timeout=120, env=on)
+        assert proc.returncode == 0, proc.stderr
+    caches = [p for p in tmp_path.iterdir() if p.name.startswith(f".{path.name}.fsdpbench.")]
+    assert len(caches) == 2  # the event table and the result
+    assert sum(os.stat(p).st_size for p in caches) <= os.stat(path).st_size
+    proc = run_cli("analyze", str(path), "--no-cache", "--json", str(tmp_path / "fresh.json"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    fresh = orjson.loads((tmp_path / "fresh.json").read_bytes())
+    assert orjson.loads((tmp_path / "cached.json").read_bytes()) == fresh

@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("fsdpbench.commands.analyze", "overlap, collectives, ops and syncs from profiler traces"),
     "diff": ("fsdpbench.commands.diff", "compare two profiles: differences, findings, what-if estimates"),
     "report": ("fsdpbench.commands.report", "write report.md and a self-contained report.html for a run"),
+    "cache": ("fsdpbench.commands.cache", "list or remove the analysis caches kept beside traces"),
 }
 
 _TRACE_READERS = ("analyze", "diff", "report")  # the subcommands that read traces (and their cache)
@@ -44,7 +45,9 @@ def build_parser(chosen: str | None) -> argparse.ArgumentParser:
                 p.add_argument(
                     "--no-cache",
                     action="store_true",
-                    help="read every trace afresh: neither read nor write the event-table cache beside it",
+                    help="read every trace afresh: neither read nor write the caches beside it (hidden "
+                    "'.TRACE.fsdpbench.*' files; see or remove them with 'fsdpbench cache list|clear PATH', "
+                    "docs/caches.md)",
                 )
     return parser
 

@@ -134,7 +134,15 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--profile",
         action="store_const",
         const=True,
-        help="add one profiling launch per arm (env ENABLE_PROFILER)",
+        help="add one profiling launch per arm, analysed in the report (env ENABLE_PROFILER; "
+        "default: on for ab, off for run)",
+    )
+    o.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_const",
+        const=False,
+        help="no profiling launch: timings only (the report then has no overlap, diff or findings)",
     )
     o.add_argument("--profile-step", type=int, help="step recorded by the profiler, >= 1 (default 3)")
     o.add_argument("--out", help="results root folder (default results/)")
@@ -207,5 +215,10 @@ def execute(args: argparse.Namespace, defaults: dict[str, Any] | None = None) ->
     return 0
 
 
+AB_DEFAULTS: dict[str, Any] = {"profile": True}
+"""What ``ab`` sets unless a flag, the --config file or an environment name does: a profile launch per
+arm, so that a first ``fsdpbench ab`` (``make demo``) reports the overlap, diff, findings and estimates."""
+
+
 def main(args: argparse.Namespace) -> int:
-    return execute(args)
+    return execute(args, defaults=AB_DEFAULTS)

@@ -46,8 +46,9 @@ def profile_section(data: RunData) -> list[Block]:
     if not arms:
         blocks.append(
             Para(
-                "This run was not profiled (no `profiles/`), or its profiles could not be analysed. Rerun with "
-                "`--profile` to get overlap, collectives, op times and a timeline."
+                "This run was not profiled (no `profiles/`: `--no-profile`, or `fsdpbench run` without "
+                "`--profile`), or its profiles could not be analysed. Rerun without `--no-profile` (`ab`) or "
+                "with `--profile` to get overlap, collectives, op times and a timeline."
             )
         )
         return blocks
