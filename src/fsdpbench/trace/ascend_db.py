@@ -32,6 +32,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -170,6 +171,29 @@ class AscendDbTables:
     """``start_ns, end_ns`` of HCCL's own tasks (the ``TASK`` rows of ``COMMUNICATION_TASK_INFO``)."""
 
 
+@dataclass(frozen=True)
+class _Db:
+    """An open profiler db: its connection, path (for messages), table names and ``STRING_IDS``."""
+
+    con: sqlite3.Connection
+    path: Path
+    have: set[str]
+    strings: pd.Series
+
+    def query(self, sql: str) -> pd.DataFrame:
+        return _query(self.con, self.path, sql)
+
+    def names(self, col: pd.Series) -> pd.Series:
+        """String ids → their strings ("" where unknown)."""
+        return col.map(self.strings).fillna("").astype(str)
+
+    def enum(self, table: str, dtype: Any = object) -> pd.Series:
+        """id → name of an ``ENUM_*`` table; empty where the db has none."""
+        if table not in self.have:
+            return pd.Series(dtype=dtype)
+        return self.query(f"SELECT id, name FROM {table}").set_index("id")["name"]
+
+
 def read_tables(db: Path) -> AscendDbTables:
     """The raw tables the reader needs (:class:`AscendDbTables`), names resolved through ``STRING_IDS``.
 
@@ -185,172 +209,22 @@ def read_tables(db: Path) -> AscendDbTables:
                 f"{db}: no table {' or '.join(missing)}; is this a torch_npu export_type=db profile "
                 "(ascend_pytorch_profiler_<rank>.db)?"
             )
-        strings = _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"]
-
-        def s(col: pd.Series) -> pd.Series:
-            return col.map(strings).fillna("").astype(str)
-
-        task = _query(
-            con, db, "SELECT startNs, endNs, connectionId, globalTaskId, taskType, streamId FROM TASK"
-        )
-        task["task_type"] = s(task["taskType"])
-        if "COMPUTE_TASK_INFO" in have:
-            cti = _query(
-                con, db, "SELECT globalTaskId, name, opType, taskType AS coreType FROM COMPUTE_TASK_INFO"
-            )
-        else:
-            cti = pd.DataFrame(columns=["globalTaskId", "name", "opType", "coreType"])
+        d = _Db(con, db, have, _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"])
+        task = d.query("SELECT startNs, endNs, connectionId, globalTaskId, taskType, streamId FROM TASK")
+        task["task_type"] = d.names(task["taskType"])
         comm_tasks = (
-            set(_query(con, db, "SELECT DISTINCT globalTaskId FROM COMMUNICATION_TASK_INFO")["globalTaskId"])
+            set(d.query("SELECT DISTINCT globalTaskId FROM COMMUNICATION_TASK_INFO")["globalTaskId"])
             if "COMMUNICATION_TASK_INFO" in have
             else set()
         )
         on_hccl = task["globalTaskId"].isin(comm_tasks)
-        hccl_streams = {f"Stream {s_}" for s_ in task.loc[on_hccl, "streamId"].unique()}
-        compute = task.merge(cti, on="globalTaskId", how="inner")
-        compute = pd.DataFrame(
-            {
-                "name": s(compute["name"]),
-                "op_type": s(compute["opType"]),
-                "core": s(compute["coreType"]),
-                "start_ns": _ns(compute["startNs"], db, "TASK.startNs"),
-                "end_ns": _ns(compute["endNs"], db, "TASK.endNs"),
-                "lane": "Stream " + compute["streamId"].astype(str),
-                "connection": compute["connectionId"].to_numpy(),
-            }
-        )
-        rest = ~task["globalTaskId"].isin(set(cti["globalTaskId"]) | comm_tasks) & ~task["task_type"].isin(
-            _NOT_WORK
-        )
-        other = task[rest]
-        other_tasks = pd.DataFrame(
-            {
-                "name": other["task_type"],
-                "start_ns": _ns(other["startNs"], db, "TASK.startNs"),
-                "end_ns": _ns(other["endNs"], db, "TASK.endNs"),
-                "lane": "Stream " + other["streamId"].astype(str),
-                "connection": other["connectionId"].to_numpy(),
-            }
-        )
-        if "COMMUNICATION_OP" in have:
-            op = _query(
-                con,
-                db,
-                "SELECT opName, startNs, endNs, connectionId, groupName, dataType, count, opId "
-                "FROM COMMUNICATION_OP",
-            )
-            dtypes = (
-                _query(con, db, "SELECT id, name FROM ENUM_HCCL_DATA_TYPE").set_index("id")["name"]
-                if "ENUM_HCCL_DATA_TYPE" in have
-                else pd.Series(dtype=object)
-            )
-            op_stream = (
-                _query(
-                    con,
-                    db,
-                    "SELECT i.opId, min(t.streamId) AS streamId FROM COMMUNICATION_TASK_INFO i "
-                    "JOIN TASK t USING (globalTaskId) GROUP BY i.opId",
-                ).set_index("opId")["streamId"]
-                if "COMMUNICATION_TASK_INFO" in have
-                else pd.Series(dtype=np.int64)
-            )
-            stream = op["opId"].map(op_stream) if "opId" in op.columns else pd.Series(np.nan, index=op.index)
-            comm = pd.DataFrame(
-                {
-                    "name": s(op["opName"]),
-                    "start_ns": _ns(op["startNs"], db, "COMMUNICATION_OP.startNs"),
-                    "end_ns": _ns(op["endNs"], db, "COMMUNICATION_OP.endNs"),
-                    "lane": "HCCL " + s(op["groupName"]),
-                    "connection": op["connectionId"].to_numpy(),
-                    "data_type": op["dataType"].map(dtypes).fillna("").astype(str),
-                    "count": pd.to_numeric(op["count"], errors="coerce"),
-                    "hccl_stream": np.where(
-                        stream.notna(), "Stream " + stream.astype("Int64").astype(str), ""
-                    ),
-                }
-            )
-        else:
-            comm = pd.DataFrame(
-                columns=[
-                    "name",
-                    "start_ns",
-                    "end_ns",
-                    "lane",
-                    "connection",
-                    "data_type",
-                    "count",
-                    "hccl_stream",
-                ]
-            )
-        host_parts = []
-        cann_api_rows = 0
-        launch_ns = pd.Series(dtype=np.int64)
-        if "CANN_API" in have:
-            api = _query(con, db, "SELECT startNs, endNs, type, globalTid, connectionId, name FROM CANN_API")
-            levels = (
-                _query(con, db, "SELECT id, name FROM ENUM_API_TYPE").set_index("id")["name"]
-                if "ENUM_API_TYPE" in have
-                else pd.Series(dtype=object)
-            )
-            levels = pd.Series(
-                {k: _API_LEVEL.get(str(v), str(v).capitalize()) for k, v in levels.items()}, dtype=object
-            )
-            level = api["type"].map(levels).fillna("").astype(str)
-            start = _ns(api["startNs"], db, "CANN_API.startNs")
-            host_parts.append(
-                pd.DataFrame(
-                    {
-                        "name": level + "@" + s(api["name"]),
-                        "start_ns": start,
-                        "end_ns": _ns(api["endNs"], db, "CANN_API.endNs"),
-                        "lane": "CANN " + api["globalTid"].astype(str),
-                    }
-                )
-            )
-            cann_api_rows = len(api)
-            launch_ns = pd.Series(start, index=api["connectionId"].to_numpy())
-            launch_ns = launch_ns[~launch_ns.index.duplicated()]
-        if "PYTORCH_API" in have:
-            py = _query(con, db, "SELECT startNs, endNs, globalTid, name FROM PYTORCH_API")
-            host_parts.append(
-                pd.DataFrame(
-                    {
-                        "name": s(py["name"]),
-                        "start_ns": _ns(py["startNs"], db, "PYTORCH_API.startNs"),
-                        "end_ns": _ns(py["endNs"], db, "PYTORCH_API.endNs"),
-                        "lane": "Python " + py["globalTid"].astype(str),
-                    }
-                )
-            )
-        host = (
-            pd.concat(host_parts, ignore_index=True)
-            if host_parts
-            else pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane"])
-        )
-        if "STEP_TIME" in have:
-            st = _query(con, db, "SELECT id, startNs, endNs FROM STEP_TIME")
-            steps = pd.DataFrame(
-                {
-                    "step": pd.to_numeric(st["id"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
-                    "start_ns": _ns(st["startNs"], db, "STEP_TIME.startNs"),
-                    "end_ns": _ns(st["endNs"], db, "STEP_TIME.endNs"),
-                }
-            )
-        else:
-            is_step = host["name"].astype(str).str.match(_STEP_RE.pattern)
-            steps = pd.DataFrame(
-                {
-                    "step": host["name"][is_step]
-                    .str.extract(_STEP_RE.pattern)[0]
-                    .astype(np.int64)
-                    .to_numpy(),
-                    "start_ns": host["start_ns"][is_step].to_numpy(np.int64),
-                    "end_ns": host["end_ns"][is_step].to_numpy(np.int64),
-                }
-            )
+        compute, other_tasks = _device_tasks(d, task, comm_tasks)
+        comm = _comm_ops(d)
+        host, launch_ns, cann_api_rows = _host_events(d)
+        steps = _steps(d, host)
         rank = None
         if "RANK_DEVICE_MAP" in have:
-            rows = _query(con, db, "SELECT rankId FROM RANK_DEVICE_MAP")["rankId"]
+            rows = d.query("SELECT rankId FROM RANK_DEVICE_MAP")["rankId"]
             if len(rows) == 1 and pd.notna(rows.iloc[0]) and int(rows.iloc[0]) >= 0:
                 rank = int(rows.iloc[0])
     finally:
@@ -364,7 +238,7 @@ def read_tables(db: Path) -> AscendDbTables:
         steps=steps,
         launch_ns=launch_ns,
         rank=rank,
-        hccl_streams=hccl_streams,
+        hccl_streams={f"Stream {s_}" for s_ in task.loc[on_hccl, "streamId"].unique()},
         cann_api_rows=cann_api_rows,
         comm_tasks=pd.DataFrame(
             {
@@ -373,6 +247,142 @@ def read_tables(db: Path) -> AscendDbTables:
             }
         ),
         task_rows=len(task),
+    )
+
+
+def _device_tasks(d: _Db, task: pd.DataFrame, comm_tasks: set[Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(compute kernels: TASK joined with COMPUTE_TASK_INFO, the other device tasks that are work)."""
+    if "COMPUTE_TASK_INFO" in d.have:
+        cti = d.query("SELECT globalTaskId, name, opType, taskType AS coreType FROM COMPUTE_TASK_INFO")
+    else:
+        cti = pd.DataFrame(columns=["globalTaskId", "name", "opType", "coreType"])
+    joined = task.merge(cti, on="globalTaskId", how="inner")
+    compute = pd.DataFrame(
+        {
+            "name": d.names(joined["name"]),
+            "op_type": d.names(joined["opType"]),
+            "core": d.names(joined["coreType"]),
+            "start_ns": _ns(joined["startNs"], d.path, "TASK.startNs"),
+            "end_ns": _ns(joined["endNs"], d.path, "TASK.endNs"),
+            "lane": "Stream " + joined["streamId"].astype(str),
+            "connection": joined["connectionId"].to_numpy(),
+        }
+    )
+    rest = ~task["globalTaskId"].isin(set(cti["globalTaskId"]) | comm_tasks) & ~task["task_type"].isin(
+        _NOT_WORK
+    )
+    other = task[rest]
+    other_tasks = pd.DataFrame(
+        {
+            "name": other["task_type"],
+            "start_ns": _ns(other["startNs"], d.path, "TASK.startNs"),
+            "end_ns": _ns(other["endNs"], d.path, "TASK.endNs"),
+            "lane": "Stream " + other["streamId"].astype(str),
+            "connection": other["connectionId"].to_numpy(),
+        }
+    )
+    return compute, other_tasks
+
+
+_COMM_COLUMNS = ["name", "start_ns", "end_ns", "lane", "connection", "data_type", "count", "hccl_stream"]
+
+
+def _comm_ops(d: _Db) -> pd.DataFrame:
+    """One row per HCCL operation (COMMUNICATION_OP), with its dtype, count and first task's stream."""
+    if "COMMUNICATION_OP" not in d.have:
+        return pd.DataFrame(columns=_COMM_COLUMNS)
+    op = d.query(
+        "SELECT opName, startNs, endNs, connectionId, groupName, dataType, count, opId FROM COMMUNICATION_OP"
+    )
+    dtypes = d.enum("ENUM_HCCL_DATA_TYPE")
+    op_stream = (
+        d.query(
+            "SELECT i.opId, min(t.streamId) AS streamId FROM COMMUNICATION_TASK_INFO i "
+            "JOIN TASK t USING (globalTaskId) GROUP BY i.opId"
+        ).set_index("opId")["streamId"]
+        if "COMMUNICATION_TASK_INFO" in d.have
+        else pd.Series(dtype=np.int64)
+    )
+    stream = op["opId"].map(op_stream) if "opId" in op.columns else pd.Series(np.nan, index=op.index)
+    return pd.DataFrame(
+        {
+            "name": d.names(op["opName"]),
+            "start_ns": _ns(op["startNs"], d.path, "COMMUNICATION_OP.startNs"),
+            "end_ns": _ns(op["endNs"], d.path, "COMMUNICATION_OP.endNs"),
+            "lane": "HCCL " + d.names(op["groupName"]),
+            "connection": op["connectionId"].to_numpy(),
+            "data_type": op["dataType"].map(dtypes).fillna("").astype(str),
+            "count": pd.to_numeric(op["count"], errors="coerce"),
+            "hccl_stream": np.where(stream.notna(), "Stream " + stream.astype("Int64").astype(str), ""),
+        }
+    )
+
+
+def _host_events(d: _Db) -> tuple[pd.DataFrame, pd.Series, int]:
+    """(host events: CANN_API as ``Level@name`` plus PYTORCH_API, each CANN call's start by its
+    connection id, the number of CANN_API rows)."""
+    host_parts = []
+    cann_api_rows = 0
+    launch_ns = pd.Series(dtype=np.int64)
+    if "CANN_API" in d.have:
+        api = d.query("SELECT startNs, endNs, type, globalTid, connectionId, name FROM CANN_API")
+        levels = pd.Series(
+            {k: _API_LEVEL.get(str(v), str(v).capitalize()) for k, v in d.enum("ENUM_API_TYPE").items()},
+            dtype=object,
+        )
+        level = api["type"].map(levels).fillna("").astype(str)
+        start = _ns(api["startNs"], d.path, "CANN_API.startNs")
+        host_parts.append(
+            pd.DataFrame(
+                {
+                    "name": level + "@" + d.names(api["name"]),
+                    "start_ns": start,
+                    "end_ns": _ns(api["endNs"], d.path, "CANN_API.endNs"),
+                    "lane": "CANN " + api["globalTid"].astype(str),
+                }
+            )
+        )
+        cann_api_rows = len(api)
+        launch_ns = pd.Series(start, index=api["connectionId"].to_numpy())
+        launch_ns = launch_ns[~launch_ns.index.duplicated()]
+    if "PYTORCH_API" in d.have:
+        py = d.query("SELECT startNs, endNs, globalTid, name FROM PYTORCH_API")
+        host_parts.append(
+            pd.DataFrame(
+                {
+                    "name": d.names(py["name"]),
+                    "start_ns": _ns(py["startNs"], d.path, "PYTORCH_API.startNs"),
+                    "end_ns": _ns(py["endNs"], d.path, "PYTORCH_API.endNs"),
+                    "lane": "Python " + py["globalTid"].astype(str),
+                }
+            )
+        )
+    host = (
+        pd.concat(host_parts, ignore_index=True)
+        if host_parts
+        else pd.DataFrame(columns=["name", "start_ns", "end_ns", "lane"])
+    )
+    return host, launch_ns, cann_api_rows
+
+
+def _steps(d: _Db, host: pd.DataFrame) -> pd.DataFrame:
+    """The profiler's steps: STEP_TIME where the db has it, else the host's ``ProfilerStep#N`` ranges."""
+    if "STEP_TIME" in d.have:
+        st = d.query("SELECT id, startNs, endNs FROM STEP_TIME")
+        return pd.DataFrame(
+            {
+                "step": pd.to_numeric(st["id"], errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+                "start_ns": _ns(st["startNs"], d.path, "STEP_TIME.startNs"),
+                "end_ns": _ns(st["endNs"], d.path, "STEP_TIME.endNs"),
+            }
+        )
+    is_step = host["name"].astype(str).str.match(_STEP_RE.pattern)
+    return pd.DataFrame(
+        {
+            "step": host["name"][is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy(),
+            "start_ns": host["start_ns"][is_step].to_numpy(np.int64),
+            "end_ns": host["end_ns"][is_step].to_numpy(np.int64),
+        }
     )
 
 
