@@ -287,6 +287,7 @@ class DiffResult:
         try:
             memory = data.get("memory_timeline")
             top_waits = data.get("top_waits") or {}
+            prefetch = data.get("prefetch_estimates") or {}
             return cls(
                 base=str(data["base"]),
                 test=str(data["test"]),
@@ -305,6 +306,12 @@ class DiffResult:
                 memory=None if memory is None else dict(memory),
                 places=plc.places_from_dicts(data.get("places") or []),
                 top_waits=Pair(list(top_waits.get("base") or []), list(top_waits.get("test") or [])),
+                prefetch_estimates=Pair(
+                    *(
+                        None if prefetch.get(side) is None else whatif.Estimate.from_dict(prefetch[side])
+                        for side in ("base", "test")
+                    )
+                ),
             )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise InputError(
