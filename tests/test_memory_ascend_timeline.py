@@ -391,10 +391,11 @@ def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, 
     from fsdpbench.report.blocks import Figure
     from fsdpbench.report.load import RunData
     from fsdpbench.report.profile import _memory_timeline
+    from fsdpbench.run.summary import Summary
     from helpers import analysis
 
     tl = {**ascend_step_timeline(read_export(_text_export(tmp_path)), LIVE), "rank": 0}
-    data = RunData(tmp_path, summary={"arms": {"a": {"memory_timeline": tl}}})
+    data = RunData(tmp_path, summary=Summary.from_dict({"arms": {"a": {"memory_timeline": tl}}}))
     figs = [b for b in _memory_timeline(data, ["a"]) if isinstance(b, Figure)]
     assert len(figs) == 1
     assert "a — memory step, rank 0, ascend_text PTA" in figs[0].svg and "reserved" in figs[0].svg

@@ -186,9 +186,11 @@ def test_report_draws_one_memory_figure_per_arm(tmp_path):
     from fsdpbench.report.blocks import Figure
     from fsdpbench.report.load import RunData
     from fsdpbench.report.profile import _memory_timeline
+    from fsdpbench.run.summary import Summary
 
     tl = step_timeline(HAND_TRACE, LIVE)
-    data = RunData(tmp_path, summary={"arms": {"a": {"memory_timeline": tl}, "b": {"memory_timeline": None}}})
+    summary = Summary.from_dict({"arms": {"a": {"memory_timeline": tl}, "b": {"memory_timeline": None}}})
+    data = RunData(tmp_path, summary=summary)
     figs = [b for b in _memory_timeline(data, ["a", "b"]) if isinstance(b, Figure)]
     assert len(figs) == 1
     assert "backward of layers.0" in figs[0].svg and "a — memory step, rank 0" in figs[0].svg

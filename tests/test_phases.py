@@ -353,6 +353,7 @@ def test_real_two_rank_run_phases_sum_to_each_ranks_step_and_summary_medians(pro
 
 def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
     from fsdpbench.report.phases import phase_section
+    from fsdpbench.run.summary import Summary
 
     steps = (
         _arm_steps("torch", 0, [[10, 12]] * 3)
@@ -361,7 +362,9 @@ def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
         + _arm_steps("hyper", 1, [[21, 20]] * 3, scale=2)
     )
     summary = run_folder.build_summary(_manifest(("torch", "hyper"), 2), steps)
-    data = types.SimpleNamespace(summary=summary)  # the one field of a loaded run the section reads
+    data = types.SimpleNamespace(
+        summary=Summary.from_dict(summary)
+    )  # the one field of a loaded run the section reads
     blocks = phase_section(data)  # type: ignore[arg-type]
     tables = [b for b in blocks if hasattr(b, "rows")]
     arm_rows, comp_rows = tables[0].rows, tables[1].rows

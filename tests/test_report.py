@@ -139,6 +139,20 @@ def test_torn_steps_line_and_broken_json_do_not_stop_the_report(tmp_path):
     assert "## Step time per arm and round" in text
 
 
+def test_a_summary_json_that_is_not_a_summary_is_named_and_the_report_still_written(tmp_path):
+    """Valid JSON of the wrong shape (written here: a list, then arms as a list) is left out like a
+    missing summary: no verdict, no statistics, the file named under Missing pieces."""
+    for n, wrong in enumerate(([1, 2], {"schema_version": 1, "arms": ["torch", "hyper"]})):
+        run = make_run(tmp_path / str(n))
+        (run / "summary.json").write_bytes(orjson.dumps(wrong))
+        write_report(run)
+        text = (run / "report.md").read_text()
+        missing = text.split("## Missing pieces")[1]
+        assert "the summary `summary.json` is not an fsdpbench summary" in missing
+        assert "No verdict yet" in text and "No per-arm statistics" in text
+        assert "## Step time per arm and round" in text
+
+
 def test_a_folder_that_is_not_a_run_is_refused_naming_runs_below_it(tmp_path):
     make_run(tmp_path / "results")
     with pytest.raises(InputError, match=r"not a fsdpbench run folder.*ab_20261202_120000"):

@@ -260,6 +260,18 @@ def test_overview_writes_the_study_table_from_the_cells_results(tmp_path, study)
     assert EXPECTED_ROWS["A"][-1] in text and EXPECTED_ROWS["B"][-1] in text
 
 
+def test_a_cell_whose_summary_is_not_a_summary_shows_no_result(tmp_path, study):
+    """B's summary.json replaced by JSON of the wrong shape (arms as a list): B's row has no medians and
+    no ratio, the other cells' rows are as before."""
+    from fsdpbench.report.index import overview
+
+    tree = _study_tree(tmp_path, study)
+    (next(tree.glob("B_*")) / run_folder.SUMMARY).write_bytes(orjson.dumps({"arms": ["torch", "hyper"]}))
+    rows = {row[0]: row for row in overview(tree).rows}
+    assert rows["B"][6:10] == ["—", "—", "—", "—"]
+    assert {k: v for k, v in rows.items() if k != "B"} == {k: v for k, v in EXPECTED_ROWS.items() if k != "B"}
+
+
 def test_the_sweep_prints_the_overview_in_the_terminal(tmp_path, study):
     from rich.console import Console
 

@@ -30,6 +30,7 @@ from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from fsdpbench.report.load import RunData
 from fsdpbench.report.phases import phase_section
 from fsdpbench.report.profile import profile_section
+from fsdpbench.run.summary import ArmSummary
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +109,12 @@ def _glance(data: RunData) -> Para:
 
 def _verdict(data: RunData) -> list[Block]:
     blocks: list[Block] = [_glance(data), Heading("Verdict")]
-    summary = data.summary or {}
-    parity = summary.get("parity") or {}
-    if parity and parity.get("valid") is False:
-        reason = parity.get("reason") or (
-            f"losses differ by up to {_sci(parity.get('max_abs_diff'))} (abs) / "
-            f"{_sci(parity.get('max_rel_diff'))} (rel), tolerance {parity.get('tolerance')}"
+    summary = data.summary
+    parity = summary.parity if summary else None
+    if parity is not None and parity.valid is False:
+        reason = parity.reason or (
+            f"losses differ by up to {_sci(parity.max_abs_diff)} (abs) / "
+            f"{_sci(parity.max_rel_diff)} (rel), tolerance {parity.tolerance}"
         )
         blocks.append(
             Banner(
@@ -122,29 +123,29 @@ def _verdict(data: RunData) -> list[Block]:
                 "The timings below are shown for debugging only; do not read them as an A/B result.",
             )
         )
-    verdict = summary.get("verdict")
+    verdict = summary.verdict if summary else None
     blocks.append(
         Para(f"**{verdict}**" if verdict else "**No verdict yet** — the summary is missing or incomplete.")
     )
-    comparisons = summary.get("comparisons") or []
-    arms_stats = summary.get("arms") or {}
+    comparisons = summary.comparisons if summary else []
+    arms_stats = summary.arms if summary else {}
     if comparisons:
         rows = []
         for c in comparisons:
-            base, test = c.get("base", MISSING), c.get("test", MISSING)
-            ci = c.get("ci95") or [None, None]
+            base, test = c.base or MISSING, c.test or MISSING
+            ci = c.ci95 or (None, None)
             rows.append(
                 [
                     f"{test} vs {base}",
-                    fmt((arms_stats.get(base) or {}).get("median_ms"), 1),
-                    fmt((arms_stats.get(test) or {}).get("median_ms"), 1),
-                    fmt(c.get("ratio"), 3),
+                    fmt(_median_ms(arms_stats, base), 1),
+                    fmt(_median_ms(arms_stats, test), 1),
+                    fmt(c.ratio, 3),
                     f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 and None not in ci else MISSING,
-                    speed_text(finite(c.get("ratio"))),
+                    speed_text(finite(c.ratio)),
                     "**no CI: cannot tell yet**"
-                    if c.get("ratio") is not None and not c.get("ci95")
-                    else {True: "yes", False: "**not significant**"}.get(c.get("significant"), MISSING),
-                    str(c.get("rounds_needed_1pct") if c.get("rounds_needed_1pct") is not None else MISSING),
+                    if c.ratio is not None and not c.ci95
+                    else {True: "yes", False: "**not significant**"}.get(c.significant, MISSING),
+                    str(c.rounds_needed_1pct if c.rounds_needed_1pct is not None else MISSING),
                 ]
             )
         blocks.append(
@@ -169,13 +170,13 @@ def _verdict(data: RunData) -> list[Block]:
                 "the slower arm takes 1.25× the faster one's time; the % is the test arm's step-time change."
             )
         )
-    if parity:
-        if parity.get("valid"):
+    if parity is not None:
+        if parity.valid:
             blocks.append(
                 Banner(
                     "ok",
-                    f"Parity holds: losses match over {parity.get('steps_compared', MISSING)} step(s) "
-                    f"({parity.get('mode', MISSING)}, max abs diff {_sci(parity.get('max_abs_diff'))}).",
+                    f"Parity holds: losses match over {_or_missing(parity.steps_compared)} step(s) "
+                    f"({_or_missing(parity.mode)}, max abs diff {_sci(parity.max_abs_diff)}).",
                 )
             )
     elif data.summary is not None:
@@ -186,20 +187,31 @@ def _verdict(data: RunData) -> list[Block]:
     return blocks
 
 
+def _median_ms(arms: dict[str, ArmSummary], arm: str) -> float | None:
+    stats = arms.get(arm)
+    return stats.median_ms if stats is not None else None
+
+
+def _or_missing(value: object) -> str:
+    return MISSING if value is None else str(value)
+
+
 def _warnings(data: RunData) -> list[Block]:
     """Instability and failure warnings, pyperf-style: say what is wrong and what to do."""
     out: list[Block] = []
-    summary = data.summary or {}
+    summary = data.summary
+    if summary is None:
+        return out
     n_rounds = (data.manifest or {}).get("config", {}).get("rounds") if data.manifest else None
-    for arm, stats in (summary.get("arms") or {}).items():
-        status = stats.get("status", "ok")
+    for arm, stats in summary.arms.items():
+        status = stats.status or "ok"
         if status != "ok":
             errors = [s.get("error") for s in data.statuses if s.get("arm") == arm and s.get("error")]
             detail = f": {errors[-1]}" if errors else ""
             out.append(
                 Banner("warning", f"Arm `{arm}` has status **{status}**{detail}. See `launches/{arm}/`.")
             )
-        med, p10, p90 = (finite(stats.get(k)) for k in ("median_ms", "p10_ms", "p90_ms"))
+        med, p10, p90 = (finite(x) for x in (stats.median_ms, stats.p10_ms, stats.p90_ms))
         if med and p10 is not None and p90 is not None and (p90 - p10) / med >= 0.10:
             out.append(
                 Banner(
@@ -208,8 +220,8 @@ def _warnings(data: RunData) -> list[Block]:
                     "Quiet the machine, add warmup steps, or run more rounds.",
                 )
             )
-    for c in summary.get("comparisons") or []:
-        needed = c.get("rounds_needed_1pct")
+    for c in summary.comparisons:
+        needed = c.rounds_needed_1pct
         if isinstance(needed, int) and isinstance(n_rounds, int) and needed > n_rounds:
             advice = (
                 f"rerun with `--rounds {needed}` for a tighter answer"
@@ -220,13 +232,12 @@ def _warnings(data: RunData) -> list[Block]:
             out.append(
                 Banner(
                     "info",
-                    f"`{c.get('test')}` vs `{c.get('base')}`: a ±1% CI would need about {needed} rounds "
+                    f"`{c.test}` vs `{c.base}`: a ±1% CI would need about {needed} rounds "
                     f"(this run has {n_rounds}); {advice}.",
                 )
             )
-    for item in summary.get("missing") or []:
-        if isinstance(item, dict):
-            data.missing.append(f"arm `{item.get('arm')}` round {item.get('round')}: {item.get('why')}.")
+    for item in summary.missing:
+        data.missing.append(f"arm `{item.arm}` round {item.round}: {item.why}.")
     return out
 
 
@@ -263,7 +274,7 @@ def _step_times(data: RunData) -> list[Block]:
 
 def _throughput(data: RunData) -> list[Block]:
     blocks: list[Block] = [Heading("Throughput, MFU and memory")]
-    arms_stats = (data.summary or {}).get("arms") or {}
+    arms_stats = data.summary.arms if data.summary else {}
     if not arms_stats:
         blocks.append(Para("No per-arm statistics: `summary.json` is missing."))
         return blocks
@@ -273,16 +284,16 @@ def _throughput(data: RunData) -> list[Block]:
         rows.append(
             [
                 arm,
-                str(s.get("status", MISSING)),
-                fmt(s.get("median_ms"), 1),
-                fmt(s.get("p10_ms"), 1),
-                fmt(s.get("p90_ms"), 1),
-                fmt(s.get("tokens_per_s_per_device"), 1),
-                fmt_sig(s.get("tflops_per_device")),
-                fmt_pct(s.get("mfu")),
-                fmt_bytes(s.get("peak_mem_allocated_bytes")),
-                fmt_bytes(s.get("peak_mem_reserved_bytes")),
-                fmt_bytes(s.get("peak_rss_bytes")),
+                _or_missing(s.status),
+                fmt(s.median_ms, 1),
+                fmt(s.p10_ms, 1),
+                fmt(s.p90_ms, 1),
+                fmt(s.tokens_per_s_per_device, 1),
+                fmt_sig(s.tflops_per_device),
+                fmt_pct(s.mfu),
+                fmt_bytes(s.peak_mem_allocated_bytes),
+                fmt_bytes(s.peak_mem_reserved_bytes),
+                fmt_bytes(s.peak_rss_bytes),
             ]
         )
     blocks.append(

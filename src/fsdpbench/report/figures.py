@@ -202,8 +202,8 @@ def breakdown(arms: Sequence[str], parts_ms: dict[str, dict[str, float]]) -> str
 
 def collective_counts(arms: Sequence[str], counts: dict[str, dict[str, float]]) -> str:
     """Grouped bars: collectives per step by type, one bar per arm (mean over ranks)."""
-    types = sorted(
-        {t for c in counts.values() for t in c}, key=lambda t: -max(c.get(t, 0) for c in counts.values())
+    types = sorted(  # most frequent first; ties by name, so the figure does not follow the hash seed
+        {t for c in counts.values() for t in c}, key=lambda t: (-max(c.get(t, 0) for c in counts.values()), t)
     )
     fig = _figure(min(10.0, max(7.0, 1.1 * len(types) + 3.0)), 3.4)
     ax = fig.add_subplot()

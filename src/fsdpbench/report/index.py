@@ -21,6 +21,7 @@ from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
 from fsdpbench.run import run_folder, stats
 from fsdpbench.run.run_folder import read_json_if_readable
+from fsdpbench.run.summary import ArmComparison, Summary
 from fsdpbench.run.sweep import cell_settings
 
 MAX_ARM_COLUMNS = 4
@@ -56,7 +57,7 @@ def _top_finding(diff: Mapping[str, Any] | None, test: str) -> str | None:
 
 
 def conclusion(
-    comparison: Mapping[str, Any],
+    comparison: ArmComparison,
     *,
     rounds: tuple[int, int] | None = None,
     diff: Mapping[str, Any] | None = None,
@@ -71,24 +72,20 @@ def conclusion(
     a CI (an arm with one round).
 
     Args:
-        comparison: one entry of summary.json ``comparisons``.
+        comparison: one entry of the summary's ``comparisons``.
         rounds: (base, test) rounds, when the comparison does not record them (summaries before ``rounds``).
         diff: the diff.json object of this pair (profiled cells), for the top finding and the overlaps.
         overlap: (base, test) mean overlap ratios, used when ``diff`` has none.
         parity_valid: ``False`` marks the line invalid (the arms' losses differ).
     """
-    base, test = str(comparison.get("base", "base")), str(comparison.get("test", "test"))
-    ratio = finite(comparison.get("ratio"))
+    base = "base" if comparison.base is None else str(comparison.base)
+    test = "test" if comparison.test is None else str(comparison.test)
+    ratio = finite(comparison.ratio)
     if ratio is None or ratio <= 0:
         return MISSING
-    ci = comparison.get("ci95")
-    ci = (
-        (float(ci[0]), float(ci[1]))
-        if isinstance(ci, list | tuple) and len(ci) == 2 and None not in ci
-        else None
-    )
-    recorded = comparison.get("rounds")
-    if isinstance(recorded, list | tuple) and len(recorded) == 2:
+    ci = _ci(comparison)
+    recorded = comparison.rounds
+    if recorded is not None and len(recorded) == 2:
         rounds = (int(recorded[0]), int(recorded[1]))
     if ci is None:
         speed = (
@@ -121,10 +118,25 @@ class Overview:
     rows: list[list[str]]
 
 
-def _arm_rounds(summary: Mapping[str, Any], base: str, test: str) -> tuple[int, int] | None:
-    arms = summary.get("arms") or {}
-    counts = [len((arms.get(a) or {}).get("rounds") or []) for a in (base, test)]
+def _arm_rounds(summary: Summary, base: str, test: str) -> tuple[int, int] | None:
+    counts = [len(summary.arms[a].rounds) if a in summary.arms else 0 for a in (base, test)]
     return (counts[0], counts[1]) if all(counts) else None
+
+
+def _ci(comparison: ArmComparison) -> tuple[float, float] | None:
+    """The comparison's 95% CI when it has both ends."""
+    ci = comparison.ci95
+    return (float(ci[0]), float(ci[1])) if ci is not None and len(ci) == 2 and None not in ci else None
+
+
+def _cell_summary(run_dir: Path | None) -> Summary:
+    """The cell's summary.json as a ``Summary``; an empty one when it is missing, unreadable or not a
+    summary (the cell's row then shows no result)."""
+    raw = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
+    try:
+        return Summary.from_dict(raw if isinstance(raw, dict) else {})
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return Summary.from_dict({})
 
 
 def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
@@ -142,13 +154,12 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
     labels: list[str] = []
     for c in cells:
         run_dir = tree / c["run_dir"] if c.get("run_dir") else None
-        summary = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
-        summary = summary if isinstance(summary, dict) else {}
+        summary = _cell_summary(run_dir)
         analysis = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
         diffs = run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)) if run_dir else []
         config = c.get("config") if isinstance(c.get("config"), dict) else {}
         cell_labels = [str(a.get("label")) for a in config.get("arms") or [] if isinstance(a, dict)]
-        cell_labels += [a for a in summary.get("arms") or {} if a not in cell_labels]
+        cell_labels += [a for a in summary.arms if a not in cell_labels]
         labels += [a for a in cell_labels if a not in labels]
         loaded.append((c, config, summary, analysis, diffs))
     per_arm = len(labels) <= MAX_ARM_COLUMNS
@@ -158,13 +169,13 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
     rows = []
     for c, config, summary, analysis, diffs in loaded:
         settings = cell_settings(config)
-        arms = summary.get("arms") or {}
+        arms = summary.arms
         if per_arm:
-            medians = [fmt((arms.get(a) or {}).get("median_ms"), 1) if a in arms else MISSING for a in labels]
+            medians = [fmt(arms[a].median_ms, 1) if a in arms else MISSING for a in labels]
         else:
-            medians = [" / ".join(f"{a} {fmt(s.get('median_ms'), 1)}" for a, s in arms.items()) or MISSING]
-        comparisons = [x for x in summary.get("comparisons") or [] if isinstance(x, dict)]
-        parity_valid = (summary.get("parity") or {}).get("valid")
+            medians = [" / ".join(f"{a} {fmt(s.median_ms, 1)}" for a, s in arms.items()) or MISSING]
+        comparisons = summary.comparisons
+        parity_valid = summary.parity.valid if summary.parity else None
         for comp in comparisons or [None]:
             if comp is None:
                 ratio_text, ci_text = MISSING, MISSING
@@ -173,14 +184,14 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
                 )
                 line = f"{c.get('status', MISSING)}: {line}" if c.get("status") != "done" else line
             else:
-                base, test = str(comp.get("base")), str(comp.get("test"))
-                ci = comp.get("ci95")
-                ratio_text = fmt(finite(comp.get("ratio")), 3)
+                base, test = str(comp.base), str(comp.test)
+                ci = _ci(comp)
+                ratio_text = fmt(finite(comp.ratio), 3)
                 if len(comparisons) > 1:
                     ratio_text += f" ({test}/{base})"
                 ci_text = (
                     f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}"
-                    if isinstance(ci, list) and len(ci) == 2 and None not in ci
+                    if ci is not None
                     else "none (1 round)"
                     if _arm_rounds(summary, base, test) == (1, 1)
                     else MISSING
@@ -271,16 +282,14 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
     for c in cells:
         run_rel = c.get("run_dir")
         run_dir = tree / run_rel if run_rel else None
-        summary = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
+        summary = _cell_summary(run_dir)
         analysis = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
-        summary = summary if isinstance(summary, dict) else {}
-        arms = summary.get("arms") or {}
+        arms = summary.arms
         params = c.get("params") or {}
-        parity = summary.get("parity") or {}
-        bad_parity = parity.get("valid") is False
+        bad_parity = summary.parity is not None and summary.parity.valid is False
         if bad_parity:
             invalid.append(c.get("name"))
-        medians = " / ".join(f"{a} {fmt(s.get('median_ms'), 1)}" for a, s in arms.items()) or MISSING
+        medians = " / ".join(f"{a} {fmt(s.median_ms, 1)}" for a, s in arms.items()) or MISSING
         overlaps = " / ".join(
             f"{a} {fmt_pct(_mean_overlap(analysis, a), 0)}"
             for a in arms
@@ -292,21 +301,21 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
             if report is not None and report.is_file()
             else MISSING
         )
-        comparisons = summary.get("comparisons") or [{}]
+        comparisons: list[ArmComparison | None] = [*summary.comparisons] or [None]
         for comp in comparisons:
-            ci = comp.get("ci95") or None
-            ratio = finite(comp.get("ratio"))
-            verdict = comp.get("verdict") or summary.get("verdict") or c.get("error") or MISSING
-            if ratio is not None and comp.get("base") and comp.get("test"):  # from the numbers: older
+            ci = _ci(comp) if comp else None
+            ratio = finite(comp.ratio) if comp else None
+            verdict = (comp.verdict if comp else None) or summary.verdict or c.get("error") or MISSING
+            if comp and ratio is not None and comp.base and comp.test:  # from the numbers: older
                 # summaries called a ratio without a CI "no difference detected"
                 verdict = stats.verdict_text(
-                    str(comp["base"]),
-                    str(comp["test"]),
+                    str(comp.base),
+                    str(comp.test),
                     ratio,
-                    (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 and None not in ci else None,
-                    tuple(comp["rounds"])
-                    if isinstance(comp.get("rounds"), list) and len(comp["rounds"]) == 2
-                    else _arm_rounds(summary, str(comp["base"]), str(comp["test"])),
+                    ci,
+                    comp.rounds
+                    if comp.rounds is not None and len(comp.rounds) == 2
+                    else _arm_rounds(summary, str(comp.base), str(comp.test)),
                 )
             if bad_parity:
                 verdict = "**INVALID (parity failed)** " + str(verdict)
@@ -320,16 +329,16 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
                     str(params.get("mesh") or MISSING),
                     medians,
                     fmt(ratio, 3),
-                    f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}" if ci and len(ci) == 2 and None not in ci else MISSING,
+                    f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}" if ci else MISSING,
                     overlaps or MISSING,
                     str(verdict),
                     link,
                 ]
             )
-            pair = f" ({comp.get('test')}/{comp.get('base')})" if comp.get("base") else ""
+            pair = f" ({comp.test}/{comp.base})" if comp and comp.base else ""
             labels.append(f"{c.get('name')}{pair}")
             ratios.append(ratio)
-            cis.append((float(ci[0]), float(ci[1])) if ci and len(ci) == 2 and None not in ci else None)
+            cis.append(ci)
     if invalid:
         blocks.insert(
             0,

@@ -16,6 +16,7 @@ import pandas as pd
 from fsdpbench.errors import InputError
 from fsdpbench.run import run_folder
 from fsdpbench.run.run_folder import RUN_MARKERS, is_run_dir
+from fsdpbench.run.summary import Summary
 
 if TYPE_CHECKING:
     from fsdpbench.analysis.diff import DiffResult
@@ -29,13 +30,13 @@ class RunData:
     """What a run folder holds, parsed; ``None`` where the piece is absent or unreadable.
 
     ``analysis`` and ``diffs`` hold the JSON as read (the places and sweep tables read it so);
-    :attr:`analyses` and :attr:`diff_results` give the same as typed objects. ``manifest`` and
-    ``summary`` are the JSON as read.
+    :attr:`analyses` and :attr:`diff_results` give the same as typed objects. ``manifest`` is the JSON
+    as read; ``summary`` is summary.json as a :class:`~fsdpbench.run.summary.Summary`.
     """
 
     run_dir: Path
     manifest: dict[str, Any] | None = None
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
     steps: pd.DataFrame | None = None
     statuses: list[dict[str, Any]] = field(default_factory=list)
     analysis: dict[str, dict[str, Any]] | None = None
@@ -101,8 +102,8 @@ class RunData:
         """Arm labels in the manifest's order, else the summary's, else the order they ran."""
         if self.manifest and self.manifest.get("arms"):
             return [a.get("label") or a.get("backend", "?") for a in self.manifest["arms"]]
-        if self.summary and self.summary.get("arms"):
-            return list(self.summary["arms"])
+        if self.summary and self.summary.arms:
+            return list(self.summary.arms)
         if self.steps is not None and "arm" in self.steps:
             return list(dict.fromkeys(self.steps["arm"]))
         return []
@@ -136,6 +137,22 @@ def load_optional_json(path: Path, data: RunData, what: str) -> Any:
         return run_folder.read_json_file(path)
     except InputError as exc:
         data.missing.append(f"{what} `{path.name}` could not be read ({exc}); it is left out.")
+        return None
+
+
+def load_summary(path: Path, data: RunData) -> Summary | None:
+    """summary.json as a ``Summary``, or ``None`` with a note in ``data.missing`` when it is unreadable or
+    not a summary (a key it lacks reads as None, as ``Summary.from_dict`` reads any summary)."""
+    raw = load_optional_json(path, data, "the summary")
+    if raw is None:
+        return None
+    try:
+        return Summary.from_dict(raw)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        data.missing.append(
+            f"the summary `{path.name}` is not an fsdpbench summary ({type(exc).__name__}: {exc}); "
+            "it is left out."
+        )
         return None
 
 
@@ -180,7 +197,7 @@ def load_run(run_dir: Path) -> RunData:
         data.missing.append(
             "`manifest.json` is missing: configuration, environment and commands are unknown."
         )
-    data.summary = load_optional_json(run_dir / run_folder.SUMMARY, data, "the summary")
+    data.summary = load_summary(run_dir / run_folder.SUMMARY, data)
     if data.summary is None:
         data.missing.append(
             "`summary.json` is missing: no verdict or statistics yet "

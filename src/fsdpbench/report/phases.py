@@ -13,9 +13,9 @@ from fsdpbench.run.phases import MARKED_PHASES, PHASES
 def phase_section(data: RunData) -> list[Block]:
     """Heading, the per-arm phase table (slowest rank and rank 0), the per-phase comparison table."""
     blocks: list[Block] = [Heading("Phase times per arm")]
-    summary = data.summary or {}
-    arms = summary.get("arms") or {}
-    with_phases = {a: s["phases"] for a, s in arms.items() if isinstance(s, dict) and s.get("phases")}
+    summary = data.summary
+    arms = summary.arms if summary else {}
+    with_phases = {a: s.phases for a, s in arms.items() if s.phases}
     if not with_phases:
         blocks.append(
             Para("No phase times: the run's steps carry none (recorded by fsdpbench since issue 21).")
@@ -39,22 +39,22 @@ def phase_section(data: RunData) -> list[Block]:
         )
     )
     comp_rows = []
-    for comp in summary.get("comparisons") or []:
+    for comp in summary.comparisons if summary else []:
         for phase in MARKED_PHASES:
-            c = (comp.get("phases") or {}).get(phase)
+            c = (comp.phases or {}).get(phase)
             if not c:
                 continue
-            ci = c.get("ci95") or [None, None]
+            ci = c.ci95 or (None, None)
             comp_rows.append(
                 [
-                    f"{comp.get('test')} vs {comp.get('base')}",
+                    f"{comp.test} vs {comp.base}",
                     phase,
-                    fmt(c.get("ratio"), 3),
+                    fmt(c.ratio, 3),
                     f"{fmt(ci[0], 3)} – {fmt(ci[1], 3)}" if len(ci) == 2 and None not in ci else MISSING,
-                    speed_text(finite(c.get("ratio"))),
+                    speed_text(finite(c.ratio)),
                     "**no CI: cannot tell yet**"
-                    if not c.get("ci95")
-                    else {True: "yes", False: "**not significant**"}.get(c.get("significant"), MISSING),
+                    if not c.ci95
+                    else {True: "yes", False: "**not significant**"}.get(c.significant, MISSING),
                 ]
             )
     if comp_rows:

@@ -139,8 +139,8 @@ def profile_section(data: RunData) -> list[Block]:
 
 def _memory_timeline(data: RunData, arms: list[str]) -> list[Block]:
     """Per arm, allocated memory over the memory step with its phases and units (docs/memory.md)."""
-    arm_stats = (data.summary or {}).get("arms") or {}
-    timelines = {a: (arm_stats.get(a) or {}).get("memory_timeline") for a in arms}
+    arm_stats = data.summary.arms if data.summary else {}
+    timelines = {a: arm_stats[a].memory_timeline if a in arm_stats else None for a in arms}
     blocks: list[Block] = [Heading("Memory over one step", 3)]
     if not any(t and "peak" in t for t in timelines.values()):
         blocks.append(

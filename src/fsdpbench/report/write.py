@@ -158,11 +158,11 @@ def write_report(run_dir: Path | str, memory_rank: int = 0) -> list[Path]:
     from fsdpbench.report.build import build_report
 
     data = load_run(Path(run_dir))
-    if memory_rank and data.summary:
+    if memory_rank and data.summary is not None:
         for arm, timeline in run_folder.memory_timelines_of_rank(
-            data.run_dir, data.summary, memory_rank
+            data.run_dir, data.summary.to_dict(), memory_rank
         ).items():
-            data.summary["arms"][arm]["memory_timeline"] = timeline
+            data.summary.arms[arm].memory_timeline = timeline
     written: list[Path] = []
     analysed = _ensure_analysis(data, written)
     _ensure_diff(data, written)

@@ -1,8 +1,11 @@
 """``summary.json`` as typed objects: what ``run_folder.build_summary`` writes and the report reads.
 
 Field names, order and values are the file's (docs/DATA.md, "summary.json"): ``to_dict`` gives the
-JSON object key for key, ``from_dict`` reads one back. A file written before a field existed reads
-with that field None; keys this version does not know are dropped. Torch-free.
+JSON object key for key, ``from_dict`` reads one back. ``from_dict`` takes partial objects as the
+report always has: a key the object lacks (a file written before the field existed, a hand-made
+summary) reads as None (an absent list or mapping as empty); keys this version does not know are
+dropped. ``Summary.read`` is the strict reader of a file: it refuses one without ``schema_version``.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -38,24 +41,24 @@ def _pair(value: Any) -> tuple[Any, Any] | None:
 class RoundMedian:
     """One timed round of an arm: the median step time over its timed steps."""
 
-    round: int
-    median_ms: float
-    n_steps: int
+    round: int | None
+    median_ms: float | None
+    n_steps: int | None
 
     def to_dict(self) -> dict[str, Any]:
         return _fields_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundMedian:
-        return cls(round=d["round"], median_ms=d["median_ms"], n_steps=d["n_steps"])
+        return cls(round=d.get("round"), median_ms=d.get("median_ms"), n_steps=d.get("n_steps"))
 
 
 @dataclass(kw_only=True, slots=True)
 class ArmSummary:
     """One arm's statistics; an arm with no timed round has ``status="missing"`` and every figure None."""
 
-    status: str
-    """``"ok"`` or ``"missing"``."""
+    status: str | None
+    """``"ok"`` or ``"missing"`` (``"failed"`` in summaries of older launchers)."""
     rounds: list[RoundMedian] = field(default_factory=list)
     median_ms: float | None = None
     """Median of the per-round medians."""
@@ -84,7 +87,7 @@ class ArmSummary:
     def from_dict(cls, d: dict[str, Any]) -> ArmSummary:
         names = {f.name for f in dataclasses.fields(cls)} - {"status", "rounds"}
         return cls(
-            status=d["status"],
+            status=d.get("status"),
             rounds=[RoundMedian.from_dict(r) for r in d.get("rounds") or []],
             **{k: d.get(k) for k in names},
         )
@@ -94,31 +97,26 @@ class ArmSummary:
 class RatioSummary:
     """``stats.Comparison.to_dict()`` as stored: test arm against base arm (ratio > 1 = test slower)."""
 
-    base: str
-    test: str
-    ratio: float
+    base: str | None
+    test: str | None
+    ratio: float | None
     ci95: tuple[float, float] | None
     rounds: tuple[int, int] | None
-    time_change_pct: float
-    significant: bool
+    time_change_pct: float | None
+    significant: bool | None
     rounds_needed_1pct: int | None
-    verdict: str
+    verdict: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return _fields_dict(self)
 
     @classmethod
     def _kwargs(cls, d: dict[str, Any]) -> dict[str, Any]:
+        plain = ("base", "test", "ratio", "time_change_pct", "significant", "rounds_needed_1pct", "verdict")
         return {
-            "base": d["base"],
-            "test": d["test"],
-            "ratio": d["ratio"],
+            **{k: d.get(k) for k in plain},
             "ci95": _pair(d.get("ci95")),
             "rounds": _pair(d.get("rounds")),
-            "time_change_pct": d["time_change_pct"],
-            "significant": d["significant"],
-            "rounds_needed_1pct": d.get("rounds_needed_1pct"),
-            "verdict": d["verdict"],
         }
 
     @classmethod
@@ -130,19 +128,17 @@ class RatioSummary:
 class MemoryRatio:
     """Peak memory of the test arm over the base arm's, and which measure both arms have."""
 
-    measure: str
-    base_bytes: int
-    test_bytes: int
-    ratio: float
+    measure: str | None
+    base_bytes: int | None
+    test_bytes: int | None
+    ratio: float | None
 
     def to_dict(self) -> dict[str, Any]:
         return _fields_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MemoryRatio:
-        return cls(
-            measure=d["measure"], base_bytes=d["base_bytes"], test_bytes=d["test_bytes"], ratio=d["ratio"]
-        )
+        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclass(kw_only=True, slots=True)
@@ -170,10 +166,10 @@ class ArmComparison(RatioSummary):
 class Parity:
     """The loss check of ``run_folder.check_parity``: the first steps' losses of every arm against the first."""
 
-    valid: bool
-    mode: str
-    tolerance: float
-    steps_compared: int
+    valid: bool | None
+    mode: str | None
+    tolerance: float | None
+    steps_compared: int | None
     max_abs_diff: float | None
     max_rel_diff: float | None
     reason: str | None
@@ -190,28 +186,29 @@ class Parity:
 class MissingLaunch:
     """An arm-round of the plan with no finished launch."""
 
-    arm: str
-    round: int
-    why: str
+    arm: str | None
+    round: int | None
+    why: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return _fields_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MissingLaunch:
-        return cls(arm=d["arm"], round=d["round"], why=d["why"])
+        return cls(arm=d.get("arm"), round=d.get("round"), why=d.get("why"))
 
 
 @dataclass(kw_only=True, slots=True)
 class Summary:
     """The whole ``summary.json`` of a run (docs/DATA.md)."""
 
-    schema_version: int
+    schema_version: int | None
     arms: dict[str, ArmSummary]
     comparisons: list[ArmComparison]
     verdict: str | None
     """Every comparison's verdict joined by "; ", prefixed "INVALID COMPARISON" when parity failed."""
-    parity: Parity
+    parity: Parity | None
+    """None when the summary holds no parity result (absent or empty)."""
     missing: list[MissingLaunch]
     profiles: dict[str, str]
     """Arm → its profile folder, relative to the run folder."""
@@ -228,11 +225,11 @@ class Summary:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
         return cls(
-            schema_version=d["schema_version"],
+            schema_version=d.get("schema_version"),
             arms={label: ArmSummary.from_dict(a) for label, a in (d.get("arms") or {}).items()},
             comparisons=[ArmComparison.from_dict(c) for c in d.get("comparisons") or []],
             verdict=d.get("verdict"),
-            parity=Parity.from_dict(d.get("parity") or {}),
+            parity=Parity.from_dict(d["parity"]) if d.get("parity") else None,
             missing=[MissingLaunch.from_dict(m) for m in d.get("missing") or []],
             profiles=dict(d.get("profiles") or {}),
             flops_per_token=d.get("flops_per_token"),
@@ -252,8 +249,10 @@ class Summary:
             path = path / run_folder.SUMMARY
         data = run_folder.read_json_file(path)
         try:
+            if not isinstance(data, dict) or "schema_version" not in data:
+                raise KeyError("schema_version")
             return cls.from_dict(data)
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise InputError(
                 f"{path}: not an fsdpbench summary.json ({type(exc).__name__}: {exc}); "
                 f"`fsdpbench ab --resume {path.parent}` writes it again from the run's steps"
