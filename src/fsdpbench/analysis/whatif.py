@@ -313,6 +313,18 @@ def layer_bucket_counts(
     return counts
 
 
+def _idle_delta(result: Estimate, free_us: float | None, calls_before: int, calls_after: int) -> float:
+    """The idle-time change of a regrouping (idle scales with the number of collective calls), recorded
+    on ``result`` with its assumption; 0 where there is no idle figure or no call."""
+    if free_us is None or calls_before <= 0:
+        return 0.0
+    result.idle_delta_us = -float(free_us) * (1.0 - calls_after / calls_before)
+    result.assumptions.append(
+        "idle time (neither compute nor comm) scales with the number of collective calls"
+    )
+    return result.idle_delta_us
+
+
 def estimate_regrouping(
     per_type: Mapping[str, tuple[float | None, float | None]],
     target_counts: Mapping[str, float],
@@ -388,13 +400,7 @@ def estimate_regrouping(
         return result
     comm_new = float(comm_us) * (1.0 - min(saved_total / summed_time, 1.0))
     result.comm_delta_us = comm_new - float(comm_us)
-    idle_delta = 0.0
-    if free_us is not None and calls_before > 0:
-        idle_delta = -float(free_us) * (1.0 - calls_after / calls_before)
-        result.idle_delta_us = idle_delta
-        result.assumptions.append(
-            "idle time (neither compute nor comm) scales with the number of collective calls"
-        )
+    idle_delta = _idle_delta(result, free_us, calls_before, calls_after)
     if exposed_comm_us is not None and comm_us:
         exposed_delta = float(exposed_comm_us) * (comm_new / float(comm_us)) - float(exposed_comm_us)
         result.exposed_comm_delta_us = exposed_delta
@@ -709,13 +715,7 @@ def estimate_regrouping_units(
         return result
     result.comm_delta_us = -saved_total
     result.exposed_comm_delta_us = -exposed_saved_total
-    idle_delta = 0.0
-    if free_us is not None and calls_before > 0:
-        idle_delta = -float(free_us) * (1.0 - calls_after / calls_before)
-        result.idle_delta_us = idle_delta
-        result.assumptions.append(
-            "idle time (neither compute nor comm) scales with the number of collective calls"
-        )
+    idle_delta = _idle_delta(result, free_us, calls_before, calls_after)
     if step_time_us is not None:
         result.step_time_delta_us = -exposed_saved_total + idle_delta
     if compute_us is not None and comm_us is not None:

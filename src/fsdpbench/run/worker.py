@@ -240,21 +240,25 @@ def make_profiler(device_type: str, out_dir: Path, rank: int, profile_step: int)
     )
 
 
-def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
-    import torch_npu
-
-    prof = torch_npu.profiler
-    experimental = prof._ExperimentalConfig(
+def _npu_level1(prof: Any) -> Any:
+    """torch_npu's Level1 experimental config (kernel details, no data simplification)."""
+    return prof._ExperimentalConfig(
         profiler_level=prof.ProfilerLevel.Level1,
         aic_metrics=prof.AiCMetrics.PipeUtilization,
         data_simplification=False,
     )
+
+
+def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
+    import torch_npu
+
+    prof = torch_npu.profiler
     return prof.profile(
         activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
         schedule=prof.schedule(**sched),
         on_trace_ready=npu_trace_handler(prof, out_dir, rank),
         record_shapes=True,
-        experimental_config=experimental,
+        experimental_config=_npu_level1(prof),
     )
 
 
@@ -266,17 +270,12 @@ def npu_memory_profiler(out_dir: Path, rank: int) -> Any:
 
     prof = torch_npu.profiler
     out_dir.mkdir(parents=True, exist_ok=True)
-    experimental = prof._ExperimentalConfig(
-        profiler_level=prof.ProfilerLevel.Level1,
-        aic_metrics=prof.AiCMetrics.PipeUtilization,
-        data_simplification=False,
-    )
     return prof.profile(
         activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
         on_trace_ready=npu_trace_handler(prof, out_dir, rank),
         profile_memory=True,
         record_shapes=False,
-        experimental_config=experimental,
+        experimental_config=_npu_level1(prof),
     )
 
 
