@@ -5,7 +5,8 @@
 
 The picture is the report's own matplotlib figures (the ones `fsdpbench report` embeds as SVG), caught as
 the report draws them and rendered side by side into one small PNG. The run folder is copied first, so an
-existing run is left as it was. ``make readme-figure`` runs the first form; rerun it when the report changes.
+existing run is left as it was. ``make readme-figure`` runs the first form; rerun it when the report's
+figures change (tests/test_docs.py says when: it compares the figure code's hash kept in report.png.source).
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ WANTED = ("step_times", "breakdown", "collectives", "timeline")
 DPI = 80
 COLORS = 96  # palette size of the PNG: the figures use a few flat colours, so this keeps it small
 MAX_BYTES = 200 * 1024
+# The code that draws the pictured figures: its hash is kept beside the PNG (``.source``) and
+# tests/test_docs.py fails when it changed since the PNG was drawn, so the picture follows the report.
+DRAWN_BY = REPO / "src" / "fsdpbench" / "report" / "figures.py"
+
+
+def drawing_code_hash() -> str:
+    """sha256 of the figure code (``DRAWN_BY``), as kept in ``docs/img/report.png.source``."""
+    import hashlib
+
+    return hashlib.sha256(DRAWN_BY.read_bytes()).hexdigest()
 
 
 def run_profiled_ab(out: Path) -> Path:
@@ -125,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(png)
+    args.out.with_name(args.out.name + ".source").write_text(
+        f"{drawing_code_hash()}  {DRAWN_BY.relative_to(REPO)}\n"
+    )
     names = [name for name in WANTED if name in caught]
     print(f"wrote {args.out} ({len(png) // 1024} KiB): {', '.join(names)}; source run {run_dir.name}")
     return 0

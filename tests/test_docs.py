@@ -116,6 +116,20 @@ def test_readme_picture_is_a_small_png_in_the_repository():
     assert len(blob) < 200 * 1024
 
 
+def test_readme_picture_was_drawn_by_the_current_figure_code():
+    """The picture follows the report: the hash of report/figures.py kept beside the PNG when it was drawn
+    (hashed here with hashlib, independently of the script) equals the file's hash now."""
+    import hashlib
+
+    kept = (DOCS / "img" / "report.png.source").read_text(encoding="utf-8").split()
+    figures = REPO / kept[1]
+    assert kept[1] == "src/fsdpbench/report/figures.py"
+    assert kept[0] == hashlib.sha256(figures.read_bytes()).hexdigest(), (
+        "the report's figure code changed since docs/img/report.png was drawn: "
+        "run `make readme-figure` (or python scripts/readme_figure.py --run RUN_DIR) and commit both files"
+    )
+
+
 def test_docs_index_lists_every_page():
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     listed = {t for t in _links(DOCS / "index.md") if not re.match(r"[a-z]+:", t)}
