@@ -490,6 +490,20 @@ def _fit_candidates(x: RuleInput, side: Side) -> list[tuple[str, Mapping[str, wh
     return [(source, x.fits.get(source, {})) for source in order]
 
 
+def _bucket_summary(estimate: Estimate, target_counts: dict[str, int], basis: str) -> Estimate:
+    """The figures of a one-bucket-per-layer (per-unit) regrouping ``estimate``, as the fragmentation
+    estimate's ``one_bucket_per_layer`` carries them (deltas, bound, targets, basis)."""
+    return Estimate(
+        comm_delta_us=estimate.comm_delta_us,
+        exposed_comm_delta_us=estimate.exposed_comm_delta_us,
+        step_time_delta_us=estimate.step_time_delta_us,
+        idle_delta_us=estimate.idle_delta_us,
+        step_time_lower_bound_us=estimate.step_time_lower_bound_us,
+        target_counts=target_counts,
+        basis=basis,
+    )
+
+
 def rule_fragmentation(x: RuleInput) -> list[Finding]:
     findings = []
     for side in ("test", "base"):
@@ -554,14 +568,8 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
             else None
         )
         if per_unit is not None:
-            estimate.one_bucket_per_layer = Estimate(
-                comm_delta_us=per_unit.comm_delta_us,
-                exposed_comm_delta_us=per_unit.exposed_comm_delta_us,
-                step_time_delta_us=per_unit.step_time_delta_us,
-                idle_delta_us=per_unit.idle_delta_us,
-                step_time_lower_bound_us=per_unit.step_time_lower_bound_us,
-                target_counts={k: round(t.target_count) for k, t in per_unit.per_type.items()},
-                basis=whatif.BASIS_UNITS,
+            estimate.one_bucket_per_layer = _bucket_summary(
+                per_unit, {k: round(t.target_count) for k, t in per_unit.per_type.items()}, whatif.BASIS_UNITS
             )
         elif x.num_layers:
             layer = whatif.layer_bucket_counts(
@@ -574,15 +582,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 **m.breakdown(),
                 free_us=m.free_us,
             )
-            estimate.one_bucket_per_layer = Estimate(
-                comm_delta_us=per_layer.comm_delta_us,
-                exposed_comm_delta_us=per_layer.exposed_comm_delta_us,
-                step_time_delta_us=per_layer.step_time_delta_us,
-                idle_delta_us=per_layer.idle_delta_us,
-                step_time_lower_bound_us=per_layer.step_time_lower_bound_us,
-                target_counts=layer,
-                basis=whatif.BASIS_STEP,
-            )
+            estimate.one_bucket_per_layer = _bucket_summary(per_layer, layer, whatif.BASIS_STEP)
         frag_time = sum(r[side].time_us or 0.0 for r in hits)
         share = _share(frag_time, m.step_time_us)
         severity = "high" if share is not None and share >= FRAGMENTATION_HIGH_SHARE else "medium"

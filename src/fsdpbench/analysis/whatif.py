@@ -313,6 +313,18 @@ def layer_bucket_counts(
     return counts
 
 
+def _priced_alpha(row: TypeSaving, source: str, fit: AlphaBetaFit) -> float:
+    """The fixed cost a removed call saves, ``max(alpha, 0)`` of ``fit``, recorded on ``row`` with the
+    fit's source and R², and a note where the fit is negative or poor."""
+    alpha = max(float(fit.alpha_us or 0.0), 0.0)
+    row.alpha_us, row.fit_source, row.fit_r2 = alpha, source, fit.r2
+    if fit.alpha_us is not None and fit.alpha_us < 0:
+        row.note = "fitted alpha is negative (per-call cost not resolved); counted as 0"
+    elif fit.poor:
+        row.note = f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
+    return alpha
+
+
 def _idle_delta(result: Estimate, free_us: float | None, calls_before: int, calls_after: int) -> float:
     """The idle-time change of a regrouping (idle scales with the number of collective calls), recorded
     on ``result`` with its assumption; 0 where there is no idle figure or no call."""
@@ -383,16 +395,10 @@ def estimate_regrouping(
             row.saved_us = 0.0
             row.note = "already at or below the target granularity"
         else:
-            source, fit = chosen
-            alpha = max(float(fit.alpha_us or 0.0), 0.0)
-            saved = (float(count) - row.target_count) * alpha
+            saved = (float(count) - row.target_count) * _priced_alpha(row, *chosen)
             if time_us is not None:
                 saved = min(saved, float(time_us))  # cannot save more than the type takes
-            row.saved_us, row.alpha_us, row.fit_source, row.fit_r2 = saved, alpha, source, fit.r2
-            if fit.alpha_us is not None and fit.alpha_us < 0:
-                row.note = "fitted alpha is negative (per-call cost not resolved); counted as 0"
-            elif fit.poor:
-                row.note = f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
+            row.saved_us = saved
             saved_total += saved
         rows[kind] = row
     priced = any(r.saved_us is not None for r in rows.values())
@@ -666,17 +672,8 @@ def estimate_regrouping_units(
                 if chosen is None:
                     ts.note = "no usable alpha-beta fit for this type; not priced"
                     continue
-                source, fit = chosen
-                alpha = max(float(fit.alpha_us or 0.0), 0.0)
-                ts.alpha_us, ts.fit_source, ts.fit_r2 = alpha, source, fit.r2
-                if fit.alpha_us is not None and fit.alpha_us < 0:
-                    ts.note = "fitted alpha is negative (per-call cost not resolved); counted as 0"
-                elif fit.poor:
-                    ts.note = (
-                        f"poor fit (R² {fit.r2 if fit.r2 is None else round(fit.r2, 2)}); treat with care"
-                    )
                 priced = True
-                saved_kind = (count - target) * alpha
+                saved_kind = (count - target) * _priced_alpha(ts, *chosen)
                 ts.saved_us = (ts.saved_us or 0.0) + saved_kind / n
                 saved += saved_kind
             if not count_row:
