@@ -23,13 +23,12 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from fsdpbench.analysis.memory_timeline import PREFIX, timeline_object
+from fsdpbench.analysis.memory_timeline import PREFIX, range_fields, timeline_object
 from fsdpbench.errors import InputError
+from fsdpbench.trace import memory as tm
 from fsdpbench.trace.table import us_strings_to_ns, us_to_ns
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
-MB = 2**20
-"""The exports' "MB" is MiB (``fsdpbench.trace.memory.MB``)."""
 COMPONENT = "PTA"
 """torch_npu's caching allocator: the component whose allocated bytes are the torch tensors'."""
 OTHER_LIVE = "other"
@@ -53,47 +52,6 @@ class AscendMemoryStep:
     ``alloc_total`` (the allocator's allocated bytes after the allocation), of every component."""
     ranges: list[tuple[str, int, int]]
     """fsdpbench's host ranges ``(name, start_ns, end_ns)``."""
-
-
-def _csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    if not path.is_file():
-        raise InputError(
-            f"{path}: missing; profile with torch_npu.profiler(profile_memory=True) and export_type text"
-        )
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read ({' '.join(str(exc).split())})") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise InputError(f"{path}: no column {', '.join(missing)}; is this a torch_npu memory export?")
-    return frame.apply(lambda col: col.str.strip())
-
-
-def _ns_column(col: pd.Series, path: Path, what: str) -> np.ndarray:
-    """Decimal µs strings → int64 ns; blank → -1."""
-    out = np.full(len(col), -1, dtype=np.int64)
-    filled = (col != "").to_numpy()
-    try:
-        out[filled] = us_strings_to_ns(col[filled].reset_index(drop=True))
-    except (ValueError, OverflowError) as exc:
-        raise InputError(f"{path}: column {what!r}: {exc}") from None
-    return out
-
-
-def _mb_to_bytes(col: pd.Series) -> np.ndarray:
-    return np.rint(pd.to_numeric(col.replace("", np.nan), errors="coerce").to_numpy(float) * MB)
-
-
-def _select_component(comp: np.ndarray, component: str, where: str) -> np.ndarray:
-    sel = comp == component
-    if not sel.any():
-        raise InputError(
-            f"{where}: no {component} rows (components: {', '.join(sorted(set(map(str, comp))))}); "
-            "PTA is torch_npu's allocator"
-        )
-    return sel
 
 
 def _trace_view_ranges(path: Path) -> list[tuple[str, int, int]]:
@@ -121,98 +79,68 @@ def _trace_view_ranges(path: Path) -> list[tuple[str, int, int]]:
     return [(str(e["name"]), int(s), int(s + d)) for e, s, d in zip(mine, start, dur, strict=True)]
 
 
-def read_text(output_dir: Path, component: str = COMPONENT) -> AscendMemoryStep:
-    """The text export: ``memory_record.csv``, ``operator_memory.csv`` and ``trace_view.json``'s ranges."""
-    rec_path = output_dir / "memory_record.csv"
-    rec = _csv(rec_path, ("Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)"))
-    rec = rec[_select_component(rec["Component"].to_numpy(), component, str(rec_path))]
-    ts = _ns_column(rec["Timestamp(us)"], rec_path, "Timestamp(us)")
-    order = np.argsort(ts, kind="stable")
-    allocated, reserved = _mb_to_bytes(rec["Total Allocated(MB)"]), _mb_to_bytes(rec["Total Reserved(MB)"])
-    if np.isnan(allocated).any() or (ts < 0).any():
-        raise InputError(
-            f"{rec_path}: {component} rows without a time or an allocated figure (APP records reserved bytes "
-            "only); pick a component with allocated bytes (PTA, GE, PTA+GE)"
-        )
-    op_path = output_dir / "operator_memory.csv"
-    ops = _csv(
-        op_path,
-        ("Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)", "Allocation Total Allocated(MB)"),
-    )
-    blocks = pd.DataFrame(
+def _blocks(ops: pd.DataFrame) -> pd.DataFrame:
+    """``AscendMemoryStep.blocks`` from the operator-memory frame of ``fsdpbench.trace.memory``."""
+    return pd.DataFrame(
         {
-            "name": ops["Name"],
-            "size_bytes": np.rint(pd.to_numeric(ops["Size(KB)"], errors="coerce").to_numpy(float) * 1024),
-            "alloc_ns": _ns_column(ops["Allocation Time(us)"], op_path, "Allocation Time(us)"),
-            "release_ns": _ns_column(ops["Release Time(us)"], op_path, "Release Time(us)"),
-            "alloc_total": _mb_to_bytes(ops["Allocation Total Allocated(MB)"]),
+            "name": ops["name"].to_numpy(),
+            "size_bytes": ops["size_bytes"].to_numpy(float),
+            "alloc_ns": ops["alloc_ns"].to_numpy(np.int64),
+            "release_ns": ops["release_ns"].to_numpy(np.int64),
+            "alloc_total": ops["alloc_total_allocated"].to_numpy(float),
         }
     )
+
+
+def _step(
+    source: str,
+    path: Path,
+    component: str,
+    record: tm.MemoryTimeline,
+    ops: pd.DataFrame,
+    ranges: list[tuple[str, int, int]],
+) -> AscendMemoryStep:
+    ts_ns = record.ts_ns if record.ts_ns is not None else us_to_ns(record.ts_us)  # the Ascend readers set it
     return AscendMemoryStep(
-        "ascend_text",
-        output_dir,
-        component,
-        ts[order],
-        allocated[order].astype(np.int64),
-        np.nan_to_num(reserved, nan=0.0)[order].astype(np.int64),
-        blocks,
-        _trace_view_ranges(output_dir / "trace_view.json"),
+        source, path, component, ts_ns, record.allocated, record.reserved, _blocks(ops), ranges
     )
+
+
+def read_text(output_dir: Path, component: str = COMPONENT) -> AscendMemoryStep:
+    """The text export: ``memory_record.csv``, ``operator_memory.csv`` (``fsdpbench.trace.memory``'s
+    readers) and ``trace_view.json``'s ranges."""
+    record = tm.ascend_memory_record(output_dir, component)
+    ops = tm.ascend_operator_memory(output_dir)
+    ranges = _trace_view_ranges(output_dir / "trace_view.json")
+    return _step("ascend_text", output_dir, component, record, ops, ranges)
 
 
 def read_db(db: Path, component: str = COMPONENT) -> AscendMemoryStep:
-    """The db export: ``MEMORY_RECORD``, ``OP_MEMORY`` and ``PYTORCH_API``'s ranges (names via ``STRING_IDS``)."""
-    from fsdpbench.trace.ascend_db import _connect, _query, _tables
+    """The db export: ``MEMORY_RECORD``, ``OP_MEMORY`` (``fsdpbench.trace.memory``'s reader) and
+    ``PYTORCH_API``'s ranges (names via ``STRING_IDS``)."""
+    from fsdpbench.trace.ascend_db import open_db
 
-    con = _connect(db)
-    try:
-        have = _tables(con)
-        missing = [t for t in ("MEMORY_RECORD", "OP_MEMORY", "STRING_IDS") if t not in have]
+    with open_db(db) as d:
+        missing = [t for t in ("MEMORY_RECORD", "OP_MEMORY", "STRING_IDS") if t not in d.have]
         if missing:
             raise InputError(
                 f"{db}: no table {', '.join(missing)}; profile with torch_npu.profiler(profile_memory=True)"
             )
-        strings = _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"]
-        rec = _query(con, db, "SELECT component, timestamp, totalAllocated, totalReserved FROM MEMORY_RECORD")
-        ops = _query(
-            con, db, "SELECT name, size, allocationTime, releaseTime, allocationTotalAllocated FROM OP_MEMORY"
-        )
         api = (
-            _query(con, db, "SELECT startNs, endNs, name FROM PYTORCH_API")
-            if "PYTORCH_API" in have
+            d.query("SELECT startNs, endNs, name FROM PYTORCH_API")
+            if "PYTORCH_API" in d.have
             else pd.DataFrame(columns=["startNs", "endNs", "name"])
         )
-    finally:
-        con.close()
-    comp = rec["component"].map(strings).fillna(rec["component"].astype(str)).to_numpy()
-    rec = rec[_select_component(comp, component, f"{db} MEMORY_RECORD")]
-    rec = rec.sort_values("timestamp", kind="stable")
-    names = api["name"].map(strings).fillna("").astype(str)
+        names = d.names(api["name"])
+    record, ops, _ = tm.ascend_db_memory(db, component)
     mine = names.str.startswith(PREFIX + "::").to_numpy()
     try:
         starts = pd.to_numeric(api["startNs"][mine]).astype(np.int64).to_numpy()
         ends = pd.to_numeric(api["endNs"][mine]).astype(np.int64).to_numpy()
     except (ValueError, TypeError) as exc:
         raise InputError(f"{db}: PYTORCH_API: not integer nanoseconds ({exc})") from None
-    blocks = pd.DataFrame(
-        {
-            "name": ops["name"].map(strings).fillna("").astype(str),
-            "size_bytes": pd.to_numeric(ops["size"]).astype(float).to_numpy(),
-            "alloc_ns": pd.to_numeric(ops["allocationTime"]).fillna(-1).astype(np.int64).to_numpy(),
-            "release_ns": pd.to_numeric(ops["releaseTime"]).fillna(-1).astype(np.int64).to_numpy(),
-            "alloc_total": pd.to_numeric(ops["allocationTotalAllocated"]).astype(float).to_numpy(),
-        }
-    )
-    return AscendMemoryStep(
-        "ascend_db",
-        db,
-        component,
-        rec["timestamp"].to_numpy(np.int64),
-        rec["totalAllocated"].to_numpy(np.int64),
-        rec["totalReserved"].to_numpy(np.int64),
-        blocks,
-        [(str(n), int(s), int(e)) for n, s, e in zip(names[mine], starts, ends, strict=True)],
-    )
+    ranges = [(str(n), int(s), int(e)) for n, s, e in zip(names[mine], starts, ends, strict=True)]
+    return _step("ascend_db", db, component, record, ops, ranges)
 
 
 def read_export(folder: Path, component: str = COMPONENT, prefer: str = "text") -> AscendMemoryStep:
@@ -262,14 +190,9 @@ def ascend_step_timeline(
         raise InputError(f"{step.path}: no {step.component} memory records")
     units, collectives = [], []
     for name, start, end in step.ranges:
-        parts = name.split("::")
-        r = {"start_ns": start, "end_ns": end}
-        if parts[1] == "c10d":
-            collectives.append({"name": name, **r})
-        elif parts[1] in ("forward", "backward") and len(parts) >= 3:
-            units.append({"phase": parts[1], "unit": "::".join(parts[2:]), **r})
-        elif parts[1] == "optimizer":
-            units.append({"phase": "optimizer", "unit": None, **r})
+        kind = range_fields(name)
+        if kind is not None:
+            (collectives if kind[0] else units).append({**kind[1], "start_ns": start, "end_ns": end})
     t0_ns = min([r["start_ns"] for r in units] or [int(step.ts_ns[0])])
 
     def rel(r: dict[str, Any]) -> dict[str, Any]:

@@ -36,21 +36,32 @@ MAX_POINTS = 1500
 """Largest number of (time, bytes) points kept for the figure (the peak and each bucket's max are kept)."""
 
 
+def range_fields(name: str) -> tuple[bool, dict[str, Any]] | None:
+    """What an fsdpbench range called ``name`` is: ``(True, {"name"})`` for a c10d range,
+    ``(False, {"phase", "unit"})`` for a unit's forward/backward or the optimizer, None for any other
+    name (docs/DATA.md, "Ranges in the profiled step")."""
+    parts = name.split("::")
+    if parts[0] != PREFIX or len(parts) < 2:
+        return None
+    if parts[1] == "c10d":
+        return True, {"name": name}
+    if parts[1] in ("forward", "backward") and len(parts) >= 3:
+        return False, {"phase": parts[1], "unit": "::".join(parts[2:])}
+    if parts[1] == "optimizer":
+        return False, {"phase": "optimizer", "unit": None}
+    return None
+
+
 def _ranges(events: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(phase/unit ranges, collective ranges) of fsdpbench's ``X`` events, in start order."""
     units, collectives = [], []
     for e in events:
         name = e.get("name")
-        if e.get("ph") != "X" or not isinstance(name, str) or not name.startswith(PREFIX + "::"):
+        kind = range_fields(name) if e.get("ph") == "X" and isinstance(name, str) else None
+        if kind is None:
             continue
-        parts = name.split("::")
         start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur") or 0.0)
-        if parts[1] == "c10d":
-            collectives.append({"name": name, "start_us": start, "end_us": end})
-        elif parts[1] in ("forward", "backward") and len(parts) >= 3:
-            units.append({"phase": parts[1], "unit": "::".join(parts[2:]), "start_us": start, "end_us": end})
-        elif parts[1] == "optimizer":
-            units.append({"phase": "optimizer", "unit": None, "start_us": start, "end_us": end})
+        (collectives if kind[0] else units).append({**kind[1], "start_us": start, "end_us": end})
     units.sort(key=lambda r: r["start_us"])
     collectives.sort(key=lambda r: r["start_us"])
     return units, collectives

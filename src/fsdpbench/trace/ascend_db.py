@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -173,15 +176,20 @@ class AscendDbTables:
 
 @dataclass(frozen=True)
 class _Db:
-    """An open profiler db: its connection, path (for messages), table names and ``STRING_IDS``."""
+    """An open profiler db: its connection, path (for messages) and table names; ``STRING_IDS`` read
+    on first use."""
 
     con: sqlite3.Connection
     path: Path
     have: set[str]
-    strings: pd.Series
 
     def query(self, sql: str) -> pd.DataFrame:
         return _query(self.con, self.path, sql)
+
+    @cached_property
+    def strings(self) -> pd.Series:
+        """``STRING_IDS``: id → string."""
+        return self.query("SELECT id, value FROM STRING_IDS").set_index("id")["value"]
 
     def names(self, col: pd.Series) -> pd.Series:
         """String ids → their strings ("" where unknown)."""
@@ -194,22 +202,30 @@ class _Db:
         return self.query(f"SELECT id, name FROM {table}").set_index("id")["name"]
 
 
+@contextmanager
+def open_db(db: Path) -> Iterator[_Db]:
+    """The profiler db at ``db``, read-only, closed on leaving (``InputError`` when it is not sqlite)."""
+    con = _connect(db)
+    try:
+        yield _Db(con, db, _tables(con))
+    finally:
+        con.close()
+
+
 def read_tables(db: Path) -> AscendDbTables:
     """The raw tables the reader needs (:class:`AscendDbTables`), names resolved through ``STRING_IDS``.
 
     Raises:
         InputError: not a sqlite file, or no ``TASK`` / ``STRING_IDS`` table.
     """
-    con = _connect(db)
-    try:
-        have = _tables(con)
+    with open_db(db) as d:
+        have = d.have
         missing = [t for t in ("TASK", "STRING_IDS") if t not in have]
         if missing:
             raise InputError(
                 f"{db}: no table {' or '.join(missing)}; is this a torch_npu export_type=db profile "
                 "(ascend_pytorch_profiler_<rank>.db)?"
             )
-        d = _Db(con, db, have, _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"])
         task = d.query("SELECT startNs, endNs, connectionId, globalTaskId, taskType, streamId FROM TASK")
         task["task_type"] = d.names(task["taskType"])
         comm_tasks = (
@@ -227,8 +243,6 @@ def read_tables(db: Path) -> AscendDbTables:
             rows = d.query("SELECT rankId FROM RANK_DEVICE_MAP")["rankId"]
             if len(rows) == 1 and pd.notna(rows.iloc[0]) and int(rows.iloc[0]) >= 0:
                 rank = int(rows.iloc[0])
-    finally:
-        con.close()
     steps = steps[steps["step"] >= 0].sort_values("start_ns", ignore_index=True)
     return AscendDbTables(
         compute=compute,

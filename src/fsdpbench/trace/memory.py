@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpbench.errors import InputError
+from fsdpbench.trace.table import us_strings_to_ns
 
 MB = 2**20
 """The Ascend exports' "MB" is MiB (their totals equal the allocator's bytes / 2**20)."""
@@ -49,6 +50,9 @@ class MemoryTimeline:
     reserved: np.ndarray | None
     absolute: bool
     """False on CPU Kineto without ``live_at_start``: bytes are relative to the recording's start."""
+    ts_ns: np.ndarray | None = None
+    """The times as exact int64 ns (epoch clock) where the source writes them to the ns (the Ascend
+    exports); ``ts_us`` as a double cannot hold an epoch time to the ns."""
 
     def peak(self) -> tuple[float, int]:
         """(time in µs, bytes) of the largest allocated figure; ``InputError`` when empty."""
@@ -86,9 +90,10 @@ def kineto_timeline(
 
 
 def _read_csv(path: Path, columns: Sequence[str]) -> pd.DataFrame:
+    """The export's cells as strings (times keep their ns digits), headers stripped."""
     try:
-        frame = pd.read_csv(path, skipinitialspace=True)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        frame = pd.read_csv(path, skipinitialspace=True, dtype=str, keep_default_na=False)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path}: cannot read ({exc}); is this a torch_npu text export?") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in columns if c not in frame.columns]
@@ -106,25 +111,53 @@ def _num(col: pd.Series) -> np.ndarray:
     ).to_numpy(dtype=np.float64)
 
 
+def _ns(col: pd.Series, path: Path, what: str) -> np.ndarray:
+    """Decimal µs strings → exact int64 ns; blank → -1."""
+    out = np.full(len(col), -1, dtype=np.int64)
+    cells = col.astype(str).str.strip()
+    filled = (cells != "").to_numpy()
+    try:
+        out[filled] = us_strings_to_ns(cells[filled].reset_index(drop=True))
+    except (ValueError, OverflowError) as exc:
+        raise InputError(f"{path}: column {what!r}: {exc}") from None
+    return out
+
+
+def _no_component(where: str, component: str, have: Sequence[str]) -> InputError:
+    return InputError(
+        f"{where}: no {component} rows (components: {', '.join(sorted(map(str, set(have))))}); "
+        "PTA is torch_npu's allocator"
+    )
+
+
 def ascend_memory_record(output_dir: Path, component: str = "PTA") -> MemoryTimeline:
-    """``memory_record.csv`` of one component (default PTA: torch_npu's allocator) in bytes."""
+    """``memory_record.csv`` of one component (default PTA: torch_npu's allocator) in bytes, in time
+    order (``ts_ns`` exact). Raises ``InputError`` for a component without allocated figures (APP)."""
     path = Path(output_dir) / "memory_record.csv"
     frame = _read_csv(path, ("Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)"))
-    rows = frame[frame["Component"].astype(str).str.strip() == component]
+    components = frame["Component"].astype(str).str.strip()
+    rows = frame[components == component]
     if rows.empty:
-        have = ", ".join(sorted(frame["Component"].astype(str).str.strip().unique()))
-        raise InputError(f"{path}: no {component} rows (components: {have})")
-    ts = _num(rows["Timestamp(us)"])
-    order = np.argsort(ts, kind="stable")
-    alloc = np.rint(_num(rows["Total Allocated(MB)"]) * MB)[order].astype(np.int64)
-    reserved = np.rint(_num(rows["Total Reserved(MB)"]) * MB)[order].astype(np.int64)
+        raise _no_component(str(path), component, components.unique())
+    ts_ns = _ns(rows["Timestamp(us)"], path, "Timestamp(us)")
+    allocated = _num(rows["Total Allocated(MB)"])
+    if np.isnan(allocated).any() or (ts_ns < 0).any():
+        raise InputError(
+            f"{path}: {component} rows without a time or an allocated figure (APP records reserved bytes "
+            "only); pick a component with allocated bytes (PTA, GE, PTA+GE)"
+        )
+    order = np.argsort(ts_ns, kind="stable")
+    alloc = np.rint(allocated * MB)[order].astype(np.int64)
+    reserved = np.rint(np.nan_to_num(_num(rows["Total Reserved(MB)"]), nan=0.0) * MB)[order].astype(np.int64)
     device = str(rows["Device Type"].iloc[0]).strip() if "Device Type" in rows else "NPU"
-    return MemoryTimeline("memory_record.csv", device, ts[order], alloc, reserved, True)
+    ts = _num(rows["Timestamp(us)"])[order]
+    return MemoryTimeline("memory_record.csv", device, ts, alloc, reserved, True, ts_ns[order])
 
 
 def ascend_operator_memory(output_dir: Path) -> pd.DataFrame:
     """``operator_memory.csv``: ``name``, ``size_bytes``, ``alloc_us``, ``release_us`` (NaN: not
-    released in the window), ``alloc_total_allocated`` / ``release_total_allocated`` (bytes)."""
+    released in the window), the same as exact ns in ``alloc_ns``/``release_ns`` (-1: not released),
+    ``alloc_total_allocated`` / ``release_total_allocated`` (bytes)."""
     path = Path(output_dir) / "operator_memory.csv"
     cols = ("Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)", "Allocation Total Allocated(MB)")
     frame = _read_csv(path, cols)
@@ -134,6 +167,8 @@ def ascend_operator_memory(output_dir: Path) -> pd.DataFrame:
             "size_bytes": np.rint(_num(frame["Size(KB)"]) * 1024),
             "alloc_us": _num(frame["Allocation Time(us)"]),
             "release_us": _num(frame["Release Time(us)"]),
+            "alloc_ns": _ns(frame["Allocation Time(us)"], path, "Allocation Time(us)"),
+            "release_ns": _ns(frame["Release Time(us)"], path, "Release Time(us)"),
             "alloc_total_allocated": np.rint(_num(frame["Allocation Total Allocated(MB)"]) * MB),
             "release_total_allocated": np.rint(_num(frame["Release Total Allocated(MB)"]) * MB)
             if "Release Total Allocated(MB)" in frame
@@ -156,24 +191,16 @@ def ascend_module_memory(output_dir: Path) -> pd.DataFrame:
 
 
 def _db_frames(db: Path) -> dict[str, pd.DataFrame]:
-    from fsdpbench.trace.ascend_db import _connect, _query, _tables
+    from fsdpbench.trace.ascend_db import open_db
 
-    con = _connect(db)
-    try:
-        have = _tables(con)
-        wanted = [t for t in ("MEMORY_RECORD", "OP_MEMORY", "NPU_MODULE_MEM") if t in have]
+    with open_db(db) as d:
+        wanted = [t for t in ("MEMORY_RECORD", "OP_MEMORY", "NPU_MODULE_MEM") if t in d.have]
         if not wanted:
             raise InputError(
                 f"{db}: no MEMORY_RECORD, OP_MEMORY or NPU_MODULE_MEM table; profile with profile_memory=True"
             )
-        strings = (
-            _query(con, db, "SELECT id, value FROM STRING_IDS").set_index("id")["value"]
-            if "STRING_IDS" in have
-            else pd.Series(dtype=object)
-        )
-        frames = {t: _query(con, db, f"SELECT * FROM {t}") for t in wanted}  # noqa: S608 - fixed names
-    finally:
-        con.close()
+        strings = d.strings if "STRING_IDS" in d.have else pd.Series(dtype=object)
+        frames = {t: d.query(f"SELECT * FROM {t}") for t in wanted}  # noqa: S608 - fixed names
     for name, col in (("MEMORY_RECORD", "component"), ("OP_MEMORY", "name")):
         if name in frames:
             frames[name][col] = frames[name][col].map(strings).fillna(frames[name][col].astype(str))
@@ -189,8 +216,11 @@ def ascend_db_memory(db: Path, component: str = "PTA") -> tuple[MemoryTimeline, 
         raise InputError(f"{db}: MEMORY_RECORD is missing or empty")
     rows = rec[rec["component"] == component].sort_values("timestamp", kind="stable")
     if rows.empty:
+        raise _no_component(f"{db} MEMORY_RECORD", component, rec["component"].unique())
+    if rows["totalAllocated"].isna().any():
         raise InputError(
-            f"{db}: MEMORY_RECORD has no {component} rows (components: {sorted(rec['component'].unique())})"
+            f"{db} MEMORY_RECORD: {component} rows without an allocated figure (APP records reserved bytes "
+            "only); pick a component with allocated bytes (PTA, GE, PTA+GE)"
         )
     timeline = MemoryTimeline(
         "MEMORY_RECORD",
@@ -199,6 +229,7 @@ def ascend_db_memory(db: Path, component: str = "PTA") -> tuple[MemoryTimeline, 
         rows["totalAllocated"].to_numpy(dtype=np.int64),
         rows["totalReserved"].to_numpy(dtype=np.int64),
         True,
+        rows["timestamp"].to_numpy(dtype=np.int64),
     )
     op = frames.get("OP_MEMORY", pd.DataFrame(columns=["name", "size", "allocationTime", "releaseTime"]))
     ops = pd.DataFrame(
@@ -207,6 +238,8 @@ def ascend_db_memory(db: Path, component: str = "PTA") -> tuple[MemoryTimeline, 
             "size_bytes": pd.to_numeric(op["size"]).astype(float),
             "alloc_us": pd.to_numeric(op["allocationTime"]).astype(float) / 1e3,
             "release_us": pd.to_numeric(op["releaseTime"]).astype(float) / 1e3,
+            "alloc_ns": pd.to_numeric(op["allocationTime"]).fillna(-1).astype(np.int64),
+            "release_ns": pd.to_numeric(op["releaseTime"]).fillna(-1).astype(np.int64),
             "alloc_total_allocated": pd.to_numeric(op.get("allocationTotalAllocated")).astype(float),
             "release_total_allocated": pd.to_numeric(op.get("releaseTotalAllocated")).astype(float),
         }
