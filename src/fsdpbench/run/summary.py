@@ -37,16 +37,27 @@ def _pair(value: Any) -> tuple[Any, Any] | None:
     return tuple(value) if value else None  # type: ignore[return-value]
 
 
+class _Record:
+    """``to_dict`` (fields in order, nested records as dicts) and a ``from_dict`` that reads each field
+    by name, a missing key as None; records with nested parts override ``from_dict``."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
 @dataclass(kw_only=True, slots=True)
-class RoundMedian:
+class RoundMedian(_Record):
     """One timed round of an arm: the median step time over its timed steps."""
 
     round: int | None
     median_ms: float | None
     n_steps: int | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundMedian:
@@ -54,7 +65,7 @@ class RoundMedian:
 
 
 @dataclass(kw_only=True, slots=True)
-class ArmSummary:
+class ArmSummary(_Record):
     """One arm's statistics; an arm with no timed round has ``status="missing"`` and every figure None."""
 
     status: str | None
@@ -94,7 +105,7 @@ class ArmSummary:
 
 
 @dataclass(kw_only=True, slots=True)
-class RatioSummary:
+class RatioSummary(_Record):
     """``stats.Comparison.to_dict()`` as stored: test arm against base arm (ratio > 1 = test slower)."""
 
     base: str | None
@@ -106,9 +117,6 @@ class RatioSummary:
     significant: bool | None
     rounds_needed_1pct: int | None
     verdict: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields_dict(self)
 
     @classmethod
     def _kwargs(cls, d: dict[str, Any]) -> dict[str, Any]:
@@ -125,20 +133,13 @@ class RatioSummary:
 
 
 @dataclass(kw_only=True, slots=True)
-class MemoryRatio:
+class MemoryRatio(_Record):
     """Peak memory of the test arm over the base arm's, and which measure both arms have."""
 
     measure: str | None
     base_bytes: int | None
     test_bytes: int | None
     ratio: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemoryRatio:
-        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclass(kw_only=True, slots=True)
@@ -163,7 +164,7 @@ class ArmComparison(RatioSummary):
 
 
 @dataclass(kw_only=True, slots=True)
-class Parity:
+class Parity(_Record):
     """The loss check of ``run_folder.check_parity``: the first steps' losses of every arm against the first."""
 
     valid: bool | None
@@ -174,32 +175,18 @@ class Parity:
     max_rel_diff: float | None
     reason: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return _fields_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Parity:
-        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)})
-
 
 @dataclass(kw_only=True, slots=True)
-class MissingLaunch:
+class MissingLaunch(_Record):
     """An arm-round of the plan with no finished launch."""
 
     arm: str | None
     round: int | None
     why: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return _fields_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MissingLaunch:
-        return cls(arm=d.get("arm"), round=d.get("round"), why=d.get("why"))
-
 
 @dataclass(kw_only=True, slots=True)
-class Summary:
+class Summary(_Record):
     """The whole ``summary.json`` of a run (docs/DATA.md)."""
 
     schema_version: int | None
@@ -218,9 +205,6 @@ class Summary:
     """The launcher's failure records, each with ``resolved``."""
     collected: dict[str, Any] | None
     """What the other nodes sent to node 0 (None on one node)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
