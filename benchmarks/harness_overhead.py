@@ -281,8 +281,10 @@ def main() -> None:
     p.add_argument("--phases", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.bare_worker:
+        from fsdpbench.run.process_exit import exit_without_teardown
+
         bare_worker(args)
-        return
+        exit_without_teardown(0)
     out: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.mode in ("launches", "both"):

@@ -247,8 +247,10 @@ def main() -> int:
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        from fsdpbench.run.process_exit import exit_without_teardown
+
         worker(*args.worker)
-        return 0
+        exit_without_teardown(0)
     rows = run_matrix(settings_of(args.settings), args.nproc)
     for r in rows:
         r["estimate"] = estimate(r)

@@ -34,6 +34,7 @@ from typing import Any
 
 from fsdpbench.errors import InputError
 from fsdpbench.run import failures, run_folder
+from fsdpbench.run.process_exit import exit_without_teardown
 
 log = logging.getLogger("fsdpbench.run.collect")
 
@@ -240,4 +241,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_without_teardown(main())

@@ -38,6 +38,7 @@ from fsdpbench.run import device as dev
 from fsdpbench.run import memory, run_folder
 from fsdpbench.run.phase_marks import PhaseMarks
 from fsdpbench.run.phases import MARKED_PHASES
+from fsdpbench.run.process_exit import exit_without_teardown
 from fsdpbench.run.profile_marks import ProfileMarks, decoder_units, restore_collectives, wrap_collectives
 from fsdpbench.run.tokens import rank_batch
 
@@ -852,12 +853,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_code = main()
-    # Everything is written and the process groups are destroyed: leave without the interpreter's
-    # teardown, during which gloo's C++ worker threads can still hold tensors and abort the process
-    # ("terminate called without an active exception", SIGABRT after the last step, seen under load on
-    # CPU/gloo); an exception still propagates above, so torchrun records it as before.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(exit_code)
+    # an exception still propagates from main, so torchrun records it as before
+    exit_without_teardown(main())
