@@ -285,12 +285,21 @@ def step_records(label, round_, times, losses=None, warmup=1):
     return out
 
 
-def ab_run(tmp_path: Path, arms: str, *extra: str, nproc: int = 2, timeout: float = 400, env=None):
-    """One ``ab`` run of ``arms`` (1 round of STEPS steps each); returns (run dir, steps by arm)."""
+def ab_run(
+    tmp_path: Path,
+    arms: str,
+    *extra: str,
+    nproc: int = 2,
+    timeout: float = 400,
+    env=None,
+    command: str = "ab",
+):
+    """One ``ab`` (or ``command``) run of ``arms`` (1 round of STEPS steps each, unprofiled, final
+    parameters dumped); returns (run dir, steps by arm)."""
     from reference import LR, SEQ, STEPS
 
     proc = run_cli(
-        "ab",
+        command,
         "--arms",
         arms,
         "--nproc",
@@ -311,6 +320,8 @@ def ab_run(tmp_path: Path, arms: str, *extra: str, nproc: int = 2, timeout: floa
         "--no-profile",
         "--out",
         str(tmp_path),
+        "--name",
+        "ab",
         "--master-port",
         str(free_port()),
         *extra,

@@ -21,9 +21,9 @@ from fsdpbench.backends.hyper import HyperBackend, hyper_parallel_info, hyper_sh
 from fsdpbench.config import parse_arms, preset_full, preset_tiny
 from fsdpbench.errors import ConfigError, LaunchError
 from fsdpbench.model import build_model
-from helpers import REPO, free_port, run_cli
+from helpers import REPO, ab_run, free_port
 from phase_checks import assert_phase_split
-from reference import LR, SEQ, STEPS, reference_training
+from reference import STEPS, reference_training
 
 HAVE_HYPER = importlib.util.find_spec("hyper_parallel") is not None
 needs_hyper = pytest.mark.skipif(
@@ -104,45 +104,6 @@ def expected_hyper_counts(hsdp: bool) -> dict[str, int]:
     return counts
 
 
-def _steps(run_dir) -> list[dict]:
-    return [orjson.loads(line) for line in (run_dir / "steps.jsonl").read_bytes().splitlines()]
-
-
-def _cli(tmp_path, command: str, arms: str, *extra: str, nproc: int):
-    proc = run_cli(
-        command,
-        "--arms",
-        arms,
-        "--nproc",
-        str(nproc),
-        "--rounds",
-        "1",
-        "--warmup",
-        "0",
-        "--steps",
-        str(STEPS),
-        "--seq-len",
-        str(SEQ),
-        "--lr",
-        str(LR),
-        "--count-collectives",
-        "--dump-params",
-        "--no-report",
-        "--no-profile",
-        "--out",
-        str(tmp_path),
-        "--name",
-        "h",
-        "--master-port",
-        str(free_port()),
-        *extra,
-        timeout=280,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run_dir,) = tmp_path.glob("h_*")
-    return run_dir
-
-
 def _final_params(run_dir, arm: str) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "launches" / arm / "round0" / "final_params.pt")
 
@@ -160,9 +121,7 @@ def test_hyper_arm_matches_torch_arm_exactly_on_2_ranks_with_per_parameter_colle
     """raf=True (exercises the gloo all-gather fix) and prefetch 1, both arms."""
     arms = "torch:prefetch=1,hyper:prefetch=1"
     torch_arm, hyper_arm = (a.label for a in parse_arms(arms))
-    run_dir = _cli(tmp_path, "ab", arms, nproc=2)
-    steps = _steps(run_dir)
-    by_arm = {arm: [s for s in steps if s["arm"] == arm] for arm in (torch_arm, hyper_arm)}
+    run_dir, by_arm = ab_run(tmp_path, arms, nproc=2, timeout=280)
     assert len(by_arm[hyper_arm]) == len(by_arm[torch_arm]) == STEPS
     hyper_losses = [s["loss"] for s in by_arm[hyper_arm]]
     ref_losses, ref_params = reference_training(rows=2)
@@ -195,8 +154,8 @@ def test_hyper_arm_matches_torch_arm_exactly_on_2_ranks_with_per_parameter_colle
 @pytest.mark.hyper
 @pytest.mark.timeout(300)
 def test_hyper_hsdp_2x2_on_4_ranks_matches_unsharded_training_and_all_reduces_per_parameter(tmp_path):
-    run_dir = _cli(tmp_path, "run", "hyper:mesh=2x2", nproc=4)
-    steps = _steps(run_dir)
+    run_dir, by_arm = ab_run(tmp_path, "hyper:mesh=2x2", nproc=4, timeout=280, command="run")
+    steps = by_arm["hyper-mesh2x2"]
     ref_losses, ref_params = reference_training(rows=4)
     assert [s["loss"] for s in steps] == pytest.approx(ref_losses, abs=1e-6)
     assert _max_diff(_final_params(run_dir, "hyper-mesh2x2"), ref_params) <= 1e-6
