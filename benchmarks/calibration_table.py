@@ -43,6 +43,34 @@ def _min_over_ranks_fits(analysis: object) -> dict[str, whatif.AlphaBetaFit]:
     return fits
 
 
+def _mean_wait_us(analysis: object) -> float | None:
+    """The mean over ranks of the step's waiting for the last rank (``waits.ranks[].wait_us``)."""
+    ranks = (analysis.to_dict().get("waits") or {}).get("ranks") or []
+    waits = [r["wait_us"] for r in ranks if r.get("wait_us") is not None]
+    return sum(waits) / len(waits) if waits else None
+
+
+def _add_wait_parts(entries: list[dict], diffs: list[dict], analyses: dict) -> None:
+    """On each regrouping entry: the estimate's wait part (``wait_delta_us``) and the measured change of
+    the mean wait (counterfactual − subject), in ms; None where either is unknown."""
+    estimates = {}
+    for d in diffs:
+        for f in d.get("findings") or []:
+            if f.get("id") == "fragmentation" and f.get("estimate"):
+                estimates[(d["base"], d["test"], "regrouping")] = f["estimate"]
+                estimates[(d["base"], d["test"], "one_bucket_per_layer")] = (
+                    f["estimate"].get("one_bucket_per_layer") or {}
+                )
+    for e in entries:
+        est = estimates.get((e["base"], e["test"], e["estimate"]))
+        if est is None:
+            continue
+        before, after = _mean_wait_us(analyses[e["subject"]]), _mean_wait_us(analyses[e["counterfactual"]])
+        wait = est.get("wait_delta_us")
+        e["predicted_wait_ms"] = None if wait is None else wait / 1e3
+        e["measured_wait_ms"] = None if before is None or after is None else (after - before) / 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a run folder written by `fsdpbench ab --profile`")
@@ -69,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         diffs.append(result.to_dict())
     out = calibration.calibrate_run(manifest, summary, diffs)
+    _add_wait_parts(out["entries"], diffs, analyses)
     if args.reanalyze:  # an independent prediction: α from the subject's own per-call fits only
         by_pair = {(d["base"], d["test"]): d for d in diffs}
         extra = []
@@ -122,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| estimate | subject → counterfactual | predicted ms | measured ms (timed) | error | "
         "measured ms (profiled) | error (profiled) | predicted × timed/profiled | error | "
-        "component: predicted / measured ms (profiled) | error | independent fit | basis |"
+        "component: predicted / measured ms (profiled) | error | wait part: predicted / measured ms | "
+        "independent fit | basis |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for e in out["entries"]:
         print(
             f"| {e['estimate']} | {e['subject']} → {e['counterfactual']} | {_fmt(e['predicted_ms'], '.1f')} | "
@@ -133,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{_fmt(e['predicted_timed_ms'], '.1f')} | {_fmt(e['error_timed_pct'], '+.0f')} % | "
             f"{e.get('component', '—')}: {_fmt(e.get('predicted_component_ms'), '.1f')} / "
             f"{_fmt(e.get('measured_component_ms'), '.1f')} | {_fmt(e.get('error_component_pct'), '+.0f')} % | "
+            f"{_fmt(e.get('predicted_wait_ms'), '.1f')} / {_fmt(e.get('measured_wait_ms'), '.1f')} | "
             f"{e.get('independent', '—')} | {e.get('basis', '—')} |"
         )
     print()

@@ -160,6 +160,62 @@ def test_regrouping_per_unit_prices_each_places_merged_calls_at_alpha_and_keeps_
     assert "reduce_scatter" not in only_ag.per_type
 
 
+def test_regrouping_per_unit_removes_each_places_wait_by_the_share_of_its_calls_removed():
+    """Two ranks; waits at each place (every gloo/NCCL call is a rendezvous), by hand."""
+    fits = {"all_gather": ("test", whatif.AlphaBetaFit(10.0, 0.001, 0.9, 10, "ok"))}
+    rows = [
+        _row("layers.0", "forward", 1.0, {"all_gather": (8, 800)}),
+        _row("layers.0", "backward", 1.0, {"all_gather": (4, 400), "reduce_scatter": (4, 400)}),
+    ]
+    waits = {  # (wait, exposed wait) per place and rank; transfer 500, all exposed
+        ("layers.0", "forward"): {"0": (40.0, 30.0), "1": (0.0, 0.0)},
+        ("layers.0", "backward"): {"0": (80.0, 80.0), "1": (16.0, 8.0)},
+    }
+    units = [
+        {
+            "unit": u,
+            "phase": p,
+            "ranks": {
+                rk: {"wait_us": w, "transfer_us": 500.0, "exposed_wait_us": ew, "exposed_transfer_us": 500.0}
+                for rk, (w, ew) in by_rank.items()
+            },
+        }
+        for (u, p), by_rank in waits.items()
+    ]
+    data = {"ranks": [{"rank": r, "units": copy.deepcopy(rows)} for r in (0, 1)], "waits": {"units": units}}
+    targets = {("layers.0", "forward", "all_gather"): 2, ("layers.0", "backward", "all_gather"): 1}
+    est = whatif.estimate_regrouping_units(
+        data, targets, fits, types=["all_gather"], step_time_us=2000.0, compute_us=2.0, comm_us=1500.0,
+        exposed_comm_us=1400.0,
+    )  # fmt: skip
+    # by hand, per rank: forward removes 6 of 8 calls (share 3/4), backward 3 of its 8 calls (3/8, the
+    # reduce-scatters stay). Waits saved: rank 0 40·3/4 + 80·3/8 = 60, rank 1 0 + 16·3/8 = 6 → mean 33;
+    # exposed: rank 0 30·3/4 + 80·3/8 = 52.5, rank 1 8·3/8 = 3 → mean 27.75. Transfer saved per rank
+    # 6·10 + 3·10 = 90, all exposed.
+    assert est.wait_delta_us == pytest.approx(-33.0)
+    assert est.comm_delta_us == pytest.approx(-(90.0 + 33.0))
+    assert est.exposed_comm_delta_us == pytest.approx(-(90.0 + 27.75))
+    assert est.step_time_delta_us == pytest.approx(-(90.0 + 27.75))  # no idle figure given
+    assert est.step_time_lower_bound_us == pytest.approx(1500.0 - 123.0)
+    per = {(u["unit"], u["phase"]): u for u in est.per_unit}
+    assert per[("layers.0", "forward")]["wait_saved_us"] == pytest.approx((30.0 + 0.0) / 2)
+    assert per[("layers.0", "forward")]["exposed_wait_saved_us"] == pytest.approx((22.5 + 0.0) / 2)
+    assert per[("layers.0", "backward")]["wait_saved_us"] == pytest.approx((30.0 + 6.0) / 2)
+    assert any("rendezvous" in a for a in est.assumptions)
+    text = "\n".join(estimate_lines(est, details=True))
+    assert "communication change, −33 µs is less waiting for the last rank" in text
+    # the field survives diff.json
+    assert whatif.Estimate.from_dict(json.loads(json.dumps(est.to_dict()))).wait_delta_us == pytest.approx(
+        -33.0
+    )
+    # one rank: no split, no wait term
+    one = {"ranks": [{"rank": 0, "units": copy.deepcopy(rows)}]}
+    alone = whatif.estimate_regrouping_units(
+        one, targets, fits, step_time_us=2000.0, compute_us=2.0, comm_us=1500.0, exposed_comm_us=1400.0
+    )
+    assert alone.wait_delta_us is None
+
+
 # ------------------------------------------------------------------ through the diff's findings
 ALPHA, BETA = 100.0, 1e-5
 

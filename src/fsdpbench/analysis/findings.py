@@ -498,6 +498,7 @@ def _bucket_summary(estimate: Estimate, target_counts: dict[str, int], basis: st
         exposed_comm_delta_us=estimate.exposed_comm_delta_us,
         step_time_delta_us=estimate.step_time_delta_us,
         idle_delta_us=estimate.idle_delta_us,
+        wait_delta_us=estimate.wait_delta_us,
         step_time_lower_bound_us=estimate.step_time_lower_bound_us,
         target_counts=target_counts,
         basis=basis,

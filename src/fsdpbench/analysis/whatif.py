@@ -121,6 +121,9 @@ class Estimate:
     exposed_comm_delta_us: float | None = None
     step_time_delta_us: float | None = None
     idle_delta_us: float | None = None
+    wait_delta_us: float | None = None
+    """The part of ``comm_delta_us`` that is waiting for the last rank (per-unit regrouping only); its
+    exposed part is in ``exposed_comm_delta_us`` and the step-time change."""
     best_case_step_time_delta_us: float | None = None
     step_time_lower_bound_us: float | None = None
     target_overlap_ratio: float | None = None
@@ -488,6 +491,18 @@ def _transfer(row: Mapping[str, Any], split: Mapping[str, Any] | None) -> tuple[
     return _num(row.get("comm_us")) or 0.0, _num(row.get("exposed_us")) or 0.0
 
 
+def _wait_saved(
+    row: Mapping[str, Any], split: Mapping[str, Any] | None, removed: float
+) -> tuple[float, float]:
+    """``(wait_us, exposed_wait_us)`` of a unit row's split × the share of the row's calls (all types)
+    that ``removed`` calls are; ``(0, 0)`` without a split (one rank) or without calls."""
+    calls = sum(_num((c or {}).get("count")) or 0.0 for c in (row.get("collectives") or {}).values())
+    if split is None or calls <= 0 or removed <= 0:
+        return 0.0, 0.0
+    share = min(removed / calls, 1.0)
+    return (_num(split.get("wait_us")) or 0.0) * share, (_num(split.get("exposed_wait_us")) or 0.0) * share
+
+
 def _type_share(row: Mapping[str, Any], kind: str) -> float:
     """The share of a unit row's communication that is ``kind``: its share of the row's bytes (the β term
     dominates transfer), of its calls where a size is unknown; 0 without such calls."""
@@ -622,9 +637,13 @@ def estimate_regrouping_units(
     Per rank and place: saved = Σ over types of (count − min(count, target)) · max(α, 0) with α the
     type's fit on transfer time, at most the place's transfer time (``waits.units``; its comm without
     waits); the exposed part of it is saved × the place's exposed share of its transfer (each place keeps
-    its own overlap, not the step's). Rank means: ``comm_delta_us`` = −Σ saved, ``exposed_comm_delta_us``
-    = −Σ exposed saved, the idle-time term as in :func:`estimate_regrouping` (the step's ``free_us`` ×
-    the share of calls removed) and ``step_time_delta_us`` = exposed + idle change.
+    its own overlap, not the step's). Every call is a rendezvous, so the place's waiting for the last
+    rank shrinks with the share of its calls removed: wait saved = ``wait_us`` × removed / all calls of
+    the place (exposed: ``exposed_wait_us`` × the same share; no term without the split: one rank).
+    Rank means: ``wait_delta_us`` = −Σ wait saved, ``comm_delta_us`` = −Σ (saved + wait saved),
+    ``exposed_comm_delta_us`` = −Σ (exposed saved + exposed wait saved), the idle-time term as in
+    :func:`estimate_regrouping` (the step's ``free_us`` × the share of calls removed) and
+    ``step_time_delta_us`` = exposed + idle change.
 
     Args:
         data: the subject arm's Analysis JSON (``ranks[].units``, ``waits.units``).
@@ -634,7 +653,8 @@ def estimate_regrouping_units(
         step_time_us, compute_us, comm_us, exposed_comm_us, free_us: the subject's rank-mean breakdown.
     Returns:
         The estimate (``basis`` :data:`BASIS_UNITS`; ``per_type`` rank means; ``per_unit`` with
-        ``count``, ``target_count``, ``saved_us``, ``exposed_saved_us``), or None when no rank has units.
+        ``count``, ``target_count``, ``saved_us``, ``exposed_saved_us``, ``wait_saved_us``,
+        ``exposed_wait_saved_us``), or None when no rank has units.
     """
     ranks = _unit_ranks(data)
     if not ranks:
@@ -644,7 +664,7 @@ def estimate_regrouping_units(
     n = len(ranks)
     acc: dict[UnitKey, dict[str, float]] = {}
     rows_t: dict[str, TypeSaving] = {}
-    saved_total = exposed_saved_total = 0.0
+    saved_total = exposed_saved_total = wait_saved_total = exposed_wait_saved_total = 0.0
     calls_before = calls_after = 0.0
     priced = False
     with_waits = bool(split)  # one rank: no wait/transfer split at all
@@ -652,7 +672,8 @@ def estimate_regrouping_units(
         rank = str(r.get("rank"))
         for row in r["units"]:
             unit, phase = str(row.get("unit")), str(row.get("phase"))
-            transfer, exposed_transfer = _transfer(row, split.get((unit, phase, rank)))
+            place_split = split.get((unit, phase, rank))
+            transfer, exposed_transfer = _transfer(row, place_split)
             saved = count_row = target_row = 0.0
             for kind, c in (row.get("collectives") or {}).items():
                 count = _num((c or {}).get("count")) or 0.0
@@ -680,8 +701,11 @@ def estimate_regrouping_units(
                 continue
             saved = min(saved, transfer)  # cannot save more than the place transfers
             exposed_saved = saved * (exposed_transfer / transfer) if transfer > 0 else 0.0
+            wait_saved, exposed_wait_saved = _wait_saved(row, place_split, count_row - target_row)
             saved_total += saved / n
             exposed_saved_total += exposed_saved / n
+            wait_saved_total += wait_saved / n
+            exposed_wait_saved_total += exposed_wait_saved / n
             _add(
                 acc,
                 (unit, phase),
@@ -690,6 +714,8 @@ def estimate_regrouping_units(
                     "target_count": target_row,
                     "saved_us": saved,
                     "exposed_saved_us": exposed_saved,
+                    "wait_saved_us": wait_saved,
+                    "exposed_wait_saved_us": exposed_wait_saved,
                 },
                 n,
             )
@@ -704,17 +730,27 @@ def estimate_regrouping_units(
             "compute time is unchanged",
         ],
     )
-    if not with_waits:
+    if with_waits:
+        result.assumptions.append(
+            "every call is a rendezvous: a unit and phase's waiting for the last rank shrinks with the "
+            "share of its calls removed"
+        )
+    else:
         result.assumptions.append(
             "no wait/transfer split (one rank): a place's whole comm counts as transfer"
         )
     if not priced:
         return result
-    result.comm_delta_us = -saved_total
-    result.exposed_comm_delta_us = -exposed_saved_total
+    if with_waits:
+        result.wait_delta_us = -wait_saved_total
+    result.comm_delta_us = -(saved_total + wait_saved_total)
+    exposed_delta = -(exposed_saved_total + exposed_wait_saved_total)
+    result.exposed_comm_delta_us = exposed_delta
     idle_delta = _idle_delta(result, free_us, calls_before, calls_after)
     if step_time_us is not None:
-        result.step_time_delta_us = -exposed_saved_total + idle_delta
+        result.step_time_delta_us = exposed_delta + idle_delta
     if compute_us is not None and comm_us is not None:
-        result.step_time_lower_bound_us = max(float(compute_us), float(comm_us) - saved_total)
+        result.step_time_lower_bound_us = max(
+            float(compute_us), float(comm_us) - saved_total - wait_saved_total
+        )
     return result

@@ -35,6 +35,13 @@ def _deltas(est: Estimate) -> list[str]:
     return parts
 
 
+def _place_gain(row: Mapping[str, object]) -> float:
+    """A per-unit row's exposed gain: regrouping's exposed transfer and wait saved, prefetch's hidden."""
+    if "exposed_saved_us" in row:
+        return float(row.get("exposed_saved_us") or 0.0) + float(row.get("exposed_wait_saved_us") or 0.0)
+    return float(row.get("hidden_us") or 0.0)
+
+
 def subject_timed_scale(
     finding: Finding, profiled_per_timed: Mapping[str, float | None] | None
 ) -> float | None:
@@ -107,13 +114,14 @@ def estimate_lines(
         )
     if est.note and parts:
         lines.append(f"note: {est.note}")
-    if est.basis == "units":  # whatif.BASIS_UNITS; the places that carry the estimate
-        top = sorted(
-            est.per_unit, key=lambda u: -float(u.get("exposed_saved_us", u.get("hidden_us", 0.0)) or 0.0)
-        )[:3]
-        places = ", ".join(
-            f"{u['unit']} {u['phase']} {fmt_us(u.get('exposed_saved_us', u.get('hidden_us')))}" for u in top
+    if est.wait_delta_us is not None:
+        lines.append(
+            f"of the communication change, {fmt_us(est.wait_delta_us, signed=True)} is less waiting for the "
+            "last rank (every call is a rendezvous)"
         )
+    if est.basis == "units":  # whatif.BASIS_UNITS; the places that carry the estimate
+        top = sorted(est.per_unit, key=lambda u: -_place_gain(u))[:3]
+        places = ", ".join(f"{u['unit']} {u['phase']} {fmt_us(_place_gain(u))}" for u in top)
         lines.append("computed per unit and phase" + (f" (most: {places})" if places else ""))
     elif est.basis is not None:
         lines.append(f"computed from {est.basis} (the trace has no fsdpbench unit ranges)")
