@@ -45,7 +45,8 @@ def _min_over_ranks_fits(analysis: object) -> dict[str, whatif.AlphaBetaFit]:
 
 def _mean_wait_us(analysis: object) -> float | None:
     """The mean over ranks of the step's waiting for the last rank (``waits.ranks[].wait_us``)."""
-    ranks = (analysis.to_dict().get("waits") or {}).get("ranks") or []
+    waits = analysis.get("waits") if isinstance(analysis, dict) else analysis.waits  # analysis.json or read
+    ranks = (waits or {}).get("ranks") or []
     waits = [r["wait_us"] for r in ranks if r.get("wait_us") is not None]
     return sum(waits) / len(waits) if waits else None
 
