@@ -64,12 +64,19 @@ def _add_wait_parts(entries: list[dict], diffs: list[dict], analyses: dict) -> N
                 )
     for e in entries:
         est = estimates.get((e["base"], e["test"], e["estimate"]))
-        if est is None:
-            continue
-        before, after = _mean_wait_us(analyses[e["subject"]]), _mean_wait_us(analyses[e["counterfactual"]])
-        wait = est.get("wait_delta_us")
-        e["predicted_wait_ms"] = None if wait is None else wait / 1e3
-        e["measured_wait_ms"] = None if before is None or after is None else (after - before) / 1e3
+        if est is not None:
+            e.update(_wait_part(est, e, analyses))
+
+
+def _wait_part(est: dict, entry: dict, analyses: dict) -> dict:
+    """``predicted_wait_ms`` (the estimate's ``wait_delta_us``) and ``measured_wait_ms`` of an entry."""
+    before = _mean_wait_us(analyses[entry["subject"]])
+    after = _mean_wait_us(analyses[entry["counterfactual"]])
+    wait = est.get("wait_delta_us")
+    return {
+        "predicted_wait_ms": None if wait is None else wait / 1e3,
+        "measured_wait_ms": None if before is None or after is None else (after - before) / 1e3,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             low = {t: (side, f) for t, f in _min_over_ranks_fits(analyses[e["subject"]]).items() if f.ok}
             # the diff's own entry already has its fits with and without the idle term (predicted_ms and
             # predicted_comm_only_ms); these variants price the removed calls with other fits
+            candidates = [(src, fits.get(src, {})) for src in (side, "pooled", "aggregate", other)]
+            chosen = {t: c for t in per_type if (c := whatif.choose_fit(t, *candidates)) is not None}
             variants = {  # name: (fits, with the idle-time term)
+                # as the diff prices it (its per-unit row repeats the diff's entry); step totals is what a
+                # trace without fsdpbench's ranges gets
+                "the diff's fits + idle scaling": (chosen, True),
                 "own per-call fits only": (own, False),
                 "own per-call fits + idle scaling": (own, True),
                 "own per-call fits, min over ranks": (low, False),
@@ -128,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             other_data = analyses[e["counterfactual"]].to_dict()
             for name, (fit_for, idle) in variants.items():
                 est = whatif.estimate_regrouping(
-                    per_type, targets, fit_for, **breakdown, free_us=mean.get("free_us") if idle else None
+                    per_type,
+                    targets,
+                    fit_for,
+                    **breakdown,
+                    free_us=mean.get("free_us") if idle else None,
+                    waits=whatif.step_waits(subject_data),
                 ).to_dict()
                 ests = [(f"{name}, step totals", est)]
                 per_unit = whatif.estimate_regrouping_units(  # the same fits, per (unit, phase)
@@ -147,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                         pseudo, arms, {a: v.get("median_ms") for a, v in summary["arms"].items()}
                     ):
                         if entry["estimate"] == "regrouping":
-                            extra.append({**entry, "estimate": f"regrouping ({label})"})
+                            extra.append(
+                                {
+                                    **entry,
+                                    **_wait_part(est, entry, analyses),
+                                    "estimate": f"regrouping ({label})",
+                                }
+                            )
         out["entries"] += extra
     print(
         "| estimate | subject → counterfactual | predicted ms | measured ms (timed) | error | "

@@ -216,6 +216,42 @@ def test_regrouping_per_unit_removes_each_places_wait_by_the_share_of_its_calls_
     assert alone.wait_delta_us is None
 
 
+def test_regrouping_on_step_totals_removes_the_steps_wait_by_the_share_of_all_its_calls_removed():
+    """Traces without units but with two ranks: the same wait term on the whole step, by hand."""
+    data = {
+        "ranks": [
+            {"rank": r, "collectives": {"all_gather": {"count": 16}, "reduce_scatter": {"count": 4}}}
+            for r in (0, 1)
+        ],
+        "waits": {
+            "ranks": [
+                {"rank": 0, "wait_us": 120.0, "exposed_wait_us": 100.0},
+                {"rank": 1, "wait_us": 80.0, "exposed_wait_us": 60.0},
+            ]
+        },
+    }
+    waits = whatif.step_waits(data)
+    assert waits == whatif.StepWaits(wait_us=100.0, exposed_wait_us=80.0, calls=20.0)
+    assert whatif.step_waits({"ranks": data["ranks"], "waits": {}}) is None  # one rank: no split
+    fits = {"all_gather": ("test", whatif.AlphaBetaFit(10.0, 0.001, 0.9, 10, "ok"))}
+    est = whatif.estimate_regrouping(
+        {"all_gather": (16.0, 1600.0)}, {"all_gather": 4.0}, fits, step_time_us=5000.0, compute_us=1000.0,
+        comm_us=2000.0, exposed_comm_us=1000.0, waits=waits,
+    )  # fmt: skip
+    # by hand: 12 calls removed · α 10 = 120 of the type's 1600 µs → comm × (1 − 0.075) = 1850 (−150);
+    # exposed 1000 → 925 (−75). Waits: 12 of all 20 calls removed (0.6): −60, exposed −48.
+    assert est.wait_delta_us == pytest.approx(-60.0)
+    assert est.comm_delta_us == pytest.approx(-210.0)
+    assert est.exposed_comm_delta_us == pytest.approx(-123.0)
+    assert est.step_time_delta_us == pytest.approx(-123.0)
+    assert est.step_time_lower_bound_us == pytest.approx(1790.0)
+    without = whatif.estimate_regrouping(
+        {"all_gather": (16.0, 1600.0)}, {"all_gather": 4.0}, fits, step_time_us=5000.0, compute_us=1000.0,
+        comm_us=2000.0, exposed_comm_us=1000.0,
+    )  # fmt: skip
+    assert without.wait_delta_us is None and without.comm_delta_us == pytest.approx(-150.0)
+
+
 # ------------------------------------------------------------------ through the diff's findings
 ALPHA, BETA = 100.0, 1e-5
 
@@ -252,6 +288,10 @@ def _arm(ag_count: int, per_unit: int, *, with_units: bool, durations: float) ->
 def test_the_fragmentation_finding_prices_per_unit_with_units_and_on_step_totals_without(with_units):
     base = _arm(12, 6, with_units=with_units, durations=200_000.0)
     test = _arm(120, 60, with_units=with_units, durations=300_000.0)
+    if not with_units:  # the step's waits (rank means 12.6 ms, half exposed) without places to put them
+        test["waits"] = {
+            "ranks": [{"rank": r, "wait_us": 12_600.0, "exposed_wait_us": 6_300.0} for r in (0, 1)]
+        }
     d = diff_analyses(base, test, base_label="torch", test_label="module", context={"num_layers": 2})
     # the aggregate fit is made on transfer time: α = 100 exactly (on durations it would be ≈ 926)
     agg = d.fits["aggregate"]["all_gather"]
@@ -262,6 +302,10 @@ def test_the_fragmentation_finding_prices_per_unit_with_units_and_on_step_totals
         assert est.basis == whatif.BASIS_STEP and est.per_unit == []
         assert "computed from step totals" in "\n".join(estimate_lines(est, details=True))
         assert est.one_bucket_per_layer.basis == whatif.BASIS_STEP
+        # by hand: 120 + 6 calls per rank; 108 all-gathers removed → wait 12.6 ms · 108/126; one bucket
+        # per layer (2L+1 = 5 all-gathers) removes 115
+        assert est.wait_delta_us == pytest.approx(-10_800.0)
+        assert est.one_bucket_per_layer.wait_delta_us == pytest.approx(-12_600.0 * 115 / 126)
         return
     # by hand: per place 60 → 6 calls: 54 · 100 = 5400 saved; layers.0 exposes half its transfer (2700),
     # layers.1 all (5400); idle −50 ms · (1 − 12/120)

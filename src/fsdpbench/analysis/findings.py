@@ -552,7 +552,12 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         )
         if estimate is None:  # traces without fsdpbench's ranges: whole-step totals
             estimate = whatif.estimate_regrouping(
-                per_type, {r.type: r[other].count for r in hits}, fit_for, **m.breakdown(), free_us=m.free_us
+                per_type,
+                {r.type: r[other].count for r in hits},
+                fit_for,
+                **m.breakdown(),
+                free_us=m.free_us,
+                waits=whatif.step_waits(data),
             )
             estimate.basis = whatif.BASIS_STEP
         estimate.scenario = f"{lab}'s collectives issued at {lab_o}'s granularity"
@@ -582,6 +587,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 fit_for,
                 **m.breakdown(),
                 free_us=m.free_us,
+                waits=whatif.step_waits(data),
             )
             estimate.one_bucket_per_layer = _bucket_summary(per_layer, layer, whatif.BASIS_STEP)
         frag_time = sum(r[side].time_us or 0.0 for r in hits)

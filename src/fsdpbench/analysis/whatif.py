@@ -122,7 +122,7 @@ class Estimate:
     step_time_delta_us: float | None = None
     idle_delta_us: float | None = None
     wait_delta_us: float | None = None
-    """The part of ``comm_delta_us`` that is waiting for the last rank (per-unit regrouping only); its
+    """The part of ``comm_delta_us`` that is less waiting for the last rank (regrouping, two ranks or more); its
     exposed part is in ``exposed_comm_delta_us`` and the step-time change."""
     best_case_step_time_delta_us: float | None = None
     step_time_lower_bound_us: float | None = None
@@ -316,6 +316,35 @@ def layer_bucket_counts(
     return counts
 
 
+@dataclass(frozen=True)
+class StepWaits:
+    """A step's waiting for the last rank, rank means: ``wait_us`` and its exposed part, and the calls
+    of every collective type it is spread over (the step-totals regrouping's wait term)."""
+
+    wait_us: float
+    exposed_wait_us: float
+    calls: float
+
+
+def step_waits(data: Mapping[str, Any]) -> StepWaits | None:
+    """:class:`StepWaits` of an Analysis JSON (``waits.ranks`` and each rank's ``collectives``); None
+    without a wait/transfer split (one rank) or without calls."""
+    split = [r for r in (data.get("waits") or {}).get("ranks") or [] if _num(r.get("wait_us")) is not None]
+    ranks = [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
+    if not split or not ranks:
+        return None
+    calls = sum(
+        _num((c or {}).get("count")) or 0.0 for r in ranks for c in (r.get("collectives") or {}).values()
+    ) / len(ranks)
+    if calls <= 0:
+        return None
+    return StepWaits(
+        wait_us=sum(_num(r.get("wait_us")) or 0.0 for r in split) / len(split),
+        exposed_wait_us=sum(_num(r.get("exposed_wait_us")) or 0.0 for r in split) / len(split),
+        calls=calls,
+    )
+
+
 def _priced_alpha(row: TypeSaving, source: str, fit: AlphaBetaFit) -> float:
     """The fixed cost a removed call saves, ``max(alpha, 0)`` of ``fit``, recorded on ``row`` with the
     fit's source and R², and a note where the fit is negative or poor."""
@@ -350,6 +379,7 @@ def estimate_regrouping(
     comm_us: float | None,
     exposed_comm_us: float | None,
     free_us: float | None = None,
+    waits: StepWaits | None = None,
 ) -> Estimate:
     """Estimate the effect of issuing each collective type's bytes in ``target_counts`` calls.
 
@@ -363,6 +393,10 @@ def estimate_regrouping(
             hooks, copy-in/out bookkeeping outside operators) and the gap before each collective starts.
             It is assumed to scale with the number of collective calls, so it shrinks by the share of
             calls removed (``idle_delta_us``, added to the step-time change). ``None`` keeps it unchanged.
+        waits: the step's waiting for the last rank (rank means of ``waits.ranks``) and its calls of
+            every type: every call is a rendezvous, so the wait shrinks by the share of all calls
+            removed (``wait_delta_us``, in the comm, exposed-comm and step changes). ``None`` (one
+            rank, no split) leaves waiting out.
 
     Returns:
         An ``Estimate`` with ``comm_delta_us``, ``exposed_comm_delta_us``, ``step_time_delta_us``,
@@ -408,15 +442,26 @@ def estimate_regrouping(
     if not priced or comm_us is None or not summed_time:
         return result
     comm_new = float(comm_us) * (1.0 - min(saved_total / summed_time, 1.0))
-    result.comm_delta_us = comm_new - float(comm_us)
+    wait_saved = exposed_wait_saved = 0.0
+    if waits is not None and waits.calls > 0:
+        share = min(max(calls_before - calls_after, 0.0) / waits.calls, 1.0)
+        wait_saved, exposed_wait_saved = waits.wait_us * share, waits.exposed_wait_us * share
+        result.wait_delta_us = -wait_saved
+        result.assumptions.append(
+            "every call is a rendezvous: the step's waiting for the last rank shrinks with the share of "
+            "its calls removed"
+        )
+    result.comm_delta_us = comm_new - float(comm_us) - wait_saved
     idle_delta = _idle_delta(result, free_us, calls_before, calls_after)
     if exposed_comm_us is not None and comm_us:
-        exposed_delta = float(exposed_comm_us) * (comm_new / float(comm_us)) - float(exposed_comm_us)
+        exposed_delta = (
+            float(exposed_comm_us) * (comm_new / float(comm_us)) - float(exposed_comm_us) - exposed_wait_saved
+        )
         result.exposed_comm_delta_us = exposed_delta
         if step_time_us is not None:
             result.step_time_delta_us = exposed_delta + idle_delta
     if compute_us is not None:
-        result.step_time_lower_bound_us = max(float(compute_us), comm_new)
+        result.step_time_lower_bound_us = max(float(compute_us), comm_new - wait_saved)
     return result
 
 
