@@ -13,7 +13,7 @@ import pytest
 from fsdpbench.config import RunConfig, read_toml
 from fsdpbench.run import run_folder
 from fsdpbench.run.sweep import VOLATILE, Sweep, load_sweep, write_state
-from helpers import inspect_html
+from helpers import analysis, inspect_html, rank
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "configs" / "study.toml"
@@ -185,8 +185,8 @@ def _study_tree(tmp_path: Path, study: Sweep) -> Path:
             ),
             None,
             {
-                "torch": {"ranks": [{"overlap_ratio": 0.8}, {"overlap_ratio": 0.9}]},
-                "hyper": {"ranks": [{"overlap_ratio": 0.5}, {"overlap_ratio": 0.7}]},
+                "torch": analysis(rank(0, overlap=0.8), rank(1, overlap=0.9)),
+                "hyper": analysis(rank(0, overlap=0.5), rank(1, overlap=0.7)),
             },
         ),
         "D": (
@@ -199,14 +199,14 @@ def _study_tree(tmp_path: Path, study: Sweep) -> Path:
             None,
         ),
     }
-    for name, (summary, diff, analysis) in runs.items():
+    for name, (summary, diff, analyses) in runs.items():
         run = study.tree / f"{name}_20261203_120000"
         run.mkdir(parents=True)
         (run / run_folder.SUMMARY).write_bytes(orjson.dumps(summary))
         if diff is not None:
             (run / run_folder.DIFF_JSON).write_bytes(orjson.dumps(diff))
-        if analysis is not None:
-            (run / run_folder.ANALYSIS).write_bytes(orjson.dumps(analysis))
+        if analyses is not None:
+            (run / run_folder.ANALYSIS).write_bytes(orjson.dumps(analyses))
         cells[name].run_dir, cells[name].status = run, "done"
     cells["E"].status, cells["E"].error = "failed", "rank 3 crashed"
     write_state(study)
@@ -270,6 +270,24 @@ def test_a_cell_whose_summary_is_not_a_summary_shows_no_result(tmp_path, study):
     rows = {row[0]: row for row in overview(tree).rows}
     assert rows["B"][6:10] == ["—", "—", "—", "—"]
     assert {k: v for k, v in rows.items() if k != "B"} == {k: v for k, v in EXPECTED_ROWS.items() if k != "B"}
+
+
+def test_a_cells_analysis_or_diff_of_the_wrong_kind_is_left_out_of_its_conclusion(tmp_path, study):
+    """C's analysis.json with an arm of another schema and A's diff.json of another schema: C loses its
+    overlaps, A its top finding and the diff's overlaps, their speeds stay; nothing raises."""
+    from fsdpbench.report.index import overview
+
+    tree = _study_tree(tmp_path, study)
+    c_run, a_run = next(tree.glob("C_*")), next(tree.glob("A_*"))
+    broken = {"torch": {"ranks": [{"overlap_ratio": 0.8}]}, "hyper": analysis(rank(0, overlap=0.5))}
+    (c_run / run_folder.ANALYSIS).write_bytes(orjson.dumps(broken))
+    (a_run / run_folder.DIFF_JSON).write_bytes(
+        orjson.dumps({**_diff("x", "hyper", 0.1, 0.2), "schema_version": 9})
+    )
+    rows = {row[0]: row for row in overview(tree).rows}
+    assert rows["C"][-1] == "hyper 1.04× slower (+4.0%)"  # one arm's overlap alone is not shown
+    assert rows["A"][-1] == EXPECTED_ROWS["A"][-1].split(";")[0]
+    assert rows["B"] == EXPECTED_ROWS["B"]
 
 
 def test_the_sweep_prints_the_overview_in_the_terminal(tmp_path, study):

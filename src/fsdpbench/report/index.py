@@ -6,15 +6,16 @@ torch. The overview (``overview``) is also what ``fsdpbench sweep`` prints at th
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from fsdpbench.analysis.diff import DiffResult
 from fsdpbench.analysis.findings import finite
+from fsdpbench.analysis.result import Analysis
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import MISSING, fmt, fmt_pct, speed_text
 from fsdpbench.report import figures
@@ -28,27 +29,24 @@ MAX_ARM_COLUMNS = 4
 """Up to this many distinct arm labels get a median column each in the overview; more share one column."""
 
 
-def _mean_overlap(analysis: dict[str, Any] | None, arm: str) -> float | None:
-    ranks = ((analysis or {}).get(arm) or {}).get("ranks") or []
-    values = [finite(r.get("overlap_ratio")) for r in ranks if isinstance(r, dict)]
-    values = [v for v in values if v is not None]
-    return float(np.mean(values)) if values else None
+def _mean_overlap(analyses: Mapping[str, Analysis], arm: str) -> float | None:
+    """The arm's overlap ratio, mean over its ranks (those without one left out)."""
+    return finite(analyses[arm].mean.get("overlap_ratio")) if arm in analyses else None
 
 
-def _diff_mean_overlap(diff: Mapping[str, Any] | None, side: str) -> float | None:
-    mean = ((diff or {}).get("side_by_side") or {}).get("mean") or {}
-    return finite((mean.get(side) or {}).get("overlap_ratio"))
+def _diff_mean_overlap(diff: DiffResult | None, side: str) -> float | None:
+    return None if diff is None else finite(diff.side_by_side.mean[side].overlap_ratio)
 
 
-def _top_finding(diff: Mapping[str, Any] | None, test: str) -> str | None:
+def _top_finding(diff: DiffResult | None, test: str) -> str | None:
     """The diff's first finding after the step-time headline, as a clause: its title, the test arm's
     name replaced by "its" when the finding is about the test arm ("its communication is 10.3× more
     fragmented than torch's")."""
-    for finding in (diff or {}).get("findings") or []:
-        if not isinstance(finding, dict) or finding.get("id") == "step_time" or not finding.get("title"):
+    for finding in diff.findings if diff is not None else []:
+        if finding.id == "step_time" or not finding.title:
             continue
-        title = str(finding["title"])
-        if finding.get("subject") == test and title.startswith(f"{test}'s "):
+        title = finding.title
+        if finding.subject == test and title.startswith(f"{test}'s "):
             return "its " + title[len(test) + 3 :]
         if title[:1].isupper() and title[1:2].islower():
             title = title[0].lower() + title[1:]
@@ -60,7 +58,7 @@ def conclusion(
     comparison: ArmComparison,
     *,
     rounds: tuple[int, int] | None = None,
-    diff: Mapping[str, Any] | None = None,
+    diff: DiffResult | None = None,
     overlap: tuple[float | None, float | None] = (None, None),
     parity_valid: bool | None = True,
 ) -> str:
@@ -129,14 +127,35 @@ def _ci(comparison: ArmComparison) -> tuple[float, float] | None:
     return (float(ci[0]), float(ci[1])) if ci is not None and len(ci) == 2 and None not in ci else None
 
 
-def _cell_summary(run_dir: Path | None) -> Summary:
-    """The cell's summary.json as a ``Summary``; an empty one when it is missing, unreadable or not a
-    summary (the cell's row then shows no result)."""
-    raw = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
-    try:
-        return Summary.from_dict(raw if isinstance(raw, dict) else {})
-    except (KeyError, TypeError, AttributeError, ValueError):
-        return Summary.from_dict({})
+@dataclass
+class CellResults:
+    """What a cell's run folder holds, typed; a file that is missing, unreadable or not of its kind reads
+    as empty (the cell's row then shows less), never as an error: the index is written mid-sweep."""
+
+    summary: Summary
+    analyses: dict[str, Analysis]
+    diffs: list[DiffResult]
+
+    @classmethod
+    def read(cls, run_dir: Path | None) -> CellResults:
+        """summary.json, analysis.json and diff.json of ``run_dir`` (None: a cell that has no folder yet)."""
+        raw = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
+        try:
+            summary = Summary.from_dict(raw if isinstance(raw, dict) else {})
+        except (KeyError, TypeError, AttributeError, ValueError):
+            summary = Summary.from_dict({})
+        raw = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
+        analyses = {}
+        for arm, doc in (raw if isinstance(raw, dict) else {}).items():
+            with contextlib.suppress(KeyError, TypeError, AttributeError, ValueError):
+                analyses[str(arm)] = Analysis.from_dict(doc)
+        diffs = []
+        for doc in (
+            run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)) if run_dir else []
+        ):
+            with contextlib.suppress(InputError):
+                diffs.append(DiffResult.from_dict(doc))
+        return cls(summary, analyses, diffs)
 
 
 def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
@@ -153,21 +172,19 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
     loaded = []
     labels: list[str] = []
     for c in cells:
-        run_dir = tree / c["run_dir"] if c.get("run_dir") else None
-        summary = _cell_summary(run_dir)
-        analysis = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
-        diffs = run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)) if run_dir else []
+        results = CellResults.read(tree / c["run_dir"] if c.get("run_dir") else None)
         config = c.get("config") if isinstance(c.get("config"), dict) else {}
         cell_labels = [str(a.get("label")) for a in config.get("arms") or [] if isinstance(a, dict)]
-        cell_labels += [a for a in summary.arms if a not in cell_labels]
+        cell_labels += [a for a in results.summary.arms if a not in cell_labels]
         labels += [a for a in cell_labels if a not in labels]
-        loaded.append((c, config, summary, analysis, diffs))
+        loaded.append((c, config, results))
     per_arm = len(labels) <= MAX_ARM_COLUMNS
     headers = ["experiment", "mesh", "seq_len", "layers", "prefetch", "profiled"]
     headers += [f"{a} (ms)" for a in labels] if per_arm else ["median step (ms)"]
     headers += ["ratio", "95% CI", "conclusion"]
     rows = []
-    for c, config, summary, analysis, diffs in loaded:
+    for c, config, results in loaded:
+        summary = results.summary
         settings = cell_settings(config)
         arms = summary.arms
         if per_arm:
@@ -196,12 +213,12 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
                     if _arm_rounds(summary, base, test) == (1, 1)
                     else MISSING
                 )
-                diff = next((d for d in diffs if d.get("base") == base and d.get("test") == test), None)
+                diff = next((d for d in results.diffs if d.base == base and d.test == test), None)
                 line = conclusion(
                     comp,
                     rounds=_arm_rounds(summary, base, test),
                     diff=diff,
-                    overlap=(_mean_overlap(analysis, base), _mean_overlap(analysis, test)),
+                    overlap=(_mean_overlap(results.analyses, base), _mean_overlap(results.analyses, test)),
                     parity_valid=parity_valid,
                 )
                 if c.get("status") not in ("done", None):
@@ -223,14 +240,8 @@ def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
     return Overview(headers, rows)
 
 
-def build_index(tree: Path) -> tuple[str, list[Block]]:
-    """Title and blocks of the index of ``tree`` (a folder holding sweep.json)."""
-    state = read_json_if_readable(tree / run_folder.SWEEP_STATE)
-    if not isinstance(state, dict):
-        raise InputError(
-            f"{tree} is not a sweep results tree (no readable sweep.json); run `fsdpbench sweep --config FILE`"
-        )
-    cells = [c for c in state.get("cells") or [] if isinstance(c, dict)]
+def _status_blocks(tree: Path, state: Mapping[str, Any], cells: list[dict[str, Any]]) -> list[Block]:
+    """The cells' statuses in a line, and a banner for failed, running and unfinished cells."""
     counts: dict[str, int] = {}
     for c in cells:
         counts[c.get("status", MISSING)] = counts.get(c.get("status", MISSING), 0) + 1
@@ -264,36 +275,83 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
                 "same command to finish them.",
             )
         )
-    table = overview(tree, state)
-    blocks.append(Heading("Overview"))
-    blocks.append(Table(table.headers, table.rows, numeric=False))
-    blocks.append(
-        Para(
-            "One row per experiment (per comparison when a cell has more than two arms). Mesh: FSDP over all "
-            "ranks, or HSDP replicas×shards; prefetch 0 is the library's default (FSDP2 keeps its implicit "
-            "one-unit backward prefetch; hyper and FSDP1 prefetch nothing). The times are each arm's median "
-            "of per-round medians; ratio = test / base (below 1 the test arm is faster) with its bootstrap 95% "
-            "CI over rounds. The conclusion says the verdict (a speed when the CI excludes 1, no difference "
-            "when it contains 1, cannot tell yet without a CI) and, for profiled cells, the diff's top finding "
-            "and the mean overlap of each arm."
+    return blocks
+
+
+OVERVIEW_TEXT = (
+    "One row per experiment (per comparison when a cell has more than two arms). Mesh: FSDP over all "
+    "ranks, or HSDP replicas×shards; prefetch 0 is the library's default (FSDP2 keeps its implicit "
+    "one-unit backward prefetch; hyper and FSDP1 prefetch nothing). The times are each arm's median "
+    "of per-round medians; ratio = test / base (below 1 the test arm is faster) with its bootstrap 95% "
+    "CI over rounds. The conclusion says the verdict (a speed when the CI excludes 1, no difference "
+    "when it contains 1, cannot tell yet without a CI) and, for profiled cells, the diff's top finding "
+    "and the mean overlap of each arm."
+)
+
+CELL_HEADERS = [
+    "cell",
+    "status",
+    "seq_len",
+    "layers",
+    "prefetch",
+    "mesh",
+    "median step (ms)",
+    "ratio",
+    "95% CI",
+    "overlap (mean over ranks)",
+    "verdict",
+    "report",
+]
+
+
+@dataclass
+class CellTable:
+    """The cells table (one row per comparison of every cell) and what the ratio figure plots."""
+
+    rows: list[list[str]] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    ratios: list[float | None] = field(default_factory=list)
+    cis: list[tuple[float, float] | None] = field(default_factory=list)
+    invalid: list[Any] = field(default_factory=list)
+    """The names of cells whose parity failed."""
+
+
+def _comparison_verdict(comp: ArmComparison | None, summary: Summary, cell: Mapping[str, Any]) -> str:
+    """A comparison's verdict, made again from its numbers where it has them (older summaries called a
+    ratio without a CI "no difference detected")."""
+    verdict = (comp.verdict if comp else None) or summary.verdict or cell.get("error") or MISSING
+    ratio = finite(comp.ratio) if comp else None
+    if comp and ratio is not None and comp.base and comp.test:
+        verdict = stats.verdict_text(
+            str(comp.base),
+            str(comp.test),
+            ratio,
+            _ci(comp),
+            comp.rounds
+            if comp.rounds is not None and len(comp.rounds) == 2
+            else _arm_rounds(summary, str(comp.base), str(comp.test)),
         )
-    )
-    rows, labels, ratios, cis, invalid = [], [], [], [], []
+    return str(verdict)
+
+
+def cell_table(tree: Path, cells: list[dict[str, Any]]) -> CellTable:
+    """Each cell's settings, medians, ratio, CI, overlaps, verdict and report link, one row per comparison."""
+    table = CellTable()
     for c in cells:
         run_rel = c.get("run_dir")
         run_dir = tree / run_rel if run_rel else None
-        summary = _cell_summary(run_dir)
-        analysis = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
+        results = CellResults.read(run_dir)
+        summary = results.summary
         arms = summary.arms
         params = c.get("params") or {}
         bad_parity = summary.parity is not None and summary.parity.valid is False
         if bad_parity:
-            invalid.append(c.get("name"))
+            table.invalid.append(c.get("name"))
         medians = " / ".join(f"{a} {fmt(s.median_ms, 1)}" for a, s in arms.items()) or MISSING
         overlaps = " / ".join(
-            f"{a} {fmt_pct(_mean_overlap(analysis, a), 0)}"
+            f"{a} {fmt_pct(_mean_overlap(results.analyses, a), 0)}"
             for a in arms
-            if _mean_overlap(analysis, a) is not None
+            if _mean_overlap(results.analyses, a) is not None
         )
         report = run_dir / f"{run_folder.REPORT}.html" if run_dir else None
         link = (
@@ -305,21 +363,10 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
         for comp in comparisons:
             ci = _ci(comp) if comp else None
             ratio = finite(comp.ratio) if comp else None
-            verdict = (comp.verdict if comp else None) or summary.verdict or c.get("error") or MISSING
-            if comp and ratio is not None and comp.base and comp.test:  # from the numbers: older
-                # summaries called a ratio without a CI "no difference detected"
-                verdict = stats.verdict_text(
-                    str(comp.base),
-                    str(comp.test),
-                    ratio,
-                    ci,
-                    comp.rounds
-                    if comp.rounds is not None and len(comp.rounds) == 2
-                    else _arm_rounds(summary, str(comp.base), str(comp.test)),
-                )
+            verdict = _comparison_verdict(comp, summary, c)
             if bad_parity:
-                verdict = "**INVALID (parity failed)** " + str(verdict)
-            rows.append(
+                verdict = "**INVALID (parity failed)** " + verdict
+            table.rows.append(
                 [
                     str(c.get("name")),
                     str(c.get("status")),
@@ -331,69 +378,79 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
                     fmt(ratio, 3),
                     f"{fmt(ci[0], 3)}–{fmt(ci[1], 3)}" if ci else MISSING,
                     overlaps or MISSING,
-                    str(verdict),
+                    verdict,
                     link,
                 ]
             )
             pair = f" ({comp.test}/{comp.base})" if comp and comp.base else ""
-            labels.append(f"{c.get('name')}{pair}")
-            ratios.append(ratio)
-            cis.append(ci)
-    if invalid:
-        blocks.insert(
-            0,
-            Banner(
-                "error",
-                f"COMPARISON INVALID in {len(invalid)} cell(s) ({', '.join(map(str, invalid))}): "
-                "parity failed, so their ratios are not A/B results.",
+            table.labels.append(f"{c.get('name')}{pair}")
+            table.ratios.append(ratio)
+            table.cis.append(ci)
+    return table
+
+
+def _ratio_blocks(table: CellTable) -> list[Block]:
+    """The A/B ratio per cell figure, or a line saying there is none yet."""
+    if not any(r is not None for r in table.ratios):
+        return [Heading("A/B ratio per cell"), Para("No cell has a result yet.")]
+    return [
+        Heading("A/B ratio per cell"),
+        Figure(
+            "ratio_per_cell",
+            figures.ratio_per_cell(
+                table.labels, table.ratios, table.cis, "test median step time / base median step time"
             ),
-        )
-    blocks.append(Heading("A/B ratio per cell"))
-    if any(r is not None for r in ratios):
-        blocks.append(
-            Figure(
-                "ratio_per_cell",
-                figures.ratio_per_cell(labels, ratios, cis, "test median step time / base median step time"),
-                "Each cell's ratio of medians with its bootstrap 95% CI over rounds; left of the dashed "
-                "line the test arm is faster.",
-            )
-        )
-    else:
-        blocks.append(Para("No cell has a result yet."))
-    blocks.append(Heading("Cells"))
-    blocks.append(
-        Table(
-            [
-                "cell",
-                "status",
-                "seq_len",
-                "layers",
-                "prefetch",
-                "mesh",
-                "median step (ms)",
-                "ratio",
-                "95% CI",
-                "overlap (mean over ranks)",
-                "verdict",
-                "report",
-            ],
-            rows,
-            numeric=False,
-        )
-    )
-    blocks.append(Heading("Reproduce"))
+            "Each cell's ratio of medians with its bootstrap 95% CI over rounds; left of the dashed "
+            "line the test arm is faster.",
+        ),
+    ]
+
+
+def _reproduce_blocks(state: Mapping[str, Any]) -> list[Block]:
     command = state.get("command") or [
         "fsdpbench",
         "sweep",
         "--config",
         str(state.get("source", "FILE.toml")),
     ]
-    blocks.append(
+    return [
+        Heading("Reproduce"),
         Code(
             shlex.join(map(str, command))
             + "\n# rerunning the same command skips finished cells and resumes the rest"
+        ),
+    ]
+
+
+def build_index(tree: Path) -> tuple[str, list[Block]]:
+    """Title and blocks of the index of ``tree`` (a folder holding sweep.json): the cells' statuses, the
+    study's overview, the ratio per cell, the cells table and the command that made it."""
+    state = read_json_if_readable(tree / run_folder.SWEEP_STATE)
+    if not isinstance(state, dict):
+        raise InputError(
+            f"{tree} is not a sweep results tree (no readable sweep.json); run `fsdpbench sweep --config FILE`"
         )
-    )
+    cells = [c for c in state.get("cells") or [] if isinstance(c, dict)]
+    overview_table = overview(tree, state)
+    table = cell_table(tree, cells)
+    blocks: list[Block] = []
+    if table.invalid:
+        blocks.append(
+            Banner(
+                "error",
+                f"COMPARISON INVALID in {len(table.invalid)} cell(s) ({', '.join(map(str, table.invalid))}): "
+                "parity failed, so their ratios are not A/B results.",
+            )
+        )
+    blocks += _status_blocks(tree, state, cells)
+    blocks += [
+        Heading("Overview"),
+        Table(overview_table.headers, overview_table.rows, numeric=False),
+        Para(OVERVIEW_TEXT),
+    ]
+    blocks += _ratio_blocks(table)
+    blocks += [Heading("Cells"), Table(CELL_HEADERS, table.rows, numeric=False)]
+    blocks += _reproduce_blocks(state)
     return f"fsdpbench sweep — {state.get('name', tree.name)}", blocks
 
 
