@@ -234,7 +234,7 @@ class DiffResult:
     ``peak_difference``; ``None`` unless both arms have a memory timeline."""
     places: list[plc.PlaceRow] = field(default_factory=list)
     """Both arms per (unit, phase) (``analysis.places``); ``[]`` when neither trace has fsdpbench's ranges."""
-    top_waits: fnd.Pair[list[dict[str, Any]]] = field(default_factory=lambda: fnd.Pair([], []))
+    top_waits: fnd.Pair[list[plc.TopCollective]] = field(default_factory=lambda: fnd.Pair([], []))
     """Each arm's slowest matched collectives (``places.top_collectives``)."""
     prefetch_estimates: fnd.Pair[whatif.Estimate | None] = field(default_factory=lambda: fnd.Pair(None, None))
     """Each arm's per-(unit, phase) prefetch estimate (``whatif.estimate_prefetch_units``; ``None`` without
@@ -259,7 +259,7 @@ class DiffResult:
             **({"distortion": self.distortion} if self.distortion is not None else {}),
             **({"memory_timeline": self.memory} if self.memory is not None else {}),
             "places": [r.to_dict() for r in self.places],
-            "top_waits": {"base": list(self.top_waits.base), "test": list(self.top_waits.test)},
+            "top_waits": {side: [e.to_dict() for e in self.top_waits[side]] for side in ("base", "test")},
             "prefetch_estimates": {
                 side: (None if e is None else e.to_dict())
                 for side, e in (
@@ -305,7 +305,12 @@ class DiffResult:
                 distortion=data.get("distortion"),
                 memory=None if memory is None else dict(memory),
                 places=plc.places_from_dicts(data.get("places") or []),
-                top_waits=Pair(list(top_waits.get("base") or []), list(top_waits.get("test") or [])),
+                top_waits=Pair(
+                    *(
+                        [plc.TopCollective.from_dict(e) for e in top_waits.get(side) or []]
+                        for side in ("base", "test")
+                    )
+                ),
                 prefetch_estimates=Pair(
                     *(
                         None if prefetch.get(side) is None else whatif.Estimate.from_dict(prefetch[side])

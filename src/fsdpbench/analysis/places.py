@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from fsdpbench.fmt import fmt_pct, fmt_us
@@ -77,25 +77,46 @@ def arm_places(data: Mapping[str, Any]) -> dict[Place, dict[str, float | None]]:
     return out
 
 
-def top_collectives(data: Mapping[str, Any], n: int = TOP_WAITS) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class TopCollective:
+    """One of an arm's slowest matched collectives (an entry of the Diff JSON's ``top_waits``): where it
+    ran, its type and size, the largest wait and transfer over the ranks (µs), the rank that arrived last."""
+
+    unit: str | None
+    phase: str | None
+    type: str | None
+    bytes: float | None
+    wait_us: float | None
+    transfer_us: float | None
+    last_rank: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TopCollective:
+        """An entry of ``waits.top`` (Analysis JSON) or of ``top_waits`` (Diff JSON); other keys ignored."""
+        rank = data.get("last_rank")
+        return cls(
+            unit=None if data.get("unit") is None else str(data["unit"]),
+            phase=None if data.get("phase") is None else str(data["phase"]),
+            type=None if data.get("type") is None else str(data["type"]),
+            bytes=_num(data.get("bytes")),
+            wait_us=_num(data.get("wait_us")),
+            transfer_us=_num(data.get("transfer_us")),
+            last_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+        )
+
+
+def top_collectives(data: Mapping[str, Any], n: int = TOP_WAITS) -> list[TopCollective]:
     """The analysis' slowest matched collectives (``waits.top``): unit, phase, type, bytes, the largest
     wait and transfer over ranks, the rank that arrived last; slowest (wait + transfer) first."""
-    rows = []
-    for e in (data.get("waits") or {}).get("top") or []:
-        if not isinstance(e, Mapping):
-            continue
-        rows.append(
-            {
-                "unit": e.get("unit"),
-                "phase": e.get("phase"),
-                "type": e.get("type"),
-                "bytes": _num(e.get("bytes")),
-                "wait_us": _num(e.get("wait_us")),
-                "transfer_us": _num(e.get("transfer_us")),
-                "last_rank": e.get("last_rank"),
-            }
-        )
-    rows.sort(key=lambda e: -((e["wait_us"] or 0.0) + (e["transfer_us"] or 0.0)))
+    rows = [
+        TopCollective.from_dict(e)
+        for e in (data.get("waits") or {}).get("top") or []
+        if isinstance(e, Mapping)
+    ]
+    rows.sort(key=lambda e: -((e.wait_us or 0.0) + (e.transfer_us or 0.0)))
     return rows[:n]
 
 

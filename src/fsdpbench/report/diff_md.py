@@ -109,10 +109,9 @@ def place_lines(result: DiffResult) -> list[str]:
     for side, label in (("test", t), ("base", b)):
         for e in result.top_waits[side][: plc.TOP_WAITS]:
             lines.append(
-                f"{label} slowest: {e.get('unit') or '?'} {e.get('phase') or '?'} {e.get('type') or '?'} "
-                f"{fmt_bytes(e.get('bytes'))}: wait {fmt_us(e.get('wait_us'))}, transfer "
-                f"{fmt_us(e.get('transfer_us'))}"
-                + (f", last rank {e['last_rank']}" if e.get("last_rank") is not None else "")
+                f"{label} slowest: {e.unit or '?'} {e.phase or '?'} {e.type or '?'} "
+                f"{fmt_bytes(e.bytes)}: wait {fmt_us(e.wait_us)}, transfer {fmt_us(e.transfer_us)}"
+                + (f", last rank {e.last_rank}" if e.last_rank is not None else "")
             )
     return lines
 

@@ -41,18 +41,18 @@ def _signed_ms(value: float | None) -> str:
     return MISSING if value is None else (f"{value / 1000:+.1f}").replace("-", "−")
 
 
-def _top_table(rows: list[dict[str, Any]]) -> Table:
+def _top_table(rows: list[plc.TopCollective]) -> Table:
     return Table(
         ["unit", "phase", "type", "bytes", "wait (ms)", "transfer (ms)", "last rank"],
         [
             [
-                str(e.get("unit") or MISSING),
-                str(e.get("phase") or MISSING),
-                str(e.get("type") or MISSING),
-                fmt_bytes(e.get("bytes")),
-                _ms(e.get("wait_us")),
-                _ms(e.get("transfer_us")),
-                MISSING if e.get("last_rank") is None else str(e["last_rank"]),
+                e.unit or MISSING,
+                e.phase or MISSING,
+                e.type or MISSING,
+                fmt_bytes(e.bytes),
+                _ms(e.wait_us),
+                _ms(e.transfer_us),
+                MISSING if e.last_rank is None else str(e.last_rank),
             ]
             for e in rows
         ],
