@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,12 @@ def read_kineto(path: str | Path) -> RankTrace:
             gc.enable()
 
 
+def _of_categories(lower: list[str], codes: np.ndarray, wanted: Any) -> np.ndarray:
+    """Per event, whether its lower-cased category is in ``wanted``: one test per category, not per event
+    (``codes`` index ``lower``; -1, no category, is not wanted)."""
+    return np.array([x in wanted for x in lower] + [False], dtype=bool)[codes]
+
+
 def _categorical(codes: np.ndarray, uniques: list[Any]) -> Coded:
     cats = ["" if u is None else str(u) for u in uniques]
     if len(set(cats)) != len(cats):  # e.g. 1 and "1" in a hand-made trace
@@ -148,17 +155,27 @@ def _categorical(codes: np.ndarray, uniques: list[Any]) -> Coded:
     return Coded(codes, cats)
 
 
-def _read_kineto(path: Path) -> RankTrace:
-    dist, cols = decode(path)
-    warnings: list[str] = []
-    rank = None
-    if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
-        rank = dist["rank"]
-    if rank is None:
-        rank = rank_from_path(path)
-    if cols.n == 0:
-        raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
-    thread_names = cols.thread_names
+@dataclass
+class _Columns:
+    """A trace's timed events after the checks: ns times, coded names/categories/lanes, and the sparse
+    per-event fields the decoder found (by event index)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    corr: np.ndarray
+    names: Coded
+    cats: Coded
+    pair_codes: np.ndarray
+    """(pid, tid) pair per event, an index into ``pairs``."""
+    pairs: list[tuple[Any, Any]]
+    sizes: dict[int, Any]
+    ident: dict[int, Any]
+    seqs: dict[int, Any]
+
+
+def _timed_columns(path: Path, cols: Any, warnings: list[str]) -> _Columns:
+    """The decoded chunks as whole columns: refuses ns timestamps, skips (and warns of) events without a
+    valid ts/dur, converts to int64 ns. The chunks' arrays are released as they are joined."""
     ts, dur = np.concatenate(cols.ts), np.concatenate(cols.dur)
     fields = cols.fields()
     name_codes, name_uniq = fields["name"]
@@ -204,142 +221,214 @@ def _read_kineto(path: Path) -> RankTrace:
     names = _categorical(name_codes, name_uniq)
     cats = _categorical(cat_codes, cat_uniq)
     del name_codes, cat_codes
-    cat_names = [str(c) for c in cats.categories]
-    lower = [c.lower() for c in cat_names]
-
-    def of_cats(wanted: Any) -> np.ndarray:  # per event, from one test per category (not per event)
-        return np.array([c in wanted for c in lower] + [False], dtype=bool)[cats.codes]
-
     pair_codes, pair_uniq = factorize(pid_codes.astype(np.int64) * (len(tid_uniq) + 1) + tid_codes)
     pairs = [(pid_uniq[p // (len(tid_uniq) + 1)], tid_uniq[p % (len(tid_uniq) + 1)]) for p in pair_uniq]
-    del pid_codes, tid_codes
-    n = len(start)
+    return _Columns(start, end, corr, names, cats, pair_codes, pairs, sizes, ident, seqs)
 
-    is_dev_cat = of_cats(_DEVICE_CATS)
-    is_annot = np.array([bool(_DEVICE_ANNOTATION.match(c)) for c in cat_names] + [False])[cats.codes]
-    _unknown_categories(path, cats, is_dev_cat, is_annot, warnings)
-    name_lane = [_get(thread_names, (p, t)) or f"thread {t}" for p, t in pairs]
-    # step windows: the host ProfilerStep#N spans only (their device-side projections are labels)
-    step_idx = [i for i, c in enumerate(names.categories) if _STEP_RE.match(c)]
-    is_step = np.isin(names.codes, step_idx) & ~is_dev_cat & ~is_annot
+
+def _step_windows(c: _Columns, not_steps: np.ndarray) -> tuple[np.ndarray, StepWindows]:
+    """Which events are step windows (the host ``ProfilerStep#N`` spans; ``not_steps`` marks device events
+    and annotations, whose projections are labels) and the windows themselves."""
+    names = c.names
+    step_idx = [i for i, cat in enumerate(names.categories) if _STEP_RE.match(cat)]
+    is_step = np.isin(names.codes, step_idx) & ~not_steps
     sel = np.flatnonzero(is_step)
     step_ids = np.array(
         [int(_STEP_RE.match(names.categories[names.codes[i]]).group(1)) for i in sel], dtype=np.int64
     )
-    steps = StepWindows.of(step_ids, start[sel], end[sel])
+    return is_step, StepWindows.of(step_ids, c.start[sel], c.end[sel])
 
-    # category, collective and task as codes into CATEGORIES, COLLECTIVE_LABELS and TASK_LABELS
-    collective = np.zeros(n, dtype=np.int8)
-    nbytes = np.full(n, np.nan)
-    task = task_codes(names)
-    category = np.full(n, CATEGORY_CODE["other"], dtype=np.int8)
-    device = np.zeros(n, dtype=bool)
-    orphan = np.zeros(n, dtype=bool)
-    step = assign_steps(start, steps.start_ns, steps.end_ns, steps.step)
-    task[is_annot] = 0
-    identity = Identity()
-    groups: dict[str, dict[str, Any]] = {}
 
+@dataclass
+class _Classified:
+    """The per-event codes a reader fills in (into CATEGORIES, COLLECTIVE_LABELS and TASK_LABELS)."""
+
+    category: np.ndarray
+    device: np.ndarray
+    collective: np.ndarray
+    nbytes: np.ndarray
+    task: np.ndarray
+    orphan: np.ndarray
+    launch_of: np.ndarray
+    """The index of the runtime call that launched a device event, -1 for none."""
+
+    @classmethod
+    def empty(cls, n: int, task: np.ndarray) -> _Classified:
+        return cls(
+            category=np.full(n, CATEGORY_CODE["other"], dtype=np.int8),
+            device=np.zeros(n, dtype=bool),
+            collective=np.zeros(n, dtype=np.int8),
+            nbytes=np.full(n, np.nan),
+            task=task,
+            orphan=np.zeros(n, dtype=bool),
+            launch_of=np.full(n, -1, dtype=np.int64),
+        )
+
+
+def _classify_device(
+    path: Path,
+    c: _Columns,
+    cols: Any,
+    out: _Classified,
+    has_runtime: bool,
+    is_dev_cat: np.ndarray,
+    is_annot: np.ndarray,
+    name_lane: list[str],
+    step: np.ndarray,
+    steps: StepWindows,
+    warnings: list[str],
+) -> tuple[Coded, Identity, tuple[str, ...]]:
+    """A device trace: kernels by category and name, lanes as streams, collectives' identity, launches
+    joined (``out`` filled in). Returns the lanes, the collectives' identity and the tasks recorded."""
+    names, pairs, pair_codes = c.names, c.pairs, c.pair_codes
+    cat_names = [str(x) for x in c.cats.categories]
+    kcat = kernel_category_codes(names)
+    # the category a device category implies (gpu_memcpy → memcpy), else -1: by the kernel's name
+    by_cat = [CATEGORY_CODE[m] if (m := _DEVICE_CATS.get(x.lower())) else -1 for x in cat_names]
+    mapped = np.array([*by_cat, -1], dtype=np.int8)[c.cats.codes]
+    dev_cat = np.where(mapped < 0, kcat, mapped)
+    out.category[is_dev_cat] = dev_cat[is_dev_cat]
+    out.device[is_dev_cat] = True
+    # device lanes are streams: Kineto writes the stream as the tid of GPU events (2021-era: "stream 7")
+    lane_names = np.array(name_lane + ["?"], dtype=object)
+    pair_is_dev = np.zeros(len(pairs), dtype=bool)
+    pair_is_dev[pair_codes[is_dev_cat]] = True
+    lane_names[: len(pairs)][pair_is_dev] = [
+        str(pairs[i][1]) if str(pairs[i][1]).startswith("stream") else f"stream {pairs[i][1]}"
+        for i in np.flatnonzero(pair_is_dev)
+    ]
+    lane = _lanes(pair_codes, list(lane_names[: len(pairs)]))
+    comm = out.category == CATEGORY_CODE["comm"]
+    found = {"ident": c.ident, "idents": cols.idents, "seq": c.seqs, "nbytes": c.sizes}
+    identity = resolve(
+        comm,
+        names,
+        is_dev_cat,
+        is_annot,
+        c.corr,
+        c.start,
+        c.end,
+        pair_codes,
+        found,
+        out.collective,
+        out.nbytes,
+    )
+    out.orphan = _join_launches(
+        c.start,
+        c.corr,
+        step,
+        steps,
+        is_dev_cat,
+        is_annot,
+        out.task,
+        pair_codes,
+        pairs,
+        cols.flows,
+        out.launch_of,
+    )
+    syncs = [TASK_LABELS.index(t) for t in ("device_synchronize", "stream_synchronize", "event_synchronize")]
+    host_sync = ~is_dev_cat & np.isin(out.task, syncs)
+    out.category[host_sync] = CATEGORY_CODE["sync"]
+    if not has_runtime:
+        warnings.append(
+            f"{path.name}: no runtime (cuda_runtime) events; kernel launches and syncs are not recorded, "
+            "and device work joins steps by time"
+        )
+        return lane, identity, ()
+    return lane, identity, ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch")
+
+
+def _sorted_table(columns: dict[str, Any], identity: Identity, n: int) -> Any:
+    """The event table in start order. The caller hands over its only references to the columns:
+    each is sorted in turn and its unsorted copy freed (peak memory: the columns plus one copy), and
+    ``make_table`` finds them in order and copies nothing."""
+    order = np.argsort(columns["start_ns"], kind="stable")
+    for key in columns:
+        columns[key] = columns[key][order]
+    columns.update(identity.columns(n, order))  # sparse: made in sorted order, not sorted copies
+    del order
+    return make_table(**columns)
+
+
+def _read_kineto(path: Path) -> RankTrace:
+    dist, cols = decode(path)
+    warnings: list[str] = []
+    rank = None
+    if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+        rank = dist["rank"]
+    if rank is None:
+        rank = rank_from_path(path)
+    if cols.n == 0:
+        raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
+    thread_names = cols.thread_names
+    c = _timed_columns(path, cols, warnings)
+    names, cats = c.names, c.cats
+    cat_names = [str(x) for x in cats.categories]
+    lower = [x.lower() for x in cat_names]
+
+    n = len(c.start)
+    is_dev_cat = _of_categories(lower, cats.codes, _DEVICE_CATS)
+    is_annot = np.array([bool(_DEVICE_ANNOTATION.match(x)) for x in cat_names] + [False])[cats.codes]
+    _unknown_categories(path, cats, is_dev_cat, is_annot, warnings)
+    name_lane = [_get(thread_names, (p, t)) or f"thread {t}" for p, t in c.pairs]
+    is_step, steps = _step_windows(c, is_dev_cat | is_annot)
+    out = _Classified.empty(n, task_codes(names))
+    step = assign_steps(c.start, steps.start_ns, steps.end_ns, steps.step)
+    out.task[is_annot] = 0
     if is_dev_cat.any():
         mode = "device"
-        kcat = kernel_category_codes(names)
-        # the category a device category implies (gpu_memcpy → memcpy), else -1: by the kernel's name
-        by_cat = [CATEGORY_CODE[m] if (m := _DEVICE_CATS.get(c.lower())) else -1 for c in cat_names]
-        mapped = np.array([*by_cat, -1], dtype=np.int8)[cats.codes]
-        dev_cat = np.where(mapped < 0, kcat, mapped)
-        category[is_dev_cat] = dev_cat[is_dev_cat]
-        device[is_dev_cat] = True
-        # device lanes are streams: Kineto writes the stream as the tid of GPU events (2021-era: "stream 7")
-        lane_names = np.array(name_lane + ["?"], dtype=object)
-        pair_is_dev = np.zeros(len(pairs), dtype=bool)
-        pair_is_dev[pair_codes[is_dev_cat]] = True
-        lane_names[: len(pairs)][pair_is_dev] = [
-            str(pairs[i][1]) if str(pairs[i][1]).startswith("stream") else f"stream {pairs[i][1]}"
-            for i in np.flatnonzero(pair_is_dev)
-        ]
-        lane = _lanes(pair_codes, list(lane_names[: len(pairs)]))
-        comm = category == CATEGORY_CODE["comm"]
-        found = {"ident": ident, "idents": cols.idents, "seq": seqs, "nbytes": sizes}
-        identity = resolve(
-            comm, names, is_dev_cat, is_annot, corr, start, end, pair_codes, found, collective, nbytes
+        has_runtime = bool(_of_categories(lower, cats.codes, _RUNTIME_CATS).any())
+        lane, identity, recorded = _classify_device(
+            path, c, cols, out, has_runtime, is_dev_cat, is_annot, name_lane, step, steps, warnings
         )
-        groups = identity.groups
-        launch_of = np.full(n, -1, dtype=np.int64)
-        orphan = _join_launches(
-            start, corr, step, steps, is_dev_cat, is_annot, task, pair_codes, pairs, cols.flows, launch_of
-        )
-        syncs = [
-            TASK_LABELS.index(t) for t in ("device_synchronize", "stream_synchronize", "event_synchronize")
-        ]
-        host_sync = ~is_dev_cat & np.isin(task, syncs)
-        category[host_sync] = CATEGORY_CODE["sync"]
-        runtime = of_cats(_RUNTIME_CATS)
-        recorded = (
-            ("device_synchronize", "stream_synchronize", "event_synchronize", "kernel_launch")
-            if runtime.any()
-            else ()
-        )
-        if not runtime.any():
-            warnings.append(
-                f"{path.name}: no runtime (cuda_runtime) events; kernel launches and syncs are not recorded, "
-                "and device work joins steps by time"
-            )
     else:
         mode = "cpu"
-        launch_of = np.full(n, -1, dtype=np.int64)
-        lane = _lanes(pair_codes, name_lane)
+        identity = Identity()
+        lane = _lanes(c.pair_codes, name_lane)
         device_job = _device_job(path, names, cols.devices, dist, warnings)
         classify_cpu(
             names,
             np.array(lower + [""], dtype=object)[cats.codes],
-            start,
-            end,
-            pair_codes,
+            c.start,
+            c.end,
+            c.pair_codes,
             is_step,
             is_annot,
-            sizes,
-            category,
-            device,
-            collective,
-            nbytes,
+            c.sizes,
+            out.category,
+            out.device,
+            out.collective,
+            out.nbytes,
             warnings,
             path,
             device_job,
         )
         recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
-        task[:] = 0
+        out.task[:] = 0
 
-    # sort here, one column at a time, each unsorted column freed as its sorted copy is made (peak
-    # memory: the columns plus one copy); make_table finds them in order and copies nothing
-    del corr, pair_codes
+    c.corr = c.pair_codes = np.empty(0, dtype=np.int64)  # used up: freed before the launch columns are made
+    start, launch_of = c.start, out.launch_of
     own = launch_of < 0  # no linked launch: the event's own start and lane
-    launch_ns = np.where(own, start, start[np.maximum(launch_of, 0)])
-    launch_lane = np.where(own, lane.codes, lane.codes[np.maximum(launch_of, 0)]).astype(np.int32)
-    del launch_of, own
-    cols_ = {
+    columns = {
         "name": names,
-        "category": Coded(category, CATEGORIES),
+        "category": Coded(out.category, CATEGORIES),
         "start_ns": start,
-        "end_ns": end,
+        "end_ns": c.end,
         "lane": lane,
-        "device": device,
-        "collective": Coded(collective, COLLECTIVE_LABELS),
-        "nbytes": nbytes,
-        "task": Coded(task, TASK_LABELS),
+        "device": out.device,
+        "collective": Coded(out.collective, COLLECTIVE_LABELS),
+        "nbytes": out.nbytes,
+        "task": Coded(out.task, TASK_LABELS),
         "step": step,
-        "orphan": orphan,
-        "launch_ns": launch_ns,
-        "launch_lane": launch_lane,
+        "orphan": out.orphan,
+        "launch_ns": np.where(own, start, start[np.maximum(launch_of, 0)]),
+        "launch_lane": np.where(own, lane.codes, lane.codes[np.maximum(launch_of, 0)]).astype(np.int32),
     }
-    del names, category, end, lane, device, collective, nbytes, task, step, orphan, launch_ns, launch_lane
-    order = np.argsort(start, kind="stable")
-    del start
-    for key in cols_:
-        cols_[key] = cols_[key][order]
-    cols_.update(identity.columns(n, order))  # sparse: made in sorted order, not sorted copies
-    del order, identity
-    table = make_table(**cols_)
-    del cols_
+    groups = identity.groups
+    # hand the columns over: their only references are in ``columns`` from here
+    del c, out, names, cats, lane, step, start, launch_of, own, is_dev_cat, is_annot, is_step
+    table = _sorted_table(columns, identity, n)
+    del columns, identity
     return RankTrace(
         rank=rank,
         source=str(path),
