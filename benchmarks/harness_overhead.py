@@ -59,11 +59,16 @@ def bare_worker(args: argparse.Namespace) -> None:
     from fsdpbench.run.tokens import rank_batch
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo")
+    device = torch.device(
+        args.device, int(os.environ.get("LOCAL_RANK", 0)) if args.device == "cuda" else None
+    )
+    if args.device == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     cfg = model_preset(args.preset)
     if args.layers:
         cfg = cfg.replace(num_hidden_layers=args.layers)
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = init_device_mesh(args.device, (world,))
     model = build_model(cfg, device="meta")
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
 
@@ -73,18 +78,24 @@ def bare_worker(args: argparse.Namespace) -> None:
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh, reshard_after_forward=True, shard_placement_fn=placement)
     fully_shard(model, mesh=mesh, reshard_after_forward=False, shard_placement_fn=placement)
-    model.to_empty(device="cpu")
+    model.to_empty(device=device)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            full = init_full_tensor(name, shapes[name], args.seed)
+            full = init_full_tensor(name, shapes[name], args.seed).to(device)
             p.to_local().copy_(distribute_tensor(full, mesh, p.placements, src_data_rank=None).to_local())
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
+    def sync() -> None:
+        if args.device == "cuda":
+            torch.cuda.synchronize(device)
+
     def bare_step(ids: torch.Tensor) -> float:
         opt.zero_grad(set_to_none=True)
+        sync()
         t0 = time.perf_counter()
         model(ids, labels=ids).loss.backward()
         opt.step()
+        sync()
         return (time.perf_counter() - t0) * 1e3
 
     def batch(step: int) -> torch.Tensor:
@@ -96,7 +107,7 @@ def bare_worker(args: argparse.Namespace) -> None:
             batch_size=1,
             seq_len=args.seq_len,
             vocab_size=cfg.vocab_size,
-        )
+        ).to(device)
 
     n = args.warmup + args.steps
     if not args.paired:
@@ -119,6 +130,7 @@ def bare_worker(args: argparse.Namespace) -> None:
                 "warmup": args.warmup,
                 "steps": args.steps,
                 "nproc": world,
+                "device": args.device,
             },
         )
         runner = StepRunner(
@@ -127,8 +139,8 @@ def bare_worker(args: argparse.Namespace) -> None:
             backend=TorchFSDP2Backend(),
             model=model,
             optimizer=opt,
-            device_type="cpu",
-            device=torch.device("cpu"),
+            device_type=args.device,
+            device=device,
             rank=rank,
             world=world,
             replicas=1,
@@ -212,6 +224,8 @@ def run_bare(
         args.preset,
         "--seed",
         str(args.seed),
+        "--device",
+        args.device,
     ]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
@@ -248,6 +262,8 @@ def run_fsdpbench(args: argparse.Namespace, out: Path) -> list[float]:
         "--out",
         str(out),
         "--no-report",
+        "--device",
+        args.device,
     ]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
@@ -267,6 +283,7 @@ def main() -> None:
     p.add_argument("--preset", default="tiny")
     p.add_argument("--layers", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (nccl)")
     p.add_argument(
         "--mode",
         choices=("launches", "paired", "both", "phases"),
@@ -352,27 +369,39 @@ def phase_marks_cost(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "phases", times["bare"], times["fsdpbench"], f"{args.paired_steps} step pairs", ("with", "without")
     )
     out["paired_ratio"] = _paired_ratio(times["bare"], times["fsdpbench"])
-    out["marks_direct"] = _marks_direct_cost(statistics.median(times["fsdpbench"]))
+    out["marks_direct"] = _marks_direct_cost(statistics.median(times["fsdpbench"]), args.device)
     return out
 
 
-def _marks_direct_cost(step_ms: float, repeats: int = 20_000) -> dict[str, float]:
-    """The marks' own host cost per step (4 marks and the read, CPU host clock), timed directly: what the
-    paired comparison cannot resolve on a loaded machine. Best of 5 batches of ``repeats`` steps."""
+def _marks_direct_cost(step_ms: float, device: str = "cpu", repeats: int = 20_000) -> dict[str, float]:
+    """The marks' own host cost per step (the marks and the read: host clock on CPU, CUDA events recorded
+    and read after a sync on cuda), timed directly: what the paired comparison cannot resolve on a loaded
+    machine. Best of 5 batches of ``repeats`` steps."""
     from fsdpbench.run.phase_marks import N_MARKS, PhaseMarks
 
-    marks = PhaseMarks("cpu")
+    if device == "cuda":
+        import torch
+
+        def settle() -> None:
+            torch.cuda.synchronize()
+    else:
+
+        def settle() -> None:
+            pass
+
+    marks = PhaseMarks(device)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
         for _ in range(repeats):
             for boundary in range(N_MARKS):
                 marks.mark(boundary)
+            settle()  # the step's closing sync, which the events need before they are read
             marks.read()
         best = min(best, (time.perf_counter() - t0) / repeats)
     us = best * 1e6
     print(
-        f"[phases, direct] the marks cost {us:.2f} µs per step on the host clock = "
+        f"[phases, direct] the marks cost {us:.2f} µs per step ({device}) = "
         f"{us / 1e3 / step_ms * 100:.4f}% of the median step ({step_ms:.1f} ms)",
         flush=True,
     )
