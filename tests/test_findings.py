@@ -277,3 +277,62 @@ def test_hccl_avg_division_stays_quiet_without_divides_or_with_equal_counts():
     assert diff_analyses(analysis(), analysis()).finding("hccl_avg_division") is None
     same = analysis(*(rank(r, ops=_avg_ops(12)) for r in (0, 1)))
     assert diff_analyses(same, copy.deepcopy(same)).finding("hccl_avg_division") is None
+
+
+# ------------------------------------------------------- one rank on a GPU (seen on an H200, 2026-12-04)
+def _one_rank(step: float, free: float, launches: float, comm: float = 0.0) -> dict:
+    """A one-rank profile as FSDP2 gives it on one GPU: no collectives, compute + free = step."""
+    r = rank(0, step=step, compute=step - free, comm=comm, overlap=0.0, free=free, collectives={})
+    r["sync"] = {"device_synchronize": 2, "kernel_launch": launches}
+    return analysis(r)
+
+
+def test_an_arm_whose_step_difference_is_idle_time_is_host_bound():
+    """The unit=module arm on one H200: 2.03x the step, all of it idle (numbers from that run, rounded)."""
+    d = diff_analyses(
+        _one_rank(115_600.0, 112_300.0, 1767), _one_rank(234_300.0, 231_000.0, 1824), test_label="module"
+    )
+    f = d.finding("host_bound")
+    # by hand: idle +118.7 ms >= 10% of 115.6 ms and all of the +118.7 ms step difference; 98.6% of its step
+    assert f is not None and f.subject == "module" and f.severity == "high"
+    assert f.title == "module is host-bound: 118.7 ms more idle time than base"
+    assert "idle 231.0 ms of module's 234.3 ms step (98.6%)" in f.evidence
+    assert "kernel launches 1767 → 1824 per rank" in f.evidence
+    assert f.estimate.label == "measured" and f.estimate.step_time_delta_us == pytest.approx(-118_700.0)
+    # the other direction: the base is the idle one
+    back = diff_analyses(_one_rank(234_300.0, 231_000.0, 1824), _one_rank(115_600.0, 112_300.0, 1767))
+    assert back.finding("host_bound").subject == "base"
+    # idle time that explains under half of the step difference (compute does the rest): no finding
+    slower = _one_rank(300_000.0, 150_000.0, 1767)
+    assert diff_analyses(_one_rank(115_600.0, 112_300.0, 1767), slower).finding("host_bound") is None
+    # and the headline no longer claims findings below when none follow
+    alone = diff_analyses(_one_rank(115_600.0, 112_300.0, 1767), _one_rank(116_000.0, 112_700.0, 1767))
+    assert ids(alone) == ["step_time"] and alone.finding("step_time").cause.startswith(
+        "no rule found a cause"
+    )
+
+
+def test_prefetch_with_no_communication_on_either_side_says_so_instead_of_advising():
+    """One rank: FSDP2 issues no collectives, so a deeper prefetch cannot change exposed comm."""
+    d = diff_analyses(
+        _one_rank(183_800.0, 77_600.0, 2305),
+        _one_rank(171_400.0, 65_300.0, 2305),
+        base_label="torch",
+        test_label="torch-prefetch1",
+        base_arm={"prefetch": 0},
+        test_arm={"prefetch": 1},
+    )
+    f = d.finding("prefetch_change")
+    assert f.severity == "info" and "neither profile has communication to prefetch" in f.title
+    assert "keep the shallower" not in f.action and "two ranks or more" in f.action
+
+
+def test_a_deeper_prefetch_that_exposes_as_much_but_steps_faster_is_not_advised_against():
+    base = analysis(rank(0, step=1_000_000.0, overlap=0.3), rank(1, step=1_000_000.0, overlap=0.3))
+    faster = analysis(rank(0, step=900_000.0, overlap=0.3), rank(1, step=900_000.0, overlap=0.3))
+    arms = {"base_arm": {"prefetch": 0}, "test_arm": {"prefetch": 1}, "test_label": "deep"}
+    f = diff_analyses(base, faster, **arms).finding("prefetch_change")
+    assert f.severity == "medium" and "did not reduce exposed communication" in f.title
+    assert "100.0 ms shorter all the same" in f.action and "keep the shallower" not in f.action
+    same_step = diff_analyses(base, copy.deepcopy(base), **arms).finding("prefetch_change")
+    assert same_step.action.startswith("keep the shallower prefetch (arm base)")

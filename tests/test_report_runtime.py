@@ -66,6 +66,19 @@ def test_runtime_table_shows_each_arms_dtype_optimizer_experts_and_environment()
         "fp32 matmul": "highest",
         "environment": "—",
     }
+    # the arms table shows the dtype each arm ran with where the device default replaced its option (seen in
+    # a CUDA run: param_dtype float32 in the arm, bfloat16 in the launch)
+    manifest["arms"] = [
+        {"label": "torch", "param_dtype": "float32"},
+        {"label": "hyper", "param_dtype": "float32"},
+    ]
+    (arms_table,) = [
+        b for b in _configuration(data) if isinstance(b, Table) and b.headers == ["arm", "param_dtype"]
+    ]
+    assert arms_table.rows == [
+        ["torch", "bfloat16 (device default; option float32)"],
+        ["hyper", "float32"],
+    ]
     # a manifest without arm_runtime (runs before issue 22) has no such table
     del manifest["arm_runtime"]
     assert not [b for b in _configuration(data) if isinstance(b, Table) and b.headers == RUNTIME_HEADER]

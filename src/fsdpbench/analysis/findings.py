@@ -56,6 +56,12 @@ PLACE_MAX_LISTED = 3
 """... at most this many places per arm; ``high`` when the largest is at least ``EXPOSED_SHARE`` of the step."""
 PLACE_WAIT_SHARE = 0.5
 """A place whose exposed comm is at least this share waiting (for a late rank) is blamed on that rank."""
+IDLE_DELTA_SHARE = 0.10
+"""An arm whose idle ("free") time is larger by at least this share of the base step ..."""
+IDLE_OF_STEP_DELTA = 0.5
+"""... and makes up at least this share of the step-time difference is host-bound by that much."""
+IDLE_HIGH_SHARE = 0.5
+"""``high`` when the host-bound arm's idle time is at least this share of its own step."""
 HCCL_AVG_RE = re.compile(r"^(?P<op>\S+) \(HCCL AVG of (?P<collective>\w+)\)$")
 """Op types the Ascend reader gives the divide kernels torch_npu runs after an AVG collective
 (``fsdpbench.trace.ascend.HCCL_AVG_LABEL``)."""
@@ -829,8 +835,21 @@ def rule_prefetch_change(x: RuleInput) -> list[Finding]:
         + (f" ({fmt_us(measured, signed=True)})" if measured is not None else "")
     )
     deeper = prefetch_deeper_side(db, dt, (x.arms.base.backend, x.arms.test.backend))
-    estimate = None if measured is None else Estimate(label="measured", exposed_comm_delta_us=measured)
     why = "explicit prefetch issues the next layer's all-gather while the current layer computes"
+    if not b.comm_us and not t.comm_us:  # one rank (FSDP issues no collectives) or none recognised
+        return [
+            Finding(
+                "prefetch_change",
+                "info",
+                f"{_capital(what)}: neither profile has communication to prefetch",
+                f"{what} ({lb} → {lt}): no collectives in either arm's profiled step (one rank, where FSDP "
+                "issues none, or collectives fsdpbench does not recognise); any step-time difference between "
+                "them is not exposed communication",
+                why,
+                "profile with two ranks or more to see what the prefetch depth does to exposed communication",
+            )
+        ]
+    estimate = None if measured is None else Estimate(label="measured", exposed_comm_delta_us=measured)
     if deeper is None:  # e.g. deeper forward but shallower backward, or DeepSpeed's bucket vs N layers
         lower = "test" if measured is not None and measured < 0 else "base"
         title = f"{_capital(what)}: exposed communication " + (
@@ -855,11 +874,60 @@ def rule_prefetch_change(x: RuleInput) -> list[Finding]:
         title = f"{_capital(deep_text)} did not reduce exposed communication" + (
             f" ({fmt_us(gap, signed=True)} vs {shallow_text})" if gap is not None else ""
         )
-        action = (
-            f"keep the shallower prefetch (arm {x.labels[shallower]}); deeper prefetch only costs memory here"
-        )
+        step_gap = safe_delta(x.mean[deeper].step_time_us, x.mean[shallower].step_time_us)
+        shallower_step = x.mean[shallower].step_time_us
+        if step_gap is not None and shallower_step and step_gap < -0.01 * shallower_step:
+            action = (  # faster for another reason: do not advise against it on exposed comm alone
+                f"its profiled step is {fmt_us(-step_gap)} shorter all the same, for a reason other than "
+                f"exposed communication: check the timed verdict before choosing between {x.labels[deeper]} "
+                f"and {x.labels[shallower]}"
+            )
+        else:
+            action = (
+                f"keep the shallower prefetch (arm {x.labels[shallower]}); deeper prefetch only costs memory "
+                "here"
+            )
     return [
         Finding("prefetch_change", "info" if helped else "medium", title, evidence, why, action, estimate)
+    ]
+
+
+def rule_host_bound(x: RuleInput) -> list[Finding]:
+    """An arm whose idle time (the device, or on CPU the training thread, running neither compute nor
+    communication) makes up most of its step-time difference: the host sets its pace."""
+    b, t = x.mean.base, x.mean.test
+    if None in (b.free_us, t.free_us, b.step_time_us, t.step_time_us) or not b.step_time_us:
+        return []
+    d_free, d_step = t.free_us - b.free_us, t.step_time_us - b.step_time_us
+    if abs(d_free) < IDLE_DELTA_SHARE * b.step_time_us or d_free * d_step <= 0:
+        return []
+    if abs(d_free) < IDLE_OF_STEP_DELTA * abs(d_step):
+        return []
+    side: Side = "test" if d_free > 0 else "base"
+    other = x.other(side)
+    m, o = x.mean[side], x.mean[other]
+    lab, lab_o = x.labels[side], x.labels[other]
+    share = m.free_us / m.step_time_us if m.step_time_us else None
+    launches = next((r for r in x.sync if r.name == "kernel_launch"), None)
+    evidence = (
+        f"idle {fmt_us(m.free_us)} of {lab}'s {fmt_us(m.step_time_us)} step ({fmt_pct(share)}) vs "
+        f"{fmt_us(o.free_us)} of {lab_o}'s {fmt_us(o.step_time_us)}: {fmt_us(abs(d_free))} of the "
+        f"{fmt_us(abs(d_step))} step difference; compute {fmt_us(o.compute_us)} → {fmt_us(m.compute_us)}"
+    )
+    if launches is not None and launches[side] is not None and launches[other] is not None:
+        evidence += f"; kernel launches {fmt_count(launches[other])} → {fmt_count(launches[side])} per rank"
+    return [
+        Finding(
+            "host_bound",
+            "high" if share is not None and share >= IDLE_HIGH_SHARE else "medium",
+            f"{lab} is host-bound: {fmt_us(abs(d_free))} more idle time than {lab_o}",
+            evidence,
+            "the device (on CPU, the training thread) waits for the host between its work: Python and FSDP "
+            "hook work per unit, kernel launches, allocator and synchronisation calls",
+            _action("host_bound"),
+            Estimate(label="measured", step_time_delta_us=-abs(d_free), note="the idle-time difference"),
+            subject=lab,
+        )
     ]
 
 
@@ -1139,6 +1207,15 @@ RULES: tuple[Rule, ...] = (
         rule_prefetch_change,
     ),
     Rule(
+        "host_bound",
+        f"an arm's idle time (neither compute nor comm) is larger by >= {IDLE_DELTA_SHARE:.0%} of the base "
+        f"step and makes up >= {IDLE_OF_STEP_DELTA:.0%} of the step-time difference",
+        f"high if that idle time is >= {IDLE_HIGH_SHARE:.0%} of the arm's step, else medium",
+        "cut host work per step: fewer, larger FSDP units and collectives (fewer hooks and launches), "
+        "CUDA/NPU graphs or torch.compile, or a larger batch or sequence so device work covers the host",
+        rule_host_bound,
+    ),
+    Rule(
         "sync_storm",
         f"a sync/launch count >= {SYNC_RATIO:g}x the other arm's and >= {SYNC_MIN_DELTA} more per rank",
         "medium",
@@ -1192,6 +1269,10 @@ def evaluate(x: RuleInput) -> list[Finding]:
     the estimated step-time gain (largest first), then by the order of ``RULES``.
     """
     findings = [f for rule in RULES for f in rule.check(x)]
+    if all(f.id in ("invalid_comparison", "step_time") for f in findings):
+        for f in findings:
+            if f.id == "step_time":
+                f.cause = "no rule found a cause: the breakdown in the evidence is all there is"
     pinned = {"invalid_comparison": 0, "step_time": 1}
     return sorted(
         findings,

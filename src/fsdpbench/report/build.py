@@ -408,12 +408,19 @@ def _configuration(data: RunData) -> list[Block]:
         blocks.append(Para("Unknown: `manifest.json` is missing."))
         return blocks
     arms = manifest.get("arms") or []
+    runtime = manifest.get("arm_runtime") or {}
     if arms:
         keys = [k for k in arms[0] if k != "label" and any(a.get(k) not in ("", {}, None) for a in arms)]
         blocks.append(
             Table(
                 ["arm", *keys],
-                [[a.get("label", MISSING), *(_option_text(a.get(k, MISSING)) for k in keys)] for a in arms],
+                [
+                    [
+                        a.get("label", MISSING),
+                        *(_arm_option_cell(a, k, runtime.get(a.get("label"))) for k in keys),
+                    ]
+                    for a in arms
+                ],
                 numeric=False,
             )
         )
@@ -476,6 +483,15 @@ def _option_text(value: Any) -> str:
     if isinstance(value, dict):
         return " ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+def _arm_option_cell(arm: dict[str, Any], key: str, ran: Any) -> str:
+    """An arm option as configured, or, for ``param_dtype``, what the launch ran with where that differs
+    (on NPU/GPU an arm that sets none takes the device default, ``arm_runtime``)."""
+    value = _option_text(arm.get(key, MISSING))
+    if key == "param_dtype" and isinstance(ran, dict) and ran.get("param_dtype") not in (None, arm.get(key)):
+        return f"{ran['param_dtype']} ({ran.get('param_dtype_source') or 'as run'}; option {value})"
+    return value
 
 
 def _what_ran_table(backends: dict[str, Any]) -> Table | None:
