@@ -336,3 +336,15 @@ def test_a_deeper_prefetch_that_exposes_as_much_but_steps_faster_is_not_advised_
     assert "100.0 ms shorter all the same" in f.action and "keep the shallower" not in f.action
     same_step = diff_analyses(base, copy.deepcopy(base), **arms).finding("prefetch_change")
     assert same_step.action.startswith("keep the shallower prefetch (arm base)")
+
+
+def test_a_host_bound_arm_that_is_also_fragmented_comes_after_the_fragmentation_finding():
+    """Idle time that comes with 10x the collective calls is a symptom of the fragmentation: medium, and
+    the cause says so; the fragmentation finding (high) ranks above it."""
+    coll = lambda n: {"all_gather": {"count": n, "bytes": 10**9, "time_us": 200_000.0}}  # noqa: E731
+    base = analysis(rank(0, step=1_000_000.0, free=100_000.0, collectives=coll(12)))
+    test = analysis(rank(0, step=2_000_000.0, free=1_000_000.0, collectives=coll(120)))
+    d = diff_analyses(base, test, test_label="hyper")
+    f = d.finding("host_bound")
+    assert f.severity == "medium" and "which the fragmentation finding prices" in f.cause
+    assert ids(d).index("fragmentation") < ids(d).index("host_bound")

@@ -916,14 +916,28 @@ def rule_host_bound(x: RuleInput) -> list[Finding]:
     )
     if launches is not None and launches[side] is not None and launches[other] is not None:
         evidence += f"; kernel launches {fmt_count(launches[other])} → {fmt_count(launches[side])} per rank"
+    cause = (
+        "the device (on CPU, the training thread) waits for the host between its work: Python and FSDP "
+        "hook work per unit, kernel launches, allocator and synchronisation calls"
+    )
+    severity = "high" if share is not None and share >= IDLE_HIGH_SHARE else "medium"
+    fragmented = any(
+        r[side].count and r[other].count and r[side].count / r[other].count >= FRAGMENTATION_COUNT_RATIO
+        for r in x.collectives
+    )
+    if fragmented:  # the cause is the fragmentation finding's: keep this symptom below it
+        severity = "medium"
+        cause += (
+            f"; {lab} also issues several times {lab_o}'s collective calls, and much of its idle time is the "
+            "host work around each call, which the fragmentation finding prices"
+        )
     return [
         Finding(
             "host_bound",
-            "high" if share is not None and share >= IDLE_HIGH_SHARE else "medium",
+            severity,
             f"{lab} is host-bound: {fmt_us(abs(d_free))} more idle time than {lab_o}",
             evidence,
-            "the device (on CPU, the training thread) waits for the host between its work: Python and FSDP "
-            "hook work per unit, kernel launches, allocator and synchronisation calls",
+            cause,
             _action("host_bound"),
             Estimate(label="measured", step_time_delta_us=-abs(d_free), note="the idle-time difference"),
             subject=lab,
@@ -1210,7 +1224,8 @@ RULES: tuple[Rule, ...] = (
         "host_bound",
         f"an arm's idle time (neither compute nor comm) is larger by >= {IDLE_DELTA_SHARE:.0%} of the base "
         f"step and makes up >= {IDLE_OF_STEP_DELTA:.0%} of the step-time difference",
-        f"high if that idle time is >= {IDLE_HIGH_SHARE:.0%} of the arm's step, else medium",
+        f"high if that idle time is >= {IDLE_HIGH_SHARE:.0%} of the arm's step and the arm is not fragmented "
+        "(then the fragmentation finding comes first), else medium",
         "cut host work per step: fewer, larger FSDP units and collectives (fewer hooks and launches), "
         "CUDA/NPU graphs or torch.compile, or a larger batch or sequence so device work covers the host",
         rule_host_bound,
