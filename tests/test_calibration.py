@@ -135,6 +135,16 @@ def test_prefetch_estimate_from_the_low_overlap_finding_or_computed_when_none_fi
     assert e["predicted_ms"] == pytest.approx(-40.0) and "computed" in e["note"]
 
 
+def test_a_prefetch_pair_without_communication_on_either_side_has_nothing_to_calibrate():
+    """One GPU (seen on an H200): FSDP2 issues no collectives, the estimate is 0 by construction, and an
+    entry would report the step's other changes as its error (+100%)."""
+    arms = {"torch": _arm("torch"), "torch-prefetch1": _arm("torch-prefetch1", prefetch=1)}
+    one_rank = {"step_time_us": 183_800.0, "compute_us": 106_200.0, "comm_us": 0.0, "exposed_comm_us": 0.0}
+    faster = {**one_rank, "step_time_us": 171_400.0}
+    diff = _diff("torch", "torch-prefetch1", one_rank, faster)
+    assert cal.calibrate_diff(diff, arms, {"torch": 183.9, "torch-prefetch1": 168.2}) == []
+
+
 def test_no_counterfactual_arm_means_no_entries():
     arms = {"torch": _arm("torch"), "torch-raf0": _arm("torch-raf0", reshard_after_forward=False)}
     diff = _diff(

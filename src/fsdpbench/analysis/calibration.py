@@ -16,7 +16,8 @@ estimate                    from                                         counter
                             ``estimate_overlap``, or the same estimate   ``bwd_prefetch``, resolved per
                             from the diff's side-by-side means when no   direction): the other prefetches at
                             finding fired                                least as far in both directions,
-                                                                         further in one (exact)
+                                                                         further in one (exact); none
+                                                                         when neither arm has comm
 ==========================  ===========================================  ===================================
 
 Straggler estimates ("rank r computes like the others") have no counterfactual arm in one run: removing a
@@ -277,6 +278,8 @@ def _prefetch_entries(
     side = "base" if deeper == "test" else "test"
     means = (diff.get("side_by_side") or {}).get("mean") or {}
     m, mo = means.get(side) or {}, means.get(other) or {}
+    if not m.get("comm_us") and not mo.get("comm_us"):  # e.g. one rank: no collectives, nothing to hide
+        return []
     found = next(
         (
             f["estimate"]
