@@ -184,7 +184,8 @@ try:
     backend.apply(build_model(preset_tiny(), device="meta"), mesh, Arm(backend="hyper", comm_fusion=True))
 except ConfigError as exc:
     print(exc)
-    sys.exit(3)
+    from fsdpbench.run.process_exit import exit_without_teardown
+    exit_without_teardown(3)  # gloo's threads can abort the interpreter's own teardown
 """
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
