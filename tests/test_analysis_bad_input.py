@@ -77,6 +77,19 @@ def test_one_corrupt_rank_is_skipped_with_a_warning_naming_it(tmp_path):
     assert any("rank1.json" in w and w.startswith("skipped") for w in res.warnings)
 
 
+def test_a_one_rank_world_says_why_it_has_no_collectives_instead_of_asking(tmp_path):
+    """distributedInfo world_size 1 (one GPU, seen on an H200): FSDP issues no collectives at all."""
+    doc = {
+        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+        "traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 5}],
+    }
+    (tmp_path / "rank0.json").write_bytes(orjson.dumps(doc))
+    res = analyze([tmp_path / "rank0.json"], workers=1)
+    assert "rank0.json: a world of one rank (distributedInfo world_size 1)" in res.warnings[0]
+    assert not [w for w in res.warnings if NO_COLLECTIVES in w]
+    assert res.ranks[0].overlap_ratio is None
+
+
 def test_trace_without_collectives_warns_and_reports_overlap_null(tmp_path, capsys):
     doc = {
         "traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 5}]

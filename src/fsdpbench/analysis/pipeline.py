@@ -20,7 +20,7 @@ from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew,
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
-from fsdpbench.trace.rank import DEVICE_NOT_RECORDED
+from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, ONE_RANK_WORLD
 
 if TYPE_CHECKING:
     from fsdpbench.trace.table import EventTable
@@ -428,7 +428,8 @@ def analyze(
     ranks.sort(key=lambda r: r.rank)
     for r in ranks:
         # a CPU-only profile of a GPU job already says why it has none (its reader's warning)
-        unrecorded = any(w.startswith(f"{Path(r.source).name}: {DEVICE_NOT_RECORDED}") for w in warnings)
+        said = (DEVICE_NOT_RECORDED, ONE_RANK_WORLD)  # why it has none, said by its reader already
+        unrecorded = any(w.startswith(f"{Path(r.source).name}: {x}") for w in warnings for x in said)
         if not r.collectives and not unrecorded:
             warnings.append(f"rank {r.rank}: {NO_COLLECTIVES}")
         if r.orphan_events:

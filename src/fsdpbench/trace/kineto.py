@@ -44,7 +44,7 @@ from fsdpbench.errors import InputError
 from fsdpbench.trace.kineto_comm import Identity, resolve
 from fsdpbench.trace.kineto_cpu import classify_cpu
 from fsdpbench.trace.kineto_decode import decode
-from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, RankTrace
+from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, ONE_RANK_WORLD, RankTrace
 from fsdpbench.trace.table import (
     CATEGORIES,
     CATEGORY_CODE,
@@ -360,6 +360,11 @@ def _read_kineto(path: Path) -> RankTrace:
         rank = rank_from_path(path)
     if cols.n == 0:
         raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
+    if isinstance(dist, dict) and dist.get("world_size") == 1:
+        warnings.append(
+            f"{path.name}: {ONE_RANK_WORLD} (distributedInfo world_size 1): FSDP issues no collectives there, "
+            "so there is no communication to analyse"
+        )
     thread_names = cols.thread_names
     c = _timed_columns(path, cols, warnings)
     names, cats = c.names, c.cats

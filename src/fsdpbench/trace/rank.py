@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 DEVICE_NOT_RECORDED = "device activity was not recorded"
 """The words of the warning a reader gives a CPU-only profile of a GPU/NPU job."""
+ONE_RANK_WORLD = "a world of one rank"
+"""The words of the warning a reader gives a trace whose process group has one rank (FSDP then issues no
+collectives, so "no collectives found" would ask the wrong question)."""
 
 
 @dataclass
