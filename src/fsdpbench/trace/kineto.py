@@ -360,11 +360,6 @@ def _read_kineto(path: Path) -> RankTrace:
         rank = rank_from_path(path)
     if cols.n == 0:
         raise InputError(f"{path}: no timed ('ph': 'X') events; the profiler recorded nothing")
-    if isinstance(dist, dict) and dist.get("world_size") == 1:
-        warnings.append(
-            f"{path.name}: {ONE_RANK_WORLD} (distributedInfo world_size 1): FSDP issues no collectives there, "
-            "so there is no communication to analyse"
-        )
     thread_names = cols.thread_names
     c = _timed_columns(path, cols, warnings)
     names, cats = c.names, c.cats
@@ -411,6 +406,15 @@ def _read_kineto(path: Path) -> RankTrace:
         recorded = ()  # a CPU-only trace has no device syncs or kernel launches to record
         out.task[:] = 0
 
+    if (
+        isinstance(dist, dict)
+        and dist.get("world_size") == 1
+        and not (out.category == CATEGORY_CODE["comm"]).any()
+    ):
+        warnings.append(
+            f"{path.name}: {ONE_RANK_WORLD} (distributedInfo world_size 1) and no collectives: FSDP issues none "
+            "at that size, so there is no communication to analyse"
+        )
     c.corr = c.pair_codes = np.empty(0, dtype=np.int64)  # used up: freed before the launch columns are made
     start, launch_of = c.start, out.launch_of
     own = launch_of < 0  # no linked launch: the event's own start and lane
