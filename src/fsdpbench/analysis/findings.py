@@ -1288,6 +1288,7 @@ def evaluate(x: RuleInput) -> list[Finding]:
         for f in findings:
             if f.id == "step_time":
                 f.cause = "no rule found a cause: the breakdown in the evidence is all there is"
+                f.action = "none from the rules: compare the op types and the timeline of the two arms"
     pinned = {"invalid_comparison": 0, "step_time": 1}
     return sorted(
         findings,
