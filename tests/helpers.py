@@ -42,6 +42,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ascend_output(root: Path, rank: int) -> Path:
+    """The ``ASCEND_PROFILER_OUTPUT`` folder of rank ``rank`` in an Ascend export folder ``root``."""
+    return root / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+
+
+def sql_rows(db: Path, query: str) -> list[tuple]:
+    """``query``'s rows from the sqlite file ``db``, opened read-only (the shared fixtures stay untouched)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
 def run_cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None, cwd: Path | None = None):
     """Run ``python -m fsdpbench ARGS`` in a subprocess; return the CompletedProcess (text mode)."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
@@ -863,7 +879,7 @@ def fake_npu_grouped_matmul(calls: list[dict], k_grouped: bool = True):
     return npu_grouped_matmul
 
 
-FAKE_LAUNCH = """
+FAKE_LAUNCH_FILES = """
 import json, pathlib, sys
 spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
 run_dir, ldir = pathlib.Path(spec["run_dir"]), pathlib.Path(spec["launch_dir"])
@@ -871,8 +887,15 @@ for rel, text in json.loads(sys.argv[2]).items():
     path = run_dir / rel.replace("{ldir}", str(ldir.relative_to(run_dir)))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+"""
+"""A stand-in for torchrun: writes the files given as JSON (``{ldir}`` = the launch folder)."""
+
+FAKE_LAUNCH = (
+    FAKE_LAUNCH_FILES
+    + """
 with open(run_dir / "steps.jsonl", "a") as f:
     for step in range(spec["config"]["profile_step"] + 1):
         f.write(json.dumps({"arm": spec["arm"], "round": spec["round"], "step": step, "kind": "profile",
                             "time_ms": 1.0, "loss": 1.0}) + "\\n")
 """
+)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from fsdpbench.analysis import analyze
-from helpers import ASCEND_FIXTURES
+from helpers import ASCEND_FIXTURES, ascend_output
 
 DB2 = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 TEXT1 = ASCEND_FIXTURES / "msinsight_pt_text_level1"
@@ -30,19 +30,15 @@ def _union_us(intervals: list[tuple[int, int]]) -> float:
     return (total + (0 if cur_e is None else cur_e - cur_s)) / 1000.0
 
 
-def _output(run: Path, rank: int) -> Path:
-    return run / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-
-
 def _raw_comm(run: Path, rank: int) -> tuple[float, float, float]:
     """(union of COMMUNICATION_OP, union of HCCL's TASK rows, analysis.db communication) in µs."""
-    with sqlite3.connect(_output(run, rank) / f"ascend_pytorch_profiler_{rank}.db") as con:
+    with sqlite3.connect(ascend_output(run, rank) / f"ascend_pytorch_profiler_{rank}.db") as con:
         ops = con.execute("SELECT startNs, endNs FROM COMMUNICATION_OP").fetchall()
         tasks = con.execute(
             "SELECT t.startNs, t.endNs FROM TASK t WHERE t.globalTaskId IN "
             "(SELECT globalTaskId FROM COMMUNICATION_TASK_INFO)"
         ).fetchall()
-    with sqlite3.connect(_output(run, rank) / "analysis.db") as con:
+    with sqlite3.connect(ascend_output(run, rank) / "analysis.db") as con:
         theirs = con.execute("SELECT communication FROM StepTraceTime").fetchone()[0]
     return _union_us(ops), _union_us(tasks), float(theirs)
 
@@ -71,7 +67,7 @@ def test_a_db_difference_names_analysis_db_and_the_task_level_cause(db_run):
     tasks_us = {}
     for rank in (0, 1):
         _, tasks_us[rank], _ = _raw_comm(db_run, rank)
-        with sqlite3.connect(_output(db_run, rank) / "analysis.db") as con:
+        with sqlite3.connect(ascend_output(db_run, rank) / "analysis.db") as con:
             con.execute("UPDATE StepTraceTime SET communication = ?", (tasks_us[rank],))
         con.close()
     res = analyze([db_run], workers=1)
@@ -85,7 +81,7 @@ def test_a_db_difference_names_analysis_db_and_the_task_level_cause(db_run):
 
 def test_a_db_difference_of_unknown_cause_names_only_the_reference(db_run):
     for rank in (0, 1):
-        with sqlite3.connect(_output(db_run, rank) / "analysis.db") as con:
+        with sqlite3.connect(ascend_output(db_run, rank) / "analysis.db") as con:
             con.execute("UPDATE StepTraceTime SET computing = computing + 500")
         con.close()
     res = analyze([db_run], workers=1)
@@ -97,7 +93,7 @@ def test_a_db_difference_of_unknown_cause_names_only_the_reference(db_run):
 def test_a_text_difference_names_step_trace_time_csv(tmp_path, shared_fixtures):
     run = tmp_path / "run"
     shutil.copytree(TEXT1, run, ignore=shutil.ignore_patterns(".*"))
-    csv = _output(run, 0) / "step_trace_time.csv"
+    csv = ascend_output(run, 0) / "step_trace_time.csv"
     df = pd.read_csv(csv)
     df["Computing"] = df["Computing"] + 500
     df.to_csv(csv, index=False)

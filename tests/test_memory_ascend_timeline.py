@@ -21,15 +21,11 @@ import pytest
 from fsdpbench.analysis.ascend_memory_timeline import ascend_step_timeline, read_db, read_export, read_text
 from fsdpbench.errors import InputError
 from fsdpbench.run import run_folder
-from helpers import ASCEND_FIXTURES
+from helpers import ASCEND_FIXTURES, ascend_output
 
 TEXT = ASCEND_FIXTURES / "msinsight_pt_text_level1"
 DB = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 MiB = 2**20
-
-
-def _out(root: Path, rank: int) -> Path:
-    return root / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
 
 
 # ---------------------------------------------------------------- the real exports
@@ -37,7 +33,7 @@ def _out(root: Path, rank: int) -> Path:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_real_text_export_peak_and_live_blocks(shared_fixtures, rank):
-    out = _out(TEXT, rank)
+    out = ascend_output(TEXT, rank)
     with open(out / "memory_record.csv", newline="") as f:
         pta = [r for r in csv.DictReader(f) if r["Component"] == "PTA"]
     top = max(pta, key=lambda r: Decimal(r["Total Allocated(MB)"]))
@@ -78,7 +74,7 @@ def test_real_text_export_peak_and_live_blocks(shared_fixtures, rank):
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_real_db_export_peak_and_live_blocks(shared_fixtures, rank):
-    out = _out(DB, rank)
+    out = ascend_output(DB, rank)
     con = sqlite3.connect(out / f"ascend_pytorch_profiler_{rank}.db")
     pta = con.execute("SELECT id FROM STRING_IDS WHERE value = 'PTA'").fetchone()[0]
     peak_bytes, t_peak, reserved = con.execute(
@@ -161,7 +157,7 @@ def _text_export(root: Path) -> Path:
     ``<µs>\\t`` like torch_npu writes them)."""
     out = root / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
-    real = _out(TEXT, 0)
+    real = ascend_output(TEXT, 0)
     rec = []
     for t, mib in _pta_rows():
         ts = f"{B_US + t}\t"
@@ -241,7 +237,7 @@ def _db_export(root: Path) -> Path:
     """The same export as a db, with the real db's CREATE TABLE statements."""
     out = root / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
-    real = sqlite3.connect(_out(DB, 0) / "ascend_pytorch_profiler_0.db")
+    real = sqlite3.connect(ascend_output(DB, 0) / "ascend_pytorch_profiler_0.db")
     tables = ("STRING_IDS", "MEMORY_RECORD", "OP_MEMORY", "PYTORCH_API")
     schema = [
         real.execute("SELECT sql FROM sqlite_master WHERE name = ?", (t,)).fetchone()[0] for t in tables

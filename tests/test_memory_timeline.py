@@ -13,19 +13,15 @@ import torch
 
 from fsdpbench.errors import InputError
 from fsdpbench.trace import memory as tm
-from helpers import ASCEND_FIXTURES
+from helpers import ASCEND_FIXTURES, ascend_output
 
 TEXT = ASCEND_FIXTURES / "msinsight_pt_text_level1"
 DB = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 
 
-def _out(root, rank):
-    return root / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-
-
 @pytest.mark.parametrize("rank", [0, 1])
 def test_memory_record_csv_peak_is_the_raw_pta_maximum_and_operator_memory_agrees(shared_fixtures, rank):
-    out = _out(TEXT, rank)
+    out = ascend_output(TEXT, rank)
     with open(out / "memory_record.csv", newline="") as f:
         pta = [r for r in csv.DictReader(f) if r["Component"] == "PTA"]
     raw_peak = max(float(r["Total Allocated(MB)"]) for r in pta)
@@ -46,7 +42,7 @@ def test_memory_record_csv_peak_is_the_raw_pta_maximum_and_operator_memory_agree
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_db_tables_read_like_the_csvs(shared_fixtures, rank):
-    db = _out(DB, rank) / f"ascend_pytorch_profiler_{rank}.db"
+    db = ascend_output(DB, rank) / f"ascend_pytorch_profiler_{rank}.db"
     con = sqlite3.connect(db)
     raw = con.execute(
         "SELECT max(m.totalAllocated), count(*) FROM MEMORY_RECORD m JOIN STRING_IDS s ON m.component = s.id "

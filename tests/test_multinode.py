@@ -24,6 +24,7 @@ from fsdpbench.config import RunConfig
 from fsdpbench.errors import ConfigError
 from fsdpbench.run import collect, failures, run_folder
 from fsdpbench.run.launcher import launch_plan, plan_ports, torchrun_command
+from helpers import FAKE_LAUNCH_FILES
 from reference import LR, SEQ, reference_training
 
 NODE_ARGS = [
@@ -328,16 +329,6 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
 # per-node checks and summary fields (no launch: torchrun replaced by a script)
 # --------------------------------------------------------------------------------------------
 
-_FAKE_NODE_LAUNCH = """
-import json, pathlib, sys
-spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
-run_dir, ldir = pathlib.Path(spec["run_dir"]), pathlib.Path(spec["launch_dir"])
-for rel, text in json.loads(sys.argv[2]).items():
-    path = run_dir / rel.replace("{ldir}", str(ldir.relative_to(run_dir)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-"""
-
 
 def test_node_1_checks_its_own_ranks_ascend_output_from_its_own_environment(tmp_path, monkeypatch):
     """With --device auto, node 1 has no environment.json (rank 0's): its own environment_node1.json says
@@ -358,7 +349,7 @@ def test_node_1_checks_its_own_ranks_ascend_output_from_its_own_environment(tmp_
         lambda cfg, spec, logs, port, python=None: [
             sys.executable,
             "-c",
-            _FAKE_NODE_LAUNCH,
+            FAKE_LAUNCH_FILES,
             str(spec),
             json.dumps(files),
         ],

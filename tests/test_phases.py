@@ -22,6 +22,7 @@ from fsdpbench.backends import get_backend
 from fsdpbench.config import RunConfig, preset_tiny
 from fsdpbench.run import run_folder
 from fsdpbench.run.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
+from helpers import run_manifest
 from phase_checks import PHASE_NAMES, assert_phase_split
 
 
@@ -204,22 +205,6 @@ def test_device_events_are_recorded_without_synchronising_inside_the_step(
 # -------------------------------------------------------------------------------- summary (synthetic)
 
 
-def _manifest(labels, rounds):
-    from fsdpbench.run.launcher import interleaved_order
-
-    cfg = RunConfig.from_sources(
-        env={}, overrides={"arms": "torch,torch:prefetch=1", "rounds": rounds}
-    ).to_dict()
-    for arm, label in zip(cfg["arms"], labels, strict=True):
-        arm["label"] = label
-    return {
-        "config": cfg,
-        "arms": cfg["arms"],
-        "order": interleaved_order(list(labels), rounds, "alternate", 0),
-        "environment": {"world_size": 2, "device_name": "cpu"},
-    }
-
-
 def _record(arm, rnd, step, per_rank: dict[str, list[float]], kind="timed"):
     ranks = [math.fsum(per_rank[p][r] for p in PHASE_NAMES) for r in range(2)]
     return {
@@ -267,7 +252,7 @@ def test_summary_phase_medians_match_a_hand_computation_from_the_records():
         + _arm_steps("hyper", 0, [[10, 10], [10, 10], [10, 10]], scale=1.5)
         + _arm_steps("hyper", 1, [[11, 11], [11, 11], [11, 11]], scale=1.5)
     )
-    s = run_folder.build_summary(_manifest(("torch", "hyper"), 2), steps)
+    s = run_folder.build_summary(run_manifest(("torch", "hyper"), 2), steps)
     torch_phases = s["arms"]["torch"]["phases"]
     # forward, slowest rank per step: round 0 [12, 11, 14] → 12, round 1 [21, 22, 19] → 21; median 16.5
     assert [r["max_over_ranks"]["forward"] for r in torch_phases["rounds"]] == [12, 21]
@@ -301,7 +286,7 @@ def test_summary_phase_medians_match_a_hand_computation_from_the_records():
 
 def test_one_round_per_arm_gives_phase_verdicts_that_cannot_tell_yet():
     steps = _arm_steps("torch", 0, [[10, 12]] * 3) + _arm_steps("hyper", 0, [[20, 20]] * 3, scale=2)
-    s = run_folder.build_summary(_manifest(("torch", "hyper"), 1), steps)
+    s = run_folder.build_summary(run_manifest(("torch", "hyper"), 1), steps)
     for phase, c in s["comparisons"][0]["phases"].items():
         assert c["ci95"] is None
         assert c["verdict"].startswith(f"{phase}: cannot tell yet whether hyper differs from torch"), c
@@ -311,7 +296,7 @@ def test_summary_of_records_without_phase_times_has_none():
     steps = _arm_steps("torch", 0, [[10, 12]]) + _arm_steps("hyper", 0, [[10, 12]])
     for rec in steps:
         del rec["phases_ms"]
-    s = run_folder.build_summary(_manifest(("torch", "hyper"), 1), steps)
+    s = run_folder.build_summary(run_manifest(("torch", "hyper"), 1), steps)
     assert s["arms"]["torch"]["phases"] is None and s["comparisons"][0]["phases"] is None
 
 
@@ -361,7 +346,7 @@ def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
         + _arm_steps("hyper", 0, [[20, 20]] * 3, scale=2)
         + _arm_steps("hyper", 1, [[21, 20]] * 3, scale=2)
     )
-    summary = run_folder.build_summary(_manifest(("torch", "hyper"), 2), steps)
+    summary = run_folder.build_summary(run_manifest(("torch", "hyper"), 2), steps)
     data = types.SimpleNamespace(
         summary=Summary.from_dict(summary)
     )  # the one field of a loaded run the section reads

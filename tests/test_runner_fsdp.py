@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import orjson
 import pytest
-import torch
 
 from fsdpbench.config import preset_tiny
-from helpers import free_port, run_cli
+from helpers import assert_matches_reference, free_port, run_cli
 from process_group_checks import check_hsdp_groups
-from reference import LR, SEQ, STEPS, reference_training
+from reference import LR, SEQ, STEPS
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
@@ -45,21 +44,12 @@ def _run(tmp_path, *extra: str, nproc: int = 2, timeout: float = 240):
     return run_dir, steps
 
 
-def _assert_matches_reference(run_dir, steps, rows, arm="torch"):
-    ref_losses, ref_params = reference_training(rows)
-    assert [s["loss"] for s in steps] == pytest.approx(ref_losses, abs=1e-6)
-    params = torch.load(run_dir / "launches" / arm / "round0" / "final_params.pt")
-    assert params.keys() == ref_params.keys()
-    worst = max((params[n] - ref_params[n]).abs().max().item() for n in params)
-    assert worst <= 1e-6, f"max |p - p_ref| = {worst}"
-
-
 def test_torch_arm_equals_single_process_training_and_issues_2n_plus_1_all_gathers(tmp_path):
     run_dir, steps = _run(tmp_path, "--arm", "torch")
     layers = preset_tiny().num_hidden_layers
     for s in steps:  # N layers + root: N forward + N backward re-gathers + 1 root; N + 1 reduce-scatters
         assert s["collectives"] == {"all_gather": 2 * layers + 1, "reduce_scatter": layers + 1}, s
-    _assert_matches_reference(run_dir, steps, rows=2)
+    assert_matches_reference(run_dir, steps, "torch", rows=2)
     manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
     assert manifest["environment"]["process_group_backend"] == "gloo"
     assert manifest["order"] == [{"round": 0, "arm": "torch"}]
@@ -84,4 +74,4 @@ def test_hsdp_2x2_on_4_ranks_adds_one_all_reduce_per_unit_and_matches_reference(
             "reduce_scatter": layers + 1,
             "all_reduce": layers + 1,
         }, s
-    _assert_matches_reference(run_dir, steps, rows=4, arm="torch-mesh2x2")
+    assert_matches_reference(run_dir, steps, "torch-mesh2x2", rows=4)

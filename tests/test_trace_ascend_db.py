@@ -14,22 +14,14 @@ from fsdpbench.analysis import analyze
 from fsdpbench.analysis.overlap import breakdown
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend import read_ascend
-from helpers import ASCEND_FIXTURES
+from helpers import ASCEND_FIXTURES, sql_rows
 
 DB2 = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 RANKS = [DB2 / "rank0_ascend_pt", DB2 / "rank1_ascend_pt"]
 
 
-def _sql(path: Path, query: str) -> list[tuple]:
-    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
-
-
 def _step_trace_time(rank: int) -> dict[str, float]:
-    (row,) = _sql(
+    (row,) = sql_rows(
         RANKS[rank] / "ASCEND_PROFILER_OUTPUT" / "analysis.db",
         "SELECT step, computing, communication, overlapped, communication_not_overlapped, free FROM StepTraceTime",
     )
@@ -63,7 +55,7 @@ def test_db_free_over_the_device_span_equals_analysis_db_free(rank, shared_fixtu
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_db_collectives_equal_comm_analyzer_time(db2, rank):
-    ops = _sql(
+    ops = sql_rows(
         RANKS[rank] / "ASCEND_PROFILER_OUTPUT" / "analysis.db", "SELECT hccl_op_name FROM CommAnalyzerTime"
     )
     assert len(ops) == 4 and all(name.startswith("hcom_allReduce_") for (name,) in ops)
@@ -76,7 +68,7 @@ def test_db_op_stats_equal_a_sql_group_by_of_the_compute_tasks(db2):
     db = RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
     ref = dict(
         (op, (n, total / 1000))
-        for op, n, total in _sql(
+        for op, n, total in sql_rows(
             db,
             "SELECT s.value, count(*), sum(t.endNs - t.startNs) FROM TASK t JOIN COMPUTE_TASK_INFO c "
             "USING (globalTaskId) JOIN STRING_IDS s ON s.id = c.opType GROUP BY s.value",
@@ -92,9 +84,9 @@ def test_db_sync_counts_one_per_host_call_not_per_nested_runtime_call(db2):
     """Level2 records aclrtSynchronizeStreamWithTimeout and the Runtime StreamSynchronize inside it:
     7 user calls in step 50, not 14."""
     db = RANKS[0] / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
-    (window,) = _sql(db, "SELECT startNs, endNs FROM STEP_TIME WHERE id = 50")
+    (window,) = sql_rows(db, "SELECT startNs, endNs FROM STEP_TIME WHERE id = 50")
     acl, runtime = (
-        _sql(
+        sql_rows(
             db,
             f"SELECT count(*) FROM CANN_API a JOIN STRING_IDS s ON s.id = a.name WHERE s.value = '{n}' "
             f"AND a.startNs >= {window[0]} AND a.startNs < {window[1]}",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 
 import orjson
@@ -18,7 +17,7 @@ from fsdpbench.analysis.diff import DiffResult, diff_analyses
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_db import AscendDbTables, read_tables
 from fsdpbench.trace.synthetic import make_trace, write_trace
-from helpers import ASCEND_FIXTURES, run_cli
+from helpers import ASCEND_FIXTURES, run_cli, sql_rows
 
 DB2 = ASCEND_FIXTURES / "msinsight_pt_db_level2"
 
@@ -109,28 +108,20 @@ def test_the_diff_and_analysis_json_of_a_real_profiled_run_read_back_unchanged(p
         _check_analysis(raw)
 
 
-def _sql(db: Path, query: str) -> list[tuple]:
-    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
-
-
 @pytest.mark.parametrize("rank", [0, 1])
 def test_read_tables_gives_typed_tables_that_match_the_database(shared_fixtures, rank):
     db = DB2 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db"
     tables = read_tables(db)
     assert isinstance(tables, AscendDbTables)
-    assert tables.task_rows == _sql(db, "SELECT count(*) FROM TASK")[0][0]
-    assert tables.cann_api_rows == _sql(db, "SELECT count(*) FROM CANN_API")[0][0]
-    assert len(tables.comm) == _sql(db, "SELECT count(*) FROM COMMUNICATION_OP")[0][0]
-    (hccl_tasks,) = _sql(
+    assert tables.task_rows == sql_rows(db, "SELECT count(*) FROM TASK")[0][0]
+    assert tables.cann_api_rows == sql_rows(db, "SELECT count(*) FROM CANN_API")[0][0]
+    assert len(tables.comm) == sql_rows(db, "SELECT count(*) FROM COMMUNICATION_OP")[0][0]
+    (hccl_tasks,) = sql_rows(
         db,
         "SELECT count(*) FROM TASK WHERE globalTaskId IN (SELECT globalTaskId FROM COMMUNICATION_TASK_INFO)",
     )[0]
     assert len(tables.comm_tasks) == hccl_tasks
-    streams = _sql(
+    streams = sql_rows(
         db,
         "SELECT DISTINCT streamId FROM TASK WHERE globalTaskId IN "
         "(SELECT globalTaskId FROM COMMUNICATION_TASK_INFO)",
