@@ -548,33 +548,25 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         # prediction on CPU/gloo (docs/diagnosis.md, "Calibration"); both are shown
         data, data_o = x.analysis[side], x.analysis[other]
         by_unit = whatif.has_unit_rows(data) and whatif.has_unit_rows(data_o)
+        priced = {**m.breakdown(), "free_us": m.free_us}
+        step_waits = None if by_unit else whatif.step_waits(data)  # the step-totals path's wait term
         # per (unit, phase): each place's calls at the other arm's count there
         estimate = (
             whatif.estimate_regrouping_units(
-                data, whatif.unit_counts(data_o), fit_for, types=per_type, **m.breakdown(), free_us=m.free_us
+                data, whatif.unit_counts(data_o), fit_for, types=per_type, **priced
             )
             if by_unit
             else None
         )
         if estimate is None:  # traces without fsdpbench's ranges: whole-step totals
             estimate = whatif.estimate_regrouping(
-                per_type,
-                {r.type: r[other].count for r in hits},
-                fit_for,
-                **m.breakdown(),
-                free_us=m.free_us,
-                waits=whatif.step_waits(data),
+                per_type, {r.type: r[other].count for r in hits}, fit_for, **priced, waits=step_waits
             )
             estimate.basis = whatif.BASIS_STEP
         estimate.scenario = f"{lab}'s collectives issued at {lab_o}'s granularity"
         per_unit = (  # one bucket per unit: one call of each type per (unit, phase)
             whatif.estimate_regrouping_units(
-                data,
-                {k: 1.0 for k in whatif.unit_counts(data)},
-                fit_for,
-                types=per_type,
-                **m.breakdown(),
-                free_us=m.free_us,
+                data, {k: 1.0 for k in whatif.unit_counts(data)}, fit_for, types=per_type, **priced
             )
             if by_unit
             else None
@@ -591,9 +583,8 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 per_type,
                 {k: v for k, v in layer.items() if k in per_type},
                 fit_for,
-                **m.breakdown(),
-                free_us=m.free_us,
-                waits=whatif.step_waits(data),
+                **priced,
+                waits=step_waits,
             )
             estimate.one_bucket_per_layer = _bucket_summary(per_layer, layer, whatif.BASIS_STEP)
         frag_time = sum(r[side].time_us or 0.0 for r in hits)
