@@ -10,15 +10,15 @@ write left behind. Removing them is always safe: the next analysis reads the tra
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import fmt_bytes
 
-_TEMP_PREFIX, _TEMP_SUFFIX = ".fsdpbench-", ".tmp"  # trace.cache.write_beside's temporary files
 
-
+@functools.cache
 def cache_suffixes() -> tuple[str, ...]:
     """The name endings of the cache files, taken from the modules that write them."""
     from fsdpbench.analysis import result_cache
@@ -31,7 +31,9 @@ def cache_suffixes() -> tuple[str, ...]:
 
 def is_cache_file(name: str) -> bool:
     """Whether a file called ``name`` is an fsdpbench cache (or a temporary one left behind)."""
-    if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
+    from fsdpbench.trace.cache import TEMP_PREFIX, TEMP_SUFFIX
+
+    if name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX):
         return True
     return name.startswith(".") and any(name.endswith(s) and len(name) > len(s) + 1 for s in cache_suffixes())
 

@@ -193,6 +193,10 @@ def _savez_fast(f: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
+TEMP_PREFIX, TEMP_SUFFIX = ".fsdpbench-", ".tmp"
+"""How ``write_beside`` names its temporary files (a failed write can leave one; ``fsdpbench cache`` finds it)."""
+
+
 def write_beside(trace: Path, target: Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Write a cache file ``target`` beside ``trace`` atomically (``write`` fills an open temp file),
     with the trace's read/write permissions; skip quietly when the folder is not writable, the cache is
@@ -204,7 +208,9 @@ def write_beside(trace: Path, target: Path, write: Callable[[IO[bytes]], Any]) -
     try:
         import tempfile  # only when writing (with shutil under it, ~15 ms a cached run need not pay)
 
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fsdpbench-", suffix=".tmp", delete=False) as f:
+        with tempfile.NamedTemporaryFile(
+            dir=folder, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, delete=False
+        ) as f:
             tmp = Path(f.name)
             write(f)
         os.chmod(tmp, trace.stat().st_mode & 0o666)  # readable by whoever may read the trace
