@@ -9,6 +9,7 @@ when reading). Torch-free; the analysis modules are imported only by the functio
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections import defaultdict
@@ -58,12 +59,23 @@ LAUNCH_ENVIRONMENT = "environment.json"
 """Rank 0's facts about the device, libraries and backend, merged into the manifest by the launcher."""
 LAUNCH_NODE_ENVIRONMENT = "environment_node{node}.json"
 """Each node's own facts (its local rank 0 writes them), read by the checks that run on every node."""
+LAUNCH_TIMING = "timing.json"
+"""Rank 0's wall-clock stamps (``time.time()``) of its launch's stages; the launcher turns them into the
+``parts_s`` of status.json (``launch_parts``)."""
 LAUNCH_ERROR = "error_rank{rank}.json"
 """What a failing rank writes (``LAUNCH_ERROR.format(rank=k)``); the launcher explains the failure from it."""
 
 PROFILE_ROUND = -1
 """The ``round`` of an arm's profile launch, everywhere (launch specs, ``steps.jsonl``, ``status.json``,
 the manifest's launches); timed rounds are 0, 1, ... On disk the launch's ``kind`` says the same."""
+
+
+PROFILED_ROUND = 0
+"""The round whose launch also profiles each arm, after its timed steps (unless ``--separate-profile``):
+the first, because ``--rounds auto`` does not know the last in advance and a run stopped early keeps it."""
+PROFILE_AFTER_TIMED = 2
+"""Steps a profiled round runs under the profiler after its timed steps: one the profiler warms up on,
+then the recorded one (the model, caches and communicators are already warm from the timed steps)."""
 
 
 def launch_kind(round_: int) -> str:
@@ -276,6 +288,58 @@ def set_aside_profiles(run_dir: str | Path, arm: str, keep_to: Path) -> Path | N
     return keep_to
 
 
+LAUNCH_PARTS = ("start", "process_group", "model", "warmup", "timed", "profile", "teardown", "after")
+"""The parts of a launch's wall time, in order (docs/DATA.md, status.json ``parts_s``)."""
+INIT_PARTS = ("start", "process_group", "model")
+"""The parts that are initialisation: interpreter and imports, process group, model build + init + sharding."""
+_STAMP_ORDER = ("entered", "process_group", "model", "warmup", "timed", "profile")
+
+
+def launch_parts(
+    stamps: Mapping[str, float] | None, spawned: float, exited: float, ended: float
+) -> dict[str, float] | None:
+    """Seconds of each of ``LAUNCH_PARTS`` from rank 0's stamps (``LAUNCH_TIMING``) and the launcher's own
+    wall-clock times: ``spawned`` (torchrun started), ``exited`` (it exited), ``ended`` (the launch's
+    after-work — the NPU profile parse, the collect step — done). None when a stamp is missing (a failed
+    launch, or rank 0 on another host)."""
+    if not stamps or any(not isinstance(stamps.get(k), int | float) for k in _STAMP_ORDER):
+        return None
+    edges = [spawned, *(float(stamps[k]) for k in _STAMP_ORDER), exited, ended]
+    return {part: round(b - a, 4) for part, a, b in zip(LAUNCH_PARTS, edges[:-1], edges[1:], strict=True)}
+
+
+def launch_time(launches: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """summary.json's ``launch_time``: where the launches' time went, from the manifest's successful
+    launches (the last attempt of each): their total wall time, each part's total, and the shares of the
+    timed steps and of initialisation; None before any launch has its parts."""
+    last: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for item in launches:
+        last[(item["arm"], item["round"])] = item
+    timed = [x for x in last.values() if x.get("rc") == 0 and x.get("parts_s")]
+    if not timed:
+        return None
+    total = math.fsum(float(x["wall_s"]) for x in timed)
+    parts = {p: round(math.fsum(float(x["parts_s"].get(p) or 0.0) for x in timed), 3) for p in LAUNCH_PARTS}
+    init = math.fsum(parts[p] for p in INIT_PARTS)
+    return {
+        "launches": len(timed),
+        "wall_s": round(total, 3),
+        "parts_s": parts,
+        "timed_pct": 100.0 * parts["timed"] / total if total > 0 else None,
+        "init_pct": 100.0 * init / total if total > 0 else None,
+    }
+
+
+def launch_time_line(launch_time: Mapping[str, Any] | None) -> str | None:
+    """ "timed steps were N % of the run's time; initialisation M % (S s in L launches)", or None."""
+    if not launch_time or launch_time.get("timed_pct") is None:
+        return None
+    return (
+        f"timed steps were {launch_time['timed_pct']:.0f} % of the run's time; initialisation "
+        f"{launch_time['init_pct']:.0f} % ({launch_time['wall_s']:.1f} s in {launch_time['launches']} launches)"
+    )
+
+
 def launch_dir(run_dir: str | Path, arm: str, round_: int) -> Path:
     """``launches/<arm>/round<r>``, or ``launches/<arm>/profile`` for ``PROFILE_ROUND``."""
     leaf = "profile" if round_ == PROFILE_ROUND else f"round{round_}"
@@ -415,6 +479,8 @@ def summarize_run(
         peak_bf16_flops_per_device=peak,
         failures=_failures(manifest, done),
         collected=_collected(manifest),
+        launch_time=launch_time(manifest.get("launches") or []),
+        rounds_auto=manifest.get("rounds_auto"),
     )
 
 

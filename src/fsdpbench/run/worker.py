@@ -362,6 +362,8 @@ class StepRunner:
         self._next: tuple[int, torch.Tensor] | None = None
         self.optimizer_ran: list[str] | None = None
         """The torch.optim implementations the first step ran (``optimizer_path``), sorted."""
+        self.step_ended: dict[int, float] = {}
+        """Wall-clock time (``time.time()``) at which each step's bookkeeping ended (``run_steps``)."""
 
     def batch(self, step: int) -> torch.Tensor:
         cfg = self.cfg
@@ -477,8 +479,8 @@ class StepRunner:
         split: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         losses, grad_sq = every.cpu().double().unbind(1)
-        if self.round_ == run_folder.PROFILE_ROUND:
-            kind = "profile"
+        if self.round_ == run_folder.PROFILE_ROUND or step >= self.cfg.warmup + self.cfg.steps:
+            kind = "profile"  # a profile launch's steps, or those after a profiled round's timed steps
         else:
             kind = "warmup" if step < self.cfg.warmup else "timed"
         record = {
@@ -517,8 +519,11 @@ def phase_fields(per_rank: list[list[float]], clock_kind: str) -> dict[str, Any]
     return {"rank_time_ms": [row[0] for row in per_rank], "phases_ms": phases, "phase_clock": clock_kind}
 
 
-def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None) -> None:
-    """``n_steps`` steps of ``runner``; with a profiler, ``ProfilerStep#k`` holds only ``train(k)``.
+def run_steps(
+    runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None, *, first: int = 0
+) -> None:
+    """Steps ``first`` .. ``n_steps - 1`` of ``runner``; with a profiler, ``ProfilerStep#k`` holds only
+    ``train(k)`` (``k`` counted from the profiler's start).
 
     The profiler's step span runs from one ``prof.step()`` to the next, and the schedule stops the
     recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
@@ -526,7 +531,7 @@ def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: 
     recorded window opens after ``record(P-1)`` and closes before ``record(P)``. The runner's
     ``profile_marks`` are installed around ``train(P)`` only.
     """
-    for step in range(n_steps):
+    for step in range(first, n_steps):
         ranges = runner.profile_marks if prof is not None and step == profile_step else None
         if ranges is None:
             outcome = runner.train(step)
@@ -542,6 +547,7 @@ def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: 
         runner.record(step, outcome)
         if prof is not None and step != profile_step:
             prof.step()
+        runner.step_ended[step] = time.time()
 
 
 def live_at_start(runner: StepRunner) -> dict[str, int]:
@@ -730,10 +736,13 @@ def run(spec: dict[str, Any]) -> None:
         int(os.environ["WORLD_SIZE"]),
         int(os.environ["LOCAL_RANK"]),
     )
+    stamps: dict[str, float] = {"entered": time.time()}
     cfg = RunConfig.from_dict(spec["config"])
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
     round_ = spec["round"]
-    profile = round_ == run_folder.PROFILE_ROUND
+    profile_launch = round_ == run_folder.PROFILE_ROUND
+    # profiled: a profile launch of its own, or a timed round that profiles after its timed steps
+    profile = profile_launch or bool(spec.get("profile"))
     run_dir, launch_dir = Path(spec["run_dir"]), Path(spec["launch_dir"])
     profile_dir = run_folder.profile_dir(run_dir, arm.label) / f"rank{rank}"
 
@@ -748,6 +757,7 @@ def run(spec: dict[str, Any]) -> None:
         mesh_shape = arm.mesh_shape(world)
         mesh = backend.init_mesh(device_type, mesh_shape)
         replicas = mesh_shape[0] if len(mesh_shape) == 2 else 1
+        stamps["process_group"] = time.time()
         model = build_sharded_model(cfg, arm, backend, mesh, device)
         model, optimizer = backend.make_training(model, functools.partial(make_optimizer, cfg))
         facts: dict[str, Any] = {}
@@ -782,18 +792,24 @@ def run(spec: dict[str, Any]) -> None:
             spec=spec,
             profile_marks=ProfileMarks(model, decoder_units(model)) if profile else None,
         )
-        n_steps = cfg.profile_step + 1 if profile else cfg.warmup + cfg.steps
-        profiler = (
-            make_profiler(device_type, profile_dir, rank, cfg.profile_step)
-            if profile
-            else contextlib.nullcontext()
-        )
+        n_timed = 0 if profile_launch else cfg.warmup + cfg.steps
         gc.collect()
+        stamps["model"] = time.time()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
-        with profiler as prof:
-            run_steps(runner, n_steps, prof, cfg.profile_step if profile else None)
-        if profile:  # on npu: a torch_npu profile of its own (docs/memory.md)
-            record_memory_step(runner, n_steps, run_dir)
+        run_steps(runner, n_timed)
+        stamps["warmup"] = (
+            runner.step_ended.get(cfg.warmup - 1, stamps["model"]) if n_timed else stamps["model"]
+        )
+        stamps["timed"] = runner.step_ended.get(n_timed - 1, stamps["warmup"])
+        if profile:
+            # after the timed steps, which ran without a profiler (docs/methodology.md); a profile launch of
+            # its own records step profile_step, a profiled round the second of two steps after its timed ones
+            profile_at = cfg.profile_step if profile_launch else n_timed + run_folder.PROFILE_AFTER_TIMED - 1
+            with make_profiler(device_type, profile_dir, rank, profile_at - n_timed) as prof:
+                run_steps(runner, profile_at + 1, prof, profile_at, first=n_timed)
+            # on npu: a torch_npu profile of its own (docs/memory.md)
+            record_memory_step(runner, profile_at + 1, run_dir)
+        stamps["profile"] = time.time()
         gc.enable()
         if local_rank == 0:
             facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran
@@ -812,6 +828,8 @@ def run(spec: dict[str, Any]) -> None:
             backend.close()
         finally:
             dist.destroy_process_group()
+    if rank == 0:  # where this launch's time went (the launcher adds the start and the teardown)
+        run_folder.write_json(launch_dir / run_folder.LAUNCH_TIMING, {**stamps, "closed": time.time()})
     # an NPU profile is parsed by the launcher after torchrun exits (``parse_npu_profile``)
 
 
