@@ -136,6 +136,7 @@ def _two_node_config(node: int, **more) -> RunConfig:
         "node_rank": node,
         "rounds": 2,
         "profile": True,
+        "separate_profile": True,
     }
     return RunConfig.from_sources(env={}, overrides={"rdzv_endpoint": "10.0.0.1:29400", **overrides, **more})
 

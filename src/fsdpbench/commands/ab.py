@@ -205,7 +205,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--dump-params",
         action="store_const",
         const=True,
-        help="save the final full parameters of each launch (final_params.pt)",
+        help="save each launch's full parameters after its timed steps (final_params.pt)",
     )
 
 

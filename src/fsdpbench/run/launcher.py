@@ -108,7 +108,8 @@ def rendezvous_address(cfg: RunConfig) -> tuple[str, int]:
 
 
 def launch_plan(order: list[dict[str, Any]], arms: list[str], profile: bool) -> list[tuple[str, int]]:
-    """Every launch of the run, in plan order: the interleaved timed rounds, then one profile per arm."""
+    """Every launch of the run, in plan order: the interleaved timed rounds, then, with ``profile`` (a
+    separate profile launch per arm, ``--separate-profile``), one profile launch per arm."""
     return [(i["arm"], i["round"]) for i in order] + (
         [(a, run_folder.PROFILE_ROUND) for a in arms] if profile else []
     )

@@ -310,8 +310,8 @@ def launch_parts(
 
 def launch_time(launches: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """summary.json's ``launch_time``: where the launches' time went, from the manifest's successful
-    launches (the last attempt of each): their total wall time, each part's total, and the shares of the
-    timed steps and of initialisation; None before any launch has its parts."""
+    launches (the last attempt of each): their total wall time, each part's total, the shares of the timed
+    steps and of initialisation, and each launch's parts; None before any launch has its parts."""
     last: dict[tuple[str, int], Mapping[str, Any]] = {}
     for item in launches:
         last[(item["arm"], item["round"])] = item
@@ -325,6 +325,10 @@ def launch_time(launches: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
         "launches": len(timed),
         "wall_s": round(total, 3),
         "parts_s": parts,
+        "per_launch": [
+            {"arm": x["arm"], "round": x["round"], "wall_s": x["wall_s"], "parts_s": x["parts_s"]}
+            for x in timed
+        ],
         "timed_pct": 100.0 * parts["timed"] / total if total > 0 else None,
         "init_pct": 100.0 * init / total if total > 0 else None,
     }

@@ -362,8 +362,6 @@ class StepRunner:
         self._next: tuple[int, torch.Tensor] | None = None
         self.optimizer_ran: list[str] | None = None
         """The torch.optim implementations the first step ran (``optimizer_path``), sorted."""
-        self.step_ended: dict[int, float] = {}
-        """Wall-clock time (``time.time()``) at which each step's bookkeeping ended (``run_steps``)."""
 
     def batch(self, step: int) -> torch.Tensor:
         cfg = self.cfg
@@ -521,7 +519,7 @@ def phase_fields(per_rank: list[list[float]], clock_kind: str) -> dict[str, Any]
 
 def run_steps(
     runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None, *, first: int = 0
-) -> None:
+) -> dict[int, float]:
     """Steps ``first`` .. ``n_steps - 1`` of ``runner``; with a profiler, ``ProfilerStep#k`` holds only
     ``train(k)`` (``k`` counted from the profiler's start).
 
@@ -529,8 +527,10 @@ def run_steps(
     recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
     bookkeeping on every step except the profiled one, where it comes right after ``train``: the
     recorded window opens after ``record(P-1)`` and closes before ``record(P)``. The runner's
-    ``profile_marks`` are installed around ``train(P)`` only.
+    ``profile_marks`` are installed around ``train(P)`` only. Returns each step's end (``time.time()``,
+    after its bookkeeping), for the launch's timing.
     """
+    ended: dict[int, float] = {}
     for step in range(first, n_steps):
         ranges = runner.profile_marks if prof is not None and step == profile_step else None
         if ranges is None:
@@ -547,7 +547,8 @@ def run_steps(
         runner.record(step, outcome)
         if prof is not None and step != profile_step:
             prof.step()
-        runner.step_ended[step] = time.time()
+        ended[step] = time.time()
+    return ended
 
 
 def live_at_start(runner: StepRunner) -> dict[str, int]:
@@ -796,11 +797,14 @@ def run(spec: dict[str, Any]) -> None:
         gc.collect()
         stamps["model"] = time.time()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
-        run_steps(runner, n_timed)
-        stamps["warmup"] = (
-            runner.step_ended.get(cfg.warmup - 1, stamps["model"]) if n_timed else stamps["model"]
-        )
-        stamps["timed"] = runner.step_ended.get(n_timed - 1, stamps["warmup"])
+        ended = run_steps(runner, n_timed)
+        stamps["warmup"] = ended.get(cfg.warmup - 1, stamps["model"])
+        stamps["timed"] = ended.get(n_timed - 1, stamps["warmup"])
+        if cfg.dump_params:  # the parameters after the timed steps, before any profiled step trains further
+            full = backend.full_state_dict(model)
+            if rank == 0:
+                torch.save(full, launch_dir / "final_params.pt")
+            del full
         if profile:
             # after the timed steps, which ran without a profiler (docs/methodology.md); a profile launch of
             # its own records step profile_step, a profiled round the second of two steps after its timed ones
@@ -818,10 +822,6 @@ def run(spec: dict[str, Any]) -> None:
                 run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
         if counter:
             counter.uninstall()
-        if cfg.dump_params:
-            full = backend.full_state_dict(model)
-            if rank == 0:
-                torch.save(full, launch_dir / "final_params.pt")
         dist.barrier()
     finally:
         try:
