@@ -597,7 +597,7 @@ def prefetch_text(value: Any) -> str:
 
 
 def cell_settings(config: dict[str, Any]) -> dict[str, str]:
-    """What a cell runs, as text: mesh, seq_len, layers, prefetch, rounds, profiled.
+    """What a cell runs, as text: mesh, seq_len, layers, prefetch, rounds (``auto`` for ``--rounds auto``), profiled.
 
     Args:
         config: the cell's resolved config as ``RunConfig.to_dict`` gives it (also what sweep.json keeps).
@@ -613,7 +613,7 @@ def cell_settings(config: dict[str, Any]) -> dict[str, str]:
         "seq_len": str(config.get("seq_len", MISSING)),
         "layers": str(layers if layers is not None else MISSING),
         "prefetch": _one_or_each(labels, [prefetch_text(a.get("prefetch")) for a in arms]),
-        "rounds": str(config.get("rounds", MISSING)),
+        "rounds": "auto" if config.get("rounds_auto") else str(config.get("rounds", MISSING)),
         "profiled": {True: "yes", False: "no"}.get(config.get("profile"), MISSING),
     }
 
