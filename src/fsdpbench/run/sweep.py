@@ -276,13 +276,15 @@ def run_status(run_dir: Path | None) -> str:
 
 
 def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
-    """When the run asked for profiles, every arm's profile launch must have succeeded."""
+    """When the run asked for profiles, every arm's profiling launch (round 0, or its own with
+    ``--separate-profile``) must have succeeded: the launcher records its profile in the manifest then."""
     manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST)
     if manifest is None:
         return False
     if not (manifest.get("config") or {}).get("profile"):
         return True
-    return all(run_folder.launch_ok(run_dir, arm, run_folder.PROFILE_ROUND) for arm in arms)
+    profiles = manifest.get("profiles") or {}
+    return all(profiles.get(arm) for arm in arms)
 
 
 def read_state(tree: Path) -> dict[str, Any] | None:
