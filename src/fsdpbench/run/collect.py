@@ -73,7 +73,7 @@ def files_to_send(
 ) -> list[list[str]]:
     """``[source path, destination relative to node 0's run folder]`` for this node's files of one
     launch: the launch folder (except the collect step's own files and ``KEPT_ON_NODE``) and, on a
-    profile launch, the profiler output of this node's ranks."""
+    profiling launch (round 0, or a separate profile launch), the profiler output of this node's ranks."""
     pairs: list[list[str]] = []
     leaf = ldir.relative_to(run_dir)
     node_dir = leaf / failures.NODE_DIR.format(node=node)

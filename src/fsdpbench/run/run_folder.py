@@ -41,7 +41,7 @@ DIFF_JSON = "diff.json"
 DIFF_MD = "diff.md"
 PROFILES = "profiles"
 MEMORY_STEP = "memory_step"
-"""``memory_step/<arm>/rank<k>.trace.json.gz`` and ``rank<k>.live.json``: the profile launch's memory-recording
+"""``memory_step/<arm>/rank<k>.trace.json.gz`` and ``rank<k>.live.json``: the profiling launch's memory-recording
 step (docs/memory.md), kept out of ``profiles/`` so the attribution never reads it."""
 LAUNCHES = "launches"
 REPORT = "report"
@@ -155,7 +155,7 @@ def _ascend_memory_timeline(npu_dir: Path, live: Path, rank: int) -> dict[str, A
     if not folders:
         return {
             "error": f"{npu_dir}: no *_ascend_pt folder; the memory step's torch_npu profile was not parsed "
-            "(see the profile launch's ascend_parse.log)"
+            "(see the profiling launch's ascend_parse.log: launches/<arm>/round0/, or profile/)"
         }
     try:
         facts = read_json_file(live) if live.is_file() else {}
@@ -756,7 +756,7 @@ def ensure_analysis(
             if not folder.is_dir() or _newest_mtime(folder) == 0.0:
                 raise InputError(
                     f"arm {arm!r}: no profiles under {folder}; rerun with `fsdpbench ab --profile` "
-                    f"(or the arm failed: see {LAUNCHES}/<arm>/profile/)"
+                    f"(or the arm failed: see {LAUNCHES}/<arm>/round0/, or profile/ with --separate-profile)"
                 )
             from fsdpbench.analysis import analyze  # pandas and the trace readers: only when analysing
 

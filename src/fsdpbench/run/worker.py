@@ -1,7 +1,9 @@
-"""What each rank runs under torchrun: build → shard → load weights → warmup → timed or profiled steps.
+"""What each rank runs under torchrun: build → shard → load weights → warmup → timed steps → [profiled
+steps and the memory step].
 
 ``python -m fsdpbench.run.worker SPEC.json`` — the launcher writes the spec (the resolved run config,
-the arm label, the round (``run_folder.PROFILE_ROUND`` for the profile launch) and the folders). Rank 0 appends one record per step to
+the arm label, the round (``run_folder.PROFILE_ROUND`` for a separate profile launch), whether it
+profiles, and the folders). Rank 0 writes ``timing.json`` (its stage stamps) at the end and appends one record per step to
 ``steps.jsonl`` (the slowest rank's time via all_reduce MAX). Any rank that fails writes
 ``error_rank<k>.json`` in the launch folder so the launcher can say what went wrong.
 """
