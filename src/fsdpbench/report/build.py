@@ -190,7 +190,7 @@ def _verdict(data: RunData) -> list[Block]:
 
 PART_NAMES = {
     "start": "interpreter and imports",
-    "process_group": "process group",
+    "process_group": "backend and process-group set-up",
     "model": "model build + init + sharding",
     "warmup": "warm-up steps",
     "timed": "timed steps",
