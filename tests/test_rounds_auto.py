@@ -232,3 +232,57 @@ def test_resume_carries_on_adding_rounds_where_the_run_stopped(tmp_path, monkeyp
     summary = _summary(run_dir)
     assert (summary["rounds_auto"]["reason"], summary["rounds_auto"]["rounds"]) == (rounds.STOP_SETTLED, 7)
     assert summary["missing"] == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# real launches: the CLI path end to end (6 tiny launches)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_ab_rounds_auto_runs_real_launches_and_says_why_it_stopped(tmp_path):
+    """Two identical arms, a CI target of 100 %: any CI of two equal configurations is narrower than that,
+    so it stops at the first check, after 3 interleaved rounds, and says so."""
+    from helpers import free_port, run_cli
+
+    proc = run_cli(
+        *("ab", "--arms", "torch,torch:label=again", "--rounds", "auto", "--ci-target", "100"),
+        *("--max-rounds", "4", "--warmup", "1", "--steps", "2", "--seq-len", "32", "--layers", "1"),
+        *("--nproc", "2", "--no-profile", "--no-report", "--out", str(tmp_path), "--name", "auto"),
+        *("--master-port", str(free_port())),
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = tmp_path.glob("auto_*")
+    steps = [orjson.loads(line) for line in (run_dir / run_folder.STEPS).read_bytes().splitlines()]
+    assert sorted({(s["arm"], s["round"]) for s in steps if s["kind"] == "timed"}) == [
+        (arm, r) for arm in ("again", "torch") for r in range(3)
+    ]
+    summary = _summary(run_dir)
+    assert (summary["rounds_auto"]["reason"], summary["rounds_auto"]["rounds"]) == (rounds.STOP_SETTLED, 3)
+    assert "--rounds auto stopped after 3 rounds" in proc.stderr.replace("\n", " ")
+    assert "time: timed steps were" in proc.stderr.replace("\n", " ")
+
+
+def test_resume_decides_when_the_run_ended_between_a_round_and_its_check(tmp_path, monkeypatch):
+    """A run killed after its last launch but before the check: --resume checks, adds the next round and
+    goes on (the same decisions as an uninterrupted run: 7 rounds)."""
+    _fake(monkeypatch, {"torch": [100.0], "torch-ac": [120.0, 80.0] + [120.0] * 10})
+    cfg = _auto(tmp_path, "torch,torch:ac=full:label=torch-ac")
+    calls = []
+    real = launcher.Run.next_auto_round
+
+    def interrupted_once(self, console):
+        if not calls:
+            calls.append(1)
+            raise KeyboardInterrupt
+        return real(self, console)
+
+    monkeypatch.setattr(launcher.Run, "next_auto_round", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        launcher.run_ab(cfg)
+    (run_dir,) = tmp_path.glob("ab_*")
+    launcher.run_ab(cfg, resume=run_dir)
+    summary = _summary(run_dir)
+    assert (summary["rounds_auto"]["reason"], summary["rounds_auto"]["rounds"]) == (rounds.STOP_SETTLED, 7)

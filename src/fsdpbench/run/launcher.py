@@ -791,6 +791,8 @@ def run_ab(
             todo = run.agree_on_todo(todo)
         if resume is not None:
             console.print(f"resuming: {len(todo)} launch(es) left")
+        if cfg.rounds_auto and not todo and not (manifest.get("rounds_auto") or {}).get("stopped"):
+            todo = run.next_auto_round(console)  # every round ran, but the run ended before deciding
         with _Progress(console, len(todo)) as progress:
             while todo:
                 for arm, round_ in todo:
