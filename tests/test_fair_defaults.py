@@ -231,10 +231,69 @@ def test_expert_weight_gradient_is_right_with_or_without_k_grouping(monkeypatch,
     for got, ref in zip(*grads, strict=True):
         torch.testing.assert_close(got, ref)
     used = version == "2.7.1" and k_grouped
-    assert moe.npu_k_grouped_supported("cpu") is used
+    assert moe.npu_k_grouped_supported("cpu", torch.float64) is used
     k_calls = [c for c in calls if c["group_type"] == 2]
     assert len(k_calls) == (2 if used else 0)  # the checked call and the real one; a refusal records none
     assert ("K-grouped" in caplog.text) is not used
+    moe.npu_k_grouped_supported.cache_clear()
+
+
+@pytest.mark.parametrize("param_dtype", ["bfloat16", "float16", "float32"])
+def test_k_grouped_probe_runs_in_the_arms_dtype_on_aligned_shapes_and_is_recorded(monkeypatch, param_dtype):
+    """The probe calls the op in the dtype the arm runs (its parameter dtype), with K=N=128 and an empty
+    group, once per (device, dtype); the arm's runtime record names that dtype and the answer."""
+    from fsdpbench.config import parse_arms
+    from fsdpbench.model import moe
+    from fsdpbench.run.worker import k_grouped_probe
+    from helpers import fake_npu_grouped_matmul
+
+    calls: list[dict] = []
+    fake = fake_npu_grouped_matmul(calls)
+    monkeypatch.setitem(
+        sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=fake, __version__="2.9.0")
+    )
+    moe.npu_k_grouped_supported.cache_clear()
+    arm = parse_arms(f"torch:param_dtype={param_dtype}")[0]
+    dtype = getattr(torch, arm.param_dtype)
+    record = k_grouped_probe("npu", torch.device("cpu"), dtype)
+    assert record == {"npu_k_grouped_matmul": True, "npu_k_grouped_probe_dtype": param_dtype}
+    (call,) = calls
+    assert call["x_dtype"] == dtype and call["group_type"] == 2
+    # x is passed transposed [K, S], dy [S, N]: K = N = 128; groups of 64, 0 and 128 rows (cumulative)
+    assert call["x_shape"] == (128, 192) and call["weight_shape"] == (192, 128)
+    assert call["group_list"] == [64, 64, 192]
+    k_grouped_probe("npu", torch.device("cpu"), dtype)  # cached per (device, dtype): no second call
+    other = torch.float32 if dtype != torch.float32 else torch.bfloat16
+    k_grouped_probe("npu", torch.device("cpu"), other)  # another dtype is probed on its own
+    assert [c["x_dtype"] for c in calls] == [dtype, other]
+    assert k_grouped_probe("grouped_mm", torch.device("cpu"), dtype) == {
+        "npu_k_grouped_matmul": None,
+        "npu_k_grouped_probe_dtype": None,
+    }
+    moe.npu_k_grouped_supported.cache_clear()
+
+
+def test_k_grouped_probe_says_no_when_the_op_is_wrong_in_that_dtype(monkeypatch):
+    """A K-grouped op that is right in float32 but wrong in bfloat16 (here: it drops the last group) is
+    refused for bfloat16 arms only."""
+    from fsdpbench.model import moe
+    from helpers import fake_npu_grouped_matmul
+
+    calls: list[dict] = []
+    right = fake_npu_grouped_matmul(calls)
+
+    def wrong_in_bf16(x, weight, **kwargs):
+        out = right(x, weight, **kwargs)
+        if x[0].dtype == torch.bfloat16 and kwargs.get("group_type") == 2:
+            out[0][-1].zero_()
+        return out
+
+    monkeypatch.setitem(
+        sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=wrong_in_bf16, __version__="2.9.0")
+    )
+    moe.npu_k_grouped_supported.cache_clear()
+    assert moe.npu_k_grouped_supported("cpu", torch.float32) is True
+    assert moe.npu_k_grouped_supported("cpu", torch.bfloat16) is False
     moe.npu_k_grouped_supported.cache_clear()
 
 

@@ -123,3 +123,8 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """Version and source facts for the manifest (e.g. hyper_parallel's git commit)."""
         return {}
+
+    def verify_prefetch(self) -> bool | None:
+        """After the steps: True when every unit still holds the prefetch lists the plan set (raises
+        ``LaunchError`` otherwise); None where the backend keeps no lists fsdpbench can read."""
+        return None
