@@ -346,7 +346,9 @@ def test_torch_arm_picks_torch_npus_fully_shard_and_records_its_patches(tmp_path
     # where upstream runs it is refused in one line
     assert out["npu"]["comm_mem_cache"] == [False] and out["npu"]["mem_cache"] == "off"
     assert out["npu_memcache_prefetch1"]["comm_mem_cache"] == [True]
-    assert "mem_cache=on is torch_npu's buffer cache, but this arm runs " + upstream in out["memcache_upstream"]
+    assert (
+        "mem_cache=on is torch_npu's buffer cache, but this arm runs " + upstream in out["memcache_upstream"]
+    )
     # the opt-out goes on the units with a forward chain: the tiny preset's layers but the last
     layers = preset_tiny().num_hidden_layers
     chained = [f"model.layers.{i}" for i in range(layers - 1)]
