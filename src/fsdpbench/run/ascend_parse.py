@@ -1,4 +1,12 @@
-"""The offline Ascend profile parse: one subprocess per rank folder, in parallel, each with a time limit.
+"""Ascend profile output: the profiler's path rule, checked before launching, and the offline parse (one
+subprocess per rank folder, in parallel, each with a time limit).
+
+torch_npu's profiler refuses an output path with any character outside ``[./_\\-\\s~0-9a-zA-Z]`` (and CJK
+ideographs), longer than 4096 characters or with a component over 255 (``torch_npu/utils/_path_manager.py``
+``_input_path_common_check``, lines 157-173 at v2.7.1-7.2.0 and v2.9.0-26.1.0), and its
+``tensorboard_trace_handler`` swallows the error (``@no_exception_func``, torch_npu/profiler/profiler.py line
+170 at v2.7.1-7.2.0): the profile is lost and the launch fails later for another reason. On NPU
+``npu_profile_path_problem`` checks ``--out``, the run name and every arm label first.
 
 torch_npu's ``analyse(path)`` parses every ``*_ascend_pt`` folder one level below ``path``, one process per
 folder (``torch_npu/profiler/profiler.py`` ``analyse``; msprof export per folder), so one call per rank folder
@@ -12,6 +20,7 @@ and the folders that were parsed keep their output.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -29,6 +38,42 @@ ASCEND_REQUIRED = ("kernel_details.csv", "trace_view.json")
 CANN's msprof the parse fails inside torch_npu (caught there, rc 0) and leaves no device kernels."""
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
+NPU_PATH_RULE = re.compile(r"(\.|/|_|-|\s|[~0-9a-zA-Z]|[\u4e00-\u9fa5])+")
+"""torch_npu's own pattern (``re.fullmatch`` on the real path; ``_path_manager.py`` line 165)."""
+NPU_PATH_MAX, NPU_NAME_MAX = 4096, 255
+"""torch_npu's ``MAX_PATH_LENGTH`` and ``MAX_FILE_NAME_LENGTH`` (``_path_manager.py`` lines 12-13)."""
+
+
+def npu_profile_path_problem(
+    out: str | Path, name: str, labels: list[str], run_dir: Path | None = None
+) -> str | None:
+    """Why torch_npu's profiler would refuse the profile folders of a run into ``out`` named ``name``
+    with arms ``labels`` (``run_dir``: the folder of a resumed run), in one line; None when it would not."""
+    where = Path(run_dir if run_dir is not None else Path(out) / f"{name}_20260101_000000").expanduser()
+    real = os.path.realpath(where)
+    allowed = "letters, digits, '.', '/', '_', '-', '~' and spaces"
+    rule = "torch_npu's profiler (torch_npu/utils/_path_manager.py) accepts only " + allowed
+    for label in labels:
+        if not NPU_PATH_RULE.fullmatch(label) or "/" in label or len(label) > NPU_NAME_MAX:
+            return (
+                f"arm label {label!r}: {rule} in a profile folder name, up to {NPU_NAME_MAX} characters; "
+                "it would lose the profile; give the arm a label=... of those characters"
+            )
+    bad = sorted({c for c in real if not NPU_PATH_RULE.fullmatch(c)})
+    if bad:
+        flag = "--name" if run_dir is None and any(c in name for c in bad) else "--out"
+        shown = name if flag == "--name" else os.path.realpath(Path(run_dir or out).expanduser())
+        return (
+            f"{flag} {shown!r}: {rule} in the profile's path (it has {' '.join(repr(c) for c in bad)}); "
+            f"it would lose the profile; choose a {flag} of those characters"
+        )
+    longest = max((len(label) for label in labels), default=0)
+    if (
+        len(real) + len(f"/profiles/{'x' * longest}/rank0000/x_ascend_pt/ASCEND_PROFILER_OUTPUT")
+        > NPU_PATH_MAX
+    ):
+        return f"--out {real!r}: the profile's paths would exceed torch_npu's {NPU_PATH_MAX} characters; use a shorter --out"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,9 @@ from typing import Any
 import orjson
 
 from fsdpbench.config import RunConfig
-from fsdpbench.errors import InputError, LaunchError
+from fsdpbench.errors import ConfigError, InputError, LaunchError
 from fsdpbench.run import collect, failures, phases, run_folder
-from fsdpbench.run.ascend_parse import parse_launch_profiles
+from fsdpbench.run.ascend_parse import npu_profile_path_problem, parse_launch_profiles
 from fsdpbench.run.interpreters import arm_interpreter, interpreter_environment, probe_arms
 
 log = logging.getLogger(__name__)
@@ -464,6 +464,9 @@ class Run:
             "files": []
             if node == 0
             else collect.files_to_send(self.run_dir, ldir, node, self._local_ranks(), arm, profile),
+            "left_in_place": []
+            if node == 0
+            else collect.raw_profile_files(self.run_dir, self._local_ranks(), arm, profile),
             "max_bytes": collect.max_bytes(),
             "report": {"node": node, "rc": rc, "error": error, "timed_out": timed_out},
             "fingerprint": plan_fingerprint(self.manifest),
@@ -502,6 +505,17 @@ class Run:
         folder = self.run_dir / run_folder.LAUNCHES / collect.PLAN_DIR
         agreed = node0_decides(self.cfg, folder, plan_fingerprint(self.manifest), [list(t) for t in todo])
         return [(arm, int(round_)) for arm, round_ in agreed]
+
+
+def npu_profile_paths(cfg: RunConfig, run_dir: Path | None) -> None:
+    """Refuse (one line) a profiled run on NPU whose profile folders torch_npu's profiler would refuse."""
+    from fsdpbench.run.device import npu_installed
+
+    if not cfg.profile or not (cfg.device == "npu" or (cfg.device == "auto" and npu_installed())):
+        return
+    problem = npu_profile_path_problem(cfg.out, cfg.name, [a.label for a in cfg.arms], run_dir)
+    if problem:
+        raise ConfigError(problem)
 
 
 def collect_step(
@@ -617,7 +631,8 @@ def run_ab(
             raise InputError(
                 f"{run_dir / run_folder.MANIFEST}: no 'config'; is this an fsdpbench run folder?"
             ) from None
-    else:
+    npu_profile_paths(cfg, resume)
+    if resume is None:
         interpreters = probe_arms(
             cfg.arms, worker_environment(cfg)
         )  # refuse a bad interpreter before launching
