@@ -111,6 +111,31 @@ def _targets(unit, direction: str) -> list[object]:
     return [s for s in getattr(unit._get_fsdp_state(), f"_states_to_{direction}_prefetch")]
 
 
+def test_a_prefetch_list_changed_after_sharding_fails_the_check_naming_the_unit(gloo_world_of_one):
+    """What torch_npu's ``move_attr`` (``_add_fsdp_patch.py`` line 272) does to a unit's forward list, done by
+    hand: the check after the steps refuses it in one line; the lists as set pass."""
+    from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
+    from fsdpbench.errors import LaunchError
+
+    backend = TorchFSDP2Backend()
+    model = backend.apply(_meta_model(), backend.init_mesh("cpu", (1,)), parse_arms("torch:prefetch=1")[0])
+    assert backend.verify_prefetch() is True
+    state = model.model.layers[0]._get_fsdp_state()
+    state._states_to_forward_prefetch = []
+    with pytest.raises(LaunchError) as err:
+        backend.verify_prefetch()
+    message = str(err.value)
+    assert (
+        "unit model.layers.0's forward prefetch list is empty, but the plan set ['model.layers.1']" in message
+    )
+    assert "\n" not in message
+    state._states_to_forward_prefetch = [model.model.layers[2]._get_fsdp_state()]  # another target
+    with pytest.raises(
+        LaunchError, match=r"list is \['model.layers.2'\], but the plan set \['model.layers.1'\]"
+    ):
+        backend.verify_prefetch()
+
+
 def test_fsdp2_default_none_and_depth_set_the_prefetch_lists_torch_reads(gloo_world_of_one):
     state = lambda m: m._get_fsdp_state()  # noqa: E731
     # default (prefetch=0): no list anywhere, so torch's implicit one-unit backward prefetch runs
@@ -460,6 +485,9 @@ def test_kw_is_typed_from_the_signature_read_in_the_arms_interpreter(monkeypatch
         ("deepspeed:kw.x=1", "the deepspeed arm has no sharding call to pass keywords to"),
         ("hyper:env.HYPER_PARALLEL_PLATFORM=mindspore", "always runs with HYPER_PARALLEL_PLATFORM=torch"),
         ("torch:env.1A=1", "env.1A is not an environment variable name"),
+        ("hyper:mem_cache=on", "mem_cache=on is torch_npu's FSDP2 buffer cache"),
+        ("torch:fsdp=upstream:mem_cache=on", "with fsdp=auto (on NPU) or fsdp=npu only"),
+        ("torch:mem_cache=maybe", "option mem_cache 'maybe'; choose one of: off, on"),
     ],
 )
 def test_kw_and_env_refusals_are_one_line(spec, needle):
