@@ -12,6 +12,7 @@ defines one subclass of ``Backend``. The worker calls, in this order::
     model, optimizer = backend.make_training(model, make_optimizer)
     ... loss = model(...).loss; backend.backward(loss); backend.optimizer_step(optimizer) ...
     backend.local_grad_sq(params)                    # this rank's share of the squared gradient norm
+    backend.verify_prefetch()                        # after the steps: the plan's prefetch lists still hold
     backend.full_state_dict(model)                   # --dump-params (collective)
     backend.close()                                  # on every path
 

@@ -686,8 +686,10 @@ def arm_runtime(
 ) -> dict[str, Any]:
     """What this arm actually runs with, for the manifest (``arm_runtime``): the parameter and reduce
     dtypes after the device default, the optimizer's ``foreach`` setting (``optimizer_ran``, the path its
-    first step took, is added after the steps), the float32 matmul precision, and the NPU/GPU environment
-    variables that change numerics or scheduling (``device.behaviour_environment``)."""
+    first step took, and ``prefetch_verified_after_warmup`` are added after the steps), the float32 matmul
+    precision (and torch_npu's HF32 switch), the experts' and the gated deltanet's kernels with the K-grouped
+    probe's answer and dtype, and the NPU/GPU environment variables that change numerics or scheduling
+    (``device.behaviour_environment``)."""
     from fsdpbench.model.deltanet import deltanet_path
     from fsdpbench.model.moe import resolve_experts_impl
 
