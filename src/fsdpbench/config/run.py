@@ -68,7 +68,8 @@ class RunConfig:
     max_rounds: int = 10
     """``--rounds auto``: at most this many rounds per arm."""
     max_time: float = 0.0
-    """``--rounds auto``: add no round once the launches have taken this many seconds (0 = no limit)."""
+    """``--rounds auto``: add no round that would end past this many seconds of launches, judged by the last
+    round's time (0 = no limit)."""
     warmup: int = 2
     """Untimed steps at the start of every launch."""
     steps: int = 8
