@@ -218,3 +218,18 @@ def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkey
     diffs = run_folder.ensure_diffs(run, lambda diffs: "second")
     assert analysed == ["hyper"] and [d["test"] for d in diffs] == ["hyper"]
     assert (run / run_folder.DIFF_MD).read_text() == "second"
+
+
+@pytest.mark.parametrize(
+    ("rounds_auto", "ok"),
+    [
+        ({"rounds": 3, "stopped": True, "reason": "settled"}, True),
+        ({"rounds": 3, "stopped": False, "reason": None}, False),  # it had decided on a fourth round
+        (None, False),  # the run ended between its last round and the check
+    ],
+)
+def test_a_sweep_cell_with_rounds_auto_is_done_only_once_it_stopped(tmp_path, rounds_auto, ok):
+    manifest = {"config": {"rounds_auto": True}, "arms": [{"label": "torch"}], "rounds_auto": rounds_auto}
+    run_folder.write_json(tmp_path / run_folder.MANIFEST, manifest)
+    run_folder.write_json(tmp_path / run_folder.SUMMARY, {"arms": {"torch": {"status": "ok"}}, "missing": []})
+    assert run_status(tmp_path) == ("done" if ok else "partial")

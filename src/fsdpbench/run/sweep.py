@@ -261,8 +261,9 @@ def find_run_dir(tree: Path, cell: str) -> Path | None:
 
 
 def run_status(run_dir: Path | None) -> str:
-    """``done`` when the run's summary lists nothing missing and every arm is ok; ``partial`` when
-    the folder exists otherwise; ``pending`` when there is no folder."""
+    """``done`` when the run's summary lists nothing missing, every arm is ok, every arm was profiled (when
+    asked) and ``--rounds auto`` has stopped; ``partial`` when the folder exists otherwise; ``pending`` when
+    there is no folder."""
     if run_dir is None or not run_dir.is_dir():
         return "pending"
     summary = run_folder.read_json_if_readable(run_dir / run_folder.SUMMARY)
@@ -272,7 +273,16 @@ def run_status(run_dir: Path | None) -> str:
     arms_ok = all((a or {}).get("status", "ok") == "ok" for a in arms.values())
     if not arms or summary.get("missing") or not arms_ok:
         return "partial"
-    return "done" if _profiles_ok(run_dir, list(arms)) else "partial"
+    return "done" if _profiles_ok(run_dir, list(arms)) and _rounds_decided(run_dir) else "partial"
+
+
+def _rounds_decided(run_dir: Path) -> bool:
+    """With ``--rounds auto``, the run must have stopped (manifest ``rounds_auto.stopped``): a run that
+    ended between a round and its check is resumed, and the check may add rounds."""
+    manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST) or {}
+    if not (manifest.get("config") or {}).get("rounds_auto"):
+        return True
+    return bool((manifest.get("rounds_auto") or {}).get("stopped"))
 
 
 def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
