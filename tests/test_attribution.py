@@ -325,11 +325,12 @@ def test_analyze_units_prints_the_unit_phase_table(profiled_ab_run):
 
 
 def test_analyze_units_says_which_ranks_have_no_rows(tmp_path):
-    """A trace without fsdpbench's ranges (here the hand trace without them) has no rows: said, not a table."""
+    """A trace with neither fsdpbench's nor FSDP2's ranges (the hand trace without them) has no rows: said,
+    not a table."""
     from helpers import run_cli
 
     events = orjson.loads(hand_trace(tmp_path / "t.json").read_bytes())["traceEvents"]
-    events = [e for e in events if not e["name"].startswith("fsdpbench::")]
+    events = [e for e in events if not e["name"].startswith(("fsdpbench::", "FSDP::"))]
     (tmp_path / "rank0.json").write_bytes(orjson.dumps({"traceEvents": events}))
     proc = run_cli("analyze", str(tmp_path / "rank0.json"), "--units", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr

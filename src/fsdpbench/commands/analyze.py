@@ -180,7 +180,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         if r.units is None:
             continue
         t = Table(
-            title=f"Units × phases (rank {r.rank})",
+            title=f"Units × phases (rank {r.rank}, units from {r.units_source})",
             title_justify="left",
             caption="ms; exposed: comm − overlapped; collectives: count per type; FSDP2 internals: host/device "
             "ms of copy-in, all-gather, copy-out, reduce (— where the implementation marks none); "
@@ -200,6 +200,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         ):
             t.add_column(col, justify="left" if col in ("unit", "phase", "collectives") else "right")
         t.add_column("reduce", justify="right")
+        t.add_column("rs-wait", justify="right")
         for row in r.units:
             colls = " ".join(f"{k}×{v['count']}" for k, v in row["collectives"].items()) or "—"
             t.add_row(
@@ -209,15 +210,27 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
                 _ms(row["comm_us"]),
                 _ms(row["exposed_us"]),
                 colls,
-                *[_internal_ms(row, k) for k in ("copy_in", "all_gather", "copy_out", "reduce")],
+                *[_internal_ms(row, k) for k in ("copy_in", "all_gather", "copy_out", "reduce", "rs_wait")],
             )
         console.print(t)
+        if r.prefetch is not None:
+            console.print(f"prefetch chain (rank {r.rank}): {prefetch_chain(r.prefetch)}", highlight=False)
     if missing:
         console.print(
             f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a Kineto trace "
-            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`)",
+            "with fsdpbench's ranges (`fsdpbench run/ab --profile`) or FSDP2's own (`FSDP::pre_forward (<fqn>)` …)",
             highlight=False,
         )
+
+
+def prefetch_chain(edges: list[dict]) -> str:
+    """FSDP2's prefetch edges as one line per pass: ``forward: a→b, b→c; backward: …`` (issuing unit →
+    prefetched unit, in issue order); ``none`` for a pass without any."""
+    parts = []
+    for kind in ("forward", "backward"):
+        mine = [f"{e['unit']}→{e['target']}" for e in edges if e["pass"] == kind]
+        parts.append(f"{kind}: {', '.join(mine) if mine else 'none'}")
+    return "; ".join(parts)
 
 
 def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noqa: ANN001 (rich types kept lazy)
