@@ -180,7 +180,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         if r.units is None:
             continue
         t = Table(
-            title=f"Units × phases (rank {r.rank}, units from {r.units_source})",
+            title=f"Units × phases (rank {r.rank}) from {r.units_source}",
             title_justify="left",
             caption="ms; exposed: comm − overlapped; collectives: count per type; FSDP2 internals: host/device "
             "ms of copy-in, all-gather, copy-out, reduce (— where the implementation marks none); "
