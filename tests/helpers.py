@@ -72,9 +72,9 @@ def run_cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
     )
 
 
-def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500) -> Path:
+def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500, *extra: str) -> Path:
     """``fsdpbench ab --profile`` of ``arms`` on 2 gloo ranks (tiny, 1 round of 1+2 steps, seq 128, no
-    report) into ``out``; returns the run folder."""
+    report, then ``extra`` flags) into ``out``; returns the run folder."""
     proc = run_cli(
         "ab",
         "--arms",
@@ -97,6 +97,7 @@ def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500) -> Pa
         "--master-port",
         str(free_port()),
         "--no-report",
+        *extra,
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -7,6 +7,7 @@ the per-unit rows against a plain-Python reading of the same raw JSON, and the d
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from fsdpbench.analysis import unit_ranges
 from fsdpbench.trace.kineto import read_kineto
-from helpers import raw_cpu_totals, run_cli
+from helpers import raw_cpu_totals, run_cli, run_profiled_ab
 
 MAIN, AUTOGRAD = 100, 300
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
@@ -224,3 +225,128 @@ def test_diff_of_two_plain_fsdp2_profiles_names_places(plain_fsdp2_profiles, tmp
     assert proc.returncode == 0, proc.stderr
     where = md.read_text().split("### Where: units × phases", 1)[1].split("###", 1)[0]
     assert any(line.startswith("- blocks.") for line in where.splitlines()), where
+
+
+# ---------------------------------------------------------------- the two sources agree (issue 30 point 5)
+
+
+def _load(path: Path) -> list[dict]:
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return [e for e in orjson.loads(raw)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _ops_in(evs: list[dict], window: tuple[int, int]) -> int:
+    """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
+    main = next(e["tid"] for e in evs if e["name"].startswith("ProfilerStep#"))
+    skip = ("autograd::", "torch::autograd::", "FSDP::", "c10d::", "_c10d_functional::", "c10d_functional::")
+    skip += ("profiler::", "torch::jit::")
+    launches = [
+        _ns(e) for e in evs if e["tid"] == main and e["name"].startswith(("c10d::", "record_param_comms"))
+    ]
+    ops = sorted(
+        (
+            _ns(e)
+            for e in evs
+            if e["tid"] == main
+            and e.get("cat") == "cpu_op"
+            and "::" in e["name"]
+            and not e["name"].startswith(skip)
+            and not any(a <= _ns(e)[0] and _ns(e)[1] <= b for a, b in launches)
+        ),
+        key=lambda x: (x[0], -x[1]),
+    )
+    total, reach = 0, -1
+    for s, e in ops:
+        if s >= reach and window[0] <= s < window[1]:
+            total += e - s
+        reach = max(reach, e)
+    return total
+
+
+def _profiles(run: Path, arm: str) -> list[Path]:
+    return sorted(p for p in (run / "profiles" / arm).rglob("*.json*") if not p.name.startswith("."))
+
+
+@pytest.mark.distributed
+def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
+    """On one trace of a normal profiled run (both sources in it), per decoder layer and pass: the same
+    collectives, and the compute differs by exactly the operators that start between the two windows'
+    edges (fsdpbench's range opens before FSDP2's hook and closes after it), read from the raw JSON."""
+    from fsdpbench.analysis import attribution
+
+    for path in _profiles(profiled_ab_run, "torch"):
+        evs = _load(path)
+        trace = read_kineto(path)
+        own = {(r["unit"], r["phase"]): r for r in attribution.unit_phase_rows(trace.table, trace.mode)}
+        ranges = unit_ranges.fsdp2_ranges(trace.table)
+        assert ranges.source == unit_ranges.SOURCE_FSDP2
+        lib = {
+            (r["unit"], r["phase"]): r
+            for r in attribution.unit_phase_rows(trace.table, trace.mode, None, ranges)
+        }
+        layers = sorted({u for u, _ in own if u.startswith("layers.")})
+        assert len(layers) >= 2, own.keys()
+        for layer in layers:
+            fqn = next(u for u, _ in lib if u.endswith("." + layer))
+            for phase in ("forward", "backward"):
+                a, b = own[(layer, phase)], lib[(fqn, phase)]
+                counts = {k: v["count"] for k, v in a["collectives"].items()}
+                assert counts == {k: v["count"] for k, v in b["collectives"].items()}, (path, layer, phase)
+                mine = next(_ns(e) for e in evs if e["name"] == f"fsdpbench::{phase}::{layer}")
+                if phase == "forward":
+                    first = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({fqn})")
+                    last = next(_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({fqn})")
+                else:
+                    first = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({fqn})")
+                    last = max(
+                        (
+                            _ns(e)
+                            for e in evs
+                            if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({fqn})")
+                        ),
+                        key=lambda x: x[1],
+                    )
+                theirs = (first[0], last[1])
+                assert mine[0] <= theirs[0] and theirs[1] <= mine[1], (
+                    path,
+                    layer,
+                    phase,
+                )  # own ranges hold FSDP2's
+                edges = _ops_in(evs, (mine[0], theirs[0])) + _ops_in(evs, (theirs[1], mine[1]))
+                diff = round(a["compute_us"] * 1000) - round(b["compute_us"] * 1000)
+                assert diff == edges, (path, layer, phase)
+
+
+@pytest.fixture(scope="module")
+def no_ranges_run(tmp_path_factory) -> Path:
+    """A profiled run of the torch arm (FSDP2) with ``--no-ranges`` (one launch of ~20 s)."""
+    return run_profiled_ab(tmp_path_factory.mktemp("no_ranges"), "torch", "noranges", 400, "--no-ranges")
+
+
+@pytest.mark.distributed
+def test_no_ranges_leaves_fsdpbenchs_ranges_out_and_fsdp2s_give_the_same_units(
+    no_ranges_run, profiled_ab_run
+):
+    """``--no-ranges``: the profiled step holds no ``fsdpbench::`` range (raw JSON); its units come from
+    FSDP2's ranges, one per decoder layer and the root (FSDP2's FQNs end in fsdpbench's unit names), with
+    per place the same collectives as the own-range attribution of a normal run of the same arm."""
+    from fsdpbench.analysis import analyze
+
+    paths = _profiles(no_ranges_run, "torch")
+    assert len(paths) == 2
+    for path in paths:
+        assert not any(e["name"].startswith("fsdpbench::") for e in _load(path)), path
+    foreign = analyze([no_ranges_run / "profiles" / "torch"], workers=1).to_dict()["ranks"]
+    normal = analyze([profiled_ab_run / "profiles" / "torch"], workers=1).to_dict()["ranks"]
+    for a, b in zip(normal, foreign, strict=True):
+        assert (a["units_source"], b["units_source"]) == ("fsdpbench ranges", "FSDP2 ranges")
+
+        def counts(rows: list[dict]) -> dict[tuple[str, str], dict[str, int]]:
+            out = {}
+            for r in rows:
+                unit = r["unit"].rsplit("model.", 1)[-1]  # FSDP2's FQN "model.layers.0" ↔ "layers.0"
+                out[(unit, r["phase"])] = {k: v["count"] for k, v in r["collectives"].items()}
+            return {k: v for k, v in out.items() if v}
+
+        assert counts(a["units"]) == counts(b["units"])
+        assert {r["unit"] for r in b["units"]} >= {"root", "model.layers.0", "(all)"}
