@@ -350,3 +350,40 @@ def test_no_ranges_leaves_fsdpbenchs_ranges_out_and_fsdp2s_give_the_same_units(
 
         assert counts(a["units"]) == counts(b["units"])
         assert {r["unit"] for r in b["units"]} >= {"root", "model.layers.0", "(all)"}
+
+
+# ---------------------------------------------------------------- diff when the unit names differ (point 4)
+
+
+def _analysis(units: dict[tuple[str, str], float]) -> dict:
+    rows = [
+        {"unit": u, "phase": p, "compute_us": 10.0, "comm_us": e, "overlapped_us": 0.0, "exposed_us": e}
+        for (u, p), e in units.items()
+    ]
+    return {"ranks": [{"rank": 0, "units": rows}]}
+
+
+def test_places_match_the_units_both_arms_name_and_list_the_rest():
+    """Base wraps blocks.0/blocks.1, test names blocks.1 and a grouped "blocks.0, blocks.2": blocks.1 and the
+    root are compared (hand deltas), the rest has no delta and is listed; a place of a shared unit that
+    one arm lacks counts as 0 there; the JSON round trip keeps it so."""
+    from fsdpbench.analysis import places as plc
+
+    base = _analysis({("blocks.0", "forward"): 5.0, ("blocks.1", "forward"): 7.0, ("root", "backward"): 3.0})
+    test = _analysis(
+        {("blocks.0, blocks.2", "forward"): 4.0, ("blocks.1", "forward"): 2.0, ("blocks.1", "backward"): 1.0}
+        | {("root", "backward"): 9.0}
+    )
+    rows = plc.compare_places(base, test)
+    delta = {(r.unit, r.phase): r.delta("exposed_us") for r in rows}
+    assert delta == {
+        ("blocks.0, blocks.2", "forward"): None,
+        ("blocks.1", "forward"): -5.0,
+        ("blocks.1", "backward"): 1.0,  # base ran blocks.1, nothing in its backward: 0 there
+        ("root", "backward"): 6.0,
+        ("blocks.0", "forward"): None,
+    }
+    assert plc.unmatched_units(rows) == (["blocks.0"], ["blocks.0, blocks.2"])
+    again = plc.places_from_dicts([r.to_dict() for r in rows])
+    assert {(r.unit, r.phase): r.delta("exposed_us") for r in again} == delta
+    assert [r.unit for r in plc.by_exposed_delta(rows)] == ["root", "blocks.1", "blocks.1"]

@@ -111,7 +111,7 @@ def _pair_blocks(
     base: str, test: str, db: Mapping[str, Any], dt: Mapping[str, Any], index: int
 ) -> list[Block]:
     rows = plc.compare_places(db, dt)
-    if not rows or not rows[0].compared:
+    if not any(r.compared for r in rows):
         return []
     blocks: list[Block] = [Heading(f"Units × phases: `{test}` − `{base}`", 4)]
     units, phases = _axes([(r.unit, r.phase) for r in rows])
