@@ -387,3 +387,20 @@ def test_places_match_the_units_both_arms_name_and_list_the_rest():
     again = plc.places_from_dicts([r.to_dict() for r in rows])
     assert {(r.unit, r.phase): r.delta("exposed_us") for r in again} == delta
     assert [r.unit for r in plc.by_exposed_delta(rows)] == ["root", "blocks.1", "blocks.1"]
+
+
+def test_the_report_names_the_source_of_units_and_the_prefetch_chain():
+    from fsdpbench.report.blocks import Para
+    from fsdpbench.report.places import places_section
+
+    data = _analysis({("blocks.0", "forward"): 5.0, ("blocks.1", "forward"): 7.0})
+    data["ranks"][0]["units_source"] = "FSDP2 ranges"
+    data["ranks"][0]["prefetch"] = [
+        {"pass": "forward", "unit": "blocks.0", "target": "blocks.1", "start_us": 1.0},
+        {"pass": "backward", "unit": "root", "target": "blocks.1", "start_us": 9.0},
+    ]
+    paras = [b.text for b in places_section({"x": data}, ["x"]) if isinstance(b, Para)]
+    assert (
+        "Units from FSDP2 ranges; prefetch chain (rank 0): forward: blocks.0→blocks.1; backward: root→blocks.1."
+        in paras
+    )

@@ -259,3 +259,25 @@ def place_phrase(row: PlaceRow, side: str, data: Mapping[str, Any], other_label:
             f" for rank {rank}" if rank is not None else " for other ranks"
         )
     return text
+
+
+def prefetch_chain(edges: Sequence[Mapping[str, Any]]) -> str:
+    """A rank's FSDP2 prefetch edges (Analysis JSON ``prefetch``) as one line per pass: ``forward: a→b,
+    b→c; backward: …`` (issuing unit → prefetched unit, in issue order; ``none`` for a pass without any)."""
+    parts = []
+    for kind in ("forward", "backward"):
+        mine = [f"{e.get('unit')}→{e.get('target')}" for e in edges if e.get("pass") == kind]
+        parts.append(f"{kind}: {', '.join(mine) if mine else 'none'}")
+    return "; ".join(parts)
+
+
+def units_note(data: Mapping[str, Any]) -> str | None:
+    """``"units from FSDP2 ranges; prefetch chain (rank 0): …"`` from the first rank with units (its
+    ``units_source`` and ``prefetch``); None without units."""
+    rank = next((r for r in _ranks(data) if r.get("units")), None)
+    if rank is None:
+        return None
+    text = f"units from {rank.get('units_source') or 'fsdpbench ranges'}"
+    if rank.get("prefetch") is not None:
+        text += f"; prefetch chain (rank {rank.get('rank', 0)}): {prefetch_chain(rank['prefetch'])}"
+    return text

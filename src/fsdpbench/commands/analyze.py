@@ -175,6 +175,8 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
     """One unit × phase table per rank (``--units``); ranks without rows are named once."""
     from rich.table import Table
 
+    from fsdpbench.analysis import places as plc
+
     missing = [r.rank for r in res.ranks if r.units is None]
     for r in res.ranks:
         if r.units is None:
@@ -214,23 +216,15 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
             )
         console.print(t)
         if r.prefetch is not None:
-            console.print(f"prefetch chain (rank {r.rank}): {prefetch_chain(r.prefetch)}", highlight=False)
+            console.print(
+                f"prefetch chain (rank {r.rank}): {plc.prefetch_chain(r.prefetch)}", highlight=False
+            )
     if missing:
         console.print(
             f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a Kineto trace "
             "with fsdpbench's ranges (`fsdpbench run/ab --profile`) or FSDP2's own (`FSDP::pre_forward (<fqn>)` …)",
             highlight=False,
         )
-
-
-def prefetch_chain(edges: list[dict]) -> str:
-    """FSDP2's prefetch edges as one line per pass: ``forward: a→b, b→c; backward: …`` (issuing unit →
-    prefetched unit, in issue order); ``none`` for a pass without any."""
-    parts = []
-    for kind in ("forward", "backward"):
-        mine = [f"{e['unit']}→{e['target']}" for e in edges if e["pass"] == kind]
-        parts.append(f"{kind}: {', '.join(mine) if mine else 'none'}")
-    return "; ".join(parts)
 
 
 def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noqa: ANN001 (rich types kept lazy)
