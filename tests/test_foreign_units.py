@@ -404,3 +404,39 @@ def test_the_report_names_the_source_of_units_and_the_prefetch_chain():
         "Units from FSDP2 ranges; prefetch chain (rank 0): forward: blocks.0→blocks.1; backward: root→blocks.1."
         in paras
     )
+
+
+def test_device_side_projections_of_fsdp2_ranges_are_not_windows(tmp_path):
+    """A CUDA-style trace: FSDP2's ranges on the host thread, and their gpu_user_annotation projections on
+    the stream (labels, never windows): one window, one prefetch edge, the kernels in layers.0's forward."""
+    from fsdpbench.analysis import attribution
+
+    def launch(ts: float, corr: int) -> dict:
+        return {**_x("cudaLaunchKernel", ts, 0.5, cat="cuda_runtime"), "args": {"correlation": corr}}
+
+    def kernel(name: str, ts: float, stream: int, corr: int) -> dict:
+        return {**_x(name, ts, 5.0, tid=stream, cat="kernel"), "pid": 0, "args": {"correlation": corr}}
+
+    def projection(name: str, ts: float) -> dict:
+        return {**_x(name, ts, 5.0, tid=7, cat="gpu_user_annotation"), "pid": 0}
+
+    events = [
+        _x("ProfilerStep#1", 0.0, 100.0),
+        _x("FSDP::pre_forward (layers.0)", 1.0, 5.0),
+        _x("FSDP::forward_prefetch for layers.1", 2.0, 2.0),
+        launch(2.5, 1),
+        launch(8.0, 2),
+        _x("FSDP::post_forward (layers.0)", 10.0, 2.0),
+        kernel("ncclDevKernel_AllGather_RING_LL(x)", 20.0, 7, 1),
+        kernel("gemm", 30.0, 8, 2),
+        projection("FSDP::pre_forward (layers.0)", 20.0),
+        projection("FSDP::forward_prefetch for layers.1", 20.0),
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_bytes(orjson.dumps({"traceEvents": events}))
+    t = read_kineto(path).table
+    r = unit_ranges.find_ranges(t)
+    assert (r.unit, r.start_ns.tolist(), r.end_ns.tolist()) == (["layers.0"], [1000], [12000])
+    assert [(e["unit"], e["target"]) for e in attribution.prefetches(t, r)] == [("layers.0", "layers.1")]
+    rows = attribution.unit_phase_rows(t, "device", None, r)
+    assert [(x["unit"], x["compute_us"], x["comm_us"]) for x in rows] == [("layers.0", 5.0, 5.0)]

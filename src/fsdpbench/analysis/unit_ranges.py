@@ -91,8 +91,16 @@ def _parse_own(name: str) -> tuple[str, str] | None:
 
 
 def host_rows(t: EventTable, codes: list[int]) -> np.ndarray:
-    """Host rows of ``t`` whose name code is among ``codes``."""
-    return np.flatnonzero(np.isin(t.name.codes, codes) & ~t.device) if codes else np.empty(0, np.int64)
+    """Host rows of ``t`` whose name code is among ``codes``, leaving out the device-side projections of
+    host ranges (``gpu_user_annotation``: labels, never windows) by their lane: a stream, which holds
+    device events launched from another lane."""
+    if not codes:
+        return np.empty(0, np.int64)
+    rows = np.flatnonzero(np.isin(t.name.codes, codes) & ~t.device)
+    linked = t.device & (t.launch_lane != t.lane.codes)
+    if rows.size and linked.any():
+        rows = rows[~np.isin(t.lane.codes[rows], np.unique(t.lane.codes[linked]))]
+    return rows
 
 
 def own_ranges(t: EventTable) -> Ranges:
