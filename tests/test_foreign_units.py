@@ -284,6 +284,16 @@ def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
             (r["unit"], r["phase"]): r
             for r in attribution.unit_phase_rows(trace.table, trace.mode, None, ranges)
         }
+        # the prefetch edges name both ends in the source's names: fsdpbench's ("layers.2") or FSDP2's FQNs
+        own_edges = attribution.prefetches(trace.table, unit_ranges.find_ranges(trace.table))
+        lib_edges = attribution.prefetches(trace.table, ranges)
+        assert own_edges and {e["unit"] for e in own_edges} | {e["target"] for e in own_edges} <= {
+            u for u, _ in own
+        }
+        assert [e["target"] for e in lib_edges] == [
+            next(u for u, _ in lib if u.endswith("." + e["target"])) if e["target"] != "root" else "root"
+            for e in own_edges
+        ]
         layers = sorted({u for u, _ in own if u.startswith("layers.")})
         assert len(layers) >= 2, own.keys()
         for layer in layers:

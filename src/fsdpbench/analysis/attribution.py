@@ -358,7 +358,9 @@ def prefetches(t: EventTable, ranges: Ranges, select: np.ndarray | None = None) 
     """FSDP2's prefetch edges of ``t`` (within ``select``, a mask): per ``FSDP::<pass>_prefetch for
     <fqn>`` range, in start order, ``{pass, unit, target, start_us}``: the unit whose window (of
     ``ranges``) was open on that thread when it was issued (``(outside)`` for none), the unit it
-    prefetched (``root`` for FQN ""), and its start (µs, the trace's clock)."""
+    prefetched (``root`` for FQN ""; with fsdpbench's ranges, the one unit of theirs whose name ends the
+    FQN, e.g. ``layers.1`` for ``model.layers.1``, so both ends of an edge are named alike), and its
+    start (µs, the trace's clock)."""
     found = {
         i: m for i, c in enumerate(t.name.categories) if (m := PREFETCH_NAME.fullmatch(str(c))) is not None
     }
@@ -369,14 +371,19 @@ def prefetches(t: EventTable, ranges: Ranges, select: np.ndarray | None = None) 
         return []
     rows = rows[np.argsort(t.start_ns[rows], kind="stable")]
     issuer = innermost(ranges, t.lane.codes[rows].astype(np.int64), t.start_ns[rows])
+    names = set(ranges.unit)
     out: list[dict[str, object]] = []
     for row, r in zip(rows.tolist(), issuer.tolist(), strict=True):
         m = found[int(t.name.codes[row])]
+        target = m.group(2) or ROOT
+        if target not in names:
+            ends = [u for u in names if target.endswith("." + u)]
+            target = ends[0] if len(ends) == 1 else target
         out.append(
             {
                 "pass": m.group(1),
                 "unit": ranges.unit[r] if r >= 0 else OUTSIDE,
-                "target": m.group(2) or ROOT,
+                "target": target,
                 "start_us": int(t.start_ns[row]) / 1000.0,
             }
         )
