@@ -33,6 +33,7 @@ import numpy as np
 from fsdpbench.analysis import intervals as iv
 from fsdpbench.analysis.unit_ranges import (
     ALL_UNITS,  # noqa: F401 - re-exported: attribution's callers name the optimizer's unit from here
+    FSDP2_PREFIXES,
     PREFETCH_NAME,
     ROOT,
     Ranges,
@@ -362,7 +363,9 @@ def prefetches(t: EventTable, ranges: Ranges, select: np.ndarray | None = None) 
     FQN, e.g. ``layers.1`` for ``model.layers.1``, so both ends of an edge are named alike), and its
     start (µs, the trace's clock)."""
     found = {
-        i: m for i, c in enumerate(t.name.categories) if (m := PREFETCH_NAME.fullmatch(str(c))) is not None
+        i: m
+        for i, c in enumerate(t.name.categories)
+        if str(c).startswith(FSDP2_PREFIXES) and (m := PREFETCH_NAME.fullmatch(str(c))) is not None
     }
     rows = host_rows(t, list(found))
     if select is not None:
