@@ -129,6 +129,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         if len(chosen) > 1
         else [total]
     )
+    trace.warnings.extend(_fallback_window_warnings(trace, chosen, per_step, total))
     from fsdpbench.analysis.groups import group_metrics
 
     by_group, group_warning = group_metrics(sel)
@@ -162,6 +163,32 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         units=_units(trace, ev, chosen),
         _events=all_ev,
     )
+
+
+def _fallback_window_warnings(
+    trace: RankTrace, chosen: Sequence[int], per_step: Sequence[StepMetrics], total: StepMetrics
+) -> list[str]:
+    """A warning for each window not taken from a host ``ProfilerStep#N`` range (docs/analysis-definitions.md,
+    "Fallback windows"): a step the trace numbers but has no host range for (an Ascend export without
+    trace_view.json) is the span of its device work; a trace with no step at all is analysed whole."""
+    if (total.step_time_us or 0) <= 0:
+        return []
+    if not chosen:
+        return [
+            f"rank {trace.rank}: {Path(trace.source).name} has no ProfilerStep# range: the whole trace is "
+            f"analysed as one step, its window the span of its device work ({total.step_time_us / 1000:.3f} ms)"
+        ]
+    hosted = set(trace.windows.step.tolist())
+    out = []
+    for m in per_step:
+        if m.step is not None and m.step not in hosted:
+            why = "no trace_view.json" if trace.format == "ascend" else "the trace has no such range"
+            out.append(
+                f"rank {trace.rank} step {m.step}: no host ProfilerStep#{m.step} range ({why}): the step's "
+                f"window is the span of its device tasks ({m.step_time_us / 1000:.3f} ms), without the host "
+                "time before the first and after the last"
+            )
+    return out
 
 
 def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict[str, Any]] | None:

@@ -12,6 +12,7 @@ idle; synchronization (the wait before the first transfer, for the peers to be r
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,53 @@ def read_rank(rank_dir: str | Path) -> tuple[Path | None, list[dict[str, Any]]]:
     if db.is_file():
         return db, read_db(db)
     return None, []
+
+
+_OP_INDEX = re.compile(r"^hcom_[A-Za-z]+__(\d+)_(\d+)")
+
+
+def group_sizes(path: Path) -> dict[str, int]:
+    """``{group: ranks}`` from one ``communication_matrix.json``: the distinct ranks at either end of
+    the links (``"0-7"``: rank 0 to rank 7) of every op listed under the group (``<op>@<group>``); {}
+    when the file cannot be read (the caller says what is missing)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    ends: dict[str, set[str]] = {}
+    for kinds in (doc or {}).values():
+        for entries in (kinds or {}).values():
+            for name, links in (entries or {}).items():
+                op, _, group = name.partition("@")
+                if not group or not isinstance(links, dict):
+                    continue
+                mine = ends.setdefault(group, set())
+                for link in links:
+                    mine.update(x.strip() for x in str(link).split("-") if x.strip())
+    return {g: len(r) for g, r in ends.items() if r}
+
+
+def op_identity(out_dir: Path) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
+    """The identity of each HCCL op of a text export's ``ASCEND_PROFILER_OUTPUT``: ``{op name: (group,
+    index in the group)}`` from ``communication.json`` (``<op>@<group>``; the index is the op name's
+    number after the group's last digits, ``hcom_broadcast__483_1`` of group ``…483``: -1 when the
+    name does not have that form), and ``{group: ranks}`` from ``communication_matrix.json``.
+    Empty where the files are absent or unreadable."""
+    ops: dict[str, tuple[str, int]] = {}
+    text = out_dir / "communication.json"
+    if text.is_file():
+        try:
+            listed = read_text(text)
+        except InputError:
+            listed = []
+        for o in listed:
+            if not o["group"]:
+                continue
+            m = _OP_INDEX.match(o["op"])
+            index = int(m.group(2)) if m and o["group"].endswith(m.group(1)) else -1
+            ops[o["op"]] = (o["group"], index)
+    matrix = out_dir / "communication_matrix.json"
+    return ops, group_sizes(matrix) if matrix.is_file() else {}
 
 
 def profiler_split(
