@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fsdpbench.analysis import result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
-from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew, stragglers
+from fsdpbench.analysis.stragglers import clock_offset_warning, stragglers
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
@@ -489,14 +489,17 @@ def analyze(
     offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
     if offset:
         warnings.append(offset)
-    else:
-        res.collective_skew_us, skew_warnings = collective_skew(
-            [r.rank for r in timed], [r.collective_columns() for r in timed]
-        )
-        warnings.extend(skew_warnings)
-        res.stragglers = stragglers(res.collective_skew_us)
     if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
         row_split = _waits(res, timed, [origin[id(r)] for r in timed])
+        # stragglers: the waits' matched collectives on their aligned clocks (one rule for both)
+        skew = res.waits.pop("skew_us", None) or {}
+        if not offset:
+            res.collective_skew_us = {int(k): float(v) for k, v in skew.items()}
+            res.stragglers = stragglers(res.collective_skew_us)
+        if res.waits:
+            from fsdpbench.analysis.groups import partial_groups
+
+            res.waits["partial_groups"] = partial_groups(res.process_groups, timed)
         if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours
             ce = [r.collective_columns() for r in timed]
             from fsdpbench.trace.ascend_comm import profiler_split
@@ -506,7 +509,7 @@ def analyze(
                     [r.rank for r in timed],
                     [r.source for r in timed],
                     row_split,
-                    [list(c["start_ns"]) for c in ce],
+                    [_group_seq(c) for c in ce],
                 )
             except FsdpbenchError as exc:
                 warnings.append(f"the profiler's communication split is not shown: {exc}")
@@ -514,6 +517,14 @@ def analyze(
                 res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
                 warnings.extend(ascend_warnings)
     return res
+
+
+def _group_seq(ce: Any) -> list[tuple[Any, int]]:
+    """Each collective's (group, seq) of ``collective_events`` (None, -1 where the trace does not say)."""
+    n = len(ce["start_ns"])
+    group = list(ce["group"]) if "group" in ce else [None] * n
+    seq = list(ce["seq"]) if "seq" in ce else [-1] * n
+    return [(g if isinstance(g, str) and g else None, int(q)) for g, q in zip(group, seq, strict=True)]
 
 
 def _waits(

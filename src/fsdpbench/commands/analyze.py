@@ -131,7 +131,7 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
     from fsdpbench.analysis.groups import summary_rows
 
     rows = summary_rows(res.ranks, getattr(res, "process_groups", None) or {})
-    if not rows or (len(rows) == 1 and rows[0]["kind"] == "world"):
+    if not rows or (len(rows) == 1 and rows[0]["kind"] == "world" and rows[0]["group"] != "?"):
         return  # one group of all ranks: the per-rank table says it all
     g = Table(
         title="Communication per process group",
@@ -144,7 +144,6 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
     for col in ("group", "kind", "ranks", "count", "comm", "exposed", "bytes", "GB/s"):
         g.add_column(col, justify="left" if col in ("group", "kind") else "right")
     for row in rows:
-        members = row["ranks"]
         count = (
             str(row["count_min"])
             if row["count_min"] == row["count_max"]
@@ -153,7 +152,7 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
         g.add_row(
             row["group"],
             str(row["kind"]),
-            shorten_middle(",".join(map(str, members)), 24) if members else "?",
+            _members(row),
             count,
             _ms(row["comm_us"]),
             _ms(row["exposed_us"]),
@@ -161,6 +160,13 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
             fmt(row["algbw_gbps"], 3),
         )
     con.print(g)
+
+
+def _members(row: dict) -> str:
+    """A group's ranks as the table shows them: ``0,1`` (``0,1 of 8`` when more are in the group)."""
+    members, size = row["ranks"], row.get("size")
+    text = shorten_middle(",".join(map(str, members)), 24) if members else "?"
+    return f"{text} of {size}" if size and (not members or size > len(members)) else text
 
 
 def _internal_ms(row: dict, kind: str) -> str:
@@ -288,6 +294,8 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
             s.add_row(str(r.rank), *["n/r" if v is None else str(v) for v in r.sync.values()])
         con.print(s)
 
+    from fsdpbench.analysis.groups import coverage_text
+
     if res.waits:
         _render_waits(con, res.waits)
     across = res.across_ranks()
@@ -295,7 +303,12 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         strag = (
             ", ".join(f"rank {d['rank']} (+{d['skew_us']:.1f} µs)" for d in across["stragglers"]) or "none"
         )
-        con.print(f"slowest rank: {across['slowest_rank']}; stragglers by collective start skew: {strag}")
+        covers = coverage_text((res.waits or {}).get("partial_groups") or [])
+        con.print(
+            f"slowest rank: {across['slowest_rank']}; stragglers by collective start skew: {strag}"
+            + (f" ({covers})" if covers else ""),
+            highlight=False,
+        )
     for w in res.warnings:
         con.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
 
@@ -303,18 +316,36 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
 WAITS_TOP = 5
 
 
+def _profiler_ops(profiler: list[dict]) -> str:
+    """Which of the profiler's ops its per-rank rows cover: ``the trace's collectives (rank 0: 4 of its
+    28 ops, …)``, or ``all its ops`` where none could be paired with the trace's."""
+    parts = [
+        f"rank {p['rank']}: "
+        + (f"{p['paired']} of its {p['ops']} ops" if p.get("paired") else f"all {p['ops']} ops")
+        for p in profiler
+    ]
+    if all(p.get("paired") == p["ops"] for p in profiler):
+        return "the trace's collectives"
+    return "the ops paired with the trace's collectives by name (" + ", ".join(parts) + ")"
+
+
 def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Waiting vs transferring: per rank, bandwidth per type, the slowest collectives."""
     from rich.table import Table
 
+    from fsdpbench.analysis.groups import coverage_text
+
+    covers = coverage_text(w.get("partial_groups") or [])
     t = Table(
-        title=f"Waiting vs transferring ({w['instances']} collectives matched by {w['match']})",
+        title=f"Waiting vs transferring ({w['instances']} collectives matched by {w['match']}"
+        + (f"; {covers}" if covers else "")
+        + ")",
         title_justify="left",
         caption="ms; wait: for the last rank to arrive; exp.: not hidden under compute; offset: clock offset "
         f"to rank {w['reference_rank']} applied (µs)"
         + (
             "; profiler: the Ascend profiler's synchronization and elapse − synchronization "
-            "(docs/attribution.md)"
+            f"(docs/attribution.md) over {_profiler_ops(w['profiler'])}"
             if w.get("profiler")
             else ""
         ),

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 DEVICE_NOT_RECORDED = "device activity was not recorded"
 """The words of the warning a reader gives a CPU-only profile of a GPU/NPU job."""
+UNNAMED_GROUP = "?"
+"""The key of ``RankTrace.groups`` (and of ``by_group``) for collectives whose process group the trace does
+not name: a Kineto trace whose collectives name none gives it the size of its ``distributedInfo`` world."""
 ONE_RANK_WORLD = "a world of one rank"
 """The words of the warning a reader gives a trace whose process group has one rank (FSDP then issues no
 collectives, so "no collectives found" would ask the wrong question)."""
@@ -40,7 +43,9 @@ class RankTrace:
             are reported as ``null`` ("not recorded"), not 0. None: all of them.
         groups: the process groups the trace names for its collectives (the ``group`` column's
             values): ``{name: {"description", "ranks", "size"}}``, each null where the trace does not
-            say; empty for traces without group fields (gloo, older NCCL, Ascend).
+            say; empty for traces without group fields (gloo); an Ascend text export names each HCCL op's
+            group (``communication.json``) and its size (``communication_matrix.json``); a Kineto trace
+            whose collectives name no group has ``UNNAMED_GROUP`` with its ``distributedInfo`` world size.
     """
 
     rank: int | None
