@@ -236,3 +236,90 @@ def test_the_terminal_says_which_profiler_ops_its_rows_cover(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     n0, n1 = len(_comm_ops(0)), len(_comm_ops(1))
     assert f"rank 0: 4 of its {n0} ops, rank 1: 2 of its {n1} ops" in out
+
+
+# ---- diff and the terminal (issue 34, point 6) -----------------------------------------------------
+DDP = Path(__file__).parent / "fixtures" / "hta_ddp_step" / "rank1_step4.json.gz"
+
+
+def _raw_kernels(cats: tuple[str, ...] = ("kernel",)) -> dict[str, float]:
+    """Σ duration (µs) per device-event name of the DDP step (events of ``cats``), read with plain
+    ``gzip``/``json``."""
+    import gzip
+
+    totals: dict[str, float] = {}
+    for e in json.loads(gzip.decompress(DDP.read_bytes()))["traceEvents"]:
+        if e.get("cat") in cats:
+            totals[e["name"]] = totals.get(e["name"], 0.0) + e["dur"]
+    return totals
+
+
+def _column(text: str, title: str, end: str) -> list[str]:
+    """The first column's cells of the table titled ``title`` (up to the line starting with ``end``)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(title))
+    cells = []
+    for line in lines[start + 4 :]:
+        if line.startswith(("└", end)):
+            break
+        cells.append(line.split("│")[1].strip())
+    return cells
+
+
+def _source_of(short: str, names: list[str]) -> list[str]:
+    """The names a shortened cell can stand for: same head and tail around its "…" (a ``#k`` tag
+    dropped)."""
+    cell = short.rsplit("#", 1)[0] if "…" in short and short.rsplit("#", 1)[-1].isdigit() else short
+    if "…" not in cell:
+        return [n for n in names if n == cell]
+    head, tail = cell.split("…")
+    return [n for n in names if n.startswith(head) and n.endswith(tail)]
+
+
+def test_distinct_kernels_keep_distinct_short_names_at_80_columns(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    shutil.copy(DDP, tmp_path / "rank1.json.gz")
+    assert cli.main(["analyze", str(tmp_path / "rank1.json.gz")]) == 0
+    cells = _column(capsys.readouterr().out, "Top 15 op types", "ms: total")
+    # the op table: compute, memcpy and memset, one row per name (the NCCL kernels are communication)
+    totals = _raw_kernels(("kernel", "gpu_memcpy", "gpu_memset"))
+    top = sorted((n for n in totals if not n.startswith("nccl")), key=lambda n: -totals[n])[:15]
+    assert len(cells) == 15 and len(set(cells)) == 15
+    # each cell stands for its own kernel: the raw name of the same rank, and only that one when a
+    # second kernel of the top 15 shares its head and tail (then a #k tag tells them apart)
+    for cell, name in zip(cells, top, strict=True):
+        assert name in _source_of(cell, top)
+    clashing = [c for c in cells if len(_source_of(c, top)) > 1]
+    assert all(c.rsplit("#", 1)[-1].isdigit() for c in clashing)
+
+
+def test_diff_advice_fits_a_trace_with_all_reduce_only(tmp_path, capsys):
+    names = _raw_kernels()
+    assert any("AllReduce" in n for n in names) and not any("AllGather" in n for n in names)
+    for side in ("base", "test"):
+        shutil.copy(DDP, tmp_path / f"{side}.json.gz")
+    out = tmp_path / "d.json"
+    args = [str(tmp_path / "base.json.gz"), str(tmp_path / "test.json.gz"), "--json", str(out), "--quiet"]
+    assert cli.main(["diff", *args]) == 0
+    found = [f for f in json.loads(out.read_text())["findings"] if f["id"] == "low_overlap"]
+    assert found  # no overlap at all: 404 all-reduces fully exposed
+    for f in found:
+        assert "issues all_reduce and no all_gather, so layer prefetch does not apply" in f["action"]
+        assert "prefetch=" not in f["action"]
+
+
+def test_diff_warnings_name_their_source_once_and_types_are_spelt_as_analyze_spells_them(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "200")
+    root = _export(tmp_path)
+    assert cli.main(["diff", str(root / "test_rank_0"), str(root / "test_rank_1"), "--no-cache"]) == 0
+    text = capsys.readouterr().out
+    assert "test_rank_0: test_rank_0:" not in text and "test_rank_1: test_rank_1:" not in text
+    assert f"warning: test_rank_0: no {OUT}/trace_view.json; sync and launch counts are unavailable" in text
+    # the HCCL op types of rank 0's rows, as analyze names them (hcom_allGather_ → all_gather)
+    raw = {r["Type"] for r in _good_rows(0) if r["Accelerator Core"] == "HCCL"}
+    assert raw == {"hcom_broadcast_", "hcom_allReduce_", "hcom_allGather_"}
+    spelt = {"hcom_broadcast_": "broadcast", "hcom_allReduce_": "all_reduce", "hcom_allGather_": "all_gather"}
+    cells = _column(text, "collectives (calls per rank)", "calls")
+    assert sorted(cells) == sorted(spelt[t] for t in raw)

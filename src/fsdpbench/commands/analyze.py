@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from fsdpbench.errors import ConfigError, InputError
-from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms, shorten_middle
+from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms, shorten_middle, shorten_unique
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -275,8 +275,9 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         for col in ("op type", "count", "ms", "mean µs"):
             o.add_column(col, justify="right" if col != "op type" else "left", no_wrap=True)
         name_width = max(16, con.width - 40)  # what the three number columns and the borders leave
-        for row in r0.ops(top):  # rows without pandas when the result came from its cache
-            name = shorten_middle(row["op_type"], name_width)
+        rows = r0.ops(top)  # rows without pandas when the result came from its cache
+        names = shorten_unique([row["op_type"] for row in rows], name_width)
+        for row, name in zip(rows, names, strict=True):
             o.add_row(name, str(row["count"]), _ms(row["total_us"]), f"{row['mean_us']:.2f}")
         con.print(o)
 
