@@ -78,7 +78,7 @@ def _read_csv(path: Path, warnings: list[str] | None = None) -> pd.DataFrame:
     """The CSV as strings. A row whose field count differs from the header's (torch_npu has written
     a ``FlashAttentionScore`` row without its Duration) is left out and named in ``warnings`` with its
     file and line (an error without ``warnings``), rather than read with its columns shifted
-    (docs/analysis-definitions.md, "Rows left out")."""
+    (docs/analysis-definitions.md, "Part of a group, a bad row, a fallback window")."""
     try:
         text = path.read_bytes()
     except OSError as exc:
