@@ -140,6 +140,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.waits import rank_marks
 
     ce = collective_events(sel)
+    units = _units(trace, ev, chosen)
+    units_source = _units_source(ev) if units is not None else "none"
     ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=_collective_places(trace, ev, chosen)))
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
@@ -160,7 +162,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
         groups=trace.groups,
         by_group=by_group,
-        units=_units(trace, ev, chosen),
+        units=units,
+        units_source=units_source,
         _events=all_ev,
     )
 
@@ -192,7 +195,8 @@ def _fallback_window_warnings(
 
 
 def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict[str, Any]] | None:
-    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or no fsdpbench ranges)."""
+    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or neither fsdpbench's ranges
+    nor the autograd/optimizer ranges)."""
     import numpy as np
 
     from fsdpbench.analysis import attribution
@@ -200,6 +204,13 @@ def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict
     if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
         return None
     return attribution.unit_phase_rows(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
+
+
+def _units_source(ev: EventTable) -> str:
+    """Where the unit × phase windows came from (``attribution.Ranges.source``)."""
+    from fsdpbench.analysis import attribution
+
+    return attribution.find_ranges(ev).source
 
 
 def _collective_places(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> dict[str, Any] | None:

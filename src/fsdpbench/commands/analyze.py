@@ -186,7 +186,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         if r.units is None:
             continue
         t = Table(
-            title=f"Units × phases (rank {r.rank})",
+            title=f"Units × phases (rank {r.rank}; from {r.units_source})",
             title_justify="left",
             caption="ms; exposed: comm − overlapped; collectives: count per type; FSDP2 internals: host/device "
             "ms of copy-in, all-gather, copy-out, reduce (— where the implementation marks none); "
@@ -221,7 +221,8 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
     if missing:
         console.print(
             f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a Kineto trace "
-            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`)",
+            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`), or for phases "
+            "alone the autograd engine's or the optimizer's ranges",
             highlight=False,
         )
 
