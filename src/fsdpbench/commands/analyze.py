@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a unit × phase table per rank: compute, communication, exposed communication and collectives "
         "of each FSDP unit's forward and backward and the optimizer step, from fsdpbench's own ranges in the "
-        "profiled step (docs/attribution.md)",
+        "profiled step; without them, forward, backward and optimizer alone from the autograd engine's and "
+        "the optimizer's ranges (docs/attribution.md)",
     )
 
 
