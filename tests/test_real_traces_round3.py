@@ -86,6 +86,8 @@ def test_the_group_and_its_size_come_from_the_profilers_files_and_a_partial_grou
     assert result.process_groups[group]["kind"] == "unknown"  # two of eight: no layout to tell
     assert result.waits["partial_groups"] == [{"group": group, "analysed": [0, 1], "size": len(ends)}]
     assert result.waits["match"] == "group_seq"  # the group and the op's index in it, from its name
+    said = f"2 of {len(ends)} ranks of group {group}: the last arrival may be outside"
+    assert f"waits and stragglers cover {said}" in result.warnings  # the diff shows the warnings too
     from rich.console import Console
 
     from fsdpbench.commands.analyze import render
@@ -93,10 +95,9 @@ def test_the_group_and_its_size_come_from_the_profilers_files_and_a_partial_grou
     console = Console(width=80, record=True)
     render(result, console=console)
     text = " ".join(console.export_text().split())
-    assert f"2 of {len(ends)} ranks of group {group}: the last arrival may be outside" in text
-    assert (
-        "stragglers by collective start skew: rank 0" in text and text.count("the last arrival may be") == 2
-    )
+    assert f"matched by group_seq; {said})" in text  # the waits table's title
+    skew = result.collective_skew_us[0]
+    assert f"stragglers by collective start skew: rank 0 (+{skew:.1f} µs) ({said})" in text
     assert f"0,1 of {len(ends)}" in text  # the group table's ranks column
 
 

@@ -129,9 +129,10 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Communication per process group (shard = intra-node, replicate = inter-node), mean over its ranks."""
     from rich.table import Table
 
-    from fsdpbench.analysis.groups import summary_rows
+    from fsdpbench.analysis.groups import WORLD_SIZE_RULE, summary_rows
 
-    rows = summary_rows(res.ranks, getattr(res, "process_groups", None) or {})
+    kinds = getattr(res, "process_groups", None) or {}
+    rows = summary_rows(res.ranks, kinds)
     if not rows or (len(rows) == 1 and rows[0]["kind"] == "world" and rows[0]["group"] != "?"):
         return  # one group of all ranks: the per-rank table says it all
     g = Table(
@@ -139,7 +140,12 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
         title_justify="left",
         caption="mean over the group's ranks; count: collectives per rank; comm: ∪ of the group's "
         "communication, ms; exposed: its part not under compute, ms; bytes: per rank; GB/s: algorithm "
-        "bandwidth; kind: shard = consecutive ranks (intra-node), replicate = strided (inter-node)",
+        "bandwidth; kind: shard = consecutive ranks (intra-node), replicate = strided (inter-node)"
+        + (
+            "; ?: the trace names no group, its ranks are the world of its distributedInfo"
+            if any(info.get("rule") == WORLD_SIZE_RULE for info in kinds.values())
+            else ""
+        ),
         caption_justify="left",
     )
     for col in ("group", "kind", "ranks", "count", "comm", "exposed", "bytes", "GB/s"):
