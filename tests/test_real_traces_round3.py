@@ -226,9 +226,11 @@ def test_a_kineto_trace_naming_no_group_takes_its_size_from_distributed_info(tmp
     write_trace(tmp_path / "rank1.json", doc)
     res = analyze([tmp_path / "rank1.json"], workers=1)
     world = doc["distributedInfo"]["world_size"]
+    assert res.ranks[0].groups == {} and res.ranks[0].world_size == world  # no group invented
     assert res.process_groups == {
         "?": {"kind": "world", "ranks": list(range(world)), "rule": WORLD_SIZE_RULE, "size": world}
     }
+    assert res.to_dict()["ranks"][0]["world_size"] == world
 
 
 def test_the_terminal_says_which_profiler_ops_its_rows_cover(tmp_path, capsys):

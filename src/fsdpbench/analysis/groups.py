@@ -177,15 +177,23 @@ def _kind_of_name(name: str, description: str | None) -> str:
 
 
 def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
-    """``{group: {kind, ranks, rule}}`` over the analysed ranks (:class:`RankMetrics` with ``rank``,
-    ``by_group`` and ``groups``): ``ranks`` as the trace says them, else the analysed ranks naming the
-    group (``rule``: ``trace ranks`` or ``analysed ranks``), ``kind`` by the module docstring's rule
-    (``rule``: ``group name`` when no ranks are known)."""
+    """``{group: {kind, ranks, rule, size}}`` over the analysed ranks (:class:`RankMetrics` with ``rank``,
+    ``by_group``, ``groups`` and ``world_size``): ``ranks`` as the trace says them, else the analysed ranks
+    naming the group (``rule``: ``trace ranks`` or ``analysed ranks``), ``kind`` by the module docstring's
+    rule (``rule``: ``group name`` when no ranks are known). ``size``: the group's rank count where the
+    trace says it (its ranks, an Ascend matrix); ``?`` when no collective names a group, the ranks'
+    common ``world_size`` (then ``world``, rule :data:`WORLD_SIZE_RULE`). A named group of which fewer
+    ranks were analysed than its size is ``unknown`` (rule ``analysed ranks, part of the group``)."""
     world = len(ranks) or None
     said: dict[str, list[int]] = {}
     desc: dict[str, str | None] = {}
     size: dict[str, int] = {}
     members: dict[str, set[int]] = {}
+    worlds = {
+        getattr(r, "world_size", None) for r in ranks if UNKNOWN in (getattr(r, "by_group", None) or {})
+    }
+    if len(worlds) == 1 and None not in worlds:  # the size of the world the unnamed collectives ran in
+        size[UNKNOWN] = int(worlds.pop())
     for r in ranks:
         for name, info in (getattr(r, "groups", None) or {}).items():
             if info.get("ranks") and name not in said:
@@ -199,7 +207,7 @@ def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
     for name in sorted(members):
         n = len(said[name]) if name in said else size.get(name)
         got = sorted(members[name])
-        if name == UNKNOWN and n:  # the trace names no group; its distributedInfo gives the world's size
+        if name == UNKNOWN and n and set(members) == {UNKNOWN}:  # no group named: distributedInfo's world
             out[name] = {"kind": "world", "ranks": list(range(n)), "rule": WORLD_SIZE_RULE}
         elif name == UNKNOWN:
             out[name] = {"kind": "unknown", "ranks": None, "rule": None}

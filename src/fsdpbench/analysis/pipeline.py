@@ -161,6 +161,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         orphan_us=orphan_ns / 1000.0,
         orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
         groups=trace.groups,
+        world_size=trace.world_size,
         by_group=by_group,
         units=units,
         units_source=units_source,

@@ -199,6 +199,7 @@ class RankMetrics(StepMetrics):
             ``rank_marks``; None/-1 without);
         exposed_comm_ns: ∪ communication minus ∪ compute as (starts, ends), for the wait/transfer split;
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
+        world_size: the trace's ``distributedInfo.world_size`` (Kineto), None where it has none;
         by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
             over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
         units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
@@ -224,6 +225,7 @@ class RankMetrics(StepMetrics):
     orphan_us: float = 0.0
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    world_size: int | None = None
     by_group: dict[str, dict[str, Any]] = field(default_factory=dict)
     exposed_comm_ns: Any = field(default=None, repr=False)
     """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
@@ -252,6 +254,7 @@ class RankMetrics(StepMetrics):
             "orphan_us": self.orphan_us,
             "orphan_share": self.orphan_share,
             "groups": self.groups,
+            "world_size": self.world_size,
             "by_group": self.by_group,
             "units": self.units,
             "units_source": self.units_source,
@@ -275,6 +278,7 @@ class RankMetrics(StepMetrics):
             orphan_us=d.get("orphan_us", 0.0),
             orphan_share=d.get("orphan_share"),
             groups=d.get("groups") or {},
+            world_size=d.get("world_size"),
             by_group=d.get("by_group") or {},
             units=d.get("units"),
             units_source=d.get("units_source") or "none",
@@ -380,6 +384,7 @@ class RankMetrics(StepMetrics):
             orphan_us=d["orphan_us"],
             orphan_share=d["orphan_share"],
             groups=d["groups"],
+            world_size=d.get("world_size"),
             by_group=d.get("by_group") or {},
             exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
             units=d.get("units"),

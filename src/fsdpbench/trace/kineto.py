@@ -44,7 +44,7 @@ from fsdpbench.errors import InputError
 from fsdpbench.trace.kineto_comm import Identity, resolve
 from fsdpbench.trace.kineto_cpu import classify_cpu
 from fsdpbench.trace.kineto_decode import decode
-from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, ONE_RANK_WORLD, UNNAMED_GROUP, RankTrace
+from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, ONE_RANK_WORLD, RankTrace
 from fsdpbench.trace.table import (
     CATEGORIES,
     CATEGORY_CODE,
@@ -435,9 +435,6 @@ def _read_kineto(path: Path) -> RankTrace:
     }
     groups = identity.groups
     world = dist.get("world_size") if isinstance(dist, dict) else None
-    if not groups and isinstance(world, int) and world > 0 and (out.category == CATEGORY_CODE["comm"]).any():
-        # no collective names its group: the size is the world's (the ``?`` group of analysis/groups.py)
-        groups = {UNNAMED_GROUP: {"description": "distributedInfo world_size", "ranks": None, "size": world}}
     # hand the columns over: their only references are in ``columns`` from here
     del c, out, names, cats, lane, step, start, launch_of, own, is_dev_cat, is_annot, is_step
     table = _sorted_table(columns, identity, n)
@@ -452,6 +449,7 @@ def _read_kineto(path: Path) -> RankTrace:
         warnings=warnings,
         recorded_tasks=recorded,
         groups=groups,
+        world_size=world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None,
     )
 
 
