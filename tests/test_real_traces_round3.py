@@ -380,3 +380,27 @@ def test_phases_come_from_the_autograd_thread_and_the_optimizer_ranges(tmp_path)
     assert got["backward"]["collectives"]["all_reduce"]["count"] == len(comm)
     assert got["backward"]["comm_us"] == pytest.approx(r.comm_us, abs=1e-3)
     assert sum(row["compute_us"] for row in r.units) == pytest.approx(r.compute_us, abs=1e-3)
+
+
+def test_the_diffs_op_table_keeps_distinct_names_at_80_columns(
+    tmp_path, capsys, monkeypatch, shared_fixtures
+):
+    """The DDP step against HTA's ns_resolution trace: two cudnn batch-norm kernels differ only in the
+    middle of their names, so no cut at 80 columns tells them apart; each then carries its tag."""
+    import gzip
+
+    monkeypatch.setenv("COLUMNS", "80")
+    other = next((shared_fixtures / "fixtures" / "kineto" / "ns_resolution_trace").glob("*.json.gz"))
+    shutil.copy(DDP, tmp_path / "ddp.json.gz")
+    shutil.copy(other, tmp_path / "ns.json.gz")
+    assert cli.main(["diff", str(tmp_path / "ns.json.gz"), str(tmp_path / "ddp.json.gz")]) == 0
+    cells = _column(capsys.readouterr().out, "kernel time by op type", "kernel time (mean")
+    names = set(_raw_kernels(("kernel", "gpu_memcpy", "gpu_memset")))
+    names |= {
+        e["name"] for e in json.loads(gzip.decompress(other.read_bytes()))["traceEvents"] if "name" in e
+    }
+    assert len(cells) == len(set(cells)) == 10
+    assert all(_source_of(c, sorted(names)) for c in cells)  # each the head and tail of a real name
+    tagged = sorted(c for c in cells if c.rsplit("#", 1)[-1].isdigit())
+    assert [c[-2:] for c in tagged] == ["#1", "#2"] and tagged[0][:-2] == tagged[1][:-2]
+    assert len(_source_of(tagged[0], sorted(names))) > 1  # a head and tail that two kernels share
