@@ -404,3 +404,27 @@ def test_the_diffs_op_table_keeps_distinct_names_at_80_columns(
     tagged = sorted(c for c in cells if c.rsplit("#", 1)[-1].isdigit())
     assert [c[-2:] for c in tagged] == ["#1", "#2"] and tagged[0][:-2] == tagged[1][:-2]
     assert len(_source_of(tagged[0], sorted(names))) > 1  # a head and tail that two kernels share
+
+
+def test_a_db_export_reads_its_groups_from_analysis_db(tmp_path, shared_fixtures):
+    """msinsight's db export (ranks 0 and 1): the groups from CommAnalyzerTime, their size from
+    CommAnalyzerMatrix (the distinct ends of the group's links), read here with plain sqlite."""
+    import sqlite3
+
+    src = shared_fixtures / "fixtures" / "ascend" / "msinsight_pt_db_level2"
+    shutil.copytree(src, tmp_path / "db")
+    db = src / "rank0_ascend_pt" / OUT / "analysis.db"
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        groups = {g for (g,) in con.execute("SELECT DISTINCT group_name FROM CommAnalyzerTime")}
+        links = con.execute("SELECT group_name, src_rank, dst_rank FROM CommAnalyzerMatrix").fetchall()
+    finally:
+        con.close()
+    (group,) = groups
+    size = len({x for g, a, b in links if g == group for x in (a, b)})
+    assert size == 8
+    res = analyze([tmp_path / "db"], workers=1)
+    assert res.process_groups[group]["size"] == size
+    assert res.waits["match"] == "group_seq"
+    assert res.waits["partial_groups"] == [{"group": group, "analysed": [0, 1], "size": size}]
+    assert all(p["paired"] == p["ops"] for p in res.waits["profiler"])

@@ -697,8 +697,9 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
         rank = alt if rank is None else rank
     recorded = recorded_tasks(folder.name, tables.cann_api_rows > 0, tables.task_rows > 0, warnings)
     return _assemble(
-        folder, dev, host if len(host) else None, steps, warnings, cross, rank, tables.hccl_streams, recorded
-    )
+        folder, dev, host if len(host) else None, steps, warnings, cross, rank, tables.hccl_streams, recorded,
+        op_identity(db.parent),
+    )  # fmt: skip
 
 
 def read_ascend(folder: str | Path) -> RankTrace:

@@ -130,27 +130,45 @@ def group_sizes(path: Path) -> dict[str, int]:
     return {g: len(r) for g, r in ends.items() if r}
 
 
-def op_identity(out_dir: Path) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
-    """The identity of each HCCL op of a text export's ``ASCEND_PROFILER_OUTPUT``: ``{op name: (group,
-    index in the group)}`` from ``communication.json`` (``<op>@<group>``; the index is the op name's
-    number after the group's last digits, ``hcom_broadcast__483_1`` of group ``…483``: -1 when the
-    name does not have that form), and ``{group: ranks}`` from ``communication_matrix.json``.
-    Empty where the files are absent or unreadable."""
-    ops: dict[str, tuple[str, int]] = {}
-    text = out_dir / "communication.json"
-    if text.is_file():
+def _db_group_sizes(path: Path) -> dict[str, int]:
+    """``{group: ranks}`` from an ``analysis.db``'s ``CommAnalyzerMatrix`` (the distinct ``src_rank`` and
+    ``dst_rank`` of the group's links); {} when the table cannot be read."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            listed = read_text(text)
-        except InputError:
-            listed = []
-        for o in listed:
-            if not o["group"]:
-                continue
-            m = _OP_INDEX.match(o["op"])
-            index = int(m.group(2)) if m and o["group"].endswith(m.group(1)) else -1
-            ops[o["op"]] = (o["group"], index)
-    matrix = out_dir / "communication_matrix.json"
-    return ops, group_sizes(matrix) if matrix.is_file() else {}
+            rows = con.execute("SELECT group_name, src_rank, dst_rank FROM CommAnalyzerMatrix").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return {}
+    ends: dict[str, set[str]] = {}
+    for group, src, dst in rows:
+        if group:
+            ends.setdefault(str(group), set()).update(str(x).strip() for x in (src, dst) if x is not None)
+    return {g: len(r) for g, r in ends.items() if r}
+
+
+def op_identity(out_dir: Path) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
+    """The identity of each HCCL op of an export's ``ASCEND_PROFILER_OUTPUT``: ``{op name: (group, index
+    in the group)}`` from ``communication.json`` (``<op>@<group>``), else ``analysis.db``'s
+    ``CommAnalyzerTime``; the index is the op name's number after the group's last digits
+    (``hcom_broadcast__483_1`` of group ``…483``: 1; -1 when the name does not have that form). And
+    ``{group: ranks}`` from ``communication_matrix.json``, else ``CommAnalyzerMatrix``. Empty where the
+    files are absent or unreadable."""
+    text, matrix, db = (
+        out_dir / n for n in ("communication.json", "communication_matrix.json", "analysis.db")
+    )
+    try:
+        listed = read_text(text) if text.is_file() else read_db(db) if db.is_file() else []
+    except InputError:
+        listed = []
+    ops: dict[str, tuple[str, int]] = {}
+    for o in listed:
+        if o["group"]:
+            key = _op_key(o)
+            ops[str(o["op"])] = key if key is not None else (str(o["group"]), -1)
+    sizes = group_sizes(matrix) if matrix.is_file() else _db_group_sizes(db) if db.is_file() else {}
+    return ops, sizes
 
 
 def _op_key(op: dict[str, Any]) -> tuple[str, int] | None:
