@@ -428,3 +428,26 @@ def test_a_db_export_reads_its_groups_from_analysis_db(tmp_path, shared_fixtures
     assert res.waits["match"] == "group_seq"
     assert res.waits["partial_groups"] == [{"group": group, "analysed": [0, 1], "size": size}]
     assert all(p["paired"] == p["ops"] for p in res.waits["profiler"])
+
+
+def test_a_row_with_a_field_too_many_is_named_and_left_out(tmp_path):
+    """A hand-made copy of rank 1's kernel_details.csv (the real header) whose third row has one field
+    too many: named by line and left out, where pandas alone would stop at it."""
+    root = _export(tmp_path)
+    csv_path = root / "test_rank_1" / OUT / "kernel_details.csv"
+    lines = csv_path.read_text().splitlines(keepends=True)
+    lines[3] = lines[3].rstrip("\r\n") + ",extra\n"
+    csv_path.write_text("".join(lines))
+    header, rows = next(csv.reader([lines[0]])), list(csv.reader(lines[1:]))
+    name = rows[2][header.index("Name")]
+    res = analyze([root / "test_rank_1"], workers=1)
+    assert (
+        f"{csv_path} line 4: {len(header) + 1} fields where the header has {len(header)} ({name}); the row is "
+        "left out (its columns cannot be told apart)"
+    ) in res.warnings
+    kept = [r for i, r in enumerate(rows) if i != 2]
+    compute = [r for r in kept if r[header.index("Accelerator Core")] != "HCCL"]  # the op table's rows
+    assert sum(row["count"] for row in res.ranks[0].ops(None)) == len(compute)
+    assert sum(res.ranks[0].collectives[t]["count"] for t in res.ranks[0].collectives) == len(kept) - len(
+        compute
+    )

@@ -74,10 +74,10 @@ _TRAILING_NUM = re.compile(r"(_\d+)+$")
 _INSTANCE_NUM = re.compile(r"(?<=[A-Za-z])\d+$")
 
 
-def _read_csv(path: Path, warnings: list[str] | None = None) -> pd.DataFrame:
+def _read_csv(path: Path, warnings: list[str]) -> pd.DataFrame:
     """The CSV as strings. A row whose field count differs from the header's (torch_npu has written
     a ``FlashAttentionScore`` row without its Duration) is left out and named in ``warnings`` with its
-    file and line (an error without ``warnings``), rather than read with its columns shifted
+    file and line, rather than read with its columns shifted
     (docs/analysis-definitions.md, "Part of a group, a bad row, a fallback window")."""
     try:
         text = path.read_bytes()
@@ -86,15 +86,27 @@ def _read_csv(path: Path, warnings: list[str] | None = None) -> pd.DataFrame:
     if not text.strip():
         raise InputError(f"{path}: the file is empty; re-export the profile")
     try:
-        text = _without_ragged_rows(path, text, warnings)
-        df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+        try:
+            df = _parse_csv(text)
+        except pd.errors.ParserError:  # a row longer than the header (or a broken file)
+            df = None
+        # pandas pads a short row with empty cells: only for an empty last cell (or a long row) are the
+        # records counted, so a well-formed file costs one parse
+        if df is None or (len(df.columns) > 1 and bool((df.iloc[:, -1].str.strip() == "").any())):
+            kept = _without_ragged_rows(path, text, warnings)
+            if df is None or kept is not text:
+                df = _parse_csv(kept)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path}: not a readable CSV ({' '.join(str(exc).split())})") from None
     df.columns = [str(c).strip() for c in df.columns]
     return df
 
 
-def _without_ragged_rows(path: Path, text: bytes, warnings: list[str] | None) -> bytes:
+def _parse_csv(text: bytes) -> pd.DataFrame:
+    return pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+
+
+def _without_ragged_rows(path: Path, text: bytes, warnings: list[str]) -> bytes:
     """``text`` without the records whose field count differs from the header's, each named (file,
     line, field counts, the row's Name) in ``warnings``; ``text`` itself when there is none. pandas
     cannot tell them: it pads a short row with empty cells, shifting what follows the gap."""
@@ -119,8 +131,6 @@ def _without_ragged_rows(path: Path, text: bytes, warnings: list[str] | None) ->
             f"{path} line {first}: {len(record)} fields where the header has {width}{what}; the row is "
             "left out (its columns cannot be told apart)"
         )
-        if warnings is None:
-            raise InputError(said)
         warnings.append(said)
     return "".join(line for i, line in enumerate(lines, 1) if i not in drop).encode()
 
