@@ -19,6 +19,12 @@ Ranks``) or, where it is silent (gloo), the analysed ranks whose trace names the
 ``shard``; ranks at one stride > 1 (the replicate dimension, across nodes) → ``replicate``; otherwise
 ``other``. Without ranks the group's name or description decides (``shard``/``replicate`` in it; ``0``,
 the default group, is ``world``), else ``unknown``.
+
+A group's size comes from the trace where it says one (NCCL ``Process Group Ranks``, an Ascend export's
+communication matrix; ``?`` from the ranks' ``distributedInfo`` world size when no collective names a
+group). A named group of which fewer ranks were analysed is ``unknown`` (its layout cannot be told from
+part of it), and :func:`partial_groups` lists it: waits and stragglers over it cover part of the group,
+and say so (:func:`coverage_text`).
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ def _fallback_window_warnings(
     trace: RankTrace, chosen: Sequence[int], per_step: Sequence[StepMetrics], total: StepMetrics
 ) -> list[str]:
     """A warning for each window not taken from a host ``ProfilerStep#N`` range (docs/analysis-definitions.md,
-    "Fallback windows"): a step the trace numbers but has no host range for (an Ascend export without
+    "Part of a group, a bad row, a fallback window"): a step the trace numbers but has no host range for (an Ascend export without
     trace_view.json) is the span of its device work; a trace with no step at all is analysed whole."""
     if (total.step_time_us or 0) <= 0:
         return []
