@@ -199,7 +199,7 @@ def test_a_plain_fsdp2_script_profile_gives_rows_for_every_block_on_every_rank(p
 def test_analyze_units_names_the_source_and_the_prefetch_chain(plain_fsdp2_profiles):
     proc = run_cli("analyze", str(plain_fsdp2_profiles / "raf_false"), "--units", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
-    assert "Units × phases (rank 1) from FSDP2 ranges" in proc.stdout
+    assert "Units × phases (rank 1; from FSDP2 ranges)" in proc.stdout
     assert (
         "prefetch chain (rank 0): forward: none; backward: root→blocks.2, blocks.2→blocks.1, blocks.1→blocks.0"
         in proc.stdout

@@ -199,12 +199,14 @@ class RankMetrics(StepMetrics):
             ``rank_marks``; None/-1 without);
         exposed_comm_ns: ∪ communication minus ∪ compute as (starts, ends), for the wait/transfer split;
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
+        world_size: the trace's ``distributedInfo.world_size`` (Kineto), None where it has none;
         by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
             over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
         units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
-            None where they cannot be told (an Ascend export, or neither fsdpbench's nor FSDP2's ranges);
-        units_source: where the units' windows came from: ``fsdpbench ranges``, ``FSDP2 ranges`` or
-            ``none`` (``analysis.unit_ranges.find_ranges``);
+            None where they cannot be told (an Ascend export, or none of the sources of units);
+        units_source: where the units' windows came from: ``fsdpbench ranges``, ``FSDP2 ranges``,
+            ``autograd/optimizer ranges`` (phases only, unit ``(all)``: :mod:`fsdpbench.analysis.phase_ranges`)
+            or ``none`` (``analysis.unit_ranges.find_ranges``);
         prefetch: FSDP2's prefetch edges ``[{pass, unit, target, start_us}]`` in issue order
             (``analysis.attribution.prefetches``), None where the trace has no FSDP2 ranges;
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
@@ -225,6 +227,7 @@ class RankMetrics(StepMetrics):
     orphan_us: float = 0.0
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    world_size: int | None = None
     by_group: dict[str, dict[str, Any]] = field(default_factory=dict)
     exposed_comm_ns: Any = field(default=None, repr=False)
     """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
@@ -254,6 +257,7 @@ class RankMetrics(StepMetrics):
             "orphan_us": self.orphan_us,
             "orphan_share": self.orphan_share,
             "groups": self.groups,
+            "world_size": self.world_size,
             "by_group": self.by_group,
             "units": self.units,
             "units_source": self.units_source,
@@ -278,6 +282,7 @@ class RankMetrics(StepMetrics):
             orphan_us=d.get("orphan_us", 0.0),
             orphan_share=d.get("orphan_share"),
             groups=d.get("groups") or {},
+            world_size=d.get("world_size"),
             by_group=d.get("by_group") or {},
             units=d.get("units"),
             units_source=d.get("units_source") or "none",
@@ -384,6 +389,7 @@ class RankMetrics(StepMetrics):
             orphan_us=d["orphan_us"],
             orphan_share=d["orphan_share"],
             groups=d["groups"],
+            world_size=d.get("world_size"),
             by_group=d.get("by_group") or {},
             exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
             units=d.get("units"),

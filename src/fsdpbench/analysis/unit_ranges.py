@@ -13,10 +13,12 @@ preference (the first that has any window in the trace is used, alone):
   ``FSDP::post_backward_*`` range; the root's (no ``(<fqn>)`` suffix) forward from
   ``FSDP::root_pre_forward`` and its backward to the end of ``FSDP::root_post_backward_callback``;
   the optimizer from ``Optimizer.step#…``;
+* ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
+  optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
 * none: no window (every event is ``(outside)``).
 
 FSDP1 (``FullyShardedDataParallel.forward``, ``._pre_backward_hook`` …), DeepSpeed ZeRO-3 and
-hyper_parallel record no range that names a unit, so they give no source (docs/attribution.md says
+hyper_parallel record no range that names a unit, so they give phases only (docs/attribution.md says
 what each records).
 """
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fsdpbench.analysis import phase_ranges
 from fsdpbench.trace.table import EventTable
 
 PREFIX = "fsdpbench::"
@@ -37,6 +40,7 @@ ROOT = "root"
 
 SOURCE_OWN = "fsdpbench ranges"
 SOURCE_FSDP2 = "FSDP2 ranges"
+SOURCE_PHASES = phase_ranges.SOURCE
 SOURCE_NONE = "none"
 
 _FSDP2_NAME = re.compile(
@@ -182,10 +186,14 @@ def fsdp2_ranges(t: EventTable) -> Ranges:
 
 
 def find_ranges(t: EventTable) -> Ranges:
-    """The (unit, phase) windows of ``t`` from its best source: fsdpbench's own ranges, else FSDP2's
-    (module docstring); an empty :class:`Ranges` with source ``none`` when neither is there."""
+    """The (unit, phase) windows of ``t`` from its best source: fsdpbench's own ranges, else FSDP2's,
+    else the autograd/optimizer ranges' phases (module docstring); an empty :class:`Ranges` with source
+    ``none`` when none is there."""
     for source in (own_ranges, fsdp2_ranges):
         found = source(t)
         if len(found):
             return found
+    lane, start, end, phase = phase_ranges.phase_windows(t)
+    if phase:
+        return Ranges(lane, start, end, [ALL_UNITS] * len(phase), phase, SOURCE_PHASES)
     return _empty()
