@@ -29,6 +29,7 @@ RUN_FLAGS = (
     "profile",
     "separate_profile",
     "profile_step",
+    "profile_ranges",
     "out",
     "name",
     "seed",
@@ -193,6 +194,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--profile-step",
         type=int,
         help="with --separate-profile: the step its launch records, >= 1 (default 3)",
+    )
+    o.add_argument(
+        "--no-ranges",
+        dest="profile_ranges",
+        action="store_const",
+        const=False,
+        help="leave fsdpbench's own unit/phase and c10d ranges out of the profiled step: units then come "
+        "from the implementation's own ranges (FSDP2's), as on a profile from elsewhere (docs/attribution.md)",
     )
     o.add_argument("--out", help="results root folder (default results/)")
     o.add_argument("--name", help="run name, the folder prefix")

@@ -91,6 +91,9 @@ class RunConfig:
     """Profile in one extra launch per arm instead of after the first round's timed steps."""
     profile_step: int = 3
     """Step index (0-based, within a separate profiling launch) that the profiler records; ≥ 1."""
+    profile_ranges: bool = True
+    """fsdpbench's own ranges in the profiled step (``--no-ranges`` leaves them out, so the units come from
+    the implementation's own ranges, e.g. FSDP2's: docs/attribution.md "Sources of units")."""
     out: str = "results"
     seed: int = 0
     """Seeds the initial weights and the synthetic tokens (identical for every arm and round)."""
