@@ -1,10 +1,27 @@
-"""Seeded, per-parameter initialisation that does not depend on device, mesh or backend.
+"""Seeded initialisation in which every value is a pure function of (seed, parameter name, element index).
 
-Every parameter's full initial value is a pure function of ``(seed, name, shape)``: a CPU
-``torch.Generator`` seeded from the seed and a stable hash of the name draws it in fp32, then it is
-cast and moved. A runner builds the model on ``meta``, shards it, calls ``to_empty()`` and copies
-each rank's shard of ``init_full_tensor(name, ...)`` — one parameter at a time, so a 35B model never
-needs its full size on one rank.
+A rank computes only its own shard's elements: the value of element ``i`` (row-major index into the
+full, unsharded parameter) does not depend on which other elements are computed, so every arm, mesh
+(FSDP ×8, HSDP 2×4, one process) and world size sees the same weights, and a rank's initialisation
+costs its shard, not the model. A runner builds the model on ``meta``, shards it, materialises the
+shards and fills them from ``InitialValues.block`` / ``InitialValues.flat`` (``backends/base.py``).
+
+How a value is made (fixed draws per value, so an offset lands exactly):
+
+* the stream: numpy's counter-based Philox4x64 keyed by 128 bits of ``sha256(f"{seed}:{name}")``; the
+  64-bit word ``j`` of the stream (counter ``j // 4``, lane ``j % 4``) serves elements ``2j`` and
+  ``2j + 1`` (its low and high 32 bits, 24 bits each used: uniforms ``(k + 0.5) / 2**24`` in (0, 1));
+* normal: Box-Muller on that pair, ``std · sqrt(-2 ln u1) · (cos, sin)(2π u2)`` (|value| < 5.9 std);
+* ``A_log``: ``log(1 + 15 u)`` for each uniform, i.e. log(U(1, 16));
+* words are computed from and to multiples of ``ALIGN_WORDS`` in batches of at most ``CHUNK_WORDS``,
+  so every value goes through the same floating-point code path (vector, never a scalar remainder loop,
+  never split across threads) whichever range asked for it; a range costs its length plus at most 254
+  values (``values_drawn`` counts them).
+
+Values are bit-identical for the same torch and numpy builds on the same CPU family; another build may
+differ in the last bit (torch's vectorised ``log``/``sin``/``cos``), which no timing or parity check
+notices. Values changed with this generator (torch's ``normal_`` stream before): results from before it
+compare only to themselves.
 
 | parameter (name ends with)                    | initial value                              |
 |-----------------------------------------------|--------------------------------------------|
@@ -18,17 +35,155 @@ needs its full size on one rank.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
 DEFAULT_STD = 0.02
+ALIGN_WORDS = 64
+"""Words are computed from and to multiples of 64 (128 values): every op's length is a multiple of any
+SIMD width, so no value falls in a scalar remainder loop (a different last bit)."""
+CHUNK_WORDS = 16384
+"""Words per batch of ops: under ATen's 32,768-element grain, so torch never splits an op across
+threads (a split would add remainder loops at thread boundaries that depend on the thread count)."""
+_LANES = 4  # Philox4x64: four 64-bit words per counter value
+_MASK24 = np.uint64(0xFFFFFF)
+_SHIFT32 = np.uint64(32)
+_LN_2_POW_24 = 24 * math.log(2.0)
+_TWO_PI_OVER_2_24 = 2 * math.pi / 2**24
+
+Index = tuple[slice, ...]
 
 
-def _stream_seed(seed: int, name: str) -> int:
+def distribution(name: str) -> str:
+    """``zeros``, ``ones``, ``log_uniform_1_16`` or ``normal``: the initial value rule for ``name``."""
+    if name.endswith("linear_attn.norm.weight") or name.endswith("dt_bias"):
+        return "ones"
+    if name.endswith("norm.weight"):
+        return "zeros"
+    if name.endswith("A_log"):
+        return "log_uniform_1_16"
+    return "normal"
+
+
+def _philox_key(seed: int, name: str) -> list[int]:
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+    return [int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:16], "little")]
+
+
+def _fill(key: list[int], first_word: int, words: int, kind: str, std: float, out: torch.Tensor) -> None:
+    """Write the ``2 · words`` fp32 values of words ``[first_word, first_word + words)`` into ``out``
+    (``first_word`` and ``words`` multiples of ``ALIGN_WORDS``)."""
+    raw = np.random.Philox(key=key, counter=first_word // _LANES).random_raw(words)
+    # k + 0.5 with k < 2**24 is exact in fp32: uniforms (k + 0.5) / 2**24 in (0, 1), never 0
+    low = (raw & _MASK24).astype(np.float32) + np.float32(0.5)  # element 2j
+    high = ((raw >> _SHIFT32) & _MASK24).astype(np.float32) + np.float32(0.5)  # element 2j + 1
+    if kind == "log_uniform_1_16":
+        pairs = out.view(words, 2)
+        torch.log1p(torch.from_numpy(low).mul_(15.0 / 2**24), out=pairs[:, 0])
+        torch.log1p(torch.from_numpy(high).mul_(15.0 / 2**24), out=pairs[:, 1])
+        return
+    # Box-Muller: radius² = -2 std² ln u1, with ln u1 = ln(k1 + 0.5) - 24 ln 2; angle = 2π u2
+    var = std * std
+    radius = torch.from_numpy(low).log_().mul_(-2.0 * var).add_(2.0 * _LN_2_POW_24 * var).sqrt_()
+    angle = torch.from_numpy(high).mul_(_TWO_PI_OVER_2_24)
+    pairs = out.view(words, 2)
+    torch.mul(torch.cos(angle), radius, out=pairs[:, 0])
+    torch.mul(torch.sin(angle), radius, out=pairs[:, 1])
+
+
+class InitialValues:
+    """The initial values of one model's parameters, any element range of any parameter on demand.
+
+    ``values_drawn`` counts the values computed so far (random values including the alignment at a
+    range's ends; constants count their elements), for the launch-cost benchmark and the tests.
+    """
+
+    def __init__(self, shapes: Mapping[str, Sequence[int]], seed: int, std: float = DEFAULT_STD) -> None:
+        """``shapes``: full (unsharded) shape of each parameter, by the unwrapped model's names."""
+        self.shapes = {name: tuple(int(s) for s in shape) for name, shape in shapes.items()}
+        self.seed = seed
+        self.std = std
+        self.values_drawn = 0
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The full shape of parameter ``name`` (a clear error for a name the model does not have)."""
+        try:
+            return self.shapes[name]
+        except KeyError:
+            raise KeyError(f"initial values: no parameter called {name!r} in the model") from None
+
+    def flat(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """fp32 values of elements ``[start, stop)`` of ``name`` in row-major order (1-D, on CPU)."""
+        numel = math.prod(self.shape(name))
+        if not 0 <= start <= stop <= numel:
+            raise ValueError(f"initial values: range [{start}, {stop}) outside {name!r} of {numel} elements")
+        kind = distribution(name)
+        if kind in ("zeros", "ones"):
+            self.values_drawn += stop - start
+            return torch.full((stop - start,), 1.0 if kind == "ones" else 0.0)
+        if start == stop:
+            return torch.empty(0)
+        key = _philox_key(self.seed, name)
+        first = start // 2 // ALIGN_WORDS * ALIGN_WORDS  # element i is half of word i // 2
+        words_needed = (stop + 1) // 2
+        end = -(-words_needed // ALIGN_WORDS) * ALIGN_WORDS
+        values = torch.empty(2 * (end - first))
+        for word in range(first, end, CHUNK_WORDS):
+            words = min(CHUNK_WORDS, end - word)
+            at = 2 * (word - first)
+            _fill(key, word, words, kind, self.std, values[at : at + 2 * words])
+        self.values_drawn += values.numel()
+        offset = start - 2 * first
+        return values[offset : offset + stop - start]
+
+    def block(self, name: str, index: Index) -> torch.Tensor:
+        """fp32 values of ``full[index]`` (one slice per dim, step 1), computed one contiguous run at a time."""
+        shape = self.shape(name)
+        bounds = [s.indices(n) for s, n in zip(index, shape, strict=True)]
+        sizes = tuple(max(0, stop - start) for start, stop, _ in bounds)
+        out = torch.empty(sizes)
+        if out.numel() == 0:
+            return out
+        runs = list(_runs(shape, [(start, stop) for start, stop, _ in bounds]))
+        if len(runs) == 1:
+            return self.flat(name, *runs[0]).view(sizes)
+        flat_out = out.view(-1)
+        at = 0
+        for start, stop in runs:
+            flat_out[at : at + stop - start] = self.flat(name, start, stop)
+            at += stop - start
+        return out
+
+    def full(self, name: str) -> torch.Tensor:
+        """The whole fp32 value of ``name`` (the unsharded reference, and small parameters)."""
+        shape = self.shape(name)
+        return self.flat(name, 0, math.prod(shape)).view(shape)
+
+
+def _runs(shape: Sequence[int], bounds: Sequence[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The contiguous flat ``[start, stop)`` runs of the block ``bounds`` of a row-major ``shape``."""
+    if not shape:
+        yield 0, 1
+        return
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    inner = len(shape) - 1  # the outermost dim from which on the block takes whole trailing dims
+    while inner > 0 and bounds[inner] == (0, shape[inner]):
+        inner -= 1
+    run = (bounds[inner][1] - bounds[inner][0]) * strides[inner]
+
+    def walk(d: int, base: int) -> Iterator[tuple[int, int]]:
+        if d == inner:
+            start = base + bounds[d][0] * strides[d]
+            yield start, start + run
+            return
+        for i in range(*bounds[d]):
+            yield from walk(d + 1, base + i * strides[d])
+
+    yield from walk(0, 0)
 
 
 def init_full_tensor(
@@ -46,43 +201,34 @@ def init_full_tensor(
         name: the parameter's qualified name, e.g. ``model.layers.3.mlp.experts.down_proj``.
         shape: its full (unsharded) shape.
         seed: the run's seed.
-        dtype, device: of the returned tensor (always drawn in fp32 on CPU first).
-        std: standard deviation of the normal draws (``ModelConfig.initializer_range``).
+        dtype, device: of the returned tensor (always computed in fp32 on CPU first).
+        std: standard deviation of the normal values (``ModelConfig.initializer_range``).
     """
-    shape = tuple(int(s) for s in shape)
-    if name.endswith("linear_attn.norm.weight") or name.endswith("dt_bias"):
-        full = torch.ones(shape)
-    elif name.endswith("norm.weight"):
-        full = torch.zeros(shape)
-    else:
-        gen = torch.Generator(device="cpu").manual_seed(_stream_seed(seed, name))
-        if name.endswith("A_log"):
-            full = torch.empty(shape).uniform_(1.0, 16.0, generator=gen).log_()
-        else:
-            full = torch.empty(shape).normal_(0.0, std, generator=gen)
-    return full.to(device=device, dtype=dtype)
+    values = InitialValues({name: shape}, seed, std)
+    return values.full(name).to(device=device, dtype=dtype)
 
 
 @torch.no_grad()
 def init_weights(model: nn.Module, seed: int, std: float | None = None) -> None:
-    """Fill every parameter of a materialised (non-meta) model with ``init_full_tensor(name, ...)``.
+    """Fill every parameter of a materialised (non-meta) model with its initial values.
 
-    DTensor parameters (e.g. after FSDP2 ``fully_shard``) receive their local shard of the full value.
+    DTensor parameters (e.g. after FSDP2 ``fully_shard``) receive only their local shard's values.
     """
     if std is None:
         std = getattr(getattr(model, "config", None), "initializer_range", DEFAULT_STD)
+    values = InitialValues({name: p.shape for name, p in model.named_parameters()}, seed, std)
     for name, param in model.named_parameters():
-        full = init_full_tensor(name, param.shape, seed, dtype=param.dtype, std=std)
         if hasattr(param, "device_mesh") and hasattr(param, "placements"):
-            _copy_local_shard(param, full)
+            index = dtensor_local_index(param.shape, param.device_mesh, param.placements)
+            param.to_local().copy_(values.block(name, index))
         else:
-            param.copy_(full)
+            param.copy_(values.full(name))
 
 
-def _copy_local_shard(param, full: torch.Tensor) -> None:
+def dtensor_local_index(shape: Sequence[int], mesh: object, placements: Sequence[object]) -> Index:
+    """This rank's block of a DTensor of global ``shape`` on ``mesh`` with ``placements`` (torch's own
+    ``compute_local_shape_and_global_offset``, so uneven shards match what ``fully_shard`` keeps)."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    local = param.to_local()
-    shape, offset = compute_local_shape_and_global_offset(full.shape, param.device_mesh, param.placements)
-    index = tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))
-    local.copy_(full[index])
+    local, offset = compute_local_shape_and_global_offset(tuple(shape), mesh, placements)
+    return tuple(slice(o, o + n) for o, n in zip(offset, local, strict=True))
