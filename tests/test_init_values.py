@@ -27,18 +27,20 @@ HERE = Path(__file__).parent
 
 
 def _by_hand(seed: int, name: str, index: int, std: float) -> float:
-    """Element ``index`` of a normal parameter, read straight off the stream: word ``index // 2`` of
-    Philox4x64 keyed by sha256(f"{seed}:{name}"), its low/high 24-bit halves as (k + 0.5) / 2**24."""
+    """Element ``index`` of a normal parameter, read straight off the stream: word 64 g + w of Philox4x64
+    keyed by sha256(f"{seed}:{name}") serves elements 128 g + w (cosine) and 128 g + 64 + w (sine), its
+    low/high 24-bit halves as uniforms (k + 0.5) / 2**24."""
+    group, within = divmod(index, 128)
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
     key = [int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:16], "little")]
-    word = int(np.random.Philox(key=key, counter=0).random_raw(index // 2 + 1)[-1])
+    word = int(np.random.Philox(key=key, counter=0).random_raw(64 * group + within % 64 + 1)[-1])
     u1 = ((word & 0xFFFFFF) + 0.5) / 2**24
     u2 = (((word >> 32) & 0xFFFFFF) + 0.5) / 2**24
     radius = std * math.sqrt(-2.0 * math.log(u1))
-    return radius * (math.cos if index % 2 == 0 else math.sin)(2 * math.pi * u2)
+    return radius * (math.cos if within < 64 else math.sin)(2 * math.pi * u2)
 
 
-@pytest.mark.parametrize("index", [0, 1, 2, 7, 32767, 32768, 40001, 99999])
+@pytest.mark.parametrize("index", [0, 1, 63, 64, 127, 128, 200, 32767, 32768, 40001, 99999])
 def test_a_normal_value_is_box_muller_on_its_own_philox_word(index):
     name = "model.layers.0.mlp.gate.weight"
     value = InitialValues({name: (100, 1000)}, 5).flat(name, index, index + 1).item()

@@ -9,9 +9,11 @@ shards and fills them from ``InitialValues.block`` / ``InitialValues.flat`` (``b
 How a value is made (fixed draws per value, so an offset lands exactly):
 
 * the stream: numpy's counter-based Philox4x64 keyed by 128 bits of ``sha256(f"{seed}:{name}")``; the
-  64-bit word ``j`` of the stream (counter ``j // 4``, lane ``j % 4``) serves elements ``2j`` and
-  ``2j + 1`` (its low and high 32 bits, 24 bits each used: uniforms ``(k + 0.5) / 2**24`` in (0, 1));
-* normal: Box-Muller on that pair, ``std · sqrt(-2 ln u1) · (cos, sin)(2π u2)`` (|value| < 5.9 std);
+  64-bit word ``j`` of the stream is counter ``j // 4``, lane ``j % 4``. Its low and high 32 bits give
+  two uniforms ``u1, u2 = (k + 0.5) / 2**24`` (24 bits of each) in (0, 1);
+* word ``64 g + w`` (w < 64) serves elements ``128 g + w`` (from ``u1``, or the cosine) and
+  ``128 g + 64 + w`` (``u2``, or the sine): one word per two values, contiguous runs of 64 for speed;
+* normal: Box-Muller on the pair, ``std · sqrt(-2 ln u1) · (cos, sin)(2π u2)`` (|value| < 5.9 std);
 * ``A_log``: ``log(1 + 15 u)`` for each uniform, i.e. log(U(1, 16));
 * words are computed from and to multiples of ``ALIGN_WORDS`` in batches of at most ``CHUNK_WORDS``,
   so every value goes through the same floating-point code path (vector, never a scalar remainder loop,
@@ -79,27 +81,28 @@ def _fill(key: list[int], first_word: int, words: int, kind: str, std: float, ou
     (``first_word`` and ``words`` multiples of ``ALIGN_WORDS``)."""
     raw = np.random.Philox(key=key, counter=first_word // _LANES).random_raw(words)
     # k + 0.5 with k < 2**24 is exact in fp32: uniforms (k + 0.5) / 2**24 in (0, 1), never 0
-    low = (raw & _MASK24).astype(np.float32) + np.float32(0.5)  # element 2j
-    high = ((raw >> _SHIFT32) & _MASK24).astype(np.float32) + np.float32(0.5)  # element 2j + 1
+    low = (raw & _MASK24).astype(np.float32) + np.float32(0.5)
+    high = ((raw >> _SHIFT32) & _MASK24).astype(np.float32) + np.float32(0.5)
+    groups = out.view(words // ALIGN_WORDS, 2, ALIGN_WORDS)  # [group, low/high half, word in group]
+    low_t = torch.from_numpy(low).view(-1, ALIGN_WORDS)
+    high_t = torch.from_numpy(high).view(-1, ALIGN_WORDS)
     if kind == "log_uniform_1_16":
-        pairs = out.view(words, 2)
-        torch.log1p(torch.from_numpy(low).mul_(15.0 / 2**24), out=pairs[:, 0])
-        torch.log1p(torch.from_numpy(high).mul_(15.0 / 2**24), out=pairs[:, 1])
+        torch.log1p(low_t.mul_(15.0 / 2**24), out=groups[:, 0])
+        torch.log1p(high_t.mul_(15.0 / 2**24), out=groups[:, 1])
         return
     # Box-Muller: radius² = -2 std² ln u1, with ln u1 = ln(k1 + 0.5) - 24 ln 2; angle = 2π u2
     var = std * std
-    radius = torch.from_numpy(low).log_().mul_(-2.0 * var).add_(2.0 * _LN_2_POW_24 * var).sqrt_()
-    angle = torch.from_numpy(high).mul_(_TWO_PI_OVER_2_24)
-    pairs = out.view(words, 2)
-    torch.mul(torch.cos(angle), radius, out=pairs[:, 0])
-    torch.mul(torch.sin(angle), radius, out=pairs[:, 1])
+    radius = low_t.log_().mul_(-2.0 * var).add_(2.0 * _LN_2_POW_24 * var).sqrt_()
+    angle = high_t.mul_(_TWO_PI_OVER_2_24)
+    torch.mul(torch.cos(angle), radius, out=groups[:, 0])
+    torch.mul(torch.sin(angle), radius, out=groups[:, 1])
 
 
 class InitialValues:
     """The initial values of one model's parameters, any element range of any parameter on demand.
 
     ``values_drawn`` counts the values computed so far (random values including the alignment at a
-    range's ends; constants count their elements), for the launch-cost benchmark and the tests.
+    range's ends, < 128 each; constants count their elements), for the launch-cost benchmark and the tests.
     """
 
     def __init__(self, shapes: Mapping[str, Sequence[int]], seed: int, std: float = DEFAULT_STD) -> None:
@@ -128,9 +131,9 @@ class InitialValues:
         if start == stop:
             return torch.empty(0)
         key = _philox_key(self.seed, name)
-        first = start // 2 // ALIGN_WORDS * ALIGN_WORDS  # element i is half of word i // 2
-        words_needed = (stop + 1) // 2
-        end = -(-words_needed // ALIGN_WORDS) * ALIGN_WORDS
+        group = 2 * ALIGN_WORDS  # values per aligned group of words
+        first = start // group * ALIGN_WORDS
+        end = -(-stop // group) * ALIGN_WORDS
         values = torch.empty(2 * (end - first))
         for word in range(first, end, CHUNK_WORDS):
             words = min(CHUNK_WORDS, end - word)
