@@ -126,23 +126,28 @@ def main() -> None:
         for r in records:
             print(json.dumps({**context, **r}))
         median = {
-            m: statistics.median(r["init_s"] for r in records if r["mode"] == m) for m in ("shard", "before")
+            key: {
+                m: statistics.median(r[key] for r in records if r["mode"] == m) for m in ("shard", "before")
+            }
+            for key in ("init_s", "init_cpu_s")
         }
-        ratio = median["before"] / median["shard"]
-        print(
-            f"median init_s: shard {median['shard']:.2f} s, before {median['before']:.2f} s: before/shard = {ratio:.2f}x"
-        )
-        out: Any = {**context, "runs": records, "median_init_s": median, "before_over_shard": round(ratio, 3)}
+        ratio = {key: round(m["before"] / m["shard"], 3) for key, m in median.items()}
+        for key, m in median.items():
+            print(
+                f"median {key}: shard {m['shard']:.2f} s, before {m['before']:.2f} s: before/shard {ratio[key]:.2f}x"
+            )
+        out: Any = {**context, "runs": records, "median": median, "before_over_shard": ratio}
     else:
         out = {
             **context,
             **initialise(shapes, args.world, args.rank, args.mode, args.seed, cfg.initializer_range),
         }
+    out["load_average_1m_after"] = round(os.getloadavg()[0], 2)
+    if not args.compare:
         print(json.dumps(out))
-    context["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**out, "load_average_1m_after": context["load_average_1m_after"]}, f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":
