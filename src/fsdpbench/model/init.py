@@ -16,8 +16,8 @@ How a value is made (fixed draws per value, so an offset lands exactly):
 * normal: Box-Muller on the pair, ``std · sqrt(-2 ln u1) · (cos, sin)(2π u2)`` (|value| < 5.9 std);
 * ``A_log``: ``log(1 + 15 u)`` for each uniform, i.e. log(U(1, 16));
 * words are computed from and to multiples of ``ALIGN_WORDS`` in batches of at most ``CHUNK_WORDS``,
-  so every value goes through the same floating-point code path (vector, never a scalar remainder loop,
-  never split across threads) whichever range asked for it; a range costs its length plus at most 254
+  on one thread, so every value goes through the same floating-point code path (vector, never a scalar
+  remainder loop) whichever range asked for it; a range costs its length plus at most 254
   values (``values_drawn`` counts them).
 
 Values are bit-identical for the same torch and numpy builds on the same CPU family; another build may
@@ -36,6 +36,7 @@ compare only to themselves.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -49,8 +50,7 @@ ALIGN_WORDS = 64
 """Words are computed from and to multiples of 64 (128 values): every op's length is a multiple of any
 SIMD width, so no value falls in a scalar remainder loop (a different last bit)."""
 CHUNK_WORDS = 16384
-"""Words per batch of ops: under ATen's 32,768-element grain, so torch never splits an op across
-threads (a split would add remainder loops at thread boundaries that depend on the thread count)."""
+"""Words per batch of ops (each op on 16,384 values, run on one thread: ``_one_thread``)."""
 _LANES = 4  # Philox4x64: four 64-bit words per counter value
 _MASK24 = np.uint64(0xFFFFFF)
 _SHIFT32 = np.uint64(32)
@@ -135,10 +135,11 @@ class InitialValues:
         first = start // group * ALIGN_WORDS
         end = -(-stop // group) * ALIGN_WORDS
         values = torch.empty(2 * (end - first))
-        for word in range(first, end, CHUNK_WORDS):
-            words = min(CHUNK_WORDS, end - word)
-            at = 2 * (word - first)
-            _fill(key, word, words, kind, self.std, values[at : at + 2 * words])
+        with _one_thread():
+            for word in range(first, end, CHUNK_WORDS):
+                words = min(CHUNK_WORDS, end - word)
+                at = 2 * (word - first)
+                _fill(key, word, words, kind, self.std, values[at : at + 2 * words])
         self.values_drawn += values.numel()
         offset = start - 2 * first
         return values[offset : offset + stop - start]
@@ -165,6 +166,22 @@ class InitialValues:
         """The whole fp32 value of ``name`` (the unsharded reference, and small parameters)."""
         shape = self.shape(name)
         return self.flat(name, 0, math.prod(shape)).view(shape)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to 1 for the duration: its log/sqrt/sin/cos split even 16k-element
+    ops across threads (grain 2,048), which costs more than it gains on such small ops and, on a loaded
+    machine, waits for descheduled threads (measured: 20 M values 0.78 s on 1 thread, 19.6 s on 2 at load 8)."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _runs(shape: Sequence[int], bounds: Sequence[tuple[int, int]]) -> Iterator[tuple[int, int]]:
