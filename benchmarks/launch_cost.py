@@ -69,7 +69,7 @@ def initialise(shapes: dict[str, tuple[int, ...]], world: int, rank: int, mode: 
         index = shard_index(shape, world, rank)
         local = torch.empty([len(range(*s.indices(n))) for s, n in zip(index, shape, strict=True)])
         if mode == "shard":
-            local.copy_(values.block(name, index))
+            values.block(name, index, out=local)
         else:
             full = _before_full(name, shape, seed, std)
             local.copy_(full[index])

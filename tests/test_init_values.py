@@ -76,6 +76,24 @@ def test_any_range_or_block_is_bitwise_the_slice_of_the_full_tensor():
     assert 0.0 < a_log.min().item() and a_log.max().item() < math.log(16.0)  # log(U(1, 16))
 
 
+def test_writing_into_a_tensor_gives_the_same_values_in_its_dtype():
+    """``out=``: fp32 CPU tensors are written in place, others (bf16 here, or a device tensor) through a copy."""
+    shape = (64, 300)
+    full = init_full_tensor("w", shape, 4)
+    rows = (slice(16, 48), slice(None))
+    in_place = torch.full((32, 300), float("nan"))
+    assert InitialValues({"w": shape}, 4).block("w", rows, out=in_place) is in_place
+    assert torch.equal(in_place, full[rows])
+    half = torch.empty(32, 300, dtype=torch.bfloat16)
+    InitialValues({"w": shape}, 4).block("w", rows, out=half)
+    assert torch.equal(half, full[rows].bfloat16())
+    piece = torch.empty(1000)
+    InitialValues({"w": shape}, 4).flat("w", 777, 1777, out=piece)
+    assert torch.equal(piece, full.view(-1)[777:1777])
+    with pytest.raises(ValueError, match=r"block \(32, 300\) of 'w' into a tensor of shape \(3, 300\)"):
+        InitialValues({"w": shape}, 4).block("w", rows, out=torch.empty(3, 300))
+
+
 def test_values_do_not_depend_on_the_thread_count():
     shape = (300, 1000)
     previous = torch.get_num_threads()

@@ -169,7 +169,7 @@ class DeepSpeedZero3Backend(Backend):
                 size = param.ds_tensor.ds_numel
                 start = min(rank * size, param.ds_numel)
                 stop = min(start + size, param.ds_numel)
-                param.ds_tensor[: stop - start].copy_(values.flat(name, start, stop))
+                values.flat(name, start, stop, out=param.ds_tensor[: stop - start])
 
     def make_training(self, model: torch.nn.Module, make_optimizer: Any) -> tuple[Any, Any]:
         """``deepspeed.initialize`` with the run's optimizer; returns (engine, ZeRO-3 optimizer)."""

@@ -136,7 +136,7 @@ class FSDP1Backend(Backend):
                     name = clean_name(f"{prefix}.{fqn}" if prefix else fqn)
                     start, stop = piece.intra_param_start_idx, piece.intra_param_end_idx + 1  # end inclusive
                     at = piece.offset_in_shard
-                    local[at : at + piece.numel_in_shard].copy_(values.flat(name, start, stop))
+                    values.flat(name, start, stop, out=local[at : at + piece.numel_in_shard])
 
     def full_tensor(self, param: torch.nn.Parameter) -> torch.Tensor:
         raise NotImplementedError("FSDP1 reads whole units: use full_state_dict")

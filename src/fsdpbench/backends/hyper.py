@@ -266,9 +266,7 @@ class HyperBackend(Backend):
 
     # ---------------------------------------------------------------------------------- parameters
     def load_param(self, name: str, param: torch.nn.Parameter, values: InitialValues) -> None:
-        """Compute this rank's chunk (``torch.chunk`` along hyper's shard dim) and copy it into ``param``."""
-        import torch
-
+        """Compute this rank's chunk (``torch.chunk`` along hyper's shard dim) into ``param``'s local tensor."""
         owner = self._owner(param)
         info = owner.mesh_info
         shape = values.shape(name)
@@ -279,8 +277,7 @@ class HyperBackend(Backend):
             slice(start, min(start + chunk, shape[dim])) if d == dim else slice(None)
             for d in range(len(shape))
         )
-        with torch.no_grad():
-            param._local_tensor.copy_(values.block(name, index))
+        values.block(name, index, out=param._local_tensor)
 
     def full_tensor(self, param: torch.nn.Parameter) -> torch.Tensor:
         """The whole parameter on every rank (hyper's DTensor ``full_tensor``, a collective)."""

@@ -157,8 +157,7 @@ class TorchFSDP2Backend(Backend):
         from fsdpbench.model.init import dtensor_local_index
 
         index = dtensor_local_index(values.shape(name), param.device_mesh, param.placements)
-        with torch.no_grad():
-            param.to_local().copy_(values.block(name, index))
+        values.block(name, index, out=param.to_local())
 
     def full_tensor(self, param: torch.nn.Parameter) -> torch.Tensor:
         return param.full_tensor()

@@ -119,48 +119,74 @@ class InitialValues:
         except KeyError:
             raise KeyError(f"initial values: no parameter called {name!r} in the model") from None
 
-    def flat(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """fp32 values of elements ``[start, stop)`` of ``name`` in row-major order (1-D, on CPU)."""
+    @torch.no_grad()
+    def flat(self, name: str, start: int, stop: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """fp32 values of elements ``[start, stop)`` of ``name`` in row-major order (1-D, on CPU).
+
+        ``out``: a tensor of ``stop - start`` elements to write them into (any dtype or device; an fp32
+        contiguous CPU tensor is written in place, chunk by chunk, with no temporary of its size)."""
         numel = math.prod(self.shape(name))
         if not 0 <= start <= stop <= numel:
             raise ValueError(f"initial values: range [{start}, {stop}) outside {name!r} of {numel} elements")
+        direct = (
+            out is not None
+            and out.dtype == torch.float32
+            and out.device.type == "cpu"
+            and out.is_contiguous()
+        )
+        dest = out.view(-1) if direct else torch.empty(stop - start)
+        if dest.numel() != stop - start:
+            raise ValueError(
+                f"initial values: {name!r} [{start}, {stop}) into a tensor of {dest.numel()} elements"
+            )
         kind = distribution(name)
         if kind in ("zeros", "ones"):
             self.values_drawn += stop - start
-            return torch.full((stop - start,), 1.0 if kind == "ones" else 0.0)
-        if start == stop:
-            return torch.empty(0)
-        key = _philox_key(self.seed, name)
-        group = 2 * ALIGN_WORDS  # values per aligned group of words
-        first = start // group * ALIGN_WORDS
-        end = -(-stop // group) * ALIGN_WORDS
-        values = torch.empty(2 * (end - first))
-        with _one_thread():
-            for word in range(first, end, CHUNK_WORDS):
-                words = min(CHUNK_WORDS, end - word)
-                at = 2 * (word - first)
-                _fill(key, word, words, kind, self.std, values[at : at + 2 * words])
-        self.values_drawn += values.numel()
-        offset = start - 2 * first
-        return values[offset : offset + stop - start]
+            dest.fill_(1.0 if kind == "ones" else 0.0)
+        elif start < stop:
+            key = _philox_key(self.seed, name)
+            group = 2 * ALIGN_WORDS  # values per aligned group of words
+            first, end = start // group * ALIGN_WORDS, -(-stop // group) * ALIGN_WORDS
+            scratch = torch.empty(2 * min(CHUNK_WORDS, end - first))
+            with _one_thread():
+                for word in range(first, end, CHUNK_WORDS):
+                    words = min(CHUNK_WORDS, end - word)
+                    _fill(key, word, words, kind, self.std, scratch[: 2 * words])
+                    lo, hi = max(start, 2 * word), min(stop, 2 * (word + words))
+                    dest[lo - start : hi - start] = scratch[lo - 2 * word : hi - 2 * word]
+            self.values_drawn += 2 * (end - first)
+        if out is None or direct:
+            return dest if out is None else out
+        return out.copy_(dest.view(out.shape))
 
-    def block(self, name: str, index: Index) -> torch.Tensor:
-        """fp32 values of ``full[index]`` (one slice per dim, step 1), computed one contiguous run at a time."""
+    @torch.no_grad()
+    def block(self, name: str, index: Index, out: torch.Tensor | None = None) -> torch.Tensor:
+        """fp32 values of ``full[index]`` (one slice per dim, step 1), computed one contiguous run at a time.
+
+        ``out``: a tensor of the block's shape to write them into, as in ``flat``."""
         shape = self.shape(name)
         bounds = [s.indices(n) for s, n in zip(index, shape, strict=True)]
         sizes = tuple(max(0, stop - start) for start, stop, _ in bounds)
-        out = torch.empty(sizes)
-        if out.numel() == 0:
-            return out
-        runs = list(_runs(shape, [(start, stop) for start, stop, _ in bounds]))
-        if len(runs) == 1:
-            return self.flat(name, *runs[0]).view(sizes)
-        flat_out = out.view(-1)
-        at = 0
-        for start, stop in runs:
-            flat_out[at : at + stop - start] = self.flat(name, start, stop)
-            at += stop - start
-        return out
+        if out is not None and tuple(out.shape) != sizes:
+            raise ValueError(
+                f"initial values: block {sizes} of {name!r} into a tensor of shape {tuple(out.shape)}"
+            )
+        direct = (
+            out is not None
+            and out.dtype == torch.float32
+            and out.device.type == "cpu"
+            and out.is_contiguous()
+        )
+        dest = out if direct else torch.empty(sizes)
+        if dest.numel():
+            at = 0
+            flat_dest = dest.view(-1)
+            for start, stop in _runs(shape, [(start, stop) for start, stop, _ in bounds]):
+                self.flat(name, start, stop, out=flat_dest[at : at + stop - start])
+                at += stop - start
+        if out is None or direct:
+            return dest
+        return out.copy_(dest)
 
     def full(self, name: str) -> torch.Tensor:
         """The whole fp32 value of ``name`` (the unsharded reference, and small parameters)."""
@@ -240,9 +266,9 @@ def init_weights(model: nn.Module, seed: int, std: float | None = None) -> None:
     for name, param in model.named_parameters():
         if hasattr(param, "device_mesh") and hasattr(param, "placements"):
             index = dtensor_local_index(param.shape, param.device_mesh, param.placements)
-            param.to_local().copy_(values.block(name, index))
+            values.block(name, index, out=param.to_local())
         else:
-            param.copy_(values.full(name))
+            values.block(name, tuple(slice(None) for _ in param.shape), out=param)
 
 
 def dtensor_local_index(shape: Sequence[int], mesh: object, placements: Sequence[object]) -> Index:
