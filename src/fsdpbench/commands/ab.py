@@ -28,6 +28,7 @@ RUN_FLAGS = (
     "device",
     "profile",
     "profile_step",
+    "profile_ranges",
     "out",
     "name",
     "seed",
@@ -37,6 +38,7 @@ RUN_FLAGS = (
     "device_param_dtype",
     "order",
     "timeout",
+    "ascend_parse_timeout",
     "report",
     "parity_steps",
     "count_collectives",
@@ -68,7 +70,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
             "--arms",
             help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
             "hyper; python=PATH runs an arm in another venv; fwd_prefetch=/bwd_prefetch=, fsdp=upstream|npu, "
-            "kw.NAME=VALUE, env.NAME=VALUE: docs/arms.md), e.g. torch,hyper:prefetch=2 (default: "
+            "mem_cache=on|off, kw.NAME=VALUE, env.NAME=VALUE: docs/arms.md), e.g. torch,hyper:prefetch=2 (default: "
             "torch,fsdp1, plus deepspeed and hyper when importable)",
         )
     else:
@@ -129,6 +131,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     d.add_argument(
         "--timeout", type=float, help="seconds per launch before its process group is killed (default 900)"
     )
+    d.add_argument(
+        "--ascend-parse-timeout",
+        type=float,
+        help="NPU profile: seconds each rank folder's offline msprof parse may take before it is killed "
+        "(default 1800; the folders are parsed in parallel, one process each, up to one per core)",
+    )
     o = parser.add_argument_group("output")
     o.add_argument(
         "--profile",
@@ -145,6 +153,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         help="no profiling launch: timings only (the report then has no overlap, diff or findings)",
     )
     o.add_argument("--profile-step", type=int, help="step recorded by the profiler, >= 1 (default 3)")
+    o.add_argument(
+        "--no-ranges",
+        dest="profile_ranges",
+        action="store_const",
+        const=False,
+        help="leave fsdpbench's own unit/phase and c10d ranges out of the profiled step: units then come "
+        "from the implementation's own ranges (FSDP2's), as on a profile from elsewhere (docs/attribution.md)",
+    )
     o.add_argument("--out", help="results root folder (default results/)")
     o.add_argument("--name", help="run name, the folder prefix")
     o.add_argument("--resume", metavar="DIR", help="run only the missing launches of this run folder")

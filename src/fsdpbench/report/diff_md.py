@@ -31,7 +31,7 @@ def metric_cells(key: str, base: float | None, test: float | None, delta: float 
 
 
 def collective_lines(result: DiffResult) -> list[str]:
-    """One line per collective type: ``"AllGather 124 vs 12 (10.3×), same bytes"`` (test vs base)."""
+    """One line per collective type: ``"all_gather 124 vs 12 (10.3×), same bytes"`` (test vs base)."""
     return [collective_phrase(r.name, r.test, r.base) for r in result.collectives]
 
 
@@ -105,6 +105,12 @@ def place_lines(result: DiffResult) -> list[str]:
             f"{fmt_us(r.value('test', 'exposed_us'))} ({t}), Δ {fmt_us(r.delta('exposed_us'), signed=True)}"
             + (f" (wait {fmt_us(wait, signed=True)})" if wait is not None else "")
             + f"; compute Δ {fmt_us(r.delta('compute_us'), signed=True)}"
+        )
+    only_base, only_test = plc.unmatched_units(result.places)
+    if only_base or only_test:
+        lines.append(
+            f"units not compared (named on one side only): {b}: {', '.join(only_base) or 'none'}; "
+            f"{t}: {', '.join(only_test) or 'none'}"
         )
     for side, label in (("test", t), ("base", b)):
         for e in result.top_waits[side][: plc.TOP_WAITS]:
