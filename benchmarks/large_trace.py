@@ -297,7 +297,7 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
                 doc = args.dir / f"r{ranks}.{len(waits)}.json"
                 tries.setdefault((ranks, name), []).append(_timed(name, _analyze_cmd(folder, 2, doc), env))
                 if doc.exists():
-                    w = orjson.loads(doc.read_bytes()).get("across_ranks", {}).get("waits", {})
+                    w = orjson.loads(doc.read_bytes()).get("waits") or {}
                     waits[(ranks, name)] = {
                         "match": w.get("match"),
                         "instances": w.get("instances"),
