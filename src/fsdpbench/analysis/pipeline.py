@@ -121,7 +121,9 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.overlap import category_union, device_busy
 
     busy_all = device_busy(ev)  # every step's device work: what is not free inside a step's window
-    sel = ev.take(np.isin(ev.step, chosen)) if chosen else ev
+    in_chosen = np.isin(ev.step, chosen) if chosen else None
+    # every event in the chosen steps (one profiled step, as usual): the table itself, not a copy of it
+    sel = ev if in_chosen is None or in_chosen.all() else ev.take(in_chosen)
     unions = category_union(sel, "compute"), category_union(sel, "comm")  # for the totals and exposed
     total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all, unions)
     per_step = (
