@@ -866,6 +866,9 @@ def fake_npu_grouped_matmul(calls: list[dict], k_grouped: bool = True):
                 "group_type": group_type,
                 "group_list_type": group_list_type,
                 "dtype": group_list.dtype,
+                "x_dtype": x[0].dtype,
+                "x_shape": tuple(x[0].shape),
+                "weight_shape": tuple(weight[0].shape),
             }
         )
         bounds = group_list.tolist() if group_list_type == 0 else torch.cumsum(group_list, 0).tolist()
@@ -899,3 +902,217 @@ with open(run_dir / "steps.jsonl", "a") as f:
                             "time_ms": 1.0, "loss": 1.0}) + "\\n")
 """
 )
+
+
+# ------------------------------------------------------------------ a stand-in torch_npu (its FSDP2 patches)
+
+NPU_STAND_IN: dict[str, str] = {
+    "torch_npu/__init__.py": """
+        import os
+        from torch_npu.distributed.fsdp._add_fsdp_patch import _apply_fsdp_patch
+        _apply_fsdp_patch()  # as torch_npu/_init/patches/api_patches.py does on import
+
+        if os.environ.get("STANDIN_PREFETCH_LOG"):  # test instrumentation, not torch_npu: FSDP2's own
+            # prefetch call, one line per prefetch ("forward layers.1"), one file per rank
+            from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+            _prefetch = FSDPParamGroup._prefetch_unshard
+
+            def _logged_prefetch(target, pass_type):
+                path = os.path.join(os.environ["STANDIN_PREFETCH_LOG"], f"rank{os.environ.get('RANK', 0)}.txt")
+                with open(path, "a") as f:
+                    f.write(f"{pass_type} {target._module_fqn}\\n")
+                return _prefetch(target, pass_type)
+
+            FSDPParamGroup._prefetch_unshard = staticmethod(_logged_prefetch)
+    """,
+    "torch_npu/distributed/__init__.py": "",
+    "torch_npu/distributed/fsdp/__init__.py": """
+        from ._add_fsdp_patch import fully_shard
+        fully_shard.__module__ = __name__
+        __all__ = ["fully_shard"]
+    """,
+    # The wrappers of torch_npu/distributed/fsdp/_add_fsdp_patch.py (github.com/Ascend/pytorch v2.9.0-26.1.0,
+    # 323a8176; line numbers below) on torch 2.13's FSDP2: the logic as there, names as torch 2.13 has them
+    # (FSDPState._fsdp_param_groups, a list, where torch_npu reads _fsdp_param_group). The import patch's
+    # NPU stream wait and non-blocking copies (lines 68-159) need an NPU and stay torch's own.
+    "torch_npu/distributed/fsdp/_add_fsdp_patch.py": """
+        import operator
+        from collections import defaultdict
+        from functools import reduce
+
+        import torch
+        import torch.distributed.fsdp._fully_shard._fsdp_collectives as collectives
+        import torch.distributed.fsdp._fully_shard._fsdp_param_group as param_group_module
+        from torch.distributed.fsdp import fully_shard as torch_fully_shard
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+        from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+        _FSDP_ENHANCE_PATCH_APPLIED = False
+
+
+        class FSDPMemCache:  # lines 20-62
+            def __init__(self):
+                self.buffers = defaultdict(list)
+                self.used = defaultdict(list)
+
+            def allocate(self, size, *, dtype, device):
+                buffers, used = self.buffers[dtype], self.used[dtype]
+                for i, buffer in enumerate(buffers):
+                    if not used[i]:
+                        needed = reduce(operator.mul, size)
+                        if buffer.numel() < needed:
+                            buffer = torch.empty(size, dtype=dtype, device=device)
+                            buffers[i] = buffer
+                        used[i] = True
+                        return buffer[:needed].view(size)
+                buffer = torch.empty(size, dtype=dtype, device=device)
+                buffers.append(buffer)
+                used.append(True)
+                return buffer
+
+            def free(self, tensor):
+                ptr = tensor.untyped_storage().data_ptr()
+                for i, buffer in enumerate(self.buffers[tensor.dtype]):
+                    if buffer.untyped_storage().data_ptr() == ptr:
+                        self.used[tensor.dtype][i] = False
+                        return
+
+
+        _fsdp_mem_cache = FSDPMemCache()
+        _original_finalize = FSDPParamGroup.finalize_backward
+
+
+        def _patched_finalize_backward(self):  # lines 68-84 (there: an NPU stream wait)
+            return _original_finalize(self)
+
+
+        def _patched_fsdp_param_group_init(original):  # lines 162-170
+            def wrapper(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                if self.modules and self.fsdp_params:
+                    use_mem_cache = getattr(self.modules[0], "_use_mem_cache", False)
+                    self._all_gather_comm._use_mem_cache = use_mem_cache
+                    self._reduce_scatter_comm._use_mem_cache = use_mem_cache
+            return wrapper
+
+
+        def _patched_all_gather_allocate(self, size, *, dtype, device):  # lines 173-182
+            if getattr(self, "_use_mem_cache", False):
+                return _fsdp_mem_cache.allocate(size, dtype=dtype, device=device)
+            return torch.empty(*size, dtype=dtype, device=device)
+
+
+        def _patched_wait_all_gather_streams_on_event(original):  # lines 185-196
+            def wrapper(self, event):
+                original(self, event)
+                if self._training_state == TrainingState.FORWARD and self.comm_ctx.all_gather_state:
+                    _fsdp_mem_cache.free(self.comm_ctx.all_gather_state.all_gather_result.all_gather_output)
+                elif self._all_gather_result:
+                    _fsdp_mem_cache.free(self._all_gather_result.all_gather_output)
+            return wrapper
+
+
+        def _patched_reduce_scatter_allocate(self, size, *, dtype, device):  # lines 199-210
+            if getattr(self, "_use_mem_cache", False) and not getattr(self, "_mem_cache_flag", False):
+                self._mem_cache_flag = True
+                return _fsdp_mem_cache.allocate(size, dtype=dtype, device=device)
+            return torch.empty(*size, dtype=dtype, device=device)
+
+
+        def _patched_foreach_reduce(original):  # lines 213-221
+            def wrapper(*args, **kwargs):
+                out = original(*args, **kwargs)
+                _fsdp_mem_cache.free(out[0])
+                kwargs.get("reduce_scatter_comm", args[4])._mem_cache_flag = False
+                return out
+            return wrapper
+
+
+        def _patched_post_forward(original):  # lines 224-233
+            def wrapper(self, module, args, out):
+                if getattr(self, "_skip_post_forward", False):
+                    return out
+                out = original(self, module, args, out)
+                self._skip_post_forward = True
+                return out
+            return wrapper
+
+
+        def _patched_post_backward(original):  # lines 236-241 (torch 2.13 passes *unused)
+            def wrapper(self, *unused):
+                self._skip_post_forward = False
+                original(self, *unused)
+            return wrapper
+
+
+        def move_attr(src_obj, src_attr, dst_obj, dst_attr):  # lines 244-251
+            value = getattr(src_obj, src_attr, None)
+            setattr(dst_obj, dst_attr, value)
+            if type(value) in (list, tuple, set, dict):
+                setattr(src_obj, src_attr, type(value)())
+            else:
+                setattr(src_obj, src_attr, None)
+
+
+        def _patched_fsdp_state_post_forward(original):  # lines 254-274
+            def wrapper(self, module, args, out):
+                if not hasattr(self, "_backup_forward_fetch"):
+                    self._backup_forward_fetch = None
+                groups = self._fsdp_param_groups  # torch_npu: self._fsdp_param_group
+                if hasattr(module, "skip_custom_post_forward") or not groups:
+                    return original(self, module, args, out)
+                skip_post_forward = getattr(groups[0], "_skip_post_forward", False)
+                if skip_post_forward or self._training_state == TrainingState.PRE_BACKWARD:
+                    if self._backup_forward_fetch is not None:
+                        move_attr(self, "_backup_forward_fetch", self, "_states_to_forward_prefetch")
+                    return original(self, module, args, out)
+                move_attr(self, "_states_to_forward_prefetch", self, "_backup_forward_fetch")
+                return original(self, module, args, out)
+            return wrapper
+
+
+        def _apply_fsdp_patch():  # lines 277-283
+            FSDPParamGroup.finalize_backward = _patched_finalize_backward
+
+
+        def _apply_fsdp_enhance_patch():  # lines 286-314
+            global _FSDP_ENHANCE_PATCH_APPLIED
+            if _FSDP_ENHANCE_PATCH_APPLIED:
+                return
+            FSDPParamGroup.__init__ = _patched_fsdp_param_group_init(FSDPParamGroup.__init__)
+            FSDPParamGroup._wait_all_gather_streams_on_event = _patched_wait_all_gather_streams_on_event(
+                FSDPParamGroup._wait_all_gather_streams_on_event
+            )
+            for module in (collectives, param_group_module):
+                module.DefaultAllGather.allocate = _patched_all_gather_allocate
+                module.DefaultReduceScatter.allocate = _patched_reduce_scatter_allocate
+            original_foreach_reduce = collectives.foreach_reduce
+            collectives.foreach_reduce = _patched_foreach_reduce(original_foreach_reduce)
+            param_group_module.foreach_reduce = _patched_foreach_reduce(original_foreach_reduce)
+            FSDPState._post_forward = _patched_fsdp_state_post_forward(FSDPState._post_forward)
+            FSDPParamGroup.post_forward = _patched_post_forward(FSDPParamGroup.post_forward)
+            FSDPParamGroup.post_backward = _patched_post_backward(FSDPParamGroup.post_backward)
+            _FSDP_ENHANCE_PATCH_APPLIED = True
+
+
+        def fully_shard(*args, **kwargs):  # lines 317-319
+            _apply_fsdp_enhance_patch()
+            return torch_fully_shard(*args, **kwargs)
+    """,
+}
+"""A ``torch_npu`` package for CPU tests: the structure of torch_npu's and the logic of its FSDP2 wrappers
+(forward-prefetch backup/restore, ``skip_custom_post_forward``, ``_use_mem_cache``), replayed on torch
+2.13; with ``STANDIN_PREFETCH_LOG`` set, every FSDP2 prefetch is logged per rank."""
+
+
+def write_npu_stand_in(root: Path) -> Path:
+    """Write ``NPU_STAND_IN`` under ``root`` (put it first on PYTHONPATH); returns ``root``."""
+    import textwrap
+
+    for rel, text in NPU_STAND_IN.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root

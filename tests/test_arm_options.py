@@ -23,7 +23,6 @@ import inspect
 import json
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -110,6 +109,31 @@ def _fsdp2_units(spec: str):
 
 def _targets(unit, direction: str) -> list[object]:
     return [s for s in getattr(unit._get_fsdp_state(), f"_states_to_{direction}_prefetch")]
+
+
+def test_a_prefetch_list_changed_after_sharding_fails_the_check_naming_the_unit(gloo_world_of_one):
+    """What torch_npu's ``move_attr`` (``_add_fsdp_patch.py`` line 272) does to a unit's forward list, done by
+    hand: the check after the steps refuses it in one line; the lists as set pass."""
+    from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
+    from fsdpbench.errors import LaunchError
+
+    backend = TorchFSDP2Backend()
+    model = backend.apply(_meta_model(), backend.init_mesh("cpu", (1,)), parse_arms("torch:prefetch=1")[0])
+    assert backend.verify_prefetch() is True
+    state = model.model.layers[0]._get_fsdp_state()
+    state._states_to_forward_prefetch = []
+    with pytest.raises(LaunchError) as err:
+        backend.verify_prefetch()
+    message = str(err.value)
+    assert (
+        "unit model.layers.0's forward prefetch list is empty, but the plan set ['model.layers.1']" in message
+    )
+    assert "\n" not in message
+    state._states_to_forward_prefetch = [model.model.layers[2]._get_fsdp_state()]  # another target
+    with pytest.raises(
+        LaunchError, match=r"list is \['model.layers.2'\], but the plan set \['model.layers.1'\]"
+    ):
+        backend.verify_prefetch()
 
 
 def test_fsdp2_default_none_and_depth_set_the_prefetch_lists_torch_reads(gloo_world_of_one):
@@ -278,40 +302,6 @@ def test_deepspeed_prefetch_default_leaves_its_own_bucket():
 
 # ------------------------------------------------------------------------- point 1: torch_npu's FSDP2
 
-STAND_IN = {
-    "torch_npu/__init__.py": """
-        from torch_npu.distributed.fsdp._add_fsdp_patch import _apply_fsdp_patch
-        _apply_fsdp_patch()  # as torch_npu/_init/patches/api_patches.py does on import
-    """,
-    "torch_npu/distributed/__init__.py": "",
-    "torch_npu/distributed/fsdp/__init__.py": """
-        from ._add_fsdp_patch import fully_shard
-        fully_shard.__module__ = __name__
-        __all__ = ["fully_shard"]
-    """,
-    "torch_npu/distributed/fsdp/_add_fsdp_patch.py": """
-        from torch.distributed.fsdp import fully_shard as torch_fully_shard
-        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
-
-        _FSDP_ENHANCE_PATCH_APPLIED = False
-        _original_finalize = FSDPParamGroup.finalize_backward
-
-        def _patched_finalize_backward(self):
-            return _original_finalize(self)
-
-        def _apply_fsdp_patch():
-            FSDPParamGroup.finalize_backward = _patched_finalize_backward
-
-        def _apply_fsdp_enhance_patch():
-            global _FSDP_ENHANCE_PATCH_APPLIED
-            _FSDP_ENHANCE_PATCH_APPLIED = True
-
-        def fully_shard(*args, **kwargs):
-            _apply_fsdp_enhance_patch()
-            return torch_fully_shard(*args, **kwargs)
-    """,
-}
-
 NPU_SCRIPT = """
 import json, sys
 import torch, torch.distributed as dist
@@ -334,10 +324,21 @@ def ran(spec):
         backend.apply(model, backend.init_mesh("cpu", (1,)), parse_arms(spec)[0])
     except LaunchError as exc:
         return str(exc)
-    return backend.describe()
+    facts = backend.describe()
+    # torch's own state as the stand-in's replay of torch_npu's FSDPParamGroup.__init__ left it
+    groups = [g for m in model.modules() if hasattr(m, "_get_fsdp_state")
+              for g in m._get_fsdp_state()._fsdp_param_groups]
+    facts["comm_mem_cache"] = sorted({getattr(g._all_gather_comm, "_use_mem_cache", None) for g in groups}
+                                     | {getattr(g._reduce_scatter_comm, "_use_mem_cache", None) for g in groups},
+                                     key=str)
+    facts["skip_flag_on"] = sorted(n or "root" for n, m in model.named_modules()
+                                   if hasattr(m, "skip_custom_post_forward"))
+    return facts
 
+out["memcache_upstream"] = ran("torch:mem_cache=on")  # fsdp=auto on cpu: upstream, so refused
 out["upstream"] = ran("torch:fsdp=upstream")
 out["npu"] = ran("torch:fsdp=npu")
+out["npu_memcache_prefetch1"] = ran("torch:fsdp=npu:mem_cache=on:prefetch=1")
 out["upstream_after_npu"] = ran("torch:fsdp=upstream")
 dist.destroy_process_group()
 print(json.dumps(out))
@@ -347,10 +348,9 @@ exit_without_teardown(0)  # gloo's threads can abort the interpreter's own teard
 
 
 def test_torch_arm_picks_torch_npus_fully_shard_and_records_its_patches(tmp_path):
-    for rel, text in STAND_IN.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
+    from helpers import write_npu_stand_in
+
+    write_npu_stand_in(tmp_path)
     env = {"PYTHONPATH": f"{tmp_path}:{REPO / 'src'}", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
         [sys.executable, "-c", NPU_SCRIPT], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
@@ -367,6 +367,45 @@ def test_torch_arm_picks_torch_npus_fully_shard_and_records_its_patches(tmp_path
     assert out["npu"]["fully_shard"] == npu and out["npu"]["torch_npu_enhance_patch"] is True
     # once torch_npu's fully_shard ran, the process's FSDP2 is patched: upstream is refused, not mislabelled
     assert "torch_npu's FSDP2 enhancement patch is already applied" in out["upstream_after_npu"]
+    # mem_cache: off leaves torch_npu's default (False on every comm), on reaches every unit's comms;
+    # where upstream runs it is refused in one line
+    assert out["npu"]["comm_mem_cache"] == [False] and out["npu"]["mem_cache"] == "off"
+    assert out["npu_memcache_prefetch1"]["comm_mem_cache"] == [True]
+    assert (
+        "mem_cache=on is torch_npu's buffer cache, but this arm runs " + upstream in out["memcache_upstream"]
+    )
+    # the opt-out goes on the units with a forward chain: the tiny preset's layers but the last
+    layers = preset_tiny().num_hidden_layers
+    chained = [f"model.layers.{i}" for i in range(layers - 1)]
+    assert out["npu"]["skip_flag_on"] == [] and out["npu_memcache_prefetch1"]["skip_flag_on"] == chained
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_torch_npus_forward_prefetch_survives_every_step(tmp_path):
+    """torch_npu's post-forward patch (replayed by the stand-in) empties a unit's forward prefetch list on
+    its first post-forward and restores it only in a recompute; fsdpbench's opt-out keeps the chain. The
+    reference: FSDP2's own prefetch calls, logged per rank by the stand-in, and the unsharded training."""
+    from helpers import ab_run, assert_matches_reference, write_npu_stand_in
+    from reference import STEPS
+
+    stand_in, log = write_npu_stand_in(tmp_path / "standin"), tmp_path / "prefetch_log"
+    log.mkdir()
+    env = {"PYTHONPATH": f"{stand_in}:{REPO / 'src'}", "STANDIN_PREFETCH_LOG": str(log)}
+    run_dir, steps = ab_run(tmp_path / "out", "torch:fsdp=npu:prefetch=1", "--device", "cpu", env=env)
+    arm = "torch-prefetch1-npu"
+    assert_matches_reference(run_dir, steps[arm], arm, rows=2)
+    layers = preset_tiny().num_hidden_layers
+    for rank in (0, 1):
+        lines = (log / f"rank{rank}.txt").read_text().splitlines()
+        forward = [line.split()[1] for line in lines if line.startswith("forward ")]
+        # layer i prefetches layer i+1 in every step's forward: (layers - 1) per step
+        assert forward == [f"model.layers.{i}" for i in range(1, layers)] * STEPS, (rank, forward)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["arm_runtime"][arm]["prefetch_verified_after_warmup"] is True
+    assert manifest["backends"][arm]["torch_npu_skip_custom_post_forward"] == [
+        f"model.layers.{i}" for i in range(layers - 1)
+    ]
 
 
 def test_fsdp_npu_without_torch_npu_is_one_line(monkeypatch):
@@ -446,6 +485,9 @@ def test_kw_is_typed_from_the_signature_read_in_the_arms_interpreter(monkeypatch
         ("deepspeed:kw.x=1", "the deepspeed arm has no sharding call to pass keywords to"),
         ("hyper:env.HYPER_PARALLEL_PLATFORM=mindspore", "always runs with HYPER_PARALLEL_PLATFORM=torch"),
         ("torch:env.1A=1", "env.1A is not an environment variable name"),
+        ("hyper:mem_cache=on", "mem_cache=on is torch_npu's FSDP2 buffer cache"),
+        ("torch:fsdp=upstream:mem_cache=on", "with fsdp=auto (on NPU) or fsdp=npu only"),
+        ("torch:mem_cache=maybe", "option mem_cache 'maybe'; choose one of: off, on"),
     ],
 )
 def test_kw_and_env_refusals_are_one_line(spec, needle):

@@ -10,7 +10,9 @@ import math
 import os
 import subprocess
 import sys
+import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,10 +233,69 @@ def test_expert_weight_gradient_is_right_with_or_without_k_grouping(monkeypatch,
     for got, ref in zip(*grads, strict=True):
         torch.testing.assert_close(got, ref)
     used = version == "2.7.1" and k_grouped
-    assert moe.npu_k_grouped_supported("cpu") is used
+    assert moe.npu_k_grouped_supported("cpu", torch.float64) is used
     k_calls = [c for c in calls if c["group_type"] == 2]
     assert len(k_calls) == (2 if used else 0)  # the checked call and the real one; a refusal records none
     assert ("K-grouped" in caplog.text) is not used
+    moe.npu_k_grouped_supported.cache_clear()
+
+
+@pytest.mark.parametrize("param_dtype", ["bfloat16", "float16", "float32"])
+def test_k_grouped_probe_runs_in_the_arms_dtype_on_aligned_shapes_and_is_recorded(monkeypatch, param_dtype):
+    """The probe calls the op in the dtype the arm runs (its parameter dtype), with K=N=128 and an empty
+    group, once per (device, dtype); the arm's runtime record names that dtype and the answer."""
+    from fsdpbench.config import parse_arms
+    from fsdpbench.model import moe
+    from fsdpbench.run.worker import k_grouped_probe
+    from helpers import fake_npu_grouped_matmul
+
+    calls: list[dict] = []
+    fake = fake_npu_grouped_matmul(calls)
+    monkeypatch.setitem(
+        sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=fake, __version__="2.9.0")
+    )
+    moe.npu_k_grouped_supported.cache_clear()
+    arm = parse_arms(f"torch:param_dtype={param_dtype}")[0]
+    dtype = getattr(torch, arm.param_dtype)
+    record = k_grouped_probe("npu", torch.device("cpu"), dtype)
+    assert record == {"npu_k_grouped_matmul": True, "npu_k_grouped_probe_dtype": param_dtype}
+    (call,) = calls
+    assert call["x_dtype"] == dtype and call["group_type"] == 2
+    # x is passed transposed [K, S], dy [S, N]: K = N = 128; groups of 64, 0 and 128 rows (cumulative)
+    assert call["x_shape"] == (128, 192) and call["weight_shape"] == (192, 128)
+    assert call["group_list"] == [64, 64, 192]
+    k_grouped_probe("npu", torch.device("cpu"), dtype)  # cached per (device, dtype): no second call
+    other = torch.float32 if dtype != torch.float32 else torch.bfloat16
+    k_grouped_probe("npu", torch.device("cpu"), other)  # another dtype is probed on its own
+    assert [c["x_dtype"] for c in calls] == [dtype, other]
+    assert k_grouped_probe("grouped_mm", torch.device("cpu"), dtype) == {
+        "npu_k_grouped_matmul": None,
+        "npu_k_grouped_probe_dtype": None,
+    }
+    moe.npu_k_grouped_supported.cache_clear()
+
+
+def test_k_grouped_probe_says_no_when_the_op_is_wrong_in_that_dtype(monkeypatch):
+    """A K-grouped op that is right in float32 but wrong in bfloat16 (here: it drops the last group) is
+    refused for bfloat16 arms only."""
+    from fsdpbench.model import moe
+    from helpers import fake_npu_grouped_matmul
+
+    calls: list[dict] = []
+    right = fake_npu_grouped_matmul(calls)
+
+    def wrong_in_bf16(x, weight, **kwargs):
+        out = right(x, weight, **kwargs)
+        if x[0].dtype == torch.bfloat16 and kwargs.get("group_type") == 2:
+            out[0][-1].zero_()
+        return out
+
+    monkeypatch.setitem(
+        sys.modules, "torch_npu", types.SimpleNamespace(npu_grouped_matmul=wrong_in_bf16, __version__="2.9.0")
+    )
+    moe.npu_k_grouped_supported.cache_clear()
+    assert moe.npu_k_grouped_supported("cpu", torch.float32) is True
+    assert moe.npu_k_grouped_supported("cpu", torch.bfloat16) is False
     moe.npu_k_grouped_supported.cache_clear()
 
 
@@ -474,6 +535,66 @@ def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_
         (out,) = (run_dir / "profiles" / label / f"rank{r}").glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT")
         assert (out / "interpreter").read_text() == "venvB"
     assert run_folder.launch_ok(run_dir, label, run_folder.PROFILE_ROUND)
+
+
+_FAKE_PARSE = """
+import os, pathlib, subprocess, sys, time
+folder = pathlib.Path(sys.argv[-1])  # torch_npu's analyse(folder) stand-in: the times it ran, its output
+(folder / "started").write_text(repr(time.time()))
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # as msprof below it
+(folder / "child_pid").write_text(str(child.pid))
+time.sleep(120 if folder.name in os.environ["FAKE_HANG"].split(",") and "memory" not in str(folder) else 1.5)
+out = folder / "r_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+out.mkdir(parents=True)
+for name in ("kernel_details.csv", "trace_view.json"):
+    (out / name).write_text("")
+child.kill()
+(folder / "ended").write_text(repr(time.time()))
+print("parsed", folder)
+"""
+
+
+def test_the_ascend_parse_runs_rank_folders_in_parallel_and_kills_one_past_its_limit(tmp_path, monkeypatch):
+    """Four rank folders (profiled step and memory step, 2 ranks), at most 3 at a time (the core bound,
+    set to 3 here): the fake parses' own clocks show 3 overlapping, never 4; the one that hangs is
+    killed with its child process after the limit, the launch's error names its folder, the others keep
+    their output."""
+    from fsdpbench.run import ascend_parse
+
+    script = tmp_path / "fake_parse.py"
+    script.write_text(_FAKE_PARSE)
+    python = tmp_path / "python"  # the arm's interpreter: runs the fake instead of the worker's parse
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    python.chmod(0o755)
+    profile, memory = tmp_path / "profiles" / "torch", tmp_path / "memory_step" / "torch"
+    for parent in (profile, memory):
+        for r in (0, 1):
+            (parent / f"rank{r}").mkdir(parents=True)
+    ldir = tmp_path / "launch"
+    ldir.mkdir()
+    monkeypatch.setattr(ascend_parse.os, "cpu_count", lambda: 3)
+    env = {**os.environ, "FAKE_HANG": "rank1"}
+    t0 = time.time()
+    error = ascend_parse.parse_launch_profiles(str(python), profile, memory, range(2), env, ldir, 2.5)
+    t1 = time.time()
+    hung = profile / "rank1"
+    assert error is not None and "\n" not in error
+    assert f"the Ascend parse of {hung} was killed after 2.5 s (--ascend-parse-timeout)" in error
+    assert 2.5 <= t1 - t0 < 2.5 + 1.5 + 3.0  # serial: 1.5 + 2.5 + 1.5 + 1.5 s of fake work at least
+    stat = Path(f"/proc/{(hung / 'child_pid').read_text()}/stat")  # msprof's stand-in went with its parse
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or a zombie
+    assert not list(hung.glob("*_ascend_pt")) and not (hung / "ended").exists()
+    finished = [profile / "rank0", memory / "rank0", memory / "rank1"]
+    for folder in finished:
+        assert (folder / "r_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").exists()
+    spans = [(float((f / "started").read_text()), float((f / "ended").read_text())) for f in finished]
+    spans.append((float((hung / "started").read_text()), t1))
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    running = [sum(d for _, d in edges[: i + 1]) for i in range(len(edges))]
+    assert max(running) == 3  # three at once, never four
+    log = (ldir / "ascend_parse.log").read_text()
+    assert f"== {hung}: killed after 2.5 s" in log and f"== {profile / 'rank0'}: rc 0" in log
+    assert f"parsed {memory / 'rank1'}" in (ldir / "ascend_memory_parse.log").read_text()
 
 
 # --------------------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def test_npu_grouped_linear_passes_cumulative_group_lists_to_all_three_calls(mon
         types.SimpleNamespace(npu_grouped_matmul=fake_npu_grouped_matmul(calls), __version__="2.7.1"),
     )
     npu_k_grouped_supported.cache_clear()
-    assert npu_k_grouped_supported("cpu")  # the one-time probe call (K-grouped) happens here
+    assert npu_k_grouped_supported("cpu", torch.float64)  # the one-time probe call (K-grouped) happens here
     calls.clear()
     counts = torch.tensor([3, 0, 5, 2])  # an empty expert too
     gen = torch.Generator().manual_seed(0)

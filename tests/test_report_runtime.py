@@ -33,6 +33,10 @@ def test_runtime_table_shows_each_arms_dtype_optimizer_experts_and_environment()
                 "float32_matmul_precision": "high",
                 "experts_impl": "npu",
                 "npu_k_grouped_matmul": False,
+                "npu_k_grouped_probe_dtype": "bfloat16",
+                "deltanet_impl": "chunked PyTorch, float32",
+                "npu_matmul_allow_hf32": False,
+                "prefetch_verified_after_warmup": True,
                 "environment": {"ACL_OP_INIT_MODE": "1", "MULTI_STREAM_MEMORY_REUSE": "2"},
             },
             "hyper": {  # a manifest from before npu_k_grouped_matmul; a launch that died before its steps
@@ -53,8 +57,10 @@ def test_runtime_table_shows_each_arms_dtype_optimizer_experts_and_environment()
         "param dtype": "bfloat16 (device default)",
         "optimizer": "foreach=True, ran foreach",
         "experts": "npu",
-        "K-grouped mm": "no (per-expert fallback)",
-        "fp32 matmul": "high",
+        "K-grouped mm": "no (per-expert fallback) (checked in bfloat16)",
+        "gated deltanet": "chunked PyTorch, float32",
+        "fp32 matmul": "high, HF32 off",
+        "prefetch lists": "as set (checked after the steps)",
         "environment": "ACL_OP_INIT_MODE=1 MULTI_STREAM_MEMORY_REUSE=2",
     }
     assert rows["hyper"] == {
@@ -63,7 +69,9 @@ def test_runtime_table_shows_each_arms_dtype_optimizer_experts_and_environment()
         "optimizer": "foreach=unset, ran —",
         "experts": "loop",
         "K-grouped mm": "—",
+        "gated deltanet": "—",
         "fp32 matmul": "highest",
+        "prefetch lists": "—",
         "environment": "—",
     }
     # the arms table shows the dtype each arm ran with where the device default replaced its option (seen in
@@ -103,7 +111,13 @@ def test_runtime_table_of_a_real_profiled_run_matches_its_manifest(profiled_ab_r
             == f"foreach={facts['optimizer_foreach']}, ran {', '.join(facts['optimizer_ran'])}"
         )
         assert row["experts"] == facts["experts_impl"]
-        assert row["fp32 matmul"] == facts["float32_matmul_precision"]
+        assert row["fp32 matmul"] == facts["float32_matmul_precision"]  # CPU: no HF32 switch
+        assert facts["npu_matmul_allow_hf32"] is None and facts["npu_k_grouped_probe_dtype"] is None
+        assert row["gated deltanet"] == facts["deltanet_impl"] == "chunked PyTorch, float32"  # no fla on CPU
+        assert (
+            facts["prefetch_verified_after_warmup"] is True
+        )  # torch arms: FSDP2's lists read after the steps
+        assert row["prefetch lists"] == "as set (checked after the steps)"
         assert facts["npu_k_grouped_matmul"] is None and row["K-grouped mm"] == "—"  # CPU: no NPU check
         for name, value in facts["environment"].items():
             assert f"{name}={value}" in row["environment"]

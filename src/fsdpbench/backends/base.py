@@ -12,6 +12,7 @@ defines one subclass of ``Backend``. The worker calls, in this order::
     model, optimizer = backend.make_training(model, make_optimizer)
     ... loss = model(...).loss; backend.backward(loss); backend.optimizer_step(optimizer) ...
     backend.local_grad_sq(params)                    # this rank's share of the squared gradient norm
+    backend.verify_prefetch()                        # after the steps: the plan's prefetch lists still hold
     backend.full_state_dict(model)                   # --dump-params (collective)
     backend.close()                                  # on every path
 
@@ -123,3 +124,8 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """Version and source facts for the manifest (e.g. hyper_parallel's git commit)."""
         return {}
+
+    def verify_prefetch(self) -> bool | None:
+        """After the steps: True when every unit still holds the prefetch lists the plan set (raises
+        ``LaunchError`` otherwise); None where the backend keeps no lists fsdpbench can read."""
+        return None

@@ -37,6 +37,7 @@ RUN_FLAGS = (
     "device_param_dtype",
     "order",
     "timeout",
+    "ascend_parse_timeout",
     "report",
     "parity_steps",
     "count_collectives",
@@ -68,7 +69,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
             "--arms",
             help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
             "hyper; python=PATH runs an arm in another venv; fwd_prefetch=/bwd_prefetch=, fsdp=upstream|npu, "
-            "kw.NAME=VALUE, env.NAME=VALUE: docs/arms.md), e.g. torch,hyper:prefetch=2 (default: "
+            "mem_cache=on|off, kw.NAME=VALUE, env.NAME=VALUE: docs/arms.md), e.g. torch,hyper:prefetch=2 (default: "
             "torch,fsdp1, plus deepspeed and hyper when importable)",
         )
     else:
@@ -128,6 +129,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     d.add_argument("--device", choices=DEVICES, help="auto (default), cpu (gloo), cuda (nccl) or npu (hccl)")
     d.add_argument(
         "--timeout", type=float, help="seconds per launch before its process group is killed (default 900)"
+    )
+    d.add_argument(
+        "--ascend-parse-timeout",
+        type=float,
+        help="NPU profile: seconds each rank folder's offline msprof parse may take before it is killed "
+        "(default 1800; the folders are parsed in parallel, one process each, up to one per core)",
     )
     o = parser.add_argument_group("output")
     o.add_argument(

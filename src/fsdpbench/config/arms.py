@@ -29,6 +29,7 @@ DEEPSPEED_KNOBS: dict[str, type] = {
 BACKEND_OPTIONS: dict[str, dict[str, type]] = {"deepspeed": DEEPSPEED_KNOBS}
 """Backend-specific arm options by backend (allow-lists); they go to ``Arm.backend_options``."""
 FsdpChoice = Literal["auto", "upstream", "npu"]
+MemCache = Literal["off", "on"]
 Depth = int | Literal["default", "none"]
 """A prefetch setting of one direction: the library's own default, none at all, or N units/layers ahead."""
 PLAN_KEYWORDS: dict[str, tuple[str, ...]] = {
@@ -81,6 +82,9 @@ class Arm:
     """torch only: which ``fully_shard`` runs. ``auto``: torch_npu's
     (``torch_npu.distributed.fsdp.fully_shard``) on NPU when torch_npu has it, else upstream;
     ``upstream``: ``torch.distributed.fsdp.fully_shard`` everywhere; ``npu``: torch_npu's or an error."""
+    mem_cache: MemCache = "off"
+    """torch with torch_npu's ``fully_shard`` only: ``on`` sets torch_npu's ``_use_mem_cache`` on every shard
+    unit (its cache of all-gather/reduce-scatter buffers); ``off`` (default) leaves torch_npu's default."""
     reshard_after_forward: bool = True
     """Always a bool: the two libraries read ``None`` differently."""
     unit: Unit = "layer"
@@ -198,6 +202,13 @@ class Arm:
             )
         if self.fsdp != "auto" and self.backend != "torch":
             raise ConfigError(f"arm option fsdp={self.fsdp} applies to the torch backend only")
+        if self.mem_cache not in get_args(MemCache):
+            raise ConfigError(f"arm option mem_cache={self.mem_cache!r}; choose on or off")
+        if self.mem_cache == "on" and (self.backend != "torch" or self.fsdp == "upstream"):
+            raise ConfigError(
+                "arm option mem_cache=on is torch_npu's FSDP2 buffer cache: it applies to the torch backend "
+                "with fsdp=auto (on NPU) or fsdp=npu only"
+            )
         self._validate_kw_env()
         for name in ("param_dtype", "reduce_dtype"):
             if getattr(self, name) not in DTYPES:
@@ -285,6 +296,7 @@ class Arm:
             if value != defaults[name]:
                 short = {
                     "fsdp": "",
+                    "mem_cache": "memcache",
                     "fwd_prefetch": "fwd",
                     "bwd_prefetch": "bwd",
                     "reshard_after_forward": "raf",
@@ -324,6 +336,7 @@ ARM_OPTION_FIELDS = (
     "fwd_prefetch",
     "bwd_prefetch",
     "fsdp",
+    "mem_cache",
     "reshard_after_forward",
     "unit",
     "mesh",

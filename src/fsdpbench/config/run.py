@@ -90,6 +90,8 @@ class RunConfig:
     """``alternate`` (A B, B A, ...) or ``shuffle`` (a seeded permutation per round)."""
     timeout: float = 900.0
     """Seconds one launch may take before its whole process group is killed."""
+    ascend_parse_timeout: float = 1800.0
+    """Seconds one rank folder's offline Ascend (msprof) parse may take before it is killed."""
     report: bool = True
     """Write the report at the end (``--no-report`` turns it off)."""
     parity_steps: int = 4
@@ -166,6 +168,8 @@ class RunConfig:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         if not self.timeout > 0:
             raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout}")
+        if not self.ascend_parse_timeout > 0:
+            raise ConfigError(f"--ascend-parse-timeout must be > 0 seconds, got {self.ascend_parse_timeout}")
         if not self.name or any(c in self.name for c in "/\\ "):
             raise ConfigError(f"--name {self.name!r} must be non-empty, without slashes or spaces")
         labels = [a.label for a in self.arms]

@@ -372,6 +372,15 @@ def fla_kernel_for(x: torch.Tensor) -> tuple[Callable[..., Any], bool] | None:
     return fla
 
 
+def deltanet_path(device_type: str, dtype: torch.dtype) -> str:
+    """Which gated-delta-rule kernel the layers run on ``device_type`` with activations of ``dtype``, in
+    words (for the manifest): fla's where ``fla_kernel_for`` would take it, else the chunked PyTorch path,
+    which computes in float32 (on NPU always: fla is CUDA/Triton only)."""
+    if device_type == "cuda" and dtype in FLA_DTYPES and _fla_chunk_gated_delta_rule() is not None:
+        return "fla chunk_gated_delta_rule"
+    return "chunked PyTorch, float32"
+
+
 def fla_gated_delta_rule(
     kernel: Callable[..., Any],
     grouped_values: bool,

@@ -510,6 +510,12 @@ def _what_ran_table(backends: dict[str, Any]) -> Table | None:
             )
             if facts.get(key)
         ]
+        if facts.get("mem_cache") == "on":
+            patches.append("mem cache on")
+        if facts.get("torch_npu_skip_custom_post_forward"):
+            patches.append(
+                f"forward-prefetch backup off on {len(facts['torch_npu_skip_custom_post_forward'])} units"
+            )
         prefetch = facts.get("prefetch") if isinstance(facts.get("prefetch"), dict) else {}
         rows.append(
             [
@@ -527,14 +533,26 @@ def _what_ran_table(backends: dict[str, Any]) -> Table | None:
     return Table(header, rows, numeric=False)
 
 
-RUNTIME_HEADER = ["arm", "param dtype", "optimizer", "experts", "K-grouped mm", "fp32 matmul", "environment"]
+RUNTIME_HEADER = [
+    "arm",
+    "param dtype",
+    "optimizer",
+    "experts",
+    "K-grouped mm",
+    "gated deltanet",
+    "fp32 matmul",
+    "prefetch lists",
+    "environment",
+]
 
 
 def _runtime_table(runtime: dict[str, Any]) -> Table | None:
     """Per arm what it actually ran with (``manifest.arm_runtime``, docs/fairness.md): the parameter dtype
     and where it came from, the optimizer's ``foreach`` and the torch.optim path its first step took, the
-    experts' back-end, whether NPU's K-grouped matmul passed its check, torch's float32 matmul precision
-    and the set variables that change NPU/GPU behaviour."""
+    experts' back-end, whether NPU's K-grouped matmul passed its check (and in which dtype), the gated
+    deltanet's kernel (on NPU the chunked PyTorch path in float32), torch's float32 matmul precision (and
+    torch_npu's HF32 switch), whether the prefetch lists were still the plan's after the steps, and the set
+    variables that change NPU/GPU behaviour."""
     rows: list[list[str]] = []
     for label, facts in runtime.items():
         if not isinstance(facts, dict):
@@ -553,6 +571,14 @@ def _runtime_table(runtime: dict[str, Any]) -> Table | None:
             if "npu_k_grouped_matmul" in facts
             else MISSING
         )
+        if facts.get("npu_k_grouped_probe_dtype") and facts.get("npu_k_grouped_matmul") is not None:
+            k_grouped += f" (checked in {facts['npu_k_grouped_probe_dtype']})"
+        fp32 = str(facts.get("float32_matmul_precision", MISSING))
+        if facts.get("npu_matmul_allow_hf32") is not None:
+            fp32 += f", HF32 {'on' if facts['npu_matmul_allow_hf32'] else 'off'}"
+        lists = {True: "as set (checked after the steps)", None: "not checked"}.get(
+            facts.get("prefetch_verified_after_warmup"), MISSING
+        )
         environment = facts.get("environment")
         rows.append(
             [
@@ -561,7 +587,9 @@ def _runtime_table(runtime: dict[str, Any]) -> Table | None:
                 optimizer,
                 str(facts.get("experts_impl", MISSING)),
                 k_grouped,
-                str(facts.get("float32_matmul_precision", MISSING)),
+                str(facts.get("deltanet_impl", MISSING)),
+                fp32,
+                lists if "prefetch_verified_after_warmup" in facts else MISSING,
                 _option_text(environment) if isinstance(environment, dict) and environment else "—",
             ]
         )

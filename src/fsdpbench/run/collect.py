@@ -9,7 +9,9 @@ exactly when the other nodes' error files are needed. Two operations:
   what is done).
 - ``launch`` (after every launch, failed ones included): every other node streams its launch files
   (torchrun's log and per-rank logs, error files, its environment record, and on a profile launch its
-  ranks' profiler output) to node 0, in chunks, with the size and SHA-256 of each file checked on
+  ranks' profiler output as the analysis reads it: for Ascend only the parsed ``ASCEND_PROFILER_OUTPUT``
+  and the profiler info/metadata files, the raw ``PROF_*``/``FRAMEWORK`` data staying on its node and
+  listed in ``left_in_place``) to node 0, in chunks, with the size and SHA-256 of each file checked on
   arrival. Node 0 writes them into its run folder (launch files under ``launches/<arm>/<leaf>/node<k>/``,
   profiles under ``profiles/<arm>/rank<r>/`` as if written there), decides the launch's verdict from
   every node's report and files (``failures.launch_verdict``), and sends it back.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import socket
 import sys
 import time
@@ -68,12 +71,36 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+ASCEND_SENT = ("ASCEND_PROFILER_OUTPUT",)
+"""Inside a rank's ``*_ascend_pt`` folder, the sub-folders sent: the parsed output the analysis reads."""
+ASCEND_SENT_FILES = re.compile(r"^profiler_(info(_\d+)?|metadata)\.json$")
+"""Inside a ``*_ascend_pt`` folder, the files sent beside it: the profiler's info (the rank) and metadata."""
+RAW_PROFILE = (
+    "raw profiler data (the analysis reads ASCEND_PROFILER_OUTPUT and the profiler_info/metadata files)"
+)
+
+
+def _ascend_raw(rel: PurePosixPath) -> bool:
+    """Whether ``rel`` (under a rank folder) is torch_npu's raw data (``PROF_*``, ``FRAMEWORK``, logs)
+    rather than what the analysis reads; files outside any ``*_ascend_pt`` folder are never raw."""
+    parts = rel.parts
+    at = next((i for i, part in enumerate(parts) if part.endswith("_ascend_pt")), None)
+    if at is None or at == len(parts) - 1:
+        return False
+    inside = parts[at + 1 :]
+    if len(inside) == 1:
+        return not ASCEND_SENT_FILES.match(inside[0])
+    return inside[0] not in ASCEND_SENT
+
+
 def files_to_send(
     run_dir: Path, ldir: Path, node: int, ranks: range, arm: str, profile: bool
 ) -> list[list[str]]:
     """``[source path, destination relative to node 0's run folder]`` for this node's files of one
     launch: the launch folder (except the collect step's own files and ``KEPT_ON_NODE``) and, on a
-    profile launch, the profiler output of this node's ranks."""
+    profile launch, the profiler output of this node's ranks that the analysis reads (Ascend: each
+    ``*_ascend_pt``'s ``ASCEND_PROFILER_OUTPUT`` and profiler info/metadata; ``raw_profile_files`` lists
+    the rest)."""
     pairs: list[list[str]] = []
     leaf = ldir.relative_to(run_dir)
     node_dir = leaf / failures.NODE_DIR.format(node=node)
@@ -83,18 +110,44 @@ def files_to_send(
             continue
         pairs.append([str(path), (node_dir / rel).as_posix()])
     if profile:
-        for rank in ranks:
-            rank_dir = run_folder.profile_dir(run_dir, arm) / f"rank{rank}"
-            for path in sorted(rank_dir.rglob("*")) if rank_dir.is_dir() else []:
-                if path.is_file():
-                    pairs.append([str(path), path.relative_to(run_dir).as_posix()])
+        for rank_dir, path in _profile_files(run_dir, ranks, arm):
+            if not _ascend_raw(PurePosixPath(path.relative_to(rank_dir).as_posix())):
+                pairs.append([str(path), path.relative_to(run_dir).as_posix()])
     return pairs
+
+
+def raw_profile_files(run_dir: Path, ranks: range, arm: str, profile: bool) -> list[dict[str, Any]]:
+    """``left_in_place`` entries (path, bytes, why) for the raw Ascend profiler data of this node's ranks
+    on a profile launch: it stays on its node (``files_to_send`` sends the parsed output)."""
+    if not profile:
+        return []
+    left = []
+    for rank_dir, path in _profile_files(run_dir, ranks, arm):
+        if _ascend_raw(PurePosixPath(path.relative_to(rank_dir).as_posix())):
+            left.append(
+                {
+                    "path": path.relative_to(run_dir).as_posix(),
+                    "bytes": path.stat().st_size,
+                    "why": RAW_PROFILE,
+                }
+            )
+    return left
+
+
+def _profile_files(run_dir: Path, ranks: range, arm: str) -> list[tuple[Path, Path]]:
+    out = []
+    for rank in ranks:
+        rank_dir = run_folder.profile_dir(run_dir, arm) / f"rank{rank}"
+        out += (
+            [(rank_dir, p) for p in sorted(rank_dir.rglob("*")) if p.is_file()] if rank_dir.is_dir() else []
+        )
+    return out
 
 
 def _header(spec: dict[str, Any]) -> dict[str, Any]:
     """What this node announces: its report, and each file it will send (or leaves in place)."""
     limit = int(spec.get("max_bytes") or DEFAULT_MAX_BYTES)
-    files, left = [], []
+    files, left = [], list(spec.get("left_in_place") or [])
     for source, dest in spec.get("files") or []:
         path = Path(source)
         try:

@@ -117,6 +117,17 @@ def behaviour_environment(environ: dict[str, str] | None = None) -> dict[str, st
     }
 
 
+def npu_allow_hf32() -> bool | None:
+    """torch_npu's ``torch.npu.matmul.allow_hf32`` (float32 matmuls in HF32; torch_npu/npu/npu_config.py
+    ``_allowHF32Matmul``), or None where this torch_npu has no such flag."""
+    import torch
+
+    try:
+        return bool(torch.npu.matmul.allow_hf32)
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def _import_torch_npu() -> Any:
     try:
         import torch_npu  # noqa: F401  (registers torch.npu and the hccl backend)

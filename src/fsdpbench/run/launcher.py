@@ -25,8 +25,9 @@ from typing import Any
 import orjson
 
 from fsdpbench.config import RunConfig
-from fsdpbench.errors import InputError, LaunchError
+from fsdpbench.errors import ConfigError, InputError, LaunchError
 from fsdpbench.run import collect, failures, phases, run_folder
+from fsdpbench.run.ascend_parse import npu_profile_path_problem, parse_launch_profiles
 from fsdpbench.run.interpreters import arm_interpreter, interpreter_environment, probe_arms
 
 log = logging.getLogger(__name__)
@@ -335,19 +336,16 @@ class Run:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
         if profile and error is None and self._device_type(ldir) == "npu":
             # after torchrun has exited and outside --timeout: msprof's parse takes minutes per rank
-            profile_dir = run_folder.profile_dir(self.run_dir, arm)
-            parse_ascend_profiles(
-                arm_interpreter(arm_cfg), profile_dir, self._local_ranks(), env, ldir / ASCEND_PARSE_LOG
-            )
-            error = missing_ascend_output(profile_dir, self._local_ranks())
-            # the memory step's own torch_npu profile (worker.record_memory_step); a failed parse leaves
-            # the arm's memory_timeline an error, not the launch
-            parse_ascend_profiles(
+            # with the memory step's own torch_npu profile (worker.record_memory_step), whose failed parse
+            # leaves the arm's memory_timeline an error, not the launch
+            error = parse_launch_profiles(
                 arm_interpreter(arm_cfg),
+                run_folder.profile_dir(self.run_dir, arm),
                 run_folder.memory_step_npu_dir(self.run_dir, arm, 0).parent,
                 self._local_ranks(),
                 env,
-                ldir / ASCEND_MEMORY_PARSE_LOG,
+                ldir,
+                self.cfg.ascend_parse_timeout,
             )
         decided: dict[str, Any] | None = None
         if self.cfg.nnodes > 1:  # node 0 gets every node's files and decides; the others follow
@@ -466,6 +464,9 @@ class Run:
             "files": []
             if node == 0
             else collect.files_to_send(self.run_dir, ldir, node, self._local_ranks(), arm, profile),
+            "left_in_place": []
+            if node == 0
+            else collect.raw_profile_files(self.run_dir, self._local_ranks(), arm, profile),
             "max_bytes": collect.max_bytes(),
             "report": {"node": node, "rc": rc, "error": error, "timed_out": timed_out},
             "fingerprint": plan_fingerprint(self.manifest),
@@ -506,6 +507,17 @@ class Run:
         return [(arm, int(round_)) for arm, round_ in agreed]
 
 
+def npu_profile_paths(cfg: RunConfig, run_dir: Path | None) -> None:
+    """Refuse (one line) a profiled run on NPU whose profile folders torch_npu's profiler would refuse."""
+    from fsdpbench.run.device import npu_installed
+
+    if not cfg.profile or not (cfg.device == "npu" or (cfg.device == "auto" and npu_installed())):
+        return
+    problem = npu_profile_path_problem(cfg.out, cfg.name, [a.label for a in cfg.arms], run_dir)
+    if problem:
+        raise ConfigError(problem)
+
+
 def collect_step(
     cfg: RunConfig, folder: Path, spec: dict[str, Any], port: int | None
 ) -> dict[str, Any] | str:
@@ -542,65 +554,6 @@ def node0_decides(cfg: RunConfig, folder: Path, fingerprint: str, todo: list[Any
     if result["error"]:
         raise LaunchError(result["error"])
     return list(result["todo"])
-
-
-ASCEND_PARSE_LOG = "ascend_parse.log"
-"""The parse step's output, in the profile launch's folder."""
-ASCEND_MEMORY_PARSE_LOG = "ascend_memory_parse.log"
-"""The parse of the memory step's torch_npu profile (``memory_step/<arm>/rank<k>``), in the same folder."""
-
-
-def parse_ascend_profiles(
-    python: str, profile_dir: Path, ranks: range, env: dict[str, str], log_path: Path
-) -> int:
-    """Parse each local rank's raw torch_npu profile (``profile_dir/rank<k>``) with the arm's own
-    interpreter, after the launch's workers have exited: ``python -m fsdpbench.run.worker --parse-npu-profile``.
-
-    The launcher itself never imports torch; the ranks no longer parse (their process group is gone and
-    --timeout no longer runs). Returns the parse's exit code; ``missing_ascend_output`` judges the result.
-    """
-    folders = [str(profile_dir / f"rank{rank}") for rank in ranks if (profile_dir / f"rank{rank}").is_dir()]
-    if not folders:
-        return 0
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            [python, "-m", "fsdpbench.run.worker", "--parse-npu-profile", *folders],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            return proc.wait()
-        except BaseException:
-            _kill_group(proc)
-            raise
-
-
-ASCEND_REQUIRED = ("kernel_details.csv", "trace_view.json")
-"""Files each rank's ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` must hold after torch_npu's parse: without
-CANN's msprof the parse fails inside torch_npu (caught there, rc 0) and leaves no device kernels."""
-
-
-def missing_ascend_output(profile_dir: Path, ranks: range) -> str | None:
-    """None when every rank's parsed Ascend profile is there, else one line naming what is missing
-    and how to get it (torch_npu writes no done marker: the parsed files are the evidence)."""
-    missing = []
-    for rank in ranks:
-        outputs = sorted((profile_dir / f"rank{rank}").glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT"))
-        have = {p.name for out in outputs for p in out.iterdir()} if outputs else set()
-        lacking = [name for name in ASCEND_REQUIRED if name not in have]
-        if lacking:
-            missing.append(f"rank {rank}: {', '.join(lacking)}")
-    if not missing:
-        return None
-    return (
-        f"the Ascend profile was not parsed ({'; '.join(missing)} missing under {profile_dir}/rank<k>/"
-        f"*_ascend_pt/ASCEND_PROFILER_OUTPUT): torch_npu's parser needs CANN's msprof on PATH — source "
-        f"the CANN toolkit (e.g. source /usr/local/Ascend/ascend-toolkit/set_env.sh, or install the "
-        f"CANN toolkit package) and rerun the profile with --resume, or parse in place with "
-        f"python -c \"from torch_npu.profiler.profiler import analyse; analyse('{profile_dir}/rank0')\""
-    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -678,7 +631,8 @@ def run_ab(
             raise InputError(
                 f"{run_dir / run_folder.MANIFEST}: no 'config'; is this an fsdpbench run folder?"
             ) from None
-    else:
+    npu_profile_paths(cfg, resume)
+    if resume is None:
         interpreters = probe_arms(
             cfg.arms, worker_environment(cfg)
         )  # refuse a bad interpreter before launching

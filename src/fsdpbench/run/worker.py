@@ -686,9 +686,12 @@ def arm_runtime(
 ) -> dict[str, Any]:
     """What this arm actually runs with, for the manifest (``arm_runtime``): the parameter and reduce
     dtypes after the device default, the optimizer's ``foreach`` setting (``optimizer_ran``, the path its
-    first step took, is added after the steps), the float32 matmul precision, and the NPU/GPU environment
-    variables that change numerics or scheduling (``device.behaviour_environment``)."""
-    from fsdpbench.model.moe import npu_k_grouped_supported, resolve_experts_impl
+    first step took, and ``prefetch_verified_after_warmup`` are added after the steps), the float32 matmul
+    precision (and torch_npu's HF32 switch), the experts' and the gated deltanet's kernels with the K-grouped
+    probe's answer and dtype, and the NPU/GPU environment variables that change numerics or scheduling
+    (``device.behaviour_environment``)."""
+    from fsdpbench.model.deltanet import deltanet_path
+    from fsdpbench.model.moe import resolve_experts_impl
 
     inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed wraps the run's optimizer
     defaults = getattr(inner, "defaults", {}) or {}
@@ -708,9 +711,25 @@ def arm_runtime(
         "optimizer_class": f"{type(inner).__module__}.{type(inner).__qualname__}",
         "optimizer_ran": None,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "npu_matmul_allow_hf32": dev.npu_allow_hf32() if device_type == "npu" else None,
         "experts_impl": experts,
-        "npu_k_grouped_matmul": npu_k_grouped_supported(str(device)) if experts == "npu" else None,
+        **k_grouped_probe(experts, device, getattr(torch, arm.param_dtype)),
+        "deltanet_impl": deltanet_path(device_type, getattr(torch, arm.param_dtype)),
+        "prefetch_verified_after_warmup": None,
         "environment": dev.behaviour_environment(),
+    }
+
+
+def k_grouped_probe(experts: str, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """The arm's K-grouped ``npu_grouped_matmul`` probe: its answer and the dtype it ran in (None: not an
+    NPU experts path)."""
+    from fsdpbench.model.moe import npu_k_grouped_supported
+
+    if experts != "npu":
+        return {"npu_k_grouped_matmul": None, "npu_k_grouped_probe_dtype": None}
+    return {
+        "npu_k_grouped_matmul": npu_k_grouped_supported(str(device), dtype),
+        "npu_k_grouped_probe_dtype": str(dtype).removeprefix("torch."),
     }
 
 
@@ -792,11 +811,13 @@ def run(spec: dict[str, Any]) -> None:
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
         with profiler as prof:
             run_steps(runner, n_steps, prof, cfg.profile_step if profile else None)
+        verified = backend.verify_prefetch()  # raises when a patch of the library changed the chains
         if profile:  # on npu: a torch_npu profile of its own (docs/memory.md)
             record_memory_step(runner, n_steps, run_dir)
         gc.enable()
         if local_rank == 0:
             facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran
+            facts["arm_runtime"]["prefetch_verified_after_warmup"] = verified
             run_folder.write_json(launch_dir / run_folder.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
             if rank == 0:
                 run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
