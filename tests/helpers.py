@@ -756,7 +756,7 @@ def make_run(
                     "id": "fragmentation",
                     "severity": "high",
                     "title": "hyper's collectives are 10.3× more fragmented",
-                    "evidence": "AllGather 124 vs 12 (10.3×), same bytes",
+                    "evidence": "all_gather 124 vs 12 (10.3×), same bytes",
                     "cause": "per-parameter collectives",
                     "action": "bucket per module",
                     "estimate": {

@@ -132,15 +132,25 @@ def test_clock_offset_between_ranks_warns_and_skips_skew(tmp_path):
 
 
 def test_a_late_rank_is_reported_as_straggler(tmp_path):
+    """Rank 1 arrives late at every collective and finishes it with rank 0 (the last arrival releases
+    both): its lateness is the arrival gap on the aligned clocks (offset 0: the ends agree)."""
+    import statistics
+
     good_trace(tmp_path, 0, seed=3)
-    late = make_trace(
-        rank=0, world_size=2, device_events=300, seed=3, skew_ns=200_000
-    )  # same work, 200 µs late
+    late = make_trace(rank=0, world_size=2, device_events=300, seed=3)  # the same work
     late["distributedInfo"]["rank"] = 1
+    gaps = []
+    for e in late["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"].startswith("nccl"):
+            gap = round(e["dur"] * 0.6, 3)  # µs; arrives this much later, ends at the same time
+            e["ts"], e["dur"] = e["ts"] + gap, round(e["dur"] - gap, 3)
+            gaps.append(gap)
     write_trace(tmp_path / "rank1.json", late)
     res = analyze([tmp_path], workers=1)
+    assert statistics.median(gaps) > 10  # µs: a straggler by the rule (over 10 µs, twice the others')
     assert [s["rank"] for s in res.stragglers] == [1]
-    assert res.stragglers[0]["skew_us"] == pytest.approx(200.0, abs=1.0)
+    assert res.stragglers[0]["skew_us"] == pytest.approx(statistics.median(gaps), abs=0.002)
+    assert res.waits["ranks"][1]["clock_offset_us"] == pytest.approx(0.0, abs=0.002)
 
 
 def test_duplicate_ranks_are_an_error(tmp_path):

@@ -315,8 +315,9 @@ def test_analyze_units_prints_the_unit_phase_table(profiled_ab_run):
     proc = run_cli("analyze", str(arm), "--units", "--top", "1", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "Units × phases (rank 0)" in out and "Units × phases (rank 1)" in out
-    units_table = out[out.index("Units × phases (rank 0)") :]
+    title = "Units × phases (rank {}; from fsdpbench ranges)"
+    assert title.format(0) in out and title.format(1) in out
+    units_table = out[out.index(title.format(0)) :]
     cells = [[c.strip() for c in ln.split("│")[1:3]] for ln in units_table.splitlines()]
     lines = [
         ln for ln, c in zip(units_table.splitlines(), cells, strict=True) if c == ["layers.2", "backward"]

@@ -114,7 +114,7 @@ def test_markdown_has_differences_and_conclusions_and_labels_estimates():
     )
     md = diff_markdown(d)
     assert "## Differences: hyper vs torch" in md and "## Conclusions: hyper vs torch" in md
-    assert "- AllGather 120 vs 12 (10.0×), same bytes" in md
+    assert "- all_gather 120 vs 12 (10.0×), same bytes" in md
     assert "Estimate — hyper's collectives issued at torch's granularity" in md
     assert "Fixes ranked (P0 first)" in md and "- P0: arm hyper runs prefetch=0" in md
 
@@ -170,7 +170,7 @@ def test_cli_diffs_two_analysis_json_files_and_writes_json_and_markdown(tmp_path
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "AllGather" in proc.stdout and "more fragmented" in proc.stdout
+    assert "all_gather" in proc.stdout and "more fragmented" in proc.stdout
     out = orjson.loads((tmp_path / "d.json").read_bytes())
     assert (out["base"], out["test"]) == ("torch", "hyper")
     frag = next(f for f in out["findings"] if f["id"] == "fragmentation")

@@ -19,8 +19,8 @@ def test_synthetic_fragmented_case_states_the_count_ratio_at_same_bytes():
     base, test = fragmented_pair()
     d = diff_analyses(base, test, base_label="torch", test_label="hyper")
     assert collective_lines(d) == [
-        "AllGather 120 vs 12 (10.0×), same bytes",
-        "ReduceScatter 60 vs 6 (10.0×), same bytes",
+        "all_gather 120 vs 12 (10.0×), same bytes",
+        "reduce_scatter 60 vs 6 (10.0×), same bytes",
     ]
     assert d.findings[1].id == "fragmentation" and d.findings[1].severity == "high"
 

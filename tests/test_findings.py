@@ -26,8 +26,8 @@ def test_fragmentation_fires_at_three_times_the_calls_for_the_same_bytes():
     d = diff_analyses(analysis(), fragmented(124 / 12), base_label="torch", test_label="hyper")
     f = d.finding("fragmentation")
     assert f is not None and f.severity == "high"  # 200 ms of 1 s step >= 10%
-    assert "AllGather 124 vs 12 (10.3×), same bytes" in f.evidence
-    assert "ReduceScatter" not in f.evidence
+    assert "all_gather 124 vs 12 (10.3×), same bytes" in f.evidence
+    assert "reduce_scatter" not in f.evidence
     assert "bucket" in f.action and f.estimate.label == "estimate"
     assert diff_analyses(analysis(), fragmented(3.0)).finding("fragmentation") is not None
 
@@ -257,8 +257,8 @@ def test_hccl_avg_division_names_the_arm_with_more_divides_and_their_collectives
     d = diff_analyses(base, test, base_label="torch", test_label="hyper")
     f = d.finding("hccl_avg_division")
     assert f is not None and f.title == "hyper runs 125 HCCL AVG divides vs 13 in torch"
-    assert "hyper 125 (1 after AllReduce, 124 after ReduceScatter" in f.evidence
-    assert "torch 13 (1 after AllReduce, 12 after ReduceScatter" in f.evidence
+    assert "hyper 125 (1 after all_reduce, 124 after reduce_scatter" in f.evidence
+    assert "torch 13 (1 after all_reduce, 12 after reduce_scatter" in f.evidence
     # 125 divides * 200 µs - 13 * 20 µs = 24.74 ms >= 2% of the 1 s base step
     assert f.severity == "medium" and f.estimate.step_time_delta_us == pytest.approx(
         -(125 * 200.0 - 13 * 20.0)

@@ -26,7 +26,7 @@ def test_fragmentation_estimate_adds_the_idle_time_that_scales_with_the_calls():
     base = analysis(rank(0, free=FREE_US), rank(1, free=FREE_US))
     d = diff_analyses(base, _with_free(fragmented(10.0)), base_label="torch", test_label="hyper")
     est = d.finding("fragmentation").estimate
-    # only AllGather is fragmented: 120 calls → 12, so the idle time shrinks by 1 − 12/120
+    # only all_gather is fragmented: 120 calls → 12, so the idle time shrinks by 1 − 12/120
     assert est.idle_delta_us == pytest.approx(-FREE_US * (1 - 12 / 120))
     assert est.step_time_delta_us == pytest.approx(est.exposed_comm_delta_us + est.idle_delta_us)
     line = estimate_lines(est)[0]

@@ -153,7 +153,7 @@ def test_exposed_place_finding_names_unit_phase_collective_and_the_rank_waited_f
     # 41.9 ms ≥ 10% of torch's 100 ms step → high; 33600 / 42000 = 80% waiting, mostly for rank 1
     assert f.severity == "high"
     assert f.title == (
-        "hyper: layers.0 backward: ReduceScatter ×2 exposed 42.0 ms (+41.9 ms vs torch), 80.0% of it waiting for rank 1"
+        "hyper: layers.0 backward: reduce_scatter ×2 exposed 42.0 ms (+41.9 ms vs torch), 80.0% of it waiting for rank 1"
     )
     # root backward's +500 µs is under 2% of the step: not listed; the step's exposed Δ = 42700 − 300
     assert f.evidence.endswith("; these 1 place(s) expose +41.9 ms vs torch of the step's +42.4 ms")

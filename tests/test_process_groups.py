@@ -236,7 +236,7 @@ def test_gloo_spans_that_do_not_pair_with_launches_are_named_unknown_with_a_warn
     path.write_bytes(orjson.dumps({"traceEvents": _gloo_trace(extra_span=True)}))
     res = analyze([path], workers=1)
     assert list(res.ranks[0].by_group) == ["?"] and res.ranks[0].by_group["?"]["count"] == 3
-    assert res.process_groups == {"?": {"kind": "unknown", "ranks": None, "rule": None}}
+    assert res.process_groups == {"?": {"kind": "unknown", "ranks": None, "rule": None, "size": None}}
     assert any("3 collectives without a process group" in w for w in res.warnings), res.warnings
 
 

@@ -232,7 +232,7 @@ def test_estimate_lines_name_measured_changes_bounds_and_unpriced_estimates_with
     lines = estimate_lines(priced, details=True)
     assert lines == [
         "Estimate: step time −1.1 ms",
-        "per type: AllGather 124 → 12 calls (saves 1.1 ms; α 10.0 µs from the test fit, R² 0.99)",
+        "per type: all_gather 124 → 12 calls (saves 1.1 ms; α 10.0 µs from the test fit, R² 0.99)",
         "assumptions: compute time is unchanged",
     ]
 

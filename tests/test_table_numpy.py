@@ -173,45 +173,6 @@ def test_a_cold_analyze_of_kineto_traces_never_imports_pandas(tmp_path):
     assert (tmp_path / "a.json").stat().st_size > 0
 
 
-def _skew_with_numpy(ranks, events):
-    """The reference: the same definition with numpy (sort per type, stack, min over ranks, median)."""
-    late = []
-    types = sorted(set().union(*[set(e["type"]) for e in events]))
-    for t in types:
-        starts = [
-            np.sort(np.asarray(e["start_ns"])[np.asarray(e["type"], dtype=object) == t]) for e in events
-        ]
-        n = min(s.size for s in starts)
-        if n:
-            m = np.stack([s[:n] for s in starts])
-            late.append(m - m.min(axis=0))
-    if not late:
-        return {}
-    lateness = np.concatenate(late, axis=1)
-    return {r: float(np.median(lateness[i])) / 1000.0 for i, r in enumerate(ranks)}
-
-
-def test_collective_skew_equals_a_numpy_reference():
-    from fsdpbench.analysis.stragglers import collective_skew
-
-    rng = np.random.default_rng(2)
-    for trial in range(40):
-        n_ranks = int(rng.integers(2, 9))
-        events = []
-        for _ in range(n_ranks):
-            n = int(rng.integers(0, 60)) if trial % 5 == 0 else 40  # unequal counts now and then
-            types = rng.choice(["all_gather", "reduce_scatter", "all_reduce"], n).tolist()
-            starts = (np.sort(rng.integers(0, 10**9, n)) + rng.integers(0, 50_000)).tolist()
-            events.append({"type": types, "start_ns": starts})
-        got, warnings = collective_skew(list(range(n_ranks)), events)
-        assert got == _skew_with_numpy(list(range(n_ranks)), events)
-        types = sorted(set().union(*[set(e["type"]) for e in events]))
-        uneven = [t for t in types if len({e["type"].count(t) for e in events}) > 1]
-        assert [w.split(" (")[0] for w in warnings] == [
-            f"ranks issued different numbers of {t}" for t in uneven
-        ]
-
-
 def test_a_cached_analyze_imports_neither_numpy_nor_pandas(tmp_path):
     _two_ranks(tmp_path)
     assert _analyze_in_a_subprocess(tmp_path, cache=True) == ["numpy"]  # the first run measures the ranks

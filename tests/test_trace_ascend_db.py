@@ -44,7 +44,8 @@ def test_db_export_matches_analysis_db_step_trace_time_within_1us(db2, rank):
     assert abs(r.overlapped_us - ref["overlapped"]) < 1.0
     assert abs(r.exposed_comm_us - ref["not_overlapped"]) < 1.0
     assert r.overlap_ratio == pytest.approx(ref["overlapped"] / ref["communication"], abs=1e-6)
-    assert not db2.warnings  # the analysis.db cross-check found no difference either
+    # the analysis.db cross-check found no difference either; the one warning: 2 of the group's 8 ranks
+    assert [w for w in db2.warnings if not w.startswith("waits and stragglers cover 2 of 8 ranks")] == []
 
 
 @pytest.mark.parametrize("rank", [0, 1])

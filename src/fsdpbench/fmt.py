@@ -11,6 +11,7 @@ import only downward (report → analysis → trace): analysis may not import re
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 MISSING = "—"
 """The glyph of a missing or undefined value everywhere (tables, sentences, terminal)."""
@@ -122,9 +123,37 @@ def speed_phrase(test: str, base: str, time_ratio: float, ci95: tuple[float, flo
     return f"{test} is {multiple} {'as' if time_ratio == 1 else 'than'} {base} ({pct}{ci})"
 
 
-def shorten_middle(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters by replacing its middle with "…" (kernel names differ at both ends)."""
+def shorten_middle(text: str, width: int, head: int | None = None) -> str:
+    """``text`` cut to ``width`` characters by replacing its middle with "…" (kernel names differ at both
+    ends); ``head``: the characters kept before the "…" (default half)."""
     if len(text) <= width:
         return text
-    head = width // 2
+    head = width // 2 if head is None else head
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def shorten_unique(texts: Sequence[str], width: int) -> list[str]:
+    """Each of ``texts`` cut to ``width`` by :func:`shorten_middle`, distinct texts kept distinct: where
+    two would shorten alike, their cut moves (the head grows or shrinks, one shift for all of them)
+    until they differ; where no cut tells them apart, each gets its position in the list (``#2``)."""
+    out = [shorten_middle(t, width) for t in texts]
+    clash: dict[str, list[int]] = {}
+    for i, short in enumerate(out):
+        clash.setdefault(short, []).append(i)
+    for idx in clash.values():
+        if len({texts[i] for i in idx}) < 2:
+            continue
+        distinct = sorted({texts[i] for i in idx})
+        half = width // 2
+        heads = sorted(range(1, width - 1), key=lambda h: (abs(h - half), h))
+        for h in heads:
+            cut = {t: shorten_middle(t, width, h) for t in distinct}
+            if len(set(cut.values())) == len(distinct):
+                for i in idx:
+                    out[i] = cut[texts[i]]
+                break
+        else:
+            for i in idx:
+                tag = f"#{distinct.index(texts[i]) + 1}"
+                out[i] = shorten_middle(texts[i], max(width - len(tag), 2)) + tag
+    return out

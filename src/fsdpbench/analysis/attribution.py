@@ -29,9 +29,12 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.analysis import intervals as iv
+from fsdpbench.analysis.phase_ranges import SOURCE as PHASE_SOURCE
+from fsdpbench.analysis.phase_ranges import phase_windows
 from fsdpbench.trace.table import EventTable, as_table
 
 PREFIX = "fsdpbench::"
+SOURCE_OWN = "fsdpbench ranges"
 OUTSIDE = "(outside)"
 """Unit and phase of the bucket for events launched outside every fsdpbench range."""
 ALL_UNITS = "(all)"
@@ -62,6 +65,9 @@ class Ranges:
     end_ns: np.ndarray
     unit: list[str]
     phase: list[str]
+    source: str = SOURCE_OWN
+    """Where the windows came from: :data:`SOURCE_OWN`, or the autograd/optimizer ranges
+    (:data:`fsdpbench.analysis.phase_ranges.SOURCE`) when the trace has no fsdpbench range."""
 
     def __len__(self) -> int:
         return len(self.unit)
@@ -81,10 +87,13 @@ def _parse(name: str) -> tuple[str, str] | None:
 
 
 def find_ranges(t: EventTable) -> Ranges:
-    """The host fsdpbench unit/phase ranges of ``t`` (c10d ranges are not unit/phase ranges)."""
+    """The host fsdpbench unit/phase ranges of ``t`` (c10d ranges are not unit/phase ranges); without
+    any, the forward/backward/optimizer windows of the autograd and optimizer ranges
+    (:mod:`fsdpbench.analysis.phase_ranges`), every one of unit ``(all)``."""
     parsed = {i: p for i, c in enumerate(t.name.categories) if (p := _parse(str(c))) is not None}
     if not parsed:
-        return Ranges(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), [], [])
+        lane, start, end, phase = phase_windows(t)
+        return Ranges(lane, start, end, [ALL_UNITS] * len(phase), phase, PHASE_SOURCE)
     rows = np.flatnonzero(np.isin(t.name.codes, list(parsed)) & ~t.device)
     codes = t.name.codes[rows]
     return Ranges(

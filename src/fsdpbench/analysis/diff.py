@@ -440,6 +440,12 @@ def _aggregate_fits(db: Mapping[str, Any], dt: Mapping[str, Any]) -> dict[str, w
     return {k: whatif.fit_aggregates(*zip(*pts, strict=True)) for k, pts in sorted(points.items())}
 
 
+def _labelled(label: str, warning: str) -> str:
+    """``warning`` prefixed by its side's label, unless it already begins with that name (a one-rank
+    side labelled by its folder, ``test_rank_0``, whose reader names the folder itself)."""
+    return warning if warning.startswith(f"{label}: ") else f"{label}: {warning}"
+
+
 def _describe(label: str, data: Mapping[str, Any], side_ctx: Mapping[str, Any]) -> str:
     ws = side_ctx.get("world_size") or len(data["ranks"])
     steps = sorted({r.get("step") for r in data["ranks"] if r.get("step") is not None})
@@ -532,7 +538,7 @@ def diff_analyses(
     db, eb = normalise(base, f"base ({base_label})")
     dt, et = normalise(test, f"test ({test_label})")
     warnings = [
-        f"{lab}: {w}" for lab, d in ((base_label, db), (test_label, dt)) for w in d.get("warnings") or []
+        _labelled(lab, w) for lab, d in ((base_label, db), (test_label, dt)) for w in d.get("warnings") or []
     ]
     problems = _problems(db, dt, context)
     if problems:

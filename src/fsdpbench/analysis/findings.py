@@ -69,15 +69,20 @@ HCCL_AVG_RE = re.compile(r"^(?P<op>\S+) \(HCCL AVG of (?P<collective>\w+)\)$")
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 COLLECTIVE_NAMES = {
-    "all_gather": "AllGather",
-    "reduce_scatter": "ReduceScatter",
-    "all_reduce": "AllReduce",
-    "broadcast": "Broadcast",
-    "all_to_all": "AllToAll",
-    "send_recv": "SendRecv",
-    "barrier": "Barrier",
-    "other": "Other",
+    t: t
+    for t in (
+        "all_gather",
+        "reduce_scatter",
+        "all_reduce",
+        "broadcast",
+        "all_to_all",
+        "send_recv",
+        "barrier",
+        "other",
+    )
 }
+"""Collective types in the order findings and diffs list them, each written as ``analyze`` and the JSON
+write it (one spelling everywhere: ``all_gather``, never ``AllGather``)."""
 SYNC_NAMES = {
     "barrier": "BARRIER",
     "launch_ffts": "Launch_Ffts",
@@ -264,7 +269,7 @@ class CollectiveRow:
 
 
 def collective_phrase(name: str, side: CollectiveSide, other: CollectiveSide) -> str:
-    """``"AllGather 124 vs 12 (10.3×), same bytes"``: ``side``'s calls against ``other``'s."""
+    """``"all_gather 124 vs 12 (10.3×), same bytes"``: ``side``'s calls against ``other``'s."""
     n = f"{name} {fmt_count(side.count)} vs {fmt_count(other.count)}"
     count_ratio = safe_ratio(side.count, other.count)
     if count_ratio is not None:
@@ -639,6 +644,18 @@ def _prefetch_phrase(x: RuleInput, side: Side) -> tuple[str, int | None]:
     return f"arm {lab} runs prefetch={depth}", depth
 
 
+def _no_gather_action(lab: str, kinds: list[str]) -> str:
+    """The low-overlap advice for an arm that gathers no parameters (layer prefetch moves all-gathers,
+    so it cannot help): all-reduce only is DDP-style gradient sync."""
+    said = f"{lab} issues {', '.join(kinds)} and no all_gather, so layer prefetch does not apply"
+    if kinds == ["all_reduce"]:
+        return (
+            f"{said}: start the gradient all-reduces during backward (smaller buckets, e.g. DDP's "
+            "bucket_cap_mb) or issue fewer (no_sync over gradient-accumulation steps)"
+        )
+    return f"{said}: issue these collectives earlier, beside compute that does not depend on them"
+
+
 def rule_low_overlap(x: RuleInput) -> list[Finding]:
     findings = []
     for side in ("test", "base"):
@@ -661,8 +678,11 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
             continue
         lab, lab_o = x.labels[side], x.labels[other]
         phrase, depth = _prefetch_phrase(x, side)
+        kinds = sorted({r.type for r in x.collectives if r[side].count})
         action = (
-            f"{phrase}: enable explicit layer prefetch (prefetch=1)"
+            _no_gather_action(lab, kinds)
+            if kinds and "all_gather" not in kinds
+            else f"{phrase}: enable explicit layer prefetch (prefetch=1)"
             if depth == 0
             else f"{phrase}: try prefetch={depth + 1}"
             if depth is not None
@@ -1192,7 +1212,8 @@ RULES: tuple[Rule, ...] = (
         f"or its overlap is >= {OVERLAP_GAP} below the other arm's with exposed comm larger by >= "
         f"{EXPOSED_GAP_SHARE:.0%} of the other's step",
         "high",
-        "explicit layer prefetch (the arm's prefetch setting is named; try one deeper)",
+        "explicit layer prefetch (the arm's prefetch setting is named; try one deeper); for an arm with no "
+        "all_gather (all_reduce only: DDP-style), gradient all-reduces started during backward instead",
         rule_low_overlap,
     ),
     Rule(

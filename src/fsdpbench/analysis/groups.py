@@ -19,6 +19,12 @@ Ranks``) or, where it is silent (gloo), the analysed ranks whose trace names the
 ``shard``; ranks at one stride > 1 (the replicate dimension, across nodes) → ``replicate``; otherwise
 ``other``. Without ranks the group's name or description decides (``shard``/``replicate`` in it; ``0``,
 the default group, is ``world``), else ``unknown``.
+
+A group's size comes from the trace where it says one (NCCL ``Process Group Ranks``, an Ascend export's
+communication matrix; ``?`` from the ranks' ``distributedInfo`` world size when no collective names a
+group). A named group of which fewer ranks were analysed is ``unknown`` (its layout cannot be told from
+part of it), and :func:`partial_groups` lists it: waits and stragglers over it cover part of the group,
+and say so (:func:`coverage_text`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from fsdpbench.trace.rank import UNNAMED_GROUP
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,7 +46,7 @@ if TYPE_CHECKING:
 
 RANGE_PREFIX = "fsdpbench::c10d::"
 _RANGE_GROUP = re.compile(r"::group=(.*)::index=\d+$")
-UNKNOWN = "?"
+UNKNOWN = UNNAMED_GROUP
 """Shown for communication whose group the trace does not tell."""
 
 
@@ -175,24 +183,39 @@ def _kind_of_name(name: str, description: str | None) -> str:
 
 
 def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
-    """``{group: {kind, ranks, rule}}`` over the analysed ranks (:class:`RankMetrics` with ``rank``,
-    ``by_group`` and ``groups``): ``ranks`` as the trace says them, else the analysed ranks naming the
-    group (``rule``: ``trace ranks`` or ``analysed ranks``), ``kind`` by the module docstring's rule
-    (``rule``: ``group name`` when no ranks are known)."""
+    """``{group: {kind, ranks, rule, size}}`` over the analysed ranks (:class:`RankMetrics` with ``rank``,
+    ``by_group``, ``groups`` and ``world_size``): ``ranks`` as the trace says them, else the analysed ranks
+    naming the group (``rule``: ``trace ranks`` or ``analysed ranks``), ``kind`` by the module docstring's
+    rule (``rule``: ``group name`` when no ranks are known). ``size``: the group's rank count where the
+    trace says it (its ranks, an Ascend matrix); ``?`` when no collective names a group, the ranks'
+    common ``world_size`` (then ``world``, rule :data:`WORLD_SIZE_RULE`). A named group of which fewer
+    ranks were analysed than its size is ``unknown`` (rule ``analysed ranks, part of the group``)."""
     world = len(ranks) or None
     said: dict[str, list[int]] = {}
     desc: dict[str, str | None] = {}
+    size: dict[str, int] = {}
     members: dict[str, set[int]] = {}
+    worlds = {
+        getattr(r, "world_size", None) for r in ranks if UNKNOWN in (getattr(r, "by_group", None) or {})
+    }
+    if len(worlds) == 1 and None not in worlds:  # the size of the world the unnamed collectives ran in
+        size[UNKNOWN] = int(worlds.pop())
     for r in ranks:
         for name, info in (getattr(r, "groups", None) or {}).items():
             if info.get("ranks") and name not in said:
                 said[name] = [int(x) for x in info["ranks"]]
+            if info.get("size"):
+                size[name] = max(size.get(name, 0), int(info["size"]))
             desc.setdefault(name, info.get("description"))
         for name in getattr(r, "by_group", None) or {}:
             members.setdefault(name, set()).add(int(r.rank))
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(members):
-        if name == UNKNOWN:
+        n = len(said[name]) if name in said else size.get(name)
+        got = sorted(members[name])
+        if name == UNKNOWN and n and set(members) == {UNKNOWN}:  # no group named: distributedInfo's world
+            out[name] = {"kind": "world", "ranks": list(range(n)), "rule": WORLD_SIZE_RULE}
+        elif name == UNKNOWN:
             out[name] = {"kind": "unknown", "ranks": None, "rule": None}
         elif name in said:
             out[name] = {
@@ -200,16 +223,47 @@ def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
                 "ranks": said[name],
                 "rule": "trace ranks",
             }
-        elif len(members[name]) > 1 or world == 1:
-            got = sorted(members[name])
+        elif n and n > len(got):  # part of the group analysed: its layout cannot be told
+            out[name] = {"kind": "unknown", "ranks": got, "rule": "analysed ranks, part of the group"}
+        elif len(got) > 1 or world == 1:
             out[name] = {"kind": _kind_of_ranks(got, world), "ranks": got, "rule": "analysed ranks"}
         else:
             out[name] = {
                 "kind": _kind_of_name(name, desc.get(name)),
-                "ranks": sorted(members[name]),
+                "ranks": got,
                 "rule": "group name",
             }
+        out[name]["size"] = n or None
     return out
+
+
+WORLD_SIZE_RULE = "distributedInfo world_size (the trace names no group)"
+
+
+def partial_groups(kinds: dict[str, dict[str, Any]], ranks: Sequence[Any]) -> list[dict[str, Any]]:
+    """The process groups of which fewer ranks were analysed than the profiler says they have:
+    ``[{group, analysed, size}]`` (``analysed``: the ranks whose communication names the group). Over
+    such a group the last arrival at a collective may be a rank outside the analysis, so waits and
+    stragglers cover part of it only."""
+    out = []
+    for name, info in kinds.items():
+        n = info.get("size")
+        analysed = sorted(int(r.rank) for r in ranks if name in (getattr(r, "by_group", None) or {}))
+        if n and len(analysed) < n:
+            out.append({"group": name, "analysed": analysed, "size": int(n)})
+    return out
+
+
+def coverage_text(partial: Sequence[dict[str, Any]]) -> str | None:
+    """``"2 of 8 ranks: the last arrival may be outside"`` for the partial groups (None when none)."""
+    if not partial:
+        return None
+    parts = [
+        f"{len(p['analysed'])} of {p['size']} ranks"
+        + (f" of group {p['group']}" if len(partial) > 1 or p["group"] != UNKNOWN else "")
+        for p in partial
+    ]
+    return "; ".join(parts) + ": the last arrival may be outside"
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -239,6 +293,7 @@ def summary_rows(ranks: Sequence[Any], kinds: dict[str, dict[str, Any]]) -> list
                 "group": name,
                 "kind": info.get("kind"),
                 "ranks": info.get("ranks"),
+                "size": info.get("size"),
                 "n_ranks": len(per),
                 "count_min": min(counts),
                 "count_max": max(counts),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fsdpbench.analysis import result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
-from fsdpbench.analysis.stragglers import clock_offset_warning, collective_skew, stragglers
+from fsdpbench.analysis.stragglers import clock_offset_warning, stragglers
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
@@ -131,6 +131,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         if len(chosen) > 1
         else [total]
     )
+    trace.warnings.extend(_fallback_window_warnings(trace, chosen, per_step, total))
     from fsdpbench.analysis.groups import group_metrics
 
     by_group, group_warning = group_metrics(sel)
@@ -141,6 +142,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.waits import rank_marks
 
     ce = collective_events(sel)
+    units = _units(trace, ev, chosen)
+    units_source = _units_source(ev) if units is not None else "none"
     ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=_collective_places(trace, ev, chosen)))
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
@@ -160,14 +163,43 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         orphan_us=orphan_ns / 1000.0,
         orphan_share=orphan_ns / all_dev_ns if all_dev_ns else None,
         groups=trace.groups,
+        world_size=trace.world_size,
         by_group=by_group,
-        units=_units(trace, ev, chosen),
+        units=units,
+        units_source=units_source,
         _events=all_ev,
     )
 
 
+def _fallback_window_warnings(
+    trace: RankTrace, chosen: Sequence[int], per_step: Sequence[StepMetrics], total: StepMetrics
+) -> list[str]:
+    """A warning for each window not taken from a host ``ProfilerStep#N`` range (docs/analysis-definitions.md,
+    "Part of a group, a bad row, a fallback window"): a step the trace numbers but has no host range for (an Ascend export without
+    trace_view.json) is the span of its device work; a trace with no step at all is analysed whole."""
+    if (total.step_time_us or 0) <= 0:
+        return []
+    if not chosen:
+        return [
+            f"rank {trace.rank}: {Path(trace.source).name} has no ProfilerStep# range: the whole trace is "
+            f"analysed as one step, its window the span of its device work ({total.step_time_us / 1000:.3f} ms)"
+        ]
+    hosted = set(trace.windows.step.tolist())
+    out = []
+    for m in per_step:
+        if m.step is not None and m.step not in hosted:
+            why = "no trace_view.json" if trace.format == "ascend" else "the trace has no such range"
+            out.append(
+                f"rank {trace.rank} step {m.step}: no host ProfilerStep#{m.step} range ({why}): the step's "
+                f"window is the span of its device tasks ({m.step_time_us / 1000:.3f} ms), without the host "
+                "time before the first and after the last"
+            )
+    return out
+
+
 def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict[str, Any]] | None:
-    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or no fsdpbench ranges)."""
+    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or neither fsdpbench's ranges
+    nor the autograd/optimizer ranges)."""
     import numpy as np
 
     from fsdpbench.analysis import attribution
@@ -175,6 +207,13 @@ def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict
     if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
         return None
     return attribution.unit_phase_rows(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
+
+
+def _units_source(ev: EventTable) -> str:
+    """Where the unit × phase windows came from (``attribution.Ranges.source``)."""
+    from fsdpbench.analysis import attribution
+
+    return attribution.find_ranges(ev).source
 
 
 def _collective_places(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> dict[str, Any] | None:
@@ -464,14 +503,20 @@ def analyze(
     offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
     if offset:
         warnings.append(offset)
-    else:
-        res.collective_skew_us, skew_warnings = collective_skew(
-            [r.rank for r in timed], [r.collective_columns() for r in timed]
-        )
-        warnings.extend(skew_warnings)
-        res.stragglers = stragglers(res.collective_skew_us)
     if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
         row_split = _waits(res, timed, [origin[id(r)] for r in timed])
+        # stragglers: the waits' matched collectives on their aligned clocks (one rule for both)
+        skew = res.waits.pop("skew_us", None) or {}
+        if not offset:
+            res.collective_skew_us = {int(k): float(v) for k, v in skew.items()}
+            res.stragglers = stragglers(res.collective_skew_us)
+        if res.waits:
+            from fsdpbench.analysis.groups import coverage_text, partial_groups
+
+            res.waits["partial_groups"] = partial_groups(res.process_groups, timed)
+            covers = coverage_text(res.waits["partial_groups"])
+            if covers:  # said here too, so that the diff's wait lines carry it
+                warnings.append(f"waits and stragglers cover {covers}")
         if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours
             ce = [r.collective_columns() for r in timed]
             from fsdpbench.trace.ascend_comm import profiler_split
@@ -481,7 +526,7 @@ def analyze(
                     [r.rank for r in timed],
                     [r.source for r in timed],
                     row_split,
-                    [list(c["start_ns"]) for c in ce],
+                    [_group_seq(c) for c in ce],
                 )
             except FsdpbenchError as exc:
                 warnings.append(f"the profiler's communication split is not shown: {exc}")
@@ -489,6 +534,14 @@ def analyze(
                 res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
                 warnings.extend(ascend_warnings)
     return res
+
+
+def _group_seq(ce: Any) -> list[tuple[Any, int]]:
+    """Each collective's (group, seq) of ``collective_events`` (None, -1 where the trace does not say)."""
+    n = len(ce["start_ns"])
+    group = list(ce["group"]) if "group" in ce else [None] * n
+    seq = list(ce["seq"]) if "seq" in ce else [-1] * n
+    return [(g if isinstance(g, str) and g else None, int(q)) for g, q in zip(group, seq, strict=True)]
 
 
 def _waits(

@@ -220,7 +220,7 @@ def by_exposed_delta(rows: list[PlaceRow]) -> list[PlaceRow]:
 
 
 def place_phrase(row: PlaceRow, side: str, data: Mapping[str, Any], other_label: str | None = None) -> str:
-    """``"layers.3 backward: ReduceScatter ×1 exposed 42 ms (+30 ms vs torch), 80% of it waiting for rank 5"``.
+    """``"layers.3 backward: reduce_scatter ×1 exposed 42 ms (+30 ms vs torch), 80% of it waiting for rank 5"``.
 
     ``data`` is ``side``'s Analysis JSON (collective types and the rank waited for); the Δ is shown when
     ``other_label`` is given and known.

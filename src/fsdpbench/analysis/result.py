@@ -199,10 +199,14 @@ class RankMetrics(StepMetrics):
             ``rank_marks``; None/-1 without);
         exposed_comm_ns: ∪ communication minus ∪ compute as (starts, ends), for the wait/transfer split;
         groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
+        world_size: the trace's ``distributedInfo.world_size`` (Kineto), None where it has none;
         by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
             over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
         units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
-            None where they cannot be told (an Ascend export, or no fsdpbench ranges in the trace);
+            None where they cannot be told (an Ascend export, or neither fsdpbench's ranges nor the
+            autograd/optimizer ranges in the trace);
+        units_source: where the rows' windows came from: ``fsdpbench ranges``, ``autograd/optimizer
+            ranges`` (phases only, unit ``(all)``: :mod:`fsdpbench.analysis.phase_ranges`) or ``none``;
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
         is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
@@ -221,11 +225,13 @@ class RankMetrics(StepMetrics):
     orphan_us: float = 0.0
     orphan_share: float | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    world_size: int | None = None
     by_group: dict[str, dict[str, Any]] = field(default_factory=dict)
     exposed_comm_ns: Any = field(default=None, repr=False)
     """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
     the wait/transfer split)."""
     units: list[dict[str, Any]] | None = None
+    units_source: str = "none"
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -248,8 +254,10 @@ class RankMetrics(StepMetrics):
             "orphan_us": self.orphan_us,
             "orphan_share": self.orphan_share,
             "groups": self.groups,
+            "world_size": self.world_size,
             "by_group": self.by_group,
             "units": self.units,
+            "units_source": self.units_source,
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
@@ -270,8 +278,10 @@ class RankMetrics(StepMetrics):
             orphan_us=d.get("orphan_us", 0.0),
             orphan_share=d.get("orphan_share"),
             groups=d.get("groups") or {},
+            world_size=d.get("world_size"),
             by_group=d.get("by_group") or {},
             units=d.get("units"),
+            units_source=d.get("units_source") or "none",
         )
 
     def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
@@ -374,9 +384,11 @@ class RankMetrics(StepMetrics):
             orphan_us=d["orphan_us"],
             orphan_share=d["orphan_share"],
             groups=d["groups"],
+            world_size=d.get("world_size"),
             by_group=d.get("by_group") or {},
             exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
             units=d.get("units"),
+            units_source=d.get("units_source") or "none",
         )
 
 

@@ -448,9 +448,14 @@ def wait_transfer(
     kinds = [per_rank[x[3][0]][x[2]][:2] for x in instances]
     bandwidth = _bandwidth([(kb[0], kb[1], x[1], len(x[3])) for kb, x in zip(kinds, instances, strict=True)])
     tops = [_instance(per_rank, ranks, x) for x in heapq.nlargest(top, instances, key=lambda x: x[0])]
+    late: list[list[int]] = [[] for _ in ranks]
+    for _, _, _, holders, aligned, _ in instances:
+        first = min(a for a, _ in aligned)
+        for i, (a, _) in zip(holders, aligned, strict=True):
+            late[i].append(a - first)
     return _result(
         ranks, method, offsets, warnings, unmatched, len(instances), starts_r, wait_end_r, ends_r, place_r,
-        exposed, bandwidth, tops, row_split,
+        exposed, bandwidth, tops, row_split, late,
     )  # fmt: skip
 
 
@@ -469,8 +474,10 @@ def _result(
     bandwidth: dict[str, dict[str, Any]],
     tops: list[dict[str, Any]],
     row_split: list[dict[int, tuple[float, float]]],
+    late: list[list[int]],
 ) -> tuple[dict[str, Any], list[str]]:
-    """The ``waits`` object from the per-rank wait/transfer intervals (both paths of :func:`wait_transfer`)."""
+    """The ``waits`` object from the per-rank wait/transfer intervals (both paths of :func:`wait_transfer`);
+    ``late``: per rank, its arrival after the first holder of each matched instance it holds (ns, aligned)."""
     if any(unmatched):
         warnings.append(
             "collectives found on one rank only (counted as transfer, their wait cannot be told): "
@@ -509,6 +516,8 @@ def _result(
             "instances": instances,
             "ranks": rank_rows,
             "bandwidth": bandwidth,
+            # integer ns: the median of an even count, (a + b) / 2, is exact
+            "skew_us": {str(r): statistics.median(x) / 1000.0 for r, x in zip(ranks, late, strict=True) if x},
             "units": units,
             "top": tops,
             ROW_SPLIT: row_split,
@@ -629,9 +638,13 @@ def _wait_transfer_arrays(
         aligned = [(int(a[k_id, i]), int(b[k_id, i])) for i in holders]
         waits = [int(wait[k_id, i]) for i in holders]
         tops.append(_instance(per_rank, ranks, (0, int(transfer_ns[k_id]), k, holders, aligned, waits)))
+    first_start = np.where(have, a, big).min(axis=1)
+    late = [
+        (a[inst, i] - first_start[inst])[have[inst, i]].tolist() for i in range(nr)
+    ]  # matched instances, in key order
     return _result(
         ranks, method, offsets, warnings, unmatched, int(inst.size), starts_r, wait_end_r, ends_r, place_r,
-        exposed, bandwidth, tops, row_split,
+        exposed, bandwidth, tops, row_split, late,
     )  # fmt: skip
 
 
@@ -665,14 +678,20 @@ def _instance(per_rank: list[dict[Any, list[Any]]], ranks: Sequence[int], x: tup
 
 
 def _bandwidth(instances: list[tuple[str, Any, int, int]]) -> dict[str, dict[str, Any]]:
-    """Per type: algbw = Σ bytes / Σ transfer time (last arrival to last end) over the instances whose
-    size is known, busbw = Σ (bytes x nccl-tests factor(n)) / the same time; GB/s (1e9 B/s).
+    """Per type: ``count`` and ``transfer_us`` (Σ transfer time: last arrival to last end) over every
+    matched instance; ``sized`` of them have a known size, and over those: algbw = Σ bytes / Σ their
+    transfer time, busbw = Σ (bytes x nccl-tests factor(n)) / the same time; GB/s (1e9 B/s).
     ``instances``: (type, bytes or None, transfer ns, ranks) of each matched instance, in key order."""
-    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+    # [Σ bytes, Σ bus bytes, Σ sized transfer ns, count, Σ transfer ns, sized count]
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0, 0, 0])
     for kind, b, transfer_ns, n in instances:
         a = acc[kind]
         a[3] += 1
-        if b is None or transfer_ns <= 0:
+        a[4] += max(transfer_ns, 0)
+        if b is None:
+            continue
+        a[5] += 1
+        if transfer_ns <= 0:
             continue
         factor = BUSBW_FACTOR.get(kind)
         a[0] += b
@@ -681,7 +700,8 @@ def _bandwidth(instances: list[tuple[str, Any, int, int]]) -> dict[str, dict[str
     return {
         t: {
             "count": int(a[3]),
-            "transfer_us": a[2] / 1000.0,
+            "sized": int(a[5]),
+            "transfer_us": a[4] / 1000.0,
             "algbw_gbps": a[0] / a[2] if a[2] else None,
             "busbw_gbps": (a[1] / a[2] if a[1] == a[1] else None) if a[2] else None,
         }

@@ -509,8 +509,15 @@ def _num(value: Any) -> float | None:
 
 
 def _unit_ranks(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The ranks of an Analysis JSON that have ``units`` rows."""
-    return [r for r in data.get("ranks") or [] if isinstance(r, Mapping) and r.get("units")]
+    """The ranks of an Analysis JSON that have ``units`` rows naming units (phases alone, from the
+    autograd/optimizer ranges, have no neighbouring unit to prefetch from or regroup)."""
+    from fsdpbench.analysis.phase_ranges import SOURCE as PHASES_ONLY
+
+    return [
+        r
+        for r in data.get("ranks") or []
+        if isinstance(r, Mapping) and r.get("units") and r.get("units_source") != PHASES_ONLY
+    ]
 
 
 def has_unit_rows(data: Mapping[str, Any] | None) -> bool:

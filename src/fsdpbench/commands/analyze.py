@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from fsdpbench.errors import ConfigError, InputError
-from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms, shorten_middle
+from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms, shorten_middle, shorten_unique
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a unit × phase table per rank: compute, communication, exposed communication and collectives "
         "of each FSDP unit's forward and backward and the optimizer step, from fsdpbench's own ranges in the "
-        "profiled step (docs/attribution.md)",
+        "profiled step; without them, forward, backward and optimizer alone from the autograd engine's and "
+        "the optimizer's ranges (docs/attribution.md)",
     )
 
 
@@ -128,23 +129,28 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Communication per process group (shard = intra-node, replicate = inter-node), mean over its ranks."""
     from rich.table import Table
 
-    from fsdpbench.analysis.groups import summary_rows
+    from fsdpbench.analysis.groups import WORLD_SIZE_RULE, summary_rows
 
-    rows = summary_rows(res.ranks, getattr(res, "process_groups", None) or {})
-    if not rows or (len(rows) == 1 and rows[0]["kind"] == "world"):
+    kinds = getattr(res, "process_groups", None) or {}
+    rows = summary_rows(res.ranks, kinds)
+    if not rows or (len(rows) == 1 and rows[0]["kind"] == "world" and rows[0]["group"] != "?"):
         return  # one group of all ranks: the per-rank table says it all
     g = Table(
         title="Communication per process group",
         title_justify="left",
         caption="mean over the group's ranks; count: collectives per rank; comm: ∪ of the group's "
         "communication, ms; exposed: its part not under compute, ms; bytes: per rank; GB/s: algorithm "
-        "bandwidth; kind: shard = consecutive ranks (intra-node), replicate = strided (inter-node)",
+        "bandwidth; kind: shard = consecutive ranks (intra-node), replicate = strided (inter-node)"
+        + (
+            "; ?: the trace names no group, its ranks are the world of its distributedInfo"
+            if any(info.get("rule") == WORLD_SIZE_RULE for info in kinds.values())
+            else ""
+        ),
         caption_justify="left",
     )
     for col in ("group", "kind", "ranks", "count", "comm", "exposed", "bytes", "GB/s"):
         g.add_column(col, justify="left" if col in ("group", "kind") else "right")
     for row in rows:
-        members = row["ranks"]
         count = (
             str(row["count_min"])
             if row["count_min"] == row["count_max"]
@@ -153,7 +159,7 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
         g.add_row(
             row["group"],
             str(row["kind"]),
-            shorten_middle(",".join(map(str, members)), 24) if members else "?",
+            _members(row),
             count,
             _ms(row["comm_us"]),
             _ms(row["exposed_us"]),
@@ -161,6 +167,13 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
             fmt(row["algbw_gbps"], 3),
         )
     con.print(g)
+
+
+def _members(row: dict) -> str:
+    """A group's ranks as the table shows them: ``0,1`` (``0,1 of 8`` when more are in the group)."""
+    members, size = row["ranks"], row.get("size")
+    text = shorten_middle(",".join(map(str, members)), 24) if members else "?"
+    return f"{text} of {size}" if size and (not members or size > len(members)) else text
 
 
 def _internal_ms(row: dict, kind: str) -> str:
@@ -180,7 +193,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         if r.units is None:
             continue
         t = Table(
-            title=f"Units × phases (rank {r.rank})",
+            title=f"Units × phases (rank {r.rank}; from {r.units_source})",
             title_justify="left",
             caption="ms; exposed: comm − overlapped; collectives: count per type; FSDP2 internals: host/device "
             "ms of copy-in, all-gather, copy-out, reduce (— where the implementation marks none); "
@@ -215,7 +228,8 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
     if missing:
         console.print(
             f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a Kineto trace "
-            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`)",
+            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`), or for phases "
+            "alone the autograd engine's or the optimizer's ranges",
             highlight=False,
         )
 
@@ -269,8 +283,9 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         for col in ("op type", "count", "ms", "mean µs"):
             o.add_column(col, justify="right" if col != "op type" else "left", no_wrap=True)
         name_width = max(16, con.width - 40)  # what the three number columns and the borders leave
-        for row in r0.ops(top):  # rows without pandas when the result came from its cache
-            name = shorten_middle(row["op_type"], name_width)
+        rows = r0.ops(top)  # rows without pandas when the result came from its cache
+        names = shorten_unique([row["op_type"] for row in rows], name_width)
+        for row, name in zip(rows, names, strict=True):
             o.add_row(name, str(row["count"]), _ms(row["total_us"]), f"{row['mean_us']:.2f}")
         con.print(o)
 
@@ -288,6 +303,8 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
             s.add_row(str(r.rank), *["n/r" if v is None else str(v) for v in r.sync.values()])
         con.print(s)
 
+    from fsdpbench.analysis.groups import coverage_text
+
     if res.waits:
         _render_waits(con, res.waits)
     across = res.across_ranks()
@@ -295,7 +312,12 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         strag = (
             ", ".join(f"rank {d['rank']} (+{d['skew_us']:.1f} µs)" for d in across["stragglers"]) or "none"
         )
-        con.print(f"slowest rank: {across['slowest_rank']}; stragglers by collective start skew: {strag}")
+        covers = coverage_text((res.waits or {}).get("partial_groups") or [])
+        con.print(
+            f"slowest rank: {across['slowest_rank']}; stragglers by collective start skew: {strag}"
+            + (f" ({covers})" if covers else ""),
+            highlight=False,
+        )
     for w in res.warnings:
         con.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
 
@@ -303,18 +325,36 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
 WAITS_TOP = 5
 
 
+def _profiler_ops(profiler: list[dict]) -> str:
+    """Which of the profiler's ops its per-rank rows cover: ``the trace's collectives (rank 0: 4 of its
+    28 ops, …)``, or ``all its ops`` where none could be paired with the trace's."""
+    parts = [
+        f"rank {p['rank']}: "
+        + (f"{p['paired']} of its {p['ops']} ops" if p.get("paired") else f"all {p['ops']} ops")
+        for p in profiler
+    ]
+    if all(p.get("paired") == p["ops"] for p in profiler):
+        return "the trace's collectives"
+    return "the ops paired with the trace's collectives by name (" + ", ".join(parts) + ")"
+
+
 def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Waiting vs transferring: per rank, bandwidth per type, the slowest collectives."""
     from rich.table import Table
 
+    from fsdpbench.analysis.groups import coverage_text
+
+    covers = coverage_text(w.get("partial_groups") or [])
     t = Table(
-        title=f"Waiting vs transferring ({w['instances']} collectives matched by {w['match']})",
+        title=f"Waiting vs transferring ({w['instances']} collectives matched by {w['match']}"
+        + (f"; {covers}" if covers else "")
+        + ")",
         title_justify="left",
         caption="ms; wait: for the last rank to arrive; exp.: not hidden under compute; offset: clock offset "
         f"to rank {w['reference_rank']} applied (µs)"
         + (
             "; profiler: the Ascend profiler's synchronization and elapse − synchronization "
-            "(docs/attribution.md)"
+            f"(docs/attribution.md) over {_profiler_ops(w['profiler'])}"
             if w.get("profiler")
             else ""
         ),

@@ -31,7 +31,7 @@ def metric_cells(key: str, base: float | None, test: float | None, delta: float 
 
 
 def collective_lines(result: DiffResult) -> list[str]:
-    """One line per collective type: ``"AllGather 124 vs 12 (10.3×), same bytes"`` (test vs base)."""
+    """One line per collective type: ``"all_gather 124 vs 12 (10.3×), same bytes"`` (test vs base)."""
     return [collective_phrase(r.name, r.test, r.base) for r in result.collectives]
 
 

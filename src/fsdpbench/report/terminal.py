@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
-from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_us, fmt_x, shorten_middle
+from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_us, fmt_x, shorten_unique
 from fsdpbench.report.diff_md import (
     CALIBRATION_NOTE,
     calibration_rows,
@@ -110,9 +110,11 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
                 ["op type", hb, ht, "Δ", f"n {hb}", f"n {ht}"],
                 caption="kernel time (mean over ranks); n: calls",
             )
-            for r in rows:
+            labels = [r.label for r in rows]
+            names = labels if name_width is None else shorten_unique(labels, name_width)
+            for r, name in zip(rows, names, strict=True):
                 ops.add_row(
-                    r.label if name_width is None else shorten_middle(r.label, name_width),
+                    name,
                     fmt_us(r.base.us),
                     fmt_us(r.test.us),
                     fmt_us(r.delta_us, signed=True),

@@ -32,6 +32,7 @@ The rank comes from ``profiler_info_{rank}.json`` (its ``rank_id``, else the num
 
 from __future__ import annotations
 
+import csv
 import io
 import re
 from pathlib import Path
@@ -41,6 +42,7 @@ import orjson
 import pandas as pd
 
 from fsdpbench.errors import InputError
+from fsdpbench.trace.ascend_comm import op_identity
 from fsdpbench.trace.ascend_db import (
     CSV_REFERENCE,
     STEP_TRACE_TIME_CSV,
@@ -72,7 +74,11 @@ _TRAILING_NUM = re.compile(r"(_\d+)+$")
 _INSTANCE_NUM = re.compile(r"(?<=[A-Za-z])\d+$")
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: Path, warnings: list[str]) -> pd.DataFrame:
+    """The CSV as strings. A row whose field count differs from the header's (torch_npu has written
+    a ``FlashAttentionScore`` row without its Duration) is left out and named in ``warnings`` with its
+    file and line, rather than read with its columns shifted
+    (docs/analysis-definitions.md, "Part of a group, a bad row, a fallback window")."""
     try:
         text = path.read_bytes()
     except OSError as exc:
@@ -80,11 +86,53 @@ def _read_csv(path: Path) -> pd.DataFrame:
     if not text.strip():
         raise InputError(f"{path}: the file is empty; re-export the profile")
     try:
-        df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+        try:
+            df = _parse_csv(text)
+        except pd.errors.ParserError:  # a row longer than the header (or a broken file)
+            df = None
+        # pandas pads a short row with empty cells: only for an empty last cell (or a long row) are the
+        # records counted, so a well-formed file costs one parse
+        if df is None or (len(df.columns) > 1 and bool((df.iloc[:, -1].str.strip() == "").any())):
+            kept = _without_ragged_rows(path, text, warnings)
+            if df is None or kept is not text:
+                df = _parse_csv(kept)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path}: not a readable CSV ({' '.join(str(exc).split())})") from None
     df.columns = [str(c).strip() for c in df.columns]
     return df
+
+
+def _parse_csv(text: bytes) -> pd.DataFrame:
+    return pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+
+
+def _without_ragged_rows(path: Path, text: bytes, warnings: list[str]) -> bytes:
+    """``text`` without the records whose field count differs from the header's, each named (file,
+    line, field counts, the row's Name) in ``warnings``; ``text`` itself when there is none. pandas
+    cannot tell them: it pads a short row with empty cells, shifting what follows the gap."""
+    lines = text.decode("utf-8-sig").splitlines(keepends=True)
+    reader = csv.reader(lines, skipinitialspace=True)
+    try:
+        header = [h.strip() for h in next(reader)]
+        width = len(header)
+        bad = [(reader.line_num, r) for r in reader if r and len(r) != width]
+    except csv.Error as exc:
+        raise InputError(f"{path}: not a readable CSV (line {reader.line_num}: {exc})") from None
+    if not bad:
+        return text
+    name_at = next((header.index(n) for n in ("Name", "Op Name") if n in header), None)
+    drop: set[int] = set()
+    for last_line, record in bad:
+        # a quoted cell may span lines: the record ends at last_line and starts after the previous one
+        first = last_line - sum(c.count("\n") for c in record)
+        drop.update(range(first, last_line + 1))
+        what = f" ({record[name_at].strip()})" if name_at is not None and name_at < len(record) else ""
+        said = (
+            f"{path} line {first}: {len(record)} fields where the header has {width}{what}; the row is "
+            "left out (its columns cannot be told apart)"
+        )
+        warnings.append(said)
+    return "".join(line for i, line in enumerate(lines, 1) if i not in drop).encode()
 
 
 def _column(df: pd.DataFrame, path: Path, *names: str) -> pd.Series | None:
@@ -186,8 +234,8 @@ def rank_of_folder(folder: Path) -> int | None:
     return None
 
 
-def _kernel_events(path: Path) -> pd.DataFrame:
-    df = _read_csv(path)
+def _kernel_events(path: Path, warnings: list[str]) -> pd.DataFrame:
+    df = _read_csv(path, warnings)
     name = _required(df, path, "Name", "Op Name")
     core = _required(df, path, "Accelerator Core", "Task Type")
     start = _times(_required(df, path, "Start Time(us)", "Task Start Time(us)"), path, "Start Time(us)")
@@ -345,7 +393,7 @@ def _trace_view_events(
 
 def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
     try:
-        df = _read_csv(path)
+        df = _read_csv(path, warnings)
     except InputError as exc:
         warnings.append(str(exc))
         return None
@@ -436,11 +484,13 @@ def _assemble(
     rank: int | None,
     hccl_streams: set[str] | None = None,
     recorded_tasks: tuple[str, ...] | None = None,
+    op_identity: tuple[dict[str, tuple[str, int]], dict[str, int]] | None = None,
 ) -> RankTrace:
     """The event table of one rank from its device frame (``name, category, start_ns, end_ns, lane,
     device, op_type, step``, optional ``bytes``) and host frame (same columns). Divide kernels on
     ``hccl_streams`` are labelled as the AVG half of their collective (:data:`HCCL_AVG_LABEL`).
-    ``recorded_tasks``: the sync/launch kinds the export can record (None: all)."""
+    ``recorded_tasks``: the sync/launch kinds the export can record (None: all). ``op_identity``:
+    :func:`fsdpbench.trace.ascend_comm.op_identity` (each HCCL op's group and index, each group's size)."""
     if len(steps) and len(kernels) and (kernels["step"] < 0).all():
         kernels = kernels.assign(step=_steps_by_time(kernels, steps))
     if host is None:
@@ -471,6 +521,7 @@ def _assemble(
             df["hccl_stream"].fillna("").astype(str).to_numpy() if "hccl_stream" in df.columns else None
         )
         op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams, comm_stream)
+    group, seq, groups = _op_groups(names, comm, op_identity)
     table = make_table(
         name=names,
         category=category,
@@ -483,6 +534,8 @@ def _assemble(
         op_type=op_type,
         task=task,
         step=df["step"].to_numpy(np.int64),
+        group=group,
+        seq=seq,
     )
     return RankTrace(
         rank=rank,
@@ -494,11 +547,37 @@ def _assemble(
         warnings=warnings,
         cross_check=cross,
         recorded_tasks=recorded_tasks,
+        groups=groups,
     )
 
 
+def _op_groups(
+    names: pd.Categorical,
+    comm: np.ndarray,
+    op_identity: tuple[dict[str, tuple[str, int]], dict[str, int]] | None,
+) -> tuple[np.ndarray | None, np.ndarray | None, dict[str, dict]]:
+    """The ``group`` and ``seq`` columns of the communication events named in ``op_identity`` (None
+    when it names none) and the ``RankTrace.groups`` of those groups (their size from the matrix)."""
+    if not op_identity or not op_identity[0]:
+        return None, None, {}
+    ops, sizes = op_identity
+    group = object_full(len(comm), "")
+    seq = np.full(len(comm), -1, dtype=np.int64)
+    cats = list(names.categories)
+    known = [ops.get(c) for c in cats]
+    codes = np.asarray(names.codes)
+    for code in np.unique(codes[comm]).tolist():
+        if known[code] is not None:
+            here = comm & (codes == code)
+            group[here], seq[here] = known[code]
+    present = sorted({g for g in group[comm].tolist() if g})
+    groups = {g: {"description": None, "ranks": None, "size": sizes.get(g)} for g in present}
+    return group, seq, groups
+
+
 def _derive_missing_types(typ: pd.Series, names: pd.Series) -> pd.Series:
-    missing = typ.isin(["N/A", "", "nan"])
+    # a number is no op type: torch_npu writes ``0`` for the MemSet half of a kernel (``NonZero_MemSet``)
+    missing = typ.isin(["N/A", "", "nan"]) | typ.str.fullmatch(r"\d+")
     if not missing.any():
         return typ
     uniq = names[missing].unique()
@@ -628,8 +707,9 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
         rank = alt if rank is None else rank
     recorded = recorded_tasks(folder.name, tables.cann_api_rows > 0, tables.task_rows > 0, warnings)
     return _assemble(
-        folder, dev, host if len(host) else None, steps, warnings, cross, rank, tables.hccl_streams, recorded
-    )
+        folder, dev, host if len(host) else None, steps, warnings, cross, rank, tables.hccl_streams, recorded,
+        op_identity(db.parent),
+    )  # fmt: skip
 
 
 def read_ascend(folder: str | Path) -> RankTrace:
@@ -665,7 +745,7 @@ def read_ascend(folder: str | Path) -> RankTrace:
         warnings.append(
             f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable"
         )
-    kernels = _kernel_events(kd) if kd.is_file() else None
+    kernels = _kernel_events(kd, warnings) if kd.is_file() else None
     if kernels is not None and not len(kernels):
         kernels = None
         warnings.append(
@@ -694,8 +774,9 @@ def read_ascend(folder: str | Path) -> RankTrace:
     # Syncs, launches and BARRIER tasks are all read from trace_view.json: without it none is recorded.
     recorded = recorded_tasks(folder.name, "CANN" in layers, "Ascend Hardware" in layers, warnings)
     return _assemble(
-        folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded
-    )
+        folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded,
+        op_identity(out),
+    )  # fmt: skip
 
 
 def _kernel_frame_empty() -> pd.DataFrame:

@@ -12,6 +12,7 @@ idle; synchronization (the wait before the first transfer, for the peers to be r
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -105,35 +106,125 @@ def read_rank(rank_dir: str | Path) -> tuple[Path | None, list[dict[str, Any]]]:
     return None, []
 
 
+_OP_INDEX = re.compile(r"^hcom_[A-Za-z]+__(\d+)_(\d+)")
+
+
+def group_sizes(path: Path) -> dict[str, int]:
+    """``{group: ranks}`` from one ``communication_matrix.json``: the distinct ranks at either end of
+    the links (``"0-7"``: rank 0 to rank 7) of every op listed under the group (``<op>@<group>``); {}
+    when the file cannot be read (the caller says what is missing)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    ends: dict[str, set[str]] = {}
+    for kinds in (doc or {}).values():
+        for entries in (kinds or {}).values():
+            for name, links in (entries or {}).items():
+                op, _, group = name.partition("@")
+                if not group or not isinstance(links, dict):
+                    continue
+                mine = ends.setdefault(group, set())
+                for link in links:
+                    mine.update(x.strip() for x in str(link).split("-") if x.strip())
+    return {g: len(r) for g, r in ends.items() if r}
+
+
+def _db_group_sizes(path: Path) -> dict[str, int]:
+    """``{group: ranks}`` from an ``analysis.db``'s ``CommAnalyzerMatrix`` (the distinct ``src_rank`` and
+    ``dst_rank`` of the group's links); {} when the table cannot be read."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT group_name, src_rank, dst_rank FROM CommAnalyzerMatrix").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return {}
+    ends: dict[str, set[str]] = {}
+    for group, src, dst in rows:
+        if group:
+            ends.setdefault(str(group), set()).update(str(x).strip() for x in (src, dst) if x is not None)
+    return {g: len(r) for g, r in ends.items() if r}
+
+
+def op_identity(out_dir: Path) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
+    """The identity of each HCCL op of an export's ``ASCEND_PROFILER_OUTPUT``: ``{op name: (group, index
+    in the group)}`` from ``communication.json`` (``<op>@<group>``), else ``analysis.db``'s
+    ``CommAnalyzerTime``; the index is the op name's number after the group's last digits
+    (``hcom_broadcast__483_1`` of group ``…483``: 1; -1 when the name does not have that form). And
+    ``{group: ranks}`` from ``communication_matrix.json``, else ``CommAnalyzerMatrix``. Empty where the
+    files are absent or unreadable."""
+    text, matrix, db = (
+        out_dir / n for n in ("communication.json", "communication_matrix.json", "analysis.db")
+    )
+    try:
+        listed = read_text(text) if text.is_file() else read_db(db) if db.is_file() else []
+    except InputError:
+        listed = []
+    ops: dict[str, tuple[str, int]] = {}
+    for o in listed:
+        if o["group"]:
+            key = _op_key(o)
+            ops[str(o["op"])] = key if key is not None else (str(o["group"]), -1)
+    sizes = group_sizes(matrix) if matrix.is_file() else _db_group_sizes(db) if db.is_file() else {}
+    return ops, sizes
+
+
+def _op_key(op: dict[str, Any]) -> tuple[str, int] | None:
+    """(group, index in the group) of one op of :func:`read_text`/:func:`read_db`, as
+    :func:`op_identity` gives the trace's collectives; None when its name does not say."""
+    m = _OP_INDEX.match(str(op["op"]))
+    if not m or not op["group"] or not str(op["group"]).endswith(m.group(1)):
+        return None
+    return str(op["group"]), int(m.group(2))
+
+
 def profiler_split(
-    ranks: list[int], sources: list[str], rows: list[dict[int, tuple[float, float]]], starts: list[list[int]]
+    ranks: list[int],
+    sources: list[str],
+    rows: list[dict[int, tuple[float, float]]],
+    keys: list[list[tuple[Any, int]]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """The profiler's split beside fsdpbench's, per rank and per op.
 
     Args:
         ranks, sources: rank ids and their ``*_ascend_pt`` folders; rows: per rank, fsdpbench's
-            (wait µs, transfer µs) by row of ``collective_events``; starts: per rank the rows' start_ns.
+            (wait µs, transfer µs) by row of ``collective_events``; keys: per rank each row's (group,
+            seq) (None, -1 where the trace does not say).
     Returns:
         (per-rank totals, per-op rows, warnings). An op is paired with the fsdpbench collective of the same
-        position in start order, when the rank has as many of each.
+        name (the same group and index in it, :func:`op_identity`), else, when the rank has as many of
+        each and the names do not say, with the one in the same start-order position. A rank's totals
+        are over its paired ops (``paired`` of the ``ops`` listed), or over all of them when none pairs.
     """
     totals, per_op, warnings = [], [], []
-    for rank, src, split, st in zip(ranks, sources, rows, starts, strict=True):
+    for rank, src, split, key in zip(ranks, sources, rows, keys, strict=True):
         path, ops = read_rank(src)
         if path is None:
             continue
-        paired = len(ops) == len(st)
+        row_of = {(g, int(q)): j for j, (g, q) in enumerate(key) if g is not None and int(q) >= 0}
+        found = [row_of.get(k) if (k := _op_key(o)) is not None else None for o in ops]
+        if not any(j is not None for j in found) and len(ops) == len(key):
+            found = list(range(len(ops)))  # names silent on both sides: start order
+        paired = [j for j in found if j is not None]
         if not paired:
             warnings.append(
-                f"rank {rank}: {path.name} lists {len(ops)} HCCL ops, the trace {len(st)} collectives; "
-                "the profiler's split is shown per rank only"
+                f"rank {rank}: {path.name} lists {len(ops)} HCCL ops, the trace {len(key)} collectives, and "
+                "their names do not pair them; the profiler's split is shown per rank only, over all its ops"
             )
-        tot: dict[str, Any] = {"rank": rank, "file": str(path), "ops": len(ops)}
+        elif len(paired) < len(key):
+            warnings.append(
+                f"rank {rank}: {len(key) - len(paired)} of the trace's {len(key)} collectives are not in "
+                f"{path.name}; the profiler's split covers the {len(paired)} paired"
+            )
+        counted = [o for o, j in zip(ops, found, strict=True) if j is not None] if paired else ops
+        tot: dict[str, Any] = {"rank": rank, "file": str(path), "ops": len(ops), "paired": len(paired)}
         for k in SPLIT_FIELDS:
-            tot[k] = sum(o[k] or 0.0 for o in ops)
+            tot[k] = sum(o[k] or 0.0 for o in counted)
         totals.append(tot)
-        for j, o in enumerate(ops):
-            ours = split.get(j) if paired else None
+        for o, j in zip(ops, found, strict=True):
+            ours = split.get(j) if j is not None else None
             per_op.append(
                 {
                     "rank": rank,

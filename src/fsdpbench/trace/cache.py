@@ -151,6 +151,7 @@ def load(trace: Path, key: dict[str, Any]) -> RankTrace | None:
         cross_check=plain_to_frame(meta["cross_check"]),
         recorded_tasks=None if meta["recorded_tasks"] is None else tuple(meta["recorded_tasks"]),
         groups=meta["groups"],
+        world_size=meta.get("world_size"),
     )
 
 
@@ -173,6 +174,7 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
         "categories": categories,
         "cross_check": frame_to_plain(rt.cross_check),
         "groups": rt.groups,
+        "world_size": rt.world_size,
     }
     for column in ("step", "start_ns", "end_ns"):
         arrays[f"s.{column}"] = rt.windows[column]

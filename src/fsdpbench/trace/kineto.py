@@ -434,6 +434,7 @@ def _read_kineto(path: Path) -> RankTrace:
         "launch_lane": np.where(own, lane.codes, lane.codes[np.maximum(launch_of, 0)]).astype(np.int32),
     }
     groups = identity.groups
+    world = dist.get("world_size") if isinstance(dist, dict) else None
     # hand the columns over: their only references are in ``columns`` from here
     del c, out, names, cats, lane, step, start, launch_of, own, is_dev_cat, is_annot, is_step
     table = _sorted_table(columns, identity, n)
@@ -448,6 +449,7 @@ def _read_kineto(path: Path) -> RankTrace:
         warnings=warnings,
         recorded_tasks=recorded,
         groups=groups,
+        world_size=world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None,
     )
 
 

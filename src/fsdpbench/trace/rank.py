@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 
 DEVICE_NOT_RECORDED = "device activity was not recorded"
 """The words of the warning a reader gives a CPU-only profile of a GPU/NPU job."""
+UNNAMED_GROUP = "?"
+"""The key of ``by_group`` for collectives whose process group the trace does not name."""
 ONE_RANK_WORLD = "a world of one rank"
 """The words of the warning a reader gives a trace whose process group has one rank (FSDP then issues no
 collectives, so "no collectives found" would ask the wrong question)."""
@@ -40,7 +42,10 @@ class RankTrace:
             are reported as ``null`` ("not recorded"), not 0. None: all of them.
         groups: the process groups the trace names for its collectives (the ``group`` column's
             values): ``{name: {"description", "ranks", "size"}}``, each null where the trace does not
-            say; empty for traces without group fields (gloo, older NCCL, Ascend).
+            say; empty for traces without group fields (gloo, older NCCL); an Ascend text export names each
+            HCCL op's group (``communication.json``) and its size (``communication_matrix.json``).
+        world_size: the ``distributedInfo.world_size`` of a Kineto trace (None where it has none): the
+            size of the group of collectives the trace names no group for.
     """
 
     rank: int | None
@@ -53,6 +58,7 @@ class RankTrace:
     cross_check: pd.DataFrame | None = None
     recorded_tasks: tuple[str, ...] | None = None
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    world_size: int | None = None
     _frame: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
