@@ -118,13 +118,17 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     else:
         chosen = known
     from fsdpbench.analysis import intervals as iv
-    from fsdpbench.analysis.overlap import category_union, device_busy
+    from fsdpbench.analysis.overlap import category_union
 
-    busy_all = device_busy(ev)  # every step's device work: what is not free inside a step's window
+    # every step's device work (what is not free inside a step's window): overlap.device_busy, with its
+    # two unions kept for when they are also the chosen steps' ones
+    unions_all = category_union(ev, "compute"), category_union(ev, "comm")
+    busy_all = iv.union_of(*unions_all)
     in_chosen = np.isin(ev.step, chosen) if chosen else None
     # every event in the chosen steps (one profiled step, as usual): the table itself, not a copy of it
     sel = ev if in_chosen is None or in_chosen.all() else ev.take(in_chosen)
-    unions = category_union(sel, "compute"), category_union(sel, "comm")  # for the totals and exposed
+    # ∪ compute and ∪ comm of the chosen steps: for the totals, exposed comm and the groups
+    unions = unions_all if sel is ev else (category_union(sel, "compute"), category_union(sel, "comm"))
     total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all, unions)
     per_step = (
         [_metrics(trace, ev.take(ev.step == s), [s], s, busy_all) for s in chosen]
@@ -134,7 +138,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     trace.warnings.extend(_fallback_window_warnings(trace, chosen, per_step, total))
     from fsdpbench.analysis.groups import group_metrics
 
-    by_group, group_warning = group_metrics(sel)
+    by_group, group_warning = group_metrics(sel, compute=unions[0])
     if group_warning:
         trace.warnings.append(f"rank {trace.rank}: {group_warning}")
     dev = ev.device
