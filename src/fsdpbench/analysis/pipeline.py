@@ -108,7 +108,11 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     all_ev = trace.table
     orphans = all_ev.orphan & all_ev.device
     ev = all_ev.take(~orphans) if orphans.any() else all_ev  # orphans are left out of every total
-    known = sorted(int(s) for s in set(trace.windows.step.tolist()) | set(ev.step[ev.step >= 0].tolist()))
+    stepped = ev.step[ev.step >= 0]
+    # one step in the events (the usual profile): no Python set of every event's step
+    one = stepped.size > 0 and stepped.min() == stepped.max()
+    event_steps = {int(stepped[0])} if one else set(stepped.tolist())
+    known = sorted(int(s) for s in set(trace.windows.step.tolist()) | event_steps)
     if step is not None:
         if step not in known:
             raise InputError(
