@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,34 @@ def profiled_ab_run(tmp_path_factory) -> Path:
     """One profiled 2-rank gloo A/B run (torch prefetch 0 vs 1, tiny preset), shared by the
     analysis, diff and report tests. Returns the run folder."""
     return run_profiled_ab(tmp_path_factory.mktemp("profiled_ab"), "torch,torch:prefetch=1", "fixture", 400)
+
+
+@pytest.fixture(scope="session")
+def plain_fsdp2_profiles(tmp_path_factory) -> Path:
+    """Profiles of a plain FSDP2 script that knows nothing of fsdpbench (tests/plain_fsdp2.py): one
+    torchrun of 2 gloo ranks writes ``raf_true/`` and ``raf_false/`` (reshard_after_forward), one
+    trace per rank each. Returns their parent folder."""
+    import subprocess
+    import sys
+
+    from helpers import REPO, free_port
+
+    out = tmp_path_factory.mktemp("plain_fsdp2")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+    ]
+    proc = subprocess.run(
+        [*cmd, str(REPO / "tests" / "plain_fsdp2.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out

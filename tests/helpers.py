@@ -5,6 +5,7 @@ the sweep and report fakes. Torch is imported only inside the functions that nee
 from __future__ import annotations
 
 import copy
+import gzip
 import html.parser
 import json
 import os
@@ -71,9 +72,9 @@ def run_cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
     )
 
 
-def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500) -> Path:
+def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500, *extra: str) -> Path:
     """``fsdpbench ab --profile`` of ``arms`` on 2 gloo ranks (tiny, 1 round of 1+2 steps, seq 128, no
-    report) into ``out``; returns the run folder."""
+    report, then ``extra`` flags) into ``out``; returns the run folder."""
     proc = run_cli(
         "ab",
         "--arms",
@@ -96,6 +97,7 @@ def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500) -> Pa
         "--master-port",
         str(free_port()),
         "--no-report",
+        *extra,
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -902,6 +904,77 @@ with open(run_dir / "steps.jsonl", "a") as f:
                             "time_ms": 1.0, "loss": 1.0}) + "\\n")
 """
 )
+
+
+def raw_cpu_totals(path: Path) -> dict[str, int]:
+    """The step's compute, communication and overlapped ns from the raw JSON, by the test's own rules:
+    compute = outermost cpu_op operators of the training thread outside c10d launches and wrappers;
+    communication = the outermost gloo:* spans; unions by a plain sweep over integer ns."""
+    raw = orjson.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+    evs = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+
+    def ns(e):
+        s = round(float(e["ts"]) * 1000)
+        return s, s + round(float(e["dur"]) * 1000)
+
+    main = next(e["tid"] for e in evs if e["name"].startswith("ProfilerStep#"))
+    wrappers = (
+        "autograd::",
+        "torch::autograd::",
+        "FSDP::",
+        "c10d::",
+        "_c10d_functional::",
+        "c10d_functional::",
+    )
+    wrappers += ("profiler::", "torch::jit::")
+    launches = [
+        ns(e) for e in evs if e["tid"] == main and e["name"].startswith(("c10d::", "record_param_comms"))
+    ]
+    ops = [
+        ns(e)
+        for e in evs
+        if e["tid"] == main
+        and e.get("cat") == "cpu_op"
+        and "::" in e["name"]
+        and not e["name"].startswith(wrappers)
+        and not any(a <= ns(e)[0] and ns(e)[1] <= b for a, b in launches)
+    ]
+    gloo = [ns(e) for e in evs if e["name"].startswith("gloo:")]
+    gloo_threads = {e["tid"] for e in evs if e["name"].startswith("gloo:")}
+
+    def union(spans):
+        out = []
+        for s, e in sorted(spans):
+            if e <= s:
+                continue
+            if out and s <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([s, e])
+        return out
+
+    def outer(spans):  # spans not nested in another of them
+        keep, reach = [], -1
+        for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
+            if s >= reach:
+                keep.append((s, e))
+            reach = max(reach, e)
+        return keep
+
+    comp, comm = union(outer(ops)), union(gloo)
+    over = 0
+    for a, b in comp:
+        for c, d in comm:
+            over += max(0, min(b, d) - max(a, c))
+    return {
+        "compute": sum(e - s for s, e in comp),
+        "comm": sum(e - s for s, e in comm),
+        "overlapped": over,
+        "collectives": sum(  # the outermost gloo spans of each worker thread
+            len(outer([ns(e) for e in evs if e["tid"] == tid and e["name"].startswith("gloo:")]))
+            for tid in gloo_threads
+        ),
+    }
 
 
 # ------------------------------------------------------------------ a stand-in torch_npu (its FSDP2 patches)

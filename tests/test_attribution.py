@@ -4,7 +4,6 @@ totals on real profiled runs (totals recomputed by the test from the raw trace J
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import os
 from pathlib import Path
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 
 from fsdpbench.analysis import analyze, attribution, rank_metrics
 from fsdpbench.trace.kineto import read_kineto
-from helpers import run_profiled_ab
+from helpers import raw_cpu_totals, run_profiled_ab
 
 HAVE_HYPER = importlib.util.find_spec("hyper_parallel") is not None
 
@@ -148,82 +147,11 @@ def test_shares_are_the_first_started_owner_of_each_instant(spans):
 # ------------------------------------------------------------------ real profiled runs
 
 
-def _raw_totals(path: Path) -> dict[str, int]:
-    """The step's compute, communication and overlapped ns from the raw JSON, by the test's own rules:
-    compute = outermost cpu_op operators of the training thread outside c10d launches and wrappers;
-    communication = the outermost gloo:* spans; unions by a plain sweep over integer ns."""
-    raw = orjson.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
-    evs = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
-
-    def ns(e):
-        s = round(float(e["ts"]) * 1000)
-        return s, s + round(float(e["dur"]) * 1000)
-
-    main = next(e["tid"] for e in evs if e["name"].startswith("ProfilerStep#"))
-    wrappers = (
-        "autograd::",
-        "torch::autograd::",
-        "FSDP::",
-        "c10d::",
-        "_c10d_functional::",
-        "c10d_functional::",
-    )
-    wrappers += ("profiler::", "torch::jit::")
-    launches = [
-        ns(e) for e in evs if e["tid"] == main and e["name"].startswith(("c10d::", "record_param_comms"))
-    ]
-    ops = [
-        ns(e)
-        for e in evs
-        if e["tid"] == main
-        and e.get("cat") == "cpu_op"
-        and "::" in e["name"]
-        and not e["name"].startswith(wrappers)
-        and not any(a <= ns(e)[0] and ns(e)[1] <= b for a, b in launches)
-    ]
-    gloo = [ns(e) for e in evs if e["name"].startswith("gloo:")]
-    gloo_threads = {e["tid"] for e in evs if e["name"].startswith("gloo:")}
-
-    def union(spans):
-        out = []
-        for s, e in sorted(spans):
-            if e <= s:
-                continue
-            if out and s <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], e)
-            else:
-                out.append([s, e])
-        return out
-
-    def outer(spans):  # spans not nested in another of them
-        keep, reach = [], -1
-        for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
-            if s >= reach:
-                keep.append((s, e))
-            reach = max(reach, e)
-        return keep
-
-    comp, comm = union(outer(ops)), union(gloo)
-    over = 0
-    for a, b in comp:
-        for c, d in comm:
-            over += max(0, min(b, d) - max(a, c))
-    return {
-        "compute": sum(e - s for s, e in comp),
-        "comm": sum(e - s for s, e in comm),
-        "overlapped": over,
-        "collectives": sum(  # the outermost gloo spans of each worker thread
-            len(outer([ns(e) for e in evs if e["tid"] == tid and e["name"].startswith("gloo:")]))
-            for tid in gloo_threads
-        ),
-    }
-
-
 def _check_partition(path: Path) -> list[dict]:
     trace = read_kineto(path)
     rows = attribution.unit_phase_rows(trace.table, trace.mode)
     totals = {k: sum(round(r[f"{k}_us"] * 1000) for r in rows) for k in ("compute", "comm", "overlapped")}
-    raw = _raw_totals(path)
+    raw = raw_cpu_totals(path)
     assert totals == {k: raw[k] for k in totals}, path
     exposed = sum(round(r["exposed_us"] * 1000) for r in rows)
     assert exposed == raw["comm"] - raw["overlapped"]
@@ -326,11 +254,12 @@ def test_analyze_units_prints_the_unit_phase_table(profiled_ab_run):
 
 
 def test_analyze_units_says_which_ranks_have_no_rows(tmp_path):
-    """A trace without fsdpbench's ranges (here the hand trace without them) has no rows: said, not a table."""
+    """A trace with neither fsdpbench's nor FSDP2's ranges (the hand trace without them) has no rows: said,
+    not a table."""
     from helpers import run_cli
 
     events = orjson.loads(hand_trace(tmp_path / "t.json").read_bytes())["traceEvents"]
-    events = [e for e in events if not e["name"].startswith("fsdpbench::")]
+    events = [e for e in events if not e["name"].startswith(("fsdpbench::", "FSDP::"))]
     (tmp_path / "rank0.json").write_bytes(orjson.dumps({"traceEvents": events}))
     proc = run_cli("analyze", str(tmp_path / "rank0.json"), "--units", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr

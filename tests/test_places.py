@@ -130,9 +130,11 @@ def test_compare_places_deltas_and_order():
     assert by[("layers.0", "forward")].delta("compute_us") == -100.0  # 1000 − 1100
     assert by[("layers.0", "backward")].delta("exposed_us") == 41900.0  # 42000 − 100
     assert by[("layers.0", "backward")].delta("exposed_wait_us") == 33500.0  # 33600 − 100
-    assert by[("root", "backward")].base is None and by[("root", "backward")].delta("exposed_us") == 500.0
+    # the base names no root at all (another wrapping): listed, not compared against nothing
+    assert by[("root", "backward")].base is None and by[("root", "backward")].delta("exposed_us") is None
+    assert plc.unmatched_units(rows) == ([], ["root"])
     ordered = [(r.unit, r.phase) for r in plc.by_exposed_delta(rows)]
-    assert ordered == [("layers.0", "backward"), ("root", "backward"), ("layers.0", "forward")]
+    assert ordered == [("layers.0", "backward"), ("layers.0", "forward")]
     d = by[("layers.0", "backward")].to_dict()
     assert d["delta"]["exposed_us"] == 41900.0 and d["base"]["exposed_us"] == 100.0
 
@@ -179,7 +181,8 @@ def test_diff_markdown_and_terminal_lines_show_the_places_and_slowest_collective
     assert lines[0] == (
         "layers.0 backward: exposed 100 µs (torch) → 42.0 ms (hyper), Δ +41.9 ms (wait +33.5 ms); compute Δ ±0 µs"
     )
-    assert lines[1].startswith("root backward: exposed — (torch) → 500 µs (hyper), Δ +500 µs")
+    assert lines[1].startswith("layers.0 forward: exposed 200 µs (torch) → 200 µs (hyper), Δ ±0 µs")
+    assert lines[2] == "units not compared (named on one side only): torch: none; hyper: root"
     assert lines[3] == (
         "hyper slowest: layers.0 backward reduce_scatter 4.00 KiB: wait 40.0 ms, transfer 2.0 ms, last rank 1"
     )

@@ -1,16 +1,18 @@
 """Units × phases: every device event of the profiled step assigned to the (unit, phase) whose
-fsdpbench range launched it, and per (unit, phase) compute, communication, overlapped and exposed time
+window was open where it was launched, and per (unit, phase) compute, communication, overlapped and exposed time
 and the collectives by type, partitioning the step's totals exactly (docs/attribution.md).
 
 torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns.
 
-* **Ranges**: the host ranges ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>`` and
-  ``fsdpbench::optimizer`` (:mod:`fsdpbench.run.profile_marks`, docs/DATA.md "Ranges in the profiled step").
+* **Windows**: :func:`fsdpbench.analysis.unit_ranges.find_ranges`: fsdpbench's own host ranges
+  ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>`` and ``fsdpbench::optimizer``
+  (:mod:`fsdpbench.run.profile_marks`, docs/DATA.md "Ranges in the profiled step"), else windows built
+  from FSDP2's own hook ranges (``FSDP::pre_forward (<fqn>)`` …); ``Ranges.source`` says which.
 * **Launch point** of a device event: on device (CUDA/ROCm) traces the runtime call linked to the
   kernel by correlation id (the table's ``launch_ns``/``launch_lane``); on CPU/gloo traces a compute event is the training thread's own
   operator (its own start and thread); a gloo worker span is launched by the k-th collective launch op
   of the training thread (the reader's own pairing, ``kineto_cpu.classify_cpu``), so it takes that op's
-  start and thread. The innermost fsdpbench range open on that thread at that time wins (a layer's
+  start and thread. The innermost window open on that thread at that time wins (a layer's
   backward beats the root's); no range → the ``(outside)`` bucket.
 * **Partition**: within each category (compute, communication) every instant of the union belongs to
   exactly one event, the one that started first (ties: table order); an event's *share* is
@@ -29,16 +31,19 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.analysis import intervals as iv
-from fsdpbench.analysis.phase_ranges import SOURCE as PHASE_SOURCE
-from fsdpbench.analysis.phase_ranges import phase_windows
+from fsdpbench.analysis.unit_ranges import (
+    ALL_UNITS,  # noqa: F401 - re-exported: attribution's callers name the optimizer's unit from here
+    FSDP2_PREFIXES,
+    PREFETCH_NAME,
+    ROOT,
+    Ranges,
+    find_ranges,
+    host_rows,
+)
 from fsdpbench.trace.table import EventTable, as_table
 
-PREFIX = "fsdpbench::"
-SOURCE_OWN = "fsdpbench ranges"
 OUTSIDE = "(outside)"
-"""Unit and phase of the bucket for events launched outside every fsdpbench range."""
-ALL_UNITS = "(all)"
-"""Unit of the optimizer phase (the optimizer step is not per unit)."""
+"""Unit and phase of the bucket for events launched outside every (unit, phase) window."""
 PHASES = ("forward", "backward", "optimizer", OUTSIDE)
 
 FSDP_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -46,63 +51,17 @@ FSDP_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
     "all_gather": (("FSDP::all_gather",), "comm"),
     "copy_out": (("FSDP::all_gather_copy_out",), "compute"),
     "reduce": (("FSDP::post_backward_reduce",), "comm"),
+    "rs_wait": (("FSDP::post_backward_rs_wait",), "comm"),
 }
 """Per internal step of FSDP2: the host spans that mark it (FSDP2 appends `` (<fqn>)``, and
 `` [pg=…]`` with several groups) and the category of the device work launched inside them that is its
-device time (copy steps: compute/copies; collective steps: communication)."""
+device time (copy steps: compute/copies; collective steps: communication; ``rs_wait`` waits on an
+earlier reduce-scatter's event and launches none of its own, so its device time is what a trace shows
+launched inside it, 0 on the traces seen)."""
 
 
 def _marks(name: str, spellings: tuple[str, ...]) -> bool:
     return any(name == s or name.startswith(s + " ") for s in spellings)
-
-
-@dataclass(frozen=True)
-class Ranges:
-    """The fsdpbench unit/phase ranges of a trace: per range its lane code, start, end, unit, phase."""
-
-    lane: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    unit: list[str]
-    phase: list[str]
-    source: str = SOURCE_OWN
-    """Where the windows came from: :data:`SOURCE_OWN`, or the autograd/optimizer ranges
-    (:data:`fsdpbench.analysis.phase_ranges.SOURCE`) when the trace has no fsdpbench range."""
-
-    def __len__(self) -> int:
-        return len(self.unit)
-
-
-def _parse(name: str) -> tuple[str, str] | None:
-    """(unit, phase) of an fsdpbench unit/phase range name, None for any other name."""
-    if not name.startswith(PREFIX):
-        return None
-    rest = name[len(PREFIX) :]
-    if rest == "optimizer":
-        return ALL_UNITS, "optimizer"
-    for phase in ("forward", "backward"):
-        if rest.startswith(phase + "::"):
-            return rest[len(phase) + 2 :], phase
-    return None  # c10d ranges and anything else
-
-
-def find_ranges(t: EventTable) -> Ranges:
-    """The host fsdpbench unit/phase ranges of ``t`` (c10d ranges are not unit/phase ranges); without
-    any, the forward/backward/optimizer windows of the autograd and optimizer ranges
-    (:mod:`fsdpbench.analysis.phase_ranges`), every one of unit ``(all)``."""
-    parsed = {i: p for i, c in enumerate(t.name.categories) if (p := _parse(str(c))) is not None}
-    if not parsed:
-        lane, start, end, phase = phase_windows(t)
-        return Ranges(lane, start, end, [ALL_UNITS] * len(phase), phase, PHASE_SOURCE)
-    rows = np.flatnonzero(np.isin(t.name.codes, list(parsed)) & ~t.device)
-    codes = t.name.codes[rows]
-    return Ranges(
-        lane=t.lane.codes[rows].astype(np.int64),
-        start_ns=t.start_ns[rows],
-        end_ns=t.end_ns[rows],
-        unit=[parsed[int(c)][0] for c in codes],
-        phase=[parsed[int(c)][1] for c in codes],
-    )
 
 
 def innermost(ranges: Ranges, lane: np.ndarray, time_ns: np.ndarray) -> np.ndarray:
@@ -128,7 +87,9 @@ def innermost(ranges: Ranges, lane: np.ndarray, time_ns: np.ndarray) -> np.ndarr
     return out
 
 
-def launch_points(t: EventTable, mode: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def launch_points(
+    t: EventTable, mode: str, ranges: Ranges | None = None
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per row of ``t``: (lane code, time) of the host call that launched it, and warnings.
 
     Device traces: the runtime call linked by correlation id (the table's ``launch_ns``/``launch_lane``;
@@ -152,7 +113,7 @@ def launch_points(t: EventTable, mode: str) -> tuple[np.ndarray, np.ndarray, lis
         lane[comm] = t.lane.codes[launches]
         time[comm] = t.start_ns[launches]
     else:
-        main = _main_lane(t)
+        main = _main_lane(t, ranges)
         on_main = t.lane.codes[comm] == main
         lane[comm] = main
         if launches.size and not on_main.all():
@@ -163,9 +124,9 @@ def launch_points(t: EventTable, mode: str) -> tuple[np.ndarray, np.ndarray, lis
     return lane, time, warnings
 
 
-def _main_lane(t: EventTable) -> int:
-    """The training thread: the lane holding the most fsdpbench ranges, else the most compute."""
-    r = find_ranges(t)
+def _main_lane(t: EventTable, ranges: Ranges | None = None) -> int:
+    """The training thread: the lane holding the most (unit, phase) windows, else the most compute."""
+    r = find_ranges(t) if ranges is None else ranges
     if len(r):
         return int(np.bincount(r.lane).argmax())
     comp = t.lane.codes[t.device & t.category.mask("compute")]
@@ -245,11 +206,12 @@ class Placed:
         return of_range[self.range_index]
 
 
-def place(t: EventTable, mode: str, select: np.ndarray | None = None) -> Placed:
+def place(t: EventTable, mode: str, select: np.ndarray | None = None, ranges: Ranges | None = None) -> Placed:
     """Every compute/communication device event of ``t`` (within ``select``, a mask) with the (unit,
-    phase) of the innermost fsdpbench range open at its launch point; ``(outside)`` for none."""
-    lane, time, warnings = launch_points(t, mode)
-    ranges = find_ranges(t)
+    phase) of the innermost window of ``ranges`` (default :func:`find_ranges`) open at its launch
+    point; ``(outside)`` for none."""
+    ranges = find_ranges(t) if ranges is None else ranges
+    lane, time, warnings = launch_points(t, mode, ranges)
     mask = t.device & t.category.mask("compute", "comm")
     if select is not None:
         mask &= select
@@ -260,7 +222,9 @@ def place(t: EventTable, mode: str, select: np.ndarray | None = None) -> Placed:
     return Placed(rows=rows, unit=units[r], phase=phases[r], warnings=warnings, range_index=r)
 
 
-def collective_places(t: EventTable | Any, mode: str, select: np.ndarray | None = None) -> dict[str, Any]:
+def collective_places(
+    t: EventTable | Any, mode: str, select: np.ndarray | None = None, ranges: Ranges | None = None
+) -> dict[str, Any]:
     """Each communication event's (unit, phase), for the wait/transfer split per unit and phase.
 
     Returns columns sorted by start as :func:`fsdpbench.analysis.collectives.collective_events` is
@@ -268,7 +232,7 @@ def collective_places(t: EventTable | Any, mode: str, select: np.ndarray | None 
     ``unit``, ``phase``.
     """
     t = as_table(t)
-    p = place(t, mode, None if select is None else select)
+    p = place(t, mode, select, ranges)
     comm = t.category.mask("comm")[p.rows]
     rows, unit, phase = p.rows[comm], p.unit[comm], p.phase[comm]
     order = np.argsort(t.start_ns[rows], kind="stable")
@@ -290,6 +254,7 @@ def _internals(
     keys: list[tuple[str, str]],
     launch: tuple[np.ndarray, ...],
     select: np.ndarray | None,
+    ranges: Ranges,
 ) -> list[dict[str, Any] | None]:
     """Per bucket ``{copy_in|all_gather|copy_out|reduce: {host_us, device_us}}`` from FSDP2's own
     ranges (those in ``select``), or None for every bucket when the trace has none of them."""
@@ -297,7 +262,6 @@ def _internals(
     kinds = {k: [i for i, c in enumerate(names) if _marks(c, sp)] for k, (sp, _) in FSDP_INTERNALS.items()}
     if not any(kinds.values()):
         return [None] * len(keys)
-    ranges = find_ranges(t)
     index = {k: i for i, k in enumerate(keys)}
     lane, time = launch
     out: list[dict[str, Any]] = [{} for _ in keys]
@@ -338,15 +302,17 @@ def _key(ranges: Ranges, r: int) -> tuple[str, str]:
     return (ranges.unit[r], ranges.phase[r]) if r >= 0 else (OUTSIDE, OUTSIDE)
 
 
-def unit_phase_rows(t: EventTable | Any, mode: str, select: np.ndarray | None = None) -> list[dict[str, Any]]:
+def unit_phase_rows(
+    t: EventTable | Any, mode: str, select: np.ndarray | None = None, ranges: Ranges | None = None
+) -> list[dict[str, Any]]:
     """The unit × phase rows of the events in ``select`` (a mask; None: all): per (unit, phase)
     ``compute_us, comm_us, overlapped_us, exposed_us``, ``collectives`` ``{type: {count, bytes}}``
     (bytes None when no event of that type there has a known size) and ``fsdp_internals`` (None when
     the trace has no FSDP2 ranges). Rows in range order (units in the order their ranges start, then
     the optimizer), ``(outside)`` last when it holds anything."""
     t = as_table(t)
-    placed = place(t, mode, select)
-    ranges = find_ranges(t)
+    ranges = find_ranges(t) if ranges is None else ranges
+    placed = place(t, mode, select, ranges)
     keys: list[tuple[str, str]] = []
     order = np.argsort(ranges.start_ns, kind="stable")
     for r in order.tolist():
@@ -361,8 +327,8 @@ def unit_phase_rows(t: EventTable | Any, mode: str, select: np.ndarray | None = 
     ctype = t.collective[rows].strings("other")
     ctype[ctype == ""] = "other"
     nbytes = t.bytes[rows]
-    launch = launch_points(t, mode)[:2]
-    internals = _internals(t, placed, keys, launch, select)
+    launch = launch_points(t, mode, ranges)[:2]
+    internals = _internals(t, placed, keys, launch, select, ranges)
     out = []
     for i, (unit, phase) in enumerate(keys):
         mine = bucket == i
@@ -384,6 +350,44 @@ def unit_phase_rows(t: EventTable | Any, mode: str, select: np.ndarray | None = 
                 "exposed_us": int(parts["exposed_ns"][i]) / 1000.0,
                 "collectives": colls,
                 "fsdp_internals": internals[i],
+            }
+        )
+    return out
+
+
+def prefetches(t: EventTable, ranges: Ranges, select: np.ndarray | None = None) -> list[dict[str, object]]:
+    """FSDP2's prefetch edges of ``t`` (within ``select``, a mask): per ``FSDP::<pass>_prefetch for
+    <fqn>`` range, in start order, ``{pass, unit, target, start_us}``: the unit whose window (of
+    ``ranges``) was open on that thread when it was issued (``(outside)`` for none), the unit it
+    prefetched (``root`` for FQN ""; with fsdpbench's ranges, the one unit of theirs whose name ends the
+    FQN, e.g. ``layers.1`` for ``model.layers.1``, so both ends of an edge are named alike), and its
+    start (µs, the trace's clock)."""
+    found = {
+        i: m
+        for i, c in enumerate(t.name.categories)
+        if str(c).startswith(FSDP2_PREFIXES) and (m := PREFETCH_NAME.fullmatch(str(c))) is not None
+    }
+    rows = host_rows(t, list(found))
+    if select is not None:
+        rows = rows[select[rows]]
+    if not rows.size:
+        return []
+    rows = rows[np.argsort(t.start_ns[rows], kind="stable")]
+    issuer = innermost(ranges, t.lane.codes[rows].astype(np.int64), t.start_ns[rows])
+    names = set(ranges.unit)
+    out: list[dict[str, object]] = []
+    for row, r in zip(rows.tolist(), issuer.tolist(), strict=True):
+        m = found[int(t.name.codes[row])]
+        target = m.group(2) or ROOT
+        if target not in names:
+            ends = [u for u in names if target.endswith("." + u)]
+            target = ends[0] if len(ends) == 1 else target
+        out.append(
+            {
+                "pass": m.group(1),
+                "unit": ranges.unit[r] if r >= 0 else OUTSIDE,
+                "target": target,
+                "start_us": int(t.start_ns[row]) / 1000.0,
             }
         )
     return out

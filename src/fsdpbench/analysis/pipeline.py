@@ -150,9 +150,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.waits import rank_marks
 
     ce = collective_events(sel)
-    units = _units(trace, ev, chosen)
-    units_source = _units_source(ev) if units is not None else "none"
-    ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=_collective_places(trace, ev, chosen)))
+    units, places, units_source, prefetch = _units(trace, ev, chosen)
+    ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=places))
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
@@ -175,6 +174,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         by_group=by_group,
         units=units,
         units_source=units_source,
+        prefetch=prefetch,
         _events=all_ev,
     )
 
@@ -205,36 +205,30 @@ def _fallback_window_warnings(
     return out
 
 
-def _units(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> list[dict[str, Any]] | None:
-    """The unit × phase rows of the chosen steps (None: not a Kineto trace, or neither fsdpbench's ranges
-    nor the autograd/optimizer ranges)."""
+def _units(
+    trace: RankTrace, ev: EventTable, chosen: Sequence[int]
+) -> tuple[list[dict[str, Any]] | None, dict[str, Any] | None, str, list[dict[str, Any]] | None]:
+    """The unit × phase rows of the chosen steps, each collective's (unit, phase) in
+    ``collective_events``' order (``attribution.collective_places``: through its launching host call,
+    CPU and device traces alike), the source of the units (``unit_ranges.find_ranges``) and FSDP2's
+    prefetch edges (``attribution.prefetches``; None without FSDP2 ranges). Rows and places are None
+    where the trace has no (unit, phase) windows (not a Kineto trace, or neither fsdpbench's nor
+    FSDP2's ranges)."""
     import numpy as np
 
-    from fsdpbench.analysis import attribution
+    from fsdpbench.analysis import attribution, unit_ranges
 
-    if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
-        return None
-    return attribution.unit_phase_rows(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
-
-
-def _units_source(ev: EventTable) -> str:
-    """Where the unit × phase windows came from (``attribution.Ranges.source``)."""
-    from fsdpbench.analysis import attribution
-
-    return attribution.find_ranges(ev).source
-
-
-def _collective_places(trace: RankTrace, ev: EventTable, chosen: Sequence[int]) -> dict[str, Any] | None:
-    """Each collective's (unit, phase) of the chosen steps, in ``collective_events``' order
-    (``attribution.collective_places``: through its launching host call, CPU and device traces alike);
-    None where ``units`` is None (not a Kineto trace, or no fsdpbench ranges)."""
-    import numpy as np
-
-    from fsdpbench.analysis import attribution
-
-    if trace.format != "kineto" or not len(attribution.find_ranges(ev)):
-        return None
-    return attribution.collective_places(ev, trace.mode, np.isin(ev.step, chosen) if chosen else None)
+    if trace.format != "kineto":
+        return None, None, unit_ranges.SOURCE_NONE, None
+    ranges = unit_ranges.find_ranges(ev)
+    select = np.isin(ev.step, chosen) if chosen else None
+    edges = attribution.prefetches(ev, ranges, select)
+    prefetch = edges if edges or ranges.source == unit_ranges.SOURCE_FSDP2 else None
+    if not len(ranges):
+        return None, None, ranges.source, prefetch
+    rows = attribution.unit_phase_rows(ev, trace.mode, select, ranges)
+    places = attribution.collective_places(ev, trace.mode, select, ranges)
+    return rows, places, ranges.source, prefetch
 
 
 def _import_measuring_modules() -> None:

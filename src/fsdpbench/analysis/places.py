@@ -153,7 +153,9 @@ class PlaceRow:
     base: Mapping[str, float | None] | None
     test: Mapping[str, float | None] | None
     compared: bool = True
-    """Both arms have units (so a side without this place ran nothing there); else no deltas."""
+    """Both arms have units and this unit (so a side without this place ran nothing there); else no
+    deltas: one arm has no units, or names no such unit (another wrapping, or FSDP2's FQNs against
+    fsdpbench's names)."""
 
     def value(self, side: str, key: str) -> float | None:
         values = self.test if side == "test" else self.base
@@ -195,22 +197,37 @@ class PlaceRow:
 
 def places_from_dicts(rows: Sequence[Mapping[str, Any]]) -> list[PlaceRow]:
     """A Diff JSON's ``places`` rows as :class:`PlaceRow` (the inverse of ``[r.to_dict() for r in rows]``
-    of :func:`compare_places`): both arms have units when each side has a place in some row."""
-    compared = any(r.get("base") is not None for r in rows) and any(r.get("test") is not None for r in rows)
-    return [PlaceRow.from_dict(r, compared) for r in rows]
+    of :func:`compare_places`): a row is compared when each side has this unit in some row."""
+    units = {side: {str(r["unit"]) for r in rows if r.get(side) is not None} for side in ("base", "test")}
+    both = units["base"] & units["test"]
+    return [PlaceRow.from_dict(r, str(r["unit"]) in both) for r in rows]
+
+
+def unmatched_units(rows: Sequence[PlaceRow]) -> tuple[list[str], list[str]]:
+    """(units only the base arm has, units only the test arm has), in row order, when both arms have
+    units (else two empty lists): their places are listed, not compared."""
+    base = {r.unit for r in rows if r.base is not None}
+    test = {r.unit for r in rows if r.test is not None}
+    if not base or not test:
+        return [], []
+    only_base = list(dict.fromkeys(r.unit for r in rows if r.unit not in test))
+    only_test = list(dict.fromkeys(r.unit for r in rows if r.unit not in base))
+    return only_base, only_test
 
 
 def compare_places(base: Mapping[str, Any], test: Mapping[str, Any]) -> list[PlaceRow]:
     """Both arms' places, the test arm's order first; ``[]`` when neither arm has ``units``.
 
-    When only one arm has units, the other side is ``None`` and the deltas are ``None``.
+    Places match by (unit, phase) name. When only one arm has units, or only one names a unit (another
+    wrapping: :func:`unmatched_units`), that side is ``None`` and the deltas are ``None`` rather than a
+    difference against nothing; a place of a unit both arms have counts as 0 on the arm without it.
     """
     pb, pt = arm_places(base), arm_places(test)
     if not pb and not pt:
         return []
     order = list(pt) + [p for p in pb if p not in pt]
-    compared = bool(pb) and bool(pt)  # one arm without units: no delta rather than one against nothing
-    return [PlaceRow(p[0], p[1], pb.get(p), pt.get(p), compared) for p in order]
+    both = {u for u, _ in pb} & {u for u, _ in pt}
+    return [PlaceRow(p[0], p[1], pb.get(p), pt.get(p), p[0] in both) for p in order]
 
 
 def by_exposed_delta(rows: list[PlaceRow]) -> list[PlaceRow]:
@@ -241,4 +258,26 @@ def place_phrase(row: PlaceRow, side: str, data: Mapping[str, Any], other_label:
         text += f", {fmt_pct(min(max(wait / exposed, 0.0), 1.0))} of it waiting" + (
             f" for rank {rank}" if rank is not None else " for other ranks"
         )
+    return text
+
+
+def prefetch_chain(edges: Sequence[Mapping[str, Any]]) -> str:
+    """A rank's FSDP2 prefetch edges (Analysis JSON ``prefetch``) as one line per pass: ``forward: a→b,
+    b→c; backward: …`` (issuing unit → prefetched unit, in issue order; ``none`` for a pass without any)."""
+    parts = []
+    for kind in ("forward", "backward"):
+        mine = [f"{e.get('unit')}→{e.get('target')}" for e in edges if e.get("pass") == kind]
+        parts.append(f"{kind}: {', '.join(mine) if mine else 'none'}")
+    return "; ".join(parts)
+
+
+def units_note(data: Mapping[str, Any]) -> str | None:
+    """``"units from FSDP2 ranges; prefetch chain (rank 0): …"`` from the first rank with units (its
+    ``units_source`` and ``prefetch``); None without units."""
+    rank = next((r for r in _ranks(data) if r.get("units")), None)
+    if rank is None:
+        return None
+    text = f"units from {rank.get('units_source') or 'fsdpbench ranges'}"
+    if rank.get("prefetch") is not None:
+        text += f"; prefetch chain (rank {rank.get('rank', 0)}): {prefetch_chain(rank['prefetch'])}"
     return text

@@ -203,10 +203,12 @@ class RankMetrics(StepMetrics):
         by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
             over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
         units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
-            None where they cannot be told (an Ascend export, or neither fsdpbench's ranges nor the
-            autograd/optimizer ranges in the trace);
-        units_source: where the rows' windows came from: ``fsdpbench ranges``, ``autograd/optimizer
-            ranges`` (phases only, unit ``(all)``: :mod:`fsdpbench.analysis.phase_ranges`) or ``none``;
+            None where they cannot be told (an Ascend export, or none of the sources of units);
+        units_source: where the units' windows came from: ``fsdpbench ranges``, ``FSDP2 ranges``,
+            ``autograd/optimizer ranges`` (phases only, unit ``(all)``: :mod:`fsdpbench.analysis.phase_ranges`)
+            or ``none`` (``analysis.unit_ranges.find_ranges``);
+        prefetch: FSDP2's prefetch edges ``[{pass, unit, target, start_us}]`` in issue order
+            (``analysis.attribution.prefetches``), None where the trace has no FSDP2 ranges;
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
         orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
         is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
@@ -232,6 +234,7 @@ class RankMetrics(StepMetrics):
     the wait/transfer split)."""
     units: list[dict[str, Any]] | None = None
     units_source: str = "none"
+    prefetch: list[dict[str, Any]] | None = None
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -258,6 +261,7 @@ class RankMetrics(StepMetrics):
             "by_group": self.by_group,
             "units": self.units,
             "units_source": self.units_source,
+            "prefetch": self.prefetch,
         }
         d["steps"] = [s.to_dict(top) for s in self.steps]
         return d
@@ -282,6 +286,7 @@ class RankMetrics(StepMetrics):
             by_group=d.get("by_group") or {},
             units=d.get("units"),
             units_source=d.get("units_source") or "none",
+            prefetch=d.get("prefetch"),
         )
 
     def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
@@ -389,6 +394,7 @@ class RankMetrics(StepMetrics):
             exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
             units=d.get("units"),
             units_source=d.get("units_source") or "none",
+            prefetch=d.get("prefetch"),
         )
 
 

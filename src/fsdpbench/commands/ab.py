@@ -28,6 +28,7 @@ RUN_FLAGS = (
     "device",
     "profile",
     "profile_step",
+    "profile_ranges",
     "out",
     "name",
     "seed",
@@ -152,6 +153,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         help="no profiling launch: timings only (the report then has no overlap, diff or findings)",
     )
     o.add_argument("--profile-step", type=int, help="step recorded by the profiler, >= 1 (default 3)")
+    o.add_argument(
+        "--no-ranges",
+        dest="profile_ranges",
+        action="store_const",
+        const=False,
+        help="leave fsdpbench's own unit/phase and c10d ranges out of the profiled step: units then come "
+        "from the implementation's own ranges (FSDP2's), as on a profile from elsewhere (docs/attribution.md)",
+    )
     o.add_argument("--out", help="results root folder (default results/)")
     o.add_argument("--name", help="run name, the folder prefix")
     o.add_argument("--resume", metavar="DIR", help="run only the missing launches of this run folder")

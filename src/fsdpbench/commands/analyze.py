@@ -188,6 +188,8 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
     """One unit × phase table per rank (``--units``); ranks without rows are named once."""
     from rich.table import Table
 
+    from fsdpbench.analysis import places as plc
+
     missing = [r.rank for r in res.ranks if r.units is None]
     for r in res.ranks:
         if r.units is None:
@@ -213,6 +215,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         ):
             t.add_column(col, justify="left" if col in ("unit", "phase", "collectives") else "right")
         t.add_column("reduce", justify="right")
+        t.add_column("rs-wait", justify="right")
         for row in r.units:
             colls = " ".join(f"{k}×{v['count']}" for k, v in row["collectives"].items()) or "—"
             t.add_row(
@@ -222,14 +225,18 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
                 _ms(row["comm_us"]),
                 _ms(row["exposed_us"]),
                 colls,
-                *[_internal_ms(row, k) for k in ("copy_in", "all_gather", "copy_out", "reduce")],
+                *[_internal_ms(row, k) for k in ("copy_in", "all_gather", "copy_out", "reduce", "rs_wait")],
             )
         console.print(t)
+        if r.prefetch is not None:
+            console.print(
+                f"prefetch chain (rank {r.rank}): {plc.prefetch_chain(r.prefetch)}", highlight=False
+            )
     if missing:
         console.print(
             f"no unit × phase rows for rank(s) {', '.join(map(str, missing))}: they need a Kineto trace "
-            "with fsdpbench's ranges (the profiled step of `fsdpbench run/ab --profile`), or for phases "
-            "alone the autograd engine's or the optimizer's ranges",
+            "with fsdpbench's ranges (`fsdpbench run/ab --profile`) or FSDP2's own (`FSDP::pre_forward (<fqn>)` …), "
+            "or for phases alone the autograd engine's or the optimizer's ranges",
             highlight=False,
         )
 

@@ -71,6 +71,9 @@ class RunConfig:
     """Add one profiling launch per arm (never mixed with the timed rounds)."""
     profile_step: int = 3
     """Step index (0-based, within the profiling launch) that the profiler records; ≥ 1."""
+    profile_ranges: bool = True
+    """fsdpbench's own ranges in the profiled step (``--no-ranges`` leaves them out, so the units come from
+    the implementation's own ranges, e.g. FSDP2's: docs/attribution.md "Sources of units")."""
     out: str = "results"
     seed: int = 0
     """Seeds the initial weights and the synthetic tokens (identical for every arm and round)."""

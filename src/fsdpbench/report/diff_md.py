@@ -106,6 +106,12 @@ def place_lines(result: DiffResult) -> list[str]:
             + (f" (wait {fmt_us(wait, signed=True)})" if wait is not None else "")
             + f"; compute Δ {fmt_us(r.delta('compute_us'), signed=True)}"
         )
+    only_base, only_test = plc.unmatched_units(result.places)
+    if only_base or only_test:
+        lines.append(
+            f"units not compared (named on one side only): {b}: {', '.join(only_base) or 'none'}; "
+            f"{t}: {', '.join(only_test) or 'none'}"
+        )
     for side, label in (("test", t), ("base", b)):
         for e in result.top_waits[side][: plc.TOP_WAITS]:
             lines.append(

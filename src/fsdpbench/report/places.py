@@ -64,7 +64,10 @@ def _arm_blocks(arm: str, data: Mapping[str, Any], index: int) -> list[Block]:
     blocks: list[Block] = [Heading(f"Units × phases: `{arm}`", 4)]
     if not places:
         return blocks + [
-            Para("No units: the trace has no fsdpbench ranges (an Ascend export, or not a run of fsdpbench).")
+            Para(
+                "No units: the trace has neither fsdpbench's ranges nor FSDP2's own (an Ascend export, or "
+                "a profile of another implementation not made by fsdpbench)."
+            )
         ]
     units, phases = _axes(list(places))
     panels = {
@@ -100,6 +103,9 @@ def _arm_blocks(arm: str, data: Mapping[str, Any], index: int) -> list[Block]:
         "exposed transfer (ms)",
     ]
     blocks.append(Table(header, rows))
+    note = plc.units_note(data)
+    if note:
+        blocks.append(Para(note[0].upper() + note[1:] + "."))
     top = plc.top_collectives(data, n=10)
     if top:
         blocks.append(Para(f"Slowest collectives of `{arm}` (largest wait + transfer over its ranks):"))
@@ -111,7 +117,7 @@ def _pair_blocks(
     base: str, test: str, db: Mapping[str, Any], dt: Mapping[str, Any], index: int
 ) -> list[Block]:
     rows = plc.compare_places(db, dt)
-    if not rows or not rows[0].compared:
+    if not any(r.compared for r in rows):
         return []
     blocks: list[Block] = [Heading(f"Units × phases: `{test}` − `{base}`", 4)]
     units, phases = _axes([(r.unit, r.phase) for r in rows])

@@ -799,7 +799,9 @@ def run(spec: dict[str, Any]) -> None:
             steps_path=run_dir / run_folder.STEPS,
             counter=counter,
             spec=spec,
-            profile_marks=ProfileMarks(model, decoder_units(model)) if profile else None,
+            profile_marks=ProfileMarks(model, decoder_units(model))
+            if profile and cfg.profile_ranges
+            else None,
         )
         n_steps = cfg.profile_step + 1 if profile else cfg.warmup + cfg.steps
         profiler = (

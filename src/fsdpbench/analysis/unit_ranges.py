@@ -1,0 +1,199 @@
+"""Where each FSDP unit's forward and backward, and the optimizer step, run in a trace: the (unit,
+phase) windows that attribution assigns device events to, and the source that gave them
+(docs/attribution.md "Sources of units").
+
+torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns. The sources, in order of
+preference (the first that has any window in the trace is used, alone):
+
+* ``fsdpbench ranges``: fsdpbench's own ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>``
+  and ``fsdpbench::optimizer`` host ranges (:mod:`fsdpbench.run.profile_marks`), each a window as is;
+* ``FSDP2 ranges``: PyTorch FSDP2's own (torch ≥ 2.4, and torch_npu's ``fully_shard``, which keeps
+  them): a unit's forward from its ``FSDP::pre_forward (<fqn>)`` start to its ``FSDP::post_forward
+  (<fqn>)`` end, its backward from its ``FSDP::pre_backward (<fqn>)`` start to the end of its last
+  ``FSDP::post_backward_*`` range; the root's (no ``(<fqn>)`` suffix) forward from
+  ``FSDP::root_pre_forward`` and its backward to the end of ``FSDP::root_post_backward_callback``;
+  the optimizer from ``Optimizer.step#…``;
+* ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
+  optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
+* none: no window (every event is ``(outside)``).
+
+FSDP1 (``FullyShardedDataParallel.forward``, ``._pre_backward_hook`` …), DeepSpeed ZeRO-3 and
+hyper_parallel record no range that names a unit, so they give phases only (docs/attribution.md says
+what each records).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from fsdpbench.analysis import phase_ranges
+from fsdpbench.trace.table import EventTable
+
+PREFIX = "fsdpbench::"
+ALL_UNITS = "(all)"
+"""Unit of the optimizer phase (the optimizer step is not per unit)."""
+ROOT = "root"
+"""Unit name of the root module (fsdpbench's own name for it; FSDP2's root group has the FQN "")."""
+
+SOURCE_OWN = "fsdpbench ranges"
+SOURCE_FSDP2 = "FSDP2 ranges"
+SOURCE_PHASES = phase_ranges.SOURCE
+SOURCE_NONE = "none"
+
+_FSDP2_NAME = re.compile(
+    r"(?:FSDP|FullyShardedDataParallel)::"
+    r"(pre_forward|post_forward|pre_backward|post_backward_accumulate|post_backward_reshard"
+    r"|post_backward_rs_wait|post_backward_reduce|root_pre_forward|root_post_backward_callback)"
+    r"(?: \((.*)\))?(?: \[pg=[^\]]*\])?"
+)
+"""An FSDP2 hook range: kind, then the group's module FQN (``_with_fqn``: absent for the root's group,
+whose FQN is ""; ``post_backward_rs_wait`` writes ``()`` for it), then `` [pg=…]`` with several
+parameter groups per module. A group of several modules (``fully_shard([a, b])``) joins their FQNs
+with ", ": that whole string is the unit."""
+FSDP2_PREFIXES = ("FSDP::", "FullyShardedDataParallel::")
+"""What every FSDP2 range name starts with (a cheap test before the patterns, over every name)."""
+_OPENS = {"pre_forward", "root_pre_forward", "pre_backward"}
+_PHASE = {"pre_forward": "forward", "post_forward": "forward", "root_pre_forward": "forward"}
+PREFETCH_NAME = re.compile(r"(?:FSDP|FullyShardedDataParallel)::(forward|backward)_prefetch for (.*)")
+"""FSDP2's prefetch range: the pass, then the FQN of the group it unshards ('' for the root's)."""
+_OPTIMIZER_STEP = "Optimizer.step#"
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """The (unit, phase) windows of a trace: per window its lane code, start, end, unit, phase, and
+    the source they all came from (``fsdpbench ranges``, ``FSDP2 ranges``, ``none``)."""
+
+    lane: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    unit: list[str]
+    phase: list[str]
+    source: str = SOURCE_NONE
+
+    def __len__(self) -> int:
+        return len(self.unit)
+
+
+def _empty(source: str = SOURCE_NONE) -> Ranges:
+    none = np.empty(0, np.int64)
+    return Ranges(none, none.copy(), none.copy(), [], [], source)
+
+
+def _parse_own(name: str) -> tuple[str, str] | None:
+    """(unit, phase) of an fsdpbench unit/phase range name, None for any other name."""
+    if not name.startswith(PREFIX):
+        return None
+    rest = name[len(PREFIX) :]
+    if rest == "optimizer":
+        return ALL_UNITS, "optimizer"
+    for phase in ("forward", "backward"):
+        if rest.startswith(phase + "::"):
+            return rest[len(phase) + 2 :], phase
+    return None  # c10d ranges and anything else
+
+
+def host_rows(t: EventTable, codes: list[int]) -> np.ndarray:
+    """Host rows of ``t`` whose name code is among ``codes``, leaving out the device-side projections of
+    host ranges (``gpu_user_annotation``: labels, never windows) by their lane: a stream, which holds
+    device events launched from another lane."""
+    if not codes:
+        return np.empty(0, np.int64)
+    rows = np.flatnonzero(np.isin(t.name.codes, codes) & ~t.device)
+    linked = t.device & (t.launch_lane != t.lane.codes)
+    if rows.size and linked.any():
+        rows = rows[~np.isin(t.lane.codes[rows], np.unique(t.lane.codes[linked]))]
+    return rows
+
+
+def own_ranges(t: EventTable) -> Ranges:
+    """fsdpbench's own unit/phase ranges of ``t`` (its c10d ranges are not unit/phase ranges)."""
+    parsed = {i: p for i, c in enumerate(t.name.categories) if (p := _parse_own(str(c))) is not None}
+    rows = host_rows(t, list(parsed))
+    if not rows.size:
+        return _empty()
+    codes = t.name.codes[rows]
+    return Ranges(
+        lane=t.lane.codes[rows].astype(np.int64),
+        start_ns=t.start_ns[rows],
+        end_ns=t.end_ns[rows],
+        unit=[parsed[int(c)][0] for c in codes],
+        phase=[parsed[int(c)][1] for c in codes],
+        source=SOURCE_OWN,
+    )
+
+
+def fsdp2_ranges(t: EventTable) -> Ranges:
+    """FSDP2's (unit, phase) windows of ``t`` from its hook ranges (module docstring), and the
+    optimizer windows from ``Optimizer.step#…``; empty when ``t`` holds no FSDP2 hook range.
+
+    The hook ranges of one unit and pass on one thread are cut into windows: a window opens at an
+    opening range (``pre_forward``, ``root_pre_forward``, ``pre_backward``) that follows a closing one
+    (or none), takes in every range up to the next such opening, and ends at the furthest end among
+    them; so two parameter groups of one module (``[pg=…]``) and a backward's several
+    ``post_backward_*`` ranges make one window, and each microbatch or recomputation its own.
+    """
+    kinds: dict[int, tuple[str, str, bool]] = {}  # name code → (unit, phase, opens)
+    optimizer: list[int] = []
+    for i, c in enumerate(t.name.categories):
+        name = str(c)
+        if name.startswith(_OPTIMIZER_STEP):
+            optimizer.append(i)
+        elif name.startswith(FSDP2_PREFIXES) and (m := _FSDP2_NAME.fullmatch(name)) is not None:
+            kind, fqn = m.group(1), m.group(2)
+            kinds[i] = (fqn or ROOT, _PHASE.get(kind, "backward"), kind in _OPENS)
+    rows = host_rows(t, list(kinds))
+    if not rows.size:
+        return _empty()
+    lanes = t.lane.codes[rows].astype(np.int64)
+    starts, ends = t.start_ns[rows], t.end_ns[rows]
+    order = np.lexsort((-ends, starts))  # in start order, the outer range first at equal starts
+    lane_out: list[int] = []
+    start_out: list[int] = []
+    end_out: list[int] = []
+    unit_out: list[str] = []
+    phase_out: list[str] = []
+    open_at: dict[tuple[str, str, int], int] = {}  # (unit, phase, lane) → its current window's index
+    closed: dict[tuple[str, str, int], bool] = {}  # … and whether a closing range came since it opened
+    codes = t.name.codes[rows]
+    for j in order.tolist():  # a few ranges per unit and step: a loop over them, not over the events
+        unit, phase, opens = kinds[int(codes[j])]
+        key = (unit, phase, int(lanes[j]))
+        w = open_at.get(key)
+        if w is None or (opens and closed[key]):
+            open_at[key] = w = len(unit_out)
+            closed[key] = False
+            lane_out.append(key[2])
+            start_out.append(int(starts[j]))
+            end_out.append(int(ends[j]))
+            unit_out.append(unit)
+            phase_out.append(phase)
+        else:
+            end_out[w] = max(end_out[w], int(ends[j]))
+        closed[key] = closed[key] or not opens
+    opt = host_rows(t, optimizer)
+    return Ranges(
+        lane=np.concatenate([np.asarray(lane_out, np.int64), t.lane.codes[opt].astype(np.int64)]),
+        start_ns=np.concatenate([np.asarray(start_out, np.int64), t.start_ns[opt]]),
+        end_ns=np.concatenate([np.asarray(end_out, np.int64), t.end_ns[opt]]),
+        unit=[*unit_out, *[ALL_UNITS] * opt.size],
+        phase=[*phase_out, *["optimizer"] * opt.size],
+        source=SOURCE_FSDP2,
+    )
+
+
+def find_ranges(t: EventTable) -> Ranges:
+    """The (unit, phase) windows of ``t`` from its best source: fsdpbench's own ranges, else FSDP2's,
+    else the autograd/optimizer ranges' phases (module docstring); an empty :class:`Ranges` with source
+    ``none`` when none is there."""
+    for source in (own_ranges, fsdp2_ranges):
+        found = source(t)
+        if len(found):
+            return found
+    lane, start, end, phase = phase_ranges.phase_windows(t)
+    if phase:
+        return Ranges(lane, start, end, [ALL_UNITS] * len(phase), phase, SOURCE_PHASES)
+    return _empty()
