@@ -109,3 +109,25 @@ def test_measuring_a_one_step_rank_does_not_copy_its_table(bench, tmp_path, monk
         tracemalloc.stop()
     # numpy reports its buffers to tracemalloc; a copy of the table alone would be ``table`` bytes
     assert peak < 0.9 * table, (peak, table)
+
+
+def test_measuring_a_rank_with_ranges_does_not_import_numpy_ma(bench, tmp_path, monkeypatch):
+    """numpy 2's ``np.unique`` imports numpy.ma on first use (~30 ms in every worker process): reading and
+    measuring a rank with fsdpbench's ranges (units × phases, collective places) must not need it."""
+    monkeypatch.setattr(bench, "BLOCK", 2_000)
+    path = tmp_path / "rank0.json.gz"
+    bench.write_rank(path, rank=0, world=2, kernels=2_000)
+    code = (
+        "import sys\n"
+        "from fsdpbench.analysis import pipeline\n"
+        "from fsdpbench.trace import find_all\n"
+        "out = pipeline._analyze_one(find_all([sys.argv[1]])[0], None, False, None)\n"
+        "assert out.metrics.units, out.error\n"
+        "print('numpy.ma' in sys.modules)\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FSDPBENCH_NO_CACHE": "1", "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
