@@ -247,3 +247,16 @@ def test_through_queue_moves_dequeue_points_to_their_enqueue():
     new_lane, new_time = through_queue(lane, time, dequeue, enqueue)
     assert new_lane.tolist() == ["main", "autograd", "main", "deq"]
     assert new_time.tolist() == [50, 60, 105, 300]
+
+
+def test_ascend_export_without_links_has_no_units(tmp_path, shared_fixtures):
+    """Without the profiler's links (the async_npu flows taken out of the text export) every task would
+    be (outside): no units, source none, rather than rows that place nothing."""
+    run = tmp_path / "text"
+    shutil.copytree(TEXT1, run, ignore=shutil.ignore_patterns(".*"))
+    for rank in (0, 1):
+        tv = run / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+        events = json.loads(tv.read_text())
+        tv.write_text(json.dumps([e for e in events if e.get("cat") != "async_npu"]))
+    res = analyze([run], workers=1)
+    assert [(r.units, r.units_source) for r in res.ranks] == [(None, "none"), (None, "none")]

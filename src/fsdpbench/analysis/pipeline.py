@@ -210,6 +210,10 @@ def _units(
 
     if trace.format not in ("kineto", "ascend"):
         return None, None, unit_ranges.SOURCE_NONE, None
+    if trace.format == "ascend" and not (ev.device & (ev.launch_lane != ev.lane.codes)).any():
+        # no device task linked to a host operator (an export without flows or connection ids):
+        # every row would be (outside)
+        return None, None, unit_ranges.SOURCE_NONE, None
     ranges = unit_ranges.find_ranges(ev)
     select = np.isin(ev.step, chosen) if chosen else None
     edges = attribution.prefetches(ev, ranges, select)

@@ -409,11 +409,11 @@ def _flow_launches(
     ends: list[tuple[object, str, str]] = []
     enq: dict[object, tuple[str, str]] = {}
     deq: list[tuple[str, str, float, object]] = []
+    wanted = ("async_npu", "enqueue", "dequeue")
     for e in events:
-        if type(e) is not dict:
+        if type(e) is not dict or (cat := e.get("cat")) not in wanted:
             continue
-        cat, ph = e.get("cat"), e.get("ph")
-        pid, tid = e.get("pid"), e.get("tid")
+        ph, pid, tid = e.get("ph"), e.get("pid"), e.get("tid")
         if cat == "async_npu" and ph in ("s", "f"):
             if ph == "s":
                 starts[e.get("id")] = (

@@ -345,13 +345,12 @@ def _op_launch(d: _Db) -> dict[int, tuple[str, int]]:
     without ``PYTORCH_API`` or ``CONNECTION_IDS``."""
     if not {"PYTORCH_API", "CONNECTION_IDS"} <= d.have:
         return {}
-    py = d.query(
-        "SELECT startNs, endNs, globalTid, connectionId, name, type FROM PYTORCH_API WHERE connectionId IS NOT NULL"
+    rows = d.query(
+        "SELECT p.startNs, p.endNs, p.globalTid, c.connectionId, p.name, p.type FROM PYTORCH_API p "
+        "JOIN CONNECTION_IDS c ON c.id = p.connectionId"
     )
-    ids = d.query("SELECT id, connectionId FROM CONNECTION_IDS")
-    if not len(py) or not len(ids):
+    if not len(rows):
         return {}
-    rows = py.merge(ids, left_on="connectionId", right_on="id", suffixes=("_api", ""))
     rows = rows.assign(
         lane="Python " + rows["globalTid"].astype(str),
         start_ns=_ns(rows["startNs"], d.path, "PYTORCH_API.startNs"),
