@@ -171,15 +171,14 @@ def test_fsdp2_backward_prefetch_gathers_what_the_setting_says(gloo_world_of_one
     state: a pending all-gather result or unsharded) are exactly i-1..i-d: d=1 for the implicit default,
     none for ``prefetch=none``, 2 for ``bwd_prefetch=2``."""
     from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
-    from fsdpbench.model import init_full_tensor
+    from fsdpbench.model import InitialValues
     from fsdpbench.run.tokens import global_batch
 
     cfg = preset_tiny()
     backend = TorchFSDP2Backend()
     model = backend.apply(_meta_model(), backend.init_mesh("cpu", (1,)), parse_arms(spec)[0])
     backend.materialize(model, "cpu")
-    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    backend.load_full_params(model, lambda name: init_full_tensor(name, shapes[name], 0))
+    backend.load_params(model, InitialValues({n: p.shape for n, p in model.named_parameters()}, 0))
     layers = list(model.model.layers)
     gathering: dict[int, list[int]] = {}
 
@@ -200,7 +199,7 @@ def test_fsdp2_backward_prefetch_gathers_what_the_setting_says(gloo_world_of_one
 
 def test_fsdp2_without_backward_prefetch_trains_like_the_unsharded_model(gloo_world_of_one):
     from fsdpbench.backends.torch_fsdp2 import TorchFSDP2Backend
-    from fsdpbench.model import init_full_tensor
+    from fsdpbench.model import InitialValues, init_full_tensor
     from fsdpbench.run.tokens import global_batch
 
     cfg = preset_tiny()
@@ -213,9 +212,7 @@ def test_fsdp2_without_backward_prefetch_trains_like_the_unsharded_model(gloo_wo
     backend = TorchFSDP2Backend()
     model = backend.apply(_meta_model(), backend.init_mesh("cpu", (1,)), parse_arms("torch:prefetch=none")[0])
     backend.materialize(model, "cpu")
-    backend.load_full_params(
-        model, lambda name: init_full_tensor(name, tuple(dict(full.named_parameters())[name].shape), 0)
-    )
+    backend.load_params(model, InitialValues({n: p.shape for n, p in full.named_parameters()}, 0))
     model(ids, labels=ids).loss.backward()
     want = dict(full.named_parameters())
     worst = max((p.grad.full_tensor() - want[n].grad).abs().max().item() for n, p in model.named_parameters())

@@ -8,7 +8,7 @@ defines one subclass of ``Backend``. The worker calls, in this order::
     mesh = backend.init_mesh(device_type, shape)     # after the process group exists
     backend.apply(model, mesh, arm)                  # model on meta; wraps layers → root, sets prefetch
     backend.materialize(model, device)
-    backend.load_full_params(model, full_of)         # the seeded full weights, one parameter at a time
+    backend.load_params(model, values)               # each rank computes and fills only its shard's values
     model, optimizer = backend.make_training(model, make_optimizer)
     ... loss = model(...).loss; backend.backward(loss); backend.optimizer_step(optimizer) ...
     backend.local_grad_sq(params)                    # this rank's share of the squared gradient norm
@@ -16,7 +16,7 @@ defines one subclass of ``Backend``. The worker calls, in this order::
     backend.full_state_dict(model)                   # --dump-params (collective)
     backend.close()                                  # on every path
 
-Every hook but ``init_mesh``/``apply``/``load_full_param``/``full_tensor`` has today's FSDP2 behaviour
+Every hook but ``init_mesh``/``apply``/``load_param``/``full_tensor`` has today's FSDP2 behaviour
 as its default. No backend reaches into another's internals; each optional library (hyper_parallel,
 deepspeed) is imported only inside its own backend's methods, i.e. only in that arm's worker processes.
 """
@@ -32,9 +32,7 @@ if TYPE_CHECKING:  # torch stays out of the torch-free import path (CLI, launche
     import torch
 
     from fsdpbench.config import Arm
-
-FullOf = Callable[[str], "torch.Tensor"]
-"""``full_of(name)``: the seeded full (unsharded) initial value of the parameter called ``name``."""
+    from fsdpbench.model.init import InitialValues
 
 
 def grad_sq_sum(params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -82,13 +80,14 @@ class Backend(abc.ABC):
         return model.to_empty(device=device)
 
     @abc.abstractmethod
-    def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
-        """Copy this rank's part of the full tensor ``full`` into the (sharded) parameter."""
+    def load_param(self, name: str, param: torch.nn.Parameter, values: InitialValues) -> None:
+        """Fill this rank's part of parameter ``name`` with its initial values, computing only that part
+        (``values.block(name, index)`` / ``values.flat(name, start, stop)``, never the full tensor)."""
 
-    def load_full_params(self, model: torch.nn.Module, full_of: FullOf) -> None:
-        """Load every parameter's seeded full value (``full_of(name)``), one parameter at a time."""
+    def load_params(self, model: torch.nn.Module, values: InitialValues) -> None:
+        """Fill every parameter's local shard with its initial values (names: the unwrapped model's)."""
         for name, param in model.named_parameters():
-            self.load_full_param(param, full_of(name))
+            self.load_param(name, param, values)
 
     def make_training(
         self,

@@ -18,8 +18,10 @@ CPU/gloo with deepspeed 0.19.8 and torch 2.13):
 
 The shared arm options map onto ZeRO-3 knobs where an equivalent exists (``deepspeed_config``); the
 arm's own knobs (``Arm.backend_options``, allow-listed in ``config.DEEPSPEED_KNOBS``) override them.
-The model is materialised whole on every rank and sharded by ``deepspeed.initialize`` (no
-``zero.Init``): the initial peak memory per rank is the full model, unlike the other arms.
+The model is materialised whole (uninitialised) on every rank and partitioned by
+``deepspeed.zero.Init(module=...)`` in ``load_params``, the call ``deepspeed.initialize`` would make; each
+rank then computes only its partitions' values. The initial peak memory per rank is still the full
+model, unlike the other arms.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     import torch
 
     from fsdpbench.config import Arm
+    from fsdpbench.model.init import InitialValues
 
 log = logging.getLogger(__name__)
 
@@ -135,25 +138,44 @@ class DeepSpeedZero3Backend(Backend):
         return None
 
     def apply(self, model: torch.nn.Module, mesh: Any, arm: Arm) -> torch.nn.Module:
-        """Remember the arm; ZeRO-3 shards at ``deepspeed.initialize`` (``make_training``)."""
+        """Resolve the ZeRO-3 configuration; ZeRO-3 partitions in ``load_params``."""
         self._arm = arm
+        layers = list(model.model.layers)
+        largest = max((sum(p.numel() for p in layer.parameters()) for layer in layers), default=0)
+        self.config = deepspeed_config(arm, largest)
         return model
 
-    def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
-        """Copy the whole tensor: the model is not sharded before ``deepspeed.initialize``."""
-        import torch
+    def load_param(self, name: str, param: torch.nn.Parameter, values: InitialValues) -> None:
+        raise NotImplementedError("ZeRO-3 partitions the whole model at once: use load_params")
 
+    def load_params(self, model: torch.nn.Module, values: InitialValues) -> None:
+        """Partition the (uninitialised) model with ``deepspeed.zero.Init(module=...)``, as
+        ``deepspeed.initialize`` would, then fill each parameter's partition ``ds_tensor`` with its element
+        range: rank r of W holds elements ``[r·p, min((r+1)·p, ds_numel))``, p = ``ds_tensor.ds_numel``
+        (DeepSpeed's own partition size, ⌈numel / W⌉). The partition's padding stays as DeepSpeed left it.
+
+        The model is cast to the engine's parameter dtype first: ``initialize`` checks it on a model
+        that is already partitioned (and then neither casts nor broadcasts it)."""
+        import deepspeed
+        import torch
+        import torch.distributed as dist
+
+        dtype = torch.bfloat16 if self.config.get("bf16", {}).get("enabled") else torch.float32
+        model.to(dtype)
         with torch.no_grad():
-            param.copy_(full.to(device=param.device, dtype=param.dtype))
+            deepspeed.zero.Init(module=model, dtype=dtype, config_dict_or_path=self.config)
+            rank = dist.get_rank()
+            for name, param in model.named_parameters():
+                size = param.ds_tensor.ds_numel
+                start = min(rank * size, param.ds_numel)
+                stop = min(start + size, param.ds_numel)
+                values.flat(name, start, stop, out=param.ds_tensor[: stop - start])
 
     def make_training(self, model: torch.nn.Module, make_optimizer: Any) -> tuple[Any, Any]:
         """``deepspeed.initialize`` with the run's optimizer; returns (engine, ZeRO-3 optimizer)."""
         import deepspeed
 
         assert self._arm is not None, "apply() comes first"
-        layers = list(model.model.layers)
-        largest = max((sum(p.numel() for p in layer.parameters()) for layer in layers), default=0)
-        self.config = deepspeed_config(self._arm, largest)
         optimizer = make_optimizer(list(model.parameters()))
         self.engine, ds_optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=self.config

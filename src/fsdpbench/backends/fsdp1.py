@@ -19,8 +19,8 @@ The plan of ``backends/plan.py`` with FSDP1's own knobs (facts checked on CPU/gl
   never freed after forward), then the layers and the root, which own no parameters then;
 * mixed precision = ``MixedPrecision(param_dtype, reduce_dtype)``;
 * FSDP1 flattens each unit's parameters into one ``FlatParameter`` and renames the modules
-  (``_fsdp_wrapped_module.``): weights go in through ``summon_full_params(unit, recurse=False,
-  writeback=True)`` (one unit gathered at a time) and come out through a ``FULL_STATE_DICT``.
+  (``_fsdp_wrapped_module.``): weights go into each rank's flat shard piece by piece (the element ranges
+  of ``_shard_param_infos``) and come out through a ``FULL_STATE_DICT``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fsdpbench.backends.base import Backend, FullOf
+from fsdpbench.backends.base import Backend
 from fsdpbench.backends.plan import module_units
 
 if TYPE_CHECKING:
     from fsdpbench.config import Arm
+    from fsdpbench.model.init import InitialValues
 
 WRAPPED_PREFIX = "_fsdp_wrapped_module."
 """FSDP1's infix in parameter and module names (``torch.distributed.fsdp._common_utils.FSDP_WRAPPED_MODULE``)."""
@@ -111,21 +112,31 @@ class FSDP1Backend(Backend):
         """Nothing left to do: ``param_init_fn`` gave every module storage while FSDP1 wrapped it."""
         return model
 
-    def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
-        raise NotImplementedError("FSDP1 loads whole units: use load_full_params")
+    def load_param(self, name: str, param: torch.nn.Parameter, values: InitialValues) -> None:
+        raise NotImplementedError("FSDP1 fills whole flat parameters: use load_params")
 
-    def load_full_params(self, model: torch.nn.Module, full_of: FullOf) -> None:
-        """Gather one unit at a time (``summon_full_params``, ``recurse=False``), copy the full values of
-        the parameters it owns, and let FSDP1 write this rank's shard back."""
+    def load_params(self, model: torch.nn.Module, values: InitialValues) -> None:
+        """Fill each unit's local ``FlatParameter`` shard piece by piece: FSDP1's own metadata
+        (``_fqns``, ``_shard_param_infos``) says which element range of which parameter each piece of
+        this rank's shard holds; only those ranges are computed (padding stays as FSDP1 left it)."""
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         unit_names = {id(m): clean_name(n) for n, m in model.named_modules()}
         for unit in FSDP.fsdp_modules(model):
+            handle = unit._handle
+            if handle is None:  # a unit that owns no parameters (its children's units own them)
+                continue
             prefix = unit_names[id(unit)]
-            with FSDP.summon_full_params(unit, recurse=False, writeback=True), torch.no_grad():
-                for name, param in _own_params(unit.module, FSDP):
-                    full = full_of(f"{prefix}.{name}" if prefix else name)
-                    param.copy_(full.to(device=param.device, dtype=param.dtype))
+            flat = handle.flat_param
+            local = flat.data  # this rank's shard while sharded (the original parameters view it)
+            with torch.no_grad():
+                for fqn, piece in zip(flat._fqns, flat._shard_param_infos, strict=True):
+                    if not piece.in_shard:
+                        continue
+                    name = clean_name(f"{prefix}.{fqn}" if prefix else fqn)
+                    start, stop = piece.intra_param_start_idx, piece.intra_param_end_idx + 1  # end inclusive
+                    at = piece.offset_in_shard
+                    values.flat(name, start, stop, out=local[at : at + piece.numel_in_shard])
 
     def full_tensor(self, param: torch.nn.Parameter) -> torch.Tensor:
         raise NotImplementedError("FSDP1 reads whole units: use full_state_dict")

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from fsdpbench.config import Arm
+    from fsdpbench.model.init import InitialValues
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +238,7 @@ class HyperBackend(Backend):
     def materialize(self, model: torch.nn.Module, device: torch.device | str) -> torch.nn.Module:
         """Give every sharded parameter and every meta buffer uninitialised storage on ``device``
         (hyper's counterpart of ``model.to_empty``, which cannot copy hyper's DTensor parameters: no
-        layout rule for ``_has_compatible_shallow_copy_type``; values come from ``load_full_param``)."""
+        layout rule for ``_has_compatible_shallow_copy_type``; values come from ``load_param``)."""
         import torch
         from hyper_parallel.core.dtensor import DTensor
 
@@ -264,15 +265,19 @@ class HyperBackend(Backend):
         return model
 
     # ---------------------------------------------------------------------------------- parameters
-    def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
-        """Copy this rank's shard of ``full`` (every rank holds it: no communication) into ``param``."""
-        import torch
-
+    def load_param(self, name: str, param: torch.nn.Parameter, values: InitialValues) -> None:
+        """Compute this rank's chunk (``torch.chunk`` along hyper's shard dim) into ``param``'s local tensor."""
         owner = self._owner(param)
         info = owner.mesh_info
-        local = full.chunk(info.shard_mesh_size, dim=owner.hsdp_placement.dim)[info.shard_mesh_rank]
-        with torch.no_grad():
-            param._local_tensor.copy_(local)
+        shape = values.shape(name)
+        dim = owner.hsdp_placement.dim
+        chunk = -(-shape[dim] // info.shard_mesh_size)
+        start = min(info.shard_mesh_rank * chunk, shape[dim])
+        index = tuple(
+            slice(start, min(start + chunk, shape[dim])) if d == dim else slice(None)
+            for d in range(len(shape))
+        )
+        values.block(name, index, out=param._local_tensor)
 
     def full_tensor(self, param: torch.nn.Parameter) -> torch.Tensor:
         """The whole parameter on every rank (hyper's DTensor ``full_tensor``, a collective)."""
@@ -299,9 +304,7 @@ class HyperBackend(Backend):
             }
             owner = self._owners.get(id(param))
         if owner is None:
-            raise LaunchError(
-                "hyper arm: load_full_param got a parameter that hyper's fully_shard did not shard"
-            )
+            raise LaunchError("hyper arm: load_param got a parameter that hyper's fully_shard did not shard")
         return owner
 
 

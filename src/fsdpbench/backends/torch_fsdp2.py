@@ -38,6 +38,7 @@ from fsdpbench.errors import LaunchError
 
 if TYPE_CHECKING:
     from fsdpbench.config import Arm
+    from fsdpbench.model.init import InitialValues
 
 log = logging.getLogger(__name__)
 
@@ -239,18 +240,12 @@ class TorchFSDP2Backend(Backend):
                     )
         return True
 
-    def load_full_param(self, param: torch.nn.Parameter, full: torch.Tensor) -> None:
-        """Copy this rank's shard of ``full``: every rank holds ``full``, so no communication."""
-        from torch.distributed.tensor import distribute_tensor
+    def load_param(self, name: str, param: torch.nn.Parameter, values: InitialValues) -> None:
+        """Compute this rank's block of the DTensor (Shard rows, HSDP's replicas alike) and copy it in."""
+        from fsdpbench.model.init import dtensor_local_index
 
-        local = distribute_tensor(
-            full.to(device=param.device, dtype=param.dtype),
-            param.device_mesh,
-            param.placements,
-            src_data_rank=None,
-        ).to_local()
-        with torch.no_grad():
-            param.to_local().copy_(local)
+        index = dtensor_local_index(values.shape(name), param.device_mesh, param.placements)
+        values.block(name, index, out=param.to_local())
 
     def full_tensor(self, param: torch.nn.Parameter) -> torch.Tensor:
         return param.full_tensor()

@@ -99,19 +99,20 @@ def apply_activation_checkpointing(model: torch.nn.Module) -> None:
 def build_sharded_model(
     cfg: RunConfig, arm: Arm, backend: Backend, mesh: Any, device: torch.device
 ) -> torch.nn.Module:
-    """Build on meta, checkpoint (ac=full), shard with ``backend``, materialise on ``device`` and load
-    the seeded initial weights one parameter at a time (the same values for every arm and mesh)."""
-    from fsdpbench.model import build_model, init_full_tensor
+    """Build on meta, checkpoint (ac=full), shard with ``backend``, materialise on ``device`` and fill
+    each rank's shards with their initial values, computing only those elements (the same values for
+    every arm, mesh and world size: ``model.init``)."""
+    from fsdpbench.model import InitialValues, build_model
 
     model = build_model(cfg.model, device="meta")
-    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    values = InitialValues(
+        {name: tuple(p.shape) for name, p in model.named_parameters()}, cfg.seed, cfg.model.initializer_range
+    )
     if arm.ac == "full":
         apply_activation_checkpointing(model)
     model = backend.apply(model, mesh, arm)
     model = backend.materialize(model, device)
-    backend.load_full_params(
-        model, lambda name: init_full_tensor(name, shapes[name], cfg.seed, dtype=torch.float32, device="cpu")
-    )
+    backend.load_params(model, values)
     return model
 
 
