@@ -26,7 +26,7 @@ import pytest
 
 from fsdpbench.analysis.pipeline import analyze
 from fsdpbench.trace.ascend_launch import through_queue
-from helpers import ASCEND_FIXTURES
+from helpers import ASCEND_FIXTURES, run_cli
 
 TEXT1 = ASCEND_FIXTURES / "msinsight_pt_text_level1"
 DB2 = ASCEND_FIXTURES / "msinsight_pt_db_level2"
@@ -260,3 +260,19 @@ def test_ascend_export_without_links_has_no_units(tmp_path, shared_fixtures):
         tv.write_text(json.dumps([e for e in events if e.get("cat") != "async_npu"]))
     res = analyze([run], workers=1)
     assert [(r.units, r.units_source) for r in res.ranks] == [(None, "none"), (None, "none")]
+
+
+def test_diff_of_two_ascend_exports_names_places(tmp_path, shared_fixtures):
+    """The text and the db export (two runs) with FSDP2 ranges: ``fsdpbench diff`` compares them place
+    by place; each side's comm per (unit, phase) is the mean over its ranks of the plain reading's."""
+    base, want_base = _text_copy(tmp_path)
+    test, want_test = _db_copy(tmp_path)
+    out = tmp_path / "diff.json"
+    proc = run_cli("diff", str(base), str(test), "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    places = {(p["unit"], p["phase"]): p for p in json.loads(out.read_text())["places"]}
+    assert {(u, "backward") for u in ("root", "features", "classifier")} <= set(places)
+    for side, want in (("base", want_base), ("test", want_test)):
+        for key, p in places.items():
+            mean = sum(w[0].get(key, {"comm": 0.0})["comm"] for w in want.values()) / len(want)
+            assert p[side]["comm_us"] == pytest.approx(mean, abs=1e-3), (side, key)
