@@ -132,31 +132,7 @@ def _raw_fsdp2(path: Path) -> tuple[dict[tuple[str, str], tuple[int, int]], list
 
 def _raw_block_compute(path: Path, window: tuple[int, int]) -> int:
     """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
-    evs = _raw_events(path)
-    main = next(e["tid"] for e in evs if e["name"].startswith("ProfilerStep#"))
-    skip = ("autograd::", "torch::autograd::", "FSDP::", "c10d::", "_c10d_functional::", "c10d_functional::")
-    skip += ("profiler::", "torch::jit::")
-    launches = [
-        _ns(e) for e in evs if e["tid"] == main and e["name"].startswith(("c10d::", "record_param_comms"))
-    ]
-    ops = sorted(
-        (
-            _ns(e)
-            for e in evs
-            if e["tid"] == main
-            and e.get("cat") == "cpu_op"
-            and "::" in e["name"]
-            and not e["name"].startswith(skip)
-            and not any(a <= _ns(e)[0] and _ns(e)[1] <= b for a, b in launches)
-        ),
-        key=lambda x: (x[0], -x[1]),
-    )
-    total, reach = 0, -1
-    for s, e in ops:
-        if s >= reach and window[0] <= s < window[1]:
-            total += e - s
-        reach = max(reach, e)
-    return total
+    return _ops_in(_raw_events(path), window)
 
 
 @pytest.mark.distributed

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+
+from fsdpbench.run.process_exit import kill_process_group
 
 ASCEND_PARSE_LOG = "ascend_parse.log"
 """In a profile launch's folder: the profiled step's parse, each rank folder's output under its own header."""
@@ -37,7 +38,6 @@ ASCEND_REQUIRED = ("kernel_details.csv", "trace_view.json")
 """Files each rank's ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` must hold after torch_npu's parse: without
 CANN's msprof the parse fails inside torch_npu (caught there, rc 0) and leaves no device kernels."""
 POLL_S = 0.05
-KILL_GRACE_S = 5.0
 NPU_PATH_RULE = re.compile(r"(\.|/|_|-|\s|[~0-9a-zA-Z]|[\u4e00-\u9fa5])+")
 """torch_npu's own pattern (``re.fullmatch`` on the real path; ``_path_manager.py`` line 165)."""
 NPU_PATH_MAX, NPU_NAME_MAX = 4096, 255
@@ -90,20 +90,6 @@ class FolderParse:
         return self.rc is None
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """SIGTERM the parse's process group (msprof runs below it), SIGKILL after a grace period."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=KILL_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def parse_folders(
     python: str, folders: list[Path], env: dict[str, str], timeout_s: float, jobs: int | None = None
 ) -> list[FolderParse]:
@@ -137,14 +123,14 @@ def parse_folders(
                 if rc is None and elapsed <= timeout_s:
                     continue
                 if rc is None:
-                    _kill(proc)
+                    kill_process_group(proc)
                 del running[proc]
                 out.seek(0)  # type: ignore[attr-defined]
                 done[folder] = FolderParse(folder, rc, elapsed, out.read())  # type: ignore[attr-defined]
                 out.close()  # type: ignore[attr-defined]
     except BaseException:
         for proc in running:
-            _kill(proc)
+            kill_process_group(proc)
         raise
     return [done[f] for f in folders]
 

@@ -13,7 +13,6 @@ import hashlib
 import logging
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -30,11 +29,11 @@ from fsdpbench.run import collect, failures, phases, run_folder
 from fsdpbench.run import rounds as rounds_rule
 from fsdpbench.run.ascend_parse import npu_profile_path_problem, parse_launch_profiles
 from fsdpbench.run.interpreters import arm_interpreter, interpreter_environment, probe_arms
+from fsdpbench.run.process_exit import kill_process_group
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
-KILL_GRACE_S = 5.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,14 +378,14 @@ class Run:
                             if progress:
                                 progress.step(rec)
                     if rc is None and time.monotonic() - t0 > self.cfg.timeout:
-                        _kill_group(proc)
+                        kill_process_group(proc)
                         rc = proc.returncode
                         error = (
                             f"timed out after {self.cfg.timeout:g} s (a rank hung or is too slow); the whole "
                             f"process group was killed — raise --timeout if the run is just slow"
                         )
             except BaseException:
-                _kill_group(proc)
+                kill_process_group(proc)
                 rc = proc.returncode
                 self._write_status(ldir, arm, round_, rc, started, t0, "interrupted")
                 raise
@@ -626,24 +625,6 @@ def node0_decides(cfg: RunConfig, folder: Path, fingerprint: str, todo: list[Any
     return list(result["todo"])
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the launch's whole process group (torchrun and every rank), SIGKILL after a grace period."""
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # ranks that outlived torchrun in the same group
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def _run_to_end(
     cmd: list[str], log_path: Path, env: dict[str, str], timeout: float
 ) -> tuple[int | None, bool]:
@@ -654,10 +635,10 @@ def _run_to_end(
         try:
             return proc.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_process_group(proc)
             return proc.returncode, True
         except BaseException:
-            _kill_group(proc)
+            kill_process_group(proc)
             raise
 
 

@@ -1,9 +1,11 @@
-"""Leaving a torchrun child without the interpreter's teardown."""
+"""Ending processes: a torchrun child leaving without the interpreter's teardown, a child group killed."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
 import sys
 from typing import NoReturn
 
@@ -20,3 +22,20 @@ def exit_without_teardown(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+KILL_GRACE_S = 5.0
+
+
+def kill_process_group(proc: subprocess.Popen) -> None:
+    """SIGTERM ``proc``'s whole process group (started with ``start_new_session``), SIGKILL after a grace period."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
