@@ -23,6 +23,8 @@ them) and, for reference, of RSS (shared pages counted in every process), sample
 
 The machine's other load moves every figure; fsdpbench and the bare decode run ``--repeat`` rounds,
 interleaved (fastest of each kept), HTA once (it takes minutes).
+Before timing, the bytecode of the fsdpbench the runs import is written (as installing a wheel does), so
+a shell with ``PYTHONDONTWRITEBYTECODE`` does not charge every run for compiling fsdpbench's sources.
 """
 
 from __future__ import annotations
