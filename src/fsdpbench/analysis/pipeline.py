@@ -212,13 +212,17 @@ def _units(
     ``collective_events``' order (``attribution.collective_places``: through its launching host call,
     CPU and device traces alike), the source of the units (``unit_ranges.find_ranges``) and FSDP2's
     prefetch edges (``attribution.prefetches``; None without FSDP2 ranges). Rows and places are None
-    where the trace has no (unit, phase) windows (not a Kineto trace, or neither fsdpbench's nor
-    FSDP2's ranges)."""
+    where the trace has no (unit, phase) windows. Ascend exports take part through the host operator
+    the profiler links to each device task (:mod:`fsdpbench.trace.ascend_launch`)."""
     import numpy as np
 
     from fsdpbench.analysis import attribution, unit_ranges
 
-    if trace.format != "kineto":
+    if trace.format not in ("kineto", "ascend"):
+        return None, None, unit_ranges.SOURCE_NONE, None
+    if trace.format == "ascend" and not (ev.device & (ev.launch_lane != ev.lane.codes)).any():
+        # no device task linked to a host operator (an export without flows or connection ids):
+        # every row would be (outside)
         return None, None, unit_ranges.SOURCE_NONE, None
     ranges = unit_ranges.find_ranges(ev)
     select = np.isin(ev.step, chosen) if chosen else None

@@ -48,6 +48,7 @@ _READER_FILES = (
     "kineto_comm.py",
     "ascend.py",
     "ascend_db.py",
+    "ascend_launch.py",
     "table.py",
     "rank.py",
     "cache.py",
