@@ -44,8 +44,6 @@ NODE_ARGS = [
     "--steps",
     "2",
     "--profile",
-    "--profile-step",
-    "1",
     "--timeout",
     "60",
     "--no-report",
@@ -136,6 +134,7 @@ def _two_node_config(node: int, **more) -> RunConfig:
         "node_rank": node,
         "rounds": 2,
         "profile": True,
+        "separate_profile": True,
     }
     return RunConfig.from_sources(env={}, overrides={"rdzv_endpoint": "10.0.0.1:29400", **overrides, **more})
 
@@ -303,23 +302,28 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
     # node 1 followed node 0's to-do list: it reran round 0 although its own status said rc 0
     assert list((run1 / "launches" / "torch").glob("round0.failed_*"))
     steps = [orjson.loads(ln) for ln in (run0 / run_folder.STEPS).read_bytes().splitlines()]
-    assert sorted((s["round"], s["step"]) for s in steps) == [(-1, 0), (-1, 1), (0, 0), (0, 1)]
+    # round 0: 2 timed steps, then the profiler's warm-up step and the profiled one (no profile launch)
+    assert sorted((s["round"], s["step"], s["kind"]) for s in steps) == [
+        (0, 0, "timed"),
+        (0, 1, "timed"),
+        (0, 2, "profile"),
+        (0, 3, "profile"),
+    ]
     # the two nodes trained as one world of 2 ranks: losses of unsharded training on the same batches
     ref_losses, _ = reference_training(rows=2, steps=2)
-    for round_ in (0, run_folder.PROFILE_ROUND):
-        ours = [s for s in steps if s["round"] == round_]
-        assert [s["world_size"] for s in ours] == [2, 2]
-        assert [s["loss"] for s in ours] == pytest.approx(ref_losses, abs=1e-6)
+    ours = [s for s in steps if s["kind"] == "timed"]
+    assert [s["world_size"] for s in steps] == [2] * 4
+    assert [s["loss"] for s in ours] == pytest.approx(ref_losses, abs=1e-6)
     assert sorted(p.name for p in (run0 / "profiles" / "torch").iterdir()) == ["rank0", "rank1"]
     theirs = _tree_hashes(run1 / "profiles" / "torch" / "rank1")
     assert any(name.endswith(".json.gz") for name in theirs)
     assert _tree_hashes(run0 / "profiles" / "torch" / "rank1") == theirs
-    for leaf in ("round0", "profile"):  # node 1's logs, environment and spec, under node1/
-        sent = _tree_hashes(
-            run1 / "launches" / "torch" / leaf, skip=("collect", "collect.json", "status.json")
-        )
-        assert "environment_node1.json" in sent and "torchrun.log" in sent
-        assert _tree_hashes(run0 / "launches" / "torch" / leaf / "node1") == sent
+    # node 1's logs, environment and spec, under node1/
+    sent = _tree_hashes(
+        run1 / "launches" / "torch" / "round0", skip=("collect", "collect.json", "status.json")
+    )
+    assert "environment_node1.json" in sent and "torchrun.log" in sent
+    assert _tree_hashes(run0 / "launches" / "torch" / "round0" / "node1") == sent
     summary = orjson.loads((run0 / run_folder.SUMMARY).read_bytes())
     assert summary["missing"] == [] and [f["resolved"] for f in summary["failures"]] == [True]
     assert summary["collected"]["nodes"] == [1] and summary["collected"]["left_in_place"] == []

@@ -181,24 +181,19 @@ def test_a_profile_launch_is_round_profile_round_in_its_folder_and_kind(tmp_path
 
 
 @pytest.mark.parametrize(
-    ("status", "ok"),
+    ("profiles", "ok"),
     [
-        ({"rc": 0, "error": None}, True),
-        ({"rc": 1, "error": "rank 1 crashed"}, False),
-        (
-            {"rc": 0, "error": "the Ascend profile was not parsed"},
-            False,
-        ),  # rc 0 but the launcher's check failed
+        ({"torch": "profiles/torch"}, True),  # the launcher records a profile only when its launch passed
+        ({}, False),  # failed, not parsed (rc 0 but the launcher's check failed), or not run yet
     ],
 )
-def test_a_sweep_cell_is_done_only_when_every_profile_launch_passed(tmp_path, status, ok):
-    manifest = {"config": {"profile": True}, "arms": [{"label": "torch"}]}
+def test_a_sweep_cell_is_done_only_when_every_arm_was_profiled(tmp_path, profiles, ok):
+    """The profile rides in round 0 (or a --separate-profile launch): either way the manifest's
+    ``profiles`` names it once that launch passed every check."""
+    manifest = {"config": {"profile": True}, "arms": [{"label": "torch"}], "profiles": profiles}
     summary = {"arms": {"torch": {"status": "ok"}}, "missing": []}
     run_folder.write_json(tmp_path / run_folder.MANIFEST, manifest)
     run_folder.write_json(tmp_path / run_folder.SUMMARY, summary)
-    run_folder.write_json(
-        run_folder.launch_dir(tmp_path, "torch", run_folder.PROFILE_ROUND) / run_folder.STATUS, status
-    )
     assert run_status(tmp_path) == ("done" if ok else "partial")
 
 
@@ -223,3 +218,18 @@ def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkey
     diffs = run_folder.ensure_diffs(run, lambda diffs: "second")
     assert analysed == ["hyper"] and [d["test"] for d in diffs] == ["hyper"]
     assert (run / run_folder.DIFF_MD).read_text() == "second"
+
+
+@pytest.mark.parametrize(
+    ("rounds_auto", "ok"),
+    [
+        ({"rounds": 3, "stopped": True, "reason": "settled"}, True),
+        ({"rounds": 3, "stopped": False, "reason": None}, False),  # it had decided on a fourth round
+        (None, False),  # the run ended between its last round and the check
+    ],
+)
+def test_a_sweep_cell_with_rounds_auto_is_done_only_once_it_stopped(tmp_path, rounds_auto, ok):
+    manifest = {"config": {"rounds_auto": True}, "arms": [{"label": "torch"}], "rounds_auto": rounds_auto}
+    run_folder.write_json(tmp_path / run_folder.MANIFEST, manifest)
+    run_folder.write_json(tmp_path / run_folder.SUMMARY, {"arms": {"torch": {"status": "ok"}}, "missing": []})
+    assert run_status(tmp_path) == ("done" if ok else "partial")

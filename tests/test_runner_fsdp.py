@@ -62,9 +62,7 @@ def test_torch_arm_equals_single_process_training_and_issues_2n_plus_1_all_gathe
 
 def test_hsdp_2x2_on_4_ranks_adds_one_all_reduce_per_unit_and_matches_reference(tmp_path):
     # the profiled launch serves the per-process-group analysis (shard vs replicate: process_group_checks.py)
-    run_dir, steps = _run(
-        tmp_path, "--arm", "torch:mesh=2x2", "--profile", "--profile-step", "1", nproc=4, timeout=280
-    )
+    run_dir, steps = _run(tmp_path, "--arm", "torch:mesh=2x2", "--profile", nproc=4, timeout=280)
     steps = [s for s in steps if s["kind"] == "timed"]
     layers = preset_tiny().num_hidden_layers
     check_hsdp_groups(run_dir / "profiles" / "torch-mesh2x2", layers)

@@ -74,7 +74,8 @@ def innermost(ranges: Ranges, lane: np.ndarray, time_ns: np.ndarray) -> np.ndarr
     if not len(ranges) or not time_ns.size:
         return out
     order = np.lexsort((-(ranges.end_ns - ranges.start_ns), ranges.start_ns))
-    for lane_code in np.unique(ranges.lane):
+    # sorted(set(…)), not np.unique: numpy 2's np.unique imports numpy.ma on first use (~30 ms a worker process)
+    for lane_code in sorted(set(ranges.lane.tolist())):
         q = np.flatnonzero(lane == lane_code)
         if not q.size:
             continue

@@ -108,7 +108,11 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     all_ev = trace.table
     orphans = all_ev.orphan & all_ev.device
     ev = all_ev.take(~orphans) if orphans.any() else all_ev  # orphans are left out of every total
-    known = sorted(int(s) for s in set(trace.windows.step.tolist()) | set(ev.step[ev.step >= 0].tolist()))
+    stepped = ev.step[ev.step >= 0]
+    # one step in the events (the usual profile): no Python set of every event's step
+    one = stepped.size > 0 and stepped.min() == stepped.max()
+    event_steps = {int(stepped[0])} if one else set(stepped.tolist())
+    known = sorted(int(s) for s in set(trace.windows.step.tolist()) | event_steps)
     if step is not None:
         if step not in known:
             raise InputError(
@@ -118,11 +122,17 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     else:
         chosen = known
     from fsdpbench.analysis import intervals as iv
-    from fsdpbench.analysis.overlap import category_union, device_busy
+    from fsdpbench.analysis.overlap import category_union
 
-    busy_all = device_busy(ev)  # every step's device work: what is not free inside a step's window
-    sel = ev.take(np.isin(ev.step, chosen)) if chosen else ev
-    unions = category_union(sel, "compute"), category_union(sel, "comm")  # for the totals and exposed
+    # every step's device work (what is not free inside a step's window): overlap.device_busy, with its
+    # two unions kept for when they are also the chosen steps' ones
+    unions_all = category_union(ev, "compute"), category_union(ev, "comm")
+    busy_all = iv.union_of(*unions_all)
+    in_chosen = np.isin(ev.step, chosen) if chosen else None
+    # every event in the chosen steps (one profiled step, as usual): the table itself, not a copy of it
+    sel = ev if in_chosen is None or in_chosen.all() else ev.take(in_chosen)
+    # ∪ compute and ∪ comm of the chosen steps: for the totals, exposed comm and the groups
+    unions = unions_all if sel is ev else (category_union(sel, "compute"), category_union(sel, "comm"))
     total = _metrics(trace, sel, chosen, chosen[0] if len(chosen) == 1 else None, busy_all, unions)
     per_step = (
         [_metrics(trace, ev.take(ev.step == s), [s], s, busy_all) for s in chosen]
@@ -132,7 +142,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     trace.warnings.extend(_fallback_window_warnings(trace, chosen, per_step, total))
     from fsdpbench.analysis.groups import group_metrics
 
-    by_group, group_warning = group_metrics(sel)
+    by_group, group_warning = group_metrics(sel, compute=unions[0])
     if group_warning:
         trace.warnings.append(f"rank {trace.rank}: {group_warning}")
     dev = ev.device
@@ -202,13 +212,17 @@ def _units(
     ``collective_events``' order (``attribution.collective_places``: through its launching host call,
     CPU and device traces alike), the source of the units (``unit_ranges.find_ranges``) and FSDP2's
     prefetch edges (``attribution.prefetches``; None without FSDP2 ranges). Rows and places are None
-    where the trace has no (unit, phase) windows (not a Kineto trace, or neither fsdpbench's nor
-    FSDP2's ranges)."""
+    where the trace has no (unit, phase) windows. Ascend exports take part through the host operator
+    the profiler links to each device task (:mod:`fsdpbench.trace.ascend_launch`)."""
     import numpy as np
 
     from fsdpbench.analysis import attribution, unit_ranges
 
-    if trace.format != "kineto":
+    if trace.format not in ("kineto", "ascend"):
+        return None, None, unit_ranges.SOURCE_NONE, None
+    if trace.format == "ascend" and not (ev.device & (ev.launch_lane != ev.lane.codes)).any():
+        # no device task linked to a host operator (an export without flows or connection ids):
+        # every row would be (outside)
         return None, None, unit_ranges.SOURCE_NONE, None
     ranges = unit_ranges.find_ranges(ev)
     select = np.isin(ev.step, chosen) if chosen else None

@@ -203,7 +203,7 @@ class RankMetrics(StepMetrics):
         by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
             over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
         units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
-            None where they cannot be told (an Ascend export, or none of the sources of units);
+            None where they cannot be told (none of the sources of units in the trace);
         units_source: where the units' windows came from: ``fsdpbench ranges``, ``FSDP2 ranges``,
             ``autograd/optimizer ranges`` (phases only, unit ``(all)``: :mod:`fsdpbench.analysis.phase_ranges`)
             or ``none`` (``analysis.unit_ranges.find_ranges``);

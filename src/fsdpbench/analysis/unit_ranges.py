@@ -105,7 +105,7 @@ def host_rows(t: EventTable, codes: list[int]) -> np.ndarray:
     rows = np.flatnonzero(np.isin(t.name.codes, codes) & ~t.device)
     linked = t.device & (t.launch_lane != t.lane.codes)
     if rows.size and linked.any():
-        rows = rows[~np.isin(t.lane.codes[rows], np.unique(t.lane.codes[linked]))]
+        rows = rows[~np.isin(t.lane.codes[rows], t.lane.codes[linked])]
     return rows
 
 

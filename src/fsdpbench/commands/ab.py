@@ -27,6 +27,7 @@ RUN_FLAGS = (
     "master_port",
     "device",
     "profile",
+    "separate_profile",
     "profile_step",
     "profile_ranges",
     "out",
@@ -50,7 +51,20 @@ RUN_FLAGS = (
     "reduce_dtype",
     "ac",
     "comm_fusion",
+    "ci_target",
+    "max_rounds",
+    "max_time",
 )
+
+
+def _rounds(text: str) -> int | str:
+    """``--rounds``: a count, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of rounds or auto, got {text!r}") from None
 
 
 def _bool(text: str) -> bool:
@@ -82,7 +96,25 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     g.add_argument("--layers", type=int, help="decoder layers (env NUM_LAYERS)")
     g.add_argument("--seq-len", type=int, help="tokens per sequence (env SEQ_LEN; default 256)")
     g.add_argument("--batch-size", type=int, help="sequences per rank per step (default 1)")
-    g.add_argument("--rounds", type=int, help="timed launches per arm (ab default 3, run default 1)")
+    g.add_argument(
+        "--rounds",
+        type=_rounds,
+        help="timed launches per arm (ab default 3, run default 1), or auto: add interleaved rounds until "
+        "every comparison's CI excludes 1 or is narrower than --ci-target (docs/methodology.md)",
+    )
+    g.add_argument(
+        "--ci-target",
+        type=float,
+        metavar="PCT",
+        help="--rounds auto: stop when every ratio's 95%% CI is narrower than PCT %% of it (default 2)",
+    )
+    g.add_argument("--max-rounds", type=int, help="--rounds auto: at most N rounds per arm (default 10)")
+    g.add_argument(
+        "--max-time",
+        type=float,
+        metavar="SECONDS",
+        help="--rounds auto: start no round that would end past SECONDS of launches (default: no limit)",
+    )
     g.add_argument("--warmup", type=int, help="untimed steps per launch (default 2)")
     g.add_argument("--steps", type=int, help="timed steps per launch (default 8)")
     g.add_argument(
@@ -142,17 +174,27 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--profile",
         action="store_const",
         const=True,
-        help="add one profiling launch per arm, analysed in the report (env ENABLE_PROFILER; "
-        "default: on for ab, off for run)",
+        help="profile one step per arm after the timed steps of its first round (excluded from the "
+        "statistics), analysed in the report (env ENABLE_PROFILER; default: on for ab, off for run)",
+    )
+    o.add_argument(
+        "--separate-profile",
+        action="store_const",
+        const=True,
+        help="profile in one extra launch per arm instead (the launch records step --profile-step)",
     )
     o.add_argument(
         "--no-profile",
         dest="profile",
         action="store_const",
         const=False,
-        help="no profiling launch: timings only (the report then has no overlap, diff or findings)",
+        help="no profiled step: timings only (the report then has no overlap, diff or findings)",
     )
-    o.add_argument("--profile-step", type=int, help="step recorded by the profiler, >= 1 (default 3)")
+    o.add_argument(
+        "--profile-step",
+        type=int,
+        help="with --separate-profile: the step its launch records, >= 1 (default 3)",
+    )
     o.add_argument(
         "--no-ranges",
         dest="profile_ranges",
@@ -179,7 +221,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--dump-params",
         action="store_const",
         const=True,
-        help="save the final full parameters of each launch (final_params.pt)",
+        help="save each launch's full parameters after its timed steps (final_params.pt)",
     )
 
 
@@ -232,7 +274,7 @@ def execute(args: argparse.Namespace, defaults: dict[str, Any] | None = None) ->
 
 
 AB_DEFAULTS: dict[str, Any] = {"profile": True}
-"""What ``ab`` sets unless a flag, the --config file or an environment name does: a profile launch per
+"""What ``ab`` sets unless a flag, the --config file or an environment name does: a profiled step per
 arm, so that a first ``fsdpbench ab`` (``make demo``) reports the overlap, diff, findings and estimates."""
 
 

@@ -28,6 +28,12 @@ ORDERS: tuple[str, ...] = get_args(Order)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 ACCELERATORS = ("cuda", "npu")
 """Device types on which an arm's param_dtype defaults to ``device_param_dtype`` (bfloat16)."""
+AUTO = "auto"
+"""``--rounds auto`` (``rounds = "auto"`` in a TOML file)."""
+AUTO_MIN_ROUNDS = 3
+"""Rounds per arm before ``--rounds auto`` first checks its CIs: 2 give a CI, but one that excludes 1 by
+chance a third of the time (of the 6 equally likely orders of four equal-speed rounds, the 2 with both
+test rounds faster or both slower give a bootstrap CI without 1)."""
 ENV_NAMES = {
     "SEQ_LEN": "seq_len",
     "NUM_LAYERS": "layers",
@@ -52,7 +58,18 @@ class RunConfig:
     batch_size: int = 1
     """Sequences per rank per step."""
     rounds: int = 3
-    """Timed launches per arm (fresh processes each), interleaved across arms."""
+    """Timed launches per arm (fresh processes each), interleaved across arms. With ``rounds_auto``: the
+    rounds planned so far (``AUTO_MIN_ROUNDS`` to start with; the launcher adds one at a time)."""
+    rounds_auto: bool = False
+    """``--rounds auto``: add interleaved rounds until every comparison's ratio CI excludes 1 or is
+    narrower than ``ci_target`` %, or a limit is reached (``run.rounds_auto``, docs/methodology.md)."""
+    ci_target: float = 2.0
+    """``--rounds auto``: stop once every comparison's 95% CI is narrower than this, in % of the ratio."""
+    max_rounds: int = 10
+    """``--rounds auto``: at most this many rounds per arm."""
+    max_time: float = 0.0
+    """``--rounds auto``: add no round that would end past this many seconds of launches, judged by the last
+    round's time (0 = no limit)."""
     warmup: int = 2
     """Untimed steps at the start of every launch."""
     steps: int = 8
@@ -68,9 +85,12 @@ class RunConfig:
     the port of ``rdzv_endpoint`` (the base port; each launch's is derived from the plan)."""
     device: Device = "auto"
     profile: bool = False
-    """Add one profiling launch per arm (never mixed with the timed rounds)."""
+    """Profile one step per arm: after the timed steps of the arm's first round (excluded from the
+    statistics), or in a launch of its own with ``separate_profile``."""
+    separate_profile: bool = False
+    """Profile in one extra launch per arm instead of after the first round's timed steps."""
     profile_step: int = 3
-    """Step index (0-based, within the profiling launch) that the profiler records; ≥ 1."""
+    """Step index (0-based, within a separate profiling launch) that the profiler records; ≥ 1."""
     profile_ranges: bool = True
     """fsdpbench's own ranges in the profiled step (``--no-ranges`` leaves them out, so the units come from
     the implementation's own ranges, e.g. FSDP2's: docs/attribution.md "Sources of units")."""
@@ -113,6 +133,11 @@ class RunConfig:
     def world_size(self) -> int:
         return self.nproc * self.nnodes
 
+    @property
+    def separate_launches(self) -> bool:
+        """Whether the profile of each arm takes a launch of its own (``--separate-profile``)."""
+        return self.profile and self.separate_profile
+
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the option, its value and what to use instead."""
         self.model.validate()
@@ -136,6 +161,21 @@ class RunConfig:
                 raise ConfigError(
                     f"--{name.replace('_', '-')} must be an integer >= {low}{why.get(name, '')}, got {value!r}"
                 )
+        if self.rounds_auto:
+            if self.max_rounds < AUTO_MIN_ROUNDS:
+                raise ConfigError(
+                    f"--max-rounds must be >= {AUTO_MIN_ROUNDS} with --rounds auto (the first check needs "
+                    f"{AUTO_MIN_ROUNDS} rounds per arm), got {self.max_rounds!r}"
+                )
+            if not self.ci_target > 0:
+                raise ConfigError(f"--ci-target must be > 0 (% of the ratio), got {self.ci_target!r}")
+            if self.nnodes > 1:
+                raise ConfigError(
+                    "--rounds auto runs on one node only (the other nodes do not see the step times to decide); "
+                    "give --rounds N"
+                )
+            if self.max_time < 0:
+                raise ConfigError(f"--max-time must be >= 0 seconds (0 = no limit), got {self.max_time!r}")
         if self.node_rank >= self.nnodes:
             raise ConfigError(f"--node-rank {self.node_rank} must be < --nnodes {self.nnodes}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
@@ -150,7 +190,10 @@ class RunConfig:
             # the plan step, then a launch and a collect step per launch (launcher.plan_ports)
             base, span = (
                 self.master_port or int(port),
-                2 + 2 * (self.rounds + int(self.profile)) * len(self.arms),
+                2
+                + 2
+                * (max(self.rounds, self.max_rounds if self.rounds_auto else 0) + int(self.separate_launches))
+                * len(self.arms),
             )
             if base + span > 65535:
                 raise ConfigError(
@@ -255,6 +298,9 @@ class RunConfig:
         preset = str(merged.pop("preset", "tiny"))
         for key, value in merged.items():
             key = key.replace("-", "_")
+            if key == "rounds" and isinstance(value, str) and value.strip().lower() == AUTO:
+                values["rounds_auto"], values["rounds"] = True, AUTO_MIN_ROUNDS
+                continue
             if key in ARM_OPTION_FIELDS and key != "label":
                 shared[key] = coerce(value, ARM_TYPES[key], f"option {key}")
             elif key in fields and key not in ("model", "arms", "preset", "param_dtype_set"):

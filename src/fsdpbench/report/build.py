@@ -183,7 +183,43 @@ def _verdict(data: RunData) -> list[Block]:
         blocks.append(
             Banner("warning", "No parity result in the summary: the arms' losses were not compared.")
         )
+    blocks.extend(_run_time(data))
     blocks.extend(_warnings(data))
+    return blocks
+
+
+PART_NAMES = {
+    "start": "interpreter and imports",
+    "process_group": "backend and process-group set-up",
+    "model": "model build + init + sharding",
+    "warmup": "warm-up steps",
+    "timed": "timed steps",
+    "profile": "profiled and memory steps",
+    "teardown": "teardown",
+    "after": "profile parse and collect",
+}
+"""The report's words for ``run_folder.LAUNCH_PARTS``."""
+
+
+def _run_time(data: RunData) -> list[Block]:
+    """Where the launches' time went (summary.json ``launch_time``) and why ``--rounds auto`` stopped."""
+    from fsdpbench.run.run_folder import launch_time_line
+
+    summary = data.summary
+    blocks: list[Block] = []
+    auto = summary.rounds_auto if summary else None
+    if auto and auto.get("stopped"):
+        blocks.append(Para(f"`--rounds auto` {auto.get('why')}."))
+    line = launch_time_line(summary.launch_time if summary else None)
+    if line and summary and summary.launch_time:
+        parts = summary.launch_time.get("parts_s") or {}
+        total = summary.launch_time.get("wall_s") or 0.0
+        split = ", ".join(
+            f"{PART_NAMES.get(p, p)} {fmt(s, 1)} s ({fmt_pct(s / total if total else None)})"
+            for p, s in parts.items()
+            if s
+        )
+        blocks.append(Para(f"Time: {line[0].upper()}{line[1:]}: {split}."))
     return blocks
 
 

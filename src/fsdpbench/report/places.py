@@ -65,8 +65,8 @@ def _arm_blocks(arm: str, data: Mapping[str, Any], index: int) -> list[Block]:
     if not places:
         return blocks + [
             Para(
-                "No units: the trace has neither fsdpbench's ranges nor FSDP2's own (an Ascend export, or "
-                "a profile of another implementation not made by fsdpbench)."
+                "No units: the trace has none of fsdpbench's ranges, FSDP2's own, or the autograd and "
+                "optimizer ranges (e.g. an Ascend export without trace_view.json)."
             )
         ]
     units, phases = _axes(list(places))

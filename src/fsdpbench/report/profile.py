@@ -145,7 +145,7 @@ def _memory_timeline(data: RunData, arms: list[str]) -> list[Block]:
     if not any(t and "peak" in t for t in timelines.values()):
         blocks.append(
             Para(
-                "No memory timeline: this run recorded no memory step (the profile launch records one "
+                "No memory timeline: this run recorded no memory step (the profiling launch records one "
                 "on CPU, CUDA and NPU; see docs/memory.md)."
             )
         )

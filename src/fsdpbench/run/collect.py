@@ -98,7 +98,7 @@ def files_to_send(
 ) -> list[list[str]]:
     """``[source path, destination relative to node 0's run folder]`` for this node's files of one
     launch: the launch folder (except the collect step's own files and ``KEPT_ON_NODE``) and, on a
-    profile launch, the profiler output of this node's ranks that the analysis reads (Ascend: each
+    profiling launch (round 0, or a separate profile launch), the profiler output of this node's ranks that the analysis reads (Ascend: each
     ``*_ascend_pt``'s ``ASCEND_PROFILER_OUTPUT`` and profiler info/metadata; ``raw_profile_files`` lists
     the rest)."""
     pairs: list[list[str]] = []

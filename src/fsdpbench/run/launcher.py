@@ -27,6 +27,7 @@ import orjson
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import ConfigError, InputError, LaunchError
 from fsdpbench.run import collect, failures, phases, run_folder
+from fsdpbench.run import rounds as rounds_rule
 from fsdpbench.run.ascend_parse import npu_profile_path_problem, parse_launch_profiles
 from fsdpbench.run.interpreters import arm_interpreter, interpreter_environment, probe_arms
 
@@ -108,7 +109,8 @@ def rendezvous_address(cfg: RunConfig) -> tuple[str, int]:
 
 
 def launch_plan(order: list[dict[str, Any]], arms: list[str], profile: bool) -> list[tuple[str, int]]:
-    """Every launch of the run, in plan order: the interleaved timed rounds, then one profile per arm."""
+    """Every launch of the run, in plan order: the interleaved timed rounds, then, with ``profile`` (a
+    separate profile launch per arm, ``--separate-profile``), one profile launch per arm."""
     return [(i["arm"], i["round"]) for i in order] + (
         [(a, run_folder.PROFILE_ROUND) for a in arms] if profile else []
     )
@@ -200,6 +202,11 @@ class _Progress:
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
+    def add(self, launches: int) -> None:
+        """Count ``launches`` more (``--rounds auto`` added a round)."""
+        if launches:
+            self.progress.update(self.overall, total=self.progress.tasks[self.overall].total + launches)
+
     def start(self, label: str, steps: int) -> None:
         self.task = self.progress.add_task(label, total=steps, last="starting ranks…")
 
@@ -238,7 +245,7 @@ class Run:
 
     def __init__(self, cfg: RunConfig, run_dir: Path, manifest: dict[str, Any], console: Any) -> None:
         self.cfg, self.run_dir, self.manifest, self.console = cfg, run_dir, manifest, console
-        self.plan = launch_plan(manifest["order"], [a.label for a in cfg.arms], cfg.profile)
+        self.plan = launch_plan(manifest["order"], [a.label for a in cfg.arms], cfg.separate_launches)
 
     # ---- bookkeeping
     def done(self) -> set[tuple[str, int]]:
@@ -266,11 +273,57 @@ class Run:
         summary.write(self.run_dir / run_folder.SUMMARY)
         return summary.to_dict()
 
+    def next_auto_round(self, console: Any) -> list[tuple[str, int]]:
+        """``--rounds auto``, after a complete round: the launches of one more interleaved round, added to
+        the plan and the manifest, or none (the decision is then the manifest's ``rounds_auto``)."""
+        summary = self.write_summary()
+        launches = self.manifest.get("launches") or []
+        rounds = self.cfg.rounds
+        decision = rounds_rule.check(
+            summary["comparisons"],
+            parity_valid=bool((summary.get("parity") or {}).get("valid", True)),
+            rounds=rounds,
+            ci_target_pct=self.cfg.ci_target,
+            max_rounds=self.cfg.max_rounds,
+            elapsed_s=sum(float(x["wall_s"]) for x in launches),
+            round_s=sum(
+                float(x["wall_s"])
+                for x in {(x["arm"], x["round"]): x for x in launches if x["round"] == rounds - 1}.values()
+            ),
+            max_time_s=self.cfg.max_time,
+        )
+        console.print(f"--rounds auto: {decision.why}")
+        if decision.stop:
+            self.manifest["rounds_auto"] = decision.to_dict(rounds)
+            self.write_manifest()
+            return []
+        labels = [a.label for a in self.cfg.arms]
+        added = [
+            i
+            for i in interleaved_order(labels, rounds + 1, self.cfg.order, self.cfg.seed)
+            if i["round"] == rounds
+        ]
+        self.cfg.rounds = rounds + 1
+        self.manifest["config"]["rounds"] = rounds + 1
+        self.manifest["order"].extend(added)
+        self.manifest["rounds_auto"] = decision.to_dict(rounds)
+        self.plan = launch_plan(self.manifest["order"], labels, self.cfg.separate_launches)
+        self.write_manifest()
+        return [(i["arm"], i["round"]) for i in added]
+
+    def profiled(self, round_: int) -> bool:
+        """Whether this launch profiles its arm: a separate profile launch (``PROFILE_ROUND``), or the
+        first round, after its timed steps (``--rounds auto`` does not know the last round in advance, and
+        a run stopped early still has its profiles)."""
+        if round_ == run_folder.PROFILE_ROUND:
+            return True
+        return self.cfg.profile and not self.cfg.separate_profile and round_ == run_folder.PROFILED_ROUND
+
     # ---- one launch
     def launch(self, arm: str, round_: int, progress: _Progress | None) -> None:
         """Run one torchrun launch (a timed round, or ``run_folder.PROFILE_ROUND``) to completion; raise
         ``LaunchError`` if it fails (status.json says why)."""
-        profile = round_ == run_folder.PROFILE_ROUND
+        profile = self.profiled(round_)
         ldir = run_folder.launch_dir(self.run_dir, arm, round_)
         if ldir.exists():  # an earlier, failed attempt: keep it aside, never overwrite
             ldir.rename(ldir.with_name(f"{ldir.name}.failed_{datetime.now():%Y%m%d_%H%M%S_%f}"))
@@ -284,6 +337,7 @@ class Run:
             "round": round_,
             "run_dir": str(self.run_dir.resolve()),
             "launch_dir": str(ldir.resolve()),
+            "profile": profile,
         }
         spec_path = ldir / run_folder.LAUNCH_SPEC
         run_folder.write_json(spec_path, spec)
@@ -291,12 +345,20 @@ class Run:
         cmd = torchrun_command(
             self.cfg, spec_path, ldir / "logs", self._ports(arm, round_)[0], python=arm_interpreter(arm_cfg)
         )
-        expected = self.cfg.profile_step + 1 if profile else self.cfg.warmup + self.cfg.steps
+        if round_ == run_folder.PROFILE_ROUND:
+            expected = self.cfg.profile_step + 1
+        else:
+            expected = self.cfg.warmup + self.cfg.steps + (run_folder.PROFILE_AFTER_TIMED if profile else 0)
         started = datetime.now().isoformat(timespec="seconds")
         tail = _StepTail(self.run_dir / run_folder.STEPS)
         if progress:
-            progress.start(f"{arm} {'profile' if profile else f'round {round_}'}", expected)
+            progress.start(
+                f"{arm} {'profile' if round_ == run_folder.PROFILE_ROUND else f'round {round_}'}"
+                + (" + profile" if profile and round_ != run_folder.PROFILE_ROUND else ""),
+                expected,
+            )
         t0 = time.monotonic()
+        spawned = time.time()
         error: str | None = None
         rc: int | None = None
         seen = 0
@@ -328,6 +390,7 @@ class Run:
                 rc = proc.returncode
                 self._write_status(ldir, arm, round_, rc, started, t0, "interrupted")
                 raise
+        exited = time.time()
         seen += sum(1 for r in tail.new() if r.get("arm") == arm and r.get("round") == round_)
         timed_out = error is not None
         if error is None and rc != 0:
@@ -351,7 +414,11 @@ class Run:
         if self.cfg.nnodes > 1:  # node 0 gets every node's files and decides; the others follow
             error, decided = self._collect(arm, round_, ldir, rc, error, timed_out)
         failure = self._record_failure(arm, round_, ldir, error, decided)
-        self._write_status(ldir, arm, round_, rc, started, t0, error, failure)
+        stamps = run_folder.read_json_if_readable(ldir / run_folder.LAUNCH_TIMING)
+        parts = run_folder.launch_parts(
+            stamps if isinstance(stamps, dict) else None, spawned, exited, time.time()
+        )
+        self._write_status(ldir, arm, round_, rc, started, t0, error, failure, parts)
         if progress:
             progress.finish(error is None, time.monotonic() - t0)
         env_path = ldir / run_folder.LAUNCH_ENVIRONMENT
@@ -373,13 +440,14 @@ class Run:
                 "kind": run_folder.launch_kind(round_),
                 "rc": rc,
                 "wall_s": round(time.monotonic() - t0, 3),
+                "parts_s": parts,
             }
         )
         if profile and error is None:
             self.manifest.setdefault("profiles", {})[arm] = f"{run_folder.PROFILES}/{arm}"
         self.write_manifest()
         if error is not None:
-            where = "profile launch" if profile else f"round {round_}"
+            where = "profile launch" if round_ == run_folder.PROFILE_ROUND else f"round {round_}"
             raise LaunchError(f"arm {arm!r} {where}: {error}; logs in {ldir}")
 
     def _ports(self, arm: str, round_: int) -> tuple[int | None, int | None]:
@@ -412,6 +480,7 @@ class Run:
         t0: float,
         error: str | None,
         failure: dict[str, Any] | None = None,
+        parts: dict[str, float] | None = None,
     ) -> None:
         run_folder.write_json(
             ldir / run_folder.STATUS,
@@ -425,6 +494,7 @@ class Run:
                 "wall_s": time.monotonic() - t0,
                 "error": error,
                 "failure": failure,
+                "parts_s": parts,
             },
         )
 
@@ -455,7 +525,7 @@ class Run:
         """After a launch on several nodes: send this node's files of it to node 0 (node 0: receive every
         other node's) and return node 0's verdict on the launch and its failure record (``collect.py``)."""
         node = self.cfg.node_rank
-        profile = round_ == run_folder.PROFILE_ROUND
+        profile = self.profiled(round_)
         spec = {
             "op": "launch",
             "node": node,
@@ -625,6 +695,8 @@ def run_ab(
     if resume is not None:
         run_dir = Path(resume)
         manifest = run_folder.read_json_file(run_dir / run_folder.MANIFEST)
+        if "separate_profile" not in manifest.get("config", {"separate_profile": 0}):
+            manifest["config"]["separate_profile"] = True  # a run from before profiles rode in round 0
         try:
             cfg = RunConfig.from_dict(manifest["config"])
         except KeyError:
@@ -657,7 +729,7 @@ def run_ab(
     todo: list[tuple[str, int]] = [
         (i["arm"], i["round"]) for i in manifest["order"] if (i["arm"], i["round"]) not in done
     ]
-    if cfg.profile:
+    if cfg.separate_launches:
         todo += [
             (a.label, run_folder.PROFILE_ROUND)
             for a in cfg.arms
@@ -673,10 +745,15 @@ def run_ab(
             todo = run.agree_on_todo(todo)
         if resume is not None:
             console.print(f"resuming: {len(todo)} launch(es) left")
+        if cfg.rounds_auto and not todo and not (manifest.get("rounds_auto") or {}).get("stopped"):
+            todo = run.next_auto_round(console)  # every round ran, but the run ended before deciding
         with _Progress(console, len(todo)) as progress:
-            for arm, round_ in todo:
-                run.launch(arm, round_, progress)
-                run.write_summary()
+            while todo:
+                for arm, round_ in todo:
+                    run.launch(arm, round_, progress)
+                    run.write_summary()
+                todo = run.next_auto_round(console) if cfg.rounds_auto else []
+                progress.add(len(todo))
     finally:
         if not manifest.get("environment"):
             manifest["environment"] = _environment_stub(cfg)
@@ -728,6 +805,11 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
     if summary["verdict"]:
         console.print(f"[bold]verdict:[/] {summary['verdict']}")
         phases.print_phase_verdicts(console, summary)
+    if (summary.get("rounds_auto") or {}).get("stopped"):
+        console.print(f"--rounds auto {summary['rounds_auto']['why']}")
+    time_line = run_folder.launch_time_line(summary.get("launch_time"))
+    if time_line:
+        console.print(f"time: {time_line}")
 
 
 def summary_table(rows: dict[str, dict[str, str]], width: int) -> Any:

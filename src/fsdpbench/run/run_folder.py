@@ -9,6 +9,7 @@ when reading). Torch-free; the analysis modules are imported only by the functio
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections import defaultdict
@@ -40,7 +41,7 @@ DIFF_JSON = "diff.json"
 DIFF_MD = "diff.md"
 PROFILES = "profiles"
 MEMORY_STEP = "memory_step"
-"""``memory_step/<arm>/rank<k>.trace.json.gz`` and ``rank<k>.live.json``: the profile launch's memory-recording
+"""``memory_step/<arm>/rank<k>.trace.json.gz`` and ``rank<k>.live.json``: the profiling launch's memory-recording
 step (docs/memory.md), kept out of ``profiles/`` so the attribution never reads it."""
 LAUNCHES = "launches"
 REPORT = "report"
@@ -58,12 +59,23 @@ LAUNCH_ENVIRONMENT = "environment.json"
 """Rank 0's facts about the device, libraries and backend, merged into the manifest by the launcher."""
 LAUNCH_NODE_ENVIRONMENT = "environment_node{node}.json"
 """Each node's own facts (its local rank 0 writes them), read by the checks that run on every node."""
+LAUNCH_TIMING = "timing.json"
+"""Rank 0's wall-clock stamps (``time.time()``) of its launch's stages; the launcher turns them into the
+``parts_s`` of status.json (``launch_parts``)."""
 LAUNCH_ERROR = "error_rank{rank}.json"
 """What a failing rank writes (``LAUNCH_ERROR.format(rank=k)``); the launcher explains the failure from it."""
 
 PROFILE_ROUND = -1
 """The ``round`` of an arm's profile launch, everywhere (launch specs, ``steps.jsonl``, ``status.json``,
 the manifest's launches); timed rounds are 0, 1, ... On disk the launch's ``kind`` says the same."""
+
+
+PROFILED_ROUND = 0
+"""The round whose launch also profiles each arm, after its timed steps (unless ``--separate-profile``):
+the first, because ``--rounds auto`` does not know the last in advance and a run stopped early keeps it."""
+PROFILE_AFTER_TIMED = 2
+"""Steps a profiled round runs under the profiler after its timed steps: one the profiler warms up on,
+then the recorded one (the model, caches and communicators are already warm from the timed steps)."""
 
 
 def launch_kind(round_: int) -> str:
@@ -143,7 +155,7 @@ def _ascend_memory_timeline(npu_dir: Path, live: Path, rank: int) -> dict[str, A
     if not folders:
         return {
             "error": f"{npu_dir}: no *_ascend_pt folder; the memory step's torch_npu profile was not parsed "
-            "(see the profile launch's ascend_parse.log)"
+            "(see the profiling launch's ascend_parse.log: launches/<arm>/round0/, or profile/)"
         }
     try:
         facts = read_json_file(live) if live.is_file() else {}
@@ -274,6 +286,62 @@ def set_aside_profiles(run_dir: str | Path, arm: str, keep_to: Path) -> Path | N
     keep_to.parent.mkdir(parents=True, exist_ok=True)
     os.replace(old, keep_to)
     return keep_to
+
+
+LAUNCH_PARTS = ("start", "process_group", "model", "warmup", "timed", "profile", "teardown", "after")
+"""The parts of a launch's wall time, in order (docs/DATA.md, status.json ``parts_s``)."""
+INIT_PARTS = ("start", "process_group", "model")
+"""The parts that are initialisation: interpreter and imports, process group, model build + init + sharding."""
+_STAMP_ORDER = ("entered", "process_group", "model", "warmup", "timed", "profile")
+
+
+def launch_parts(
+    stamps: Mapping[str, float] | None, spawned: float, exited: float, ended: float
+) -> dict[str, float] | None:
+    """Seconds of each of ``LAUNCH_PARTS`` from rank 0's stamps (``LAUNCH_TIMING``) and the launcher's own
+    wall-clock times: ``spawned`` (torchrun started), ``exited`` (it exited), ``ended`` (the launch's
+    after-work — the NPU profile parse, the collect step — done). None when a stamp is missing (a failed
+    launch, or rank 0 on another host)."""
+    if not stamps or any(not isinstance(stamps.get(k), int | float) for k in _STAMP_ORDER):
+        return None
+    edges = [spawned, *(float(stamps[k]) for k in _STAMP_ORDER), exited, ended]
+    return {part: round(b - a, 4) for part, a, b in zip(LAUNCH_PARTS, edges[:-1], edges[1:], strict=True)}
+
+
+def launch_time(launches: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """summary.json's ``launch_time``: where the launches' time went, from the manifest's successful
+    launches (the last attempt of each): their total wall time, each part's total, the shares of the timed
+    steps and of initialisation, and each launch's parts; None before any launch has its parts."""
+    last: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for item in launches:
+        last[(item["arm"], item["round"])] = item
+    timed = [x for x in last.values() if x.get("rc") == 0 and x.get("parts_s")]
+    if not timed:
+        return None
+    total = math.fsum(float(x["wall_s"]) for x in timed)
+    parts = {p: round(math.fsum(float(x["parts_s"].get(p) or 0.0) for x in timed), 3) for p in LAUNCH_PARTS}
+    init = math.fsum(parts[p] for p in INIT_PARTS)
+    return {
+        "launches": len(timed),
+        "wall_s": round(total, 3),
+        "parts_s": parts,
+        "per_launch": [
+            {"arm": x["arm"], "round": x["round"], "wall_s": x["wall_s"], "parts_s": x["parts_s"]}
+            for x in timed
+        ],
+        "timed_pct": 100.0 * parts["timed"] / total if total > 0 else None,
+        "init_pct": 100.0 * init / total if total > 0 else None,
+    }
+
+
+def launch_time_line(launch_time: Mapping[str, Any] | None) -> str | None:
+    """ "timed steps were N % of the run's time; initialisation M % (S s in L launches)", or None."""
+    if not launch_time or launch_time.get("timed_pct") is None:
+        return None
+    return (
+        f"timed steps were {launch_time['timed_pct']:.0f} % of the run's time; initialisation "
+        f"{launch_time['init_pct']:.0f} % ({launch_time['wall_s']:.1f} s in {launch_time['launches']} launches)"
+    )
 
 
 def launch_dir(run_dir: str | Path, arm: str, round_: int) -> Path:
@@ -415,6 +483,8 @@ def summarize_run(
         peak_bf16_flops_per_device=peak,
         failures=_failures(manifest, done),
         collected=_collected(manifest),
+        launch_time=launch_time(manifest.get("launches") or []),
+        rounds_auto=manifest.get("rounds_auto"),
     )
 
 
@@ -686,7 +756,7 @@ def ensure_analysis(
             if not folder.is_dir() or _newest_mtime(folder) == 0.0:
                 raise InputError(
                     f"arm {arm!r}: no profiles under {folder}; rerun with `fsdpbench ab --profile` "
-                    f"(or the arm failed: see {LAUNCHES}/<arm>/profile/)"
+                    f"(or the arm failed: see {LAUNCHES}/<arm>/round0/, or profile/ with --separate-profile)"
                 )
             from fsdpbench.analysis import analyze  # pandas and the trace readers: only when analysing
 

@@ -205,6 +205,10 @@ class Summary(_Record):
     """The launcher's failure records, each with ``resolved``."""
     collected: dict[str, Any] | None
     """What the other nodes sent to node 0 (None on one node)."""
+    launch_time: dict[str, Any] | None = None
+    """Where the launches' wall time went (``run_folder.launch_time``); None before any launch has parts."""
+    rounds_auto: dict[str, Any] | None = None
+    """``--rounds auto``'s last decision (``rounds.RoundsCheck.to_dict``); None without it."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
@@ -220,6 +224,8 @@ class Summary(_Record):
             peak_bf16_flops_per_device=d.get("peak_bf16_flops_per_device"),
             failures=list(d.get("failures") or []),
             collected=d.get("collected"),
+            launch_time=d.get("launch_time"),
+            rounds_auto=d.get("rounds_auto"),
         )
 
     @classmethod

@@ -261,8 +261,9 @@ def find_run_dir(tree: Path, cell: str) -> Path | None:
 
 
 def run_status(run_dir: Path | None) -> str:
-    """``done`` when the run's summary lists nothing missing and every arm is ok; ``partial`` when
-    the folder exists otherwise; ``pending`` when there is no folder."""
+    """``done`` when the run's summary lists nothing missing, every arm is ok, every arm was profiled (when
+    asked) and ``--rounds auto`` has stopped; ``partial`` when the folder exists otherwise; ``pending`` when
+    there is no folder."""
     if run_dir is None or not run_dir.is_dir():
         return "pending"
     summary = run_folder.read_json_if_readable(run_dir / run_folder.SUMMARY)
@@ -272,17 +273,28 @@ def run_status(run_dir: Path | None) -> str:
     arms_ok = all((a or {}).get("status", "ok") == "ok" for a in arms.values())
     if not arms or summary.get("missing") or not arms_ok:
         return "partial"
-    return "done" if _profiles_ok(run_dir, list(arms)) else "partial"
+    return "done" if _profiles_ok(run_dir, list(arms)) and _rounds_decided(run_dir) else "partial"
+
+
+def _rounds_decided(run_dir: Path) -> bool:
+    """With ``--rounds auto``, the run must have stopped (manifest ``rounds_auto.stopped``): a run that
+    ended between a round and its check is resumed, and the check may add rounds."""
+    manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST) or {}
+    if not (manifest.get("config") or {}).get("rounds_auto"):
+        return True
+    return bool((manifest.get("rounds_auto") or {}).get("stopped"))
 
 
 def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
-    """When the run asked for profiles, every arm's profile launch must have succeeded."""
+    """When the run asked for profiles, every arm's profiling launch (round 0, or its own with
+    ``--separate-profile``) must have succeeded: the launcher records its profile in the manifest then."""
     manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST)
     if manifest is None:
         return False
     if not (manifest.get("config") or {}).get("profile"):
         return True
-    return all(run_folder.launch_ok(run_dir, arm, run_folder.PROFILE_ROUND) for arm in arms)
+    profiles = manifest.get("profiles") or {}
+    return all(profiles.get(arm) for arm in arms)
 
 
 def read_state(tree: Path) -> dict[str, Any] | None:
@@ -597,7 +609,7 @@ def prefetch_text(value: Any) -> str:
 
 
 def cell_settings(config: dict[str, Any]) -> dict[str, str]:
-    """What a cell runs, as text: mesh, seq_len, layers, prefetch, rounds, profiled.
+    """What a cell runs, as text: mesh, seq_len, layers, prefetch, rounds (``auto`` for ``--rounds auto``), profiled.
 
     Args:
         config: the cell's resolved config as ``RunConfig.to_dict`` gives it (also what sweep.json keeps).
@@ -613,7 +625,7 @@ def cell_settings(config: dict[str, Any]) -> dict[str, str]:
         "seq_len": str(config.get("seq_len", MISSING)),
         "layers": str(layers if layers is not None else MISSING),
         "prefetch": _one_or_each(labels, [prefetch_text(a.get("prefetch")) for a in arms]),
-        "rounds": str(config.get("rounds", MISSING)),
+        "rounds": "auto" if config.get("rounds_auto") else str(config.get("rounds", MISSING)),
         "profiled": {True: "yes", False: "no"}.get(config.get("profile"), MISSING),
     }
 

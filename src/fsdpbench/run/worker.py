@@ -1,7 +1,9 @@
-"""What each rank runs under torchrun: build → shard → load weights → warmup → timed or profiled steps.
+"""What each rank runs under torchrun: build → shard → load weights → warmup → timed steps → [profiled
+steps and the memory step].
 
 ``python -m fsdpbench.run.worker SPEC.json`` — the launcher writes the spec (the resolved run config,
-the arm label, the round (``run_folder.PROFILE_ROUND`` for the profile launch) and the folders). Rank 0 appends one record per step to
+the arm label, the round (``run_folder.PROFILE_ROUND`` for a separate profile launch), whether it
+profiles, and the folders). Rank 0 writes ``timing.json`` (its stage stamps) at the end and appends one record per step to
 ``steps.jsonl`` (the slowest rank's time via all_reduce MAX). Any rank that fails writes
 ``error_rank<k>.json`` in the launch folder so the launcher can say what went wrong.
 """
@@ -478,8 +480,8 @@ class StepRunner:
         split: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         losses, grad_sq = every.cpu().double().unbind(1)
-        if self.round_ == run_folder.PROFILE_ROUND:
-            kind = "profile"
+        if self.round_ == run_folder.PROFILE_ROUND or step >= self.cfg.warmup + self.cfg.steps:
+            kind = "profile"  # a profile launch's steps, or those after a profiled round's timed steps
         else:
             kind = "warmup" if step < self.cfg.warmup else "timed"
         record = {
@@ -518,16 +520,21 @@ def phase_fields(per_rank: list[list[float]], clock_kind: str) -> dict[str, Any]
     return {"rank_time_ms": [row[0] for row in per_rank], "phases_ms": phases, "phase_clock": clock_kind}
 
 
-def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None) -> None:
-    """``n_steps`` steps of ``runner``; with a profiler, ``ProfilerStep#k`` holds only ``train(k)``.
+def run_steps(
+    runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None, *, first: int = 0
+) -> dict[int, float]:
+    """Steps ``first`` .. ``n_steps - 1`` of ``runner``; with a profiler, ``ProfilerStep#k`` holds only
+    ``train(k)`` (``k`` counted from the profiler's start).
 
     The profiler's step span runs from one ``prof.step()`` to the next, and the schedule stops the
     recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
     bookkeeping on every step except the profiled one, where it comes right after ``train``: the
     recorded window opens after ``record(P-1)`` and closes before ``record(P)``. The runner's
-    ``profile_marks`` are installed around ``train(P)`` only.
+    ``profile_marks`` are installed around ``train(P)`` only. Returns each step's end (``time.time()``,
+    after its bookkeeping), for the launch's timing.
     """
-    for step in range(n_steps):
+    ended: dict[int, float] = {}
+    for step in range(first, n_steps):
         ranges = runner.profile_marks if prof is not None and step == profile_step else None
         if ranges is None:
             outcome = runner.train(step)
@@ -543,6 +550,8 @@ def run_steps(runner: StepRunner, n_steps: int, prof: Any = None, profile_step: 
         runner.record(step, outcome)
         if prof is not None and step != profile_step:
             prof.step()
+        ended[step] = time.time()
+    return ended
 
 
 def live_at_start(runner: StepRunner) -> dict[str, int]:
@@ -750,10 +759,13 @@ def run(spec: dict[str, Any]) -> None:
         int(os.environ["WORLD_SIZE"]),
         int(os.environ["LOCAL_RANK"]),
     )
+    stamps: dict[str, float] = {"entered": time.time()}
     cfg = RunConfig.from_dict(spec["config"])
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
     round_ = spec["round"]
-    profile = round_ == run_folder.PROFILE_ROUND
+    profile_launch = round_ == run_folder.PROFILE_ROUND
+    # profiled: a profile launch of its own, or a timed round that profiles after its timed steps
+    profile = profile_launch or bool(spec.get("profile"))
     run_dir, launch_dir = Path(spec["run_dir"]), Path(spec["launch_dir"])
     profile_dir = run_folder.profile_dir(run_dir, arm.label) / f"rank{rank}"
 
@@ -768,6 +780,7 @@ def run(spec: dict[str, Any]) -> None:
         mesh_shape = arm.mesh_shape(world)
         mesh = backend.init_mesh(device_type, mesh_shape)
         replicas = mesh_shape[0] if len(mesh_shape) == 2 else 1
+        stamps["process_group"] = time.time()
         model = build_sharded_model(cfg, arm, backend, mesh, device)
         model, optimizer = backend.make_training(model, functools.partial(make_optimizer, cfg))
         facts: dict[str, Any] = {}
@@ -804,19 +817,28 @@ def run(spec: dict[str, Any]) -> None:
             if profile and cfg.profile_ranges
             else None,
         )
-        n_steps = cfg.profile_step + 1 if profile else cfg.warmup + cfg.steps
-        profiler = (
-            make_profiler(device_type, profile_dir, rank, cfg.profile_step)
-            if profile
-            else contextlib.nullcontext()
-        )
+        n_timed = 0 if profile_launch else cfg.warmup + cfg.steps
         gc.collect()
+        stamps["model"] = time.time()
         gc.disable()  # no collector pauses inside timed steps (torchtitan does the same)
-        with profiler as prof:
-            run_steps(runner, n_steps, prof, cfg.profile_step if profile else None)
+        ended = run_steps(runner, n_timed)
+        stamps["warmup"] = ended.get(cfg.warmup - 1, stamps["model"])
+        stamps["timed"] = ended.get(n_timed - 1, stamps["warmup"])
+        if cfg.dump_params:  # the parameters after the timed steps, before any profiled step trains further
+            full = backend.full_state_dict(model)
+            if rank == 0:
+                torch.save(full, launch_dir / "final_params.pt")
+            del full
+        if profile:
+            # after the timed steps, which ran without a profiler (docs/methodology.md); a profile launch of
+            # its own records step profile_step, a profiled round the second of two steps after its timed ones
+            profile_at = cfg.profile_step if profile_launch else n_timed + run_folder.PROFILE_AFTER_TIMED - 1
+            with make_profiler(device_type, profile_dir, rank, profile_at - n_timed) as prof:
+                run_steps(runner, profile_at + 1, prof, profile_at, first=n_timed)
         verified = backend.verify_prefetch()  # raises when a patch of the library changed the chains
         if profile:  # on npu: a torch_npu profile of its own (docs/memory.md)
-            record_memory_step(runner, n_steps, run_dir)
+            record_memory_step(runner, profile_at + 1, run_dir)
+        stamps["profile"] = time.time()
         gc.enable()
         if local_rank == 0:
             facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran
@@ -826,16 +848,14 @@ def run(spec: dict[str, Any]) -> None:
                 run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
         if counter:
             counter.uninstall()
-        if cfg.dump_params:
-            full = backend.full_state_dict(model)
-            if rank == 0:
-                torch.save(full, launch_dir / "final_params.pt")
         dist.barrier()
     finally:
         try:
             backend.close()
         finally:
             dist.destroy_process_group()
+    if rank == 0:  # where this launch's time went (the launcher adds the start and the teardown)
+        run_folder.write_json(launch_dir / run_folder.LAUNCH_TIMING, {**stamps, "closed": time.time()})
     # an NPU profile is parsed by the launcher after torchrun exits (``parse_npu_profile``)
 
 

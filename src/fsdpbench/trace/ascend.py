@@ -52,11 +52,13 @@ from fsdpbench.trace.ascend_db import (
     step_trace_time,
     summary_frame,
 )
+from fsdpbench.trace.ascend_launch import NO_LANE, link_rows, through_queue
 from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, NAME_PREFIX_TYPES, OP_TYPES
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
     TASKS,
+    Coded,
     assign_steps,
     collective_of,
     make_table,
@@ -325,12 +327,14 @@ def _trace_view_events(
     hccl_bytes: dict[str, float],
     hccl_streams: set[str] | None = None,
     layers: set[str] | None = None,
+    launches: dict[tuple[str, int], tuple[str, int]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """From trace_view.json: host CANN/Python events and BARRIER tasks, the ``ProfilerStep#N``
     windows, and the device tasks (Ascend Hardware compute tasks, HCCL op-level communication);
     fills ``hccl_bytes`` (op name → bytes) from the HCCL op lanes, ``hccl_streams`` with the
-    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes) and
-    ``layers`` with the process names that hold complete events (``CANN``, ``Ascend Hardware`` …)."""
+    streams HCCL's tasks run on (``Stream 4``, from the ``stream id`` of its task-level lanes),
+    ``layers`` with the process names that hold complete events (``CANN``, ``Ascend Hardware`` …) and
+    ``launches`` with each device task's host operator (:func:`_flow_launches`)."""
     try:
         events = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -379,6 +383,8 @@ def _trace_view_events(
         _frame([e for e, _ in comm], "comm", [lane for _, lane in comm], True, path),
     ]
     host, device = parts[0], pd.concat(parts[1:], ignore_index=True)
+    if launches is not None:
+        launches.update(_flow_launches(events, pnames, tnames, path))
     device["op_type"] = _derive_missing_types(pd.Series("N/A", index=device.index), device["name"])
     is_step = host["name"].str.match(_STEP_RE.pattern).to_numpy(dtype=bool)
     steps = pd.DataFrame(
@@ -389,6 +395,74 @@ def _trace_view_events(
         }
     ).sort_values("start_ns", ignore_index=True)
     return host, steps, device
+
+
+def _flow_launches(
+    events: list, pnames: dict[object, str], tnames: dict[tuple[object, object], str], path: Path
+) -> dict[tuple[str, int], tuple[str, int]]:
+    """(category, device task start ns) → (host lane, host start ns) of the operator that launched it:
+    the ``async_npu`` flows of trace_view.json (``s`` at the operator on its thread, ``f`` at the
+    task on an Ascend Hardware stream, ``compute``, or an HCCL lane, ``comm``), moved from a
+    ``Dequeue@…`` range to its ``Enqueue`` by correlation id (:mod:`fsdpbench.trace.ascend_launch`).
+    A device start with flows from two different host points is left out (ambiguous)."""
+    starts: dict[object, tuple[str, str]] = {}
+    ends: list[tuple[object, str, str]] = []
+    enq: dict[object, tuple[str, str]] = {}
+    deq: list[tuple[str, str, float, object]] = []
+    wanted = ("async_npu", "enqueue", "dequeue")
+    for e in events:
+        if type(e) is not dict or (cat := e.get("cat")) not in wanted:
+            continue
+        ph, pid, tid = e.get("ph"), e.get("pid"), e.get("tid")
+        if cat == "async_npu" and ph in ("s", "f"):
+            if ph == "s":
+                starts[e.get("id")] = (
+                    f"{pnames.get(pid, '')} {tnames.get((pid, tid), str(tid))}",
+                    str(e.get("ts")),
+                )
+            else:
+                kind = "comm" if pnames.get(pid, "") in ("HCCL", "Communication") else "compute"
+                ends.append((e.get("id"), kind, str(e.get("ts"))))
+        elif cat in ("enqueue", "dequeue") and ph == "X" and type(e.get("args")) is dict:
+            key = e["args"].get("correlation_id")
+            lane = f"{pnames.get(pid, '')} {tnames.get((pid, tid), str(tid))}"
+            if cat == "enqueue":
+                enq[key] = (lane, str(e.get("ts")))
+            else:
+                deq.append((lane, str(e.get("ts")), float(e.get("dur", 0) or 0), key))
+    pairs = [(starts[i], kind, ts) for i, kind, ts in ends if i in starts]
+    if not pairs:
+        return {}
+    try:
+        host_ns = us_strings_to_ns(pd.Series([h[1] for h, _, _ in pairs], dtype=object))
+        dev_ns = us_strings_to_ns(pd.Series([ts for _, _, ts in pairs], dtype=object))
+        enq_ns = us_strings_to_ns(pd.Series([ts for _, ts in enq.values()], dtype=object))
+        deq_ns = us_strings_to_ns(pd.Series([d[1] for d in deq], dtype=object))
+    except ValueError as exc:
+        raise InputError(f"{path}: a flow or queue event has a bad 'ts' ({exc})") from None
+    host_lane = np.array([h[0] for h, _, _ in pairs], dtype=object)
+    dequeue = pd.DataFrame(
+        {
+            "lane": [d[0] for d in deq],
+            "start_ns": deq_ns,
+            "end_ns": deq_ns + us_to_ns(np.array([d[2] for d in deq], dtype=np.float64)),
+            "key": [d[3] for d in deq],
+        }
+    )
+    enqueue = {k: (lane, int(ns)) for (k, (lane, _)), ns in zip(enq.items(), enq_ns.tolist(), strict=True)}
+    host_lane, host_ns = through_queue(host_lane, host_ns, dequeue, enqueue)
+    out: dict[tuple[str, int], tuple[str, int]] = {}
+    ambiguous: set[tuple[str, int]] = set()
+    for (_, kind, _), d, lane, h in zip(
+        pairs, dev_ns.tolist(), host_lane.tolist(), host_ns.tolist(), strict=True
+    ):
+        key = (kind, int(d))
+        if out.get(key, (lane, h)) != (lane, h):
+            ambiguous.add(key)
+        out[key] = (lane, int(h))
+    for key in ambiguous:
+        del out[key]
+    return out
 
 
 def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
@@ -504,6 +578,8 @@ def _assemble(
                 steps["step"].to_numpy(np.int64),
             )
         )
+    if "launch_lane" in kernels.columns and len(host):  # int64 kept (NaN would make the ns floats)
+        host = host.assign(launch_lane=NO_LANE, launch_ns=host["start_ns"].to_numpy(np.int64))
     df = pd.concat([kernels, host], ignore_index=True) if len(host) else kernels
     names = pd.Categorical(df["name"].astype(str))
     task = _outer_only(task_of(names), df)
@@ -522,12 +598,14 @@ def _assemble(
         )
         op_type = _label_hccl_avg(op_type, category, lane, start, end, collective, hccl_streams, comm_stream)
     group, seq, groups = _op_groups(names, comm, op_identity)
+    lanes = Coded.of(lane)
+    launch_ns, launch_lane = _launch_columns(df, lanes, start)
     table = make_table(
         name=names,
         category=category,
         start_ns=start,
         end_ns=end,
-        lane=lane,
+        lane=lanes,
         device=df["device"].to_numpy(bool),
         collective=collective,
         nbytes=nbytes,
@@ -536,6 +614,8 @@ def _assemble(
         step=df["step"].to_numpy(np.int64),
         group=group,
         seq=seq,
+        launch_ns=launch_ns,
+        launch_lane=launch_lane,
     )
     return RankTrace(
         rank=rank,
@@ -549,6 +629,22 @@ def _assemble(
         recorded_tasks=recorded_tasks,
         groups=groups,
     )
+
+
+def _launch_columns(df: pd.DataFrame, lanes: Coded, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``launch_ns``/``launch_lane`` of the table: the host operator linked to each device task
+    (the frame's ``launch_lane``/``launch_ns`` columns, :mod:`fsdpbench.trace.ascend_launch`), else
+    the event's own start and lane."""
+    own_ns, own_lane = start.copy(), lanes.codes.astype(np.int32)
+    if "launch_lane" not in df.columns:
+        return own_ns, own_lane
+    code = {c: i for i, c in enumerate(lanes.categories)}
+    linked = df["launch_lane"].fillna(NO_LANE).astype(str).to_numpy()
+    codes = np.array([code.get(c, -1) if c != NO_LANE else -1 for c in linked.tolist()], dtype=np.int32)
+    ok = codes >= 0
+    own_lane[ok] = codes[ok]
+    own_ns[ok] = df["launch_ns"].to_numpy()[ok].astype(np.int64)
+    return own_ns, own_lane
 
 
 def _op_groups(
@@ -692,6 +788,15 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
             steps["step"].to_numpy(np.int64),
         )
         step[~known] = _steps_by_time(dev[~known], steps)
+    if tables.op_launch:
+        linked = [tables.op_launch.get(int(c)) if pd.notna(c) else None for c in dev["connection"]]
+        dev = dev.assign(
+            launch_lane=[NO_LANE if x is None else x[0] for x in linked],
+            launch_ns=np.array(
+                [s if x is None else x[1] for x, s in zip(linked, dev["start_ns"].tolist(), strict=True)],
+                np.int64,
+            ),
+        )
     dev = dev.drop(columns="connection").assign(step=step)
     host = tables.host.assign(category="other", device=False, op_type=tables.host["name"], step=-1)
     if not len(dev):
@@ -739,8 +844,9 @@ def read_ascend(folder: str | Path) -> RankTrace:
     empty_steps = pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype=np.int64)
     host, steps, tv_device = (None, empty_steps, None)
     layers: set[str] = set()
+    launches: dict[tuple[str, int], tuple[str, int]] = {}
     if tv.is_file():
-        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams, layers)
+        host, steps, tv_device = _trace_view_events(tv, warnings, hccl_bytes, hccl_streams, layers, launches)
     else:
         warnings.append(
             f"{folder.name}: no {OUTPUT_DIR}/trace_view.json; sync and launch counts are unavailable"
@@ -769,6 +875,11 @@ def read_ascend(folder: str | Path) -> RankTrace:
         nbytes = np.full(len(kernels), np.nan)
         nbytes[comm] = kernels["name"][comm].map(hccl_bytes).to_numpy(dtype=np.float64)
         kernels = kernels.assign(bytes=nbytes)
+    if launches and len(kernels):
+        lane, time = link_rows(
+            kernels["category"].to_numpy(object), kernels["start_ns"].to_numpy(np.int64), launches
+        )
+        kernels = kernels.assign(launch_lane=lane, launch_ns=time)
     stt = out / "step_trace_time.csv"
     cross = _cross_check(stt, warnings) if stt.is_file() else None
     # Syncs, launches and BARRIER tasks are all read from trace_view.json: without it none is recorded.

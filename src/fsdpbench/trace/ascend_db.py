@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpbench.errors import InputError
+from fsdpbench.trace.ascend_launch import through_queue
 
 # The profiler's per-step summary columns, ours -> theirs: analysis.db StepTraceTime and step_trace_time.csv.
 STEP_TRACE_TIME_DB = {
@@ -162,6 +163,9 @@ class AscendDbTables:
     """``step, start_ns, end_ns``: the host step windows, by start."""
     launch_ns: pd.Series
     """Connection id → start of the launching ``CANN_API`` call."""
+    op_launch: dict[int, tuple[str, int]]
+    """Connection id of a device task or HCCL op → (lane, start) of the ``PYTORCH_API`` operator that
+    launched it, moved from the dequeue thread to its enqueue (:mod:`fsdpbench.trace.ascend_launch`)."""
     rank: int | None
     """The rank ``RANK_DEVICE_MAP`` names (None when absent)."""
     hccl_streams: set[str]
@@ -237,6 +241,7 @@ def read_tables(db: Path) -> AscendDbTables:
         compute, other_tasks = _device_tasks(d, task, comm_tasks)
         comm = _comm_ops(d)
         host, launch_ns, cann_api_rows = _host_events(d)
+        op_launch = _op_launch(d)
         steps = _steps(d, host)
         rank = None
         if "RANK_DEVICE_MAP" in have:
@@ -251,6 +256,7 @@ def read_tables(db: Path) -> AscendDbTables:
         host=host,
         steps=steps,
         launch_ns=launch_ns,
+        op_launch=op_launch,
         rank=rank,
         hccl_streams={f"Stream {s_}" for s_ in task.loc[on_hccl, "streamId"].unique()},
         cann_api_rows=cann_api_rows,
@@ -330,6 +336,53 @@ def _comm_ops(d: _Db) -> pd.DataFrame:
             "hccl_stream": np.where(stream.notna(), "Stream " + stream.astype("Int64").astype(str), ""),
         }
     )
+
+
+def _op_launch(d: _Db) -> dict[int, tuple[str, int]]:
+    """Connection id → (``Python <globalTid>``, start ns) of the ``PYTORCH_API`` operator whose
+    ``CONNECTION_IDS`` list holds it (the innermost, latest-starting one where several do); a point
+    inside a ``Dequeue@…`` row is moved to the ``Enqueue`` row sharing its connection id. Empty
+    without ``PYTORCH_API`` or ``CONNECTION_IDS``."""
+    if not {"PYTORCH_API", "CONNECTION_IDS"} <= d.have:
+        return {}
+    rows = d.query(
+        "SELECT p.startNs, p.endNs, p.globalTid, c.connectionId, p.name, p.type FROM PYTORCH_API p "
+        "JOIN CONNECTION_IDS c ON c.id = p.connectionId"
+    )
+    if not len(rows):
+        return {}
+    rows = rows.assign(
+        lane="Python " + rows["globalTid"].astype(str),
+        start_ns=_ns(rows["startNs"], d.path, "PYTORCH_API.startNs"),
+        end_ns=_ns(rows["endNs"], d.path, "PYTORCH_API.endNs"),
+        api_name=d.names(rows["name"]),
+    )
+    queue_types = {k for k, v in d.enum("ENUM_API_TYPE").items() if str(v) == "queue"}
+    is_queue = rows["type"].isin(queue_types) | (rows["api_name"] == "Enqueue")
+    is_queue |= rows["api_name"].str.startswith("Dequeue@")
+    ops = rows[~is_queue].sort_values("start_ns", kind="stable").drop_duplicates("connectionId", keep="last")
+    enq = rows[is_queue & (rows["api_name"] == "Enqueue")].drop_duplicates("connectionId")
+    deq = rows[is_queue & rows["api_name"].str.startswith("Dequeue@")]
+    lane, start = through_queue(
+        ops["lane"].to_numpy(object),
+        ops["start_ns"].to_numpy(np.int64),
+        pd.DataFrame(
+            {
+                "lane": deq["lane"].to_numpy(object),
+                "start_ns": deq["start_ns"].to_numpy(np.int64),
+                "end_ns": deq["end_ns"].to_numpy(np.int64),
+                "key": deq["connectionId"].to_numpy(),
+            }
+        ),
+        {
+            int(k): (str(ln), int(st))
+            for k, ln, st in zip(enq["connectionId"], enq["lane"], enq["start_ns"], strict=True)
+        },
+    )
+    return {
+        int(c): (str(ln), int(st))
+        for c, ln, st in zip(ops["connectionId"].tolist(), lane, start, strict=True)
+    }
 
 
 def _host_events(d: _Db) -> tuple[pd.DataFrame, pd.Series, int]:

@@ -48,6 +48,7 @@ _READER_FILES = (
     "kineto_comm.py",
     "ascend.py",
     "ascend_db.py",
+    "ascend_launch.py",
     "table.py",
     "rank.py",
     "cache.py",
@@ -184,15 +185,31 @@ def store(trace: Path, rt: RankTrace, key: dict[str, Any]) -> None:
 
 def _savez_fast(f: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
     """:func:`numpy.savez_compressed` at deflate level 1 (numpy's own uses 6): the same file format, a
-    tenth more bytes, a sixth of the time to write (~25 ms for 120k events), as fast to read."""
+    tenth more bytes, a sixth of the time to write (~25 ms for 120k events), as fast to read. With ISA-L
+    (``isal``, the ``fast`` extra) each member is deflated by its level 1 instead of zlib's: the same
+    raw deflate stream format that any zip reader inflates, 4× faster to write (~6 ms) and a little smaller."""
     import zipfile
 
     import numpy as np
 
+    fast = _fast_deflate()
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         for name, array in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                # zipfile takes no compressor of ours: its member writer's own (a raw deflate object made
+                # before anything is written) is swapped for ISA-L's; without either, zlib's stays
+                if fast is not None and getattr(member, "_compressor", None) is not None:
+                    member._compressor = fast.compressobj(1, fast.DEFLATED, -15)
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
+def _fast_deflate() -> Any:
+    """``isal.isal_zlib`` when installed, else None."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return None
+    return isal_zlib
 
 
 TEMP_PREFIX, TEMP_SUFFIX = ".fsdpbench-", ".tmp"

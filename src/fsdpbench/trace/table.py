@@ -19,7 +19,7 @@ Columns (one row per complete event; times are integer nanoseconds on the rank's
 | ``task`` | category | ``barrier``, ``launch_ffts``, ``device_synchronize``, ``stream_synchronize``, ``event_synchronize``, ``kernel_launch`` or ``""`` |
 | ``step`` | int64 | profiler step (``ProfilerStep#N``) the event belongs to, ``-1`` when none |
 | ``orphan`` | bool | device work whose launching call is not in the trace (launched before the profiler started): left out of every total |
-| ``launch_ns``, ``launch_lane`` | int64, int32 | where the host call that launched the event began: its start and its lane's code (into ``lane``'s categories); an event's own start and lane where the trace does not link one (host events, CPU-only traces) |
+| ``launch_ns``, ``launch_lane`` | int64, int32 | where the host call that launched the event began: its start and its lane's code (into ``lane``'s categories); Ascend: the host operator the profiler links to the task (:mod:`fsdpbench.trace.ascend_launch`); an event's own start and lane where the trace does not link one (host events, CPU-only traces) |
 | ``group`` | category | a collective's process group (``Process Group Name``, else ``Process Group ID``), ``""`` when the trace does not say |
 | ``seq`` | int64 | a collective's sequence number in its group (``Seq``), ``-1`` when the trace does not say |
 | ``dtype`` | category | a collective's element type as the trace writes it (``Float``, ``BFloat16`` …), ``""`` when unknown |

@@ -1,0 +1,106 @@
+"""``--rounds auto``: whether one more interleaved round is worth its launches.
+
+pyperf decides how many processes a benchmark needs from the spread it has seen; here the question is a
+comparison's, so the rule reads each comparison's bootstrap CI of the ratio (``stats.compare_arms``):
+it is settled when the CI excludes 1 (the arms differ) or is narrower than the target (whatever
+difference there is, is smaller than the target). The run stops when every comparison is settled,
+when the losses disagree (more rounds cannot make an invalid comparison valid), or at a limit.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STOP_SETTLED = "settled"
+STOP_MAX_ROUNDS = "max_rounds"
+STOP_MAX_TIME = "max_time"
+STOP_PARITY = "parity_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundsCheck:
+    """The decision after a complete round: go on, or stop and why."""
+
+    stop: bool
+    reason: str | None
+    """``settled``, ``max_rounds``, ``max_time`` or ``parity_failed`` when ``stop``; None otherwise."""
+    why: str
+    """One line for the terminal, the summary and the report."""
+
+    def to_dict(self, rounds: int) -> dict[str, Any]:
+        return {"rounds": rounds, "stopped": self.stop, "reason": self.reason, "why": self.why}
+
+
+def ci_width_pct(ratio: float, ci95: Sequence[float]) -> float:
+    """The CI's full width in % of the ratio: ``(high − low) / ratio · 100``."""
+    return (ci95[1] - ci95[0]) / ratio * 100.0
+
+
+def unsettled(comparisons: Sequence[Mapping[str, Any]], ci_target_pct: float) -> list[str]:
+    """One phrase per comparison that more rounds could still decide: it has no CI yet, or its CI holds
+    1 and is at least ``ci_target_pct`` % wide."""
+    out = []
+    for c in comparisons:
+        ci = c.get("ci95")
+        name = f"{c['test']}/{c['base']}"
+        if not ci:
+            out.append(f"{name} has no CI yet")
+        elif ci[0] <= 1.0 <= ci[1] and ci_width_pct(c["ratio"], ci) >= ci_target_pct:
+            out.append(
+                f"{name}: CI {ci[0]:.3f}..{ci[1]:.3f} holds 1 and is {ci_width_pct(c['ratio'], ci):.1f} % wide"
+            )
+    return out
+
+
+def check(
+    comparisons: Sequence[Mapping[str, Any]],
+    *,
+    parity_valid: bool,
+    rounds: int,
+    ci_target_pct: float,
+    max_rounds: int,
+    elapsed_s: float,
+    round_s: float,
+    max_time_s: float,
+) -> RoundsCheck:
+    """After ``rounds`` complete rounds per arm: stop, or add one.
+
+    Args:
+        comparisons: summary.json's ``comparisons`` (``test``, ``base``, ``ratio``, ``ci95``).
+        parity_valid: summary.json's ``parity.valid``.
+        rounds: complete rounds per arm so far.
+        ci_target_pct: a CI narrower than this (full width, % of the ratio) settles a comparison.
+        max_rounds: no round beyond this many.
+        elapsed_s: wall time of the run's launches so far.
+        round_s: wall time of the last round (all its arms' launches): the next one's estimate.
+        max_time_s: no round that would end past this many seconds of launches (0: no limit).
+    """
+    if not parity_valid:
+        return RoundsCheck(
+            True, STOP_PARITY, f"stopped after {rounds} rounds: the losses differ (parity failed)"
+        )
+    if not comparisons:
+        return RoundsCheck(True, STOP_SETTLED, f"stopped after {rounds} rounds: nothing to compare")
+    open_ = unsettled(comparisons, ci_target_pct)
+    if not open_:
+        return RoundsCheck(
+            True,
+            STOP_SETTLED,
+            f"stopped after {rounds} rounds: every comparison's 95% CI excludes 1 or is narrower than "
+            f"{ci_target_pct:g} %",
+        )
+    if rounds >= max_rounds:
+        return RoundsCheck(
+            True, STOP_MAX_ROUNDS, f"stopped at --max-rounds {max_rounds}, not sure: {'; '.join(open_)}"
+        )
+    if max_time_s > 0 and elapsed_s + round_s > max_time_s:
+        return RoundsCheck(
+            True,
+            STOP_MAX_TIME,
+            f"stopped after {rounds} rounds: another ({round_s:.0f} s) would pass --max-time {max_time_s:g} s "
+            f"({elapsed_s:.0f} s spent), not sure: {'; '.join(open_)}",
+        )
+    return RoundsCheck(False, None, f"round {rounds + 1}: {'; '.join(open_)}")
