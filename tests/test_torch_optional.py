@@ -145,3 +145,22 @@ def test_fresh_venv_without_extras_has_no_torch_and_analyzes(tmp_path):
         [str(fsdpbench), "ab"], capture_output=True, text=True, env=clean, cwd=tmp_path, timeout=60
     )
     assert proc.returncode == 2 and EXTRA_HINT in proc.stderr, proc.stderr
+
+
+def test_every_module_of_the_analysis_side_imports_without_torch():
+    """Every module under analysis/, trace/, report/ and commands/ imports where torch cannot (the run side's
+    commands import torch only when they run)."""
+    code = (
+        "import importlib, pkgutil, fsdpbench\n"
+        "for room in ('analysis', 'trace', 'report', 'commands'):\n"
+        "    pkg = importlib.import_module('fsdpbench.' + room)\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        importlib.import_module(m.name)\n"
+        "        print(m.name)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **NO_TORCH}
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = proc.stdout.split()
+    assert "fsdpbench.analysis.findings.registry" in imported and "fsdpbench.commands.ab" in imported
