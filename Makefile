@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 SETUP_LOG := $(VENV)/setup.log
-TEST_EXTRAS := '.[test,deepspeed]'
+TEST_EXTRAS := '.[run,test,deepspeed]'
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # $(call quiet_install,WHAT,PIP ARGS): one line on the console; pip's output goes to $(SETUP_LOG) and is
@@ -57,7 +57,7 @@ $(VENV)/.torch-installed: | $(BIN)/python
 	$(call quiet_install,torch $(TORCH_VERSION),$(TORCH_PIP_ARGS) torch==$(TORCH_VERSION))
 
 $(VENV)/.fsdpbench-installed: pyproject.toml $(VENV)/.torch-installed
-	$(call quiet_install,fsdpbench,-e .)
+	$(call quiet_install,fsdpbench,-e '.[run]')
 
 $(VENV)/.fsdpbench-test-installed: pyproject.toml $(VENV)/.torch-installed
 	$(call quiet_install,fsdpbench with the test extras,-e $(TEST_EXTRAS))

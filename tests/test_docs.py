@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -127,6 +128,22 @@ def test_readme_picture_was_drawn_by_the_current_figure_code():
     assert kept[0] == hashlib.sha256(figures.read_bytes()).hexdigest(), (
         "the report's figure code changed since docs/img/report.png was drawn: "
         "run `make readme-figure` (or python scripts/readme_figure.py --run RUN_DIR) and commit both files"
+    )
+
+
+def test_readme_terminal_sample_is_what_ab_prints_now():
+    """The README's "What it prints" block is ``print_summary``'s output now for the run figures kept in
+    docs/img/terminal_sample.json (scripts/readme_terminal.py writes both): a change to what `fsdpbench ab`
+    prints at the end fails here until the block is written again."""
+    spec = importlib.util.spec_from_file_location("readme_terminal", REPO / "scripts" / "readme_terminal.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    sample = json.loads((DOCS / "img" / "terminal_sample.json").read_text(encoding="utf-8"))
+    block = script.readme_block(README.read_text(encoding="utf-8"))
+    assert block.splitlines()[-1] == sample["run_dir"]  # the last line: the run folder, on stdout
+    assert block == script.render(sample), (
+        "README.md's terminal sample is not what `fsdpbench ab` prints now: run python scripts/readme_terminal.py "
+        "(or --run RUN_DIR for a fresh run's figures) and commit README.md"
     )
 
 

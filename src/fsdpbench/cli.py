@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -29,6 +30,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 _TRACE_READERS = ("analyze", "diff", "report")  # the subcommands that read traces (and their cache)
+
+RUN_EXTRA = "run"
+"""The extra that installs the run side's torch: ``pip install 'fsdpbench[run]'`` (pyproject.toml)."""
+_NEEDS_TORCH = ("run", "ab", "sweep", "model")  # analyze, diff, report and cache never import torch
+
+
+def torch_missing() -> bool:
+    """Whether this interpreter cannot import torch (looked up, not imported: importing takes seconds)."""
+    try:
+        return importlib.util.find_spec("torch") is None
+    except (ImportError, ValueError):  # an import hook that refuses it, a broken half-installed package
+        return True
 
 
 def build_parser(chosen: str | None) -> argparse.ArgumentParser:
@@ -66,6 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command in _NEEDS_TORCH and torch_missing():
+        print(
+            f"fsdpbench {args.command}: error: torch is not installed; the run side (ab, run, sweep, model) "
+            f"needs it: pip install 'fsdpbench[{RUN_EXTRA}]' (analyze, diff, report and cache work without it)",
+            file=sys.stderr,
+        )
+        return 2
     if getattr(args, "no_cache", False):
         os.environ["FSDPBENCH_NO_CACHE"] = "1"  # read by trace.read_rank, here and in worker processes
     try:

@@ -118,6 +118,10 @@ def sharding_signature(python: str, backend: str, env: dict[str, str]) -> dict[s
         raise ConfigError(f"{python}: could not read the signature of {target} ({exc})") from None
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        if "No module named 'torch'" in last:
+            raise ConfigError(
+                f"python={python}: it has no torch; install it there: pip install 'fsdpbench[run]'"
+            )
         raise ConfigError(f"{python}: could not read the signature of {target} ({last})")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -206,6 +210,10 @@ def probe(python: str, env: dict[str, str] | None = None) -> dict[str, Any]:
         ) from None
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        if "No module named 'torch'" in last:
+            raise ConfigError(
+                f"python={python}: it has no torch; install it there: pip install 'fsdpbench[run]'"
+            )
         raise ConfigError(f"python={python}: the probe failed ({last}); is it a Python 3.10+ interpreter?")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
