@@ -7,10 +7,10 @@ import json
 import orjson
 import pytest
 
+from fsdpbench.analysis.derived import diff_run
 from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.errors import InputError
 from fsdpbench.report.diff_md import diff_markdown
-from fsdpbench.run.run_folder import diff_run
 from helpers import analysis, hand_built_run, rank, run_cli, synthetic_analysis
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpbench.errors import InputError
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 
 NODE_DIR = "node{node}"
 """Where node 0 keeps a collected node's launch files, inside the launch folder."""

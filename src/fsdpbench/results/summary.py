@@ -1,4 +1,4 @@
-"""``summary.json`` as typed objects: what ``run_folder.build_summary`` writes and the report reads.
+"""``summary.json`` as typed objects: what ``summarize.build_summary`` writes and the report reads.
 
 Field names, order and values are the file's (docs/DATA.md, "summary.json"): ``to_dict`` gives the
 JSON object key for key, ``from_dict`` reads one back. ``from_dict`` takes partial objects as the
@@ -165,7 +165,7 @@ class ArmComparison(RatioSummary):
 
 @dataclass(kw_only=True, slots=True)
 class Parity(_Record):
-    """The loss check of ``run_folder.check_parity``: the first steps' losses of every arm against the first."""
+    """The loss check of ``summarize.check_parity``: the first steps' losses of every arm against the first."""
 
     valid: bool | None
     mode: str | None
@@ -232,7 +232,7 @@ class Summary(_Record):
     def read(cls, path: str | Path) -> Summary:
         """The summary.json at ``path`` (a run folder or the file); ``InputError`` naming the file when it
         is missing, not JSON, or not a summary."""
-        from fsdpbench.run import run_folder
+        from fsdpbench.results import run_folder
 
         path = Path(path)
         if path.is_dir():
@@ -250,6 +250,6 @@ class Summary(_Record):
 
     def write(self, path: str | Path) -> Path:
         """Write ``to_dict()`` to ``path`` atomically (indented JSON, as every run folder file)."""
-        from fsdpbench.run import run_folder
+        from fsdpbench.results import run_folder
 
         return run_folder.write_json(path, self.to_dict())
