@@ -2,7 +2,7 @@
 
 ``diff_analyses(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
 ``to_dict()`` gives it) plus, when present, each rank's ``collective_events`` table for the α–β fits.
-``fsdpbench.results.run_folder.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
+``fsdpbench.analysis.derived.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
 manifest is the base, every other arm a test. The vocabulary follows HTA's TraceDiff (control/test, ``test − base``
 deltas, change categories added/deleted/increased/decreased/unchanged). The result is data; its
 markdown and terminal renderings are in ``fsdpbench.report.diff_md`` and ``fsdpbench.report.terminal``.

@@ -282,7 +282,7 @@ class _ExposedArrays:
 def _split_arrays(
     starts: list[int], wait_end: list[int], ends: list[int], exposed: _ExposedArrays | None
 ) -> dict[str, float | None]:
-    """:func:`_split` with numpy (analysis/intervals.py): the same exact integer unions and lengths."""
+    """:func:`_split` with numpy (trace/intervals.py): the same exact integer unions and lengths."""
     import numpy as np
 
     from fsdpbench.trace import intervals as iv
