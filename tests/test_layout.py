@@ -21,10 +21,11 @@ ROOM_ORDER: tuple[frozenset[str], ...] = (
     frozenset({"analysis"}),
     frozenset({"trace"}),
     frozenset({"config", "results"}),
-    frozenset({"fmt", "errors", "__init__"}),
+    frozenset({"fmt", "errors", "records", "__init__"}),
 )
 """Rooms from the top (the face) to the bottom; a module imports only from its own room or a lower one.
-``config`` is plain data (arms, shapes, the run's options; no torch) that the analysis reads, so it sits low."""
+``config`` is plain data (arms, shapes, the run's options; no torch) that the analysis reads, so it sits low;
+``records`` (the JSON records' one encode/decode, when it exists) sits with the other leaves."""
 
 MAX_LINES = 800
 
