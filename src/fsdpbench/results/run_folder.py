@@ -280,7 +280,6 @@ def launch_ok(run_dir: str | Path, arm: str, round_: int) -> bool:
     return isinstance(status, dict) and status.get("rc") == 0 and not status.get("error")
 
 
-
 def diff_list(payload: Any) -> list[dict[str, Any]]:
     """The diffs of a diff.json payload (one diff object, or a list of them for several test arms)."""
     if isinstance(payload, dict):
