@@ -246,7 +246,7 @@ def test_k_grouped_probe_runs_in_the_arms_dtype_on_aligned_shapes_and_is_recorde
     group, once per (device, dtype); the arm's runtime record names that dtype and the answer."""
     from fsdpbench.config import parse_arms
     from fsdpbench.model import moe
-    from fsdpbench.run.worker import k_grouped_probe
+    from fsdpbench.run.environment import k_grouped_probe
     from helpers import fake_npu_grouped_matmul
 
     calls: list[dict] = []
