@@ -392,8 +392,10 @@ def called_parameter_owners() -> tuple[Any, list[Any]]:
     return model, [m for m in owners if id(m) in called]
 
 
-def hand_built_run(tmp_path, labels: list[str]):
-    """A run folder with a manifest, placeholder profiles and a cached analysis.json (no real traces)."""
+def hand_built_run(tmp_path, labels: list[str], events: bool = True):
+    """A run folder with a manifest, placeholder profiles and a cached analysis.json (no real traces):
+    each arm ``synthetic_analysis(per_param=i > 0, seed=i)``, its collective events kept as columns (as
+    ``ensure_analysis`` writes them) or, with ``events`` False, left out (as analysis.json was before)."""
     arms = [{"label": lab, "backend": "torch", "prefetch": 0, "comm_fusion": False} for lab in labels]
     (tmp_path / "manifest.json").write_text(
         json.dumps(
@@ -411,7 +413,9 @@ def hand_built_run(tmp_path, labels: list[str]):
     cached = {lab: synthetic_analysis(per_param=i > 0, seed=i) for i, lab in enumerate(labels)}
     for a in cached.values():
         for r in a["ranks"]:
-            del r["collective_events"]
+            frame = r.pop("collective_events")
+            if events:
+                r["collective_events"] = {c: frame[c].tolist() for c in frame.columns}
     (tmp_path / "analysis.json").write_bytes(orjson.dumps(cached))
     return tmp_path
 
