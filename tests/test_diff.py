@@ -228,6 +228,16 @@ def test_diff_run_reanalyzes_an_analysis_json_entry_without_collective_events(tm
         diff_run(run)
 
 
+def test_an_old_analysis_json_kept_without_its_profiles_still_diffs_with_aggregate_fits(tmp_path):
+    import shutil
+
+    run = hand_built_run(tmp_path, ["torch", "hyper"], events=False)
+    shutil.rmtree(run / "profiles")  # only analysis.json was kept: nothing to analyse again
+    [result] = diff_run(run)
+    assert {k for k, v in result.fits.items() if v} == {"aggregate"}
+    assert result.fits["aggregate"]["all_gather"].ok
+
+
 def test_diff_run_names_the_side_of_malformed_collective_events(tmp_path):
     run = hand_built_run(tmp_path, ["torch", "hyper"])
     cached = orjson.loads((run / "analysis.json").read_bytes())

@@ -709,7 +709,7 @@ def profiled_arms(run_dir: str | Path) -> list[str]:
 def _has_fit_events(entry: Any) -> bool:
     """Whether an analysis.json entry keeps every rank's collective events (the per-call α–β fits'
     input). One written before they were kept would give a diff without those fits, unlike the traces
-    it stands for, so it counts as stale."""
+    it stands for, so it counts as stale while those traces are there."""
     ranks = entry.get("ranks") if isinstance(entry, dict) else None
     return not isinstance(ranks, list) or all(
         isinstance(r, dict) and isinstance(r.get("collective_events"), dict) for r in ranks
@@ -736,7 +736,8 @@ def ensure_analysis(
         arms: arm labels (default: ``profiled_arms``).
         step: analyse only this profiler step (never cached: ``analysis.json`` holds the default).
         reanalyze: analyse even fresh arms. An entry without its ranks' collective events (the per-call
-            α–β fits' input; written before analysis.json kept them) is never fresh.
+            α–β fits' input; written before analysis.json kept them) is fresh only while the arm has
+            no profiles to analyse again.
         failed: when given, an arm whose profiles are missing or cannot be analysed is put here and left
             out of the result; when None the error propagates.
     Returns:
@@ -750,12 +751,14 @@ def ensure_analysis(
     saved_at = _mtime(path)
     cached = read_json_if_readable(path) if saved_at is not None else None
     cached = cached if isinstance(cached, dict) else {}
+    newest = {arm: _newest_mtime(profile_dir(run_dir, arm)) for arm in cached}
     fresh = {
         arm: entry
         for arm, entry in cached.items()
         if saved_at is not None
-        and saved_at >= _newest_mtime(profile_dir(run_dir, arm))
-        and _has_fit_events(entry)
+        and saved_at >= newest[arm]
+        # without its events only while there are no profiles to analyse (an analysis.json kept alone)
+        and (_has_fit_events(entry) or newest[arm] == 0.0)
     }
     out: dict[str, Any] = {}
     new: dict[str, Any] = {}
