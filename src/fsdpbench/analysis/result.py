@@ -273,7 +273,8 @@ class RankMetrics(StepMetrics):
     def from_dict(cls, d: dict[str, Any], format: str = "") -> RankMetrics:
         """A rank of the Analysis JSON (``to_dict()``) as typed metrics, for readers of analysis.json (the
         report). What the JSON does not hold stays unset: ``source``, ``mode``, ``device_span_ns``, the
-        collective events, cross-check and event tables (empty, or None); ``format`` is the Analysis'.
+        cross-check and event tables, and the collective events unless analysis.json kept their fit
+        columns (empty, or None); ``format`` is the Analysis'.
         A metric the JSON leaves out is None (as a report shows it), unlike :meth:`from_cache`, which
         refuses an incomplete cache."""
         return cls(
@@ -290,6 +291,8 @@ class RankMetrics(StepMetrics):
             units=d.get("units"),
             units_source=d.get("units_source") or "none",
             prefetch=d.get("prefetch"),
+            # analysis.json's fit columns (``fit_event_columns``): a DataFrame on first use
+            collective_events=events if isinstance(events := d.get("collective_events"), dict) else None,
         )
 
     def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
