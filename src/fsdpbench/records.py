@@ -27,16 +27,26 @@ class Record:
     """Base of the JSON records: ``to_dict`` and ``from_dict`` for every dataclass deriving from it."""
 
     __slots__ = ()
+    _keys: ClassVar[tuple[str, ...]] = ()
+    """The keys written, in order, when they are not the fields': a property among them is written (and
+    computed again on reading: msgspec drops keys that are no field)."""
     _omit_if_none: ClassVar[frozenset[str]] = frozenset()
-    """Fields left out of ``to_dict`` while None (keys the file has only written when set)."""
+    """Keys left out of ``to_dict`` while None (keys the file has only written when set)."""
+    _omit_empty: ClassVar[bool] = False
+    """Leave out every key whose value is None, ``{}`` or ``[]``."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record's JSON object, key for key as the file holds it."""
-        return {
-            f.name: _plain(value)
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
-            if not ((value := getattr(self, f.name)) is None and f.name in self._omit_if_none)
-        }
+        keys = self._keys or tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        out = {}
+        for key in keys:
+            value = getattr(self, key)
+            if value is None and key in self._omit_if_none:
+                continue
+            if self._omit_empty and (value is None or (isinstance(value, dict | list | tuple) and not value)):
+                continue
+            out[key] = _plain(value)
+        return out
 
     @classmethod
     def from_dict(cls: type[R], data: Any, what: str = "") -> R:
