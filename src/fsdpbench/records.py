@@ -49,9 +49,10 @@ class Record:
         return out
 
     @classmethod
-    def from_dict(cls: type[R], data: Any, what: str = "") -> R:
-        """The record of a decoded JSON object; ``InputError`` naming ``what`` and the bad field."""
-        return convert(data, cls, what=what or cls.__name__)
+    def from_dict(cls: type[R], data: Any, what: str = "", at: str = "$") -> R:
+        """The record of a decoded JSON object; ``InputError`` naming ``what`` and the bad field (its path
+        under ``at``, where the object sits in its file: ``$.findings[2]``)."""
+        return convert(data, cls, what=what or cls.__name__, at=at)
 
 
 def _plain(value: Any) -> Any:
@@ -64,19 +65,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _error(what: str, exc: msgspec.ValidationError | msgspec.DecodeError) -> InputError:
-    """``what: $.path: message`` from msgspec's "message - at `$.path`"."""
+def _error(what: str, exc: msgspec.ValidationError, at: str = "$") -> InputError:
+    """``what: $.path: message`` from msgspec's "Message - at `$.path`" (the path put under ``at``)."""
     message, _, path = str(exc).partition(" - at ")
     message = message[:1].lower() + message[1:]
-    return InputError(f"{what}: {path.strip('`')}: {message}" if path else f"{what}: {message}")
+    path = at + path.strip("`")[1:] if path else at
+    return InputError(f"{what}: {path}: {message}")
 
 
-def convert(data: Any, type: type[R], what: str) -> R:
+def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
     """``data`` (decoded JSON) as a ``type``; ``InputError`` naming ``what`` and the field when it is not."""
     try:
         return msgspec.convert(data, type)
     except msgspec.ValidationError as exc:
-        raise _error(what, exc) from None
+        raise _error(what, exc, at) from None
 
 
 def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -> R:
