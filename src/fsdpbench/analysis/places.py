@@ -96,8 +96,8 @@ def top_collectives(data: Mapping[str, Any], n: int = TOP_WAITS) -> list[TopColl
     """The analysis' slowest matched collectives (``waits.top``): unit, phase, type, bytes, the largest
     wait and transfer over ranks, the rank that arrived last; slowest (wait + transfer) first."""
     rows = [
-        TopCollective.from_dict(e)
-        for e in (data.get("waits") or {}).get("top") or []
+        TopCollective.from_dict(e, "analysis", f"$.waits.top[{i}]")
+        for i, e in enumerate((data.get("waits") or {}).get("top") or [])
         if isinstance(e, Mapping)
     ]
     rows.sort(key=lambda e: -((e.wait_us or 0.0) + (e.transfer_us or 0.0)))
