@@ -165,3 +165,18 @@ def test_the_summary_and_diff_of_a_real_run_encode_to_the_files_bytes(profiled_a
         raw = orjson.loads(diff_path.read_bytes())
         for entry in raw if isinstance(raw, list) else [raw]:
             assert orjson.dumps(DiffResult.from_dict(entry).to_dict()) == orjson.dumps(entry)
+
+
+def test_the_report_names_a_summary_field_of_the_wrong_type_under_missing_pieces(tmp_path):
+    from fsdpbench.report.load import RunData, load_summary
+
+    data = json.loads(SUMMARY_TEXT)
+    data["parity"]["valid"] = "yes"
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(data))
+    run = RunData(tmp_path)
+    assert load_summary(path, run) is None
+    assert run.missing == [
+        "the summary `summary.json` is not an fsdpbench summary "
+        "(summary.json: $.parity.valid: expected `bool | null`, got `str`); it is left out."
+    ]
