@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from fsdpbench.trace.table import COLLECTIVE_TYPES
+
 # ---- thresholds (documented in RULES and docs/diagnosis.md ("Findings: the rules")) ---------------------------------
 FRAGMENTATION_COUNT_RATIO = 3.0
 """A collective type issued at least this many times more often by one arm ..."""
@@ -49,19 +51,7 @@ HCCL_AVG_RE = re.compile(r"^(?P<op>\S+) \(HCCL AVG of (?P<collective>\w+)\)$")
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
-COLLECTIVE_NAMES = {
-    t: t
-    for t in (
-        "all_gather",
-        "reduce_scatter",
-        "all_reduce",
-        "broadcast",
-        "all_to_all",
-        "send_recv",
-        "barrier",
-        "other",
-    )
-}
+COLLECTIVE_NAMES = {t: t for t in COLLECTIVE_TYPES}
 """Collective types in the order findings and diffs list them, each written as ``analyze`` and the JSON
 write it (one spelling everywhere: ``all_gather``, never ``AllGather``)."""
 SYNC_NAMES = {
