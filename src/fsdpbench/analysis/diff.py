@@ -298,6 +298,7 @@ class DiffResult:
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise InputError(f"diff schema_version {version!r}: this fsdpbench reads {SCHEMA_VERSION}")
+        what = f"diff {data.get('test')!r} vs {data.get('base')!r}"
         try:
             memory = data.get("memory_timeline")
             top_waits = data.get("top_waits") or {}
@@ -308,12 +309,20 @@ class DiffResult:
                 side_by_side=SideBySide.from_dict(data.get("side_by_side") or {}),
                 collectives=[CollectiveRow.from_dict(r) for r in data.get("collectives") or []],
                 ops=[OpRow.from_dict(r) for r in data.get("ops") or []],
-                sync=[SyncRow.from_dict(r) for r in data.get("sync") or []],
+                sync=[
+                    SyncRow.from_dict(r, what, f"$.sync[{i}]") for i, r in enumerate(data.get("sync") or [])
+                ],
                 fits={
-                    src: {t: whatif.AlphaBetaFit.from_dict(f) for t, f in fits.items()}
+                    src: {
+                        t: whatif.AlphaBetaFit.from_dict(f, what, f"$.fits.{src}.{t}")
+                        for t, f in fits.items()
+                    }
                     for src, fits in (data.get("fits") or {}).items()
                 },
-                findings=[fnd.Finding.from_dict(f) for f in data.get("findings") or []],
+                findings=[
+                    fnd.Finding.from_dict(f, what, f"$.findings[{i}]")
+                    for i, f in enumerate(data.get("findings") or [])
+                ],
                 warnings=[str(w) for w in data.get("warnings") or []],
                 calibration=[dict(e) for e in data.get("calibration") or []],
                 distortion=data.get("distortion"),
@@ -321,22 +330,24 @@ class DiffResult:
                 places=plc.places_from_dicts(data.get("places") or []),
                 top_waits=Pair(
                     *(
-                        [plc.TopCollective.from_dict(e) for e in top_waits.get(side) or []]
+                        [
+                            plc.TopCollective.from_dict(e, what, f"$.top_waits.{side}[{i}]")
+                            for i, e in enumerate(top_waits.get(side) or [])
+                        ]
                         for side in ("base", "test")
                     )
                 ),
                 prefetch_estimates=Pair(
                     *(
-                        None if prefetch.get(side) is None else whatif.Estimate.from_dict(prefetch[side])
+                        None
+                        if prefetch.get(side) is None
+                        else whatif.Estimate.from_dict(prefetch[side], what, f"$.prefetch_estimates.{side}")
                         for side in ("base", "test")
                     )
                 ),
             )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise InputError(
-                f"diff {data.get('test')!r} vs {data.get('base')!r}: not a Diff JSON object "
-                f"({type(exc).__name__}: {exc})"
-            ) from None
+            raise InputError(f"{what}: not a Diff JSON object ({type(exc).__name__}: {exc})") from None
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
         """The first finding of ``rule_id``, or ``None``."""
