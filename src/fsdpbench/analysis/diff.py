@@ -36,6 +36,7 @@ from fsdpbench.analysis.findings import (
     safe_delta,
     safe_ratio,
 )
+from fsdpbench.analysis.result import FIT_EVENT_COLUMNS
 from fsdpbench.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,25 @@ METRIC_NAMES = {
 # ---- input normalisation ----------------------------------------------------------------------------
 
 
-def _events_table(value: Any) -> pd.DataFrame | None:
+def _events_table(value: Any, what: str) -> pd.DataFrame | None:
+    """A rank's collective events as the fits' DataFrame: given as one, as columns (analysis.json:
+    ``RankMetrics.fit_event_columns``) or as ``[type, bytes, start_ns, end_ns]`` records."""
     if value is None:
         return None
     if isinstance(value, pd.DataFrame):
         return value
-    return pd.DataFrame(list(value), columns=["type", "bytes", "start_ns", "end_ns"])
+    if not isinstance(value, Mapping):
+        return pd.DataFrame(list(value), columns=list(FIT_EVENT_COLUMNS))
+    missing = [c for c in FIT_EVENT_COLUMNS if c not in value]
+    lengths = {len(v) if hasattr(v, "__len__") and not isinstance(v, str) else -1 for v in value.values()}
+    if missing or len(lengths) != 1 or -1 in lengths:
+        raise InputError(
+            f"{what}: a rank's collective_events must be columns {list(FIT_EVENT_COLUMNS)} of one "
+            f"length (missing: {missing or 'none'}); analyze the profiles again (fsdpbench diff --reanalyze)"
+        )
+    frame = pd.DataFrame({c: value[c] for c in value})
+    frame["bytes"] = frame["bytes"].astype(float)  # null (unknown size) → NaN, as in a fresh analysis
+    return frame
 
 
 def normalise(analysis: Any, what: str) -> tuple[dict[str, Any], list[pd.DataFrame | None]]:
@@ -74,13 +88,13 @@ def normalise(analysis: Any, what: str) -> tuple[dict[str, Any], list[pd.DataFra
     if hasattr(analysis, "to_dict") and not isinstance(analysis, Mapping):
         data = analysis.to_dict()
         for rank in getattr(analysis, "ranks", None) or []:
-            events.append(_events_table(getattr(rank, "collective_events", None)))
+            events.append(_events_table(getattr(rank, "collective_events", None), what))
     elif isinstance(analysis, Mapping):
         data = dict(analysis)
         ranks = []
         for rank in data.get("ranks") or []:
             rank = dict(rank)
-            events.append(_events_table(rank.pop("collective_events", None)))
+            events.append(_events_table(rank.pop("collective_events", None), what))
             ranks.append(rank)
         data["ranks"] = ranks
     else:
