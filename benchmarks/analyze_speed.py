@@ -18,8 +18,14 @@ them) and, for reference, of RSS (shared pages counted in every process), sample
 /proc; and, unsampled, the largest RSS any one process of the tree reached (``ru_maxrss``). Usage::
 
     python benchmarks/analyze_speed.py [--ranks 8] [--events 200000] [--keep DIR] [--skip-hta] [--repeat 2] [--json FILE]
+    python benchmarks/analyze_speed.py --split [--ranks 4] [--events 60000] [--skip-hta]            # + main vs workers
     python benchmarks/analyze_speed.py --decoders [--ranks 1] [--events 60000] [--repeat 3]   # decoders side by side
     python benchmarks/analyze_speed.py --decoders --trace FILE [--trace FILE …]               # … on these traces
+
+With ``--split`` the rounds also run the cold analysis in a process that reports its own CPU time
+(the main process: starting Python, imports, discovery, the cross-rank waits, the tables and JSON) apart
+from that of its worker processes (reading and measuring the ranks), from ``getrusage`` when the output is
+written, so the fixed cost of the main process can be told from the per-rank cost.
 
 The machine's other load moves every figure; fsdpbench and the bare decode run ``--repeat`` rounds,
 interleaved (fastest of each kept), HTA once (it takes minutes).
@@ -180,6 +186,21 @@ print(time.process_time() - t0)
 """
 
 
+_SPLIT = """
+import resource, sys
+from fsdpbench.cli import main
+folder, workers, out = sys.argv[1:4]
+code = main(["analyze", folder, "--no-cache", "--workers", workers, "--json", "/dev/null"])
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(out, "w") as f:
+    f.write(f"{me.ru_utime + me.ru_stime} {kids.ru_utime + kids.ru_stime}")
+raise SystemExit(code)
+"""
+"""``--split``'s child: ``fsdpbench analyze --no-cache`` through :func:`fsdpbench.cli.main` (no other
+import before it), writing "MAIN_CPU_S WORKERS_CPU_S" to a file once the analysis is printed (the
+workers have exited by then; the interpreter's teardown after it is in neither figure)."""
+
+
 def _stream_inflate(module: Any, raw: bytes, piece: int = 1 << 16) -> int:
     """Inflate ``raw`` in ``piece``-byte inputs, as the reader does; return the bytes produced."""
     d, n = module.decompressobj(wbits=47), 0
@@ -331,6 +352,11 @@ def main() -> int:
         action="append",
         help="with --decoders: time this trace file instead of a generated rank 0 (repeatable)",
     )
+    ap.add_argument(
+        "--split",
+        action="store_true",
+        help="also time the cold analysis split into its main process's CPU time and its workers'",
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -364,6 +390,10 @@ def main() -> int:
             f"orjson.loads ({workers} procs)": ([*me, "orjson", str(folder), str(workers)], None),
             "orjson.loads (1 proc)": ([*me, "orjson", str(folder), "1"], None),
         }
+        split_file = Path(tmp) / "split.txt"
+        if args.split:
+            split_cmd = [sys.executable, "-c", _SPLIT, str(folder), str(workers), str(split_file)]
+            commands["fsdpbench analyze (split)"] = (split_cmd, env)
         _compile_measured_package(env)
         measure(analyze, env=env)  # writes the caches the cached runs read
         # interleaved rounds (cold, cached, bare, bare, cold, …), fastest of each kept: a drift in the
@@ -372,6 +402,9 @@ def main() -> int:
         for _ in range(max(args.repeat, 1)):
             for name, (cmd, cmd_env) in commands.items():
                 tries[name].append(measure(cmd, env=cmd_env))
+                if name == "fsdpbench analyze (split)":
+                    main_s, workers_s = (float(x) for x in split_file.read_text().split())
+                    tries[name][-1].update(main_cpu_s=main_s, workers_cpu_s=workers_s)
         runs = {name: min(t, key=lambda r: r["wall_s"]) for name, t in tries.items()}
         if not args.skip_hta:
             runs["HTA load+overlap+breakdown"] = measure([*me, "hta", str(folder)])
@@ -401,6 +434,15 @@ def main() -> int:
         f"{ratios['vs_orjson_1proc_wall']:.2f}× (1 proc) the wall time; "
         f"{ratios['vs_orjson_same_procs_cpu']:.2f}× the CPU time of {workers} procs (aim ≤ 1.0×)"
     )
+    if "fsdpbench analyze (split)" in runs:
+        split = runs["fsdpbench analyze (split)"]
+        for part in ("main", "workers"):
+            ratios[f"{part}_cpu_over_orjson_same_procs"] = split[f"{part}_cpu_s"] / bare["cpu_s"]
+        print(
+            f"fsdpbench cold, split (its fastest run): main process {split['main_cpu_s']:.3f} CPU s "
+            f"({ratios['main_cpu_over_orjson_same_procs']:.2f}× the bare decode's CPU), workers "
+            f"{split['workers_cpu_s']:.3f} CPU s ({ratios['workers_cpu_over_orjson_same_procs']:.2f}×)"
+        )
     if "HTA load+overlap+breakdown" in runs:
         hta = runs["HTA load+overlap+breakdown"]
         ratios["hta_over_fsdpbench_wall"] = hta["wall_s"] / ours["wall_s"]

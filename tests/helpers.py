@@ -392,8 +392,20 @@ def called_parameter_owners() -> tuple[Any, list[Any]]:
     return model, [m for m in owners if id(m) in called]
 
 
-def hand_built_run(tmp_path, labels: list[str]):
-    """A run folder with a manifest, placeholder profiles and a cached analysis.json (no real traces)."""
+def stored_analysis(analysis: dict, events: bool = True) -> dict:
+    """``analysis`` (``synthetic_analysis``'s dict, changed in place) as analysis.json keeps it: each
+    rank's collective events as columns, or with ``events`` False left out (as it was before)."""
+    for r in analysis["ranks"]:
+        frame = r.pop("collective_events")
+        if events:
+            r["collective_events"] = {c: frame[c].tolist() for c in frame.columns}
+    return analysis
+
+
+def hand_built_run(tmp_path, labels: list[str], events: bool = True):
+    """A run folder with a manifest, placeholder profiles and a cached analysis.json (no real traces):
+    each arm ``synthetic_analysis(per_param=i > 0, seed=i)``, its collective events kept as columns (as
+    ``ensure_analysis`` writes them) or, with ``events`` False, left out (as analysis.json was before)."""
     arms = [{"label": lab, "backend": "torch", "prefetch": 0, "comm_fusion": False} for lab in labels]
     (tmp_path / "manifest.json").write_text(
         json.dumps(
@@ -408,10 +420,10 @@ def hand_built_run(tmp_path, labels: list[str]):
     for lab in labels:
         (tmp_path / "profiles" / lab).mkdir(parents=True)
         (tmp_path / "profiles" / lab / "placeholder.txt").write_text("not a trace")
-    cached = {lab: synthetic_analysis(per_param=i > 0, seed=i) for i, lab in enumerate(labels)}
-    for a in cached.values():
-        for r in a["ranks"]:
-            del r["collective_events"]
+    cached = {
+        lab: stored_analysis(synthetic_analysis(per_param=i > 0, seed=i), events)
+        for i, lab in enumerate(labels)
+    }
     (tmp_path / "analysis.json").write_bytes(orjson.dumps(cached))
     return tmp_path
 

@@ -17,7 +17,7 @@ def test_benchmark_reports_time_cpu_and_memory_for_every_run(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "analyze_speed.py"), "--ranks", "2", "--events", "300"]
-        + ["--skip-hta", "--repeat", "1", "--keep", str(tmp_path / "traces"), "--json", str(out)],
+        + ["--skip-hta", "--repeat", "1", "--keep", str(tmp_path / "traces"), "--json", str(out), "--split"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -30,6 +30,7 @@ def test_benchmark_reports_time_cpu_and_memory_for_every_run(tmp_path):
         "fsdpbench analyze (cached)",
         f"orjson.loads ({got['workers']} procs)",
         "orjson.loads (1 proc)",
+        "fsdpbench analyze (split)",
     }
     for name, r in got["runs"].items():
         assert r["wall_s"] > 0 and r["cpu_s"] > 0, name
@@ -37,9 +38,40 @@ def test_benchmark_reports_time_cpu_and_memory_for_every_run(tmp_path):
         assert 0 < r["max_proc_rss_mb"], name
         assert r["peak_rss_mb"] >= r["peak_pss_mb"] >= 0, name
     assert got["ratios"]["cached_over_cold_cpu"] > 0
+    # the split run's own figures against the OS's total for its process tree (os.wait4): they leave
+    # out only the interpreter's teardown after the analysis is written
+    split = got["runs"]["fsdpbench analyze (split)"]
+    assert split["main_cpu_s"] > 0 and split["workers_cpu_s"] > 0  # 2 ranks: 2 worker processes
+    assert 0.5 * split["cpu_s"] <= split["main_cpu_s"] + split["workers_cpu_s"] <= split["cpu_s"] + 0.01
+    assert "main process" in done.stdout
     assert "CPU time" in done.stdout and "peak PSS MB" in done.stdout
     # the caches a cached run reads were written beside the traces
     assert sorted(p.name for p in (tmp_path / "traces").glob(".*.fsdpbench.npz")) == [
         ".rank0.json.gz.fsdpbench.npz",
         ".rank1.json.gz.fsdpbench.npz",
     ]
+
+
+def test_split_child_charges_an_in_process_analysis_to_the_main_process(tmp_path):
+    """With one worker the ranks are read in the main process: the child reports no worker time at all,
+    and its main-process time is the OS's total for it (os.wait4), teardown apart."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import analyze_speed
+    finally:
+        sys.path.pop(0)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    analyze_speed.generate(traces, 2, 300)
+    out = tmp_path / "split.txt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", analyze_speed._SPLIT, str(traces), "1", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    main_s, workers_s = (float(x) for x in out.read_text().split())
+    assert workers_s == 0.0
+    assert 0.5 * (usage.ru_utime + usage.ru_stime) <= main_s <= usage.ru_utime + usage.ru_stime + 0.01

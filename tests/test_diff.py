@@ -11,7 +11,15 @@ from fsdpbench.analysis.derived import diff_run
 from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.errors import InputError
 from fsdpbench.report.diff_md import diff_markdown
-from helpers import analysis, hand_built_run, rank, run_cli, synthetic_analysis
+from helpers import (
+    ALPHA_US,
+    BETA_US_PER_BYTE,
+    analysis,
+    hand_built_run,
+    rank,
+    run_cli,
+    synthetic_analysis,
+)
 
 
 def test_side_by_side_gives_each_rank_and_the_mean_with_test_minus_base():
@@ -189,8 +197,54 @@ def test_diff_run_uses_a_fresh_analysis_json_and_diffs_every_test_arm_against_th
         "all_gather": 13,
         "reduce_scatter": 7,
     }  # num_hidden_layers from the manifest's model
-    assert "base" not in {k for k, v in results[0].fits.items() if v}  # no events in analysis.json
     assert results[0].fits["aggregate"]["all_gather"].ok
+
+
+def test_diff_run_fits_the_collective_events_analysis_json_keeps(tmp_path):
+    """The per-call fits come from analysis.json's events: synthetic_analysis's calls take exactly
+    ALPHA_US + BETA_US_PER_BYTE * bytes, so each arm's own fit gives those back (one layer-sized call
+    per layer in FSDP2's torch arm, one per tensor in hyper's)."""
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
+    [result] = diff_run(run)
+    for source in ("test", "pooled"):
+        for kind in ("all_gather", "reduce_scatter"):
+            fit = result.fits[source][kind]
+            assert fit.ok, (source, kind, fit.status)
+            assert fit.alpha_us == pytest.approx(ALPHA_US, rel=1e-6)
+            assert fit.beta_us_per_byte == pytest.approx(BETA_US_PER_BYTE, rel=1e-6)
+    cached = orjson.loads((run / "analysis.json").read_bytes())
+    for source, arm in (("base", "torch"), ("test", "hyper")):
+        calls = sum(t == "all_gather" for r in cached[arm]["ranks"] for t in r["collective_events"]["type"])
+        assert result.fits[source]["all_gather"].n == calls
+    # torch's calls all move one layer's bytes: fixed and per-byte cost cannot be told apart
+    assert result.fits["base"]["all_gather"].status == "same_size"
+
+
+def test_diff_run_reanalyzes_an_analysis_json_entry_without_collective_events(tmp_path):
+    """An entry written before analysis.json kept the events would give no per-call fits, unlike the
+    traces: it is stale, so the profiles are read (the placeholder's error proves it)."""
+    run = hand_built_run(tmp_path, ["torch", "hyper"], events=False)
+    with pytest.raises(InputError, match=r"profiles/torch: no profiles found"):
+        diff_run(run)
+
+
+def test_an_old_analysis_json_kept_without_its_profiles_still_diffs_with_aggregate_fits(tmp_path):
+    import shutil
+
+    run = hand_built_run(tmp_path, ["torch", "hyper"], events=False)
+    shutil.rmtree(run / "profiles")  # only analysis.json was kept: nothing to analyse again
+    [result] = diff_run(run)
+    assert {k for k, v in result.fits.items() if v} == {"aggregate"}
+    assert result.fits["aggregate"]["all_gather"].ok
+
+
+def test_diff_run_names_the_side_of_malformed_collective_events(tmp_path):
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
+    cached = orjson.loads((run / "analysis.json").read_bytes())
+    del cached["hyper"]["ranks"][1]["collective_events"]["end_ns"]
+    (run / "analysis.json").write_bytes(orjson.dumps(cached))
+    with pytest.raises(InputError, match=r"test \(hyper\).*collective_events.*missing: \['end_ns'\]"):
+        diff_run(run)
 
 
 def test_diff_run_reanalyzes_when_profiles_are_newer_than_analysis_json(tmp_path):
@@ -259,3 +313,33 @@ def test_profiled_prefetch_run_diff_shows_the_overlap_change_and_a_prefetch_find
     assert (pair["base"], pair["test"]) == ("p0", "p1") and pair["collectives"] == out["collectives"]
     [result] = diff_run(profiled_ab_run)  # the Python API gives the same findings
     assert sorted(f.id for f in result.findings) == sorted(f["id"] for f in out["findings"])
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_a_run_folder_diffs_the_same_the_first_time_and_from_its_analysis_json(
+    profiled_ab_run, tmp_path, monkeypatch
+):
+    """The first diff of a fresh run analyses the traces and writes analysis.json; every later one reads
+    that file. Both give the same diff, per-call α–β fits included (they once appeared only in the first),
+    and a diff of the two arms' traces (BASE TEST, never through analysis.json) agrees."""
+    import shutil
+
+    from fsdpbench.analysis import analyze
+    from fsdpbench.results import run_folder
+
+    monkeypatch.setenv("FSDPBENCH_NO_CACHE", "1")  # as `diff --no-cache`: read the traces themselves
+    run = shutil.copytree(profiled_ab_run, tmp_path / "run")  # copy2: the profiles keep their mtimes
+    for written in (run_folder.ANALYSIS, run_folder.DIFF_JSON, run_folder.DIFF_MD):
+        (run / written).unlink(missing_ok=True)
+    [first] = diff_run(run)
+    assert (run / run_folder.ANALYSIS).is_file()
+    [later] = diff_run(run)
+    assert later.to_dict() == first.to_dict()
+    base, test = (analyze([run_folder.profile_dir(run, arm)]) for arm in (first.base, first.test))
+    from_traces = diff_analyses(base, test, base_label=first.base, test_label=first.test)
+    for source in ("base", "test", "pooled"):
+        assert later.fits[source], source
+        assert {k: f.to_dict() for k, f in later.fits[source].items()} == {
+            k: f.to_dict() for k, f in from_traces.fits[source].items()
+        }

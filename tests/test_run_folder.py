@@ -16,7 +16,7 @@ from fsdpbench.analysis import derived
 from fsdpbench.errors import InputError
 from fsdpbench.results import run_folder
 from fsdpbench.run.sweep import run_status
-from helpers import synthetic_analysis
+from helpers import stored_analysis, synthetic_analysis
 
 T0 = time.time() - 1000  # profiles were written then; later times are T0 + seconds
 
@@ -27,8 +27,11 @@ class _Analysis:
     def __init__(self, folder):
         self.folder = folder
 
-    def to_dict(self):
-        return {"schema_version": 1, "warnings": [], "ranks": [{"rank": 0, "from": self.folder.name}]}
+    def to_dict(self, fit_events=False):
+        rank = {"rank": 0, "from": self.folder.name}
+        if fit_events:  # as analysis.json keeps them (here: no collectives)
+            rank["collective_events"] = {"type": [], "bytes": [], "start_ns": [], "end_ns": []}
+        return {"schema_version": 1, "warnings": [], "ranks": [rank]}
 
 
 @pytest.fixture
@@ -79,7 +82,10 @@ def test_fresh_entries_are_reused_and_only_the_arm_with_newer_profiles_is_analys
     assert analyze_calls == [("hyper", None)]
     assert out["torch"] == {"cached": "torch"} and isinstance(out["hyper"], _Analysis)
     saved = orjson.loads((run / run_folder.ANALYSIS).read_bytes())
-    assert saved == {"torch": {"cached": "torch"}, "hyper": _Analysis(run / "profiles" / "hyper").to_dict()}
+    assert saved == {
+        "torch": {"cached": "torch"},
+        "hyper": _Analysis(run / "profiles" / "hyper").to_dict(fit_events=True),
+    }
     assert derived.ensure_analysis(run) == saved  # now both are fresh: nothing is read again
     assert len(analyze_calls) == 1
 
@@ -134,10 +140,9 @@ def test_an_arm_without_profiles_is_refused_naming_the_folder(tmp_path, analyze_
 
 def test_diffs_are_reused_while_newer_than_the_analysis_and_always_come_as_a_list(tmp_path, monkeypatch):
     labels = ["torch", "hyper"]
-    cached = {lab: synthetic_analysis(per_param=i > 0, seed=i) for i, lab in enumerate(labels)}
-    for analysis in cached.values():  # analysis.json keeps no per-call events
-        for rank in analysis["ranks"]:
-            del rank["collective_events"]
+    cached = {
+        lab: stored_analysis(synthetic_analysis(per_param=i > 0, seed=i)) for i, lab in enumerate(labels)
+    }
     run = _run(tmp_path, labels, cached=cached, analysis_at=T0 + 10)
     computed = []
     real = derived._diff_arms
@@ -200,16 +205,15 @@ def test_a_sweep_cell_is_done_only_when_every_arm_was_profiled(tmp_path, profile
 
 def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkeypatch):
     labels = ["torch", "hyper"]
-    cached = {lab: synthetic_analysis(per_param=i > 0, seed=i) for i, lab in enumerate(labels)}
-    for analysis in cached.values():
-        for rank in analysis["ranks"]:
-            del rank["collective_events"]
+    cached = {
+        lab: stored_analysis(synthetic_analysis(per_param=i > 0, seed=i)) for i, lab in enumerate(labels)
+    }
     run = _run(tmp_path, labels, cached=cached, analysis_at=T0 + 10)
     derived.ensure_diffs(run, lambda diffs: "first")
     analysed = []
 
     class Fresh:  # the new analysis of hyper: the cached one, standing in for a trace read
-        def to_dict(self):
+        def to_dict(self, fit_events=False):
             return cached["hyper"]
 
     monkeypatch.setattr(

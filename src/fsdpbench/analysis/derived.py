@@ -130,6 +130,16 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
+def _has_fit_events(entry: Any) -> bool:
+    """Whether an analysis.json entry keeps every rank's collective events (the per-call α–β fits'
+    input). One written before they were kept would give a diff without those fits, unlike the traces
+    it stands for, so it counts as stale while those traces are there."""
+    ranks = entry.get("ranks") if isinstance(entry, dict) else None
+    return not isinstance(ranks, list) or all(
+        isinstance(r, dict) and isinstance(r.get("collective_events"), dict) for r in ranks
+    )
+
+
 def ensure_analysis(
     run_dir: str | Path,
     arms: Iterable[str] | None = None,
@@ -140,16 +150,18 @@ def ensure_analysis(
 ) -> dict[str, Any]:
     """Each arm's analysis: its ``analysis.json`` entry when fresh, else a new analysis of its profiles.
 
-    An entry is fresh when ``analysis.json`` is no older than every file under ``profiles/<arm>``. New
-    analyses of the default steps (``step`` None) are written back into ``analysis.json`` in one atomic
+    An entry is fresh when ``analysis.json`` is no older than every file under ``profiles/<arm>`` and
+    keeps each rank's collective events. New analyses of the default steps (``step`` None) are written
+    back into ``analysis.json``, with those events (``Analysis.to_dict(fit_events=True)``), in one atomic
     write, which keeps the other fresh entries and drops stale ones, so the next call reuses them.
 
     Args:
         run_dir: a run folder (docs/DATA.md).
         arms: arm labels (default: ``profiled_arms``).
         step: analyse only this profiler step (never cached: ``analysis.json`` holds the default).
-        reanalyze: analyse even fresh arms (the per-call α–β fits need the collective events, which
-            ``analysis.json`` does not keep).
+        reanalyze: analyse even fresh arms. An entry without its ranks' collective events (the per-call
+            α–β fits' input; written before analysis.json kept them) is fresh only while the arm has
+            no profiles to analyse again.
         failed: when given, an arm whose profiles are missing or cannot be analysed is put here and left
             out of the result; when None the error propagates.
     Returns:
@@ -163,10 +175,14 @@ def ensure_analysis(
     saved_at = _mtime(path)
     cached = read_json_if_readable(path) if saved_at is not None else None
     cached = cached if isinstance(cached, dict) else {}
+    newest = {arm: _newest_mtime(profile_dir(run_dir, arm)) for arm in cached}
     fresh = {
         arm: entry
         for arm, entry in cached.items()
-        if saved_at is not None and saved_at >= _newest_mtime(profile_dir(run_dir, arm))
+        if saved_at is not None
+        and saved_at >= newest[arm]
+        # without its events only while there are no profiles to analyse (an analysis.json kept alone)
+        and (_has_fit_events(entry) or newest[arm] == 0.0)
     }
     out: dict[str, Any] = {}
     new: dict[str, Any] = {}
@@ -194,7 +210,7 @@ def ensure_analysis(
             fresh.pop(arm, None)
             continue
         if step is None:
-            new[arm] = out[arm].to_dict()
+            new[arm] = out[arm].to_dict(fit_events=True)
     if new:
         write_json(path, {**fresh, **new})
     return out

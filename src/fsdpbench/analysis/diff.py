@@ -36,6 +36,7 @@ from fsdpbench.analysis.findings import (
     safe_delta,
     safe_ratio,
 )
+from fsdpbench.analysis.result import FIT_EVENT_COLUMNS
 from fsdpbench.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,25 @@ METRIC_NAMES = {
 # ---- input normalisation ----------------------------------------------------------------------------
 
 
-def _events_table(value: Any) -> pd.DataFrame | None:
+def _events_table(value: Any, what: str) -> pd.DataFrame | None:
+    """A rank's collective events as the fits' DataFrame: given as one, as columns (analysis.json:
+    ``RankMetrics.fit_event_columns``) or as ``[type, bytes, start_ns, end_ns]`` records."""
     if value is None:
         return None
     if isinstance(value, pd.DataFrame):
         return value
-    return pd.DataFrame(list(value), columns=["type", "bytes", "start_ns", "end_ns"])
+    if not isinstance(value, Mapping):
+        return pd.DataFrame(list(value), columns=list(FIT_EVENT_COLUMNS))
+    missing = [c for c in FIT_EVENT_COLUMNS if c not in value]
+    lengths = {len(v) if hasattr(v, "__len__") and not isinstance(v, str) else -1 for v in value.values()}
+    if missing or len(lengths) != 1 or -1 in lengths:
+        raise InputError(
+            f"{what}: a rank's collective_events must be columns {list(FIT_EVENT_COLUMNS)} of one "
+            f"length (missing: {missing or 'none'}); analyze the profiles again (fsdpbench diff --reanalyze)"
+        )
+    frame = pd.DataFrame({c: value[c] for c in value})
+    frame["bytes"] = frame["bytes"].astype(float)  # null (unknown size) → NaN, as in a fresh analysis
+    return frame
 
 
 def normalise(analysis: Any, what: str) -> tuple[dict[str, Any], list[pd.DataFrame | None]]:
@@ -74,13 +88,13 @@ def normalise(analysis: Any, what: str) -> tuple[dict[str, Any], list[pd.DataFra
     if hasattr(analysis, "to_dict") and not isinstance(analysis, Mapping):
         data = analysis.to_dict()
         for rank in getattr(analysis, "ranks", None) or []:
-            events.append(_events_table(getattr(rank, "collective_events", None)))
+            events.append(_events_table(getattr(rank, "collective_events", None), what))
     elif isinstance(analysis, Mapping):
         data = dict(analysis)
         ranks = []
         for rank in data.get("ranks") or []:
             rank = dict(rank)
-            events.append(_events_table(rank.pop("collective_events", None)))
+            events.append(_events_table(rank.pop("collective_events", None), what))
             ranks.append(rank)
         data["ranks"] = ranks
     else:
@@ -284,6 +298,7 @@ class DiffResult:
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise InputError(f"diff schema_version {version!r}: this fsdpbench reads {SCHEMA_VERSION}")
+        what = f"diff {data.get('test')!r} vs {data.get('base')!r}"
         try:
             memory = data.get("memory_timeline")
             top_waits = data.get("top_waits") or {}
@@ -294,12 +309,20 @@ class DiffResult:
                 side_by_side=SideBySide.from_dict(data.get("side_by_side") or {}),
                 collectives=[CollectiveRow.from_dict(r) for r in data.get("collectives") or []],
                 ops=[OpRow.from_dict(r) for r in data.get("ops") or []],
-                sync=[SyncRow.from_dict(r) for r in data.get("sync") or []],
+                sync=[
+                    SyncRow.from_dict(r, what, f"$.sync[{i}]") for i, r in enumerate(data.get("sync") or [])
+                ],
                 fits={
-                    src: {t: whatif.AlphaBetaFit.from_dict(f) for t, f in fits.items()}
+                    src: {
+                        t: whatif.AlphaBetaFit.from_dict(f, what, f"$.fits.{src}.{t}")
+                        for t, f in fits.items()
+                    }
                     for src, fits in (data.get("fits") or {}).items()
                 },
-                findings=[fnd.Finding.from_dict(f) for f in data.get("findings") or []],
+                findings=[
+                    fnd.Finding.from_dict(f, what, f"$.findings[{i}]")
+                    for i, f in enumerate(data.get("findings") or [])
+                ],
                 warnings=[str(w) for w in data.get("warnings") or []],
                 calibration=[dict(e) for e in data.get("calibration") or []],
                 distortion=data.get("distortion"),
@@ -307,22 +330,24 @@ class DiffResult:
                 places=plc.places_from_dicts(data.get("places") or []),
                 top_waits=Pair(
                     *(
-                        [plc.TopCollective.from_dict(e) for e in top_waits.get(side) or []]
+                        [
+                            plc.TopCollective.from_dict(e, what, f"$.top_waits.{side}[{i}]")
+                            for i, e in enumerate(top_waits.get(side) or [])
+                        ]
                         for side in ("base", "test")
                     )
                 ),
                 prefetch_estimates=Pair(
                     *(
-                        None if prefetch.get(side) is None else whatif.Estimate.from_dict(prefetch[side])
+                        None
+                        if prefetch.get(side) is None
+                        else whatif.Estimate.from_dict(prefetch[side], what, f"$.prefetch_estimates.{side}")
                         for side in ("base", "test")
                     )
                 ),
             )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise InputError(
-                f"diff {data.get('test')!r} vs {data.get('base')!r}: not a Diff JSON object "
-                f"({type(exc).__name__}: {exc})"
-            ) from None
+            raise InputError(f"{what}: not a Diff JSON object ({type(exc).__name__}: {exc})") from None
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
         """The first finding of ``rule_id``, or ``None``."""

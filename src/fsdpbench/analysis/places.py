@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from fsdpbench.fmt import fmt_pct, fmt_us
+from fsdpbench.records import Record
 
 PLACE_FIELDS = ("compute_us", "comm_us", "exposed_us", "exposed_wait_us", "exposed_transfer_us")
 """The per-(unit, phase) figures, µs, mean over the arm's ranks."""
@@ -78,42 +79,25 @@ def arm_places(data: Mapping[str, Any]) -> dict[Place, dict[str, float | None]]:
 
 
 @dataclass(frozen=True)
-class TopCollective:
+class TopCollective(Record):
     """One of an arm's slowest matched collectives (an entry of the Diff JSON's ``top_waits``): where it
     ran, its type and size, the largest wait and transfer over the ranks (µs), the rank that arrived last."""
 
-    unit: str | None
-    phase: str | None
-    type: str | None
-    bytes: float | None
-    wait_us: float | None
-    transfer_us: float | None
-    last_rank: int | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TopCollective:
-        """An entry of ``waits.top`` (Analysis JSON) or of ``top_waits`` (Diff JSON); other keys ignored."""
-        rank = data.get("last_rank")
-        return cls(
-            unit=None if data.get("unit") is None else str(data["unit"]),
-            phase=None if data.get("phase") is None else str(data["phase"]),
-            type=None if data.get("type") is None else str(data["type"]),
-            bytes=_num(data.get("bytes")),
-            wait_us=_num(data.get("wait_us")),
-            transfer_us=_num(data.get("transfer_us")),
-            last_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-        )
+    unit: str | None = None
+    phase: str | None = None
+    type: str | None = None
+    bytes: float | None = None
+    wait_us: float | None = None
+    transfer_us: float | None = None
+    last_rank: int | None = None
 
 
 def top_collectives(data: Mapping[str, Any], n: int = TOP_WAITS) -> list[TopCollective]:
     """The analysis' slowest matched collectives (``waits.top``): unit, phase, type, bytes, the largest
     wait and transfer over ranks, the rank that arrived last; slowest (wait + transfer) first."""
     rows = [
-        TopCollective.from_dict(e)
-        for e in (data.get("waits") or {}).get("top") or []
+        TopCollective.from_dict(e, "analysis", f"$.waits.top[{i}]")
+        for i, e in enumerate((data.get("waits") or {}).get("top") or [])
         if isinstance(e, Mapping)
     ]
     rows.sort(key=lambda e: -((e.wait_us or 0.0) + (e.transfer_us or 0.0)))

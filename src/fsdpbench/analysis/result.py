@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA_VERSION = 1
+FIT_EVENT_COLUMNS = ("type", "bytes", "start_ns", "end_ns")
+"""The collective events' columns the per-call α–β fits read (``whatif.fit_events``), beside
+``transfer_ns`` where the cross-rank split set it."""
 # scalar metrics averaged / min / max across ranks
 SCALARS = (
     "step_time_us",
@@ -270,7 +273,8 @@ class RankMetrics(StepMetrics):
     def from_dict(cls, d: dict[str, Any], format: str = "") -> RankMetrics:
         """A rank of the Analysis JSON (``to_dict()``) as typed metrics, for readers of analysis.json (the
         report). What the JSON does not hold stays unset: ``source``, ``mode``, ``device_span_ns``, the
-        collective events, cross-check and event tables (empty, or None); ``format`` is the Analysis'.
+        cross-check and event tables, and the collective events unless analysis.json kept their fit
+        columns (empty, or None); ``format`` is the Analysis'.
         A metric the JSON leaves out is None (as a report shows it), unlike :meth:`from_cache`, which
         refuses an incomplete cache."""
         return cls(
@@ -287,6 +291,8 @@ class RankMetrics(StepMetrics):
             units=d.get("units"),
             units_source=d.get("units_source") or "none",
             prefetch=d.get("prefetch"),
+            # analysis.json's fit columns (``fit_event_columns``): a DataFrame on first use
+            collective_events=events if isinstance(events := d.get("collective_events"), dict) else None,
         )
 
     def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
@@ -324,6 +330,21 @@ class RankMetrics(StepMetrics):
         end_ns`` as lists) a result cache read, without importing pandas; both index by column name."""
         ce = RankMetrics.__dict__["collective_events"].plain_value(self)
         return self.collective_events if ce is None else ce
+
+    def fit_event_columns(self) -> dict[str, list[Any]]:
+        """The collective events' ``FIT_EVENT_COLUMNS`` (and ``transfer_ns`` where set) as JSON lists: all
+        the per-call α–β fits read, so that a stored analysis gives the same fits as the traces."""
+        ce = self.collective_columns()
+        names = [*FIT_EVENT_COLUMNS, *(["transfer_ns"] if "transfer_ns" in ce else [])]
+        if not all(c in ce for c in FIT_EVENT_COLUMNS):  # no collectives: an empty frame without columns
+            return {c: [] for c in FIT_EVENT_COLUMNS}
+        out: dict[str, list[Any]] = {}
+        for c in names:
+            values = ce[c]
+            values = values.tolist() if hasattr(values, "tolist") else list(values)
+            # unknown sizes: NaN in a frame, None in a cache's columns; null in JSON either way
+            out[c] = [None if v is None or v != v else v for v in values] if c == "bytes" else values
+        return out
 
     def cross_check_columns(self) -> dict[str, Any] | None:
         """``cross_check`` as ``{"columns": {name: list}, "dtypes": …}`` (None without one), read
@@ -555,14 +576,19 @@ class Analysis:
             waits=d.get("waits") or {},
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """The "Analysis" JSON object of docs/DATA.md."""
+    def to_dict(self, fit_events: bool = False) -> dict[str, Any]:
+        """The "Analysis" JSON object of docs/DATA.md; with ``fit_events`` each rank also carries
+        ``collective_events`` (:meth:`RankMetrics.fit_event_columns`), as analysis.json stores it."""
+        ranks = [r.to_dict(self.top) for r in self.ranks]
+        if fit_events:
+            for d, r in zip(ranks, self.ranks, strict=True):
+                d["collective_events"] = r.fit_event_columns()
         return {
             "schema_version": SCHEMA_VERSION,
             "sources": self.sources,
             "format": self.format,
             "warnings": self.warnings,
-            "ranks": [r.to_dict(self.top) for r in self.ranks],
+            "ranks": ranks,
             "mean": self.mean,
             "across_ranks": self.across_ranks(),
             "process_groups": self.process_groups,

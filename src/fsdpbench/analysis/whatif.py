@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
+
+from fsdpbench.records import Record
 
 BASIS_UNITS = "units"
 """``Estimate.basis``: computed per (unit, phase) from the ranks' ``units`` rows (and ``waits.units``)."""
@@ -36,7 +38,7 @@ POOR_FIT_R2 = 0.5
 
 
 @dataclass(frozen=True)
-class AlphaBetaFit:
+class AlphaBetaFit(Record):
     """The fitted ``alpha + beta * bytes`` model of one collective type in one trace.
 
     ``status``: ``ok``; ``too_few_points`` (n < MIN_FIT_POINTS); ``same_size`` (every call moved the same
@@ -48,11 +50,11 @@ class AlphaBetaFit:
     ``r2`` is that of the constrained model.
     """
 
-    alpha_us: float | None
-    beta_us_per_byte: float | None
-    r2: float | None
-    n: int
-    status: str
+    alpha_us: float | None = None
+    beta_us_per_byte: float | None = None
+    r2: float | None = None
+    n: int = 0
+    status: str = "unknown"
     mean_us: float | None = None
     mean_bytes: float | None = None
     constrained: bool = False
@@ -65,22 +67,6 @@ class AlphaBetaFit:
     def poor(self) -> bool:
         return self.ok and (self.r2 is None or self.r2 < POOR_FIT_R2)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AlphaBetaFit:
-        """A fit read back from diff.json."""
-        values = {f.name: data.get(f.name) for f in fields(cls)}
-        return cls(
-            **{
-                **values,
-                "n": int(values["n"] or 0),
-                "status": str(values["status"] or "unknown"),
-                "constrained": bool(values["constrained"]),
-            }
-        )
-
     @property
     def status_text(self) -> str:
         """The status in words, flagging a poor fit and an unresolved (negative) alpha."""
@@ -92,8 +78,10 @@ class AlphaBetaFit:
 
 
 @dataclass
-class TypeSaving:
+class TypeSaving(Record):
     """What regrouping one collective type buys: calls now and after, the time saved and how it was priced."""
+
+    _omit_empty: ClassVar[bool] = True
 
     count: float
     target_count: float
@@ -105,7 +93,7 @@ class TypeSaving:
 
 
 @dataclass
-class Estimate:
+class Estimate(Record):
     """A finding's what-if (``label="estimate"``, modelled) or the measured change it rests on
     (``label="measured"``). Deltas are in µs, negative = a gain; ``None`` = not priced.
 
@@ -114,6 +102,8 @@ class Estimate:
     scenario (FSDP2's grouping: one bucket per layer, ``target_counts`` calls) for the fragmentation rule.
     ``to_dict()`` leaves out what is ``None`` or empty; ``from_dict`` reads it back (diff.json).
     """
+
+    _omit_empty: ClassVar[bool] = True
 
     label: Literal["estimate", "measured"] = "estimate"
     scenario: str | None = None
@@ -137,34 +127,14 @@ class Estimate:
     Analysis JSON) or :data:`BASIS_STEP` (whole-step totals: traces without fsdpbench's ranges)."""
     per_unit: list[dict[str, Any]] = field(default_factory=list)
     """Per (unit, phase), rank means: what the per-unit estimate found there (``BASIS_UNITS`` only)."""
+    grouping: str | None = None
+    """``scenario``'s name in diff.json files before the two were one field: read into ``scenario``, never
+    written (it is None after ``__post_init__``, and ``to_dict`` leaves out what is None)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None or value == {} or value == []:
-                continue
-            if isinstance(value, Estimate):
-                value = value.to_dict()
-            elif f.name == "per_type":
-                value = {k: {n: v for n, v in asdict(t).items() if v is not None} for k, t in value.items()}
-            out[f.name] = value
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Estimate:
-        """The inverse of ``to_dict`` (unknown keys are ignored, so older diff.json files still load)."""
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in data.items() if k in known}
-        if "grouping" in data and "scenario" not in data:  # diff.json before the two were one field
-            kw["scenario"] = data["grouping"]
-        kw["per_type"] = {
-            k: TypeSaving(**{n: v for n, v in t.items() if n in TypeSaving.__dataclass_fields__})
-            for k, t in (data.get("per_type") or {}).items()
-        }
-        if isinstance(data.get("one_bucket_per_layer"), dict):
-            kw["one_bucket_per_layer"] = cls.from_dict(data["one_bucket_per_layer"])
-        return cls(**kw)
+    def __post_init__(self) -> None:
+        if self.grouping is not None:
+            self.scenario = self.scenario or self.grouping
+            self.grouping = None
 
 
 def _nnls2(design: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, bool]:

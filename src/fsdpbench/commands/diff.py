@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reanalyze",
         action="store_true",
-        help="RUN_DIR: analyze the profiles again even if analysis.json is fresh "
-        "(per-call alpha-beta fits need the traces)",
+        help="RUN_DIR: analyze the profiles again even if analysis.json is fresh (it keeps the "
+        "collective events: the per-call alpha-beta fits are the same either way)",
     )
     parser.add_argument(
         "--memory-rank",

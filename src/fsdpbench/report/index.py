@@ -142,7 +142,7 @@ class CellResults:
         raw = read_json_if_readable(run_dir / run_folder.SUMMARY) if run_dir else None
         try:
             summary = Summary.from_dict(raw if isinstance(raw, dict) else {})
-        except (KeyError, TypeError, AttributeError, ValueError):
+        except InputError:
             summary = Summary.from_dict({})
         raw = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
         analyses = {}

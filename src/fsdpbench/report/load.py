@@ -147,12 +147,9 @@ def load_summary(path: Path, data: RunData) -> Summary | None:
     if raw is None:
         return None
     try:
-        return Summary.from_dict(raw)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        data.missing.append(
-            f"the summary `{path.name}` is not an fsdpbench summary ({type(exc).__name__}: {exc}); "
-            "it is left out."
-        )
+        return Summary.from_dict(raw, what=path.name)
+    except InputError as exc:
+        data.missing.append(f"the summary `{path.name}` is not an fsdpbench summary ({exc}); it is left out.")
         return None
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fsdpbench.fmt import speed_phrase
+from fsdpbench.records import Record
 
 Z95 = 1.959963984540054
 
@@ -128,8 +129,20 @@ def verdict_text(
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Record):
     """Test arm against base arm (ratio > 1 means the test arm is slower)."""
+
+    _keys: ClassVar[tuple[str, ...]] = (
+        "base",
+        "test",
+        "ratio",
+        "ci95",
+        "rounds",
+        "time_change_pct",
+        "significant",
+        "rounds_needed_1pct",
+        "verdict",
+    )
 
     base: str
     test: str
@@ -150,19 +163,6 @@ class Comparison:
         """``verdict_text``: "<test> is 1.25× slower than <base> (+25.0%; 95% CI 1.21×–1.29×)", "no difference
         detected ..." when the CI contains 1, "cannot tell yet ..." when there is no CI."""
         return verdict_text(self.base, self.test, self.ratio, self.ci95, self.rounds)
-
-    def to_dict(self) -> dict:
-        return {
-            "base": self.base,
-            "test": self.test,
-            "ratio": self.ratio,
-            "ci95": list(self.ci95) if self.ci95 else None,
-            "rounds": list(self.rounds) if self.rounds else None,
-            "time_change_pct": self.time_change_pct,
-            "significant": self.significant,
-            "rounds_needed_1pct": self.rounds_needed_1pct,
-            "verdict": self.verdict,
-        }
 
 
 def compare_arms(

@@ -18,9 +18,10 @@ import re
 import signal
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fsdpbench.errors import InputError
+from fsdpbench.records import Record
 from fsdpbench.results import run_folder
 
 NODE_DIR = "node{node}"
@@ -54,8 +55,22 @@ _BLOCK = re.compile(
 
 
 @dataclasses.dataclass
-class RankFailure:
+class RankFailure(Record):
     """One failed rank, merged from its error file and torchrun's report."""
+
+    _keys: ClassVar[tuple[str, ...]] = (
+        "rank",
+        "node",
+        "host",
+        "kind",
+        "exit_code",
+        "signal",
+        "signal_name",
+        "exception",
+        "message",
+        "oom",
+        "time",
+    )
 
     rank: int
     node: int | None = None
@@ -97,21 +112,6 @@ class RankFailure:
 
     def where(self, nodes: bool) -> str:
         return f"rank {self.rank}" + (f" (node {self.node})" if nodes and self.node is not None else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "node": self.node,
-            "host": self.host,
-            "kind": self.kind,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "signal_name": self.signal_name,
-            "exception": self.exception,
-            "message": self.message,
-            "oom": self.oom,
-            "time": self.time,
-        }
 
 
 def _last_line(error: dict[str, Any]) -> str:

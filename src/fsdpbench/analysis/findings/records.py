@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Generic, Literal, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from fsdpbench.analysis import places as plc
 from fsdpbench.analysis import whatif
@@ -13,6 +13,7 @@ from fsdpbench.analysis.findings.thresholds import COLLECTIVE_NAMES, SAME_BYTES_
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, manifest_prefetch
 from fsdpbench.fmt import fmt_count, fmt_x
+from fsdpbench.records import Record
 
 Side = Literal["base", "test"]
 T = TypeVar("T")
@@ -256,12 +257,14 @@ class OpRow:
 
 
 @dataclass(frozen=True)
-class SyncRow:
+class SyncRow(Record):
     """One sync/launch task kind compared: calls per rank on each side (``None`` = not recordable)."""
 
+    _keys: ClassVar[tuple[str, ...]] = ("name", "base", "test", "delta")
+
     name: str
-    base: float | None
-    test: float | None
+    base: float | None = None
+    test: float | None = None
 
     def __getitem__(self, side: Side) -> float | None:
         return self.test if side == "test" else self.base
@@ -274,56 +277,23 @@ class SyncRow:
     def label(self) -> str:
         return SYNC_NAMES.get(self.name, self.name)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "base": self.base, "test": self.test, "delta": self.delta}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SyncRow:
-        """The inverse of :meth:`to_dict` (a Diff JSON ``sync`` row; ``delta`` is computed again)."""
-        return cls(str(data["name"]), data.get("base"), data.get("test"))
-
 
 @dataclass
-class Finding:
+class Finding(Record):
     """One diagnosis: ``to_dict()`` gives ``{id, severity, title, evidence, cause, action, estimate, subject}``.
 
     ``subject`` is the label of the arm the finding (and its estimate) is about; ``None`` when it is about
     the pair (e.g. the step-time comparison).
     """
 
-    id: str
-    severity: str
-    title: str
-    evidence: str
-    cause: str
-    action: str
+    id: str = ""
+    severity: str = ""
+    title: str = ""
+    evidence: str = ""
+    cause: str = ""
+    action: str = ""
     estimate: Estimate | None = None
     subject: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "severity": self.severity,
-            "title": self.title,
-            "evidence": self.evidence,
-            "cause": self.cause,
-            "action": self.action,
-            "estimate": None if self.estimate is None else self.estimate.to_dict(),
-            "subject": self.subject,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
-        """A finding read back from diff.json (missing texts are empty)."""
-        kw = {
-            f.name: str(data.get(f.name) or "") for f in fields(cls) if f.name not in ("estimate", "subject")
-        }
-        est = data.get("estimate")
-        return cls(
-            **kw,
-            estimate=Estimate.from_dict(est) if isinstance(est, Mapping) and est else None,
-            subject=str(data["subject"]) if data.get("subject") else None,
-        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,107 @@
+"""Typed JSON records that read and write themselves: one encode and one decode for every file kind.
+
+A record is a dataclass deriving from ``Record``. ``to_dict`` gives its JSON object (fields in
+declaration order, nested records as objects, tuples as lists, the fields named in ``_omit_if_none``
+left out while None); ``from_dict`` and ``decode`` read one back through msgspec, which checks every
+field's type and names the field that is wrong (``$.arms[...].median_ms: expected float | null, got
+str``). A key the object lacks takes the field's default (records give every field one, so a file
+written before a field existed still reads); keys this version does not know are dropped.
+Torch-free; imports nothing of fsdpbench but its errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+import orjson
+
+from fsdpbench.errors import InputError
+
+R = TypeVar("R")
+
+
+class Record:
+    """Base of the JSON records: ``to_dict`` and ``from_dict`` for every dataclass deriving from it."""
+
+    __slots__ = ()
+    _keys: ClassVar[tuple[str, ...]] = ()
+    """The keys written, in order, when they are not the fields': a property among them is written (and
+    computed again on reading: msgspec drops keys that are no field)."""
+    _omit_if_none: ClassVar[frozenset[str]] = frozenset()
+    """Keys left out of ``to_dict`` while None (keys the file has only written when set)."""
+    _omit_empty: ClassVar[bool] = False
+    """Leave out every key whose value is None, ``{}`` or ``[]``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record's JSON object, key for key as the file holds it."""
+        keys = self._keys or tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        out = {}
+        for key in keys:
+            value = getattr(self, key)
+            if value is None and key in self._omit_if_none:
+                continue
+            if self._omit_empty and (value is None or (isinstance(value, dict | list | tuple) and not value)):
+                continue
+            out[key] = _plain(value)
+        return out
+
+    @classmethod
+    def from_dict(cls: type[R], data: Any, what: str = "", at: str = "$") -> R:
+        """The record of a decoded JSON object; ``InputError`` naming ``what`` and the bad field (its path
+        under ``at``, where the object sits in its file: ``$.findings[2]``)."""
+        return convert(data, cls, what=what or cls.__name__, at=at)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _error(what: str, exc: msgspec.ValidationError, at: str = "$") -> InputError:
+    """``what: $.path: message`` from msgspec's "Message - at `$.path`" (the path put under ``at``)."""
+    message, _, path = str(exc).partition(" - at ")
+    message = message[:1].lower() + message[1:]
+    path = at + path.strip("`")[1:] if path else at
+    return InputError(f"{what}: {path}: {message}")
+
+
+def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
+    """``data`` (decoded JSON) as a ``type``; ``InputError`` naming ``what`` and the field when it is not."""
+    try:
+        return msgspec.convert(data, type)
+    except msgspec.ValidationError as exc:
+        raise _error(what, exc, at) from None
+
+
+def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -> R:
+    """A file (its path) or its bytes as a ``type``: ``InputError`` naming the file (``what``, default the
+    path) and the field when it is missing, not JSON or not such a record."""
+    if isinstance(source, bytes):
+        blob, what = source, what or type.__name__
+    else:
+        what = what or str(source)
+        try:
+            blob = Path(source).read_bytes()
+        except FileNotFoundError:
+            raise InputError(f"{what}: no such file") from None
+        except OSError as exc:
+            raise InputError(f"{what}: cannot be read ({exc.strerror})") from None
+    try:
+        return msgspec.json.decode(blob, type=type)
+    except msgspec.ValidationError as exc:
+        raise _error(what, exc) from None
+    except msgspec.DecodeError as exc:
+        raise InputError(f"{what}: not valid JSON ({exc}); rerun the command that wrote it") from None
+
+
+def encode(record: Record) -> bytes:
+    """The record as the indented JSON every run folder file is written in."""
+    return orjson.dumps(record.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
