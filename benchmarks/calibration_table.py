@@ -17,9 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from fsdpbench.analysis import calibration, whatif
+from fsdpbench.analysis import calibration, derived, whatif, whatif_units
 from fsdpbench.analysis.diff import diff_analyses
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     manifest = run_folder.read_json_file(args.run / run_folder.MANIFEST)
-    analyses = run_folder.ensure_analysis(args.run, reanalyze=args.reanalyze)
+    analyses = derived.ensure_analysis(args.run, reanalyze=args.reanalyze)
     summary = run_folder.read_json_file(args.run / run_folder.SUMMARY)
     arms = {a["label"]: a for a in manifest["arms"]}
     num_layers = ((manifest.get("config") or {}).get("model") or {}).get("num_hidden_layers")
@@ -148,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                     waits=whatif.step_waits(subject_data),
                 ).to_dict()
                 ests = [(f"{name}, step totals", est)]
-                per_unit = whatif.estimate_regrouping_units(  # the same fits, per (unit, phase)
+                per_unit = whatif_units.estimate_regrouping_units(  # the same fits, per (unit, phase)
                     subject_data,
-                    whatif.unit_counts(other_data),
+                    whatif_units.unit_counts(other_data),
                     fit_for,
                     types=per_type,
                     **breakdown,

@@ -321,7 +321,7 @@ def _report(
     unit: str,
     names: tuple[str, str] = ("fsdpbench", "bare"),
 ) -> dict[str, object]:
-    from fsdpbench.run import stats
+    from fsdpbench.results import stats
 
     comp = stats.compare_arms("bare", "fsdpbench", bare, harness)
     ci = f"{comp.ci95[0]:.4f}..{comp.ci95[1]:.4f}" if comp.ci95 else "—"

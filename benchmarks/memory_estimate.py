@@ -67,9 +67,9 @@ def measure(setting: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     """One setting on this rank: build, warm up, record one step's memory (see the module docstring)."""
     import torch
 
+    import fsdpbench.device as dev
     from fsdpbench.backends import get_backend
     from fsdpbench.config import RunConfig
-    from fsdpbench.run import device as dev
     from fsdpbench.run import memory
     from fsdpbench.run.worker import StepRunner, build_sharded_model, make_optimizer
 

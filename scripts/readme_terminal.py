@@ -61,8 +61,8 @@ def _printed(draw, *args: Any) -> str:  # noqa: ANN001
 
 def render(sample: dict[str, Any]) -> str:
     """The README block's text: the end of `fsdpbench ab`'s output for ``sample``, cut as described above."""
-    from fsdpbench.run import phases
-    from fsdpbench.run.launcher import print_summary
+    from fsdpbench.report.console import print_summary
+    from fsdpbench.results import phases
 
     full = _printed(print_summary, sample)
     table = _printed(phases.print_phase_table, sample)

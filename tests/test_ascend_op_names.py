@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 from fsdpbench.analysis.diff import diff_analyses
-from fsdpbench.trace.ascend import op_type_from_name
-from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, OP_ALIASES, canonical_op_type
+from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, OP_ALIASES, canonical_op_type, op_type_from_name
 
 
 @pytest.mark.parametrize("op_type", sorted(DIGIT_OP_TYPES))

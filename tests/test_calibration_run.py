@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from fsdpbench.analysis import calibration as cal
+from fsdpbench.analysis.derived import diff_run
 from fsdpbench.report.diff_md import CALIBRATION_HEADER, calibration_rows
-from fsdpbench.run.run_folder import diff_run
 from helpers import run_cli, run_profiled_ab
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]

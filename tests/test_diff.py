@@ -7,10 +7,10 @@ import json
 import orjson
 import pytest
 
+from fsdpbench.analysis.derived import diff_run
 from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.errors import InputError
 from fsdpbench.report.diff_md import diff_markdown
-from fsdpbench.run.run_folder import diff_run
 from helpers import (
     ALPHA_US,
     BETA_US_PER_BYTE,
@@ -326,7 +326,7 @@ def test_a_run_folder_diffs_the_same_the_first_time_and_from_its_analysis_json(
     import shutil
 
     from fsdpbench.analysis import analyze
-    from fsdpbench.run import run_folder
+    from fsdpbench.results import run_folder
 
     monkeypatch.setenv("FSDPBENCH_NO_CACHE", "1")  # as `diff --no-cache`: read the traces themselves
     run = shutil.copytree(profiled_ab_run, tmp_path / "run")  # copy2: the profiles keep their mtimes

@@ -246,7 +246,7 @@ def test_k_grouped_probe_runs_in_the_arms_dtype_on_aligned_shapes_and_is_recorde
     group, once per (device, dtype); the arm's runtime record names that dtype and the answer."""
     from fsdpbench.config import parse_arms
     from fsdpbench.model import moe
-    from fsdpbench.run.worker import k_grouped_probe
+    from fsdpbench.run.environment import k_grouped_probe
     from helpers import fake_npu_grouped_matmul
 
     calls: list[dict] = []
@@ -326,7 +326,8 @@ class _FakeDist:
 
 
 def test_record_sums_float32_losses_in_float64_and_aligns_ranks_last(tmp_path, monkeypatch):
-    from fsdpbench.run import run_folder, worker
+    from fsdpbench.results import run_folder
+    from fsdpbench.run import worker
 
     log: list[str] = []
     mine_loss, other_loss = np.float32(11.7), np.float32(12.300001)
@@ -495,7 +496,8 @@ _PID = "\nimport os\n(run_dir / 'torchrun_pid').write_text(str(os.getpid()))\n"
 def test_the_ascend_parse_runs_after_torchrun_with_the_arms_interpreter_outside_the_timeout(
     tmp_path, monkeypatch
 ):
-    from fsdpbench.run import launcher, run_folder
+    from fsdpbench.results import run_folder
+    from fsdpbench.run import launcher
     from helpers import FAKE_LAUNCH
 
     fake = tmp_path / "fake"

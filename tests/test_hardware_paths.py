@@ -229,12 +229,12 @@ def test_manifest_reads_the_cann_version_from_torch_version(monkeypatch):
 
     import torch
 
-    from fsdpbench.run import worker
+    from fsdpbench.run import environment
 
     # torch_npu as it is: a __version__, no version.cann; its import sets torch.version.cann
     monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(__version__="2.6.0.post3"))
     monkeypatch.setattr(torch.version, "cann", "8.2.RC1", raising=False)
-    assert worker._npu_versions() == {"torch_npu": "2.6.0.post3", "cann": "8.2.RC1"}
+    assert environment._npu_versions() == {"torch_npu": "2.6.0.post3", "cann": "8.2.RC1"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,7 +329,8 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
     import sys
 
     from fsdpbench.config import RunConfig
-    from fsdpbench.run import launcher, run_folder
+    from fsdpbench.results import run_folder
+    from fsdpbench.run import launcher
 
     cfg = RunConfig.from_sources(env={}, overrides={"arms": "torch", "nproc": nproc, "profile": True})
     monkeypatch.setattr(
@@ -351,7 +352,7 @@ def _profile_launch(tmp_path, monkeypatch, files: dict[str, str], nproc: int = 2
 
 
 def test_a_profile_launch_sets_the_arms_old_traces_aside(tmp_path, monkeypatch):
-    from fsdpbench.run import run_folder
+    from fsdpbench.results import run_folder
 
     old = tmp_path / "run" / "profiles" / "torch" / "rank0" / "old.pt.trace.json.gz"
     old.parent.mkdir(parents=True)
@@ -375,7 +376,7 @@ _NPU_ENV = {"{ldir}/environment.json": '{"device_type": "npu"}'}
 
 def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof(tmp_path, monkeypatch):
     from fsdpbench.errors import LaunchError
-    from fsdpbench.run import run_folder
+    from fsdpbench.results import run_folder
 
     files = {
         **_NPU_ENV,
@@ -397,7 +398,7 @@ def test_an_unparsed_ascend_profile_fails_the_launch_naming_rank_file_and_msprof
 
 
 def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_path, monkeypatch):
-    from fsdpbench.run import run_folder
+    from fsdpbench.results import run_folder
 
     parsed = {
         _PT.format(r=r) + name: "" for r in (0, 1) for name in ("trace_view.json", "kernel_details.csv")
@@ -419,7 +420,7 @@ def test_a_parsed_ascend_profile_passes_and_cpu_profiles_are_not_checked(tmp_pat
 def test_npu_trace_handler_turns_the_in_step_parse_off(tmp_path, caplog):
     import types
 
-    from fsdpbench.run.worker import npu_trace_handler
+    from fsdpbench.run.profiling import npu_trace_handler
 
     calls = []
 
@@ -451,7 +452,7 @@ def test_parse_npu_profile_calls_torch_npus_offline_analyse_on_the_rank_folder(t
     import sys
     import types
 
-    from fsdpbench.run.worker import parse_npu_profile
+    from fsdpbench.run.profiling import parse_npu_profile
 
     paths = []
     offline = types.ModuleType("torch_npu.profiler.profiler")

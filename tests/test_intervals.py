@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpbench.analysis import intervals as iv
+from fsdpbench.trace import intervals as iv
 
 
 def arr(*xs: int) -> np.ndarray:

@@ -101,8 +101,8 @@ def test_out_of_memory_is_named_and_resume_runs_only_the_missing_round(tmp_path)
 
 
 def test_crash_message_names_the_rank_that_failed_first_not_its_peers(tmp_path):
+    from fsdpbench.results.run_folder import write_json
     from fsdpbench.run.failures import explain
-    from fsdpbench.run.run_folder import write_json
 
     write_json(
         tmp_path / "error_rank0.json",

@@ -8,7 +8,8 @@ import io
 import pytest
 from rich.console import Console
 
-from fsdpbench.run import launcher, run_folder
+from fsdpbench.report.console import print_summary
+from fsdpbench.results import run_folder
 
 STAMPS = {
     "entered": 103.0,
@@ -83,7 +84,7 @@ def test_ab_ends_with_the_time_line_and_why_auto_stopped():
         },
     }
     out = io.StringIO()
-    launcher.print_summary(Console(file=out, width=200), summary)
+    print_summary(Console(file=out, width=200), summary)
     lines = out.getvalue().splitlines()
     assert "--rounds auto stopped after 3 rounds: x" in lines
     assert (

@@ -18,9 +18,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from fsdpbench.analysis import derived
 from fsdpbench.analysis.ascend_memory_timeline import ascend_step_timeline, read_db, read_export, read_text
 from fsdpbench.errors import InputError
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 from helpers import ASCEND_FIXTURES, ascend_output
 
 TEXT = ASCEND_FIXTURES / "msinsight_pt_text_level1"
@@ -367,19 +368,19 @@ def _run_with_npu_memory_step(tmp_path: Path, ranks: tuple[int, ...]) -> Path:
 
 def test_run_folder_reads_the_npu_memory_step_and_chooses_the_rank(shared_fixtures, tmp_path):
     run = _run_with_npu_memory_step(tmp_path, (0, 1))
-    tl = run_folder.memory_timelines(run, ["a", "b"], rank=1)
+    tl = derived.memory_timelines(run, ["a", "b"], rank=1)
     assert list(tl) == ["a"] and tl["a"]["rank"] == 1 and tl["a"]["source"] == "ascend_text"
     assert tl["a"]["peak"]["bytes"] == int(Decimal("106.875") * MiB)
     summary = {"arms": {"a": {"memory_timeline": {"rank": 0, "x": 1}}, "b": {}}}
-    assert run_folder.memory_timelines_of_rank(run, summary, 0)["a"] == {"rank": 0, "x": 1}
-    assert run_folder.memory_timelines_of_rank(run, summary, 1)["a"]["rank"] == 1
+    assert derived.memory_timelines_of_rank(run, summary, 0)["a"] == {"rank": 0, "x": 1}
+    assert derived.memory_timelines_of_rank(run, summary, 1)["a"]["rank"] == 1
     with pytest.raises(
         InputError, match="no arm recorded a memory step of rank 5 \\(ranks recorded: 0, 1\\)"
     ):
-        run_folder.memory_timelines_of_rank(run, summary, 5)
+        derived.memory_timelines_of_rank(run, summary, 5)
     # a memory step whose torch_npu profile was never parsed is an error entry, not a crash
     run_folder.memory_step_npu_dir(run, "b", 0).mkdir(parents=True)
-    assert "was not parsed" in run_folder.memory_timelines(run, ["b"], rank=0)["b"]["error"]
+    assert "was not parsed" in derived.memory_timelines(run, ["b"], rank=0)["b"]["error"]
 
 
 def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, tmp_path):
@@ -387,7 +388,7 @@ def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, 
     from fsdpbench.report.blocks import Figure
     from fsdpbench.report.load import RunData
     from fsdpbench.report.profile import _memory_timeline
-    from fsdpbench.run.summary import Summary
+    from fsdpbench.results.summary import Summary
     from helpers import analysis
 
     tl = {**ascend_step_timeline(read_export(_text_export(tmp_path)), LIVE), "rank": 0}
@@ -414,7 +415,7 @@ def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, 
 def test_npu_memory_step_profiler_records_memory(monkeypatch, tmp_path):
     """The worker's NPU memory step asks torch_npu for profile_memory with CPU + NPU activity and no schedule
     (a stand-in module records the call: CPU cannot run torch_npu)."""
-    from fsdpbench.run import worker
+    from fsdpbench.run import profiling
 
     calls = {}
 
@@ -432,7 +433,7 @@ def test_npu_memory_step_profiler_records_memory(monkeypatch, tmp_path):
     )
     monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(profiler=prof))
     out = run_folder.memory_step_npu_dir(tmp_path, "a", 3)
-    worker.npu_memory_profiler(out, 3)
+    profiling.npu_memory_profiler(out, 3)
     assert calls["profile"]["profile_memory"] is True
     assert calls["profile"]["activities"] == ["cpu", "npu"] and "schedule" not in calls["profile"]
     assert calls["profile"]["on_trace_ready"] == "handler"

@@ -9,7 +9,7 @@ import pytest
 
 from fsdpbench.analysis.memory_timeline import step_timeline, where
 from fsdpbench.errors import InputError
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 
 
 def _range(name: str, start: float, end: float) -> dict:
@@ -186,7 +186,7 @@ def test_report_draws_one_memory_figure_per_arm(tmp_path):
     from fsdpbench.report.blocks import Figure
     from fsdpbench.report.load import RunData
     from fsdpbench.report.profile import _memory_timeline
-    from fsdpbench.run.summary import Summary
+    from fsdpbench.results.summary import Summary
 
     tl = step_timeline(HAND_TRACE, LIVE)
     summary = Summary.from_dict({"arms": {"a": {"memory_timeline": tl}, "b": {"memory_timeline": None}}})

@@ -22,7 +22,8 @@ import pytest
 
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import ConfigError
-from fsdpbench.run import collect, failures, run_folder
+from fsdpbench.results import run_folder
+from fsdpbench.run import collect, failures, summarize
 from fsdpbench.run.launcher import launch_plan, plan_ports, torchrun_command
 from helpers import FAKE_LAUNCH_FILES
 from reference import LR, SEQ, reference_training
@@ -404,7 +405,7 @@ def test_summary_names_files_left_on_their_node_and_whether_a_failure_was_resolv
             },
         ],
     }
-    summary = run_folder.build_summary(manifest, [], done={("torch", 0)})
+    summary = summarize.build_summary(manifest, [], done={("torch", 0)})
     assert summary["collected"] == {
         "nodes": [1],
         "files": 5,
@@ -415,10 +416,8 @@ def test_summary_names_files_left_on_their_node_and_whether_a_failure_was_resolv
         ],
     }
     assert [f["resolved"] for f in summary["failures"]] == [True]
-    assert run_folder.build_summary(manifest, [], done=set())["failures"][0]["resolved"] is False
-    assert (
-        run_folder.build_summary({**manifest, "config": {"nnodes": 1, "nproc": 1}}, [])["collected"] is None
-    )
+    assert summarize.build_summary(manifest, [], done=set())["failures"][0]["resolved"] is False
+    assert summarize.build_summary({**manifest, "config": {"nnodes": 1, "nproc": 1}}, [])["collected"] is None
 
 
 def test_node_0_sends_its_to_do_list_unless_a_node_runs_another_plan():

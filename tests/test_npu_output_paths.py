@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fsdpbench.run import collect, run_folder
+from fsdpbench.results import run_folder
+from fsdpbench.run import collect
 from helpers import run_cli
 
 TORCH_NPU_PATTERN = r"(\.|/|_|-|\s|[~0-9a-zA-Z]|[\u4e00-\u9fa5])+"  # _path_manager.py line 165, as written

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from fsdpbench.run import device as dev
-from fsdpbench.run import run_folder
+import fsdpbench.device as dev
+from fsdpbench.run import summarize
 from helpers import run_manifest, step_records
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
@@ -59,7 +59,7 @@ def test_summary_peaks_and_memory_ratio_on_cpu_use_the_resident_set():
     steps = _with_mem(step_records("torch", 0, [100, 101]), [None, None], [1000, 1500]) + _with_mem(
         step_records("hyper", 1, [110, 111]), [None, None], [1800, 1200]
     )
-    s = run_folder.build_summary(run_manifest(rounds=1), steps)
+    s = summarize.build_summary(run_manifest(rounds=1), steps)
     assert s["arms"]["torch"]["peak_rss_bytes"] == 1500
     assert s["arms"]["hyper"]["peak_rss_bytes"] == 1800
     assert s["arms"]["torch"]["peak_rss_since"] == "step"
@@ -75,19 +75,19 @@ def test_device_allocator_peak_is_preferred_and_unreset_rss_is_labelled():
     steps = _with_mem(step_records("torch", 0, [100, 101]), [4000, 5000], [9, 9]) + _with_mem(
         step_records("hyper", 1, [110, 111]), [4500, 4000], [9, 9]
     )
-    c = run_folder.build_summary(run_manifest(rounds=1), steps)["comparisons"][0]
+    c = summarize.build_summary(run_manifest(rounds=1), steps)["comparisons"][0]
     assert c["memory"]["ratio"] == pytest.approx(4500 / 5000)
     assert c["memory"]["measure"] == "peak allocated (device allocator)"
     steps = _with_mem(step_records("torch", 0, [100]), [None], [10], "process start") + _with_mem(
         step_records("hyper", 1, [110]), [None], [20], "process start"
     )
-    s = run_folder.build_summary(run_manifest(rounds=1), steps)
+    s = summarize.build_summary(run_manifest(rounds=1), steps)
     assert s["arms"]["torch"]["peak_rss_since"] == "process start"
     assert "since process start" in s["comparisons"][0]["memory"]["measure"]
 
 
 def test_old_steps_without_memory_give_no_ratio():
-    s = run_folder.build_summary(
+    s = summarize.build_summary(
         run_manifest(rounds=1), step_records("torch", 0, [100]) + step_records("hyper", 1, [110])
     )
     assert s["comparisons"][0]["memory"] is None
@@ -140,7 +140,7 @@ def test_ab_table_shows_the_resident_set_on_cpu():
 
     from rich.console import Console
 
-    from fsdpbench.run.launcher import print_summary
+    from fsdpbench.report.console import print_summary
 
     arm = {
         "rounds": [0],

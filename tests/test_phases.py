@@ -20,7 +20,8 @@ import torch.distributed as dist
 
 from fsdpbench.backends import get_backend
 from fsdpbench.config import RunConfig, preset_tiny
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
+from fsdpbench.run import summarize
 from fsdpbench.run.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
 from helpers import run_manifest
 from phase_checks import PHASE_NAMES, assert_phase_split
@@ -252,7 +253,7 @@ def test_summary_phase_medians_match_a_hand_computation_from_the_records():
         + _arm_steps("hyper", 0, [[10, 10], [10, 10], [10, 10]], scale=1.5)
         + _arm_steps("hyper", 1, [[11, 11], [11, 11], [11, 11]], scale=1.5)
     )
-    s = run_folder.build_summary(run_manifest(("torch", "hyper"), 2), steps)
+    s = summarize.build_summary(run_manifest(("torch", "hyper"), 2), steps)
     torch_phases = s["arms"]["torch"]["phases"]
     # forward, slowest rank per step: round 0 [12, 11, 14] → 12, round 1 [21, 22, 19] → 21; median 16.5
     assert [r["max_over_ranks"]["forward"] for r in torch_phases["rounds"]] == [12, 21]
@@ -286,7 +287,7 @@ def test_summary_phase_medians_match_a_hand_computation_from_the_records():
 
 def test_one_round_per_arm_gives_phase_verdicts_that_cannot_tell_yet():
     steps = _arm_steps("torch", 0, [[10, 12]] * 3) + _arm_steps("hyper", 0, [[20, 20]] * 3, scale=2)
-    s = run_folder.build_summary(run_manifest(("torch", "hyper"), 1), steps)
+    s = summarize.build_summary(run_manifest(("torch", "hyper"), 1), steps)
     for phase, c in s["comparisons"][0]["phases"].items():
         assert c["ci95"] is None
         assert c["verdict"].startswith(f"{phase}: cannot tell yet whether hyper differs from torch"), c
@@ -296,7 +297,7 @@ def test_summary_of_records_without_phase_times_has_none():
     steps = _arm_steps("torch", 0, [[10, 12]]) + _arm_steps("hyper", 0, [[10, 12]])
     for rec in steps:
         del rec["phases_ms"]
-    s = run_folder.build_summary(run_manifest(("torch", "hyper"), 1), steps)
+    s = summarize.build_summary(run_manifest(("torch", "hyper"), 1), steps)
     assert s["arms"]["torch"]["phases"] is None and s["comparisons"][0]["phases"] is None
 
 
@@ -325,7 +326,7 @@ def test_real_two_rank_run_phases_sum_to_each_ranks_step_and_summary_medians(pro
             assert entry["phases"]["rank0"][phase] == pytest.approx(want_r0, rel=1e-12)
     from rich.console import Console
 
-    from fsdpbench.run import phases
+    from fsdpbench.results import phases
 
     console = Console(file=io.StringIO(), width=200)
     phases.print_phase_table(console, summary)
@@ -338,7 +339,7 @@ def test_real_two_rank_run_phases_sum_to_each_ranks_step_and_summary_medians(pro
 
 def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
     from fsdpbench.report.phases import phase_section
-    from fsdpbench.run.summary import Summary
+    from fsdpbench.results.summary import Summary
 
     steps = (
         _arm_steps("torch", 0, [[10, 12]] * 3)
@@ -346,7 +347,7 @@ def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
         + _arm_steps("hyper", 0, [[20, 20]] * 3, scale=2)
         + _arm_steps("hyper", 1, [[21, 20]] * 3, scale=2)
     )
-    summary = run_folder.build_summary(run_manifest(("torch", "hyper"), 2), steps)
+    summary = summarize.build_summary(run_manifest(("torch", "hyper"), 2), steps)
     data = types.SimpleNamespace(
         summary=Summary.from_dict(summary)
     )  # the one field of a loaded run the section reads

@@ -230,7 +230,7 @@ def test_heatmap_marks_missing_places_blank():
 def test_real_run_places_diff_and_report(profiled_ab_run):
     """The shared profiled run: the diff's place rows equal the rank means of the analyses' own unit rows
     (read here from analysis.json), and the report shows the section with its figures."""
-    from fsdpbench.run.run_folder import diff_run
+    from fsdpbench.analysis.derived import diff_run
 
     [result] = diff_run(profiled_ab_run)  # writes analysis.json when the run has none yet
     analysis = json.loads((profiled_ab_run / "analysis.json").read_text())

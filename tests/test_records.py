@@ -12,7 +12,7 @@ import pytest
 from fsdpbench import records
 from fsdpbench.analysis.diff import DiffResult
 from fsdpbench.errors import InputError
-from fsdpbench.run.summary import Summary
+from fsdpbench.results.summary import Summary
 
 SUMMARY_TEXT = """{
   "schema_version": 1,

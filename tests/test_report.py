@@ -206,7 +206,7 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
         raise RuntimeError("no diff today")
 
     monkeypatch.setattr(
-        "fsdpbench.run.run_folder._diff_arms", failing_diff
+        "fsdpbench.analysis.derived._diff_arms", failing_diff
     )  # a failing piece is named, not fatal
     written = write_report(run)
     assert run / "analysis.json" in written

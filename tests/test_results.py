@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fsdpbench.config import RunConfig
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
+from fsdpbench.run import summarize
 from fsdpbench.run.launcher import interleaved_order, torchrun_command
 from helpers import run_manifest, step_records
 
@@ -45,7 +46,7 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
         ]
     ):
         steps += step_records("torch", r, a) + step_records("hyper", r, b)
-    s = run_folder.build_summary(run_manifest(), steps, flops_per_token=1e6)
+    s = summarize.build_summary(run_manifest(), steps, flops_per_token=1e6)
     torch_arm = s["arms"]["torch"]
     assert [x["median_ms"] for x in torch_arm["rounds"]] == [100, 101, 99]
     assert torch_arm["median_ms"] == 100
@@ -63,7 +64,7 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
 def test_summary_of_one_round_per_arm_cannot_tell_yet_even_at_a_large_ratio():
     """ab's own verdict (summary.json) for 1 round per arm: 399 ms vs 100 ms is no CI, not "no difference"."""
     steps = step_records("torch", 0, [100.0, 100.0]) + step_records("hyper", 0, [399.0, 399.0])
-    s = run_folder.build_summary(run_manifest(rounds=1), steps)
+    s = summarize.build_summary(run_manifest(rounds=1), steps)
     comp = s["comparisons"][0]
     assert comp["ratio"] == pytest.approx(3.99) and comp["ci95"] is None and comp["rounds"] == [1, 1]
     assert s["verdict"].startswith(
@@ -79,16 +80,16 @@ def test_mfu_uses_the_peak_of_the_dtype_each_arm_ran_and_of_the_exact_device_mod
     tflops = 1e9 * 2560  # FLOP/s per device: 1e9 FLOP/token × 512 tokens / 2 ranks / 0.1 s
     manifest = run_manifest(rounds=1, device_name="NVIDIA H100 80GB HBM3")
     manifest["arm_runtime"] = {"torch": {"param_dtype": "bfloat16"}, "hyper": {"param_dtype": "float32"}}
-    s = run_folder.build_summary(manifest, steps, flops_per_token=1e9)
+    s = summarize.build_summary(manifest, steps, flops_per_token=1e9)
     assert s["arms"]["torch"]["mfu"] == pytest.approx(tflops / 989e12)
     assert s["arms"]["hyper"]["mfu"] == pytest.approx(tflops / 67e12)  # fp32 arm: not the bf16 peak
     manifest["arm_runtime"]["hyper"]["float32_matmul_precision"] = "high"  # TF32 allowed: the TF32 peak
-    assert run_folder.build_summary(manifest, steps, flops_per_token=1e9)["arms"]["hyper"][
+    assert summarize.build_summary(manifest, steps, flops_per_token=1e9)["arms"]["hyper"][
         "mfu"
     ] == pytest.approx(tflops / 494.5e12)
     for name, peak in (("NVIDIA H200 NVL", 835e12), ("NVIDIA H200", 989e12)):
         manifest["environment"]["device_name"] = name
-        s = run_folder.build_summary(manifest, steps, flops_per_token=1e9)
+        s = summarize.build_summary(manifest, steps, flops_per_token=1e9)
         assert s["arms"]["torch"]["peak_flops_per_device"] == peak
 
 
@@ -102,14 +103,14 @@ def test_exact_parity_allows_a_few_float32_steps_on_accelerators_only(device_typ
     steps = step_records("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
     steps += step_records("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(3))  # 3 float32 steps at 11.7
     manifest = run_manifest(rounds=1)
-    cpu = run_folder.build_summary(manifest, steps)["parity"]
+    cpu = summarize.build_summary(manifest, steps)["parity"]
     assert not cpu["valid"] and cpu["tolerance"] == 1e-6  # CPU: exact stays exact (3·2**-20 ≈ 2.9e-6)
     manifest["environment"]["device_type"] = device_type
-    accel = run_folder.build_summary(manifest, steps)["parity"]
+    accel = summarize.build_summary(manifest, steps)["parity"]
     assert accel["valid"] and accel["tolerance"] == 8 * 2.0**-20 and accel["mode"].startswith("exact")
     far = step_records("torch", 0, [100.0] * 4, losses=_fp32_exact_losses(0))
     far += step_records("hyper", 0, [100.0] * 4, losses=_fp32_exact_losses(9))
-    assert not run_folder.build_summary(manifest, far)["parity"]["valid"]  # 9 steps: more than a few
+    assert not summarize.build_summary(manifest, far)["parity"]["valid"]  # 9 steps: more than a few
 
 
 def test_parity_mode_follows_the_dtype_each_arm_ran_with():
@@ -119,7 +120,7 @@ def test_parity_mode_follows_the_dtype_each_arm_ran_with():
     )
     manifest = run_manifest(rounds=1)
     manifest["arm_runtime"] = {"torch": {"param_dtype": "bfloat16"}, "hyper": {"param_dtype": "bfloat16"}}
-    parity = run_folder.build_summary(manifest, steps)["parity"]
+    parity = summarize.build_summary(manifest, steps)["parity"]
     assert parity["mode"] == "relative" and parity["valid"]
 
 
@@ -127,7 +128,7 @@ def test_loss_mismatch_marks_the_comparison_invalid():
     steps = step_records("torch", 0, [100.0] * 4) + step_records(
         "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
     )
-    s = run_folder.build_summary(run_manifest(rounds=1), steps)
+    s = summarize.build_summary(run_manifest(rounds=1), steps)
     assert not s["parity"]["valid"] and "hyper step 3" in s["parity"]["reason"]
     assert s["verdict"].startswith("INVALID COMPARISON")
 
@@ -136,13 +137,13 @@ def test_relative_parity_tolerance_applies_with_adamw():
     steps = step_records("torch", 0, [100.0] * 4) + step_records(
         "hyper", 0, [100.0] * 4, losses=[5.0, 4.9, 4.8, 4.7001, 4.6]
     )
-    parity = run_folder.build_summary(run_manifest(rounds=1, optimizer="adamw"), steps)["parity"]
+    parity = summarize.build_summary(run_manifest(rounds=1, optimizer="adamw"), steps)["parity"]
     assert parity["valid"] and parity["mode"] == "relative" and parity["tolerance"] == 1e-2
 
 
 def test_unfinished_rounds_are_listed_missing_and_left_out():
     steps = step_records("torch", 0, [100.0]) + step_records("hyper", 0, [90.0])
-    s = run_folder.build_summary(run_manifest(rounds=2), steps, done={("torch", 0)})
+    s = summarize.build_summary(run_manifest(rounds=2), steps, done={("torch", 0)})
     assert {(m["arm"], m["round"]) for m in s["missing"]} == {("hyper", 0), ("hyper", 1), ("torch", 1)}
     assert s["arms"]["hyper"]["status"] == "missing" and s["comparisons"] == []
 

@@ -14,7 +14,8 @@ import pytest
 
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import ConfigError, LaunchError
-from fsdpbench.run import launcher, rounds, run_folder
+from fsdpbench.results import run_folder
+from fsdpbench.run import launcher, rounds
 
 # ---------------------------------------------------------------------------------------------------------
 # the rule alone: hand-made comparisons, widths worked out by hand

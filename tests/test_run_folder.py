@@ -12,8 +12,9 @@ import time
 import orjson
 import pytest
 
+from fsdpbench.analysis import derived
 from fsdpbench.errors import InputError
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 from fsdpbench.run.sweep import run_status
 from helpers import stored_analysis, synthetic_analysis
 
@@ -77,7 +78,7 @@ def test_fresh_entries_are_reused_and_only_the_arm_with_newer_profiles_is_analys
 ):
     run = _run(tmp_path, cached={"torch": {"cached": "torch"}, "hyper": {"cached": "hyper"}})
     _touch(_trace(run, "hyper"), T0 + 20)  # hyper was profiled again after analysis.json was written
-    out = run_folder.ensure_analysis(run, ["torch", "hyper"])
+    out = derived.ensure_analysis(run, ["torch", "hyper"])
     assert analyze_calls == [("hyper", None)]
     assert out["torch"] == {"cached": "torch"} and isinstance(out["hyper"], _Analysis)
     saved = orjson.loads((run / run_folder.ANALYSIS).read_bytes())
@@ -85,13 +86,13 @@ def test_fresh_entries_are_reused_and_only_the_arm_with_newer_profiles_is_analys
         "torch": {"cached": "torch"},
         "hyper": _Analysis(run / "profiles" / "hyper").to_dict(fit_events=True),
     }
-    assert run_folder.ensure_analysis(run) == saved  # now both are fresh: nothing is read again
+    assert derived.ensure_analysis(run) == saved  # now both are fresh: nothing is read again
     assert len(analyze_calls) == 1
 
 
 def test_a_missing_analysis_json_is_written_with_every_arm(tmp_path, analyze_calls):
     run = _run(tmp_path)
-    out = run_folder.ensure_analysis(run)
+    out = derived.ensure_analysis(run)
     assert list(out) == ["torch", "hyper"]  # manifest order
     assert sorted(analyze_calls) == [("hyper", None), ("torch", None)]
     assert set(orjson.loads((run / run_folder.ANALYSIS).read_bytes())) == {"torch", "hyper"}
@@ -102,7 +103,7 @@ def test_cache_files_beside_the_traces_do_not_make_the_analysis_stale(tmp_path, 
     cache = _trace(run, "torch").with_name(".rank0.pt.trace.json.gz.fsdpbench.npz")
     cache.write_bytes(b"columns")
     _touch(cache, T0 + 50)  # written by a later read of the traces, after analysis.json
-    assert run_folder.ensure_analysis(run) == {"torch": {"cached": 1}, "hyper": {"cached": 2}}
+    assert derived.ensure_analysis(run) == {"torch": {"cached": 1}, "hyper": {"cached": 2}}
     assert analyze_calls == []
 
 
@@ -110,10 +111,10 @@ def test_reanalyze_and_a_chosen_step_read_the_profiles_and_only_the_default_is_c
     tmp_path, analyze_calls
 ):
     run = _run(tmp_path, cached={"torch": {"cached": 1}, "hyper": {"cached": 2}})
-    run_folder.ensure_analysis(run, ["torch"], step=3)
+    derived.ensure_analysis(run, ["torch"], step=3)
     assert analyze_calls == [("torch", 3)]
     assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"] == {"cached": 1}
-    run_folder.ensure_analysis(run, ["torch"], reanalyze=True)
+    derived.ensure_analysis(run, ["torch"], reanalyze=True)
     assert analyze_calls[-1] == ("torch", None)
     assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"]["ranks"][0]["from"] == "torch"
 
@@ -124,9 +125,9 @@ def test_an_arm_that_fails_is_named_and_its_stale_entry_dropped_or_the_error_rai
         _touch(_trace(run, arm), T0 + 20)
     (_trace(run, "hyper").parent / "broken").write_text("")
     with pytest.raises(InputError, match="hyper: not a trace"):
-        run_folder.ensure_analysis(run)
+        derived.ensure_analysis(run)
     failed: dict[str, Exception] = {}
-    out = run_folder.ensure_analysis(run, failed=failed)
+    out = derived.ensure_analysis(run, failed=failed)
     assert list(out) == ["torch"] and list(failed) == ["hyper"]
     assert set(orjson.loads((run / run_folder.ANALYSIS).read_bytes())) == {"torch"}
 
@@ -134,7 +135,7 @@ def test_an_arm_that_fails_is_named_and_its_stale_entry_dropped_or_the_error_rai
 def test_an_arm_without_profiles_is_refused_naming_the_folder(tmp_path, analyze_calls):
     run = _run(tmp_path)
     with pytest.raises(InputError, match=r"arm 'fsdp1': no profiles under .*profiles/fsdp1"):
-        run_folder.ensure_analysis(run, ["torch", "fsdp1"])
+        derived.ensure_analysis(run, ["torch", "fsdp1"])
 
 
 def test_diffs_are_reused_while_newer_than_the_analysis_and_always_come_as_a_list(tmp_path, monkeypatch):
@@ -144,19 +145,19 @@ def test_diffs_are_reused_while_newer_than_the_analysis_and_always_come_as_a_lis
     }
     run = _run(tmp_path, labels, cached=cached, analysis_at=T0 + 10)
     computed = []
-    real = run_folder._diff_arms
-    monkeypatch.setattr(run_folder, "_diff_arms", lambda *a: computed.append(1) or real(*a))
+    real = derived._diff_arms
+    monkeypatch.setattr(derived, "_diff_arms", lambda *a: computed.append(1) or real(*a))
 
-    first = run_folder.ensure_diffs(run, lambda diffs: f"{len(diffs)} diff(s)")
+    first = derived.ensure_diffs(run, lambda diffs: f"{len(diffs)} diff(s)")
     assert [(d["base"], d["test"]) for d in first] == [("torch", "hyper")] and computed == [1]
     assert (
         orjson.loads((run / run_folder.DIFF_JSON).read_bytes())["test"] == "hyper"
     )  # one test arm: an object
     assert (run / run_folder.DIFF_MD).read_text() == "1 diff(s)"
 
-    assert run_folder.ensure_diffs(run, lambda diffs: "unused") == first and computed == [1]
+    assert derived.ensure_diffs(run, lambda diffs: "unused") == first and computed == [1]
     _touch(run / run_folder.ANALYSIS, time.time() + 10)  # a newer analysis makes the diff stale
-    assert run_folder.ensure_diffs(run, lambda diffs: "again") == first and computed == [1, 1]
+    assert derived.ensure_diffs(run, lambda diffs: "again") == first and computed == [1, 1]
     assert (run / run_folder.DIFF_MD).read_text() == "again"
 
 
@@ -208,7 +209,7 @@ def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkey
         lab: stored_analysis(synthetic_analysis(per_param=i > 0, seed=i)) for i, lab in enumerate(labels)
     }
     run = _run(tmp_path, labels, cached=cached, analysis_at=T0 + 10)
-    run_folder.ensure_diffs(run, lambda diffs: "first")
+    derived.ensure_diffs(run, lambda diffs: "first")
     analysed = []
 
     class Fresh:  # the new analysis of hyper: the cached one, standing in for a trace read
@@ -219,7 +220,7 @@ def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkey
         "fsdpbench.analysis.analyze", lambda paths, step=None: analysed.append(paths[0].name) or Fresh()
     )
     _touch(_trace(run, "hyper"), time.time() + 20)  # profiled again after diff.json was written
-    diffs = run_folder.ensure_diffs(run, lambda diffs: "second")
+    diffs = derived.ensure_diffs(run, lambda diffs: "second")
     assert analysed == ["hyper"] and [d["test"] for d in diffs] == ["hyper"]
     assert (run / run_folder.DIFF_MD).read_text() == "second"
 

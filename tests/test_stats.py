@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
-from fsdpbench.run import stats
+from fsdpbench.results import stats
 
 
 def _exact_bootstrap_quantiles(base, test, qs):

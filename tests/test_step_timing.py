@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from fsdpbench.backends import get_backend
 from fsdpbench.config import RunConfig
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 from fsdpbench.run.worker import StepRunner, build_sharded_model, make_optimizer, run_steps
 
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from fsdpbench.config import RunConfig, read_toml
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 from fsdpbench.run.sweep import VOLATILE, Sweep, load_sweep, write_state
 from helpers import analysis, inspect_html, rank
 

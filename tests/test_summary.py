@@ -1,4 +1,4 @@
-"""summary.json as typed objects (``fsdpbench.run.summary``): the file reads into a ``Summary`` and writes
+"""summary.json as typed objects (``fsdpbench.results.summary``): the file reads into a ``Summary`` and writes
 back key for key, against the JSON itself (decoded here with the standard library, order kept)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from fsdpbench.errors import InputError
-from fsdpbench.run import run_folder
-from fsdpbench.run.summary import ArmComparison, ArmSummary, Summary
+from fsdpbench.results.summary import ArmComparison, ArmSummary, Summary
+from fsdpbench.run import summarize
 
 MISSING_ARM = {
     "status": "missing",
@@ -45,7 +45,7 @@ def _same_json(a: dict, b: dict) -> bool:
 
 
 def test_an_arm_with_no_timed_round_writes_every_figure_as_null_in_the_files_order():
-    summary = run_folder.build_summary(_manifest(), [])
+    summary = summarize.build_summary(_manifest(), [])
     assert _same_json(summary["arms"]["torch"], MISSING_ARM)
     assert _same_json(ArmSummary(status="missing").to_dict(), MISSING_ARM)
     assert summary["missing"] == [

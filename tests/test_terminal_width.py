@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fsdpbench.run.launcher import print_summary
+from fsdpbench.report.console import print_summary
 
 
 def _console() -> Console:

@@ -13,7 +13,8 @@ import pytest
 from fsdpbench.analysis import analyze
 from fsdpbench.analysis.overlap import breakdown
 from fsdpbench.errors import InputError
-from fsdpbench.trace.ascend import op_type_from_name, read_ascend
+from fsdpbench.trace.ascend import read_ascend
+from fsdpbench.trace.ascend_ops import op_type_from_name
 from helpers import ASCEND_FIXTURES
 
 LEVEL1 = ASCEND_FIXTURES / "msinsight_pt_text_level1"

@@ -235,7 +235,7 @@ DELAY_MS = 1000.0  # well above the scheduling noise of a loaded 2-core machine 
 def test_a_delayed_rank_shows_up_as_wait_on_the_other_rank_in_that_unit_and_phase_only(tmp_path):
     """FSDPBENCH_FAULT=delay: rank 1 sleeps at the start of layers.1's forward in the profiled step; rank 0
     then waits for it at that unit's all-gather: within 10% of the delay there, under 10% anywhere else."""
-    from fsdpbench.run.run_folder import PROFILED_ROUND
+    from fsdpbench.results.run_folder import PROFILED_ROUND
     from helpers import free_port, run_cli
 
     fault = f"delay:torch:{PROFILED_ROUND}:1:layers.1:forward:{DELAY_MS:g}"

@@ -10,11 +10,11 @@ import json
 import pytest
 
 from fsdpbench.analysis import calibration as cal
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis import derived, whatif, whatif_units
 from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.analysis.result import RankMetrics
 from fsdpbench.report.estimate import estimate_lines
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 from helpers import analysis, rank
 
 
@@ -64,7 +64,7 @@ def _prefetch_analysis() -> dict:
 
 
 def test_prefetch_per_unit_hides_each_units_exposed_all_gather_under_the_previous_units_free_compute():
-    est = whatif.estimate_prefetch_units(
+    est = whatif_units.estimate_prefetch_units(
         _prefetch_analysis(), step_time_us=1000.0, compute_us=400.0, comm_us=500.0
     )
     # by hand, rank 0: forward: root first (nothing before it) 0; layers.0 min(20, root 10 − 0) = 10;
@@ -92,11 +92,11 @@ def test_prefetch_per_unit_hides_each_units_exposed_all_gather_under_the_previou
 def test_prefetch_per_unit_without_waits_counts_the_places_exposed_comm_and_says_so():
     data = {"ranks": [{"rank": 0, "units": [_row("a", "forward", 8.0, {"all_gather": (1, 1)}, comm=3.0),
                                               _row("b", "forward", 1.0, {"all_gather": (1, 1)}, comm=12.0)]}]}  # fmt: skip
-    est = whatif.estimate_prefetch_units(data)
+    est = whatif_units.estimate_prefetch_units(data)
     assert est.exposed_comm_delta_us == pytest.approx(-8.0)  # min(b's exposed 12, a's compute 8)
     assert est.step_time_delta_us is None  # no step time given
     assert any("one rank" in a for a in est.assumptions)
-    assert whatif.estimate_prefetch_units({"ranks": [{"rank": 0, "units": None}]}) is None
+    assert whatif_units.estimate_prefetch_units({"ranks": [{"rank": 0, "units": None}]}) is None
 
 
 def _regroup_analysis() -> dict:
@@ -124,7 +124,7 @@ def test_regrouping_per_unit_prices_each_places_merged_calls_at_alpha_and_keeps_
         ("layers.0", "backward", "reduce_scatter"): 1,
         ("root", "forward", "all_gather"): 1,
     }
-    est = whatif.estimate_regrouping_units(
+    est = whatif_units.estimate_regrouping_units(
         _regroup_analysis(),
         targets,
         fits,
@@ -152,7 +152,7 @@ def test_regrouping_per_unit_prices_each_places_merged_calls_at_alpha_and_keeps_
         and per[("layers.0", "backward")]["target_count"] == 2.0
     )
     # only the types asked for: reduce-scatter kept as it is
-    only_ag = whatif.estimate_regrouping_units(
+    only_ag = whatif_units.estimate_regrouping_units(
         _regroup_analysis(), targets, fits, types=["all_gather"], step_time_us=1000.0, compute_us=300.0,
         comm_us=400.0, exposed_comm_us=300.0,
     )  # fmt: skip
@@ -184,7 +184,7 @@ def test_regrouping_per_unit_removes_each_places_wait_by_the_share_of_its_calls_
     ]
     data = {"ranks": [{"rank": r, "units": copy.deepcopy(rows)} for r in (0, 1)], "waits": {"units": units}}
     targets = {("layers.0", "forward", "all_gather"): 2, ("layers.0", "backward", "all_gather"): 1}
-    est = whatif.estimate_regrouping_units(
+    est = whatif_units.estimate_regrouping_units(
         data, targets, fits, types=["all_gather"], step_time_us=2000.0, compute_us=2.0, comm_us=1500.0,
         exposed_comm_us=1400.0,
     )  # fmt: skip
@@ -210,7 +210,7 @@ def test_regrouping_per_unit_removes_each_places_wait_by_the_share_of_its_calls_
     )
     # one rank: no split, no wait term
     one = {"ranks": [{"rank": 0, "units": copy.deepcopy(rows)}]}
-    alone = whatif.estimate_regrouping_units(
+    alone = whatif_units.estimate_regrouping_units(
         one, targets, fits, step_time_us=2000.0, compute_us=2.0, comm_us=1500.0, exposed_comm_us=1400.0
     )
     assert alone.wait_delta_us is None
@@ -374,7 +374,7 @@ def test_a_ranks_collectives_get_their_transfer_time_per_type_from_the_split():
 def test_the_shared_run_prices_prefetch_per_unit_as_a_hand_computation_over_its_analysis_json(
     profiled_ab_run,
 ):
-    d = run_folder.diff_run(profiled_ab_run)[0].to_dict()
+    d = derived.diff_run(profiled_ab_run)[0].to_dict()
     data = json.loads((profiled_ab_run / run_folder.ANALYSIS).read_text())
     label = d["base"]
     arm = data[label]

@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis import intervals as iv
 from fsdpbench.analysis.unit_ranges import (
     ALL_UNITS,  # noqa: F401 - re-exported: attribution's callers name the optimizer's unit from here
     FSDP2_PREFIXES,
@@ -40,6 +39,7 @@ from fsdpbench.analysis.unit_ranges import (
     find_ranges,
     host_rows,
 )
+from fsdpbench.trace import intervals as iv
 from fsdpbench.trace.table import EventTable, as_table
 
 OUTSIDE = "(outside)"

@@ -2,7 +2,7 @@
 
 ``diff_analyses(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
 ``to_dict()`` gives it) plus, when present, each rank's ``collective_events`` table for the α–β fits.
-``fsdpbench.run.run_folder.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
+``fsdpbench.analysis.derived.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
 manifest is the base, every other arm a test. The vocabulary follows HTA's TraceDiff (control/test, ``test − base``
 deltas, change categories added/deleted/increased/decreased/unchanged). The result is data; its
 markdown and terminal renderings are in ``fsdpbench.report.diff_md`` and ``fsdpbench.report.terminal``.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from fsdpbench.analysis import calibration, whatif
+from fsdpbench.analysis import calibration, whatif, whatif_units
 from fsdpbench.analysis import findings as fnd
 from fsdpbench.analysis import memory_timeline as mt
 from fsdpbench.analysis import places as plc
@@ -251,7 +251,7 @@ class DiffResult:
     top_waits: fnd.Pair[list[plc.TopCollective]] = field(default_factory=lambda: fnd.Pair([], []))
     """Each arm's slowest matched collectives (``places.top_collectives``)."""
     prefetch_estimates: fnd.Pair[whatif.Estimate | None] = field(default_factory=lambda: fnd.Pair(None, None))
-    """Each arm's per-(unit, phase) prefetch estimate (``whatif.estimate_prefetch_units``; ``None`` without
+    """Each arm's per-(unit, phase) prefetch estimate (``whatif_units.estimate_prefetch_units``; ``None`` without
     units), whether or not a finding fired: the calibration's prefetch prediction."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -619,7 +619,7 @@ def diff_analyses(
         top_waits=Pair(plc.top_collectives(db), plc.top_collectives(dt)),
         prefetch_estimates=Pair(
             *(
-                whatif.estimate_prefetch_units(
+                whatif_units.estimate_prefetch_units(
                     d, **{k: v for k, v in m.breakdown().items() if k != "exposed_comm_us"}
                 )
                 for d, m in ((db, mean.base), (dt, mean.test))

@@ -38,7 +38,7 @@ from fsdpbench.trace.rank import UNNAMED_GROUP
 if TYPE_CHECKING:
     import numpy as np
 
-    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace import intervals as iv
     from fsdpbench.trace.table import EventTable
 
 # numpy and the table are imported where a rank is measured: group_kinds and summary_rows run on a fully
@@ -121,7 +121,7 @@ def group_metrics(
     """
     import numpy as np
 
-    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace import intervals as iv
     from fsdpbench.trace.table import as_table
 
     t = as_table(events)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.errors import InputError
-from fsdpbench.run.memory import CPU_DEVICE_TYPE
+from fsdpbench.trace.memory import CPU_DEVICE_TYPE
 
 LIVE_CATEGORIES = ("parameters", "gradients", "optimizer_states", "batch")
 """Categories of the bytes live at the step's start (``worker.live_at_start``)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fsdpbench.analysis import intervals as iv
+from fsdpbench.trace import intervals as iv
 from fsdpbench.trace.table import EventTable, as_table
 
 if TYPE_CHECKING:

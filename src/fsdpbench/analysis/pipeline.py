@@ -53,7 +53,7 @@ def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> tuple
         if starts and ends:
             s_all.append(min(starts))
             e_all.append(max(ends))
-    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace import intervals as iv
 
     return iv.union(np.array(s_all, np.int64), np.array(e_all, np.int64))
 
@@ -121,8 +121,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         chosen = [step]
     else:
         chosen = known
-    from fsdpbench.analysis import intervals as iv
     from fsdpbench.analysis.overlap import category_union
+    from fsdpbench.trace import intervals as iv
 
     # every step's device work (what is not free inside a step's window): overlap.device_busy, with its
     # two unions kept for when they are also the chosen steps' ones
@@ -241,11 +241,11 @@ def _import_measuring_modules() -> None:
     import fsdpbench.analysis.attribution
     import fsdpbench.analysis.collectives
     import fsdpbench.analysis.groups
-    import fsdpbench.analysis.intervals
     import fsdpbench.analysis.ops
     import fsdpbench.analysis.overlap
     import fsdpbench.analysis.sync
     import fsdpbench.analysis.waits
+    import fsdpbench.trace.intervals
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
 
 

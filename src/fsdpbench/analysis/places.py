@@ -226,7 +226,7 @@ def place_phrase(row: PlaceRow, side: str, data: Mapping[str, Any], other_label:
     ``data`` is ``side``'s Analysis JSON (collective types and the rank waited for); the Δ is shown when
     ``other_label`` is given and known.
     """
-    from fsdpbench.analysis.findings import COLLECTIVE_NAMES
+    from fsdpbench.analysis.findings.thresholds import COLLECTIVE_NAMES
 
     place = (row.unit, row.phase)
     exposed = row.value(side, "exposed_us")

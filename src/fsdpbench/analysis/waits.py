@@ -123,8 +123,8 @@ def rank_marks(
 
 def exposed_intervals(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """∪ communication minus ∪ compute of ``t`` (the exposed communication, as intervals)."""
-    from fsdpbench.analysis import intervals as iv
     from fsdpbench.analysis.overlap import category_union
+    from fsdpbench.trace import intervals as iv
 
     return iv.difference(category_union(t, "comm"), category_union(t, "compute"))
 
@@ -282,10 +282,10 @@ class _ExposedArrays:
 def _split_arrays(
     starts: list[int], wait_end: list[int], ends: list[int], exposed: _ExposedArrays | None
 ) -> dict[str, float | None]:
-    """:func:`_split` with numpy (analysis/intervals.py): the same exact integer unions and lengths."""
+    """:func:`_split` with numpy (trace/intervals.py): the same exact integer unions and lengths."""
     import numpy as np
 
-    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace import intervals as iv
 
     s, w, e = (np.asarray(x, dtype=np.int64) for x in (starts, wait_end, ends))
     transfer_u = iv.union(w, e)

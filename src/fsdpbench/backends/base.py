@@ -61,7 +61,7 @@ class Backend(abc.ABC):
         """Create the default process group (gloo / nccl / hccl for cpu / cuda / npu)."""
         import torch.distributed as dist
 
-        from fsdpbench.run import device as dev
+        import fsdpbench.device as dev
 
         dist.init_process_group(dev.process_group_backend(device_type), timeout=timeout)
 

@@ -128,7 +128,7 @@ class DeepSpeedZero3Backend(Backend):
         import deepspeed
         import torch.distributed as dist
 
-        from fsdpbench.run import device as dev
+        import fsdpbench.device as dev
 
         deepspeed.init_distributed(dist_backend=dev.process_group_backend(device_type), timeout=timeout)
         self._world = dist.get_world_size()

@@ -255,7 +255,7 @@ def execute(args: argparse.Namespace, defaults: dict[str, Any] | None = None) ->
     """Shared body of ``run`` and ``ab``: resolve, launch, summarise, report."""
     from rich.console import Console
 
-    from fsdpbench.run import run_folder
+    from fsdpbench.results import run_folder
     from fsdpbench.run.launcher import run_ab, write_report_safely
 
     console = Console(stderr=True)

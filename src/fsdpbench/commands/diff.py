@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdpbench.errors import ConfigError, InputError
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 
 ANALYSIS_JSON_MAX_BYTES = 64 << 20
 """A plain ``*.json`` file up to this size is checked for being an analysis JSON (else it is a trace)."""
@@ -99,6 +99,7 @@ def main(args: argparse.Namespace) -> int:
     """Run the diff, print the tables and write the requested files; 0 on success."""
     from rich.console import Console
 
+    from fsdpbench.analysis import derived
     from fsdpbench.analysis.diff import add_calibration, diff_analyses
     from fsdpbench.report.diff_md import diff_markdown
     from fsdpbench.report.terminal import render_diff
@@ -116,7 +117,7 @@ def main(args: argparse.Namespace) -> int:
                 f"{run_dir} is not a run folder; pass a RUN_DIR of `fsdpbench ab --profile` or two "
                 "paths BASE TEST"
             )
-        results = run_folder.diff_run(
+        results = derived.diff_run(
             run_dir, reanalyze=args.reanalyze, step=args.step, memory_rank=args.memory_rank
         )
         json_path = args.json or run_dir / run_folder.DIFF_JSON
@@ -156,6 +157,6 @@ def main(args: argparse.Namespace) -> int:
         for result in results:
             render_diff(result, console)
     markdown = "\n\n".join(diff_markdown(r) for r in results) if md_path is not None else ""
-    for path in run_folder.write_diffs([r.to_dict() for r in results], json_path, md_path, markdown):
+    for path in derived.write_diffs([r.to_dict() for r in results], json_path, md_path, markdown):
         console.print(f"wrote {path}", highlight=False)
     return 0

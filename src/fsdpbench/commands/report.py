@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from fsdpbench.report import write_index, write_report
-    from fsdpbench.run import run_folder
+    from fsdpbench.results import run_folder
 
     run_dir: Path = args.run_dir
     if (run_dir / run_folder.SWEEP_STATE).is_file():

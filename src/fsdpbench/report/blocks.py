@@ -10,6 +10,9 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from fsdpbench.results import run_folder
 
 # --------------------------------------------------------------------------------------------
 # Blocks
@@ -224,3 +227,27 @@ def _block_html(block: Block) -> str:
         inner = "\n".join(_block_html(b) for b in block.blocks)
         return f"<details><summary>{inline_html(block.summary)}</summary>\n{inner}\n</details>"
     raise TypeError(f"unknown report block {type(block).__name__}")
+
+
+def render(folder: Path, stem: str, title: str, blocks: list) -> list[Path]:
+    """Write ``{stem}.md`` + ``figures/*.svg`` and ``{stem}.html`` under ``folder``; return their paths."""
+    written: list[Path] = []
+    figs = [b for b in _walk(blocks) if isinstance(b, Figure)]
+    fig_dir = folder / run_folder.FIGURES
+    if figs:
+        fig_dir.mkdir(exist_ok=True)
+    for fig in figs:
+        written.append(
+            run_folder.write_atomic(
+                fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg
+            )
+        )
+    written.append(run_folder.write_atomic(folder / f"{stem}.md", blocks_markdown(title, blocks)))
+    written.append(run_folder.write_atomic(folder / f"{stem}.html", blocks_html(title, blocks)))
+    return written
+
+
+def _walk(blocks: list):
+    for b in blocks:
+        yield b
+        yield from _walk(getattr(b, "blocks", []) or [])

@@ -30,7 +30,7 @@ from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from fsdpbench.report.load import RunData
 from fsdpbench.report.phases import phase_section
 from fsdpbench.report.profile import profile_section
-from fsdpbench.run.summary import ArmSummary
+from fsdpbench.results.summary import ArmSummary
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ PART_NAMES = {
 
 def _run_time(data: RunData) -> list[Block]:
     """Where the launches' time went (summary.json ``launch_time``) and why ``--rounds auto`` stopped."""
-    from fsdpbench.run.run_folder import launch_time_line
+    from fsdpbench.results.run_folder import launch_time_line
 
     summary = data.summary
     blocks: list[Block] = []

@@ -19,11 +19,11 @@ from fsdpbench.analysis.result import Analysis
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import MISSING, fmt, fmt_pct, speed_text
 from fsdpbench.report import figures
-from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table
-from fsdpbench.run import run_folder, stats
-from fsdpbench.run.run_folder import read_json_if_readable
-from fsdpbench.run.summary import ArmComparison, Summary
-from fsdpbench.run.sweep import cell_settings
+from fsdpbench.report.blocks import Banner, Block, Code, Figure, Heading, Para, Table, render
+from fsdpbench.results import run_folder, stats
+from fsdpbench.results.cells import cell_settings
+from fsdpbench.results.run_folder import read_json_if_readable
+from fsdpbench.results.summary import ArmComparison, Summary
 
 MAX_ARM_COLUMNS = 4
 """Up to this many distinct arm labels get a median column each in the overview; more share one column."""
@@ -456,7 +456,6 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
 
 def write_index(tree: Path) -> list[Path]:
     """Write ``index.md`` (+ ``figures/``) and a self-contained ``index.html`` in ``tree``."""
-    from fsdpbench.report.write import render
 
     title, blocks = build_index(tree)
     return render(tree, "index", title, blocks)

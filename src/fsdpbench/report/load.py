@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from fsdpbench.errors import InputError
-from fsdpbench.run import run_folder
-from fsdpbench.run.run_folder import RUN_MARKERS, is_run_dir
-from fsdpbench.run.summary import Summary
+from fsdpbench.results import run_folder
+from fsdpbench.results.run_folder import RUN_MARKERS, is_run_dir
+from fsdpbench.results.summary import Summary
 
 if TYPE_CHECKING:
     from fsdpbench.analysis.diff import DiffResult
@@ -31,7 +31,7 @@ class RunData:
 
     ``analysis`` and ``diffs`` hold the JSON as read (the places and sweep tables read it so);
     :attr:`analyses` and :attr:`diff_results` give the same as typed objects. ``manifest`` is the JSON
-    as read; ``summary`` is summary.json as a :class:`~fsdpbench.run.summary.Summary`.
+    as read; ``summary`` is summary.json as a :class:`~fsdpbench.results.summary.Summary`.
     """
 
     run_dir: Path

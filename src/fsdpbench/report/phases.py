@@ -7,7 +7,7 @@ from fsdpbench.analysis.findings import finite
 from fsdpbench.fmt import MISSING, fmt, speed_text
 from fsdpbench.report.blocks import Block, Heading, Para, Table
 from fsdpbench.report.load import RunData
-from fsdpbench.run.phases import MARKED_PHASES, PHASES
+from fsdpbench.results.phases import MARKED_PHASES, PHASES
 
 
 def phase_section(data: RunData) -> list[Block]:

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.report.blocks import Figure, blocks_html, blocks_markdown
+from fsdpbench.analysis import derived
+from fsdpbench.report.blocks import render
 from fsdpbench.report.diff_md import diff_markdown
 from fsdpbench.report.load import RunData, Timeline, load_run
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 
 __all__ = ["render", "timeline_from_analysis", "write_index", "write_report"]
 
@@ -23,14 +24,14 @@ log = logging.getLogger(__name__)
 
 
 def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
-    """``run_folder.ensure_analysis`` of every profiled arm; an arm that fails is named in the report.
+    """``derived.ensure_analysis`` of every profiled arm; an arm that fails is named in the report.
     Returns arm → the ``Analysis`` objects analysed now (empty when analysis.json was reused)."""
     if not data.profile_dirs():
         return {}
     path = data.run_dir / run_folder.ANALYSIS
     before = path.stat().st_mtime_ns if path.is_file() else None
     failed: dict[str, Exception] = {}
-    analyses = run_folder.ensure_analysis(data.run_dir, list(data.profile_dirs()), failed=failed)
+    analyses = derived.ensure_analysis(data.run_dir, list(data.profile_dirs()), failed=failed)
     for arm, exc in failed.items():
         log.warning("analysis of arm %s failed: %s", arm, exc)
         data.missing.append(
@@ -44,13 +45,13 @@ def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
 
 
 def _ensure_diff(data: RunData, written: list[Path]) -> None:
-    """``run_folder.ensure_diffs`` when at least two arms are analysed; a failure is named in the report."""
+    """``derived.ensure_diffs`` when at least two arms are analysed; a failure is named in the report."""
     if len(data.analysis or {}) < 2:
         return
     paths = [data.run_dir / run_folder.DIFF_JSON, data.run_dir / run_folder.DIFF_MD]
     before = [p.stat().st_mtime_ns if p.is_file() else None for p in paths]
     try:
-        data.diffs = run_folder.ensure_diffs(
+        data.diffs = derived.ensure_diffs(
             data.run_dir, lambda diffs: "\n\n".join(diff_markdown(r) for r in diffs)
         )
     except Exception as exc:
@@ -159,7 +160,7 @@ def write_report(run_dir: Path | str, memory_rank: int = 0) -> list[Path]:
 
     data = load_run(Path(run_dir))
     if memory_rank and data.summary is not None:
-        for arm, timeline in run_folder.memory_timelines_of_rank(
+        for arm, timeline in derived.memory_timelines_of_rank(
             data.run_dir, data.summary.to_dict(), memory_rank
         ).items():
             data.summary.arms[arm].memory_timeline = timeline
@@ -173,30 +174,6 @@ def write_report(run_dir: Path | str, memory_rank: int = 0) -> list[Path]:
         rank_timeline.ensure(data)
     title, blocks = build_report(data)
     return written + render(data.run_dir, run_folder.REPORT, title, blocks)
-
-
-def render(folder: Path, stem: str, title: str, blocks: list) -> list[Path]:
-    """Write ``{stem}.md`` + ``figures/*.svg`` and ``{stem}.html`` under ``folder``; return their paths."""
-    written: list[Path] = []
-    figs = [b for b in _walk(blocks) if isinstance(b, Figure)]
-    fig_dir = folder / run_folder.FIGURES
-    if figs:
-        fig_dir.mkdir(exist_ok=True)
-    for fig in figs:
-        written.append(
-            run_folder.write_atomic(
-                fig_dir / f"{fig.name}.svg", '<?xml version="1.0" encoding="utf-8"?>\n' + fig.svg
-            )
-        )
-    written.append(run_folder.write_atomic(folder / f"{stem}.md", blocks_markdown(title, blocks)))
-    written.append(run_folder.write_atomic(folder / f"{stem}.html", blocks_html(title, blocks)))
-    return written
-
-
-def _walk(blocks: list):
-    for b in blocks:
-        yield b
-        yield from _walk(getattr(b, "blocks", []) or [])
 
 
 def write_index(tree: Path | str) -> list[Path]:

@@ -36,7 +36,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fsdpbench.errors import InputError
-from fsdpbench.run import failures, run_folder
+from fsdpbench.results import run_folder
+from fsdpbench.run import failures
 from fsdpbench.run.process_exit import exit_without_teardown
 
 log = logging.getLogger("fsdpbench.run.collect")

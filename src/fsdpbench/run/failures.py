@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from fsdpbench.errors import InputError
 from fsdpbench.records import Record
-from fsdpbench.run import run_folder
+from fsdpbench.results import run_folder
 
 NODE_DIR = "node{node}"
 """Where node 0 keeps a collected node's launch files, inside the launch folder."""

@@ -25,7 +25,9 @@ import orjson
 
 from fsdpbench.config import RunConfig
 from fsdpbench.errors import ConfigError, InputError, LaunchError
-from fsdpbench.run import collect, failures, phases, run_folder
+from fsdpbench.report.console import print_summary
+from fsdpbench.results import run_folder
+from fsdpbench.run import collect, failures, summarize
 from fsdpbench.run import rounds as rounds_rule
 from fsdpbench.run.ascend_parse import npu_profile_path_problem, parse_launch_profiles
 from fsdpbench.run.interpreters import arm_interpreter, interpreter_environment, probe_arms
@@ -158,7 +160,7 @@ def worker_environment(cfg: RunConfig | None = None) -> dict[str, str]:
 def recorded_environment(cfg: RunConfig | None = None) -> dict[str, str]:
     """The performance-relevant part of ``worker_environment()`` (for the manifest): the prefixes above
     and the NPU/GPU variables of ``device.behaviour_environment``."""
-    from fsdpbench.run.device import behaviour_environment
+    from fsdpbench.device import behaviour_environment
 
     env = worker_environment(cfg)
     return dict(
@@ -261,13 +263,15 @@ class Run:
         run_folder.write_json(self.run_dir / run_folder.MANIFEST, self.manifest)
 
     def write_summary(self) -> dict[str, Any]:
-        summary = run_folder.summarize_run(
+        summary = summarize.summarize_run(
             self.manifest,
             run_folder.read_step_records(self.run_dir),
             done=self.done(),
             flops_per_token=self.flops_per_token(),
         )
-        for arm, timeline in run_folder.memory_timelines(self.run_dir, list(summary.arms)).items():
+        from fsdpbench.analysis import derived  # the analysis side (pandas): only when used
+
+        for arm, timeline in derived.memory_timelines(self.run_dir, list(summary.arms)).items():
             summary.arms[arm].memory_timeline = timeline
         summary.write(self.run_dir / run_folder.SUMMARY)
         return summary.to_dict()
@@ -578,7 +582,7 @@ class Run:
 
 def npu_profile_paths(cfg: RunConfig, run_dir: Path | None) -> None:
     """Refuse (one line) a profiled run on NPU whose profile folders torch_npu's profiler would refuse."""
-    from fsdpbench.run.device import npu_installed
+    from fsdpbench.device import npu_installed
 
     if not cfg.profile or not (cfg.device == "npu" or (cfg.device == "auto" and npu_installed())):
         return
@@ -744,90 +748,6 @@ def run_ab(
     return run_dir
 
 
-def print_summary(console: Any, summary: dict[str, Any]) -> None:
-    """The final table per arm, the comparisons and the parity gate."""
-
-    def fmt(v: Any, spec: str = ".1f", scale: float = 1.0) -> str:
-        return "—" if v is None else format(v * scale, spec)
-
-    rows = {
-        label: {
-            "n": str(len(a["rounds"])),
-            "median": fmt(a["median_ms"]),
-            "p10": fmt(a["p10_ms"]),
-            "p90": fmt(a["p90_ms"]),
-            "tok/s": fmt(a["tokens_per_s_per_device"], ".0f"),
-            "TFLOP/s": fmt(a["tflops_per_device"], ".3g"),
-            "MFU": fmt(a["mfu"], ".1%"),
-            "GiB": fmt(run_folder.peak_memory_figure(a)[0], ".2f", 1 / 2**30),
-        }
-        for label, a in summary["arms"].items()
-    }
-    console.print(summary_table(rows, console.width))
-    phases.print_phase_table(console, summary)
-    for c in summary["comparisons"]:
-        ci = "—" if c["ci95"] is None else f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}"
-        need = c["rounds_needed_1pct"]
-        console.print(
-            f"{c['test']} / {c['base']}: ratio {c['ratio']:.3f} (95% CI {ci}); "
-            f"rounds for ±1%: {need if need is not None else '—'}"
-        )
-    parity = summary["parity"]
-    if not parity["valid"]:
-        console.print(f"[bold red]PARITY FAILED — the comparison is INVALID: {parity['reason']}[/]")
-    elif parity["steps_compared"]:
-        console.print(
-            f"parity ok ({parity['mode']}, {parity['steps_compared']} steps, "
-            f"max |Δloss| {parity['max_abs_diff']:.2e})"
-        )
-    if summary["missing"]:
-        missing = ", ".join(f"{m['arm']} round {m['round']}" for m in summary["missing"])
-        console.print(f"[yellow]missing: {missing} — complete them with fsdpbench ab --resume RUN_DIR[/]")
-    if summary["verdict"]:
-        console.print(f"[bold]verdict:[/] {summary['verdict']}")
-        phases.print_phase_verdicts(console, summary)
-    if (summary.get("rounds_auto") or {}).get("stopped"):
-        console.print(f"--rounds auto {summary['rounds_auto']['why']}")
-    time_line = run_folder.launch_time_line(summary.get("launch_time"))
-    if time_line:
-        console.print(f"time: {time_line}")
-
-
-def summary_table(rows: dict[str, dict[str, str]], width: int) -> Any:
-    """The per-arm table of ``print_summary`` fitted to ``width`` columns.
-
-    Units go in the caption; columns with no value for any arm (MFU and memory on CPU) are left out;
-    arm labels are never cut: when they do not fit beside the numbers, the rows are numbered and the
-    caption names each arm.
-    """
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
-
-    columns = [c for c in next(iter(rows.values()), {}) if any(r[c] != "—" for r in rows.values())]
-    caption = (
-        "ms: median of per-round medians, p10 and p90 of the timed steps; n: rounds; tok/s, TFLOP/s, MFU: "
-        "per device"
-        + ("; GiB: peak memory (device: allocated; CPU: process resident set)" if "GiB" in columns else "")
-    )
-
-    def build(names: list[str], caption: str) -> Table:
-        table = Table(title="step time per arm (ms)", caption=caption, caption_justify="left")
-        table.add_column("arm", no_wrap=True)
-        for col in columns:
-            table.add_column(col, justify="right", no_wrap=True)
-        for name, values in zip(names, rows.values(), strict=True):
-            table.add_row(name, *(values[c] for c in columns))
-        return table
-
-    table = build(list(rows), caption)
-    measure = Console(width=10_000)  # natural width, unwrapped
-    if Measurement.get(measure, measure.options, table).maximum <= width:
-        return table
-    legend = "; ".join(f"{i} = {label}" for i, label in enumerate(rows, 1))
-    return build([str(i) for i in range(1, len(rows) + 1)], f"arms: {legend}. {caption}")
-
-
 def write_report_safely(run_dir: Path, console: Any) -> None:
     """Write the run's report; a failure there is a warning, never a lost run."""
     from fsdpbench.report import write_report
@@ -849,4 +769,4 @@ def write_report_safely(run_dir: Path, console: Any) -> None:
         )
 
 
-__all__ = ["run_ab", "interleaved_order", "torchrun_command", "print_summary", "write_report_safely"]
+__all__ = ["run_ab", "interleaved_order", "torchrun_command", "write_report_safely"]

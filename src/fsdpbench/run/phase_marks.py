@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fsdpbench.run.phases import MARKED_PHASES
+from fsdpbench.results.phases import MARKED_PHASES
 
 N_MARKS = len(MARKED_PHASES) + 1
 """start, end of forward, end of backward, end of the optimizer step."""

@@ -17,9 +17,7 @@ import gc
 import logging
 import math
 import os
-import platform
 import signal
-import socket
 import sys
 import threading
 import time
@@ -33,15 +31,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import fsdpbench.device as dev
 from fsdpbench.backends import Backend, get_backend
 from fsdpbench.config import Arm, RunConfig
 from fsdpbench.errors import ConfigError
-from fsdpbench.run import device as dev
-from fsdpbench.run import memory, run_folder
+from fsdpbench.results import run_folder
+from fsdpbench.results.phases import MARKED_PHASES
+from fsdpbench.run import memory
+from fsdpbench.run.environment import arm_runtime, environment_facts
 from fsdpbench.run.phase_marks import PhaseMarks
-from fsdpbench.run.phases import MARKED_PHASES
 from fsdpbench.run.process_exit import exit_without_teardown
 from fsdpbench.run.profile_marks import ProfileMarks, decoder_units, restore_collectives, wrap_collectives
+from fsdpbench.run.profiling import PARSE_NPU_PROFILE, make_profiler, npu_memory_profiler, parse_npu_profile
 from fsdpbench.run.tokens import rank_batch
 
 log = logging.getLogger("fsdpbench.run.worker")
@@ -214,106 +215,6 @@ class CollectiveCounter:
 
     def uninstall(self) -> None:
         restore_collectives(self._saved)
-
-
-# --------------------------------------------------------------------------------------------
-# profiling
-# --------------------------------------------------------------------------------------------
-
-
-def profiler_schedule_args(profile_step: int) -> dict[str, int]:
-    """wait/warmup/active so that step index ``profile_step`` (0-based) is the recorded one."""
-    warmup = 1 if profile_step >= 1 else 0
-    return {"wait": profile_step - warmup, "warmup": warmup, "active": 1, "repeat": 1}
-
-
-def make_profiler(device_type: str, out_dir: Path, rank: int, profile_step: int) -> Any:
-    """torch.profiler (Kineto ``rank<k>.*.pt.trace.json.gz``) or, on npu, torch_npu.profiler."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sched = profiler_schedule_args(profile_step)
-    if device_type == "npu":
-        return _npu_profiler(out_dir, rank, sched)
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
-    return profile(
-        activities=activities,
-        schedule=schedule(**sched),
-        record_shapes=True,
-        on_trace_ready=tensorboard_trace_handler(str(out_dir), worker_name=f"rank{rank}", use_gzip=True),
-    )
-
-
-def _npu_level1(prof: Any) -> Any:
-    """torch_npu's Level1 experimental config (kernel details, no data simplification)."""
-    return prof._ExperimentalConfig(
-        profiler_level=prof.ProfilerLevel.Level1,
-        aic_metrics=prof.AiCMetrics.PipeUtilization,
-        data_simplification=False,
-    )
-
-
-def _npu_profiler(out_dir: Path, rank: int, sched: dict[str, int]) -> Any:
-    import torch_npu
-
-    prof = torch_npu.profiler
-    return prof.profile(
-        activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
-        schedule=prof.schedule(**sched),
-        on_trace_ready=npu_trace_handler(prof, out_dir, rank),
-        record_shapes=True,
-        experimental_config=_npu_level1(prof),
-    )
-
-
-def npu_memory_profiler(out_dir: Path, rank: int) -> Any:
-    """torch_npu's profiler for the memory step: CPU + NPU activity, ``profile_memory=True`` (memory_record,
-    operator_memory, npu_module_mem), no schedule (the whole ``with`` block is the one active step), the
-    raw data written to ``out_dir`` for the launcher's parse (``analyse_flag=False`` where supported)."""
-    import torch_npu
-
-    prof = torch_npu.profiler
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return prof.profile(
-        activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
-        on_trace_ready=npu_trace_handler(prof, out_dir, rank),
-        profile_memory=True,
-        record_shapes=False,
-        experimental_config=_npu_level1(prof),
-    )
-
-
-def npu_trace_handler(npu_profiler: Any, out_dir: Path, rank: int) -> Any:
-    """torch_npu's ``tensorboard_trace_handler`` that only exports the raw data (``analyse_flag=False``).
-
-    By default it runs the msprof parse synchronously inside ``prof.step()``, before the step's
-    collectives, so faster ranks wait in HCCL for the slowest parser; ``parse_npu_profile`` parses
-    after the process group is gone. A torch_npu without ``analyse_flag`` keeps its in-step parse.
-    """
-    import inspect
-
-    handler = npu_profiler.tensorboard_trace_handler
-    if "analyse_flag" not in inspect.signature(handler).parameters:
-        log.warning(
-            "this torch_npu's tensorboard_trace_handler has no analyse_flag: the profile is parsed "
-            "inside the profiled step (upgrade torch_npu to parse after the run)"
-        )
-        return handler(str(out_dir), worker_name=f"rank{rank}")
-    return handler(str(out_dir), worker_name=f"rank{rank}", analyse_flag=False)
-
-
-PARSE_NPU_PROFILE = "--parse-npu-profile"
-"""``python -m fsdpbench.run.worker --parse-npu-profile DIR...``: the launcher's parse step (``parse_npu_profile``
-per rank folder), run with the arm's interpreter after torchrun has exited."""
-
-
-def parse_npu_profile(out_dir: Path) -> None:
-    """Parse one rank's raw torch_npu profile into ``*_ascend_pt/ASCEND_PROFILER_OUTPUT`` (needs CANN's
-    ``msprof`` on PATH). Run after the launch's workers exit (``PARSE_NPU_PROFILE``), outside its timeout.
-    torch_npu swallows parse errors: the launcher checks the outputs."""
-    from torch_npu.profiler.profiler import analyse
-
-    analyse(str(out_dir))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -665,91 +566,6 @@ def profile_delay(spec: dict[str, Any] | None, rank: int) -> tuple[str, str, flo
     if (arm, round_n, rank_n) != (spec["arm"], spec["round"], rank):
         return None
     return unit, phase, seconds
-
-
-def environment_facts(device_type: str, backend: Backend, world: int) -> dict[str, Any]:
-    """Versions, host and devices for the manifest."""
-    facts: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_npu": None,
-        "cann": None,
-        "hyper_parallel": None,
-        "host": socket.gethostname(),
-        "device_type": device_type,
-        **dev.device_facts(device_type),
-        "world_size": world,
-        "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
-        "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
-        "process_group_backend": dev.process_group_backend(device_type),
-        "backend": backend.describe(),
-    }
-    if device_type == "npu":
-        facts.update(_npu_versions())
-    if backend.name == "hyper":
-        facts["hyper_parallel"] = backend.describe()
-    return facts
-
-
-def arm_runtime(
-    cfg: RunConfig, arm: Arm, device_type: str, optimizer: Any, device: torch.device | None = None
-) -> dict[str, Any]:
-    """What this arm actually runs with, for the manifest (``arm_runtime``): the parameter and reduce
-    dtypes after the device default, the optimizer's ``foreach`` setting (``optimizer_ran``, the path its
-    first step took, and ``prefetch_verified_after_warmup`` are added after the steps), the float32 matmul
-    precision (and torch_npu's HF32 switch), the experts' and the gated deltanet's kernels with the K-grouped
-    probe's answer and dtype, and the NPU/GPU environment variables that change numerics or scheduling
-    (``device.behaviour_environment``)."""
-    from fsdpbench.model.deltanet import deltanet_path
-    from fsdpbench.model.moe import resolve_experts_impl
-
-    inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed wraps the run's optimizer
-    defaults = getattr(inner, "defaults", {}) or {}
-    device = device if device is not None else torch.device(device_type)
-    experts = resolve_experts_impl("auto", device, getattr(torch, arm.param_dtype))
-    return {
-        "param_dtype": arm.param_dtype,
-        "param_dtype_source": (
-            "arm"
-            if arm.label in cfg.param_dtype_set
-            else ("device default" if device_type != "cpu" else "default")
-        ),
-        "reduce_dtype": arm.reduce_dtype,
-        "optimizer": cfg.optimizer,
-        "optimizer_impl": cfg.optimizer_impl,
-        "optimizer_foreach": defaults.get("foreach"),
-        "optimizer_class": f"{type(inner).__module__}.{type(inner).__qualname__}",
-        "optimizer_ran": None,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "npu_matmul_allow_hf32": dev.npu_allow_hf32() if device_type == "npu" else None,
-        "experts_impl": experts,
-        **k_grouped_probe(experts, device, getattr(torch, arm.param_dtype)),
-        "deltanet_impl": deltanet_path(device_type, getattr(torch, arm.param_dtype)),
-        "prefetch_verified_after_warmup": None,
-        "environment": dev.behaviour_environment(),
-    }
-
-
-def k_grouped_probe(experts: str, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-    """The arm's K-grouped ``npu_grouped_matmul`` probe: its answer and the dtype it ran in (None: not an
-    NPU experts path)."""
-    from fsdpbench.model.moe import npu_k_grouped_supported
-
-    if experts != "npu":
-        return {"npu_k_grouped_matmul": None, "npu_k_grouped_probe_dtype": None}
-    return {
-        "npu_k_grouped_matmul": npu_k_grouped_supported(str(device), dtype),
-        "npu_k_grouped_probe_dtype": str(dtype).removeprefix("torch."),
-    }
-
-
-def _npu_versions() -> dict[str, Any]:
-    import torch_npu  # sets torch.version.cann on import (torch_npu has no version.cann of its own)
-
-    return {
-        "torch_npu": getattr(torch_npu, "__version__", None),
-        "cann": getattr(torch.version, "cann", None),
-    }
 
 
 def run(spec: dict[str, Any]) -> None:

@@ -32,8 +32,6 @@ The rank comes from ``profiler_info_{rank}.json`` (its ``rank_id``, else the num
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 
@@ -43,6 +41,7 @@ import pandas as pd
 
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_comm import op_identity
+from fsdpbench.trace.ascend_csv import find_column, read_csv, required_column, time_column
 from fsdpbench.trace.ascend_db import (
     CSV_REFERENCE,
     STEP_TRACE_TIME_CSV,
@@ -53,7 +52,7 @@ from fsdpbench.trace.ascend_db import (
     summary_frame,
 )
 from fsdpbench.trace.ascend_launch import NO_LANE, link_rows, through_queue
-from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, NAME_PREFIX_TYPES, OP_TYPES
+from fsdpbench.trace.ascend_ops import op_type_from_name
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.rank import RankTrace
 from fsdpbench.trace.table import (
@@ -71,154 +70,6 @@ from fsdpbench.trace.table import (
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _INFO_RE = re.compile(r"^profiler_info_(\d+)\.json$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_HCOM_TYPE = re.compile(r"^(hcom_[A-Za-z]+_)")
-_TRAILING_NUM = re.compile(r"(_\d+)+$")
-_INSTANCE_NUM = re.compile(r"(?<=[A-Za-z])\d+$")
-
-
-def _read_csv(path: Path, warnings: list[str]) -> pd.DataFrame:
-    """The CSV as strings. A row whose field count differs from the header's (torch_npu has written
-    a ``FlashAttentionScore`` row without its Duration) is left out and named in ``warnings`` with its
-    file and line, rather than read with its columns shifted
-    (docs/analysis-definitions.md, "Part of a group, a bad row, a fallback window")."""
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not text.strip():
-        raise InputError(f"{path}: the file is empty; re-export the profile")
-    try:
-        try:
-            df = _parse_csv(text)
-        except pd.errors.ParserError:  # a row longer than the header (or a broken file)
-            df = None
-        # pandas pads a short row with empty cells: only for an empty last cell (or a long row) are the
-        # records counted, so a well-formed file costs one parse
-        if df is None or (len(df.columns) > 1 and bool((df.iloc[:, -1].str.strip() == "").any())):
-            kept = _without_ragged_rows(path, text, warnings)
-            if df is None or kept is not text:
-                df = _parse_csv(kept)
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable CSV ({' '.join(str(exc).split())})") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    return df
-
-
-def _parse_csv(text: bytes) -> pd.DataFrame:
-    return pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
-
-
-def _without_ragged_rows(path: Path, text: bytes, warnings: list[str]) -> bytes:
-    """``text`` without the records whose field count differs from the header's, each named (file,
-    line, field counts, the row's Name) in ``warnings``; ``text`` itself when there is none. pandas
-    cannot tell them: it pads a short row with empty cells, shifting what follows the gap."""
-    lines = text.decode("utf-8-sig").splitlines(keepends=True)
-    reader = csv.reader(lines, skipinitialspace=True)
-    try:
-        header = [h.strip() for h in next(reader)]
-        width = len(header)
-        bad = [(reader.line_num, r) for r in reader if r and len(r) != width]
-    except csv.Error as exc:
-        raise InputError(f"{path}: not a readable CSV (line {reader.line_num}: {exc})") from None
-    if not bad:
-        return text
-    name_at = next((header.index(n) for n in ("Name", "Op Name") if n in header), None)
-    drop: set[int] = set()
-    for last_line, record in bad:
-        # a quoted cell may span lines: the record ends at last_line and starts after the previous one
-        first = last_line - sum(c.count("\n") for c in record)
-        drop.update(range(first, last_line + 1))
-        what = f" ({record[name_at].strip()})" if name_at is not None and name_at < len(record) else ""
-        said = (
-            f"{path} line {first}: {len(record)} fields where the header has {width}{what}; the row is "
-            "left out (its columns cannot be told apart)"
-        )
-        warnings.append(said)
-    return "".join(line for i, line in enumerate(lines, 1) if i not in drop).encode()
-
-
-def _column(df: pd.DataFrame, path: Path, *names: str) -> pd.Series | None:
-    for n in names:
-        if n in df.columns:
-            return df[n].astype(str).str.strip().str.strip('"').str.strip()
-    return None
-
-
-def _required(df: pd.DataFrame, path: Path, *names: str) -> pd.Series:
-    col = _column(df, path, *names)
-    if col is None:
-        raise InputError(
-            f"{path}: missing column {names[0]!r} (columns found: {', '.join(df.columns[:12])}…); "
-            "is this a torch_npu kernel_details.csv?"
-        )
-    return col
-
-
-def _times(col: pd.Series, path: Path, what: str) -> np.ndarray:
-    try:
-        return us_strings_to_ns(col)
-    except (ValueError, OverflowError) as exc:
-        raise InputError(f"{path}: column {what!r}: {exc}") from None
-
-
-def op_type_from_name(name: str) -> str:
-    """Op type of a kernel when the export has none (Level0 writes ``N/A``).
-
-    aclnn kernels are ``<api>_<kernel>_<Type>`` (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``);
-    TransData inserts are ``trans_TransData_<n>``; single ops run through aclop are the type plus an
-    instance counter (``Conv2D1``, ``ReduceSum7``, ``Conv2DBackpropFilter6_MemSet``), and the counter
-    is dropped. Which types themselves end in digits (``MatMulV2``, ``Expm1``, ``Atan2``) is decided by
-    CANN's operator list (:data:`~fsdpbench.trace.ascend_ops.DIGIT_OP_TYPES`): the longest listed type
-    the name starts with, followed by digits only, wins (``MatMulV21`` → ``MatMulV2``). A type not in
-    the list that ends in ``V<digit>`` keeps that one version digit (``MatMulV3``, ``MatMulV31``).
-    GE's atomic-clean kernels (``atomic_memset-1_271``) are ``MemSet``, as Level1 types them
-    (:data:`~fsdpbench.trace.ascend_ops.NAME_PREFIX_TYPES`); a node GE split out of another
-    (``AdaptiveAvgPool2d24LeftBatchMatMulV2``) is the op type it names (:func:`_split_node_type`).
-    """
-    m = _HCOM_TYPE.match(name)
-    if m:
-        return m.group(1)
-    for prefix, (op_type, _) in NAME_PREFIX_TYPES.items():
-        if name.startswith(prefix):
-            return op_type
-    base = _TRAILING_NUM.sub("", name)
-    if "_" in base:
-        return base.rsplit("_", 1)[-1] or name
-    plain = _without_counter(base)
-    if plain.lower() not in OP_TYPES:
-        return _split_node_type(base) or plain
-    return plain
-
-
-def _without_counter(base: str) -> str:
-    """``base`` without its trailing instance counter, the digits of a listed type kept."""
-    stripped = _INSTANCE_NUM.sub("", base)
-    if stripped == base:
-        return base
-    for end in range(len(base), len(stripped), -1):  # longest listed type first
-        if base[:end] in DIGIT_OP_TYPES:
-            return base[:end]
-    if stripped.endswith("V"):
-        return base[: len(stripped) + 1]  # MatMulV31 → MatMulV3 (versions are one digit)
-    return stripped or base
-
-
-_SPLIT_AT = re.compile(r"(?<=[A-Za-z])\d+(?:Left|Right)?(?=[A-Z])")
-
-
-def _split_node_type(base: str) -> str | None:
-    """The op type of a GE node split out of another, named ``<op><counter>[Left|Right]<op>…``
-    (``AdaptiveAvgPool2d24LeftBatchMatMulV2`` → ``BatchMatMulV2``, ``…Grad71RightBatchMatmul`` →
-    ``BatchMatMul``, as the Level1 export of the same run types them): the longest registered op type
-    (:data:`~fsdpbench.trace.ascend_ops.OP_TYPES`, any case) after a registered op and its counter."""
-    for m in _SPLIT_AT.finditer(base):
-        if base[: m.start()].lower() not in OP_TYPES:
-            continue
-        rest = base[m.end() :].lower()
-        for end in range(len(rest), 0, -1):
-            if rest[:end] in OP_TYPES:
-                return OP_TYPES[rest[:end]]
-    return None
 
 
 def rank_of_folder(folder: Path) -> int | None:
@@ -237,16 +88,18 @@ def rank_of_folder(folder: Path) -> int | None:
 
 
 def _kernel_events(path: Path, warnings: list[str]) -> pd.DataFrame:
-    df = _read_csv(path, warnings)
-    name = _required(df, path, "Name", "Op Name")
-    core = _required(df, path, "Accelerator Core", "Task Type")
-    start = _times(_required(df, path, "Start Time(us)", "Task Start Time(us)"), path, "Start Time(us)")
-    dur = _times(_required(df, path, "Duration(us)", "Task Duration(us)"), path, "Duration(us)")
-    typ = _column(df, path, "Type", "OP Type")
+    df = read_csv(path, warnings)
+    name = required_column(df, path, "Name", "Op Name")
+    core = required_column(df, path, "Accelerator Core", "Task Type")
+    start = time_column(
+        required_column(df, path, "Start Time(us)", "Task Start Time(us)"), path, "Start Time(us)"
+    )
+    dur = time_column(required_column(df, path, "Duration(us)", "Task Duration(us)"), path, "Duration(us)")
+    typ = find_column(df, path, "Type", "OP Type")
     if typ is None:
         typ = pd.Series("N/A", index=df.index)
-    step = _column(df, path, "Step Id", "Step ID")
-    stream = _column(df, path, "Stream ID")
+    step = find_column(df, path, "Step Id", "Step ID")
+    stream = find_column(df, path, "Stream ID")
     is_comm = (core == "HCCL") | name.str.match(r"^(hcom_|hccl_)")
     typ = _derive_missing_types(typ, name)
     steps = pd.to_numeric(step, errors="coerce").fillna(-1).astype(np.int64) if step is not None else -1
@@ -467,7 +320,7 @@ def _flow_launches(
 
 def _cross_check(path: Path, warnings: list[str]) -> pd.DataFrame | None:
     try:
-        df = _read_csv(path, warnings)
+        df = read_csv(path, warnings)
     except InputError as exc:
         warnings.append(str(exc))
         return None
@@ -708,7 +561,7 @@ def _with_task_level_comm(
     measured them: the union of HCCL's own tasks (``comm_tasks_us``) rather than of whole operations,
     and that union minus compute (``exposed_comm_tasks_us``). When the profiler's figure equals these,
     the cross-check warning names that as the cause of a difference (docs/analysis-definitions.md)."""
-    from fsdpbench.analysis import intervals as iv
+    from fsdpbench.trace import intervals as iv
 
     task_step = _steps_by_time(tasks, steps) if len(steps) else np.full(len(tasks), -1)
     compute = dev[(dev["category"] == "compute").to_numpy()]

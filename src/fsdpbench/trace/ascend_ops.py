@@ -18,6 +18,8 @@ named per entry is the header in that folder.
 
 from __future__ import annotations
 
+import re
+
 DIGIT_OP_TYPES: dict[str, str] = {
     "AccumulateNV2": "elewise_calculation_ops.h",
     "AddV2": "elewise_calculation_ops.h",
@@ -725,3 +727,70 @@ def canonical_op_type(op_type: str) -> str:
     """The op type an alias stands for (``ReduceSumD`` → ``ReduceSum``); any other name unchanged."""
     alias = OP_ALIASES.get(op_type)
     return alias[0] if alias else op_type
+
+
+# ---- an op's type from its name (when the export has no type column) ----
+
+_HCOM_TYPE = re.compile(r"^(hcom_[A-Za-z]+_)")
+_TRAILING_NUM = re.compile(r"(_\d+)+$")
+_INSTANCE_NUM = re.compile(r"(?<=[A-Za-z])\d+$")
+
+
+def op_type_from_name(name: str) -> str:
+    """Op type of a kernel when the export has none (Level0 writes ``N/A``).
+
+    aclnn kernels are ``<api>_<kernel>_<Type>`` (``aclnnMm_MatMulCommon_MatMulV2`` → ``MatMulV2``);
+    TransData inserts are ``trans_TransData_<n>``; single ops run through aclop are the type plus an
+    instance counter (``Conv2D1``, ``ReduceSum7``, ``Conv2DBackpropFilter6_MemSet``), and the counter
+    is dropped. Which types themselves end in digits (``MatMulV2``, ``Expm1``, ``Atan2``) is decided by
+    CANN's operator list (:data:`~fsdpbench.trace.ascend_ops.DIGIT_OP_TYPES`): the longest listed type
+    the name starts with, followed by digits only, wins (``MatMulV21`` → ``MatMulV2``). A type not in
+    the list that ends in ``V<digit>`` keeps that one version digit (``MatMulV3``, ``MatMulV31``).
+    GE's atomic-clean kernels (``atomic_memset-1_271``) are ``MemSet``, as Level1 types them
+    (:data:`~fsdpbench.trace.ascend_ops.NAME_PREFIX_TYPES`); a node GE split out of another
+    (``AdaptiveAvgPool2d24LeftBatchMatMulV2``) is the op type it names (:func:`_split_node_type`).
+    """
+    m = _HCOM_TYPE.match(name)
+    if m:
+        return m.group(1)
+    for prefix, (op_type, _) in NAME_PREFIX_TYPES.items():
+        if name.startswith(prefix):
+            return op_type
+    base = _TRAILING_NUM.sub("", name)
+    if "_" in base:
+        return base.rsplit("_", 1)[-1] or name
+    plain = _without_counter(base)
+    if plain.lower() not in OP_TYPES:
+        return _split_node_type(base) or plain
+    return plain
+
+
+def _without_counter(base: str) -> str:
+    """``base`` without its trailing instance counter, the digits of a listed type kept."""
+    stripped = _INSTANCE_NUM.sub("", base)
+    if stripped == base:
+        return base
+    for end in range(len(base), len(stripped), -1):  # longest listed type first
+        if base[:end] in DIGIT_OP_TYPES:
+            return base[:end]
+    if stripped.endswith("V"):
+        return base[: len(stripped) + 1]  # MatMulV31 → MatMulV3 (versions are one digit)
+    return stripped or base
+
+
+_SPLIT_AT = re.compile(r"(?<=[A-Za-z])\d+(?:Left|Right)?(?=[A-Z])")
+
+
+def _split_node_type(base: str) -> str | None:
+    """The op type of a GE node split out of another, named ``<op><counter>[Left|Right]<op>…``
+    (``AdaptiveAvgPool2d24LeftBatchMatMulV2`` → ``BatchMatMulV2``, ``…Grad71RightBatchMatmul`` →
+    ``BatchMatMul``, as the Level1 export of the same run types them): the longest registered op type
+    (:data:`~fsdpbench.trace.ascend_ops.OP_TYPES`, any case) after a registered op and its counter."""
+    for m in _SPLIT_AT.finditer(base):
+        if base[: m.start()].lower() not in OP_TYPES:
+            continue
+        rest = base[m.end() :].lower()
+        for end in range(len(rest), 0, -1):
+            if rest[:end] in OP_TYPES:
+                return OP_TYPES[rest[:end]]
+    return None

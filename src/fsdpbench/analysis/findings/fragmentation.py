@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis import whatif, whatif_units
 from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, collective_phrase
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.text import share_of
@@ -73,13 +73,13 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
         # the idle term (idle time scales with the calls) brackets the measured change with the comm-only
         # prediction on CPU/gloo (docs/diagnosis.md, "Calibration"); both are shown
         data, data_o = x.analysis[side], x.analysis[other]
-        by_unit = whatif.has_unit_rows(data) and whatif.has_unit_rows(data_o)
+        by_unit = whatif_units.has_unit_rows(data) and whatif_units.has_unit_rows(data_o)
         priced = {**m.breakdown(), "free_us": m.free_us}
         step_waits = None if by_unit else whatif.step_waits(data)  # the step-totals path's wait term
         # per (unit, phase): each place's calls at the other arm's count there
         estimate = (
-            whatif.estimate_regrouping_units(
-                data, whatif.unit_counts(data_o), fit_for, types=per_type, **priced
+            whatif_units.estimate_regrouping_units(
+                data, whatif_units.unit_counts(data_o), fit_for, types=per_type, **priced
             )
             if by_unit
             else None
@@ -91,8 +91,8 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
             estimate.basis = whatif.BASIS_STEP
         estimate.scenario = f"{lab}'s collectives issued at {lab_o}'s granularity"
         per_unit = (  # one bucket per unit: one call of each type per (unit, phase)
-            whatif.estimate_regrouping_units(
-                data, {k: 1.0 for k in whatif.unit_counts(data)}, fit_for, types=per_type, **priced
+            whatif_units.estimate_regrouping_units(
+                data, {k: 1.0 for k in whatif_units.unit_counts(data)}, fit_for, types=per_type, **priced
             )
             if by_unit
             else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fsdpbench.analysis import places as plc
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis import whatif, whatif_units
 from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, safe_delta
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import (
@@ -77,7 +77,7 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
             f"{fmt_us(exp)} = {fmt_pct(exp / step)} of {lab}'s step"
             + (f" vs {fmt_us(exp_o)} ({lab_o})" if exp_o is not None else "")
         )
-        per_unit = whatif.estimate_prefetch_units(
+        per_unit = whatif_units.estimate_prefetch_units(
             x.analysis[side], **{k: v for k, v in m.breakdown().items() if k != "exposed_comm_us"}
         )
         if per_unit is not None:  # per (unit, phase): the exposed all-gathers one unit further ahead

@@ -1,4 +1,4 @@
-"""``summary.json`` as typed objects: what ``run_folder.build_summary`` writes and the report reads.
+"""``summary.json`` as typed objects: what ``summarize.build_summary`` writes and the report reads.
 
 Field names, order and values are the file's (docs/DATA.md, "summary.json"): ``to_dict`` gives the
 JSON object key for key, ``from_dict`` reads one back (both from ``records.Record``, through msgspec,
@@ -92,7 +92,7 @@ class ArmComparison(RatioSummary):
 
 @dataclass(kw_only=True, slots=True)
 class Parity(Record):
-    """The loss check of ``run_folder.check_parity``: the first steps' losses of every arm against the first."""
+    """The loss check of ``summarize.check_parity``: the first steps' losses of every arm against the first."""
 
     valid: bool | None = None
     mode: str | None = None
@@ -146,7 +146,7 @@ class Summary(Record):
     def read(cls, path: str | Path) -> Summary:
         """The summary.json at ``path`` (a run folder or the file); ``InputError`` naming the file when it
         is missing, not JSON, or not a summary."""
-        from fsdpbench.run import run_folder
+        from fsdpbench.results import run_folder
 
         path = Path(path)
         if path.is_dir():
@@ -164,6 +164,6 @@ class Summary(Record):
 
     def write(self, path: str | Path) -> Path:
         """Write ``to_dict()`` to ``path`` atomically (indented JSON, as every run folder file)."""
-        from fsdpbench.run import run_folder
+        from fsdpbench.results import run_folder
 
         return run_folder.write_atomic(path, records.encode(self))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -177,3 +177,41 @@ def compare_arms(
     return Comparison(
         base_label, test_label, ratio, ci, significant, rounds_needed(base, test), (len(base), len(test))
     )
+
+
+PEAK_MEMORY_MEASURES = (
+    ("peak_mem_allocated_bytes", "peak allocated (device allocator)"),
+    ("peak_rss_bytes", "peak resident set (process)"),
+)
+"""The figures a memory ratio is taken from, in order of preference: the device allocator's peak
+allocated where both arms have it (GPU/NPU), else the processes' peak resident set (CPU)."""
+
+
+def peak_memory_figure(arm: dict[str, Any]) -> tuple[int | None, str | None]:
+    """(bytes, label) of an arm's peak memory: the first of ``PEAK_MEMORY_MEASURES`` it has."""
+    for key, label in PEAK_MEMORY_MEASURES:
+        if arm.get(key) is not None:
+            if key == "peak_rss_bytes" and arm.get("peak_rss_since") == "process start":
+                label += ", since process start"
+            return arm[key], label
+    return None, None
+
+
+def with_memory_ratio(comp: dict[str, Any], base: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    """``comp`` with ``memory`` (the peak-memory ratio test/base and what it measures) and the ratio
+    beside the time ratio in its verdict; ``memory`` is None when the arms share no measure."""
+    for key, label in PEAK_MEMORY_MEASURES:
+        b, t = base.get(key), test.get(key)
+        if b and t is not None:
+            if key == "peak_rss_bytes" and "process start" in (
+                base.get("peak_rss_since"),
+                test.get("peak_rss_since"),
+            ):
+                label += ", since process start"
+            comp["memory"] = {"measure": label, "base_bytes": b, "test_bytes": t, "ratio": t / b}
+            comp["verdict"] = (
+                f"{comp['verdict']}; peak memory {comp['test']}/{comp['base']} {t / b:.3f} ({label})"
+            )
+            return comp
+    comp["memory"] = None
+    return comp

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fsdpbench.run import stats
+from fsdpbench.results import stats
 
 MARKED_PHASES = ("forward", "backward", "optimizer")
 """Phases between marks on the compute stream, in step order."""
