@@ -43,20 +43,11 @@ def plain_fsdp2_profiles(tmp_path_factory) -> Path:
     torchrun of 2 gloo ranks writes ``raf_true/`` and ``raf_false/`` (reshard_after_forward), one
     trace per rank each. Returns their parent folder."""
     import subprocess
-    import sys
 
-    from helpers import REPO, free_port
+    from helpers import REPO, torchrun_command
 
     out = tmp_path_factory.mktemp("plain_fsdp2")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        str(free_port()),
-    ]
+    cmd = torchrun_command(2)
     proc = subprocess.run(
         [*cmd, str(REPO / "tests" / "plain_fsdp2.py"), str(out)],
         capture_output=True,

@@ -43,6 +43,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def torchrun_command(nproc: int) -> list[str]:
+    """``python -m torch.distributed.run`` for ``nproc`` local ranks on a free port; the script and its
+    arguments follow."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)] + [
+        "--master-port",
+        str(free_port()),
+    ]
+
+
 def ascend_output(root: Path, rank: int) -> Path:
     """The ``ASCEND_PROFILER_OUTPUT`` folder of rank ``rank`` in an Ascend export folder ``root``."""
     return root / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
@@ -918,17 +927,15 @@ with open(run_dir / "steps.jsonl", "a") as f:
 )
 
 
-def raw_cpu_totals(path: Path) -> dict[str, int]:
-    """The step's compute, communication and overlapped ns from the raw JSON, by the test's own rules:
-    compute = outermost cpu_op operators of the training thread outside c10d launches and wrappers;
-    communication = the outermost gloo:* spans; unions by a plain sweep over integer ns."""
-    raw = orjson.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
-    evs = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+def raw_ns(e: dict) -> tuple[int, int]:
+    """A raw complete event's [start, end) in integer ns."""
+    s = round(float(e["ts"]) * 1000)
+    return s, s + round(float(e["dur"]) * 1000)
 
-    def ns(e):
-        s = round(float(e["ts"]) * 1000)
-        return s, s + round(float(e["dur"]) * 1000)
 
+def raw_training_ops(evs: list[dict]) -> list[tuple[int, int]]:
+    """[start, end) ns of the training thread's cpu_op operators that count as compute by the tests' own rules:
+    not a wrapper (autograd, FSDP hooks, collectives, profiler) and not inside a c10d launch."""
     main = next(e["tid"] for e in evs if e["name"].startswith("ProfilerStep#"))
     wrappers = (
         "autograd::",
@@ -940,17 +947,28 @@ def raw_cpu_totals(path: Path) -> dict[str, int]:
     )
     wrappers += ("profiler::", "torch::jit::")
     launches = [
-        ns(e) for e in evs if e["tid"] == main and e["name"].startswith(("c10d::", "record_param_comms"))
+        raw_ns(e) for e in evs if e["tid"] == main and e["name"].startswith(("c10d::", "record_param_comms"))
     ]
-    ops = [
-        ns(e)
+    return [
+        raw_ns(e)
         for e in evs
         if e["tid"] == main
         and e.get("cat") == "cpu_op"
         and "::" in e["name"]
         and not e["name"].startswith(wrappers)
-        and not any(a <= ns(e)[0] and ns(e)[1] <= b for a, b in launches)
+        and not any(a <= raw_ns(e)[0] and raw_ns(e)[1] <= b for a, b in launches)
     ]
+
+
+def raw_cpu_totals(path: Path) -> dict[str, int]:
+    """The step's compute, communication and overlapped ns from the raw JSON, by the test's own rules:
+    compute = outermost cpu_op operators of the training thread outside c10d launches and wrappers;
+    communication = the outermost gloo:* spans; unions by a plain sweep over integer ns."""
+    raw = orjson.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+    evs = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+
+    ns = raw_ns
+    ops = raw_training_ops(evs)
     gloo = [ns(e) for e in evs if e["name"].startswith("gloo:")]
     gloo_threads = {e["tid"] for e in evs if e["name"].startswith("gloo:")}
 

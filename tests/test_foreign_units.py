@@ -16,7 +16,7 @@ import pytest
 
 from fsdpbench.analysis import unit_ranges
 from fsdpbench.trace.kineto import read_kineto
-from helpers import raw_cpu_totals, run_cli, run_profiled_ab
+from helpers import raw_cpu_totals, raw_training_ops, run_cli, run_profiled_ab
 
 MAIN, AUTOGRAD = 100, 300
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
@@ -213,24 +213,7 @@ def _load(path: Path) -> list[dict]:
 
 def _ops_in(evs: list[dict], window: tuple[int, int]) -> int:
     """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
-    main = next(e["tid"] for e in evs if e["name"].startswith("ProfilerStep#"))
-    skip = ("autograd::", "torch::autograd::", "FSDP::", "c10d::", "_c10d_functional::", "c10d_functional::")
-    skip += ("profiler::", "torch::jit::")
-    launches = [
-        _ns(e) for e in evs if e["tid"] == main and e["name"].startswith(("c10d::", "record_param_comms"))
-    ]
-    ops = sorted(
-        (
-            _ns(e)
-            for e in evs
-            if e["tid"] == main
-            and e.get("cat") == "cpu_op"
-            and "::" in e["name"]
-            and not e["name"].startswith(skip)
-            and not any(a <= _ns(e)[0] and _ns(e)[1] <= b for a, b in launches)
-        ),
-        key=lambda x: (x[0], -x[1]),
-    )
+    ops = sorted(raw_training_ops(evs), key=lambda x: (x[0], -x[1]))
     total, reach = 0, -1
     for s, e in ops:
         if s >= reach and window[0] <= s < window[1]:

@@ -21,7 +21,7 @@ import torch
 
 from fsdpbench.config import preset_tiny
 from fsdpbench.model import InitialValues, build_model, init_full_tensor
-from helpers import free_port
+from helpers import torchrun_command
 
 HERE = Path(__file__).parent
 
@@ -147,8 +147,7 @@ def test_every_backend_and_mesh_gathers_the_single_process_values(tmp_path):
     and the gathered tensors are bitwise the single-process full draw."""
     out = tmp_path / "digests.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4"]
-    cmd += ["--master-port", str(free_port()), str(HERE / "init_values_ranks.py"), str(out)]
+    cmd = [*torchrun_command(4), str(HERE / "init_values_ranks.py"), str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=220)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text())

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from helpers import free_port
+from helpers import torchrun_command
 
 SCRIPT = textwrap.dedent(
     """
@@ -56,16 +55,7 @@ def test_fsdp2_sharded_meta_init_gives_the_same_weights_loss_and_gradients_as_a_
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            str(free_port()),
-            str(script),
-        ],
+        [*torchrun_command(2), str(script)],
         capture_output=True,
         text=True,
         timeout=170,
