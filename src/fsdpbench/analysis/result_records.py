@@ -1,0 +1,163 @@
+"""The analysis' files as typed records: the Analysis JSON of docs/DATA.md (``analyze --json``, each arm of
+a run folder's ``analysis.json``) and the per-rank result cache (analysis/result_cache.py).
+
+Each record is a dataclass whose fields are the file's keys in the file's order; msgspec decodes it and
+checks every field's type (an error names the file and the field: ``analysis.json: $.torch.ranks[1].
+step_time_us: expected float, got str``), orjson encodes it as it is (no per-key code, fast on the long
+collective-event columns). The in-memory result objects of analysis/result.py derive from these records
+(``StepMetrics`` from :class:`StepRecord`, ``RankMetrics`` from :class:`RankRecord`), so a metric is
+declared once: add a field here and it is computed, written, read back and cached.
+
+:func:`to_record` and :func:`from_record` are the one pair that turns an object into a record and back,
+generic over the fields: they copy the fields both sides declare by name, and take the few that differ
+(nested records, computed keys, the op table's cut) as keyword arguments.
+
+Torch-free and pandas-free; imports nothing of fsdpbench but the base record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, TypeVar
+
+from fsdpbench.records import Record
+
+SCHEMA_VERSION = 1
+T = TypeVar("T")
+
+
+class OpRow(TypedDict):
+    """One op type of a window's kernel time (``ops``; a plain dict in memory)."""
+
+    op_type: str
+    count: int
+    total_us: float
+    mean_us: float | None
+
+
+@dataclass(kw_only=True)
+class StepRecord(Record):
+    """One window of a rank (its analysed steps together, or one profiler step): µs from exact ns, ratios
+    in 0–1. ``step_time_us`` and the collectives, ops and sync counts are required; a metric a file leaves
+    out reads as None."""
+
+    step: int | None = None
+    step_time_us: float
+    overlap_ratio: float | None = None
+    compute_us: float | None = None
+    comm_us: float | None = None
+    overlapped_us: float | None = None
+    exposed_comm_us: float | None = None
+    free_us: float | None = None
+    carried_over_us: float | None = None
+    kernel_time_us: float | None = None
+    collectives: dict[str, dict[str, Any]]
+    ops: list[OpRow]
+    sync: dict[str, int | None]
+
+
+@dataclass(kw_only=True)
+class _RankId(Record):
+    """``rank``, the first key of a rank's object (a base of :class:`RankRecord`, listed after
+    :class:`StepRecord`, so that dataclasses put its field first)."""
+
+    rank: int
+
+
+@dataclass(kw_only=True)
+class RankRecord(StepRecord, _RankId):
+    """One rank of the Analysis JSON: its window's metrics, then the rank's own keys and each step."""
+
+    orphan_events: int = 0
+    orphan_us: float = 0.0
+    orphan_share: float | None = None
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    world_size: int | None = None
+    by_group: dict[str, dict[str, Any]] = field(default_factory=dict)
+    units: list[dict[str, Any]] | None = None
+    units_source: str = "none"
+    prefetch: list[dict[str, Any]] | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class RankWithEvents(RankRecord):
+    """A rank as analysis.json stores it: also its collective events as columns (``FIT_EVENT_COLUMNS``
+    and ``transfer_ns`` where set: what the per-call α–β fits read). Left out of ``analyze --json``;
+    None in a file written before analysis.json kept them."""
+
+    collective_events: dict[str, list[Any]] | None = None
+
+
+@dataclass(kw_only=True)
+class RankCacheRecord(RankWithEvents):
+    """A rank as its result cache stores it: every op, every collective-event column, and what the
+    Analysis JSON leaves out (where the trace is, its clock span, the profiler's cross-check table as
+    columns, the number of exposed intervals whose bytes follow the JSON)."""
+
+    source: str
+    format: str
+    mode: str
+    device_span_ns: tuple[int, int] | None
+    cross_check: dict[str, Any] | None
+    exposed_comm_ns: int | None
+
+
+@dataclass(kw_only=True)
+class AcrossRanks(Record):
+    """The statistics across ranks: ``min``/``max`` of each scalar, the slowest rank, stragglers
+    (``[{rank, skew_us}]``, latest first) and each rank's median lateness at collectives (µs, by rank)."""
+
+    min: dict[str, float | None] = field(default_factory=dict)
+    max: dict[str, float | None] = field(default_factory=dict)
+    slowest_rank: int | None = None
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    collective_skew_us: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class AnalysisRecord(Record):
+    """The Analysis JSON of one profile set (one arm). ``schema_version`` and ``ranks`` are required;
+    ``mean`` and ``across_ranks`` are written for readers and computed again from the ranks on reading."""
+
+    schema_version: int
+    sources: list[str] = field(default_factory=list)
+    format: str = ""
+    warnings: list[str] = field(default_factory=list)
+    ranks: list[RankWithEvents]
+    mean: dict[str, float | None] = field(default_factory=dict)
+    across_ranks: AcrossRanks = field(default_factory=AcrossRanks)
+    process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    waits: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class ResultCacheEntry(Record):
+    """A result cache's JSON: the key it stands for, the rank the trace names, the reader's warnings and
+    the rank's metrics."""
+
+    key: dict[str, Any]
+    trace_rank: int | None
+    warnings: list[str]
+    metrics: RankCacheRecord
+
+
+@functools.cache
+def _init_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def to_record(obj: Any, record: type[T], **given: Any) -> T:
+    """``obj`` as a ``record``: each of the record's fields read off ``obj`` by name, or taken from
+    ``given`` (nested records, computed keys)."""
+    return record(**{n: given[n] if n in given else getattr(obj, n) for n in _init_names(record)})
+
+
+def from_record(rec: Any, cls: type[T], **given: Any) -> T:
+    """A ``cls`` built from record ``rec``: each of ``cls``'s constructor arguments that ``rec`` has as a
+    field, by name, and ``given`` (nested objects, what the record does not hold)."""
+    names = set(_init_names(type(rec)))
+    kwargs = {n: getattr(rec, n) for n in _init_names(cls) if n in names and n not in given}
+    return cls(**kwargs, **given)
