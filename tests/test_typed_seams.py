@@ -14,6 +14,7 @@ import pytest
 
 from fsdpbench.analysis import Analysis, analyze
 from fsdpbench.analysis.diff import DiffResult, diff_analyses
+from fsdpbench.analysis.result import convert_analysis
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_db import AscendDbTables, read_tables
 from fsdpbench.trace.synthetic import make_trace, write_trace
@@ -47,11 +48,11 @@ def _check_diff(raw: dict) -> None:
 
 
 def _check_analysis(raw: dict, fit_events: bool = False) -> None:
-    typed = Analysis.from_dict(raw)
-    assert typed.to_dict(fit_events=fit_events) == raw
+    typed = convert_analysis(raw, "analysis")
+    assert typed.record(fit_events=fit_events).to_dict() == raw
     assert [r.rank for r in typed.ranks] == [r["rank"] for r in raw["ranks"]]
     assert [r.overlap_ratio for r in typed.ranks] == [r["overlap_ratio"] for r in raw["ranks"]]
-    assert [r.ops() for r in typed.ranks] == [r["ops"] for r in raw["ranks"]]
+    assert [r.ops for r in typed.ranks] == [r["ops"] for r in raw["ranks"]]
 
 
 def test_a_synthetic_diff_and_its_analyses_read_back_through_json_unchanged(tmp_path):
@@ -61,7 +62,7 @@ def test_a_synthetic_diff_and_its_analyses_read_back_through_json_unchanged(tmp_
     assert raw["findings"] and raw["fits"]
     _check_diff(raw)
     for a in (base, test):
-        _check_analysis(json.loads(orjson.dumps(a.to_dict())))
+        _check_analysis(json.loads(orjson.dumps(a.record().to_dict())))
 
 
 def test_a_partial_diff_reads_with_the_parts_it_leaves_out_empty():
@@ -86,8 +87,10 @@ def test_a_diff_of_another_schema_or_shape_is_one_clear_error():
         DiffResult.from_dict({"schema_version": 1, "base": "a", "test": "b", "collectives": [{}]})
     with pytest.raises(InputError, match="expected a JSON object"):
         DiffResult.from_dict([])
-    with pytest.raises(ValueError, match="schema_version"):
-        Analysis.from_dict({"ranks": []})
+    with pytest.raises(InputError, match=r"^x.json: \$: object missing required field `schema_version`$"):
+        convert_analysis({"ranks": []}, "x.json")
+    with pytest.raises(InputError, match=r"^x.json: \$.schema_version: 2, this fsdpbench reads 1; analyze"):
+        convert_analysis({"schema_version": 2, "ranks": []}, "x.json")
 
 
 @pytest.mark.distributed

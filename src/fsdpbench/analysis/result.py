@@ -518,7 +518,7 @@ def encode_analysis(res: Analysis) -> bytes:
 def encode_analysis_file(arms: Mapping[str, Analysis | AnalysisRecord]) -> bytes:
     """A run folder's ``analysis.json``: arm → its Analysis JSON with the ranks' collective events
     (an :class:`Analysis` is recorded with them; an :class:`AnalysisRecord` read back is written as read)."""
-    doc = {arm: a.record(fit_events=True) if isinstance(a, Analysis) else a for arm, a in arms.items()}
+    doc = {arm: a if isinstance(a, AnalysisRecord) else a.record(fit_events=True) for arm, a in arms.items()}
     return orjson.dumps(doc, option=_JSON)
 
 

@@ -5,7 +5,7 @@ that analysing unchanged traces again neither reads the event table nor recomput
 ``.rank0_ascend_pt.fsdpbench.metrics`` beside the folder): the rank's :class:`RankMetrics` as
 ``RankMetrics.cache_record()`` gives it (``result_records.RankCacheRecord``: the Analysis JSON's rank part
 with every op, plus the collective events the α–β fits of ``diff`` need), the reader's warnings and the rank
-the trace names (``ResultCacheEntry``, decoded by msgspec), as JSON,
+the trace names (``ResultCacheEntry``; read back by ``from_plain``, unchecked: the key ties it to this code), as JSON,
 then a newline and the exposed-communication intervals as bytes (:meth:`RankMetrics.exposed_bytes`), the
 whole zlib-compressed when under 128 KiB (:func:`_packed`, docs/caches.md). It is used
 only while its key matches: the event-table cache's key of the trace (size, mtime, head hash, reader
@@ -27,10 +27,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import orjson
 
-from fsdpbench.analysis.result_records import ResultCacheEntry
+from fsdpbench.analysis.result_records import ResultCacheEntry, from_plain
 from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
@@ -84,7 +83,7 @@ def load(
         want = key(trace, step) if want is None else want
         raw = _unpacked(path.read_bytes())
         cut = raw.find(b"\n")  # the JSON, then the exposed intervals' bytes (orjson writes no newline)
-        entry = msgspec.json.decode(memoryview(raw)[:cut] if cut >= 0 else raw, type=ResultCacheEntry)
+        entry = from_plain(ResultCacheEntry, orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw))
         if entry.key != want:
             return None
         from fsdpbench.analysis.result import RankMetrics

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
@@ -26,6 +27,8 @@ from fsdpbench.records import Record
 
 SCHEMA_VERSION = 1
 T = TypeVar("T")
+# the records are made without a generated repr and __eq__ (``repr=False, eq=False``): each dataclass costs a
+# cached ``analyze`` its import time (~0.4 ms less without them); the in-memory classes have their own
 
 
 class OpRow(TypedDict):
@@ -37,7 +40,7 @@ class OpRow(TypedDict):
     mean_us: float | None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class StepRecord(Record):
     """One window of a rank (its analysed steps together, or one profiler step): µs from exact ns, ratios
     in 0–1. ``step_time_us`` and the collectives, ops and sync counts are required; a metric a file leaves
@@ -58,7 +61,7 @@ class StepRecord(Record):
     sync: dict[str, int | None]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class _RankId(Record):
     """``rank``, the first key of a rank's object (a base of :class:`RankRecord`, listed after
     :class:`StepRecord`, so that dataclasses put its field first)."""
@@ -66,7 +69,7 @@ class _RankId(Record):
     rank: int
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class RankRecord(StepRecord, _RankId):
     """One rank of the Analysis JSON: its window's metrics, then the rank's own keys and each step."""
 
@@ -82,7 +85,7 @@ class RankRecord(StepRecord, _RankId):
     steps: list[StepRecord] = field(default_factory=list)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class RankWithEvents(RankRecord):
     """A rank as analysis.json stores it: also its collective events as columns (``FIT_EVENT_COLUMNS``
     and ``transfer_ns`` where set: what the per-call α–β fits read). Left out of ``analyze --json``;
@@ -91,7 +94,7 @@ class RankWithEvents(RankRecord):
     collective_events: dict[str, list[Any]] | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class RankCacheRecord(RankWithEvents):
     """A rank as its result cache stores it: every op, every collective-event column, and what the
     Analysis JSON leaves out (where the trace is, its clock span, the profiler's cross-check table as
@@ -105,7 +108,7 @@ class RankCacheRecord(RankWithEvents):
     exposed_comm_ns: int | None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class AcrossRanks(Record):
     """The statistics across ranks: ``min``/``max`` of each scalar, the slowest rank, stragglers
     (``[{rank, skew_us}]``, latest first) and each rank's median lateness at collectives (µs, by rank)."""
@@ -117,7 +120,7 @@ class AcrossRanks(Record):
     collective_skew_us: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class AnalysisRecord(Record):
     """The Analysis JSON of one profile set (one arm). ``schema_version`` and ``ranks`` are required;
     ``mean`` and ``across_ranks`` are written for readers and computed again from the ranks on reading."""
@@ -133,7 +136,7 @@ class AnalysisRecord(Record):
     waits: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False, eq=False)
 class ResultCacheEntry(Record):
     """A result cache's JSON: the key it stands for, the rank the trace names, the reader's warnings and
     the rank's metrics."""
@@ -161,3 +164,40 @@ def from_record(rec: Any, cls: type[T], **given: Any) -> T:
     names = set(_init_names(type(rec)))
     kwargs = {n: getattr(rec, n) for n in _init_names(cls) if n in names and n not in given}
     return cls(**kwargs, **given)
+
+
+@functools.cache
+def _nested(cls: type) -> dict[str, tuple[str, Any]]:
+    """``cls``'s fields that hold records, lists of records or tuples: name → (how, record type)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        args = typing.get_args(hint)
+        origin = typing.get_origin(hint)
+        if isinstance(hint, type) and issubclass(hint, Record):
+            out[name] = ("record", hint)
+        elif origin is list and args and isinstance(args[0], type) and issubclass(args[0], Record):
+            out[name] = ("list", args[0])
+        elif any(typing.get_origin(a) is tuple for a in (hint, *args)):
+            out[name] = ("tuple", None)
+    return out
+
+
+def from_plain(cls: type[T], data: dict[str, Any]) -> T:
+    """A record of ``cls`` from JSON as ``orjson.loads`` gives it, without checking types: for fsdpbench's
+    private files only (a result cache, whose key ties it to this code; a damaged one raises and is
+    ignored), where msgspec's import would cost a cached ``analyze`` more than the decode itself."""
+    nested = _nested(cls)
+    kwargs = {}
+    for name in _init_names(cls):
+        if name not in data:
+            continue
+        value = data[name]
+        how, sub = nested.get(name, ("", None))
+        if value is not None and how == "record":
+            value = from_plain(sub, value)
+        elif value is not None and how == "list":
+            value = [from_plain(sub, v) for v in value]
+        elif value is not None and how == "tuple":
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
