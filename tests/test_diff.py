@@ -243,7 +243,10 @@ def test_diff_run_names_the_side_of_malformed_collective_events(tmp_path):
     cached = orjson.loads((run / "analysis.json").read_bytes())
     del cached["hyper"]["ranks"][1]["collective_events"]["end_ns"]
     (run / "analysis.json").write_bytes(orjson.dumps(cached))
-    with pytest.raises(InputError, match=r"test \(hyper\).*collective_events.*missing: \['end_ns'\]"):
+    with pytest.raises(
+        InputError,
+        match=r"analysis.json: \$.hyper.ranks\[1\].collective_events: object missing required field `end_ns`",
+    ):
         diff_run(run)
 
 

@@ -34,6 +34,7 @@ from fsdpbench.analysis.result_records import (
 )
 from fsdpbench.errors import InputError
 from fsdpbench.records import convert, decode
+from fsdpbench.results.run_folder import read_json_file
 from fsdpbench.trace.cache import frame_to_plain, plain_to_frame
 
 if TYPE_CHECKING:
@@ -78,8 +79,8 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
         {
             "type": pd.Series(cols["type"], dtype=object).astype(str),  # as collective_events
             "bytes": np.array(cols["bytes"], dtype=np.float64),  # null (NaN when written) → NaN
-            "start_ns": np.array(cols["start_ns"], dtype=np.int64),
-            "end_ns": np.array(cols["end_ns"], dtype=np.int64),
+            "start_ns": _ns(cols["start_ns"]),
+            "end_ns": _ns(cols["end_ns"]),
             "group": pd.Series(cols.get("group", [None] * n), dtype=object),
             "seq": np.array(cols.get("seq", [-1] * n), dtype=np.int64),
             "dtype": pd.Series(cols.get("dtype", [None] * n), dtype=object),
@@ -96,6 +97,15 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
             ),
         }
     )
+
+
+def _ns(values: Any) -> Any:
+    """A time column as int64 ns, or as floats where a file gave fractions (kept: truncating them
+    would change the per-call fits of a hand-made analysis.json)."""
+    import numpy as np
+
+    arr = np.asarray(values)
+    return arr if arr.dtype.kind == "f" and arr.size else arr.astype(np.int64)
 
 
 class _LazyFrame:
@@ -541,10 +551,13 @@ def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
         InputError: naming the file and the field (``…/analysis.json: $.torch.ranks[1].step_time_us:
             expected `float`, got `str```), as :func:`decode_analysis`.
     """
-    arms = decode(Path(path), dict[str, AnalysisRecord])
+    raw = read_json_file(path)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")
+    arms = {arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}") for arm, doc in raw.items()}
     for arm, rec in arms.items():
         if rec.schema_version != SCHEMA_VERSION:
-            _typed(rec, f"{path}", f"$.{arm}")
+            _typed(rec, str(path), f"$.{arm}")
     return arms
 
 

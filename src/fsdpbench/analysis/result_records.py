@@ -40,6 +40,20 @@ class OpRow(TypedDict):
     mean_us: float | None
 
 
+class _FitColumns(TypedDict):
+    type: list[str]
+    bytes: list[int | float | None]
+    start_ns: list[int | float]
+    end_ns: list[int | float]
+
+
+class FitEvents(_FitColumns, total=False):
+    """A rank's collective events as the columns the per-call α–β fits read (one entry per call), and
+    ``transfer_ns`` where the cross-rank split set it; a result cache keeps further columns."""
+
+    transfer_ns: list[int]
+
+
 @dataclass(kw_only=True, repr=False, eq=False)
 class StepRecord(Record):
     """One window of a rank (its analysed steps together, or one profiler step): µs from exact ns, ratios
@@ -91,7 +105,7 @@ class RankWithEvents(RankRecord):
     and ``transfer_ns`` where set: what the per-call α–β fits read). Left out of ``analyze --json``;
     None in a file written before analysis.json kept them."""
 
-    collective_events: dict[str, list[Any]] | None = None
+    collective_events: FitEvents | None = None
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
