@@ -6,6 +6,7 @@ sqlite tables queried here."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -133,3 +134,45 @@ def test_read_tables_gives_typed_tables_that_match_the_database(shared_fixtures,
     assert tables.hccl_streams == {f"Stream {s}" for (s,) in streams}
     assert tables.rank in (None, rank)
     assert list(tables.steps.columns) == ["step", "start_ns", "end_ns"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda a: a["hyper"]["ranks"][1].update(step_time_us="slow"),
+            r"analysis.json: \$.hyper.ranks\[1\].step_time_us: expected `float`, got `str`",
+        ),
+        (
+            lambda a: a["torch"].pop("ranks"),
+            r"analysis.json: \$.torch: object missing required field `ranks`",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["diff", "report"])
+def test_a_malformed_analysis_json_is_one_line_naming_the_file_and_field(tmp_path, change, message, command):
+    from helpers import hand_built_run
+
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
+    cached = orjson.loads((run / "analysis.json").read_bytes())
+    change(cached)
+    (run / "analysis.json").write_bytes(orjson.dumps(cached))
+    proc = run_cli(command, str(run), *(["--quiet"] if command == "diff" else []))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+
+
+def test_an_analysis_json_file_given_to_diff_names_its_field(tmp_path):
+    from helpers import synthetic_analysis
+
+    good, bad = synthetic_analysis(seed=0), synthetic_analysis(seed=1)
+    for a in (good, bad):
+        for r in a["ranks"]:
+            r.pop("collective_events")
+    bad["ranks"][1]["compute_us"] = "fast"
+    (tmp_path / "a.json").write_bytes(orjson.dumps(good))
+    (tmp_path / "b.json").write_bytes(orjson.dumps(bad))
+    proc = run_cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--quiet")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert re.search(r"b.json: \$.ranks\[1\].compute_us: expected `float \| null`, got `str`", proc.stderr)
