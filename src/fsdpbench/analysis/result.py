@@ -34,7 +34,6 @@ from fsdpbench.analysis.result_records import (
 )
 from fsdpbench.errors import InputError
 from fsdpbench.records import convert, decode
-from fsdpbench.results.run_folder import read_json_file
 from fsdpbench.trace.cache import frame_to_plain, plain_to_frame
 
 if TYPE_CHECKING:
@@ -512,8 +511,10 @@ class Analysis:
             rec,
             cls,
             ranks=[RankMetrics.from_record(r, format=rec.format) for r in rec.ranks],
-            collective_skew_us={int(k): v for k, v in rec.across_ranks.collective_skew_us.items()},
-            stragglers=rec.across_ranks.stragglers,
+            collective_skew_us={
+                int(k): v for k, v in (rec.across_ranks.get("collective_skew_us") or {}).items()
+            },
+            stragglers=rec.across_ranks.get("stragglers") or [],
         )
 
 
@@ -551,6 +552,8 @@ def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
         InputError: naming the file and the field (``…/analysis.json: $.torch.ranks[1].step_time_us:
             expected `float`, got `str```), as :func:`decode_analysis`.
     """
+    from fsdpbench.results.run_folder import read_json_file
+
     raw = read_json_file(path)
     if not isinstance(raw, dict):
         raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")

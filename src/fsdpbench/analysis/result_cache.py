@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from fsdpbench.analysis.result_records import ResultCacheEntry, from_plain
+from fsdpbench.analysis.result_records import RankCacheRecord, ResultCacheEntry, from_plain
 from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
@@ -83,14 +83,15 @@ def load(
         want = key(trace, step) if want is None else want
         raw = _unpacked(path.read_bytes())
         cut = raw.find(b"\n")  # the JSON, then the exposed intervals' bytes (orjson writes no newline)
-        entry = from_plain(ResultCacheEntry, orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw))
-        if entry.key != want:
+        entry: ResultCacheEntry = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
+        if entry.get("key") != want:
             return None
         from fsdpbench.analysis.result import RankMetrics
 
-        metrics = RankMetrics.from_cache_record(entry.metrics, raw[cut + 1 :] if cut >= 0 else b"")
+        record = from_plain(RankCacheRecord, entry["metrics"])
+        metrics = RankMetrics.from_cache_record(record, raw[cut + 1 :] if cut >= 0 else b"")
         metrics.source = str(trace)  # where it is now (a trace copied with its cache keeps its key)
-        return entry.trace_rank, entry.warnings, metrics
+        return entry["trace_rank"], list(entry["warnings"]), metrics
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
         log.debug("%s: result cache not used (%s)", path, exc)
         return None
@@ -102,9 +103,12 @@ def store(
     """Write the result cache of ``trace`` under ``want`` (:func:`key`, taken before the trace was
     read), atomically and with the trace's permissions; skip quietly when the folder is not writable
     or the write fails."""
-    entry = ResultCacheEntry(
-        key=want, trace_rank=trace_rank, warnings=warnings, metrics=metrics.cache_record()
-    )
+    entry: ResultCacheEntry = {
+        "key": want,
+        "trace_rank": trace_rank,
+        "warnings": warnings,
+        "metrics": metrics.cache_record(),
+    }
 
     def write(f: Any) -> None:
         blob = orjson.dumps(entry, option=orjson.OPT_SERIALIZE_NUMPY)
