@@ -136,31 +136,42 @@ def test_read_tables_gives_typed_tables_that_match_the_database(shared_fixtures,
     assert list(tables.steps.columns) == ["step", "start_ns", "end_ns"]
 
 
+def _set(arm: str, rank: int, key: str, value) -> object:
+    def change(a: dict) -> bytes:
+        a[arm]["ranks"][rank][key] = value
+        return orjson.dumps(a)
+
+    return change
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         (
-            lambda a: a["hyper"]["ranks"][1].update(step_time_us="slow"),
+            _set("hyper", 1, "step_time_us", "slow"),
             r"analysis.json: \$.hyper.ranks\[1\].step_time_us: expected `float`, got `str`",
         ),
         (
-            lambda a: a["torch"].pop("ranks"),
+            lambda a: orjson.dumps({**a, "torch": {k: v for k, v in a["torch"].items() if k != "ranks"}}),
             r"analysis.json: \$.torch: object missing required field `ranks`",
         ),
+        (lambda a: orjson.dumps(a)[:-9], r"analysis.json: .*(JSON|json)"),
     ],
+    ids=["wrong type", "missing key", "not JSON"],
 )
 @pytest.mark.parametrize("command", ["diff", "report"])
 def test_a_malformed_analysis_json_is_one_line_naming_the_file_and_field(tmp_path, change, message, command):
+    """Through ``diff RUN_DIR`` and ``report``: exit 2, one line naming the file and the field, no traceback
+    (before, a wrong type went through the diff unnoticed and a torn file was silently analysed again)."""
     from helpers import hand_built_run
 
     run = hand_built_run(tmp_path, ["torch", "hyper"])
-    cached = orjson.loads((run / "analysis.json").read_bytes())
-    change(cached)
-    (run / "analysis.json").write_bytes(orjson.dumps(cached))
+    (run / "analysis.json").write_bytes(change(orjson.loads((run / "analysis.json").read_bytes())))
     proc = run_cli(command, str(run), *(["--quiet"] if command == "diff" else []))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert re.search(message, proc.stderr), proc.stderr
+    assert "remove it: fsdpbench analyzes the profiles again" in proc.stderr
 
 
 def test_an_analysis_json_file_given_to_diff_names_its_field(tmp_path):
