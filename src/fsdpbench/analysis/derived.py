@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BROKEN_ANALYSIS_HINT = "remove it: fsdpbench analyzes the profiles again"
+"""What an error about a broken analysis.json ends with (every reader of the file says the same)."""
+
 
 def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> dict[str, Any]:
     """``{arm: memory_timeline}`` of ``rank`` for the arms whose memory step was recorded
@@ -147,7 +150,7 @@ def read_analysis_json(path: Path) -> dict[str, AnalysisRecord]:
     try:
         return decode_analysis_file(path)
     except InputError as exc:
-        raise InputError(f"{exc} (remove it: fsdpbench analyzes the profiles again)") from None
+        raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
 
 
 def ensure_analysis(

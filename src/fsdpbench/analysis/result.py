@@ -540,7 +540,7 @@ def decode_analysis(source: bytes | str | Path, what: str | None = None) -> Anal
         InputError: naming ``what`` (default the path) and the field, when the file is missing, not JSON,
             not an Analysis JSON object or of another schema version.
     """
-    what = what or str(source)
+    what = what or ("the analysis JSON" if isinstance(source, bytes) else str(source))
     return _typed(decode(source, AnalysisRecord, what), what)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from fsdpbench.analysis.derived import BROKEN_ANALYSIS_HINT
 from fsdpbench.errors import InputError
 from fsdpbench.results import run_folder
 from fsdpbench.results.run_folder import RUN_MARKERS, is_run_dir
@@ -68,7 +69,7 @@ class RunData:
             try:
                 return {arm: convert_analysis(doc, what, f"$.{arm}") for arm, doc in raw.items()}
             except InputError as exc:
-                raise InputError(f"{exc} (remove it: fsdpbench analyzes the profiles again)") from None
+                raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
 
         return self._typed_value("analysis", self.analysis or {}, parse)
 
@@ -178,13 +179,14 @@ def read_analysis_json(path: Path) -> dict[str, Any] | None:
     """
     if not path.is_file():
         return None
-    hint = "remove it: fsdpbench analyzes the profiles again"
     try:
         raw = run_folder.read_json_file(path)
     except InputError as exc:
-        raise InputError(f"{exc} ({hint})") from None
+        raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
     if not isinstance(raw, dict):
-        raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__} ({hint})")
+        raise InputError(
+            f"{path}: $: expected an object of arms, got {type(raw).__name__} ({BROKEN_ANALYSIS_HINT})"
+        )
     return raw
 
 
@@ -229,5 +231,6 @@ def load_run(run_dir: Path) -> RunData:
         if isinstance(parsed, dict):
             data.statuses.append(parsed)
     data.analysis = read_analysis_json(run_dir / run_folder.ANALYSIS)
+    data.analyses  # noqa: B018 - checked here, so that a broken analysis.json stops the report at once
     data.diffs = run_folder.diff_list(load_optional_json(run_dir / run_folder.DIFF_JSON, data, "the diff"))
     return data
