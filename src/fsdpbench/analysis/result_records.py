@@ -26,8 +26,38 @@ from fsdpbench.records import Record
 
 SCHEMA_VERSION = 1
 T = TypeVar("T")
-# the records are made without a generated repr and __eq__ (``repr=False, eq=False``): each dataclass costs a
-# cached ``analyze`` its import time (~0.4 ms less without them); the in-memory classes have their own
+_MISSING = dataclasses.MISSING
+
+
+class _FileRecord(Record):
+    """Base of the records here: dataclasses made with ``init=False, repr=False, eq=False``, which share
+    this one ``__init__`` (keyword arguments, the fields' defaults) instead of a generated one each. A
+    cached ``analyze`` imports them all; generating their methods cost it ~2 ms (msgspec builds them without
+    ``__init__``; the in-memory classes of analysis/result.py generate their own)."""
+
+    __slots__ = ()
+
+    def __init__(self, **kwargs: Any) -> None:
+        for f in _fields(type(self)):
+            if f.name in kwargs:
+                value = kwargs.pop(f.name)
+            elif f.default is not _MISSING:
+                value = f.default
+            elif f.default_factory is not _MISSING:
+                value = f.default_factory()
+            else:
+                raise TypeError(f"{type(self).__name__}: missing keyword argument {f.name!r}")
+            object.__setattr__(self, f.name, value)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}: unexpected keyword arguments {sorted(kwargs)}")
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(cls)
+
+
+_record = dataclass(kw_only=True, init=False, repr=False, eq=False)
 
 
 class OpRow(TypedDict):
@@ -53,8 +83,8 @@ class FitEvents(_FitColumns, total=False):
     transfer_ns: list[int]
 
 
-@dataclass(kw_only=True, repr=False, eq=False)
-class StepRecord(Record):
+@_record
+class StepRecord(_FileRecord):
     """One window of a rank (its analysed steps together, or one profiler step): µs from exact ns, ratios
     in 0–1. ``step_time_us`` and the collectives, ops and sync counts are required; a metric a file leaves
     out reads as None."""
@@ -74,15 +104,15 @@ class StepRecord(Record):
     sync: dict[str, int | None]
 
 
-@dataclass(kw_only=True, repr=False, eq=False)
-class _RankId(Record):
+@_record
+class _RankId(_FileRecord):
     """``rank``, the first key of a rank's object (a base of :class:`RankRecord`, listed after
     :class:`StepRecord`, so that dataclasses put its field first)."""
 
     rank: int
 
 
-@dataclass(kw_only=True, repr=False, eq=False)
+@_record
 class RankRecord(StepRecord, _RankId):
     """One rank of the Analysis JSON: its window's metrics, then the rank's own keys and each step."""
 
@@ -98,7 +128,7 @@ class RankRecord(StepRecord, _RankId):
     steps: list[StepRecord] = field(default_factory=list)
 
 
-@dataclass(kw_only=True, repr=False, eq=False)
+@_record
 class RankWithEvents(RankRecord):
     """A rank as analysis.json stores it: also its collective events as columns (``FIT_EVENT_COLUMNS``
     and ``transfer_ns`` where set: what the per-call α–β fits read). Left out of ``analyze --json``;
@@ -107,7 +137,7 @@ class RankWithEvents(RankRecord):
     collective_events: FitEvents | None = None
 
 
-@dataclass(kw_only=True, repr=False, eq=False)
+@_record
 class RankCacheRecord(RankWithEvents):
     """A rank as its result cache stores it: every op, every collective-event column, and what the
     Analysis JSON leaves out (where the trace is, its clock span, the profiler's cross-check table as
@@ -133,8 +163,8 @@ class AcrossRanks(TypedDict, total=False):
     collective_skew_us: dict[str, float]
 
 
-@dataclass(kw_only=True, repr=False, eq=False)
-class AnalysisRecord(Record):
+@_record
+class AnalysisRecord(_FileRecord):
     """The Analysis JSON of one profile set (one arm). ``schema_version`` and ``ranks`` are required;
     ``mean`` and ``across_ranks`` are written for readers and computed again from the ranks on reading."""
 
