@@ -139,15 +139,16 @@ DIFF = {
 }
 
 
-def test_a_diff_field_of_the_wrong_type_names_the_diff_and_the_field():
+def test_a_diff_field_of_the_wrong_type_names_the_file_and_the_field():
     with pytest.raises(InputError) as err:
-        DiffResult.from_dict(DIFF)
-    assert str(err.value) == "diff 'hyper' vs 'torch': $.findings[1].severity: expected `str`, got `int`"
+        DiffResult.from_dict(DIFF, "results/x/diff.json")
+    assert str(err.value) == "results/x/diff.json: $.findings[1].severity: expected `str`, got `int`"
 
 
 def test_a_diff_fit_and_sync_row_of_the_wrong_type_name_their_place():
+    """msgspec names a mapping's key ``[...]`` (the fits' source and type)."""
     bad_fit = {**DIFF, "findings": [], "fits": {"base": {"all_gather": {"n": "12", "status": "ok"}}}}
-    with pytest.raises(InputError, match=r": \$\.fits\.base\.all_gather\.n: expected `int`, got `str`$"):
+    with pytest.raises(InputError, match=r": \$\.fits\[\.\.\.\]\[\.\.\.\]\.n: expected `int`, got `str`$"):
         DiffResult.from_dict(bad_fit)
     bad_sync = {**DIFF, "findings": [], "sync": [{"name": "cudaStreamSynchronize", "base": "3"}]}
     with pytest.raises(InputError, match=r": \$\.sync\[0\]\.base: expected `float \| null`, got `str`$"):

@@ -6,12 +6,19 @@ left out while None); ``from_dict`` and ``decode`` read one back through msgspec
 field's type and names the field that is wrong (``$.arms[...].median_ms: expected float | null, got
 str``). A key the object lacks takes the field's default (records give every field one, so a file
 written before a field existed still reads); keys this version does not know are dropped.
+
+The file's keys are the record's fields. What a file holds but the record computes (a ratio, a delta)
+is a property named in ``_keys``: written, and computed again on reading. What a record holds but the
+file does not (a row's rank, told by the pair it sits in) is set in ``__post_init__``, which msgspec
+calls after decoding as the constructor does; a ``ValueError`` raised there is an error naming the
+record's place in the file.
 Torch-free; imports nothing of fsdpbench but its errors.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -30,20 +37,28 @@ class Record:
     _keys: ClassVar[tuple[str, ...]] = ()
     """The keys written, in order, when they are not the fields': a property among them is written (and
     computed again on reading: msgspec drops keys that are no field)."""
+    _written_from: ClassVar[Mapping[str, str]] = {}
+    """Computed keys written from an attribute of another name (the key's own name is a method's:
+    ``PlaceRow.delta(key)`` and its ``delta`` object); only ever a computed key: read, it is dropped."""
     _omit_if_none: ClassVar[frozenset[str]] = frozenset()
     """Keys left out of ``to_dict`` while None (keys the file has only written when set)."""
+    _omit_if_empty: ClassVar[frozenset[str]] = frozenset()
+    """Keys left out of ``to_dict`` while None, ``{}``, ``[]`` or ``()`` (written only when they hold something)."""
     _omit_empty: ClassVar[bool] = False
     """Leave out every key whose value is None, ``{}`` or ``[]``."""
+    _schema_version: ClassVar[int | None] = None
+    """The ``schema_version`` a JSON object must carry for ``from_dict``, checked before any field (a file
+    of another version is that one error, not a field's); None: no version key."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record's JSON object, key for key as the file holds it."""
         keys = self._keys or tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
         out = {}
         for key in keys:
-            value = getattr(self, key)
+            value = getattr(self, self._written_from.get(key, key))
             if value is None and key in self._omit_if_none:
                 continue
-            if self._omit_empty and (value is None or (isinstance(value, dict | list | tuple) and not value)):
+            if (self._omit_empty or key in self._omit_if_empty) and _empty(value):
                 continue
             out[key] = _plain(value)
         return out
@@ -52,7 +67,18 @@ class Record:
     def from_dict(cls: type[R], data: Any, what: str = "", at: str = "$") -> R:
         """The record of a decoded JSON object; ``InputError`` naming ``what`` and the bad field (its path
         under ``at``, where the object sits in its file: ``$.findings[2]``)."""
-        return convert(data, cls, what=what or cls.__name__, at=at)
+        what = what or cls.__name__
+        version = cls._schema_version  # type: ignore[attr-defined]
+        if version is not None and isinstance(data, Mapping) and data.get("schema_version") != version:
+            raise InputError(
+                f"{what}: {at}.schema_version is {data.get('schema_version')!r}: this fsdpbench reads "
+                f"{version}; write the file again with this fsdpbench"
+            )
+        return convert(data, cls, what=what, at=at)
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, dict | list | tuple) and not value)
 
 
 def _plain(value: Any) -> Any:
