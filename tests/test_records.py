@@ -5,12 +5,14 @@ the bytes compared against the file itself)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import orjson
 import pytest
 
 from fsdpbench import records
 from fsdpbench.analysis.diff import DiffResult
+from fsdpbench.config.run import RunConfig
 from fsdpbench.errors import InputError
 from fsdpbench.results.summary import Summary
 
@@ -163,9 +165,35 @@ def test_the_summary_and_diff_of_a_real_run_encode_to_the_files_bytes(profiled_a
     assert records.encode(Summary.read(summary_path)) == summary_path.read_bytes()
     diff_path = profiled_ab_run / "diff.json"
     if diff_path.is_file():
-        raw = orjson.loads(diff_path.read_bytes())
-        for entry in raw if isinstance(raw, list) else [raw]:
-            assert orjson.dumps(DiffResult.from_dict(entry).to_dict()) == orjson.dumps(entry)
+        _assert_diff_file_reencodes(diff_path)
+    manifest = orjson.loads((profiled_ab_run / "manifest.json").read_bytes())
+    config = RunConfig.from_dict(manifest["config"], "manifest.json", "$.config")
+    assert orjson.dumps(config.to_dict()) == orjson.dumps(manifest["config"])
+    assert orjson.dumps([a.options() for a in config.arms]) == orjson.dumps(manifest["arms"])
+
+
+def _assert_diff_file_reencodes(path: Path) -> None:
+    """diff.json (one object or a list) decoded and written again gives the file's bytes."""
+    from fsdpbench.analysis.diff import diffs_from_json
+    from fsdpbench.results.run_folder import diff_list
+
+    raw = orjson.loads(path.read_bytes())
+    diffs = diffs_from_json(diff_list(raw), str(path))
+    again = [d.to_dict() for d in diffs]
+    option = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    assert orjson.dumps(again if isinstance(raw, list) else again[0], option=option) == path.read_bytes()
+
+
+def test_the_diff_json_of_the_fixtures_decodes_and_encodes_to_the_files_bytes(tmp_path):
+    """``fsdpbench diff`` of two Ascend ranks of tests/fixtures writes a diff.json that reads back and writes
+    the same bytes (the reference is the file)."""
+    from helpers import REPO, run_cli
+
+    path = tmp_path / "diff.json"
+    base, test = (REPO / "tests" / "fixtures" / "ascend_server_2rank" / f"test_rank_{r}" for r in (0, 1))
+    proc = run_cli("diff", str(base), str(test), "--json", str(path), "--quiet", "--no-cache")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _assert_diff_file_reencodes(path)
 
 
 def test_the_report_names_a_summary_field_of_the_wrong_type_under_missing_pieces(tmp_path):
