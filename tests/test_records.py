@@ -108,7 +108,7 @@ def test_a_summary_field_of_the_wrong_type_names_the_file_and_the_field(tmp_path
     path.write_text(json.dumps(data))
     with pytest.raises(InputError) as err:
         Summary.read(path)
-    assert str(err.value).startswith(f"{path}: $.arms[...].median_ms: expected `float | null`, got `str`; ")
+    assert str(err.value).startswith(f"{path}: $.arms.torch.median_ms: expected `float | null`, got `str`; ")
     assert "--resume" in str(err.value) and "\n" not in str(err.value)
 
 
@@ -148,9 +148,9 @@ def test_a_diff_field_of_the_wrong_type_names_the_file_and_the_field():
 
 
 def test_a_diff_fit_and_sync_row_of_the_wrong_type_name_their_place():
-    """msgspec names a mapping's key ``[...]`` (the fits' source and type)."""
+    """A mapping's key (the fits' source and type, ``[...]`` in msgspec's path) is named from the object."""
     bad_fit = {**DIFF, "findings": [], "fits": {"base": {"all_gather": {"n": "12", "status": "ok"}}}}
-    with pytest.raises(InputError, match=r": \$\.fits\[\.\.\.\]\[\.\.\.\]\.n: expected `int`, got `str`$"):
+    with pytest.raises(InputError, match=r": \$\.fits\.base\.all_gather\.n: expected `int`, got `str`$"):
         DiffResult.from_dict(bad_fit)
     bad_sync = {**DIFF, "findings": [], "sync": [{"name": "cudaStreamSynchronize", "base": "3"}]}
     with pytest.raises(InputError, match=r": \$\.sync\[0\]\.base: expected `float \| null`, got `str`$"):
@@ -475,3 +475,13 @@ def test_the_rounds_auto_decision_writes_its_rounds_and_why():
         "reason": "parity_failed",
         "why": "stopped after 3 rounds: the losses differ (parity failed)",
     }
+
+
+def test_a_mapping_key_is_named_only_where_one_key_leads_to_the_wrong_value():
+    """Two fits with the wrong ``n``: no key is guessed, msgspec's ``[...]`` stays."""
+    fits = {"base": {"all_gather": {"n": "1", "status": "ok"}, "all reduce": {"n": "2", "status": "ok"}}}
+    with pytest.raises(InputError, match=r": \$\.fits\[\.\.\.\]\[\.\.\.\]\.n: expected `int`, got `str`$"):
+        DiffResult.from_dict({**DIFF, "findings": [], "fits": fits})
+    fits["base"]["all_gather"]["n"] = 1
+    with pytest.raises(InputError, match=r': \$\.fits\.base\["all reduce"\]\.n: expected `int`, got `str`$'):
+        DiffResult.from_dict({**DIFF, "findings": [], "fits": fits})

@@ -3,7 +3,7 @@
 A record is a dataclass deriving from ``Record``. ``to_dict`` gives its JSON object (fields in
 declaration order, nested records as objects, tuples as lists, the fields named in ``_omit_if_none``
 left out while None); ``from_dict`` and ``decode`` read one back through msgspec, which checks every
-field's type and names the field that is wrong (``$.arms[...].median_ms: expected float | null, got
+field's type and names the field that is wrong (``$.arms.torch.median_ms: expected float | null, got
 str``). A key the object lacks takes the field's default (records give every field one, so a file
 written before a field existed still reads); keys this version does not know are dropped.
 
@@ -18,6 +18,8 @@ Torch-free; imports nothing of fsdpbench but its errors.
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -91,12 +93,57 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _error(what: str, exc: msgspec.ValidationError, at: str = "$") -> InputError:
-    """``what: $.path: message`` from msgspec's "Message - at `$.path`" (the path put under ``at``)."""
+def _error(what: str, exc: msgspec.ValidationError, at: str = "$", data: Any = None) -> InputError:
+    """``what: $.path: message`` from msgspec's "Message - at `$.path`" (the path put under ``at``; a
+    mapping's key, ``[...]`` in msgspec's path, named where ``data`` shows which one it is)."""
     message, _, path = str(exc).partition(" - at ")
     message = message[:1].lower() + message[1:]
-    path = at + path.strip("`")[1:] if path else at
-    return InputError(f"{what}: {path}: {message}")
+    path = path.strip("`")[1:]
+    if "[...]" in path and data is not None:
+        got = message.rpartition("got `")[2].rstrip("`") if "got `" in message else None
+        path = _named_keys(data, _PATH_STEP.findall(path), got) or path
+    return InputError(f"{what}: {at + path}: {message}")
+
+
+_PATH_STEP = re.compile(r"\.[^.\[]+|\[[^\]]*\]")
+_JSON_TYPE = {
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    type(None): "null",
+    dict: "object",
+    list: "array",
+}
+
+
+def _named_keys(data: Any, steps: list[str], got: str | None) -> str | None:
+    """The path ``steps`` (``.name``, ``[3]``, ``[...]``) down ``data`` with each ``[...]`` replaced by the one
+    key that leads to a value msgspec ``got`` (its JSON type; any value when None); None when not one key does."""
+    if not steps:
+        return "" if got is None or _JSON_TYPE.get(type(data)) == got else None
+    step, rest = steps[0], steps[1:]
+    if step == "[...]":
+        if not isinstance(data, dict):
+            return None
+        found = [(key, _named_keys(value, rest, got)) for key, value in data.items()]
+        found = [(key, tail) for key, tail in found if tail is not None]
+        if len(found) != 1:
+            return None
+        key, tail = found[0]
+        return (f".{key}" if str(key).isidentifier() else f"[{json.dumps(key)}]") + tail
+    if (
+        step.startswith("[")
+        and isinstance(data, list)
+        and step[1:-1].isdigit()
+        and int(step[1:-1]) < len(data)
+    ):
+        tail = _named_keys(data[int(step[1:-1])], rest, got)
+    elif step.startswith(".") and isinstance(data, dict) and step[1:] in data:
+        tail = _named_keys(data[step[1:]], rest, got)
+    else:
+        return None
+    return None if tail is None else step + tail
 
 
 def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
@@ -104,7 +151,7 @@ def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
     try:
         return msgspec.convert(data, type)
     except msgspec.ValidationError as exc:
-        raise _error(what, exc, at) from None
+        raise _error(what, exc, at, data) from None
 
 
 def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -> R:
@@ -123,7 +170,7 @@ def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -
     try:
         return msgspec.json.decode(blob, type=type)
     except msgspec.ValidationError as exc:
-        raise _error(what, exc) from None
+        raise _error(what, exc, data=orjson.loads(blob)) from None  # valid JSON: its keys name the path
     except msgspec.DecodeError as exc:
         raise InputError(f"{what}: not valid JSON ({exc}); rerun the command that wrote it") from None
 
