@@ -22,6 +22,7 @@ from fsdpbench.analysis.result import (
     encode_analysis_file,
 )
 from fsdpbench.analysis.result_records import RankRecord, StepRecord
+from fsdpbench.trace import cache as table_cache
 from helpers import REPO, SHARED
 
 FIXTURES = [
@@ -39,7 +40,9 @@ FIXTURES = [
 def analysed(request) -> Analysis:
     if not request.param.exists():
         pytest.skip(f"{request.param} is not here")
-    return analyze([request.param], workers=1)
+    with pytest.MonkeyPatch.context() as mp:  # module scope: before conftest's autouse no-cache fixture
+        mp.setenv(table_cache.NO_CACHE_ENV, "1")  # no cache written beside the repo's fixtures
+        return analyze([request.param], workers=1)
 
 
 def test_an_analysis_json_decodes_and_encodes_to_the_same_bytes(analysed):

@@ -504,7 +504,7 @@ class Analysis:
         """
         if rec.schema_version != SCHEMA_VERSION:
             raise InputError(
-                f"$.schema_version: {rec.schema_version}, this fsdpbench reads {SCHEMA_VERSION}; "
+                f"$.schema_version is {rec.schema_version}: this fsdpbench reads {SCHEMA_VERSION}; "
                 "analyze the profiles again with this version"
             )
         return from_record(
