@@ -81,22 +81,30 @@ def _ranks(folder, n: int) -> None:
         )
 
 
+_PARENT = os.getpid()
+_REAL_ANALYZE_ONE = pipeline._analyze_one
+
+
+def _analyze_one_dying_in_a_child(source, *args, **kwargs):  # module level: a process pool pickles it
+    if os.getpid() != _PARENT:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer does
+    time.sleep(0.3)  # the child takes a rank meanwhile
+    return _REAL_ANALYZE_ONE(source, *args, **kwargs)
+
+
+def _dies_in_a_child(monkeypatch) -> None:
+    assert os.getpid() == _PARENT
+    monkeypatch.setattr(pipeline, "_analyze_one", _analyze_one_dying_in_a_child)
+
+
 def test_a_worker_that_dies_is_named_by_its_rank_and_the_others_are_analysed(tmp_path, monkeypatch):
-    """A worker killed (as the kernel's OOM killer does) while reading a rank: that rank is skipped with
-    its file and the signal named, the others are analysed, nothing hangs."""
+    """A worker killed while reading a rank: that rank is skipped with its file and the signal named,
+    the others are analysed, nothing hangs."""
     from fsdpbench.analysis import analyze
 
     monkeypatch.setenv("FSDPBENCH_NO_CACHE", "1")
     _ranks(tmp_path, 3)
-    parent, real = os.getpid(), pipeline._analyze_one
-
-    def dies_in_a_child(source, *args, **kwargs):
-        if os.getpid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(0.3)  # the child takes a rank meanwhile
-        return real(source, *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "_analyze_one", dies_in_a_child)
+    _dies_in_a_child(monkeypatch)
     t0 = time.monotonic()
     res = analyze([tmp_path], workers=2)
     assert time.monotonic() - t0 < 30
@@ -107,3 +115,22 @@ def test_a_worker_that_dies_is_named_by_its_rank_and_the_others_are_analysed(tmp
         f"skipped: {tmp_path / f'rank{missing}.json.gz'}: the worker process reading it died (killed by "
         "SIGKILL, likely out of memory); analyse it alone with --workers 1 to see why"
     )
+
+
+def test_a_dying_worker_of_the_process_pool_names_the_ranks_it_cost(tmp_path, monkeypatch):
+    """Where fork is not used (not Linux), a process pool reads the ranks: a worker that dies breaks the
+    pool, and every rank left is named in one error, not a traceback."""
+    from fsdpbench.analysis import analyze
+    from fsdpbench.errors import InputError
+
+    monkeypatch.setenv("FSDPBENCH_NO_CACHE", "1")
+    monkeypatch.setattr(fanout, "available", lambda: False)
+    _ranks(tmp_path, 2)
+    _dies_in_a_child(monkeypatch)
+    with pytest.raises(InputError) as err:
+        analyze([tmp_path], workers=2)
+    for rank in (0, 1):
+        assert (
+            f"{tmp_path / f'rank{rank}.json.gz'}: the worker process reading it died (a process of the pool "
+            "was terminated abruptly)" in str(err.value)
+        )

@@ -482,6 +482,7 @@ def analyze(
                 fan = stack.enter_context(fanout.Fanout(job, [(i, sources[i]) for i in todo], workers, _lost))
             else:
                 from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
+                from concurrent.futures.process import BrokenProcessPool
 
                 pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
                 futures = {pool.submit(_analyze_one, sources[i], step, False, keys[i]): i for i in todo}
@@ -496,7 +497,11 @@ def analyze(
             for i, outcome in zip(todo, fan.results(advance), strict=True):
                 results[i] = outcome
         for fut in _as_completed(futures):
-            results[futures[fut]] = fut.result()
+            i = futures[fut]
+            try:
+                results[i] = fut.result()
+            except BrokenProcessPool:
+                results[i] = _lost((i, sources[i]), "a process of the pool was terminated abruptly")
             advance()
     warnings: list[str] = []
     errors: list[str] = []
