@@ -237,8 +237,7 @@ def _units(
 
 def _prepare_workers() -> None:
     """Import what reading and measuring a rank needs (numpy, the decoder, the metric modules), so
-    that worker processes forked afterwards inherit them instead of each importing them again, and
-    keep freed memory in the process (:func:`_keep_freed_memory`)."""
+    that worker processes forked afterwards inherit them instead of each importing them again."""
     import fsdpbench.analysis.attribution
     import fsdpbench.analysis.collectives
     import fsdpbench.analysis.groups
@@ -249,27 +248,39 @@ def _prepare_workers() -> None:
     import fsdpbench.trace.intervals
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
 
-    _keep_freed_memory()
+
+# glibc's malloc.h: mallopt's parameters and their defaults
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 << 10, _M_TOP_PAD: 128 << 10, _M_MMAP_THRESHOLD: 128 << 10}
 
 
-def _keep_freed_memory() -> None:
-    """Tell glibc's malloc to keep memory it frees (up to 256 MiB) instead of handing it back to the
-    system at once: reading a rank frees and allocates its chunks' objects and arrays over and over,
-    and each page handed back is a page fault (kernel time) when it is taken again, ~5,000 a 60k-kernel
-    rank. Set once before the workers fork (they inherit it); peak memory does not change. A no-op
-    off glibc."""
+@contextlib.contextmanager
+def _freed_memory_kept() -> Iterator[None]:
+    """While ranks are read: glibc's malloc keeps the memory it frees (up to 256 MiB) instead of handing
+    it back to the system at once. Reading a rank frees and takes again its chunks' objects and arrays
+    over and over, and each page handed back is a page fault (kernel time) when it is taken again:
+    ~5,000 a 60k-kernel rank. Entered before the workers fork (they inherit it); on leaving, this
+    process hands back what it kept and goes back to glibc's defaults. Peak memory does not change.
+    Nothing happens off glibc."""
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return
+            raise ValueError
         import ctypes  # numpy imports it already
 
-        mallopt = ctypes.CDLL(None).mallopt
+        libc = ctypes.CDLL(None)
+        mallopt, malloc_trim = libc.mallopt, libc.malloc_trim
     except (ValueError, OSError, AttributeError):
+        yield
         return
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3  # glibc's malloc.h
-    mallopt(m_trim_threshold, 256 << 20)
-    mallopt(m_top_pad, 64 << 20)
-    mallopt(m_mmap_threshold, 32 << 20)  # glibc's own ceiling; arrays above it stay mmapped
+    mallopt(_M_TRIM_THRESHOLD, 256 << 20)
+    mallopt(_M_TOP_PAD, 64 << 20)
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's own ceiling; arrays above it stay mmapped
+    try:
+        yield
+    finally:
+        for param, value in _GLIBC_DEFAULTS.items():
+            mallopt(param, value)
+        malloc_trim(0)
 
 
 class _Job:
@@ -477,6 +488,7 @@ def analyze(
         fan = None
         if parallel:  # forked before the progress bar starts its thread
             _prepare_workers()  # once here, inherited by every forked worker
+            stack.enter_context(_freed_memory_kept())
             if forked:  # this process is one of the workers (fanout's docstring says why)
                 job = _Job(step, keys)
                 fan = stack.enter_context(fanout.Fanout(job, [(i, sources[i]) for i in todo], workers, _lost))
