@@ -353,7 +353,7 @@ def test_places_match_the_units_both_arms_name_and_list_the_rest():
         ("blocks.0", "forward"): None,
     }
     assert plc.unmatched_units(rows) == (["blocks.0"], ["blocks.0, blocks.2"])
-    again = plc.places_from_dicts([r.to_dict() for r in rows])
+    again = plc.mark_compared([plc.PlaceRow.from_dict(r.to_dict()) for r in rows])  # as diff.json reads them
     assert {(r.unit, r.phase): r.delta("exposed_us") for r in again} == delta
     assert [r.unit for r in plc.by_exposed_delta(rows)] == ["root", "blocks.1", "blocks.1"]
 

@@ -41,38 +41,38 @@ def _check(comparisons, **kw):
 
 def test_a_ci_that_excludes_1_settles_the_comparison():
     got = _check([_comparison(1.07, (1.05, 1.10))])  # 5 % wide, but without 1
-    assert (got.stop, got.reason) == (True, rounds.STOP_SETTLED)
+    assert (got.stopped, got.reason) == (True, rounds.STOP_SETTLED)
 
 
 def test_a_ci_narrower_than_the_target_settles_it_even_when_it_holds_1():
     # width (1.009 − 0.999) / 1.004 = 0.996 % < 2 %
     got = _check([_comparison(1.004, (0.999, 1.009))])
-    assert (got.stop, got.reason) == (True, rounds.STOP_SETTLED)
+    assert (got.stopped, got.reason) == (True, rounds.STOP_SETTLED)
     # (1.011 − 0.990) / 1.0 = 2.1 % ≥ 2 %: one more round
     more = _check([_comparison(1.0, (0.990, 1.011))])
-    assert (more.stop, more.reason) == (False, None) and "2.1 % wide" in more.why
+    assert (more.stopped, more.reason) == (False, None) and "2.1 % wide" in more.why
 
 
 def test_every_comparison_must_be_settled_and_no_ci_is_not_settled():
     settled, unsure = _comparison(1.2, (1.1, 1.3)), _comparison(1.0, (0.95, 1.05))
-    assert not _check([settled, unsure]).stop
-    assert not _check([_comparison(1.2, None)]).stop
+    assert not _check([settled, unsure]).stopped
+    assert not _check([_comparison(1.2, None)]).stopped
 
 
 def test_limits_stop_it_and_say_it_is_not_sure():
     unsure = [_comparison(1.0, (0.95, 1.05))]
     at_max = _check(unsure, rounds=10, max_rounds=10)
-    assert (at_max.stop, at_max.reason) == (True, rounds.STOP_MAX_ROUNDS) and "not sure" in at_max.why
+    assert (at_max.stopped, at_max.reason) == (True, rounds.STOP_MAX_ROUNDS) and "not sure" in at_max.why
     # 100 s spent + a 30 s round > 120 s: no more; 100 + 15 ≤ 120: one more; 0 = no limit
     late = _check(unsure, elapsed_s=100.0, round_s=30.0, max_time_s=120.0)
-    assert (late.stop, late.reason) == (True, rounds.STOP_MAX_TIME)
-    assert not _check(unsure, elapsed_s=100.0, round_s=15.0, max_time_s=120.0).stop
-    assert not _check(unsure, elapsed_s=1e9, round_s=30.0, max_time_s=0.0).stop
+    assert (late.stopped, late.reason) == (True, rounds.STOP_MAX_TIME)
+    assert not _check(unsure, elapsed_s=100.0, round_s=15.0, max_time_s=120.0).stopped
+    assert not _check(unsure, elapsed_s=1e9, round_s=30.0, max_time_s=0.0).stopped
 
 
 def test_failed_parity_stops_at_once():
     got = _check([_comparison(1.0, (0.95, 1.05))], parity_valid=False)
-    assert (got.stop, got.reason) == (True, rounds.STOP_PARITY)
+    assert (got.stopped, got.reason) == (True, rounds.STOP_PARITY)
 
 
 # ---------------------------------------------------------------------------------------------------------

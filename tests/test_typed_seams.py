@@ -80,12 +80,16 @@ def test_a_partial_diff_reads_with_the_parts_it_leaves_out_empty():
 
 
 def test_a_diff_of_another_schema_or_shape_is_one_clear_error():
-    with pytest.raises(InputError, match="schema_version 2"):
-        DiffResult.from_dict({"schema_version": 2})
-    with pytest.raises(InputError, match="not a Diff JSON object.*KeyError: 'type'"):
-        DiffResult.from_dict({"schema_version": 1, "base": "a", "test": "b", "collectives": [{}]})
-    with pytest.raises(InputError, match="expected a JSON object"):
-        DiffResult.from_dict([])
+    with pytest.raises(InputError, match=r"^diff\.json: \$\.schema_version is 2: this fsdpbench reads 1;"):
+        DiffResult.from_dict({"schema_version": 2}, "diff.json")
+    with pytest.raises(
+        InputError, match=r"^diff\.json: \$\.collectives\[0\]: object missing required field `type`$"
+    ):
+        DiffResult.from_dict(
+            {"schema_version": 1, "base": "a", "test": "b", "collectives": [{}]}, "diff.json"
+        )
+    with pytest.raises(InputError, match=r"^diff\.json: \$: expected `object`, got `array`$"):
+        DiffResult.from_dict([], "diff.json")
     with pytest.raises(ValueError, match="schema_version"):
         Analysis.from_dict({"ranks": []})
 

@@ -3,15 +3,24 @@
 A record is a dataclass deriving from ``Record``. ``to_dict`` gives its JSON object (fields in
 declaration order, nested records as objects, tuples as lists, the fields named in ``_omit_if_none``
 left out while None); ``from_dict`` and ``decode`` read one back through msgspec, which checks every
-field's type and names the field that is wrong (``$.arms[...].median_ms: expected float | null, got
+field's type and names the field that is wrong (``$.arms.torch.median_ms: expected float | null, got
 str``). A key the object lacks takes the field's default (records give every field one, so a file
 written before a field existed still reads); keys this version does not know are dropped.
+
+The file's keys are the record's fields. What a file holds but the record computes (a ratio, a delta)
+is a property named in ``_keys``: written, and computed again on reading. What a record holds but the
+file does not (a row's rank, told by the pair it sits in) is set in ``__post_init__``, which msgspec
+calls after decoding as the constructor does; a ``ValueError`` raised there is an error naming the
+record's place in the file.
 Torch-free; imports nothing of fsdpbench but its errors.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -30,20 +39,28 @@ class Record:
     _keys: ClassVar[tuple[str, ...]] = ()
     """The keys written, in order, when they are not the fields': a property among them is written (and
     computed again on reading: msgspec drops keys that are no field)."""
+    _written_from: ClassVar[Mapping[str, str]] = {}
+    """Computed keys written from an attribute of another name (the key's own name is a method's:
+    ``PlaceRow.delta(key)`` and its ``delta`` object); only ever a computed key: read, it is dropped."""
     _omit_if_none: ClassVar[frozenset[str]] = frozenset()
     """Keys left out of ``to_dict`` while None (keys the file has only written when set)."""
+    _omit_if_empty: ClassVar[frozenset[str]] = frozenset()
+    """Keys left out of ``to_dict`` while None, ``{}``, ``[]`` or ``()`` (written only when they hold something)."""
     _omit_empty: ClassVar[bool] = False
     """Leave out every key whose value is None, ``{}`` or ``[]``."""
+    _schema_version: ClassVar[int | None] = None
+    """The ``schema_version`` a JSON object must carry for ``from_dict``, checked before any field (a file
+    of another version is that one error, not a field's); None: no version key."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record's JSON object, key for key as the file holds it."""
         keys = self._keys or tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
         out = {}
         for key in keys:
-            value = getattr(self, key)
+            value = getattr(self, self._written_from.get(key, key))
             if value is None and key in self._omit_if_none:
                 continue
-            if self._omit_empty and (value is None or (isinstance(value, dict | list | tuple) and not value)):
+            if (self._omit_empty or key in self._omit_if_empty) and _empty(value):
                 continue
             out[key] = _plain(value)
         return out
@@ -52,7 +69,18 @@ class Record:
     def from_dict(cls: type[R], data: Any, what: str = "", at: str = "$") -> R:
         """The record of a decoded JSON object; ``InputError`` naming ``what`` and the bad field (its path
         under ``at``, where the object sits in its file: ``$.findings[2]``)."""
-        return convert(data, cls, what=what or cls.__name__, at=at)
+        what = what or cls.__name__
+        version = cls._schema_version  # type: ignore[attr-defined]
+        if version is not None and isinstance(data, Mapping) and data.get("schema_version") != version:
+            raise InputError(
+                f"{what}: {at}.schema_version is {data.get('schema_version')!r}: this fsdpbench reads "
+                f"{version}; write the file again with this fsdpbench"
+            )
+        return convert(data, cls, what=what, at=at)
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, dict | list | tuple) and not value)
 
 
 def _plain(value: Any) -> Any:
@@ -65,12 +93,57 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _error(what: str, exc: msgspec.ValidationError, at: str = "$") -> InputError:
-    """``what: $.path: message`` from msgspec's "Message - at `$.path`" (the path put under ``at``)."""
+def _error(what: str, exc: msgspec.ValidationError, at: str = "$", data: Any = None) -> InputError:
+    """``what: $.path: message`` from msgspec's "Message - at `$.path`" (the path put under ``at``; a
+    mapping's key, ``[...]`` in msgspec's path, named where ``data`` shows which one it is)."""
     message, _, path = str(exc).partition(" - at ")
     message = message[:1].lower() + message[1:]
-    path = at + path.strip("`")[1:] if path else at
-    return InputError(f"{what}: {path}: {message}")
+    path = path.strip("`")[1:]
+    if "[...]" in path and data is not None:
+        got = message.rpartition("got `")[2].rstrip("`") if "got `" in message else None
+        path = _named_keys(data, _PATH_STEP.findall(path), got) or path
+    return InputError(f"{what}: {at + path}: {message}")
+
+
+_PATH_STEP = re.compile(r"\.[^.\[]+|\[[^\]]*\]")
+_JSON_TYPE = {
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    type(None): "null",
+    dict: "object",
+    list: "array",
+}
+
+
+def _named_keys(data: Any, steps: list[str], got: str | None) -> str | None:
+    """The path ``steps`` (``.name``, ``[3]``, ``[...]``) down ``data`` with each ``[...]`` replaced by the one
+    key that leads to a value msgspec ``got`` (its JSON type; any value when None); None when not one key does."""
+    if not steps:
+        return "" if got is None or _JSON_TYPE.get(type(data)) == got else None
+    step, rest = steps[0], steps[1:]
+    if step == "[...]":
+        if not isinstance(data, dict):
+            return None
+        found = [(key, _named_keys(value, rest, got)) for key, value in data.items()]
+        found = [(key, tail) for key, tail in found if tail is not None]
+        if len(found) != 1:
+            return None
+        key, tail = found[0]
+        return (f".{key}" if str(key).isidentifier() else f"[{json.dumps(key)}]") + tail
+    if (
+        step.startswith("[")
+        and isinstance(data, list)
+        and step[1:-1].isdigit()
+        and int(step[1:-1]) < len(data)
+    ):
+        tail = _named_keys(data[int(step[1:-1])], rest, got)
+    elif step.startswith(".") and isinstance(data, dict) and step[1:] in data:
+        tail = _named_keys(data[step[1:]], rest, got)
+    else:
+        return None
+    return None if tail is None else step + tail
 
 
 def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
@@ -78,7 +151,7 @@ def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
     try:
         return msgspec.convert(data, type)
     except msgspec.ValidationError as exc:
-        raise _error(what, exc, at) from None
+        raise _error(what, exc, at, data) from None
 
 
 def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -> R:
@@ -97,7 +170,7 @@ def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -
     try:
         return msgspec.json.decode(blob, type=type)
     except msgspec.ValidationError as exc:
-        raise _error(what, exc) from None
+        raise _error(what, exc, data=orjson.loads(blob)) from None  # valid JSON: its keys name the path
     except msgspec.DecodeError as exc:
         raise InputError(f"{what}: not valid JSON ({exc}); rerun the command that wrote it") from None
 

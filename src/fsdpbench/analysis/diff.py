@@ -12,10 +12,11 @@ Torch-free on purpose.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -38,6 +39,7 @@ from fsdpbench.analysis.findings import (
 )
 from fsdpbench.analysis.result import FIT_EVENT_COLUMNS
 from fsdpbench.errors import InputError
+from fsdpbench.records import Record
 
 log = logging.getLogger(__name__)
 
@@ -153,205 +155,175 @@ def _sync_rows(rank: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _metric_deltas(base: SideMetrics, test: SideMetrics) -> dict[str, float | None]:
+    """``test − base`` per metric."""
     return {k: safe_delta(getattr(test, k), getattr(base, k)) for k in METRICS}
 
 
 @dataclass(frozen=True)
-class RankPair:
+class RankPair(Record):
     """One rank on both sides (``None`` where a side has no profile of that rank)."""
 
-    rank: int | None
-    base: SideMetrics | None
-    test: SideMetrics | None
+    _keys: ClassVar[tuple[str, ...]] = ("rank", "base", "test", "delta")
 
-    def to_dict(self) -> dict[str, Any]:
-        both = self.base is not None and self.test is not None
-        return {
-            "rank": self.rank,
-            "base": None if self.base is None else self.base.to_dict(),
-            "test": None if self.test is None else self.test.to_dict(),
-            "delta": _metric_deltas(self.base, self.test) if both else None,
-        }
+    rank: int | None = None
+    base: SideMetrics | None = None
+    test: SideMetrics | None = None
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RankPair:
-        """The inverse of :meth:`to_dict` (``delta`` is computed again)."""
-        rank = data.get("rank")
-        sides = (
-            None if data.get(side) is None else SideMetrics.from_dict(data[side], rank=rank)
-            for side in ("base", "test")
-        )
-        return cls(rank, *sides)
+    def __post_init__(self) -> None:
+        # the sides' rank is the pair's (a file writes it once, on the pair)
+        for side in ("base", "test"):
+            metrics = getattr(self, side)
+            if metrics is not None and metrics.rank != self.rank:
+                object.__setattr__(self, side, dataclasses.replace(metrics, rank=self.rank))
+
+    @property
+    def delta(self) -> dict[str, float | None] | None:
+        """``test − base`` per metric; ``None`` unless both sides have this rank."""
+        return None if self.base is None or self.test is None else _metric_deltas(self.base, self.test)
 
 
 @dataclass(frozen=True)
-class SideBySide:
+class MeanPair(Pair[SideMetrics]):
+    """Both arms' rank-mean metrics (the Diff JSON's ``side_by_side.mean``) with their deltas and ratios
+    (``ratio`` omits ``overlap_ratio``: its delta is in points); a side the file leaves out has no metrics."""
+
+    _keys: ClassVar[tuple[str, ...]] = ("base", "test", "delta", "ratio")
+
+    base: SideMetrics = field(default_factory=SideMetrics)
+    test: SideMetrics = field(default_factory=SideMetrics)
+
+    @property
+    def delta(self) -> dict[str, float | None]:
+        return _metric_deltas(self.base, self.test)
+
+    @property
+    def ratio(self) -> dict[str, float | None]:
+        return {
+            k: safe_ratio(getattr(self.test, k), getattr(self.base, k))
+            for k in METRICS
+            if k != "overlap_ratio"
+        }
+
+
+@dataclass(frozen=True)
+class SideBySide(Record):
     """The step breakdown of both arms: the mean over ranks and each rank; deltas are ``test − base``."""
 
-    mean: Pair[SideMetrics]
-    ranks: list[RankPair]
+    _keys: ClassVar[tuple[str, ...]] = ("metrics", "mean", "ranks")
+
+    mean: MeanPair = field(default_factory=MeanPair)
+    ranks: list[RankPair] = field(default_factory=list)
+
+    @property
+    def metrics(self) -> list[str]:
+        """The metric keys, in the order every table shows them."""
+        return list(METRICS)
 
     def delta(self, key: str) -> float | None:
         """The rank-mean ``test − base`` of one metric."""
         return safe_delta(getattr(self.mean.test, key), getattr(self.mean.base, key))
 
-    def to_dict(self) -> dict[str, Any]:
-        """The Diff JSON's ``side_by_side`` object (``ratio`` omits ``overlap_ratio``: its delta is in points)."""
-        mb, mt = self.mean.base.to_dict(), self.mean.test.to_dict()
-        return {
-            "metrics": list(METRICS),
-            "mean": {
-                "base": mb,
-                "test": mt,
-                "delta": _metric_deltas(self.mean.base, self.mean.test),
-                "ratio": {k: safe_ratio(mt[k], mb[k]) for k in METRICS if k != "overlap_ratio"},
-            },
-            "ranks": [r.to_dict() for r in self.ranks],
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SideBySide:
-        """The inverse of :meth:`to_dict` (deltas and ratios are computed again); a side it leaves out
-        has no metrics."""
-        mean = data.get("mean") or {}
-        return cls(
-            Pair(
-                SideMetrics.from_dict(mean.get("base") or {}), SideMetrics.from_dict(mean.get("test") or {})
-            ),
-            [RankPair.from_dict(r) for r in data.get("ranks") or []],
-        )
+def _no_estimates() -> Pair[whatif.Estimate | None]:
+    return Pair(None, None)
+
+
+def _no_waits() -> Pair[list[plc.TopCollective]]:
+    return Pair([], [])
 
 
 @dataclass
-class DiffResult:
-    """The comparison of a test arm against a base arm; ``to_dict()`` gives the Diff JSON.
+class DiffResult(Record):
+    """The comparison of a test arm against a base arm: the Diff JSON of docs/DATA.md, one entry of diff.json.
 
     Every part is typed (``SideBySide`` here, the rows and findings in ``fsdpbench.analysis.findings``);
-    ``to_dict()`` of each gives its Diff JSON object.
+    ``to_dict()`` gives the JSON object and ``from_dict`` reads one, checking ``schema_version`` first
+    and then every field's type (errors name the file, where the caller gives it, and the field). What
+    the JSON derives (deltas, ratios) is computed again; a part the object leaves out is empty (a report
+    shows what is there).
     """
+
+    _keys: ClassVar[tuple[str, ...]] = (
+        "schema_version",
+        "base",
+        "test",
+        "warnings",
+        "side_by_side",
+        "collectives",
+        "ops",
+        "sync",
+        "fits",
+        "findings",
+        "calibration",
+        "distortion",
+        "memory_timeline",
+        "places",
+        "top_waits",
+        "prefetch_estimates",
+    )
+    _omit_if_none: ClassVar[frozenset[str]] = frozenset({"distortion", "memory_timeline"})
+    _schema_version: ClassVar[int | None] = SCHEMA_VERSION
 
     base: str
     test: str
-    side_by_side: SideBySide
-    collectives: list[CollectiveRow]
-    ops: list[OpRow]
-    sync: list[SyncRow]
-    fits: dict[str, dict[str, whatif.AlphaBetaFit]]
-    findings: list[fnd.Finding]
+    side_by_side: SideBySide = field(default_factory=SideBySide)
+    collectives: list[CollectiveRow] = field(default_factory=list)
+    ops: list[OpRow] = field(default_factory=list)
+    sync: list[SyncRow] = field(default_factory=list)
+    fits: dict[str, dict[str, whatif.AlphaBetaFit]] = field(default_factory=dict)
+    """α–β fits by source and collective type; a source without any fit is left out."""
+    findings: list[fnd.Finding] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     calibration: list[dict[str, Any]] = field(default_factory=list)
     """Estimates checked against their counterfactual arm (``fsdpbench.analysis.calibration`` entries)."""
     distortion: dict[str, Any] | None = None
     """Each arm's profiled/timed step ratio (``calibration.distortion``); ``None`` without timed medians."""
-    memory: dict[str, Any] | None = None
+    memory_timeline: dict[str, Any] | None = None
     """``{"base", "test", "difference"}``: the memory step's peaks (``memory_timeline.peak_summary``) and
     ``peak_difference``; ``None`` unless both arms have a memory timeline."""
     places: list[plc.PlaceRow] = field(default_factory=list)
     """Both arms per (unit, phase) (``analysis.places``); ``[]`` when neither trace has fsdpbench's ranges."""
-    top_waits: fnd.Pair[list[plc.TopCollective]] = field(default_factory=lambda: fnd.Pair([], []))
+    top_waits: Pair[list[plc.TopCollective]] = field(default_factory=_no_waits)
     """Each arm's slowest matched collectives (``places.top_collectives``)."""
-    prefetch_estimates: fnd.Pair[whatif.Estimate | None] = field(default_factory=lambda: fnd.Pair(None, None))
+    prefetch_estimates: Pair[whatif.Estimate | None] = field(default_factory=_no_estimates)
     """Each arm's per-(unit, phase) prefetch estimate (``whatif_units.estimate_prefetch_units``; ``None`` without
     units), whether or not a finding fired: the calibration's prefetch prediction."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """The Diff JSON of docs/DATA.md."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "base": self.base,
-            "test": self.test,
-            "warnings": list(self.warnings),
-            "side_by_side": self.side_by_side.to_dict(),
-            "collectives": [r.to_dict() for r in self.collectives],
-            "ops": [r.to_dict() for r in self.ops],
-            "sync": [r.to_dict() for r in self.sync],
-            "fits": {
-                src: {t: f.to_dict() for t, f in fits.items()} for src, fits in self.fits.items() if fits
-            },
-            "findings": [f.to_dict() for f in self.findings],
-            "calibration": [dict(e) for e in self.calibration],
-            **({"distortion": self.distortion} if self.distortion is not None else {}),
-            **({"memory_timeline": self.memory} if self.memory is not None else {}),
-            "places": [r.to_dict() for r in self.places],
-            "top_waits": {side: [e.to_dict() for e in self.top_waits[side]] for side in ("base", "test")},
-            "prefetch_estimates": {
-                side: (None if e is None else e.to_dict())
-                for side, e in (
-                    ("base", self.prefetch_estimates.base),
-                    ("test", self.prefetch_estimates.test),
-                )
-            },
-        }
+    def __post_init__(self) -> None:
+        # as diff.json holds them: no empty fit source, and whether a place is compared told from all rows
+        self.fits = {source: fits for source, fits in self.fits.items() if fits}
+        self.places = plc.mark_compared(self.places)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DiffResult:
-        """The inverse of :meth:`to_dict`: a Diff JSON object of docs/DATA.md (one entry of diff.json) as
-        typed objects; what ``to_dict`` derives (deltas, ratios) is computed again from them. A part it
-        leaves out is empty (a report shows what is there).
-
-        Raises:
-            InputError: ``data`` is not a Diff JSON object of this schema version (the message names
-                the key that is missing or wrong).
-        """
-        if not isinstance(data, Mapping):
-            raise InputError(f"not a diff: expected a JSON object, got {type(data).__name__}")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise InputError(f"diff schema_version {version!r}: this fsdpbench reads {SCHEMA_VERSION}")
-        what = f"diff {data.get('test')!r} vs {data.get('base')!r}"
-        try:
-            memory = data.get("memory_timeline")
-            top_waits = data.get("top_waits") or {}
-            prefetch = data.get("prefetch_estimates") or {}
-            return cls(
-                base=str(data["base"]),
-                test=str(data["test"]),
-                side_by_side=SideBySide.from_dict(data.get("side_by_side") or {}),
-                collectives=[CollectiveRow.from_dict(r) for r in data.get("collectives") or []],
-                ops=[OpRow.from_dict(r) for r in data.get("ops") or []],
-                sync=[
-                    SyncRow.from_dict(r, what, f"$.sync[{i}]") for i, r in enumerate(data.get("sync") or [])
-                ],
-                fits={
-                    src: {
-                        t: whatif.AlphaBetaFit.from_dict(f, what, f"$.fits.{src}.{t}")
-                        for t, f in fits.items()
-                    }
-                    for src, fits in (data.get("fits") or {}).items()
-                },
-                findings=[
-                    fnd.Finding.from_dict(f, what, f"$.findings[{i}]")
-                    for i, f in enumerate(data.get("findings") or [])
-                ],
-                warnings=[str(w) for w in data.get("warnings") or []],
-                calibration=[dict(e) for e in data.get("calibration") or []],
-                distortion=data.get("distortion"),
-                memory=None if memory is None else dict(memory),
-                places=plc.places_from_dicts(data.get("places") or []),
-                top_waits=Pair(
-                    *(
-                        [
-                            plc.TopCollective.from_dict(e, what, f"$.top_waits.{side}[{i}]")
-                            for i, e in enumerate(top_waits.get(side) or [])
-                        ]
-                        for side in ("base", "test")
-                    )
-                ),
-                prefetch_estimates=Pair(
-                    *(
-                        None
-                        if prefetch.get(side) is None
-                        else whatif.Estimate.from_dict(prefetch[side], what, f"$.prefetch_estimates.{side}")
-                        for side in ("base", "test")
-                    )
-                ),
-            )
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise InputError(f"{what}: not a Diff JSON object ({type(exc).__name__}: {exc})") from None
+    @property
+    def schema_version(self) -> int:
+        return SCHEMA_VERSION
 
     def finding(self, rule_id: str) -> fnd.Finding | None:
         """The first finding of ``rule_id``, or ``None``."""
         return next((f for f in self.findings if f.id == rule_id), None)
+
+
+def diffs_from_json(
+    entries: Sequence[Any], what: str, skipped: Callable[[InputError], None] | None = None
+) -> list[DiffResult]:
+    """diff.json's entries (``run_folder.diff_list``: one object, or a list of them) as typed diffs.
+
+    Args:
+        entries: the file's Diff JSON objects.
+        what: the file, as errors name it (``results/x/diff.json``).
+        skipped: given each entry that is not a Diff JSON object of this schema (its ``InputError`` names
+            ``what`` and the field: ``$.ops[2].base_us`` in a file of one diff, ``$[1].ops[2].base_us`` in a
+            list), which is then left out; ``None``: such an entry raises that error.
+    """
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(DiffResult.from_dict(entry, what, "$" if len(entries) == 1 else f"$[{i}]"))
+        except InputError as exc:
+            if skipped is None:
+                raise
+            skipped(exc)
+    return out
 
 
 def add_calibration(
@@ -392,7 +364,10 @@ def _side_by_side(ranks: Pair[list[SideMetrics]], mean: Pair[SideMetrics]) -> Si
     by_rank_b = {r.rank: r for r in ranks.base}
     by_rank_t = {r.rank: r for r in ranks.test}
     order = sorted(set(by_rank_b) | set(by_rank_t), key=lambda x: (x is None, x))
-    return SideBySide(mean, [RankPair(rank, by_rank_b.get(rank), by_rank_t.get(rank)) for rank in order])
+    return SideBySide(
+        MeanPair(mean.base, mean.test),
+        [RankPair(rank, by_rank_b.get(rank), by_rank_t.get(rank)) for rank in order],
+    )
 
 
 def _collectives(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[CollectiveRow]:
@@ -401,7 +376,7 @@ def _collectives(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[Collectiv
     ct = _mean_table(dt["ranks"], _collective_rows, "type", fields)
     order = list(fnd.COLLECTIVE_NAMES)
     return [
-        CollectiveRow(kind, CollectiveSide(**cb.get(kind, {})), CollectiveSide(**ct.get(kind, {})))
+        CollectiveRow.from_sides(kind, CollectiveSide(**cb.get(kind, {})), CollectiveSide(**ct.get(kind, {})))
         for kind in sorted(set(cb) | set(ct), key=lambda k: (order.index(k) if k in order else len(order), k))
     ]
 
@@ -440,7 +415,7 @@ def _ops(db: Mapping[str, Any], dt: Mapping[str, Any]) -> list[OpRow]:
             if delta > 0
             else "decreased"
         )
-        rows.append(OpRow(op, b, t, change, tuple(sorted(names - {op}))))
+        rows.append(OpRow.from_sides(op, b, t, change, tuple(sorted(names - {op}))))
     return sorted(rows, key=lambda r: (-abs(r.delta_us), r.op_type))
 
 
@@ -614,7 +589,7 @@ def diff_analyses(
         fits,
         fnd.evaluate(rule_input),
         warnings,
-        memory=memory,
+        memory_timeline=memory,
         places=rule_input.places,
         top_waits=Pair(plc.top_collectives(db), plc.top_collectives(dt)),
         prefetch_estimates=Pair(

@@ -10,10 +10,11 @@ Torch-free on purpose.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from fsdpbench.fmt import fmt_pct, fmt_us
 from fsdpbench.records import Record
@@ -129,17 +130,21 @@ def collective_types(data: Mapping[str, Any], place: Place) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class PlaceRow:
-    """One (unit, phase) on both arms; a side is ``None`` where that arm has no such place (or no units)."""
+class PlaceRow(Record):
+    """One (unit, phase) on both arms (a Diff JSON ``places`` row); a side is ``None`` where that arm has
+    no such place (or no units)."""
+
+    _keys: ClassVar[tuple[str, ...]] = ("unit", "phase", "base", "test", "delta")
+    _written_from: ClassVar[Mapping[str, str]] = {"delta": "deltas"}
 
     unit: str
     phase: str
-    base: Mapping[str, float | None] | None
-    test: Mapping[str, float | None] | None
+    base: dict[str, float | None] | None = None
+    test: dict[str, float | None] | None = None
     compared: bool = True
     """Both arms have units and this unit (so a side without this place ran nothing there); else no
     deltas: one arm has no units, or names no such unit (another wrapping, or FSDP2's FQNs against
-    fsdpbench's names)."""
+    fsdpbench's names). Not written: told from all the rows (:func:`mark_compared`)."""
 
     def value(self, side: str, key: str) -> float | None:
         values = self.test if side == "test" else self.base
@@ -156,35 +161,19 @@ class PlaceRow:
             t = 0.0
         return t - b if b is not None and t is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "unit": self.unit,
-            "phase": self.phase,
-            "base": None if self.base is None else dict(self.base),
-            "test": None if self.test is None else dict(self.test),
-            "delta": {f: self.delta(f) for f in PLACE_FIELDS},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], compared: bool = True) -> PlaceRow:
-        """The inverse of :meth:`to_dict` (``delta`` is computed again); ``compared`` is not written: it
-        is whether both arms have units (:func:`places_from_dicts` tells it from all the rows)."""
-        base, test = data.get("base"), data.get("test")
-        return cls(
-            str(data["unit"]),
-            str(data["phase"]),
-            None if base is None else dict(base),
-            None if test is None else dict(test),
-            compared,
-        )
+    @property
+    def deltas(self) -> dict[str, float | None]:
+        """:meth:`delta` of every ``PLACE_FIELDS`` key (the row's ``delta`` object)."""
+        return {f: self.delta(f) for f in PLACE_FIELDS}
 
 
-def places_from_dicts(rows: Sequence[Mapping[str, Any]]) -> list[PlaceRow]:
-    """A Diff JSON's ``places`` rows as :class:`PlaceRow` (the inverse of ``[r.to_dict() for r in rows]``
-    of :func:`compare_places`): a row is compared when each side has this unit in some row."""
-    units = {side: {str(r["unit"]) for r in rows if r.get(side) is not None} for side in ("base", "test")}
-    both = units["base"] & units["test"]
-    return [PlaceRow.from_dict(r, str(r["unit"]) in both) for r in rows]
+def mark_compared(rows: Sequence[PlaceRow]) -> list[PlaceRow]:
+    """``rows`` with ``compared`` told from all of them: a row is compared when each arm has its unit
+    in some row (a side that is not ``None``)."""
+    both = {r.unit for r in rows if r.base is not None} & {r.unit for r in rows if r.test is not None}
+    return [
+        r if r.compared == (r.unit in both) else dataclasses.replace(r, compared=r.unit in both) for r in rows
+    ]
 
 
 def unmatched_units(rows: Sequence[PlaceRow]) -> tuple[list[str], list[str]]:
@@ -210,8 +199,7 @@ def compare_places(base: Mapping[str, Any], test: Mapping[str, Any]) -> list[Pla
     if not pb and not pt:
         return []
     order = list(pt) + [p for p in pb if p not in pt]
-    both = {u for u, _ in pb} & {u for u, _ in pt}
-    return [PlaceRow(p[0], p[1], pb.get(p), pt.get(p), p[0] in both) for p in order]
+    return mark_compared([PlaceRow(p[0], p[1], pb.get(p), pt.get(p)) for p in order])
 
 
 def by_exposed_delta(rows: list[PlaceRow]) -> list[PlaceRow]:

@@ -10,6 +10,7 @@ from typing import Any, Literal, get_args
 
 from fsdpbench.config.types import Ac, Backend, Dtype, coerce, field_types
 from fsdpbench.errors import ConfigError
+from fsdpbench.records import Record
 
 Unit = Literal["layer", "module"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -63,7 +64,7 @@ BACKEND_SET_ENV: dict[str, dict[str, str]] = {"hyper": {"HYPER_PARALLEL_PLATFORM
 
 
 @dataclass(kw_only=True)
-class Arm:
+class Arm(Record):
     """One FSDP implementation plus its options. The same option names hold for every backend."""
 
     backend: Backend
@@ -314,8 +315,8 @@ class Arm:
         return "-".join(parts)
 
     def options(self) -> dict[str, Any]:
-        """The options as a plain dict (for manifests and the worker's command line)."""
-        return dataclasses.asdict(self)
+        """The options as a plain dict (for manifests and the worker's command line): ``to_dict()``."""
+        return self.to_dict()
 
     def mesh_shape(self, world_size: int) -> tuple[int, ...]:
         """The mesh as a tuple for ``world_size`` ranks; raise if it does not cover the world exactly."""

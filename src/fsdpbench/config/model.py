@@ -8,10 +8,11 @@ from typing import Any
 
 from fsdpbench.config.types import field_types
 from fsdpbench.errors import ConfigError
+from fsdpbench.records import Record
 
 
 @dataclass(kw_only=True)
-class ModelConfig:
+class ModelConfig(Record):
     """Shape of the Qwen3.5-MoE text model (field names follow transformers' ``Qwen3_5MoeTextConfig``).
 
     Defaults are Qwen3.5-35B-A3B exactly (reference/qwen35_arch.md §1).

@@ -21,6 +21,7 @@ from fsdpbench.config.arms import (
 from fsdpbench.config.model import ModelConfig, model_fields, model_preset, preset_tiny
 from fsdpbench.config.types import Device, Dtype, Optimizer, OptimizerImpl, Order, coerce, field_types
 from fsdpbench.errors import ConfigError
+from fsdpbench.records import Record
 
 DEVICES: tuple[str, ...] = get_args(Device)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
@@ -44,8 +45,10 @@ ENV_NAMES = {
 
 
 @dataclass(kw_only=True)
-class RunConfig:
-    """Everything one ``fsdpbench run``/``ab`` needs; ``to_dict()`` is what the manifest records."""
+class RunConfig(Record):
+    """Everything one ``fsdpbench run``/``ab`` needs; ``to_dict()`` is what the manifest records (its
+    ``config``), ``from_dict`` reads it back (``--resume``, the worker), each field's type checked and
+    keys this version does not know dropped; then ``validate`` runs as for a config built here."""
 
     name: str = "ab"
     """Results folder prefix: ``<out>/<name>_<YYYYmmdd_HHMMSS>``."""
@@ -233,22 +236,6 @@ class RunConfig:
         if arm.label in self.param_dtype_set or device_type not in ACCELERATORS:
             return arm.param_dtype
         return self.device_param_dtype
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict; ``from_dict`` inverts it."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["arms"] = [a.options() for a in self.arms]
-        out["model"] = dataclasses.asdict(self.model)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        """Rebuild a config written by ``to_dict`` (e.g. from a manifest, for ``--resume``)."""
-        values = dict(data)
-        values["arms"] = [Arm(**a) for a in values.get("arms", [])]
-        values["model"] = ModelConfig(**values.get("model", {}))
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
 
     @classmethod
     def from_sources(

@@ -173,10 +173,11 @@ def _bytes_parts(parts: Mapping[str, int]) -> str:
 def memory_lines(result: DiffResult) -> list[str]:
     """The memory step's peak per arm, where it falls and its categories, then where they differ
     (``[]`` without memory timelines for both arms)."""
-    if result.memory is None:
+    timeline = result.memory_timeline
+    if timeline is None:
         return []
-    sides = ((result.base, result.memory["base"]), (result.test, result.memory["test"]))
-    out = [f"Memory step, rank {result.memory['base']['rank']} (profile_memory on; allocated bytes):"]
+    sides = ((result.base, timeline["base"]), (result.test, timeline["test"]))
+    out = [f"Memory step, rank {timeline['base']['rank']} (profile_memory on; allocated bytes):"]
     for label, side in sides:
         live = side["live_at_start_bytes"]
         step = side["in_step_by_category"]
@@ -186,10 +187,10 @@ def memory_lines(result: DiffResult) -> list[str]:
             f"live at start {fmt_bytes(sum(live.values()))} ({_bytes_parts(live)}) + step allocations "
             f"{fmt_bytes(sum(step.values()))} ({_bytes_parts(step)})"
         )
-    d = result.memory["difference"]
+    d = timeline["difference"]
     out.append(
         f"  Δ peak {'+' if d['delta_bytes'] >= 0 else '−'}{fmt_bytes(abs(d['delta_bytes']))}: "
-        + mt.difference_text(result.base, result.test, result.memory["base"], result.memory["test"])
+        + mt.difference_text(result.base, result.test, timeline["base"], timeline["test"])
     )
     return out
 

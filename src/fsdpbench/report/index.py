@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdpbench.analysis.diff import DiffResult
+from fsdpbench.analysis.diff import DiffResult, diffs_from_json
 from fsdpbench.analysis.findings import finite
 from fsdpbench.analysis.result import Analysis
 from fsdpbench.errors import InputError
@@ -149,12 +149,15 @@ class CellResults:
         for arm, doc in (raw if isinstance(raw, dict) else {}).items():
             with contextlib.suppress(KeyError, TypeError, AttributeError, ValueError):
                 analyses[str(arm)] = Analysis.from_dict(doc)
-        diffs = []
-        for doc in (
-            run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)) if run_dir else []
-        ):
-            with contextlib.suppress(InputError):
-                diffs.append(DiffResult.from_dict(doc))
+        diffs = (
+            diffs_from_json(
+                run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)),
+                str(run_dir / run_folder.DIFF_JSON),
+                skipped=lambda exc: None,  # the overview shows the cell without that comparison's diff
+            )
+            if run_dir
+            else []
+        )
         return cls(summary, analyses, diffs)
 
 

@@ -75,18 +75,16 @@ class RunData:
     def diff_results(self) -> list[DiffResult]:
         """``diffs`` as :class:`~fsdpbench.analysis.diff.DiffResult` objects; one that is not a Diff JSON
         object is left out and named in ``missing``."""
-        from fsdpbench.analysis.diff import DiffResult
+        from fsdpbench.analysis.diff import diffs_from_json
 
         def parse(raw: list[dict[str, Any]]) -> list[DiffResult]:
-            out = []
-            for d in raw:
-                try:
-                    out.append(DiffResult.from_dict(d))
-                except InputError as exc:
-                    self.missing.append(
-                        f"a diff in `{run_folder.DIFF_JSON}` could not be read ({exc}); it is left out."
-                    )
-            return out
+            return diffs_from_json(
+                raw,
+                run_folder.DIFF_JSON,
+                lambda exc: self.missing.append(
+                    f"a diff in `{run_folder.DIFF_JSON}` could not be read ({exc}); it is left out."
+                ),
+            )
 
         return self._typed_value("diffs", self.diffs, parse)
 

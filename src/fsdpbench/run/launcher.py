@@ -296,8 +296,8 @@ class Run:
             max_time_s=self.cfg.max_time,
         )
         console.print(f"--rounds auto: {decision.why}")
-        if decision.stop:
-            self.manifest["rounds_auto"] = decision.to_dict(rounds)
+        if decision.stopped:
+            self.manifest["rounds_auto"] = decision.to_dict()
             self.write_manifest()
             return []
         labels = [a.label for a in self.cfg.arms]
@@ -309,7 +309,7 @@ class Run:
         self.cfg.rounds = rounds + 1
         self.manifest["config"]["rounds"] = rounds + 1
         self.manifest["order"].extend(added)
-        self.manifest["rounds_auto"] = decision.to_dict(rounds)
+        self.manifest["rounds_auto"] = decision.to_dict()
         self.plan = launch_plan(self.manifest["order"], labels, self.cfg.separate_launches)
         self.write_manifest()
         return [(i["arm"], i["round"]) for i in added]
@@ -680,14 +680,13 @@ def run_ab(
     if resume is not None:
         run_dir = Path(resume)
         manifest = run_folder.read_json_file(run_dir / run_folder.MANIFEST)
-        if "separate_profile" not in manifest.get("config", {"separate_profile": 0}):
-            manifest["config"]["separate_profile"] = True  # a run from before profiles rode in round 0
-        try:
-            cfg = RunConfig.from_dict(manifest["config"])
-        except KeyError:
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict):
             raise InputError(
                 f"{run_dir / run_folder.MANIFEST}: no 'config'; is this an fsdpbench run folder?"
-            ) from None
+            )
+        if "separate_profile" not in manifest["config"]:
+            manifest["config"]["separate_profile"] = True  # a run from before profiles rode in round 0
+        cfg = RunConfig.from_dict(manifest["config"], str(run_dir / run_folder.MANIFEST), "$.config")
     npu_profile_paths(cfg, resume)
     if resume is None:
         interpreters = probe_arms(

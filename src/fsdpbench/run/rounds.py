@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fsdpbench.records import Record
+
 STOP_SETTLED = "settled"
 STOP_MAX_ROUNDS = "max_rounds"
 STOP_MAX_TIME = "max_time"
@@ -21,17 +23,16 @@ STOP_PARITY = "parity_failed"
 
 
 @dataclass(frozen=True, slots=True)
-class RoundsCheck:
-    """The decision after a complete round: go on, or stop and why."""
+class RoundsCheck(Record):
+    """The decision after ``rounds`` complete rounds: go on, or stop and why (manifest.json and
+    summary.json ``rounds_auto``)."""
 
-    stop: bool
+    rounds: int
+    stopped: bool
     reason: str | None
-    """``settled``, ``max_rounds``, ``max_time`` or ``parity_failed`` when ``stop``; None otherwise."""
+    """``settled``, ``max_rounds``, ``max_time`` or ``parity_failed`` when ``stopped``; None otherwise."""
     why: str
     """One line for the terminal, the summary and the report."""
-
-    def to_dict(self, rounds: int) -> dict[str, Any]:
-        return {"rounds": rounds, "stopped": self.stop, "reason": self.reason, "why": self.why}
 
 
 def ci_width_pct(ratio: float, ci95: Sequence[float]) -> float:
@@ -80,13 +81,14 @@ def check(
     """
     if not parity_valid:
         return RoundsCheck(
-            True, STOP_PARITY, f"stopped after {rounds} rounds: the losses differ (parity failed)"
+            rounds, True, STOP_PARITY, f"stopped after {rounds} rounds: the losses differ (parity failed)"
         )
     if not comparisons:
-        return RoundsCheck(True, STOP_SETTLED, f"stopped after {rounds} rounds: nothing to compare")
+        return RoundsCheck(rounds, True, STOP_SETTLED, f"stopped after {rounds} rounds: nothing to compare")
     open_ = unsettled(comparisons, ci_target_pct)
     if not open_:
         return RoundsCheck(
+            rounds,
             True,
             STOP_SETTLED,
             f"stopped after {rounds} rounds: every comparison's 95% CI excludes 1 or is narrower than "
@@ -94,13 +96,17 @@ def check(
         )
     if rounds >= max_rounds:
         return RoundsCheck(
-            True, STOP_MAX_ROUNDS, f"stopped at --max-rounds {max_rounds}, not sure: {'; '.join(open_)}"
+            rounds,
+            True,
+            STOP_MAX_ROUNDS,
+            f"stopped at --max-rounds {max_rounds}, not sure: {'; '.join(open_)}",
         )
     if max_time_s > 0 and elapsed_s + round_s > max_time_s:
         return RoundsCheck(
+            rounds,
             True,
             STOP_MAX_TIME,
             f"stopped after {rounds} rounds: another ({round_s:.0f} s) would pass --max-time {max_time_s:g} s "
             f"({elapsed_s:.0f} s spent), not sure: {'; '.join(open_)}",
         )
-    return RoundsCheck(False, None, f"round {rounds + 1}: {'; '.join(open_)}")
+    return RoundsCheck(rounds, False, None, f"round {rounds + 1}: {'; '.join(open_)}")

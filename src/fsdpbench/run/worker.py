@@ -576,7 +576,9 @@ def run(spec: dict[str, Any]) -> None:
         int(os.environ["LOCAL_RANK"]),
     )
     stamps: dict[str, float] = {"entered": time.time()}
-    cfg = RunConfig.from_dict(spec["config"])
+    cfg = RunConfig.from_dict(
+        spec["config"], str(Path(spec["launch_dir"]) / run_folder.LAUNCH_SPEC), "$.config"
+    )
     arm = next(a for a in cfg.arms if a.label == spec["arm"])
     round_ = spec["round"]
     profile_launch = round_ == run_folder.PROFILE_ROUND

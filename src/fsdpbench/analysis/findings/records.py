@@ -41,8 +41,8 @@ def safe_delta(a: float | None, b: float | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class Pair(Generic[T]):
-    """One value per side: ``pair["base"]`` / ``pair["test"]``."""
+class Pair(Record, Generic[T]):
+    """One value per side: ``pair["base"]`` / ``pair["test"]``; in a file ``{"base": …, "test": …}``."""
 
     base: T
     test: T
@@ -64,11 +64,14 @@ METRICS = (
 
 
 @dataclass(frozen=True)
-class SideMetrics:
+class SideMetrics(Record):
     """One arm's step breakdown (one rank, or the mean over ranks): µs and a 0–1 overlap ratio.
 
-    ``None`` = not measured (e.g. no overlap ratio without communication). ``rank`` is set for one rank.
+    ``None`` = not measured (e.g. no overlap ratio without communication). ``rank`` is set for one rank;
+    a file holds the ``METRICS`` only (Diff JSON ``side_by_side``: the rank is the pair's).
     """
+
+    _keys: ClassVar[tuple[str, ...]] = METRICS
 
     step_time_us: float | None = None
     compute_us: float | None = None
@@ -83,15 +86,6 @@ class SideMetrics:
     def from_mapping(cls, data: Mapping[str, Any], rank: int | None = None) -> SideMetrics:
         """The metrics of an Analysis-JSON rank (or mean) dict; anything not a finite number is ``None``."""
         return cls(**{k: finite(data.get(k)) for k in METRICS}, rank=rank)
-
-    def to_dict(self) -> dict[str, float | None]:
-        """``{metric: value}`` for the ``METRICS`` keys (Diff JSON ``side_by_side``)."""
-        return {k: getattr(self, k) for k in METRICS}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], rank: int | None = None) -> SideMetrics:
-        """The inverse of :meth:`to_dict` (values as written: a Diff JSON's are numbers or null)."""
-        return cls(**{k: data.get(k) for k in METRICS}, rank=rank)
 
     def breakdown(self) -> dict[str, float | None]:
         """The keyword arguments of the ``whatif`` estimators."""
@@ -139,12 +133,43 @@ class CollectiveSide:
 
 
 @dataclass(frozen=True)
-class CollectiveRow:
-    """One collective type compared; ``row["test"]`` is the test side. Ratios are test / base."""
+class CollectiveRow(Record):
+    """One collective type compared (a Diff JSON ``collectives`` row): each side's calls, bytes and time per
+    rank; ``row["test"]`` is the test side as a :class:`CollectiveSide`. Ratios are test / base."""
+
+    _keys: ClassVar[tuple[str, ...]] = (
+        "type",
+        "base_count",
+        "test_count",
+        "count_ratio",
+        "base_bytes",
+        "test_bytes",
+        "bytes_ratio",
+        "base_time_us",
+        "test_time_us",
+        "time_delta_us",
+    )
 
     type: str
-    base: CollectiveSide
-    test: CollectiveSide
+    base_count: float | None = None
+    test_count: float | None = None
+    base_bytes: float | None = None
+    test_bytes: float | None = None
+    base_time_us: float | None = None
+    test_time_us: float | None = None
+
+    @classmethod
+    def from_sides(cls, type: str, base: CollectiveSide, test: CollectiveSide) -> CollectiveRow:
+        """The row of one collective type from both sides' figures."""
+        return cls(type, base.count, test.count, base.bytes, test.bytes, base.time_us, test.time_us)
+
+    @property
+    def base(self) -> CollectiveSide:
+        return CollectiveSide(self.base_count, self.base_bytes, self.base_time_us)
+
+    @property
+    def test(self) -> CollectiveSide:
+        return CollectiveSide(self.test_count, self.test_bytes, self.test_time_us)
 
     def __getitem__(self, side: Side) -> CollectiveSide:
         return self.test if side == "test" else self.base
@@ -155,36 +180,15 @@ class CollectiveRow:
 
     @property
     def count_ratio(self) -> float | None:
-        return safe_ratio(self.test.count, self.base.count)
+        return safe_ratio(self.test_count, self.base_count)
 
     @property
     def bytes_ratio(self) -> float | None:
-        return safe_ratio(self.test.bytes, self.base.bytes)
+        return safe_ratio(self.test_bytes, self.base_bytes)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CollectiveRow:
-        """The inverse of :meth:`to_dict` (a Diff JSON ``collectives`` row; the ratios and delta are
-        computed again from the sides)."""
-        sides = (
-            CollectiveSide(data.get(f"{side}_count"), data.get(f"{side}_bytes"), data.get(f"{side}_time_us"))
-            for side in ("base", "test")
-        )
-        return cls(str(data["type"]), *sides)
-
-    def to_dict(self) -> dict[str, Any]:
-        b, t = self.base, self.test
-        return {
-            "type": self.type,
-            "base_count": b.count,
-            "test_count": t.count,
-            "count_ratio": self.count_ratio,
-            "base_bytes": b.bytes,
-            "test_bytes": t.bytes,
-            "bytes_ratio": self.bytes_ratio,
-            "base_time_us": b.time_us,
-            "test_time_us": t.time_us,
-            "time_delta_us": safe_delta(t.time_us, b.time_us),
-        }
+    @property
+    def time_delta_us(self) -> float | None:
+        return safe_delta(self.test_time_us, self.base_time_us)
 
 
 def collective_phrase(name: str, side: CollectiveSide, other: CollectiveSide) -> str:
@@ -210,15 +214,45 @@ class OpSide:
 
 
 @dataclass(frozen=True)
-class OpRow:
-    """One op type compared, with HTA's change category (added/deleted/increased/decreased/unchanged)."""
+class OpRow(Record):
+    """One op type compared (a Diff JSON ``ops`` row): kernel time and calls per rank on each side, with
+    HTA's change category (added/deleted/increased/decreased/unchanged); ``row["test"]`` is an :class:`OpSide`."""
+
+    _keys: ClassVar[tuple[str, ...]] = (
+        "op_type",
+        "base_us",
+        "test_us",
+        "delta_us",
+        "base_count",
+        "test_count",
+        "change",
+        "same_as",
+    )
+    _omit_if_empty: ClassVar[frozenset[str]] = frozenset({"same_as"})
 
     op_type: str
-    base: OpSide
-    test: OpSide
-    change: str
+    base_us: float = 0.0
+    test_us: float = 0.0
+    base_count: float = 0.0
+    test_count: float = 0.0
+    change: str = ""
     same_as: tuple[str, ...] = ()
     """Other names of the same operator merged into this row (CANN aliases: ``ReduceSumD`` for ``ReduceSum``)."""
+
+    @classmethod
+    def from_sides(
+        cls, op_type: str, base: OpSide, test: OpSide, change: str, same_as: tuple[str, ...] = ()
+    ) -> OpRow:
+        """The row of one op type from both sides' figures."""
+        return cls(op_type, base.us, test.us, base.count, test.count, change, same_as)
+
+    @property
+    def base(self) -> OpSide:
+        return OpSide(self.base_us, self.base_count)
+
+    @property
+    def test(self) -> OpSide:
+        return OpSide(self.test_us, self.test_count)
 
     @property
     def label(self) -> str:
@@ -230,30 +264,7 @@ class OpRow:
 
     @property
     def delta_us(self) -> float:
-        return self.test.us - self.base.us
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OpRow:
-        """The inverse of :meth:`to_dict` (a Diff JSON ``ops`` row; ``delta_us`` is computed again)."""
-        return cls(
-            str(data["op_type"]),
-            OpSide(data.get("base_us", 0.0), data.get("base_count", 0.0)),
-            OpSide(data.get("test_us", 0.0), data.get("test_count", 0.0)),
-            str(data.get("change", "")),
-            tuple(data.get("same_as") or ()),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "op_type": self.op_type,
-            "base_us": self.base.us,
-            "test_us": self.test.us,
-            "delta_us": self.delta_us,
-            "base_count": self.base.count,
-            "test_count": self.test.count,
-            "change": self.change,
-            **({"same_as": list(self.same_as)} if self.same_as else {}),
-        }
+        return self.test_us - self.base_us
 
 
 @dataclass(frozen=True)
