@@ -41,6 +41,22 @@ def _has_children() -> bool:
     return True
 
 
+def _big(item: int) -> tuple[int, float, bytes]:
+    return os.getpid(), time.monotonic(), bytes(1 << 20)  # 16 times a pipe's buffer
+
+
+def test_children_never_wait_for_the_caller_to_read_their_results():
+    """While the caller is still busy (reading cached ranks) before it takes its share, the children's
+    results are drained: a child does not stop after its first result that fills the pipe."""
+    with fanout.Fanout(_big, list(range(4)), 2, lambda i, why: None) as fan:
+        time.sleep(1.0)  # the caller's own work before results()
+        called = time.monotonic()
+        out = fan.results()
+    assert os.getpid() not in {pid for pid, _, _ in out}  # the child did every item meanwhile
+    assert max(done for _, done, _ in out) < called
+    assert all(len(data) == 1 << 20 for _, _, data in out)
+
+
 def test_a_caller_that_fails_stops_and_reaps_its_children():
     parent = os.getpid()
 

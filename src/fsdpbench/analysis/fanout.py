@@ -86,16 +86,33 @@ def _child(fn: Callable[[T], R], items: Sequence[T], tickets: int, out: int) -> 
 
 class _Drain(threading.Thread):
     """Reads every child's pipe to its end: ``taken[pid]`` the index a child is working on (None
-    between items) and ``results[index]`` each pickled result; ``on_result`` is called as each
-    one arrives."""
+    between items) and ``results[index]`` each pickled result; the function given to :meth:`notify`
+    is called as each one arrives (at once for those that came before it was given)."""
 
-    def __init__(self, pipes: dict[int, int], on_result: Callable[[], None]) -> None:
+    def __init__(self, pipes: dict[int, int]) -> None:
         super().__init__(daemon=True)
-        self.pipes = pipes  # read fd -> child pid
-        self.on_result = on_result
+        self.pipes = dict(pipes)  # read fd -> child pid
+        self._lock = threading.Lock()
+        self._arrived = 0  # results that came before notify() was called
+        self._on_result: Callable[[], None] | None = None
         self.taken: dict[int, int | None] = dict.fromkeys(pipes.values())
         self.results: dict[int, bytes] = {}
         self.error: BaseException | None = None
+
+    def notify(self, on_result: Callable[[], None]) -> None:
+        """Call ``on_result`` for each result that has come and, from another thread, each that comes."""
+        with self._lock:
+            self._on_result, arrived, self._arrived = on_result, self._arrived, 0
+        for _ in range(arrived):
+            on_result()
+
+    def _arrive(self) -> None:
+        with self._lock:
+            on_result = self._on_result
+            if on_result is None:
+                self._arrived += 1
+        if on_result is not None:
+            on_result()
 
     def run(self) -> None:
         try:
@@ -128,7 +145,7 @@ class _Drain(threading.Thread):
                         else:
                             self.results[index] = bytes(buf[_HEADER.size : end])
                             self.taken[self.pipes[fd]] = None
-                            self.on_result()
+                            self._arrive()
                         del buf[:end]
 
 
@@ -160,8 +177,9 @@ class Fanout:
         self.tickets, feed = os.pipe()
         _write_all(feed, b"".join(_INDEX.pack(i) for i in range(len(self.items))))
         os.close(feed)  # every index written: a process that reads nothing has nothing left to take
-        for stream in (sys.stdout, sys.stderr):  # else a child's exit could write the parent's buffers again
-            stream.flush()
+        for stream in (sys.stdout, sys.stderr):  # else a child's first write could repeat the parent's
+            if stream is not None:
+                stream.flush()
         for _ in range(self.processes - 1):
             read_end, write_end = os.pipe()
             pid = os.fork()
@@ -178,6 +196,9 @@ class Fanout:
                     os._exit(code)
             os.close(write_end)
             self.pipes[read_end] = pid
+        # started at once (every child forked): a child never waits for the caller to read its results
+        self.drain = _Drain(self.pipes)
+        self.drain.start()
         return self
 
     def results(self, on_result: Callable[[], None] = lambda: None) -> list[R]:
@@ -186,8 +207,10 @@ class Fanout:
         Args:
             on_result: called as each result arrives (from another thread for the children's).
         """
-        drain = self.drain = _Drain(self.pipes, on_result)
-        drain.start()
+        drain = self.drain
+        if drain is None:
+            raise RuntimeError("Fanout.results() is called inside its with block")
+        drain.notify(on_result)
         mine: dict[int, Any] = {}
         while (i := _take(self.tickets)) is not None:
             mine[i] = self.fn(self.items[i])
