@@ -225,7 +225,7 @@ class Fanout:
             if i in mine:
                 out.append(mine[i])
             elif i in drain.results:
-                result = pickle.loads(drain.results[i])
+                result = pickle.loads(drain.results.pop(i))  # its bytes freed as it is read
                 if isinstance(result, Exception):
                     raise result
                 out.append(result)
