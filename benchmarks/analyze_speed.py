@@ -19,13 +19,16 @@ them) and, for reference, of RSS (shared pages counted in every process), sample
 
     python benchmarks/analyze_speed.py [--ranks 8] [--events 200000] [--keep DIR] [--skip-hta] [--repeat 2] [--json FILE]
     python benchmarks/analyze_speed.py --split [--ranks 4] [--events 60000] [--skip-hta]            # + main vs workers
+    python benchmarks/analyze_speed.py --src /tmp/old/src [--ranks 4] [--events 60000] [--skip-hta] # + an older src
     python benchmarks/analyze_speed.py --decoders [--ranks 1] [--events 60000] [--repeat 3]   # decoders side by side
     python benchmarks/analyze_speed.py --decoders --trace FILE [--trace FILE …]               # … on these traces
 
 With ``--split`` the rounds also run the cold analysis in a process that reports its own CPU time
-(the main process: starting Python, imports, discovery, the cross-rank waits, the tables and JSON) apart
-from that of its worker processes (reading and measuring the ranks), from ``getrusage`` when the output is
-written, so the fixed cost of the main process can be told from the per-rank cost.
+(the main process: starting Python, imports, discovery, its share of the ranks, the cross-rank waits, the
+tables and JSON) apart from that of its forked worker processes (reading and measuring the other ranks),
+from ``getrusage`` when the output is written. With ``--src DIR`` the rounds also run the cold analysis
+(and the split one) of the fsdpbench under ``DIR`` (an older checkout's ``src``), interleaved with this
+one's, and print the ratios of the two.
 
 The machine's other load moves every figure; fsdpbench and the bare decode run ``--repeat`` rounds,
 interleaved (fastest of each kept), HTA once (it takes minutes).
@@ -357,6 +360,11 @@ def main() -> int:
         action="store_true",
         help="also time the cold analysis split into its main process's CPU time and its workers'",
     )
+    ap.add_argument(
+        "--src",
+        type=Path,
+        help="also time the cold analysis of the fsdpbench in this src folder (an older checkout's), interleaved",
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -394,6 +402,12 @@ def main() -> int:
         if args.split:
             split_cmd = [sys.executable, "-c", _SPLIT, str(folder), str(workers), str(split_file)]
             commands["fsdpbench analyze (split)"] = (split_cmd, env)
+        if args.src:
+            src_env = {**env, "PYTHONPATH": str(args.src.resolve())}
+            commands["fsdpbench analyze, --src"] = ([*analyze, "--no-cache"], src_env)
+            if args.split:
+                commands["fsdpbench analyze (split), --src"] = (split_cmd, src_env)
+            _compile_measured_package(src_env)
         _compile_measured_package(env)
         measure(analyze, env=env)  # writes the caches the cached runs read
         # interleaved rounds (cold, cached, bare, bare, cold, …), fastest of each kept: a drift in the
@@ -402,7 +416,7 @@ def main() -> int:
         for _ in range(max(args.repeat, 1)):
             for name, (cmd, cmd_env) in commands.items():
                 tries[name].append(measure(cmd, env=cmd_env))
-                if name == "fsdpbench analyze (split)":
+                if name.startswith("fsdpbench analyze (split)"):
                     main_s, workers_s = (float(x) for x in split_file.read_text().split())
                     tries[name][-1].update(main_cpu_s=main_s, workers_cpu_s=workers_s)
         runs = {name: min(t, key=lambda r: r["wall_s"]) for name, t in tries.items()}
@@ -434,14 +448,27 @@ def main() -> int:
         f"{ratios['vs_orjson_1proc_wall']:.2f}× (1 proc) the wall time; "
         f"{ratios['vs_orjson_same_procs_cpu']:.2f}× the CPU time of {workers} procs (aim ≤ 1.0×)"
     )
-    if "fsdpbench analyze (split)" in runs:
-        split = runs["fsdpbench analyze (split)"]
+    for tag, suffix in (("", ""), ("src_", ", --src")):
+        split = runs.get(f"fsdpbench analyze (split){suffix}")
+        if split is None:
+            continue
         for part in ("main", "workers"):
-            ratios[f"{part}_cpu_over_orjson_same_procs"] = split[f"{part}_cpu_s"] / bare["cpu_s"]
+            ratios[f"{tag}{part}_cpu_over_orjson_same_procs"] = split[f"{part}_cpu_s"] / bare["cpu_s"]
         print(
-            f"fsdpbench cold, split (its fastest run): main process {split['main_cpu_s']:.3f} CPU s "
-            f"({ratios['main_cpu_over_orjson_same_procs']:.2f}× the bare decode's CPU), workers "
-            f"{split['workers_cpu_s']:.3f} CPU s ({ratios['workers_cpu_over_orjson_same_procs']:.2f}×)"
+            f"fsdpbench{suffix} cold, split (its fastest run): main process {split['main_cpu_s']:.3f} CPU s "
+            f"({ratios[f'{tag}main_cpu_over_orjson_same_procs']:.2f}× the bare decode's CPU), workers "
+            f"{split['workers_cpu_s']:.3f} CPU s ({ratios[f'{tag}workers_cpu_over_orjson_same_procs']:.2f}×)"
+        )
+    if "fsdpbench analyze, --src" in runs:
+        other = runs["fsdpbench analyze, --src"]
+        for unit in ("wall", "cpu"):
+            ratios[f"cold_over_src_cold_{unit}"] = ours[f"{unit}_s"] / other[f"{unit}_s"]
+            ratios[f"src_vs_orjson_same_procs_{unit}"] = other[f"{unit}_s"] / bare[f"{unit}_s"]
+        print(
+            f"fsdpbench cold / --src's cold: {ratios['cold_over_src_cold_wall']:.2f}× the wall time, "
+            f"{ratios['cold_over_src_cold_cpu']:.2f}× the CPU time; --src / bare orjson.loads: "
+            f"{ratios['src_vs_orjson_same_procs_wall']:.2f}× the wall time, "
+            f"{ratios['src_vs_orjson_same_procs_cpu']:.2f}× the CPU time"
         )
     if "HTA load+overlap+breakdown" in runs:
         hta = runs["HTA load+overlap+breakdown"]

@@ -11,6 +11,7 @@ import orjson
 import pandas as pd
 import pytest
 
+from fsdpbench.analysis import fanout
 from fsdpbench.trace import cache as table_cache
 from fsdpbench.trace import kineto, read_rank
 from fsdpbench.trace.kineto import read_kineto
@@ -159,6 +160,7 @@ def test_cached_ranks_are_read_in_process_without_a_worker_pool(tmp_path, monkey
         raise AssertionError("a worker pool was started although every rank has a valid cache")
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(fanout, "Fanout", no_pool)
     _no_decoding(monkeypatch)
     assert analysis.analyze([tmp_path], workers=2).record().to_dict() == reference
 
@@ -168,17 +170,17 @@ def test_only_uncached_ranks_go_to_the_workers(tmp_path, monkeypatch):
 
     _ranks(tmp_path, 3)
     read_rank(tmp_path / "rank1.json.gz")  # only rank 1 has a cache
-    submitted = []
-    real = concurrent.futures.ProcessPoolExecutor
+    shared = []
+    real = fanout.Fanout
 
     class Spy(real):
-        def submit(self, fn, source, *args):
-            submitted.append(source.path.name)
-            return super().submit(fn, source, *args)
+        def __init__(self, fn, items, *args):
+            shared.extend(source.path.name for _, source in items)
+            super().__init__(fn, items, *args)
 
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Spy)
+    monkeypatch.setattr(fanout, "Fanout", Spy)
     got = analysis.analyze([tmp_path], workers=2)
-    assert sorted(submitted) == ["rank0.json.gz", "rank2.json.gz"]
+    assert sorted(shared) == ["rank0.json.gz", "rank2.json.gz"]
     monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
     assert got.record().to_dict() == analysis.analyze([tmp_path], workers=1).record().to_dict()
 
