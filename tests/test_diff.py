@@ -250,6 +250,19 @@ def test_diff_run_names_the_side_of_malformed_collective_events(tmp_path):
         diff_run(run)
 
 
+def test_diff_run_names_collective_event_columns_of_different_lengths(tmp_path):
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
+    cached = orjson.loads((run / "analysis.json").read_bytes())
+    cached["hyper"]["ranks"][1]["collective_events"]["end_ns"].pop()
+    (run / "analysis.json").write_bytes(orjson.dumps(cached))
+    n = len(cached["hyper"]["ranks"][1]["collective_events"]["type"])
+    with pytest.raises(
+        InputError,
+        match=rf"analysis.json: \$.hyper.ranks\[1\].collective_events: columns of different lengths .*'end_ns': {n - 1}",
+    ):
+        diff_run(run)
+
+
 def test_diff_run_reanalyzes_when_profiles_are_newer_than_analysis_json(tmp_path):
     import os
 

@@ -502,11 +502,9 @@ class Analysis:
         Raises:
             InputError: ``rec`` is of another schema version.
         """
-        if rec.schema_version != SCHEMA_VERSION:
-            raise InputError(
-                f"$.schema_version is {rec.schema_version}: this fsdpbench reads {SCHEMA_VERSION}; "
-                "analyze the profiles again with this version"
-            )
+        problem = _problem(rec)
+        if problem:
+            raise InputError(problem)
         return from_record(
             rec,
             cls,
@@ -516,6 +514,21 @@ class Analysis:
             },
             stragglers=rec.across_ranks.get("stragglers") or [],
         )
+
+
+def _problem(rec: AnalysisRecord) -> str | None:
+    """What msgspec cannot check of an Analysis record, as ``$.path: why`` (None when it is sound): its
+    schema version, and that each rank's collective-event columns are of one length."""
+    if rec.schema_version != SCHEMA_VERSION:
+        return (
+            f"$.schema_version is {rec.schema_version}: this fsdpbench reads {SCHEMA_VERSION}; "
+            "analyze the profiles again with this version"
+        )
+    for i, rank in enumerate(rec.ranks):
+        lengths = {c: len(v) for c, v in (rank.collective_events or {}).items()}
+        if len(set(lengths.values())) > 1:
+            return f"$.ranks[{i}].collective_events: columns of different lengths {lengths}"
+    return None
 
 
 _JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
@@ -559,8 +572,9 @@ def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
         raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")
     arms = {arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}") for arm, doc in raw.items()}
     for arm, rec in arms.items():
-        if rec.schema_version != SCHEMA_VERSION:
-            _typed(rec, str(path), f"$.{arm}")
+        problem = _problem(rec)
+        if problem:
+            raise InputError(f"{path}: $.{arm}{problem[1:]}")
     return arms
 
 
