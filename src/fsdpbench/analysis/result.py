@@ -44,11 +44,9 @@ __all__ = ["SCHEMA_VERSION", "Analysis", "RankMetrics", "StepMetrics"]
 FIT_EVENT_COLUMNS = ("type", "bytes", "start_ns", "end_ns")
 """The collective events' columns the per-call α–β fits read (``whatif.fit_events``), beside
 ``transfer_ns`` where the cross-rank split set it."""
-SCALARS = tuple(
-    f.name for f in dataclasses.fields(StepRecord) if f.name not in ("step", "collectives", "ops", "sync")
-)
-"""The scalar metrics of a window (averaged, min and max across ranks): every field of ``StepRecord`` but
-its step and tables."""
+SCALARS = tuple(f.name for f in dataclasses.fields(StepRecord) if str(f.type).startswith("float"))
+"""The scalar metrics of a window (averaged, min and max across ranks): the float fields of ``StepRecord``,
+in its order."""
 
 
 def _op_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
