@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from fsdpbench.analysis import calibration, derived, whatif, whatif_units
 from fsdpbench.analysis.diff import diff_analyses
@@ -43,9 +44,9 @@ def _min_over_ranks_fits(analysis: object) -> dict[str, whatif.AlphaBetaFit]:
     return fits
 
 
-def _mean_wait_us(analysis: object) -> float | None:
+def _mean_wait_us(analysis: Any) -> float | None:
     """The mean over ranks of the step's waiting for the last rank (``waits.ranks[].wait_us``)."""
-    waits = analysis.get("waits") if isinstance(analysis, dict) else analysis.waits  # analysis.json or read
+    waits = analysis.waits
     ranks = (waits or {}).get("ranks") or []
     waits = [r["wait_us"] for r in ranks if r.get("wait_us") is not None]
     return sum(waits) / len(waits) if waits else None
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             mean = d["side_by_side"]["mean"][side]
             breakdown = {k: mean.get(k) for k in ("step_time_us", "compute_us", "comm_us", "exposed_comm_us")}
-            subject_data = analyses[e["subject"]].to_dict()
-            other_data = analyses[e["counterfactual"]].to_dict()
+            subject_data = analyses[e["subject"]].record().to_dict()
+            other_data = analyses[e["counterfactual"]].record().to_dict()
             for name, (fit_for, idle) in variants.items():
                 est = whatif.estimate_regrouping(
                     per_type,

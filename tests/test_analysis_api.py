@@ -16,7 +16,7 @@ def test_parallel_and_in_process_analyses_agree_and_events_reload(tmp_path):
         )
     serial = analyze([tmp_path], workers=1)
     parallel = analyze([tmp_path], workers=2)
-    assert serial.to_dict() == parallel.to_dict()
+    assert serial.record().to_dict() == parallel.record().to_dict()
     r = parallel.ranks[1]
     assert r._events is None  # not shipped back from the worker
     pd.testing.assert_frame_equal(r.events, serial.ranks[1].events)

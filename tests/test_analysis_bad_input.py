@@ -106,7 +106,7 @@ def test_trace_without_collectives_warns_and_reports_overlap_null(tmp_path, caps
     (tmp_path / "rank0.json").write_bytes(orjson.dumps(doc))
     res = analyze([tmp_path / "rank0.json"], workers=1)
     assert res.ranks[0].overlap_ratio is None
-    assert res.to_dict()["ranks"][0]["overlap_ratio"] is None
+    assert res.record().to_dict()["ranks"][0]["overlap_ratio"] is None
     assert f"rank 0: {NO_COLLECTIVES}" in res.warnings
     rc, out, _ = run(capsys, str(tmp_path / "rank0.json"))
     assert rc == 0 and "no collectives found" in out and "—" in out  # overlap: the missing glyph, never 0%

@@ -222,7 +222,7 @@ def test_unit_phase_rows_partition_the_step_exactly_on_real_runs(profiled_ab_run
 def test_analysis_result_carries_the_rows_and_caches_them(profiled_ab_run, monkeypatch):
     arm = profiled_ab_run / "profiles" / "torch"
     res = analyze([arm], workers=1)
-    d = res.to_dict()
+    d = res.record().to_dict()
     for r in d["ranks"]:
         rows = r["units"]
         assert rows and {"unit", "phase", "compute_us", "comm_us", "overlapped_us", "exposed_us"} <= set(
@@ -230,8 +230,8 @@ def test_analysis_result_carries_the_rows_and_caches_them(profiled_ab_run, monke
         )
         assert sum(x["comm_us"] for x in rows) == pytest.approx(r["comm_us"], abs=1e-6)
     monkeypatch.delenv("FSDPBENCH_NO_CACHE")
-    first = analyze([arm], workers=1).to_dict()
-    again = analyze([arm], workers=1).to_dict()  # from the result cache
+    first = analyze([arm], workers=1).record().to_dict()
+    again = analyze([arm], workers=1).record().to_dict()  # from the result cache
     assert [r["units"] for r in again["ranks"]] == [r["units"] for r in first["ranks"]]
 
 

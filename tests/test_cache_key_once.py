@@ -64,13 +64,13 @@ def test_each_kineto_trace_is_hashed_once_per_analysis_cold_warm_and_table_only(
 
     second = analyze([folder], workers=workers)  # every rank and the waits from their caches
     assert _calls(key_calls) == names
-    assert second.to_dict() == first.to_dict()
+    assert second.record().to_dict() == first.record().to_dict()
 
     for n in names:  # only the event-table caches left: each rank read from its table cache
         result_cache.cache_path(folder / n).unlink()
     third = analyze([folder], workers=workers)
     assert _calls(key_calls) == names
-    assert third.to_dict() == first.to_dict()
+    assert third.record().to_dict() == first.record().to_dict()
 
 
 def test_each_ascend_folder_is_hashed_once_per_analysis(tmp_path, key_calls):
@@ -86,4 +86,4 @@ def test_each_ascend_folder_is_hashed_once_per_analysis(tmp_path, key_calls):
     assert _calls(key_calls) == names
     second = analyze([folder], workers=1)
     assert _calls(key_calls) == names
-    assert second.to_dict() == first.to_dict()
+    assert second.record().to_dict() == first.record().to_dict()

@@ -327,7 +327,7 @@ def test_each_collective_is_what_its_args_say(tmp_path, case):
     ref = _reference(doc)
     ours, res = _ours(_write(tmp_path, doc))
     assert ours == ref
-    rank = res.to_dict()["ranks"][0]
+    rank = res.record().to_dict()["ranks"][0]
     want = Counter(r["type"] for r in ref)
     assert {t: s["count"] for t, s in rank["collectives"].items()} == dict(want)
     assert "other" not in rank["collectives"]  # the kernel name alone would say "other" for RCCL
@@ -338,7 +338,7 @@ def test_each_collective_is_what_its_args_say(tmp_path, case):
 def test_group_description_ranks_and_size_come_from_the_trace(tmp_path):
     doc = _trace(*CASES["2026_seq"])
     res = analyze([_write(tmp_path, doc)])
-    groups = res.to_dict()["ranks"][0]["groups"]
+    groups = res.record().to_dict()["ranks"][0]["groups"]
     raw = {}
     for e in doc["traceEvents"]:
         a = e.get("args", {})
@@ -382,7 +382,7 @@ def test_gloo_collectives_have_no_group_or_sequence_number():
     ce = res.ranks[0].collective_events
     assert len(ce) > 0
     assert ce["group"].isna().all() and (ce["seq"] == -1).all()
-    assert res.to_dict()["ranks"][0]["groups"] == {}
+    assert res.record().to_dict()["ranks"][0]["groups"] == {}
 
 
 def test_real_2022_trace_all_to_all_is_all_to_all_with_its_annotation_bytes(shared_fixtures):
@@ -399,7 +399,7 @@ def test_real_2022_trace_all_to_all_is_all_to_all_with_its_annotation_bytes(shar
         want[op] += 1
         want_bytes[op] += math.prod(e["args"]["Input Dims"][0]) * ITEMSIZE[e["args"]["Input type"][0]]
     assert want == {"all_to_all": 42, "all_reduce": 18}  # what this file holds
-    got = analyze([path]).to_dict()["ranks"][0]["collectives"]
+    got = analyze([path]).record().to_dict()["ranks"][0]["collectives"]
     assert {t: s["count"] for t, s in got.items()} == dict(want)
     assert {t: s["bytes"] for t, s in got.items()} == dict(want_bytes)
 
@@ -423,7 +423,7 @@ def test_cpu_only_profile_of_a_gpu_job_warns_and_counts_no_host_span_as_a_collec
     path, doc = _cpu_only(tmp_path, devices=8)
     assert not any(e.get("cat") in ("kernel", "gpu_memcpy", "cuda_runtime") for e in doc["traceEvents"])
     res = analyze([path])
-    rank = res.to_dict()["ranks"][0]
+    rank = res.record().to_dict()["ranks"][0]
     assert rank["collectives"] == {} and rank["comm_us"] == 0.0
     assert any("device activity was not recorded" in w and "8 device(s)" in w for w in res.warnings)
     assert not any("no collectives found" in w for w in res.warnings)  # the warning above says why
@@ -436,7 +436,7 @@ def test_a_gloo_run_on_a_gpu_machine_is_still_a_gloo_run(tmp_path):
     gloo = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("gloo:")]
     res = analyze([_write(tmp_path, doc, "rank1.json")])
     assert not any("device activity was not recorded" in w for w in res.warnings)
-    got = res.to_dict()["ranks"][0]["collectives"]
+    got = res.record().to_dict()["ranks"][0]["collectives"]
     assert sum(s["count"] for s in got.values()) == len(gloo) == 1
 
 
@@ -460,7 +460,7 @@ def test_odd_identity_args_give_what_they_say_and_no_traceback(tmp_path, monkeyp
         assert table.seq[comm].tolist() == [-1, 8, 3]  # the string Seq is not a sequence number
         assert math.isnan(table.in_bytes[comm][1]) and math.isnan(table.bytes[comm][1])  # unknown dtype
     res = analyze([path])
-    assert res.to_dict()["ranks"][0]["groups"]["9"] == {
+    assert res.record().to_dict()["ranks"][0]["groups"]["9"] == {
         "description": "undefined",
         "ranks": "7",
         "size": None,
@@ -477,7 +477,7 @@ def test_an_older_gloo_trace_without_worker_spans_on_a_gpu_machine_keeps_its_lau
     launches = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("c10d::")]
     res = analyze([_write(tmp_path, doc, "rank1.json")])
     assert not any("device activity was not recorded" in w for w in res.warnings)
-    got = res.to_dict()["ranks"][0]["collectives"]
+    got = res.record().to_dict()["ranks"][0]["collectives"]
     assert sum(s["count"] for s in got.values()) == len(launches) == 1
 
 
@@ -500,5 +500,5 @@ def test_real_2023_trace_each_kernel_takes_the_type_of_the_annotation_that_launc
             if any(r["tid"] == a["tid"] and a["ts"] <= r["ts"] <= a["ts"] + a["dur"] for r in launches):
                 want[TYPE_OF[a["name"].split(":", 1)[1]]] += 1
     assert want == {"all_to_all": 45, "reduce_scatter": 10, "all_reduce": 10, "all_gather": 10}
-    got = analyze([path]).to_dict()["ranks"][0]["collectives"]
+    got = analyze([path]).record().to_dict()["ranks"][0]["collectives"]
     assert {t: s["count"] for t, s in got.items()} == dict(want)  # the 5 orphan kernels are left out

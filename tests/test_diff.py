@@ -243,7 +243,23 @@ def test_diff_run_names_the_side_of_malformed_collective_events(tmp_path):
     cached = orjson.loads((run / "analysis.json").read_bytes())
     del cached["hyper"]["ranks"][1]["collective_events"]["end_ns"]
     (run / "analysis.json").write_bytes(orjson.dumps(cached))
-    with pytest.raises(InputError, match=r"test \(hyper\).*collective_events.*missing: \['end_ns'\]"):
+    with pytest.raises(
+        InputError,
+        match=r"analysis.json: \$.hyper.ranks\[1\].collective_events: object missing required field `end_ns`",
+    ):
+        diff_run(run)
+
+
+def test_diff_run_names_collective_event_columns_of_different_lengths(tmp_path):
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
+    cached = orjson.loads((run / "analysis.json").read_bytes())
+    cached["hyper"]["ranks"][1]["collective_events"]["end_ns"].pop()
+    (run / "analysis.json").write_bytes(orjson.dumps(cached))
+    n = len(cached["hyper"]["ranks"][1]["collective_events"]["type"])
+    with pytest.raises(
+        InputError,
+        match=rf"analysis.json: \$.hyper.ranks\[1\].collective_events: columns of different lengths .*'end_ns': {n - 1}",
+    ):
         diff_run(run)
 
 

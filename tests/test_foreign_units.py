@@ -305,8 +305,8 @@ def test_no_ranges_leaves_fsdpbenchs_ranges_out_and_fsdp2s_give_the_same_units(
     assert len(paths) == 2
     for path in paths:
         assert not any(e["name"].startswith("fsdpbench::") for e in _load(path)), path
-    foreign = analyze([no_ranges_run / "profiles" / "torch"], workers=1).to_dict()["ranks"]
-    normal = analyze([profiled_ab_run / "profiles" / "torch"], workers=1).to_dict()["ranks"]
+    foreign = analyze([no_ranges_run / "profiles" / "torch"], workers=1).record().to_dict()["ranks"]
+    normal = analyze([profiled_ab_run / "profiles" / "torch"], workers=1).record().to_dict()["ranks"]
     for a, b in zip(normal, foreign, strict=True):
         assert (a["units_source"], b["units_source"]) == ("fsdpbench ranges", "FSDP2 ranges")
 

@@ -122,7 +122,7 @@ def test_orphan_device_work_is_left_out_and_reported(tmp_path):
     assert (r.orphan_events, r.orphan_us) == (25, pytest.approx(25 * 2.5))
     assert r.orphan_share == pytest.approx(25 * 2.5 / total_us)
     assert any("25 device events" in w and "left out" in w for w in res.warnings)
-    assert res.to_dict()["ranks"][0]["orphan_events"] == 25
+    assert res.record().to_dict()["ranks"][0]["orphan_events"] == 25
     compute, _ = hta_exact(tmp_path / "orphans")  # HTA drops them too
     assert r.compute_us == pytest.approx(compute, abs=0.01)
 
@@ -289,4 +289,4 @@ def test_sync_counts_a_trace_cannot_record_are_null(tmp_path):
     assert cuda["kernel_launch"] == 300 and cuda["stream_synchronize"] == 0
     gloo = analyze([Path(__file__).parent / "fixtures" / "traces" / "gloo_min.json"], workers=1)
     assert set(gloo.ranks[0].sync.values()) == {None}
-    assert gloo.to_dict()["ranks"][0]["sync"]["kernel_launch"] is None
+    assert gloo.record().to_dict()["ranks"][0]["sync"]["kernel_launch"] is None

@@ -77,7 +77,7 @@ def test_orphans_are_counted_per_rank_as_the_raw_trace_has_them(name):
     count, dur_us = orphans_by_hand(name)
     assert r.orphan_events == count
     assert r.orphan_us == pytest.approx(dur_us, abs=0.001)
-    assert res.to_dict()["ranks"][0]["orphan_share"] == r.orphan_share
+    assert res.record().to_dict()["ranks"][0]["orphan_share"] == r.orphan_share
     assert (count > 0) == any("launched before the trace begins" in w for w in res.warnings)
 
 

@@ -111,7 +111,7 @@ def test_a_row_with_a_field_missing_is_named_and_left_out(result):
         "(FlashAttentionScore); the row is left out (its columns cannot be told apart)"
     ]
     fa = [float(r["Duration(us)"]) for r in _good_rows(0) if r["Type"] == "FlashAttentionScore"]
-    got = {row["op_type"]: row for row in result.ranks[0].ops(None)}["FlashAttentionScore"]
+    got = {row["op_type"]: row for row in result.ranks[0].ops}["FlashAttentionScore"]
     assert got["count"] == len(fa) == 3
     assert got["total_us"] == pytest.approx(sum(fa), abs=1e-3)
 
@@ -119,7 +119,7 @@ def test_a_row_with_a_field_missing_is_named_and_left_out(result):
 def test_an_op_type_written_as_a_number_is_taken_from_the_name(result):
     typed_zero = [r["Name"] for r in _good_rows(0) if r["Type"] == "0"]
     assert typed_zero == ["NonZero_MemSet", "NonZero_MemSet"]
-    types = {row["op_type"]: row["count"] for row in result.ranks[0].ops(None)}
+    types = {row["op_type"]: row["count"] for row in result.ranks[0].ops}
     assert "0" not in types and types["MemSet"] == len(typed_zero)
 
 
@@ -230,7 +230,7 @@ def test_a_kineto_trace_naming_no_group_takes_its_size_from_distributed_info(tmp
     assert res.process_groups == {
         "?": {"kind": "world", "ranks": list(range(world)), "rule": WORLD_SIZE_RULE, "size": world}
     }
-    assert res.to_dict()["ranks"][0]["world_size"] == world
+    assert res.record().to_dict()["ranks"][0]["world_size"] == world
 
 
 def test_the_terminal_says_which_profiler_ops_its_rows_cover(tmp_path, capsys):
@@ -447,7 +447,7 @@ def test_a_row_with_a_field_too_many_is_named_and_left_out(tmp_path):
     ) in res.warnings
     kept = [r for i, r in enumerate(rows) if i != 2]
     compute = [r for r in kept if r[header.index("Accelerator Core")] != "HCCL"]  # the op table's rows
-    assert sum(row["count"] for row in res.ranks[0].ops(None)) == len(compute)
+    assert sum(row["count"] for row in res.ranks[0].ops) == len(compute)
     assert sum(res.ranks[0].collectives[t]["count"] for t in res.ranks[0].collectives) == len(kept) - len(
         compute
     )

@@ -15,9 +15,11 @@ import numpy as np
 import orjson
 import pytest
 
+from fsdpbench.analysis.result_records import AnalysisRecord
 from fsdpbench.analysis.whatif import Estimate, TypeSaving
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import fmt_us
+from fsdpbench.records import convert
 from fsdpbench.report import load_run, write_report
 from fsdpbench.report.build import build_report
 from fsdpbench.report.estimate import estimate_lines
@@ -190,13 +192,13 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
                 "lane": np.where(np.arange(n) % 3 == 0, "gloo", "main"),
                 "step": np.full(n, 3),
             }
-            self.ranks = [types.SimpleNamespace(rank=0, step=None, events=events)]
+            self.ranks = [types.SimpleNamespace(rank=0, step=None, events=events, source=str(path))]
 
-        def to_dict(self, fit_events=False):
+        def record(self, fit_events=False):
             rank = copy.deepcopy(source)
             if fit_events:  # as analysis.json keeps them (here: none)
                 rank["collective_events"] = {"type": [], "bytes": [], "start_ns": [], "end_ns": []}
-            return {"schema_version": 1, "warnings": [], "ranks": [rank]}
+            return convert({"schema_version": 1, "warnings": [], "ranks": [rank]}, AnalysisRecord, "fake")
 
     fake = types.ModuleType("fsdpbench.analysis")
     fake.analyze = lambda paths, step=None: FakeAnalysis(paths[0])

@@ -61,7 +61,7 @@ def _forbid(monkeypatch, module, reader: str) -> None:
 
 
 def _same(got: analysis.Analysis, ref: analysis.Analysis) -> None:
-    assert got.to_dict() == ref.to_dict()
+    assert got.record().to_dict() == ref.record().to_dict()
     for a, b in zip(got.ranks, ref.ranks, strict=True):
         pd.testing.assert_frame_equal(a.collective_events, b.collective_events)  # the α–β fits' input
         pd.testing.assert_frame_equal(a.op_stats, b.op_stats)
@@ -320,7 +320,7 @@ def test_a_changed_rank_or_rank_set_recomputes_the_cross_rank_waits(tmp_path, mo
     got = analysis.analyze(two, workers=1)
     assert calls[-1] == 2
     monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
-    assert got.to_dict() == analysis.analyze(two, workers=1).to_dict()
+    assert got.record().to_dict() == analysis.analyze(two, workers=1).record().to_dict()
 
 
 def test_a_damaged_cross_rank_cache_is_ignored(tmp_path, monkeypatch):

@@ -12,7 +12,8 @@ import time
 import orjson
 import pytest
 
-from fsdpbench.analysis import derived
+from fsdpbench.analysis import Analysis, derived
+from fsdpbench.analysis.result import convert_analysis
 from fsdpbench.errors import InputError
 from fsdpbench.results import run_folder
 from fsdpbench.run.sweep import run_status
@@ -21,17 +22,27 @@ from helpers import stored_analysis, synthetic_analysis
 T0 = time.time() - 1000  # profiles were written then; later times are T0 + seconds
 
 
-class _Analysis:
-    """What ``analyze`` returns, reduced to what the run folder uses (``to_dict``)."""
+def _entry(source: str) -> dict:
+    """A minimal Analysis JSON as analysis.json keeps it (here: no collectives), told apart by its source."""
+    events = {"type": [], "bytes": [], "start_ns": [], "end_ns": []}
+    rank = {
+        "rank": 0,
+        "step_time_us": 1.0,
+        "collectives": {},
+        "ops": [],
+        "sync": {},
+        "collective_events": events,
+    }
+    return {"schema_version": 1, "sources": [source], "ranks": [rank]}
 
-    def __init__(self, folder):
-        self.folder = folder
 
-    def to_dict(self, fit_events=False):
-        rank = {"rank": 0, "from": self.folder.name}
-        if fit_events:  # as analysis.json keeps them (here: no collectives)
-            rank["collective_events"] = {"type": [], "bytes": [], "start_ns": [], "end_ns": []}
-        return {"schema_version": 1, "warnings": [], "ranks": [rank]}
+def _analysis(folder) -> Analysis:
+    """What ``analyze`` returns, reduced to what the run folder uses, naming the folder it read."""
+    return convert_analysis(_entry(folder.name), "stand-in")
+
+
+def _sources(analyses: dict) -> dict:
+    return {arm: a.sources[0] for arm, a in analyses.items()}
 
 
 @pytest.fixture
@@ -42,7 +53,7 @@ def analyze_calls(monkeypatch):
         calls.append((paths[0].name, step))
         if (paths[0] / "rank0" / "broken").exists():
             raise InputError(f"{paths[0]}: not a trace")
-        return _Analysis(paths[0])
+        return _analysis(paths[0])
 
     monkeypatch.setattr("fsdpbench.analysis.analyze", analyze)
     return calls
@@ -76,18 +87,16 @@ def _trace(run, arm):
 def test_fresh_entries_are_reused_and_only_the_arm_with_newer_profiles_is_analysed_again(
     tmp_path, analyze_calls
 ):
-    run = _run(tmp_path, cached={"torch": {"cached": "torch"}, "hyper": {"cached": "hyper"}})
+    run = _run(tmp_path, cached={"torch": _entry("cached torch"), "hyper": _entry("cached hyper")})
     _touch(_trace(run, "hyper"), T0 + 20)  # hyper was profiled again after analysis.json was written
     out = derived.ensure_analysis(run, ["torch", "hyper"])
     assert analyze_calls == [("hyper", None)]
-    assert out["torch"] == {"cached": "torch"} and isinstance(out["hyper"], _Analysis)
+    assert _sources(out) == {"torch": "cached torch", "hyper": "hyper"}
     saved = orjson.loads((run / run_folder.ANALYSIS).read_bytes())
-    assert saved == {
-        "torch": {"cached": "torch"},
-        "hyper": _Analysis(run / "profiles" / "hyper").to_dict(fit_events=True),
-    }
-    assert derived.ensure_analysis(run) == saved  # now both are fresh: nothing is read again
-    assert len(analyze_calls) == 1
+    assert {arm: a["sources"] for arm, a in saved.items()} == {"torch": ["cached torch"], "hyper": ["hyper"]}
+    assert saved["hyper"]["ranks"][0]["collective_events"] == _entry("")["ranks"][0]["collective_events"]
+    assert _sources(derived.ensure_analysis(run)) == {"torch": "cached torch", "hyper": "hyper"}
+    assert len(analyze_calls) == 1  # now both are fresh: nothing is read again
 
 
 def test_a_missing_analysis_json_is_written_with_every_arm(tmp_path, analyze_calls):
@@ -99,28 +108,28 @@ def test_a_missing_analysis_json_is_written_with_every_arm(tmp_path, analyze_cal
 
 
 def test_cache_files_beside_the_traces_do_not_make_the_analysis_stale(tmp_path, analyze_calls):
-    run = _run(tmp_path, cached={"torch": {"cached": 1}, "hyper": {"cached": 2}})
+    run = _run(tmp_path, cached={"torch": _entry("1"), "hyper": _entry("2")})
     cache = _trace(run, "torch").with_name(".rank0.pt.trace.json.gz.fsdpbench.npz")
     cache.write_bytes(b"columns")
     _touch(cache, T0 + 50)  # written by a later read of the traces, after analysis.json
-    assert derived.ensure_analysis(run) == {"torch": {"cached": 1}, "hyper": {"cached": 2}}
+    assert _sources(derived.ensure_analysis(run)) == {"torch": "1", "hyper": "2"}
     assert analyze_calls == []
 
 
 def test_reanalyze_and_a_chosen_step_read_the_profiles_and_only_the_default_is_cached(
     tmp_path, analyze_calls
 ):
-    run = _run(tmp_path, cached={"torch": {"cached": 1}, "hyper": {"cached": 2}})
+    run = _run(tmp_path, cached={"torch": _entry("1"), "hyper": _entry("2")})
     derived.ensure_analysis(run, ["torch"], step=3)
     assert analyze_calls == [("torch", 3)]
-    assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"] == {"cached": 1}
+    assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"]["sources"] == ["1"]
     derived.ensure_analysis(run, ["torch"], reanalyze=True)
     assert analyze_calls[-1] == ("torch", None)
-    assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"]["ranks"][0]["from"] == "torch"
+    assert orjson.loads((run / run_folder.ANALYSIS).read_bytes())["torch"]["sources"] == ["torch"]
 
 
 def test_an_arm_that_fails_is_named_and_its_stale_entry_dropped_or_the_error_raised(tmp_path, analyze_calls):
-    run = _run(tmp_path, cached={"torch": {"cached": 1}, "hyper": {"cached": 2}})
+    run = _run(tmp_path, cached={"torch": _entry("1"), "hyper": _entry("2")})
     for arm in ("torch", "hyper"):
         _touch(_trace(run, arm), T0 + 20)
     (_trace(run, "hyper").parent / "broken").write_text("")
@@ -212,12 +221,9 @@ def test_new_profiles_make_both_the_analysis_and_the_diff_stale(tmp_path, monkey
     derived.ensure_diffs(run, lambda diffs: "first")
     analysed = []
 
-    class Fresh:  # the new analysis of hyper: the cached one, standing in for a trace read
-        def to_dict(self, fit_events=False):
-            return cached["hyper"]
-
+    fresh = convert_analysis(cached["hyper"], "stand-in")  # the new analysis of hyper, for a trace read
     monkeypatch.setattr(
-        "fsdpbench.analysis.analyze", lambda paths, step=None: analysed.append(paths[0].name) or Fresh()
+        "fsdpbench.analysis.analyze", lambda paths, step=None: analysed.append(paths[0].name) or fresh
     )
     _touch(_trace(run, "hyper"), time.time() + 20)  # profiled again after diff.json was written
     diffs = derived.ensure_diffs(run, lambda diffs: "second")

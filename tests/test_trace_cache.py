@@ -151,9 +151,9 @@ def test_cached_ranks_are_read_in_process_without_a_worker_pool(tmp_path, monkey
 
     _ranks(tmp_path, 3)
     monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
-    reference = analysis.analyze([tmp_path], workers=1).to_dict()  # decoded, no cache involved
+    reference = analysis.analyze([tmp_path], workers=1).record().to_dict()  # decoded, no cache involved
     monkeypatch.delenv(table_cache.NO_CACHE_ENV)
-    assert analysis.analyze([tmp_path], workers=2).to_dict() == reference  # writes the caches
+    assert analysis.analyze([tmp_path], workers=2).record().to_dict() == reference  # writes the caches
     assert all(table_cache.fresh(p) for p in tmp_path.glob("rank*.json.gz"))
 
     def no_pool(*args, **kwargs):
@@ -162,7 +162,7 @@ def test_cached_ranks_are_read_in_process_without_a_worker_pool(tmp_path, monkey
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
     monkeypatch.setattr(fanout, "Fanout", no_pool)
     _no_decoding(monkeypatch)
-    assert analysis.analyze([tmp_path], workers=2).to_dict() == reference
+    assert analysis.analyze([tmp_path], workers=2).record().to_dict() == reference
 
 
 def test_only_uncached_ranks_go_to_the_workers(tmp_path, monkeypatch):
@@ -182,7 +182,7 @@ def test_only_uncached_ranks_go_to_the_workers(tmp_path, monkeypatch):
     got = analysis.analyze([tmp_path], workers=2)
     assert sorted(shared) == ["rank0.json.gz", "rank2.json.gz"]
     monkeypatch.setenv(table_cache.NO_CACHE_ENV, "1")
-    assert got.to_dict() == analysis.analyze([tmp_path], workers=1).to_dict()
+    assert got.record().to_dict() == analysis.analyze([tmp_path], workers=1).record().to_dict()
 
 
 @pytest.mark.parametrize("workers", [1, 2])

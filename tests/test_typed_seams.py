@@ -6,6 +6,7 @@ sqlite tables queried here."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from fsdpbench.analysis import Analysis, analyze
 from fsdpbench.analysis.diff import DiffResult, diff_analyses
+from fsdpbench.analysis.result import convert_analysis
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_db import AscendDbTables, read_tables
 from fsdpbench.trace.synthetic import make_trace, write_trace
@@ -47,11 +49,11 @@ def _check_diff(raw: dict) -> None:
 
 
 def _check_analysis(raw: dict, fit_events: bool = False) -> None:
-    typed = Analysis.from_dict(raw)
-    assert typed.to_dict(fit_events=fit_events) == raw
+    typed = convert_analysis(raw, "analysis")
+    assert typed.record(fit_events=fit_events).to_dict() == raw
     assert [r.rank for r in typed.ranks] == [r["rank"] for r in raw["ranks"]]
     assert [r.overlap_ratio for r in typed.ranks] == [r["overlap_ratio"] for r in raw["ranks"]]
-    assert [r.ops() for r in typed.ranks] == [r["ops"] for r in raw["ranks"]]
+    assert [r.ops for r in typed.ranks] == [r["ops"] for r in raw["ranks"]]
 
 
 def test_a_synthetic_diff_and_its_analyses_read_back_through_json_unchanged(tmp_path):
@@ -61,7 +63,7 @@ def test_a_synthetic_diff_and_its_analyses_read_back_through_json_unchanged(tmp_
     assert raw["findings"] and raw["fits"]
     _check_diff(raw)
     for a in (base, test):
-        _check_analysis(json.loads(orjson.dumps(a.to_dict())))
+        _check_analysis(json.loads(orjson.dumps(a.record().to_dict())))
 
 
 def test_a_partial_diff_reads_with_the_parts_it_leaves_out_empty():
@@ -90,8 +92,10 @@ def test_a_diff_of_another_schema_or_shape_is_one_clear_error():
         )
     with pytest.raises(InputError, match=r"^diff\.json: \$: expected `object`, got `array`$"):
         DiffResult.from_dict([], "diff.json")
-    with pytest.raises(ValueError, match="schema_version"):
-        Analysis.from_dict({"ranks": []})
+    with pytest.raises(InputError, match=r"^x.json: \$: object missing required field `schema_version`$"):
+        convert_analysis({"ranks": []}, "x.json")
+    with pytest.raises(InputError, match=r"^x.json: \$.schema_version is 2: this fsdpbench reads 1; analyze"):
+        convert_analysis({"schema_version": 2, "ranks": []}, "x.json")
 
 
 @pytest.mark.distributed
@@ -134,3 +138,56 @@ def test_read_tables_gives_typed_tables_that_match_the_database(shared_fixtures,
     assert tables.hccl_streams == {f"Stream {s}" for (s,) in streams}
     assert tables.rank in (None, rank)
     assert list(tables.steps.columns) == ["step", "start_ns", "end_ns"]
+
+
+def _set(arm: str, rank: int, key: str, value) -> object:
+    def change(a: dict) -> bytes:
+        a[arm]["ranks"][rank][key] = value
+        return orjson.dumps(a)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            _set("hyper", 1, "step_time_us", "slow"),
+            r"analysis.json: \$.hyper.ranks\[1\].step_time_us: expected `float`, got `str`",
+        ),
+        (
+            lambda a: orjson.dumps({**a, "torch": {k: v for k, v in a["torch"].items() if k != "ranks"}}),
+            r"analysis.json: \$.torch: object missing required field `ranks`",
+        ),
+        (lambda a: orjson.dumps(a)[:-9], r"analysis.json: .*(JSON|json)"),
+    ],
+    ids=["wrong type", "missing key", "not JSON"],
+)
+@pytest.mark.parametrize("command", ["diff", "report"])
+def test_a_malformed_analysis_json_is_one_line_naming_the_file_and_field(tmp_path, change, message, command):
+    """Through ``diff RUN_DIR`` and ``report``: exit 2, one line naming the file and the field, no traceback
+    (before, a wrong type went through the diff unnoticed and a torn file was silently analysed again)."""
+    from helpers import hand_built_run
+
+    run = hand_built_run(tmp_path, ["torch", "hyper"])
+    (run / "analysis.json").write_bytes(change(orjson.loads((run / "analysis.json").read_bytes())))
+    proc = run_cli(command, str(run), *(["--quiet"] if command == "diff" else []))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+    assert "remove it: fsdpbench analyzes the profiles again" in proc.stderr
+
+
+def test_an_analysis_json_file_given_to_diff_names_its_field(tmp_path):
+    from helpers import synthetic_analysis
+
+    good, bad = synthetic_analysis(seed=0), synthetic_analysis(seed=1)
+    for a in (good, bad):
+        for r in a["ranks"]:
+            r.pop("collective_events")
+    bad["ranks"][1]["compute_us"] = "fast"
+    (tmp_path / "a.json").write_bytes(orjson.dumps(good))
+    (tmp_path / "b.json").write_bytes(orjson.dumps(bad))
+    proc = run_cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--quiet")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert re.search(r"b.json: \$.ranks\[1\].compute_us: expected `float \| null`, got `str`", proc.stderr)

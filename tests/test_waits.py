@@ -127,7 +127,7 @@ def test_a_hand_built_gloo_trace_matches_by_fsdpbench_ranges_and_puts_the_wait_i
         p.write_text(json.dumps(doc))
         paths.append(p)
     res = analyze(paths, workers=1)
-    w = res.to_dict()["waits"]
+    w = res.record().to_dict()["waits"]
     assert w["match"] == "c10d_ranges"
     r0, r1 = w["ranks"]
     assert r1["clock_offset_us"] == pytest.approx(50_000.0)
@@ -183,7 +183,7 @@ def test_a_cuda_trace_gets_unit_and_phase_of_each_collective_from_its_launching_
         p.write_text(json.dumps(_cuda_rank(r, ag, rs)))
         paths.append(p)
     res = analyze(paths, workers=1)
-    w = res.to_dict()["waits"]
+    w = res.record().to_dict()["waits"]
     assert w["match"] == "order"
     units = {(u["unit"], u["phase"]): u["ranks"] for u in w["units"]}
     # by hand: the reduce-scatter kernel starts (72, 80) after layers.0's backward closed at 70, but its
@@ -197,7 +197,9 @@ def test_a_cuda_trace_gets_unit_and_phase_of_each_collective_from_its_launching_
     (top,) = [t for t in w["top"] if t["type"] == "reduce_scatter"]
     assert (top["unit"], top["phase"], top["last_rank"]) == ("layers.0", "backward", 1)
     # the rank's collectives carry their transfer time per type (the aggregate fits use it)
-    assert res.to_dict()["ranks"][0]["collectives"]["all_gather"]["transfer_us"] == pytest.approx(15.0)
+    assert res.record().to_dict()["ranks"][0]["collectives"]["all_gather"]["transfer_us"] == pytest.approx(
+        15.0
+    )
 
 
 def test_the_alpha_beta_fit_uses_transfer_time_not_wait_plus_transfer():
@@ -248,7 +250,7 @@ def test_a_delayed_rank_shows_up_as_wait_on_the_other_rank_in_that_unit_and_phas
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = tmp_path.glob("delay_*")
-    w = analyze([run / "profiles" / "torch"], workers=1).to_dict()["waits"]
+    w = analyze([run / "profiles" / "torch"], workers=1).record().to_dict()["waits"]
     assert w["match"] == "c10d_ranges"
     waits = {
         (u["unit"], u["phase"], int(r)): v["wait_us"] / 1000
@@ -288,7 +290,7 @@ def _raw_db_ops(rank_dir: Path) -> list[tuple]:
 def test_the_ascend_profilers_own_split_is_read_per_op_and_rank_beside_fsdpbenchs(shared_fixtures, export):
     folder = shared_fixtures / "fixtures" / "ascend" / export
     res = analyze([folder], workers=1)
-    w = res.to_dict()["waits"]
+    w = res.record().to_dict()["waits"]
     ops = w["profiler_ops"]
     for rank in (0, 1):
         mine = [o for o in ops if o["rank"] == rank]

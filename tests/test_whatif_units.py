@@ -356,7 +356,7 @@ def test_a_ranks_collectives_get_their_transfer_time_per_type_from_the_split():
 
     m = RankMetrics(
         step=None, step_time_us=1.0, overlap_ratio=None, compute_us=0.0, comm_us=0.0, overlapped_us=0.0,
-        exposed_comm_us=0.0, free_us=0.0, kernel_time_us=0.0, op_stats=[], sync={},
+        rank=0, exposed_comm_us=0.0, free_us=0.0, kernel_time_us=0.0, ops=[], sync={},
         collectives={"all_gather": {"count": 2, "time_us": 30.0}, "reduce_scatter": {"count": 1, "time_us": 5.0}},
         collective_events=pd.DataFrame(
             {"type": ["all_gather", "reduce_scatter", "all_gather"], "bytes": [1.0, 1.0, 1.0],

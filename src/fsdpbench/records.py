@@ -22,12 +22,14 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import msgspec
 import orjson
 
 from fsdpbench.errors import InputError
+
+if TYPE_CHECKING:
+    import msgspec
 
 R = TypeVar("R")
 
@@ -148,6 +150,8 @@ def _named_keys(data: Any, steps: list[str], got: str | None) -> str | None:
 
 def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
     """``data`` (decoded JSON) as a ``type``; ``InputError`` naming ``what`` and the field when it is not."""
+    import msgspec  # here: a cached ``analyze`` writes records but never decodes one (msgspec ~15 ms)
+
     try:
         return msgspec.convert(data, type)
     except msgspec.ValidationError as exc:
@@ -167,6 +171,8 @@ def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -
             raise InputError(f"{what}: no such file") from None
         except OSError as exc:
             raise InputError(f"{what}: cannot be read ({exc.strerror})") from None
+    import msgspec
+
     try:
         return msgspec.json.decode(blob, type=type)
     except msgspec.ValidationError as exc:

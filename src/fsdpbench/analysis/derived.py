@@ -36,8 +36,13 @@ from fsdpbench.results.stats import peak_memory_figure
 
 if TYPE_CHECKING:
     from fsdpbench.analysis.diff import DiffResult
+    from fsdpbench.analysis.result import Analysis
+    from fsdpbench.analysis.result_records import AnalysisRecord
 
 log = logging.getLogger(__name__)
+
+BROKEN_ANALYSIS_HINT = "remove it: fsdpbench analyzes the profiles again"
+"""What an error about a broken analysis.json ends with (every reader of the file says the same)."""
 
 
 def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> dict[str, Any]:
@@ -130,14 +135,22 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _has_fit_events(entry: Any) -> bool:
+def _has_fit_events(entry: AnalysisRecord) -> bool:
     """Whether an analysis.json entry keeps every rank's collective events (the per-call α–β fits'
     input). One written before they were kept would give a diff without those fits, unlike the traces
     it stands for, so it counts as stale while those traces are there."""
-    ranks = entry.get("ranks") if isinstance(entry, dict) else None
-    return not isinstance(ranks, list) or all(
-        isinstance(r, dict) and isinstance(r.get("collective_events"), dict) for r in ranks
-    )
+    return all(r.collective_events is not None for r in entry.ranks)
+
+
+def read_analysis_json(path: Path) -> dict[str, AnalysisRecord]:
+    """A run folder's analysis.json as arm → its record; ``InputError`` naming the file and the field
+    (and how to get a good one) when it is not JSON or not such a file."""
+    from fsdpbench.analysis.result import decode_analysis_file
+
+    try:
+        return decode_analysis_file(path)
+    except InputError as exc:
+        raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
 
 
 def ensure_analysis(
@@ -147,12 +160,12 @@ def ensure_analysis(
     step: int | None = None,
     reanalyze: bool = False,
     failed: dict[str, Exception] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Analysis]:
     """Each arm's analysis: its ``analysis.json`` entry when fresh, else a new analysis of its profiles.
 
     An entry is fresh when ``analysis.json`` is no older than every file under ``profiles/<arm>`` and
     keeps each rank's collective events. New analyses of the default steps (``step`` None) are written
-    back into ``analysis.json``, with those events (``Analysis.to_dict(fit_events=True)``), in one atomic
+    back into ``analysis.json``, with those events (``result.encode_analysis_file``), in one atomic
     write, which keeps the other fresh entries and drops stale ones, so the next call reuses them.
 
     Args:
@@ -165,16 +178,18 @@ def ensure_analysis(
         failed: when given, an arm whose profiles are missing or cannot be analysed is put here and left
             out of the result; when None the error propagates.
     Returns:
-        arm → its analysis JSON dict (reused) or ``Analysis`` object (analysed now), in ``arms`` order.
+        arm → its ``Analysis`` (read back from ``analysis.json``, or analysed now), in ``arms`` order.
     Raises:
-        InputError: (``failed`` None) an arm has no profiles, or its analysis failed.
+        InputError: analysis.json is not JSON or not an analysis file (naming the field); (``failed``
+            None) an arm has no profiles, or its analysis failed.
     """
+    from fsdpbench.analysis.result import Analysis, encode_analysis_file
+
     run_dir = Path(run_dir)
     arms = profiled_arms(run_dir) if arms is None else list(arms)
     path = run_dir / ANALYSIS
     saved_at = _mtime(path)
-    cached = read_json_if_readable(path) if saved_at is not None else None
-    cached = cached if isinstance(cached, dict) else {}
+    cached = read_analysis_json(path) if saved_at is not None else {}
     newest = {arm: _newest_mtime(profile_dir(run_dir, arm)) for arm in cached}
     fresh = {
         arm: entry
@@ -184,12 +199,12 @@ def ensure_analysis(
         # without its events only while there are no profiles to analyse (an analysis.json kept alone)
         and (_has_fit_events(entry) or newest[arm] == 0.0)
     }
-    out: dict[str, Any] = {}
-    new: dict[str, Any] = {}
+    out: dict[str, Analysis] = {}
+    new: dict[str, Analysis] = {}
     for arm in arms:
         if arm in fresh and step is None and not reanalyze:
             log.debug("arm %s: using %s", arm, path)
-            out[arm] = fresh[arm]
+            out[arm] = Analysis.from_record(fresh[arm])
             continue
         folder = profile_dir(run_dir, arm)
         try:
@@ -210,9 +225,9 @@ def ensure_analysis(
             fresh.pop(arm, None)
             continue
         if step is None:
-            new[arm] = out[arm].to_dict(fit_events=True)
+            new[arm] = out[arm]
     if new:
-        write_json(path, {**fresh, **new})
+        write_atomic(path, encode_analysis_file({**fresh, **new}))
     return out
 
 

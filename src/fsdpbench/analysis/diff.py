@@ -1,7 +1,7 @@
 """Diff two profile analyses (base = control, test): side by side, collectives, ops, syncs, fits, findings.
 
 ``diff_analyses(base, test)`` works on the Analysis JSON of docs/DATA.md (or an ``Analysis`` object, whose
-``to_dict()`` gives it) plus, when present, each rank's ``collective_events`` table for the α–β fits.
+``record()`` gives it) plus, when present, each rank's ``collective_events`` table for the α–β fits.
 ``fsdpbench.analysis.derived.diff_run(run_dir)`` does it for a profiled ``fsdpbench ab`` run: the first arm of the
 manifest is the base, every other arm a test. The vocabulary follows HTA's TraceDiff (control/test, ``test − base``
 deltas, change categories added/deleted/increased/decreased/unchanged). The result is data; its
@@ -37,7 +37,7 @@ from fsdpbench.analysis.findings import (
     safe_delta,
     safe_ratio,
 )
-from fsdpbench.analysis.result import FIT_EVENT_COLUMNS
+from fsdpbench.analysis.result import FIT_EVENT_COLUMNS, Analysis
 from fsdpbench.errors import InputError
 from fsdpbench.records import Record
 
@@ -82,13 +82,13 @@ def _events_table(value: Any, what: str) -> pd.DataFrame | None:
 def normalise(analysis: Any, what: str) -> tuple[dict[str, Any], list[pd.DataFrame | None]]:
     """The Analysis JSON dict and the per-rank collective event tables (``None`` where absent).
 
-    Accepts an ``Analysis`` object (anything with ``to_dict()``; events from ``.ranks[i].collective_events``)
+    Accepts an ``Analysis`` object (its ``record()``; events from ``.ranks[i].collective_events``)
     or the dict itself (events from each rank dict's optional ``collective_events``: a DataFrame or
     records). Raises ``InputError`` naming ``what`` when it is neither or has no ranks.
     """
     events: list[pd.DataFrame | None] = []
-    if hasattr(analysis, "to_dict") and not isinstance(analysis, Mapping):
-        data = analysis.to_dict()
+    if isinstance(analysis, Analysis):
+        data = analysis.record().to_dict()
         for rank in getattr(analysis, "ranks", None) or []:
             events.append(_events_table(getattr(rank, "collective_events", None), what))
     elif isinstance(analysis, Mapping):

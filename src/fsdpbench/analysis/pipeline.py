@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fsdpbench.analysis import fanout, result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
+from fsdpbench.analysis.result_records import from_record
 from fsdpbench.analysis.stragglers import clock_offset_warning, stragglers
 from fsdpbench.errors import FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
@@ -86,7 +87,7 @@ def _metrics(
         carried_over_us=b.carried_over_ns / 1000.0,
         kernel_time_us=kernel_time_us(stats),
         collectives=summarize(collective_events(events)),
-        op_stats=stats,
+        ops=stats,
         sync=sync_counts(events, trace.recorded_tasks),
     )
 
@@ -155,8 +156,9 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
-    return RankMetrics(
-        **total.step_fields(),
+    return from_record(
+        total,
+        RankMetrics,
         rank=int(trace.rank or 0),
         source=trace.source,
         format=trace.format,
@@ -455,7 +457,7 @@ def analyze(
         step: only this profiler step (None: all profiled steps).
         workers: processes reading uncached ranks in parallel (default: min(uncached ranks, CPUs);
             1 = in-process).
-        top: how many op types each rank lists in ``to_dict`` (None: all).
+        top: how many op types each rank lists in its JSON (``Analysis.record``; None: all).
         progress: a progress bar on stderr; None: when more than 4 ranks are read and stderr is a terminal.
     Returns:
         The :class:`Analysis`; ranks that could not be read are left out and named in ``warnings``.

@@ -1,40 +1,56 @@
-"""Result objects of the analysis: per step, per rank, across ranks; ``to_dict`` gives the
-"Analysis" JSON of docs/DATA.md."""
+"""Result objects of the analysis: per step, per rank, across ranks, and the Analysis JSON's one encode
+and decode (docs/DATA.md).
+
+``StepMetrics`` and ``RankMetrics`` derive from the file's records (analysis/result_records.py), so each
+metric is declared once there; they add the tables (DataFrames built on first use from what a result cache
+or a file read). ``Analysis.record`` / ``Analysis.from_record`` turn a whole analysis into its record and
+back (``result_records.to_record`` / ``from_record``, generic over the fields); :func:`encode_analysis`,
+:func:`decode_analysis` (``analyze --json``) and :func:`encode_analysis_file`, :func:`decode_analysis_file`
+(a run folder's ``analysis.json``) write and read the files, with errors naming the file and the field.
+"""
 
 from __future__ import annotations
 
 import array
+import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
+
+from fsdpbench.analysis.result_records import (
+    SCHEMA_VERSION,
+    AcrossRanks,
+    AnalysisRecord,
+    RankCacheRecord,
+    RankRecord,
+    RankWithEvents,
+    StepRecord,
+    from_record,
+    to_record,
+)
+from fsdpbench.errors import InputError
+from fsdpbench.records import convert, decode
 from fsdpbench.trace.cache import frame_to_plain, plain_to_frame
 
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 1
+R = TypeVar("R", bound=RankRecord)
+__all__ = ["SCHEMA_VERSION", "Analysis", "RankMetrics", "StepMetrics"]
 FIT_EVENT_COLUMNS = ("type", "bytes", "start_ns", "end_ns")
 """The collective events' columns the per-call α–β fits read (``whatif.fit_events``), beside
 ``transfer_ns`` where the cross-rank split set it."""
-# scalar metrics averaged / min / max across ranks
-SCALARS = (
-    "step_time_us",
-    "overlap_ratio",
-    "compute_us",
-    "comm_us",
-    "overlapped_us",
-    "exposed_comm_us",
-    "free_us",
-    "carried_over_us",
-    "kernel_time_us",
-)
+SCALARS = tuple(f.name for f in dataclasses.fields(StepRecord) if str(f.type).startswith("float"))
+"""The scalar metrics of a window (averaged, min and max across ranks): the float fields of ``StepRecord``,
+in its order."""
 
 
 def _op_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """``op_stats``'s DataFrame from the rows ``StepMetrics.to_dict`` writes (same dtypes)."""
+    """``op_stats``'s DataFrame from the ``ops`` rows (dtypes as ``analysis.ops.op_stats`` gives them)."""
     import numpy as np
     import pandas as pd
 
@@ -60,8 +76,8 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
         {
             "type": pd.Series(cols["type"], dtype=object).astype(str),  # as collective_events
             "bytes": np.array(cols["bytes"], dtype=np.float64),  # null (NaN when written) → NaN
-            "start_ns": np.array(cols["start_ns"], dtype=np.int64),
-            "end_ns": np.array(cols["end_ns"], dtype=np.int64),
+            "start_ns": _ns(cols["start_ns"]),
+            "end_ns": _ns(cols["end_ns"]),
             "group": pd.Series(cols.get("group", [None] * n), dtype=object),
             "seq": np.array(cols.get("seq", [-1] * n), dtype=np.int64),
             "dtype": pd.Series(cols.get("dtype", [None] * n), dtype=object),
@@ -78,6 +94,15 @@ def _collective_frame(cols: dict[str, list[Any]] | None) -> pd.DataFrame:
             ),
         }
     )
+
+
+def _ns(values: Any) -> Any:
+    """A time column as int64 ns, or as floats where a file gave fractions (kept: truncating them
+    would change the per-call fits of a hand-made analysis.json)."""
+    import numpy as np
+
+    arr = np.asarray(values)
+    return arr if arr.dtype.kind == "f" and arr.size else arr.astype(np.int64)
 
 
 class _LazyFrame:
@@ -109,135 +134,91 @@ class _LazyFrame:
         return obj.__dict__[self.slot]
 
 
-@dataclass
-class StepMetrics:
-    """The study's numbers for one window (a profiler step, or all profiled steps of a rank).
+class _OpRows:
+    """``StepMetrics.ops``: the op table's rows (:class:`OpRow` dicts, largest first), stored as given;
+    once ``op_stats`` was asked for, the DataFrame is stored and the rows are read from it (so a change
+    to the DataFrame shows in them). A cached ``fsdpbench analyze`` never imports pandas."""
+
+    slot = "_ops_value"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.slot]
+        if isinstance(value, list):
+            return value
+        return [
+            {"op_type": str(o), "count": int(c), "total_us": float(t), "mean_us": float(m)}
+            for o, c, t, m in zip(
+                value["op_type"], value["count"], value["total_us"], value["mean_us"], strict=True
+            )
+        ]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
+@dataclass(kw_only=True)
+class StepMetrics(StepRecord):
+    """The study's numbers for one window (a profiler step, or all profiled steps of a rank): the fields
+    of :class:`~fsdpbench.analysis.result_records.StepRecord`, which also is its JSON object.
 
     Times in µs (floats from exact ns), ratios in 0–1, ``overlap_ratio`` None without communication;
     a ``sync`` count is None where the trace cannot record that task kind. ``free_us`` is window time
     when the device ran nothing at all; ``carried_over_us`` window time the device spent on other
     steps' work (device lagging the host); ``step_time_us`` = compute ∪ comm + carried over + free.
+    ``ops`` are the op table's rows; ``op_stats`` the same as a DataFrame.
     """
 
-    step: int | None
-    step_time_us: float
-    overlap_ratio: float | None
-    compute_us: float
-    comm_us: float
-    overlapped_us: float
-    exposed_comm_us: float
-    free_us: float
-    kernel_time_us: float
-    collectives: dict[str, dict[str, Any]]
-    op_stats: pd.DataFrame
-    sync: dict[str, int | None]
-    carried_over_us: float = 0.0
-
-    def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "step_time_us": self.step_time_us,
-            "overlap_ratio": self.overlap_ratio,
-            "compute_us": self.compute_us,
-            "comm_us": self.comm_us,
-            "overlapped_us": self.overlapped_us,
-            "exposed_comm_us": self.exposed_comm_us,
-            "free_us": self.free_us,
-            "carried_over_us": self.carried_over_us,
-            "kernel_time_us": self.kernel_time_us,
-            "collectives": self.collectives,
-            "ops": self.ops(top),
-            "sync": self.sync,
-        }
-
-    def ops(self, top: int | None = None) -> list[dict[str, Any]]:
-        """The first ``top`` rows of ``op_stats`` (None: all) as dicts ``op_type, count, total_us,
-        mean_us``, read without pandas when they came from a result cache."""
-        plain = StepMetrics.__dict__["op_stats"].plain_value(self)
-        if isinstance(plain, list):  # fresh dicts, as below: a caller may change what it gets
-            return [dict(o) for o in (plain if top is None else plain[:top])]
-        ops = self.op_stats if top is None else self.op_stats.head(top)
-        return [
-            {"op_type": str(o), "count": int(c), "total_us": float(t), "mean_us": float(m)}
-            for o, c, t, m in zip(ops["op_type"], ops["count"], ops["total_us"], ops["mean_us"], strict=True)
-        ]
-
-    def step_fields(self) -> dict[str, Any]:
-        """This object's constructor arguments (``op_stats`` as stored, not turned into a DataFrame)."""
-        from dataclasses import fields
-
-        out = {f.name: getattr(self, f.name) for f in fields(StepMetrics) if f.name != "op_stats"}
-        return {**out, "op_stats": StepMetrics.__dict__["op_stats"].plain_value(self)}
-
-    @staticmethod
-    def _fields_from_dict(d: dict[str, Any]) -> dict[str, Any]:
-        """The constructor arguments of a :class:`StepMetrics` from its ``to_dict()`` (all ops)."""
-        return {
-            **{k: d[k] for k in (*SCALARS, "step")},
-            "collectives": d["collectives"],
-            "op_stats": list(d["ops"]),  # a DataFrame on first use of op_stats
-            "sync": d["sync"],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StepMetrics:
-        """The inverse of ``to_dict()`` (written with ``top=None``): equal numbers, op table included."""
-        return cls(**cls._fields_from_dict(d))
+    @property
+    def op_stats(self) -> pd.DataFrame:
+        """``ops`` as a DataFrame ``op_type, count, total_us, mean_us`` (built on first use, then kept)."""
+        value = self.__dict__[_OpRows.slot]
+        if isinstance(value, list):
+            value = self.__dict__[_OpRows.slot] = _op_frame(value)
+        return value
 
 
-_LazyFrame.install(StepMetrics, "op_stats", _op_frame, list)
+StepMetrics.ops = _OpRows()  # type: ignore[assignment]  # after the dataclass: the field stays required
 
 
-@dataclass
-class RankMetrics(StepMetrics):
-    """One rank: the metrics over its profiled step(s), each step, and its tables.
+@dataclass(kw_only=True)
+class RankMetrics(StepMetrics, RankRecord):
+    """One rank: the fields of :class:`~fsdpbench.analysis.result_records.RankRecord` (its JSON object:
+    the metrics over its profiled step(s), each step, its groups and units) and its tables.
 
-    Attributes beyond :class:`StepMetrics`:
-        rank, source, format, mode (``device`` or ``cpu``);
-        steps: per profiler step; events: the rank's event table (see ``fsdpbench.trace.table``);
+    Attributes beyond the record:
+        source, format, mode (``device`` or ``cpu``); events: the rank's event table (see
+        ``fsdpbench.trace.table``);
         device_span_ns: first device event start and last end (the rank's clock), or None;
         collective_events: DataFrame ``type, bytes, start_ns, end_ns, group, seq, dtype, in_bytes,
             out_bytes`` (one row per collective; group None and seq -1 where the trace does not say) and
             ``mark_group, mark_index, unit, phase`` from fsdpbench's ranges (analysis/waits.py
             ``rank_marks``; None/-1 without);
         exposed_comm_ns: ∪ communication minus ∪ compute as (starts, ends), for the wait/transfer split;
-        groups: ``{name: {description, ranks, size}}`` of the process groups the trace names;
-        world_size: the trace's ``distributedInfo.world_size`` (Kineto), None where it has none;
-        by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps, collectives}``
-            over the analysed step(s) (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown);
-        units: the unit × phase rows of the profiled step(s) (``analysis.attribution.unit_phase_rows``),
-            None where they cannot be told (none of the sources of units in the trace);
-        units_source: where the units' windows came from: ``fsdpbench ranges``, ``FSDP2 ranges``,
-            ``autograd/optimizer ranges`` (phases only, unit ``(all)``: :mod:`fsdpbench.analysis.phase_ranges`)
-            or ``none`` (``analysis.unit_ranges.find_ranges``);
-        prefetch: FSDP2's prefetch edges ``[{pass, unit, target, start_us}]`` in issue order
-            (``analysis.attribution.prefetches``), None where the trace has no FSDP2 ranges;
-        cross_check: the profiler's own step numbers when it wrote them (Ascend), else None;
-        orphan_events, orphan_us, orphan_share: device work launched before the trace begins (its launch
-        is not in the trace): count, Σ duration, and share of the rank's Σ device-event time. It is
-        left out of every other number, as HTA leaves it out.
+        cross_check: the profiler's own step numbers when it wrote them (Ascend), else None.
+
+    The record's fields (docs/DATA.md): groups ``{name: {description, ranks, size}}`` of the process
+    groups the trace names; world_size: the trace's ``distributedInfo.world_size`` (Kineto), None where it
+    has none; by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps,
+    collectives}`` (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown); units: the unit × phase rows
+    (``analysis.attribution.unit_phase_rows``), None where they cannot be told; units_source: ``fsdpbench
+    ranges``, ``FSDP2 ranges``, ``autograd/optimizer ranges`` or ``none``
+    (``analysis.unit_ranges.find_ranges``); prefetch: FSDP2's prefetch edges ``[{pass, unit, target,
+    start_us}]`` in issue order, None without FSDP2 ranges; orphan_events, orphan_us, orphan_share: device
+    work launched before the trace begins (count, Σ duration, share of the rank's Σ device-event time),
+    left out of every other number, as HTA leaves it out.
     """
 
-    rank: int = 0
     source: str = ""
     format: str = ""
     mode: str = "device"
-    steps: list[StepMetrics] = field(default_factory=list)
     collective_events: pd.DataFrame = field(default=None, repr=False)  # type: ignore[assignment]
     cross_check: pd.DataFrame | None = field(default=None, repr=False)
     device_span_ns: tuple[int, int] | None = None
-    orphan_events: int = 0
-    orphan_us: float = 0.0
-    orphan_share: float | None = None
-    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
-    world_size: int | None = None
-    by_group: dict[str, dict[str, Any]] = field(default_factory=dict)
     exposed_comm_ns: Any = field(default=None, repr=False)
     """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
     the wait/transfer split)."""
-    units: list[dict[str, Any]] | None = None
-    units_source: str = "none"
-    prefetch: list[dict[str, Any]] | None = None
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
 
     @property
@@ -252,48 +233,23 @@ class RankMetrics(StepMetrics):
             self._events = self._events.to_frame()
         return self._events
 
-    def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        d = {
-            "rank": self.rank,
-            **super().to_dict(top),
-            "orphan_events": self.orphan_events,
-            "orphan_us": self.orphan_us,
-            "orphan_share": self.orphan_share,
-            "groups": self.groups,
-            "world_size": self.world_size,
-            "by_group": self.by_group,
-            "units": self.units,
-            "units_source": self.units_source,
-            "prefetch": self.prefetch,
-        }
-        d["steps"] = [s.to_dict(top) for s in self.steps]
-        return d
+    def record(self, top: int | None = None, record: type[R] = RankRecord, **given: Any) -> R:  # type: ignore[assignment]
+        """This rank as a ``record`` (:class:`RankRecord`, or a subclass with ``given`` for its further
+        fields), each window's ops cut to the ``top`` first (None: all)."""
+        return to_record(
+            self,
+            record,
+            ops=self.ops[:top],
+            steps=[to_record(s, StepRecord, ops=s.ops[:top]) for s in self.steps],
+            **given,
+        )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], format: str = "") -> RankMetrics:
-        """A rank of the Analysis JSON (``to_dict()``) as typed metrics, for readers of analysis.json (the
-        report). What the JSON does not hold stays unset: ``source``, ``mode``, ``device_span_ns``, the
-        cross-check and event tables, and the collective events unless analysis.json kept their fit
-        columns (empty, or None); ``format`` is the Analysis'.
-        A metric the JSON leaves out is None (as a report shows it), unlike :meth:`from_cache`, which
-        refuses an incomplete cache."""
-        return cls(
-            **_json_step_fields(d),
-            rank=d.get("rank", 0),
-            format=format,
-            steps=[StepMetrics(**_json_step_fields(s)) for s in d.get("steps") or []],
-            orphan_events=d.get("orphan_events", 0),
-            orphan_us=d.get("orphan_us", 0.0),
-            orphan_share=d.get("orphan_share"),
-            groups=d.get("groups") or {},
-            world_size=d.get("world_size"),
-            by_group=d.get("by_group") or {},
-            units=d.get("units"),
-            units_source=d.get("units_source") or "none",
-            prefetch=d.get("prefetch"),
-            # analysis.json's fit columns (``fit_event_columns``): a DataFrame on first use
-            collective_events=events if isinstance(events := d.get("collective_events"), dict) else None,
-        )
+    def from_record(cls, rec: RankRecord, **given: Any) -> RankMetrics:
+        """The inverse of :meth:`record`: what the record does not hold (the event tables, ``source``…)
+        stays unset unless ``given``; a record's collective-event columns become the DataFrame on first use."""
+        steps = [from_record(s, StepMetrics) for s in rec.steps]
+        return from_record(rec, cls, steps=steps, **given)
 
     def set_transfer_ns(self, split: dict[int, tuple[float, float]]) -> None:
         """Add ``collective_events``' ``transfer_ns`` column: each collective's transfer time (ns) from the
@@ -352,10 +308,10 @@ class RankMetrics(StepMetrics):
         plain = RankMetrics.__dict__["cross_check"].plain_value(self)
         return plain if plain is None or isinstance(plain, dict) else frame_to_plain(plain)
 
-    def to_cache(self) -> dict[str, Any]:
-        """``to_dict()`` with every op, plus what the Analysis JSON leaves out but :func:`from_cache`
-        needs (source, format, mode, device span, collective events as columns, the profiler's
-        cross-check table as columns)."""
+    def cache_record(self) -> RankCacheRecord:
+        """This rank as its result cache stores it (:class:`RankCacheRecord`): every op, every
+        collective-event column (those of fsdpbench's marks left out while unset), the cross-check table
+        as columns, and the number of exposed intervals (their bytes: :meth:`exposed_bytes`)."""
         ce = RankMetrics.__dict__["collective_events"].plain_value(self)
         if isinstance(ce, dict):
             ce = {c: v.tolist() if hasattr(v, "tolist") else list(v) for c, v in ce.items()}
@@ -365,71 +321,40 @@ class RankMetrics(StepMetrics):
         for c, unset in _MARK_UNSET.items():  # without fsdpbench's ranges (GPU traces): left out, not stored
             if c in ce and all(v is unset or v == unset for v in ce[c]):
                 del ce[c]
-        return {
-            **self.to_dict(None),
-            "source": self.source,
-            "format": self.format,
-            "mode": self.mode,
-            "device_span_ns": None if self.device_span_ns is None else list(self.device_span_ns),
-            "collective_events": ce,
-            "cross_check": self.cross_check_columns(),
-            "exposed_comm_ns": None if self.exposed_comm_ns is None else len(self.exposed_comm_ns[0]),
-        }
+        return self.record(
+            None,
+            RankCacheRecord,
+            collective_events=ce,
+            cross_check=self.cross_check_columns(),
+            exposed_comm_ns=None if self.exposed_comm_ns is None else len(self.exposed_comm_ns[0]),
+        )
 
     def exposed_bytes(self) -> bytes:
-        """``exposed_comm_ns`` as the bytes a result cache stores after its JSON (:meth:`to_cache` gives
-        the interval count): the starts, then the ends, as little-endian int64 (empty: None)."""
+        """``exposed_comm_ns`` as the bytes a result cache stores after its JSON (:meth:`cache_record`
+        gives the interval count): the starts, then the ends, as little-endian int64 (empty: None)."""
         pair = self.exposed_comm_ns
         return b"" if pair is None else int64_bytes(list(pair))
 
     @classmethod
-    def from_cache(cls, d: dict[str, Any], tail: bytes = b"") -> RankMetrics:
-        """The inverse of :meth:`to_cache` and :meth:`exposed_bytes` (``tail``), the exposed intervals
-        decoded on first use (a result taken from the cross-rank cache never needs them); the event
-        table is read again on first use of ``events``.
+    def from_cache_record(cls, rec: RankCacheRecord, tail: bytes = b"") -> RankMetrics:
+        """The inverse of :meth:`cache_record` and :meth:`exposed_bytes` (``tail``), the exposed
+        intervals decoded on first use (a result taken from the cross-rank cache never needs them); the
+        tables are built on first use, the event table read again on first use of ``events``.
 
         Raises:
-            ValueError: ``tail`` does not hold the intervals the JSON counts.
+            ValueError: ``tail`` does not hold the intervals the record counts.
         """
-        n = d.get("exposed_comm_ns")
+        n = rec.exposed_comm_ns
         if n is not None and len(tail) != 16 * n:
             raise ValueError(f"{len(tail)} bytes of exposed intervals, {16 * n} expected")
-        ce = d["collective_events"] or None
-        span = d["device_span_ns"]
-        return cls(
-            **StepMetrics._fields_from_dict(d),
-            rank=d["rank"],
-            source=d["source"],
-            format=d["format"],
-            mode=d["mode"],
-            steps=[StepMetrics.from_dict(s) for s in d["steps"]],
-            collective_events=ce,  # a DataFrame on first use
-            cross_check=d.get("cross_check"),  # likewise
-            device_span_ns=None if span is None else (span[0], span[1]),
-            orphan_events=d["orphan_events"],
-            orphan_us=d["orphan_us"],
-            orphan_share=d["orphan_share"],
-            groups=d["groups"],
-            world_size=d.get("world_size"),
-            by_group=d.get("by_group") or {},
+        return cls.from_record(
+            rec,
+            collective_events=rec.collective_events or None,
             exposed_comm_ns=None if n is None else _PackedIntervals(n, tail),
-            units=d.get("units"),
-            units_source=d.get("units_source") or "none",
-            prefetch=d.get("prefetch"),
         )
 
 
-def _json_step_fields(d: dict[str, Any]) -> dict[str, Any]:
-    """:class:`StepMetrics`' constructor arguments from an Analysis JSON step or rank; what it leaves out
-    is None (a metric) or empty (a table)."""
-    return {
-        **{k: d.get(k) for k in (*SCALARS, "step")},
-        "collectives": d.get("collectives") or {},
-        "op_stats": list(d.get("ops") or []),  # a DataFrame on first use of op_stats
-        "sync": d.get("sync") or {},
-    }
-
-
+RankMetrics._keys = tuple(f.name for f in dataclasses.fields(RankRecord))  # to_dict: the rank's JSON object
 _LazyFrame.install(RankMetrics, "collective_events", _collective_frame, dict)
 _LazyFrame.install(RankMetrics, "cross_check", plain_to_frame, dict)
 
@@ -542,55 +467,123 @@ class Analysis:
             return None
         return max(self.ranks, key=lambda r: r.step_time_us).rank
 
-    def across_ranks(self) -> dict[str, Any]:
-        return {
-            "min": {k: _stat([getattr(r, k) for r in self.ranks], "min") for k in SCALARS},
-            "max": {k: _stat([getattr(r, k) for r in self.ranks], "max") for k in SCALARS},
-            "slowest_rank": self.slowest_rank,
-            "stragglers": self.stragglers,
-            "collective_skew_us": {str(k): v for k, v in self.collective_skew_us.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Analysis:
-        """The "Analysis" JSON object of docs/DATA.md (one arm of analysis.json) as typed objects
-        (:meth:`RankMetrics.from_dict`); ``mean`` and ``across_ranks``' statistics are computed again
-        from the ranks. ``to_dict()`` gives ``d`` back when it was written with every op (``top=None``).
-
-        Raises:
-            ValueError: ``d`` is not an Analysis JSON object of this schema version.
-        """
-        if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
-            version = d.get("schema_version") if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"not an Analysis JSON object of schema_version {SCHEMA_VERSION} ({version!r})")
-        across = d.get("across_ranks") or {}
-        fmt = d.get("format") or ""
-        return cls(
-            sources=list(d.get("sources") or []),
-            format=fmt,
-            ranks=[RankMetrics.from_dict(r, fmt) for r in d["ranks"]],
-            warnings=list(d.get("warnings") or []),
-            collective_skew_us={int(k): v for k, v in (across.get("collective_skew_us") or {}).items()},
-            stragglers=list(across.get("stragglers") or []),
-            process_groups=d.get("process_groups") or {},
-            waits=d.get("waits") or {},
+    def across_ranks(self) -> AcrossRanks:
+        """``min``/``max`` of each scalar across ranks, the slowest rank, stragglers and skews."""
+        return AcrossRanks(
+            min={k: _stat([getattr(r, k) for r in self.ranks], "min") for k in SCALARS},
+            max={k: _stat([getattr(r, k) for r in self.ranks], "max") for k in SCALARS},
+            slowest_rank=self.slowest_rank,
+            stragglers=self.stragglers,
+            collective_skew_us={str(k): v for k, v in self.collective_skew_us.items()},
         )
 
-    def to_dict(self, fit_events: bool = False) -> dict[str, Any]:
-        """The "Analysis" JSON object of docs/DATA.md; with ``fit_events`` each rank also carries
-        ``collective_events`` (:meth:`RankMetrics.fit_event_columns`), as analysis.json stores it."""
-        ranks = [r.to_dict(self.top) for r in self.ranks]
-        if fit_events:
-            for d, r in zip(ranks, self.ranks, strict=True):
-                d["collective_events"] = r.fit_event_columns()
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "sources": self.sources,
-            "format": self.format,
-            "warnings": self.warnings,
-            "ranks": ranks,
-            "mean": self.mean,
-            "across_ranks": self.across_ranks(),
-            "process_groups": self.process_groups,
-            "waits": self.waits,
-        }
+    def record(self, fit_events: bool = False) -> AnalysisRecord:
+        """The Analysis JSON of docs/DATA.md as its record (``.to_dict()``: the JSON object); each rank's
+        ops cut to ``top``; with ``fit_events`` each rank also carries its collective events' fit columns
+        (:meth:`RankMetrics.fit_event_columns`), as analysis.json stores it."""
+        ranks: list[Any] = [
+            r.record(self.top, RankWithEvents, collective_events=r.fit_event_columns())
+            if fit_events
+            else r.record(self.top)
+            for r in self.ranks
+        ]
+        return to_record(
+            self, AnalysisRecord, schema_version=SCHEMA_VERSION, ranks=ranks, across_ranks=self.across_ranks()
+        )
+
+    @classmethod
+    def from_record(cls, rec: AnalysisRecord) -> Analysis:
+        """The inverse of :meth:`record`: ``mean`` and ``across_ranks``' statistics are computed again from
+        the ranks; what a rank's record does not hold (``source``, the event tables) stays unset, its
+        collective events are the fit columns analysis.json kept (None without).
+
+        Raises:
+            InputError: ``rec`` is of another schema version.
+        """
+        problem = _problem(rec)
+        if problem:
+            raise InputError(problem)
+        return from_record(
+            rec,
+            cls,
+            ranks=[RankMetrics.from_record(r, format=rec.format) for r in rec.ranks],
+            collective_skew_us={
+                int(k): v for k, v in (rec.across_ranks.get("collective_skew_us") or {}).items()
+            },
+            stragglers=rec.across_ranks.get("stragglers") or [],
+        )
+
+
+def _problem(rec: AnalysisRecord) -> str | None:
+    """What msgspec cannot check of an Analysis record, as ``$.path: why`` (None when it is sound): its
+    schema version, and that each rank's collective-event columns are of one length."""
+    if rec.schema_version != SCHEMA_VERSION:
+        return (
+            f"$.schema_version is {rec.schema_version}: this fsdpbench reads {SCHEMA_VERSION}; "
+            "analyze the profiles again with this version"
+        )
+    for i, rank in enumerate(rec.ranks):
+        lengths = {c: len(v) for c, v in (rank.collective_events or {}).items()}
+        if len(set(lengths.values())) > 1:
+            return f"$.ranks[{i}].collective_events: columns of different lengths {lengths}"
+    return None
+
+
+_JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+
+
+def encode_analysis(res: Analysis) -> bytes:
+    """The Analysis JSON of ``res`` as ``fsdpbench analyze --json`` writes it (indented)."""
+    return orjson.dumps(res.record(), option=_JSON)
+
+
+def encode_analysis_file(arms: Mapping[str, Analysis | AnalysisRecord]) -> bytes:
+    """A run folder's ``analysis.json``: arm → its Analysis JSON with the ranks' collective events
+    (an :class:`Analysis` is recorded with them; an :class:`AnalysisRecord` read back is written as read)."""
+    doc = {arm: a if isinstance(a, AnalysisRecord) else a.record(fit_events=True) for arm, a in arms.items()}
+    return orjson.dumps(doc, option=_JSON)
+
+
+def decode_analysis(source: bytes | str | Path, what: str | None = None) -> Analysis:
+    """An Analysis JSON file (``analyze --json``; its path or bytes) as an :class:`Analysis`.
+
+    Raises:
+        InputError: naming ``what`` (default the path) and the field, when the file is missing, not JSON,
+            not an Analysis JSON object or of another schema version.
+    """
+    what = what or ("the analysis JSON" if isinstance(source, bytes) else str(source))
+    return _typed(decode(source, AnalysisRecord, what), what)
+
+
+def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
+    """A run folder's ``analysis.json`` as arm → :class:`AnalysisRecord` (:meth:`Analysis.from_record`
+    gives the objects).
+
+    Raises:
+        InputError: naming the file and the field (``…/analysis.json: $.torch.ranks[1].step_time_us:
+            expected `float`, got `str```), as :func:`decode_analysis`.
+    """
+    from fsdpbench.results.run_folder import read_json_file
+
+    raw = read_json_file(path)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")
+    arms = {arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}") for arm, doc in raw.items()}
+    for arm, rec in arms.items():
+        problem = _problem(rec)
+        if problem:
+            raise InputError(f"{path}: $.{arm}{problem[1:]}")
+    return arms
+
+
+def convert_analysis(data: Any, what: str, at: str = "$") -> Analysis:
+    """Decoded JSON (an Analysis object found at ``at`` in file ``what``) as an :class:`Analysis`, or
+    ``InputError`` naming the file and the field."""
+    return _typed(convert(data, AnalysisRecord, what, at), what, at)
+
+
+def _typed(rec: AnalysisRecord, what: str, at: str = "$") -> Analysis:
+    try:
+        return Analysis.from_record(rec)
+    except InputError as exc:
+        raise InputError(f"{what}: {at}{str(exc)[1:]}") from None

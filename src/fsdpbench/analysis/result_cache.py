@@ -3,8 +3,9 @@ that analysing unchanged traces again neither reads the event table nor recomput
 
 ``rank0.json.gz`` gets ``.rank0.json.gz.fsdpbench.metrics`` (``rank0_ascend_pt`` gets
 ``.rank0_ascend_pt.fsdpbench.metrics`` beside the folder): the rank's :class:`RankMetrics` as
-``RankMetrics.to_cache()`` writes it (the Analysis JSON's rank part with every op, plus the collective
-events the α–β fits of ``diff`` need), the reader's warnings and the rank the trace names, as JSON,
+``RankMetrics.cache_record()`` gives it (``result_records.RankCacheRecord``: the Analysis JSON's rank part
+with every op, plus the collective events the α–β fits of ``diff`` need), the reader's warnings and the rank
+the trace names (``ResultCacheEntry``; read back by ``from_plain``, unchecked: the key ties it to this code), as JSON,
 then a newline and the exposed-communication intervals as bytes (:meth:`RankMetrics.exposed_bytes`), the
 whole zlib-compressed when under 128 KiB (:func:`_packed`, docs/caches.md). It is used
 only while its key matches: the event-table cache's key of the trace (size, mtime, head hash, reader
@@ -28,12 +29,14 @@ from typing import Any
 
 import orjson
 
+from fsdpbench.analysis.result_records import RankCacheRecord, ResultCacheEntry, from_plain
 from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 6  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed;
-# 4: unit × phase rows; 5: the exposed intervals as bytes after the JSON; 6: small files zlib-compressed
+_FORMAT = 7  # 2: collective identity (group, seq, dtype, bytes in/out) and groups; 3: marks, exposed;
+# 4: unit × phase rows; 5: the exposed intervals as bytes after the JSON; 6: small files zlib-compressed;
+# 7: the typed records (result_records.ResultCacheEntry)
 _COMPRESS_BELOW = 128 << 10
 """Files of fewer bytes are stored zlib-compressed (level 1, a third of the bytes): beside a small trace
 their size is what counts, and inflating them takes microseconds. Larger ones are stored as they are,
@@ -80,14 +83,15 @@ def load(
         want = key(trace, step) if want is None else want
         raw = _unpacked(path.read_bytes())
         cut = raw.find(b"\n")  # the JSON, then the exposed intervals' bytes (orjson writes no newline)
-        data = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
-        if data.get("key") != want:
+        entry: ResultCacheEntry = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
+        if entry.get("key") != want:
             return None
         from fsdpbench.analysis.result import RankMetrics
 
-        metrics = RankMetrics.from_cache(data["metrics"], raw[cut + 1 :] if cut >= 0 else b"")
+        record = from_plain(RankCacheRecord, entry["metrics"])
+        metrics = RankMetrics.from_cache_record(record, raw[cut + 1 :] if cut >= 0 else b"")
         metrics.source = str(trace)  # where it is now (a trace copied with its cache keeps its key)
-        return data["trace_rank"], list(data["warnings"]), metrics
+        return entry["trace_rank"], list(entry["warnings"]), metrics
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
         log.debug("%s: result cache not used (%s)", path, exc)
         return None
@@ -99,10 +103,15 @@ def store(
     """Write the result cache of ``trace`` under ``want`` (:func:`key`, taken before the trace was
     read), atomically and with the trace's permissions; skip quietly when the folder is not writable
     or the write fails."""
-    data = {"key": want, "trace_rank": trace_rank, "warnings": warnings, "metrics": metrics.to_cache()}
+    entry: ResultCacheEntry = {
+        "key": want,
+        "trace_rank": trace_rank,
+        "warnings": warnings,
+        "metrics": metrics.cache_record(),
+    }
 
     def write(f: Any) -> None:
-        blob = orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY)
+        blob = orjson.dumps(entry, option=orjson.OPT_SERIALIZE_NUMPY)
         f.write(_packed(b"%b\n%b" % (blob, metrics.exposed_bytes())))
 
     table_cache.write_beside(trace, cache_path(trace), write)

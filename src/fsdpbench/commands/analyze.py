@@ -8,8 +8,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import orjson
-
 from fsdpbench.errors import ConfigError, InputError
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms, shorten_middle, shorten_unique
 
@@ -290,7 +288,7 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         for col in ("op type", "count", "ms", "mean µs"):
             o.add_column(col, justify="right" if col != "op type" else "left", no_wrap=True)
         name_width = max(16, con.width - 40)  # what the three number columns and the borders leave
-        rows = r0.ops(top)  # rows without pandas when the result came from its cache
+        rows = r0.ops[:top]  # rows without pandas when the result came from its cache
         names = shorten_unique([row["op_type"] for row in rows], name_width)
         for row, name in zip(rows, names, strict=True):
             o.add_row(name, str(row["count"]), _ms(row["total_us"]), f"{row['mean_us']:.2f}")
@@ -314,14 +312,11 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
 
     if res.waits:
         _render_waits(con, res.waits)
-    across = res.across_ranks()
     if len(res.ranks) > 1:
-        strag = (
-            ", ".join(f"rank {d['rank']} (+{d['skew_us']:.1f} µs)" for d in across["stragglers"]) or "none"
-        )
+        strag = ", ".join(f"rank {d['rank']} (+{d['skew_us']:.1f} µs)" for d in res.stragglers) or "none"
         covers = coverage_text((res.waits or {}).get("partial_groups") or [])
         con.print(
-            f"slowest rank: {across['slowest_rank']}; stragglers by collective start skew: {strag}"
+            f"slowest rank: {res.slowest_rank}; stragglers by collective start skew: {strag}"
             + (f" ({covers})" if covers else ""),
             highlight=False,
         )
@@ -409,13 +404,14 @@ def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
 def main(args: argparse.Namespace) -> int:
     """Run the analysis, print it, optionally write JSON; 0 on success."""
     from fsdpbench.analysis import analyze
+    from fsdpbench.analysis.result import encode_analysis
 
     if args.top is not None and args.top < 1:
         raise ConfigError(f"--top must be at least 1 (got {args.top})")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
     res = analyze(args.paths, step=args.step, workers=args.workers)
-    data = orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    data = encode_analysis(res)
     if args.json == "-":
         sys.stdout.buffer.write(data + b"\n")
         return 0

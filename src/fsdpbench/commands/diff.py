@@ -70,7 +70,9 @@ def _load_side(path: Path, what: str, step: int | None) -> Any:
             except InputError as exc:
                 raise InputError(f"{what} {exc}") from None
             if isinstance(data, dict) and "ranks" in data and "schema_version" in data:
-                return data
+                from fsdpbench.analysis.result import convert_analysis
+
+                return convert_analysis(data, f"{what} {path}")
     from fsdpbench.analysis import analyze
 
     return analyze([path], step=step)

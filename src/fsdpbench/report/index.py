@@ -15,7 +15,7 @@ from typing import Any
 
 from fsdpbench.analysis.diff import DiffResult, diffs_from_json
 from fsdpbench.analysis.findings import finite
-from fsdpbench.analysis.result import Analysis
+from fsdpbench.analysis.result import Analysis, convert_analysis
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import MISSING, fmt, fmt_pct, speed_text
 from fsdpbench.report import figures
@@ -147,8 +147,8 @@ class CellResults:
         raw = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
         analyses = {}
         for arm, doc in (raw if isinstance(raw, dict) else {}).items():
-            with contextlib.suppress(KeyError, TypeError, AttributeError, ValueError):
-                analyses[str(arm)] = Analysis.from_dict(doc)
+            with contextlib.suppress(InputError):
+                analyses[str(arm)] = convert_analysis(doc, run_folder.ANALYSIS, f"$.{arm}")
         diffs = (
             diffs_from_json(
                 run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)),

@@ -1,7 +1,8 @@
 """Read every piece of a run folder (docs/DATA.md) that exists, and note every piece that does not.
 
 Nothing here raises for a missing or broken piece: the report shows what is there and says what
-is not. Only a folder that holds none of a run's files is refused (``InputError``).
+is not. A folder that holds none of a run's files is refused (``InputError``), and so is a broken
+``analysis.json`` (fsdpbench's own derived file: its error names the file and the field).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from fsdpbench.analysis.derived import BROKEN_ANALYSIS_HINT
 from fsdpbench.errors import InputError
 from fsdpbench.results import run_folder
 from fsdpbench.results.run_folder import RUN_MARKERS, is_run_dir
@@ -53,21 +55,21 @@ class RunData:
 
     @property
     def analyses(self) -> dict[str, Analysis]:
-        """arm label → the arm's :class:`~fsdpbench.analysis.result.Analysis` read from ``analysis``; an
-        arm whose JSON is not an Analysis object is left out and named in ``missing``."""
-        from fsdpbench.analysis.result import Analysis
+        """arm label → the arm's :class:`~fsdpbench.analysis.result.Analysis` read from ``analysis``.
+
+        Raises:
+            InputError: an arm's JSON is not an Analysis object, naming the file and the field
+                (``analysis.json: $.torch.ranks[1].step_time_us: expected `float`, got `str```).
+        """
+        from fsdpbench.analysis.result import convert_analysis
+
+        what = str(self.run_dir / run_folder.ANALYSIS)
 
         def parse(raw: dict[str, Any]) -> dict[str, Analysis]:
-            out = {}
-            for arm, doc in raw.items():
-                try:
-                    out[arm] = Analysis.from_dict(doc)
-                except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                    self.missing.append(
-                        f"the analysis of arm `{arm}` in `{run_folder.ANALYSIS}` could not be read "
-                        f"({type(exc).__name__}: {exc}); it is left out."
-                    )
-            return out
+            try:
+                return {arm: convert_analysis(doc, what, f"$.{arm}") for arm, doc in raw.items()}
+            except InputError as exc:
+                raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
 
         return self._typed_value("analysis", self.analysis or {}, parse)
 
@@ -165,6 +167,27 @@ def load_step_frame(path: Path, data: RunData) -> pd.DataFrame | None:
     return pd.DataFrame(rows)
 
 
+def read_analysis_json(path: Path) -> dict[str, Any] | None:
+    """analysis.json as read (None when absent). Unlike the other pieces, a broken one is an error: it
+    is fsdpbench's own derived file, and a report of it would show wrong or missing numbers.
+
+    Raises:
+        InputError: it is not JSON or not an object of arms, naming the file (its fields are checked
+            by :attr:`RunData.analyses`).
+    """
+    if not path.is_file():
+        return None
+    try:
+        raw = run_folder.read_json_file(path)
+    except InputError as exc:
+        raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"{path}: $: expected an object of arms, got {type(raw).__name__} ({BROKEN_ANALYSIS_HINT})"
+        )
+    return raw
+
+
 def not_a_run_error(path: Path) -> InputError:
     """The error for a folder that is not a run, naming run folders below it when there are some."""
     if not path.exists():
@@ -205,8 +228,7 @@ def load_run(run_dir: Path) -> RunData:
         parsed = load_optional_json(status, data, "a launch status")
         if isinstance(parsed, dict):
             data.statuses.append(parsed)
-    analysis = load_optional_json(run_dir / run_folder.ANALYSIS, data, "the analysis")
-    if isinstance(analysis, dict):
-        data.analysis = analysis
+    data.analysis = read_analysis_json(run_dir / run_folder.ANALYSIS)
+    data.analyses  # noqa: B018 - checked here, so that a broken analysis.json stops the report at once
     data.diffs = run_folder.diff_list(load_optional_json(run_dir / run_folder.DIFF_JSON, data, "the diff"))
     return data

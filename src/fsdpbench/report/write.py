@@ -41,7 +41,8 @@ def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
     if path.is_file() and path.stat().st_mtime_ns != before:
         written.append(path)
         data.analysis = run_folder.read_json_file(path)
-    return {a: r for a, r in analyses.items() if not isinstance(r, dict)}
+    # analysed now: their ranks know their traces (read back from analysis.json they do not)
+    return {a: r for a, r in analyses.items() if r.ranks and all(rank.source for rank in r.ranks)}
 
 
 def _ensure_diff(data: RunData, written: list[Path]) -> None:
