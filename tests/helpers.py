@@ -158,7 +158,9 @@ def rank(
             "all_gather": {"count": 12, "bytes": 10**9, "time_us": 200_000.0},
             "reduce_scatter": {"count": 6, "bytes": 5 * 10**8, "time_us": 100_000.0},
         },
-        "ops": ops if ops is not None else [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0}],
+        "ops": ops
+        if ops is not None
+        else [{"op_type": "MatMul", "count": 100, "total_us": 500_000.0, "mean_us": 5_000.0}],
         "sync": sync if sync is not None else {"barrier": 10, "launch_ffts": 59},
     }
 
