@@ -141,9 +141,9 @@ def shorten_unique(texts: Sequence[str], width: int) -> list[str]:
     for i, short in enumerate(out):
         clash.setdefault(short, []).append(i)
     for idx in clash.values():
-        if len({texts[i] for i in idx}) < 2:
-            continue
         distinct = sorted({texts[i] for i in idx})
+        if len(distinct) < 2:
+            continue
         half = width // 2
         heads = sorted(range(1, width - 1), key=lambda h: (abs(h - half), h))
         for h in heads:

@@ -167,18 +167,3 @@ class FSDP1Backend(Backend):
         if kind == "cpu":
             return torch.device("cpu")
         return torch.device(kind, torch.get_device_module(kind).current_device())
-
-
-def _own_params(module: torch.nn.Module, fsdp_class: type) -> list[tuple[str, torch.nn.Parameter]]:
-    """``(name, parameter)`` of ``module``'s parameters that no nested FSDP unit owns."""
-    out: list[tuple[str, torch.nn.Parameter]] = []
-
-    def walk(mod: torch.nn.Module, prefix: str) -> None:
-        for name, param in mod.named_parameters(recurse=False):
-            out.append((prefix + name, param))
-        for child_name, child in mod.named_children():
-            if not isinstance(child, fsdp_class):
-                walk(child, f"{prefix}{child_name}.")
-
-    walk(module, "")
-    return out

@@ -128,12 +128,7 @@ class InitialValues:
         numel = math.prod(self.shape(name))
         if not 0 <= start <= stop <= numel:
             raise ValueError(f"initial values: range [{start}, {stop}) outside {name!r} of {numel} elements")
-        direct = (
-            out is not None
-            and out.dtype == torch.float32
-            and out.device.type == "cpu"
-            and out.is_contiguous()
-        )
+        direct = _fills_in_place(out)
         dest = out.view(-1) if direct else torch.empty(stop - start)
         if dest.numel() != stop - start:
             raise ValueError(
@@ -171,12 +166,7 @@ class InitialValues:
             raise ValueError(
                 f"initial values: block {sizes} of {name!r} into a tensor of shape {tuple(out.shape)}"
             )
-        direct = (
-            out is not None
-            and out.dtype == torch.float32
-            and out.device.type == "cpu"
-            and out.is_contiguous()
-        )
+        direct = _fills_in_place(out)
         dest = out if direct else torch.empty(sizes)
         if dest.numel():
             at = 0
@@ -192,6 +182,11 @@ class InitialValues:
         """The whole fp32 value of ``name`` (the unsharded reference, and small parameters)."""
         shape = self.shape(name)
         return self.flat(name, 0, math.prod(shape)).view(shape)
+
+
+def _fills_in_place(out: torch.Tensor | None) -> bool:
+    """Whether ``out`` takes the values directly (an fp32 contiguous CPU tensor), with no temporary between."""
+    return out is not None and out.dtype == torch.float32 and out.device.type == "cpu" and out.is_contiguous()
 
 
 @contextlib.contextmanager

@@ -98,6 +98,14 @@ print(json.dumps({"function": TARGET, "file": inspect.getsourcefile(function), "
 """
 
 
+def _failure_line(python: str, out: subprocess.CompletedProcess[str]) -> str:
+    """The last line of a failed probe's stderr; a ``ConfigError`` at once when ``python`` has no torch."""
+    last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    if "No module named 'torch'" in last:
+        raise ConfigError(f"python={python}: it has no torch; install it there: pip install 'fsdpbench[run]'")
+    return last
+
+
 def sharding_signature(python: str, backend: str, env: dict[str, str]) -> dict[str, Any]:
     """The keyword parameters of ``backend``'s sharding call as interpreter ``python`` has it:
     ``{"function", "file", "params": {name: {"kind", "default"}}, "var_keyword"}`` where ``kind`` is
@@ -117,11 +125,7 @@ def sharding_signature(python: str, backend: str, env: dict[str, str]) -> dict[s
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(f"{python}: could not read the signature of {target} ({exc})") from None
     if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        if "No module named 'torch'" in last:
-            raise ConfigError(
-                f"python={python}: it has no torch; install it there: pip install 'fsdpbench[run]'"
-            )
+        last = _failure_line(python, out)
         raise ConfigError(f"{python}: could not read the signature of {target} ({last})")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -209,11 +213,7 @@ def probe(python: str, env: dict[str, str] | None = None) -> dict[str, Any]:
             f"python={python}: could not run it ({exc}); give the path of a working interpreter"
         ) from None
     if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        if "No module named 'torch'" in last:
-            raise ConfigError(
-                f"python={python}: it has no torch; install it there: pip install 'fsdpbench[run]'"
-            )
+        last = _failure_line(python, out)
         raise ConfigError(f"python={python}: the probe failed ({last}); is it a Python 3.10+ interpreter?")
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -289,6 +289,3 @@ def exact_tolerance(loss: float, accelerator: bool) -> float:
     import numpy as np
 
     return max(1e-6, ACCELERATOR_PARITY_ULPS * float(np.spacing(np.float32(abs(loss)))))
-
-
-# ---- derived files: analysis.json and diff.json ----------------------------------------------------------

@@ -273,24 +273,23 @@ def run_status(run_dir: Path | None) -> str:
     arms_ok = all((a or {}).get("status", "ok") == "ok" for a in arms.values())
     if not arms or summary.get("missing") or not arms_ok:
         return "partial"
-    return "done" if _profiles_ok(run_dir, list(arms)) and _rounds_decided(run_dir) else "partial"
+    manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST)
+    if manifest is None:
+        return "partial"
+    return "done" if _profiles_ok(manifest, list(arms)) and _rounds_decided(manifest) else "partial"
 
 
-def _rounds_decided(run_dir: Path) -> bool:
+def _rounds_decided(manifest: dict[str, Any]) -> bool:
     """With ``--rounds auto``, the run must have stopped (manifest ``rounds_auto.stopped``): a run that
     ended between a round and its check is resumed, and the check may add rounds."""
-    manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST) or {}
     if not (manifest.get("config") or {}).get("rounds_auto"):
         return True
     return bool((manifest.get("rounds_auto") or {}).get("stopped"))
 
 
-def _profiles_ok(run_dir: Path, arms: list[str]) -> bool:
+def _profiles_ok(manifest: dict[str, Any], arms: list[str]) -> bool:
     """When the run asked for profiles, every arm's profiling launch (round 0, or its own with
     ``--separate-profile``) must have succeeded: the launcher records its profile in the manifest then."""
-    manifest = run_folder.read_json_if_readable(run_dir / run_folder.MANIFEST)
-    if manifest is None:
-        return False
     if not (manifest.get("config") or {}).get("profile"):
         return True
     profiles = manifest.get("profiles") or {}
