@@ -555,6 +555,20 @@ def decode_analysis(source: bytes | str | Path, what: str | None = None) -> Anal
     return _typed(decode(source, AnalysisRecord, what), what)
 
 
+def read_analysis_arms(path: str | Path) -> dict[str, Any]:
+    """A run folder's ``analysis.json`` as read: arm → its Analysis JSON object, its fields not yet checked.
+
+    Raises:
+        InputError: naming the file, when it is missing, not JSON or not an object of arms.
+    """
+    from fsdpbench.results.run_folder import read_json_file
+
+    raw = read_json_file(path)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")
+    return raw
+
+
 def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
     """A run folder's ``analysis.json`` as arm → :class:`AnalysisRecord` (:meth:`Analysis.from_record`
     gives the objects).
@@ -563,12 +577,10 @@ def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
         InputError: naming the file and the field (``…/analysis.json: $.torch.ranks[1].step_time_us:
             expected `float`, got `str```), as :func:`decode_analysis`.
     """
-    from fsdpbench.results.run_folder import read_json_file
-
-    raw = read_json_file(path)
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")
-    arms = {arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}") for arm, doc in raw.items()}
+    arms = {
+        arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}")
+        for arm, doc in read_analysis_arms(path).items()
+    }
     for arm, rec in arms.items():
         problem = _problem(rec)
         if problem:
