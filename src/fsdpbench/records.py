@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     import msgspec
 
 R = TypeVar("R")
+JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+"""orjson's options for the indented JSON every run folder file is written in."""
 
 
 class Record:
@@ -190,4 +192,4 @@ def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -
 
 def encode(record: Record) -> bytes:
     """The record as the indented JSON every run folder file is written in."""
-    return orjson.dumps(record.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    return orjson.dumps(record.to_dict(), option=JSON_OPTIONS)

@@ -33,7 +33,7 @@ from fsdpbench.analysis.result_records import (
     to_record,
 )
 from fsdpbench.errors import InputError
-from fsdpbench.records import convert, decode
+from fsdpbench.records import JSON_OPTIONS, convert, decode
 from fsdpbench.trace.cache import frame_to_plain, plain_to_frame
 
 if TYPE_CHECKING:
@@ -529,19 +529,16 @@ def _problem(rec: AnalysisRecord) -> str | None:
     return None
 
 
-_JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-
-
 def encode_analysis(res: Analysis) -> bytes:
     """The Analysis JSON of ``res`` as ``fsdpbench analyze --json`` writes it (indented)."""
-    return orjson.dumps(res.record(), option=_JSON)
+    return orjson.dumps(res.record(), option=JSON_OPTIONS)
 
 
 def encode_analysis_file(arms: Mapping[str, Analysis | AnalysisRecord]) -> bytes:
     """A run folder's ``analysis.json``: arm → its Analysis JSON with the ranks' collective events
     (an :class:`Analysis` is recorded with them; an :class:`AnalysisRecord` read back is written as read)."""
     doc = {arm: a if isinstance(a, AnalysisRecord) else a.record(fit_events=True) for arm, a in arms.items()}
-    return orjson.dumps(doc, option=_JSON)
+    return orjson.dumps(doc, option=JSON_OPTIONS)
 
 
 def decode_analysis(source: bytes | str | Path, what: str | None = None) -> Analysis:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from fsdpbench.errors import InputError
-from fsdpbench.records import read_bytes
+from fsdpbench.records import JSON_OPTIONS, read_bytes
 
 SCHEMA_VERSION = 1
 
@@ -125,7 +125,7 @@ def write_atomic(path: str | Path, content: str | bytes) -> Path:
 
 def write_json(path: str | Path, data: Any) -> Path:
     """Write ``data`` as indented JSON, atomically. Returns ``path``."""
-    return write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    return write_atomic(path, orjson.dumps(data, option=JSON_OPTIONS))
 
 
 def read_json_file(path: str | Path) -> Any:
