@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     import msgspec
 
 R = TypeVar("R")
+JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+"""orjson's options for the indented JSON every run folder file is written in."""
 
 
 class Record:
@@ -158,6 +160,18 @@ def convert(data: Any, type: type[R], what: str, at: str = "$") -> R:
         raise _error(what, exc, at, data) from None
 
 
+def read_bytes(path: str | Path, what: str | None = None) -> bytes:
+    """The bytes of the file at ``path``: ``InputError`` naming it (``what``, default the path) when it is
+    missing or cannot be read."""
+    what = what or str(path)
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{what}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{what}: cannot be read ({exc.strerror})") from None
+
+
 def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -> R:
     """A file (its path) or its bytes as a ``type``: ``InputError`` naming the file (``what``, default the
     path) and the field when it is missing, not JSON or not such a record."""
@@ -165,12 +179,7 @@ def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -
         blob, what = source, what or type.__name__
     else:
         what = what or str(source)
-        try:
-            blob = Path(source).read_bytes()
-        except FileNotFoundError:
-            raise InputError(f"{what}: no such file") from None
-        except OSError as exc:
-            raise InputError(f"{what}: cannot be read ({exc.strerror})") from None
+        blob = read_bytes(source, what)
     import msgspec
 
     try:
@@ -183,4 +192,4 @@ def decode(source: bytes | str | Path, type: type[R], what: str | None = None) -
 
 def encode(record: Record) -> bytes:
     """The record as the indented JSON every run folder file is written in."""
-    return orjson.dumps(record.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    return orjson.dumps(record.to_dict(), option=JSON_OPTIONS)

@@ -33,7 +33,7 @@ from fsdpbench.analysis.result_records import (
     to_record,
 )
 from fsdpbench.errors import InputError
-from fsdpbench.records import convert, decode
+from fsdpbench.records import JSON_OPTIONS, convert, decode
 from fsdpbench.trace.cache import frame_to_plain, plain_to_frame
 
 if TYPE_CHECKING:
@@ -529,19 +529,16 @@ def _problem(rec: AnalysisRecord) -> str | None:
     return None
 
 
-_JSON = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-
-
 def encode_analysis(res: Analysis) -> bytes:
     """The Analysis JSON of ``res`` as ``fsdpbench analyze --json`` writes it (indented)."""
-    return orjson.dumps(res.record(), option=_JSON)
+    return orjson.dumps(res.record(), option=JSON_OPTIONS)
 
 
 def encode_analysis_file(arms: Mapping[str, Analysis | AnalysisRecord]) -> bytes:
     """A run folder's ``analysis.json``: arm → its Analysis JSON with the ranks' collective events
     (an :class:`Analysis` is recorded with them; an :class:`AnalysisRecord` read back is written as read)."""
     doc = {arm: a if isinstance(a, AnalysisRecord) else a.record(fit_events=True) for arm, a in arms.items()}
-    return orjson.dumps(doc, option=_JSON)
+    return orjson.dumps(doc, option=JSON_OPTIONS)
 
 
 def decode_analysis(source: bytes | str | Path, what: str | None = None) -> Analysis:
@@ -555,6 +552,20 @@ def decode_analysis(source: bytes | str | Path, what: str | None = None) -> Anal
     return _typed(decode(source, AnalysisRecord, what), what)
 
 
+def read_analysis_arms(path: str | Path) -> dict[str, Any]:
+    """A run folder's ``analysis.json`` as read: arm → its Analysis JSON object, its fields not yet checked.
+
+    Raises:
+        InputError: naming the file, when it is missing, not JSON or not an object of arms.
+    """
+    from fsdpbench.results.run_folder import read_json_file
+
+    raw = read_json_file(path)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")
+    return raw
+
+
 def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
     """A run folder's ``analysis.json`` as arm → :class:`AnalysisRecord` (:meth:`Analysis.from_record`
     gives the objects).
@@ -563,12 +574,10 @@ def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
         InputError: naming the file and the field (``…/analysis.json: $.torch.ranks[1].step_time_us:
             expected `float`, got `str```), as :func:`decode_analysis`.
     """
-    from fsdpbench.results.run_folder import read_json_file
-
-    raw = read_json_file(path)
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: $: expected an object of arms, got {type(raw).__name__}")
-    arms = {arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}") for arm, doc in raw.items()}
+    arms = {
+        arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}")
+        for arm, doc in read_analysis_arms(path).items()
+    }
     for arm, rec in arms.items():
         problem = _problem(rec)
         if problem:

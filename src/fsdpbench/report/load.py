@@ -175,17 +175,14 @@ def read_analysis_json(path: Path) -> dict[str, Any] | None:
         InputError: it is not JSON or not an object of arms, naming the file (its fields are checked
             by :attr:`RunData.analyses`).
     """
+    from fsdpbench.analysis.result import read_analysis_arms
+
     if not path.is_file():
         return None
     try:
-        raw = run_folder.read_json_file(path)
+        return read_analysis_arms(path)
     except InputError as exc:
         raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
-    if not isinstance(raw, dict):
-        raise InputError(
-            f"{path}: $: expected an object of arms, got {type(raw).__name__} ({BROKEN_ANALYSIS_HINT})"
-        )
-    return raw
 
 
 def not_a_run_error(path: Path) -> InputError:

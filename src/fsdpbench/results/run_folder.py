@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from fsdpbench.errors import InputError
+from fsdpbench.records import JSON_OPTIONS, read_bytes
 
 SCHEMA_VERSION = 1
 
@@ -124,17 +125,14 @@ def write_atomic(path: str | Path, content: str | bytes) -> Path:
 
 def write_json(path: str | Path, data: Any) -> Path:
     """Write ``data`` as indented JSON, atomically. Returns ``path``."""
-    return write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    return write_atomic(path, orjson.dumps(data, option=JSON_OPTIONS))
 
 
 def read_json_file(path: str | Path) -> Any:
     """Read a JSON file, or raise ``InputError`` naming it."""
+    blob = read_bytes(path)
     try:
-        return orjson.loads(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+        return orjson.loads(blob)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc}); rerun the command that wrote it") from None
 

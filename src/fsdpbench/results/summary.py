@@ -152,11 +152,10 @@ class Summary(Record):
         if path.is_dir():
             path = path / run_folder.SUMMARY
         hint = f"`fsdpbench ab --resume {path.parent}` writes it again from the run's steps"
+        blob = records.read_bytes(path)  # a file that is not there or not readable: no hint
         try:
-            summary = records.decode(path, cls)
+            summary = records.decode(blob, cls, str(path))
         except InputError as exc:
-            if "no such file" in str(exc) or "cannot be read" in str(exc):
-                raise
             raise InputError(f"{exc}; {hint}") from None
         if summary.schema_version is None:
             raise InputError(f"{path}: not an fsdpbench summary.json (no schema_version); {hint}")

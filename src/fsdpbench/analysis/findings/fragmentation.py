@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fsdpbench.analysis import whatif, whatif_units
-from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, collective_phrase
+from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, collective_phrase, safe_ratio
 from fsdpbench.analysis.findings.rule import Rule
-from fsdpbench.analysis.findings.text import share_of
 from fsdpbench.analysis.findings.thresholds import (
     FRAGMENTATION_COUNT_RATIO,
     FRAGMENTATION_HIGH_SHARE,
@@ -114,7 +113,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
             )
             estimate.one_bucket_per_layer = _bucket_summary(per_layer, layer, whatif.BASIS_STEP)
         frag_time = sum(r[side].time_us or 0.0 for r in hits)
-        share = share_of(frag_time, m.step_time_us)
+        share = safe_ratio(frag_time, m.step_time_us)
         severity = "high" if share is not None and share >= FRAGMENTATION_HIGH_SHARE else "medium"
         if share is None:
             share_text = ""
