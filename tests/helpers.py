@@ -929,6 +929,16 @@ with open(run_dir / "steps.jsonl", "a") as f:
 )
 
 
+def raw_x_events(path: Path) -> list[dict]:
+    """The complete ("X") events of a raw Kineto JSON trace, gzipped or not."""
+    raw = path.read_bytes()
+    return [
+        e
+        for e in orjson.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)["traceEvents"]
+        if e.get("ph") == "X"
+    ]
+
+
 def raw_ns(e: dict) -> tuple[int, int]:
     """A raw complete event's [start, end) in integer ns."""
     s = round(float(e["ts"]) * 1000)
@@ -966,8 +976,7 @@ def raw_cpu_totals(path: Path) -> dict[str, int]:
     """The step's compute, communication and overlapped ns from the raw JSON, by the test's own rules:
     compute = outermost cpu_op operators of the training thread outside c10d launches and wrappers;
     communication = the outermost gloo:* spans; unions by a plain sweep over integer ns."""
-    raw = orjson.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
-    evs = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    evs = raw_x_events(path)
 
     ns = raw_ns
     ops = raw_training_ops(evs)

@@ -7,7 +7,6 @@ the per-unit rows against a plain-Python reading of the same raw JSON, and the d
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from fsdpbench.analysis import unit_ranges
 from fsdpbench.trace.kineto import read_kineto
-from helpers import raw_cpu_totals, raw_training_ops, run_cli, run_profiled_ab
+from helpers import raw_cpu_totals, raw_ns, raw_training_ops, raw_x_events, run_cli, run_profiled_ab
 
 MAIN, AUTOGRAD = 100, 300
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
@@ -94,27 +93,17 @@ def test_fsdpbench_ranges_win_over_fsdp2s(tmp_path):
 # ---------------------------------------------------------------- the plain FSDP2 script's profiles
 
 
-def _ns(e: dict) -> tuple[int, int]:
-    s = round(float(e["ts"]) * 1000)
-    return s, s + round(float(e["dur"]) * 1000)
-
-
-def _raw_events(path: Path) -> list[dict]:
-    return [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
-
-
-def _raw_fsdp2(path: Path) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[str, str, str]]]:
-    """From the raw JSON, by the test's own reading of FSDP2's ranges (one step, one microbatch): each
-    block's forward [pre_forward start, post_forward end) and backward [pre_backward start, last
+def _raw_fsdp2(evs: list[dict]) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[str, str, str]]]:
+    """From the raw JSON's events, by the test's own reading of FSDP2's ranges (one step, one microbatch):
+    each block's forward [pre_forward start, post_forward end) and backward [pre_backward start, last
     post_backward_* end), and the backward prefetch edges (issuing block or root, pass, target)."""
-    evs = _raw_events(path)
     win: dict[tuple[str, str], tuple[int, int]] = {}
     for b in BLOCKS:
-        pre_f = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({b})")
-        post_f = next(_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({b})")
-        pre_b = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({b})")
+        pre_f = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({b})")
+        post_f = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({b})")
+        pre_b = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({b})")
         post_b = [
-            _ns(e)
+            raw_ns(e)
             for e in evs
             if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({b})")
         ]
@@ -124,15 +113,10 @@ def _raw_fsdp2(path: Path) -> tuple[dict[tuple[str, str], tuple[int, int]], list
     for e in sorted(
         (e for e in evs if e["name"].startswith("FSDP::backward_prefetch for ")), key=lambda e: e["ts"]
     ):
-        s = _ns(e)[0]
+        s = raw_ns(e)[0]
         issuer = next((b for (b, p), (a, z) in win.items() if p == "backward" and a <= s < z), "root")
         edges.append((issuer, "backward", e["name"].rsplit(" ", 1)[1]))
     return win, edges
-
-
-def _raw_block_compute(path: Path, window: tuple[int, int]) -> int:
-    """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
-    return _ops_in(_raw_events(path), window)
 
 
 @pytest.mark.distributed
@@ -152,11 +136,12 @@ def test_a_plain_fsdp2_script_profile_gives_rows_for_every_block_on_every_rank(p
         path = folder / f"rank{r['rank']}.pt.trace.json"
         assert r["units_source"] == "FSDP2 ranges"
         rows = {(u["unit"], u["phase"]): u for u in r["units"]}
-        windows, edges = _raw_fsdp2(path)
-        gathers = [_ns(e)[0] for e in _raw_events(path) if e["name"].startswith("FSDP::all_gather (")]
+        evs = raw_x_events(path)
+        windows, edges = _raw_fsdp2(evs)
+        gathers = [raw_ns(e)[0] for e in evs if e["name"].startswith("FSDP::all_gather (")]
         for (block, phase), window in windows.items():
             assert (block, phase) in rows, (path, block, phase)
-            expected = _raw_block_compute(path, window)
+            expected = _ops_in(evs, window)
             assert round(rows[(block, phase)]["compute_us"] * 1000) == expected, (path, block, phase)
             if phase == "backward":
                 gathered = any(window[0] <= s < window[1] for s in gathers)
@@ -206,11 +191,6 @@ def test_diff_of_two_plain_fsdp2_profiles_names_places(plain_fsdp2_profiles, tmp
 # ---------------------------------------------------------------- the two sources agree (issue 30 point 5)
 
 
-def _load(path: Path) -> list[dict]:
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return [e for e in orjson.loads(raw)["traceEvents"] if e.get("ph") == "X"]
-
-
 def _ops_in(evs: list[dict], window: tuple[int, int]) -> int:
     """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
     ops = sorted(raw_training_ops(evs), key=lambda x: (x[0], -x[1]))
@@ -234,7 +214,7 @@ def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
     from fsdpbench.analysis import attribution
 
     for path in _profiles(profiled_ab_run, "torch"):
-        evs = _load(path)
+        evs = raw_x_events(path)
         trace = read_kineto(path)
         own = {(r["unit"], r["phase"]): r for r in attribution.unit_phase_rows(trace.table, trace.mode)}
         ranges = unit_ranges.fsdp2_ranges(trace.table)
@@ -261,15 +241,15 @@ def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
                 a, b = own[(layer, phase)], lib[(fqn, phase)]
                 counts = {k: v["count"] for k, v in a["collectives"].items()}
                 assert counts == {k: v["count"] for k, v in b["collectives"].items()}, (path, layer, phase)
-                mine = next(_ns(e) for e in evs if e["name"] == f"fsdpbench::{phase}::{layer}")
+                mine = next(raw_ns(e) for e in evs if e["name"] == f"fsdpbench::{phase}::{layer}")
                 if phase == "forward":
-                    first = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({fqn})")
-                    last = next(_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({fqn})")
+                    first = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({fqn})")
+                    last = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({fqn})")
                 else:
-                    first = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({fqn})")
+                    first = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({fqn})")
                     last = max(
                         (
-                            _ns(e)
+                            raw_ns(e)
                             for e in evs
                             if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({fqn})")
                         ),
@@ -304,7 +284,7 @@ def test_no_ranges_leaves_fsdpbenchs_ranges_out_and_fsdp2s_give_the_same_units(
     paths = _profiles(no_ranges_run, "torch")
     assert len(paths) == 2
     for path in paths:
-        assert not any(e["name"].startswith("fsdpbench::") for e in _load(path)), path
+        assert not any(e["name"].startswith("fsdpbench::") for e in raw_x_events(path)), path
     foreign = analyze([no_ranges_run / "profiles" / "torch"], workers=1).record().to_dict()["ranks"]
     normal = analyze([profiled_ab_run / "profiles" / "torch"], workers=1).record().to_dict()["ranks"]
     for a, b in zip(normal, foreign, strict=True):
