@@ -972,15 +972,24 @@ def raw_training_ops(evs: list[dict]) -> list[tuple[int, int]]:
     ]
 
 
+def raw_outermost(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans not nested in another of them, by start."""
+    keep, reach = [], -1
+    for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
+        if s >= reach:
+            keep.append((s, e))
+        reach = max(reach, e)
+    return keep
+
+
 def raw_cpu_totals(path: Path) -> dict[str, int]:
     """The step's compute, communication and overlapped ns from the raw JSON, by the test's own rules:
     compute = outermost cpu_op operators of the training thread outside c10d launches and wrappers;
     communication = the outermost gloo:* spans; unions by a plain sweep over integer ns."""
     evs = raw_x_events(path)
 
-    ns = raw_ns
     ops = raw_training_ops(evs)
-    gloo = [ns(e) for e in evs if e["name"].startswith("gloo:")]
+    gloo = [raw_ns(e) for e in evs if e["name"].startswith("gloo:")]
     gloo_threads = {e["tid"] for e in evs if e["name"].startswith("gloo:")}
 
     def union(spans):
@@ -994,15 +1003,7 @@ def raw_cpu_totals(path: Path) -> dict[str, int]:
                 out.append([s, e])
         return out
 
-    def outer(spans):  # spans not nested in another of them
-        keep, reach = [], -1
-        for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
-            if s >= reach:
-                keep.append((s, e))
-            reach = max(reach, e)
-        return keep
-
-    comp, comm = union(outer(ops)), union(gloo)
+    comp, comm = union(raw_outermost(ops)), union(gloo)
     over = 0
     for a, b in comp:
         for c, d in comm:
@@ -1012,7 +1013,7 @@ def raw_cpu_totals(path: Path) -> dict[str, int]:
         "comm": sum(e - s for s, e in comm),
         "overlapped": over,
         "collectives": sum(  # the outermost gloo spans of each worker thread
-            len(outer([ns(e) for e in evs if e["tid"] == tid and e["name"].startswith("gloo:")]))
+            len(raw_outermost([raw_ns(e) for e in evs if e["tid"] == tid and e["name"].startswith("gloo:")]))
             for tid in gloo_threads
         ),
     }

@@ -15,7 +15,15 @@ import pytest
 
 from fsdpbench.analysis import unit_ranges
 from fsdpbench.trace.kineto import read_kineto
-from helpers import raw_cpu_totals, raw_ns, raw_training_ops, raw_x_events, run_cli, run_profiled_ab
+from helpers import (
+    raw_cpu_totals,
+    raw_ns,
+    raw_outermost,
+    raw_training_ops,
+    raw_x_events,
+    run_cli,
+    run_profiled_ab,
+)
 
 MAIN, AUTOGRAD = 100, 300
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
@@ -193,13 +201,7 @@ def test_diff_of_two_plain_fsdp2_profiles_names_places(plain_fsdp2_profiles, tmp
 
 def _ops_in(evs: list[dict], window: tuple[int, int]) -> int:
     """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
-    ops = sorted(raw_training_ops(evs), key=lambda x: (x[0], -x[1]))
-    total, reach = 0, -1
-    for s, e in ops:
-        if s >= reach and window[0] <= s < window[1]:
-            total += e - s
-        reach = max(reach, e)
-    return total
+    return sum(e - s for s, e in raw_outermost(raw_training_ops(evs)) if window[0] <= s < window[1])
 
 
 def _profiles(run: Path, arm: str) -> list[Path]:
