@@ -101,22 +101,28 @@ def test_fsdpbench_ranges_win_over_fsdp2s(tmp_path):
 # ---------------------------------------------------------------- the plain FSDP2 script's profiles
 
 
+def _raw_window(evs: list[dict], fqn: str, phase: str) -> tuple[int, int]:
+    """[start, end) ns of FSDP2's window of module ``fqn`` in ``phase``, by the test's own reading of the
+    raw events (one step, one microbatch): forward [pre_forward start, post_forward end), backward
+    [pre_backward start, last post_backward_* end)."""
+
+    def first(hook: str) -> tuple[int, int]:
+        return next(raw_ns(e) for e in evs if e["name"] == f"FSDP::{hook} ({fqn})")
+
+    if phase == "forward":
+        return first("pre_forward")[0], first("post_forward")[1]
+    post = [
+        raw_ns(e)[1]
+        for e in evs
+        if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({fqn})")
+    ]
+    return first("pre_backward")[0], max(post)
+
+
 def _raw_fsdp2(evs: list[dict]) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[str, str, str]]]:
-    """From the raw JSON's events, by the test's own reading of FSDP2's ranges (one step, one microbatch):
-    each block's forward [pre_forward start, post_forward end) and backward [pre_backward start, last
-    post_backward_* end), and the backward prefetch edges (issuing block or root, pass, target)."""
-    win: dict[tuple[str, str], tuple[int, int]] = {}
-    for b in BLOCKS:
-        pre_f = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({b})")
-        post_f = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({b})")
-        pre_b = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({b})")
-        post_b = [
-            raw_ns(e)
-            for e in evs
-            if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({b})")
-        ]
-        win[(b, "forward")] = (pre_f[0], post_f[1])
-        win[(b, "backward")] = (pre_b[0], max(e for _, e in post_b))
+    """From the raw JSON's events: each block's forward and backward window (``_raw_window``) and the
+    backward prefetch edges (issuing block or root, pass, target)."""
+    win = {(b, p): _raw_window(evs, b, p) for b in BLOCKS for p in ("forward", "backward")}
     edges = []
     for e in sorted(
         (e for e in evs if e["name"].startswith("FSDP::backward_prefetch for ")), key=lambda e: e["ts"]
@@ -244,20 +250,7 @@ def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
                 counts = {k: v["count"] for k, v in a["collectives"].items()}
                 assert counts == {k: v["count"] for k, v in b["collectives"].items()}, (path, layer, phase)
                 mine = next(raw_ns(e) for e in evs if e["name"] == f"fsdpbench::{phase}::{layer}")
-                if phase == "forward":
-                    first = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({fqn})")
-                    last = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({fqn})")
-                else:
-                    first = next(raw_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({fqn})")
-                    last = max(
-                        (
-                            raw_ns(e)
-                            for e in evs
-                            if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({fqn})")
-                        ),
-                        key=lambda x: x[1],
-                    )
-                theirs = (first[0], last[1])
+                theirs = _raw_window(evs, fqn, phase)
                 assert mine[0] <= theirs[0] and theirs[1] <= mine[1], (
                     path,
                     layer,
