@@ -929,6 +929,16 @@ with open(run_dir / "steps.jsonl", "a") as f:
 )
 
 
+def raw_x_events(path: Path) -> list[dict]:
+    """The complete ("X") events of a raw Kineto JSON trace, gzipped or not."""
+    raw = path.read_bytes()
+    return [
+        e
+        for e in orjson.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)["traceEvents"]
+        if e.get("ph") == "X"
+    ]
+
+
 def raw_ns(e: dict) -> tuple[int, int]:
     """A raw complete event's [start, end) in integer ns."""
     s = round(float(e["ts"]) * 1000)
@@ -962,16 +972,24 @@ def raw_training_ops(evs: list[dict]) -> list[tuple[int, int]]:
     ]
 
 
+def raw_outermost(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans not nested in another of them, by start."""
+    keep, reach = [], -1
+    for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
+        if s >= reach:
+            keep.append((s, e))
+        reach = max(reach, e)
+    return keep
+
+
 def raw_cpu_totals(path: Path) -> dict[str, int]:
     """The step's compute, communication and overlapped ns from the raw JSON, by the test's own rules:
     compute = outermost cpu_op operators of the training thread outside c10d launches and wrappers;
     communication = the outermost gloo:* spans; unions by a plain sweep over integer ns."""
-    raw = orjson.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
-    evs = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    evs = raw_x_events(path)
 
-    ns = raw_ns
     ops = raw_training_ops(evs)
-    gloo = [ns(e) for e in evs if e["name"].startswith("gloo:")]
+    gloo = [raw_ns(e) for e in evs if e["name"].startswith("gloo:")]
     gloo_threads = {e["tid"] for e in evs if e["name"].startswith("gloo:")}
 
     def union(spans):
@@ -985,15 +1003,7 @@ def raw_cpu_totals(path: Path) -> dict[str, int]:
                 out.append([s, e])
         return out
 
-    def outer(spans):  # spans not nested in another of them
-        keep, reach = [], -1
-        for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
-            if s >= reach:
-                keep.append((s, e))
-            reach = max(reach, e)
-        return keep
-
-    comp, comm = union(outer(ops)), union(gloo)
+    comp, comm = union(raw_outermost(ops)), union(gloo)
     over = 0
     for a, b in comp:
         for c, d in comm:
@@ -1003,7 +1013,7 @@ def raw_cpu_totals(path: Path) -> dict[str, int]:
         "comm": sum(e - s for s, e in comm),
         "overlapped": over,
         "collectives": sum(  # the outermost gloo spans of each worker thread
-            len(outer([ns(e) for e in evs if e["tid"] == tid and e["name"].startswith("gloo:")]))
+            len(raw_outermost([raw_ns(e) for e in evs if e["tid"] == tid and e["name"].startswith("gloo:")]))
             for tid in gloo_threads
         ),
     }

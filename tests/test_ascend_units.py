@@ -36,10 +36,17 @@ def _ns(us: str) -> int:
     return int(Decimal(us.strip()) * 1000)
 
 
-def _plan(points: dict[object, list[int]]) -> list[tuple[object, int, int, str, str, str]]:
-    """FSDP2 ranges around the launching operators, per thread: the thread whose first launch comes
-    first runs the forward (and, after the backward, the optimizer), the other the backward (the
-    autograd thread). Returns (thread, start, end, range name, unit, phase) of each range added."""
+def _plan(
+    tasks: list[tuple[str, int, int, object, int | None]],
+) -> list[tuple[object, int, int, str, str, str]]:
+    """FSDP2 ranges around the operators that launched ``tasks`` (category, start, end, host thread, host
+    time), per thread: the thread whose first launch comes first runs the forward (and, after the
+    backward, the optimizer), the other the backward (the autograd thread). Returns (thread, start, end,
+    range name, unit, phase) of each range added."""
+    points: dict[object, list[int]] = defaultdict(list)
+    for _, _, _, tid, t in tasks:
+        if tid is not None:
+            points[tid].append(t)
     (fwd_t, fwd_pts), (bwd_t, bwd_pts) = sorted(points.items(), key=lambda kv: min(kv[1]))
     fwd_pts, bwd_pts = sorted(set(fwd_pts)), sorted(set(bwd_pts))  # one operator can launch several tasks
     fwd = [p for p in fwd_pts if p < bwd_pts[0]]
@@ -125,11 +132,7 @@ def _text_copy(tmp_path: Path) -> tuple[Path, dict[int, dict]]:
                 # kernel_details.csv and trace_view.json round one start 1 ns apart
                 link = flows.get((cat, start)) or flows.get((cat, start + 1)) or flows.get((cat, start - 1))
                 tasks.append((cat, start, end, *(link or (None, None))))
-        points: dict[object, list[int]] = defaultdict(list)
-        for _, _, _, tid, t in tasks:
-            if tid is not None:
-                points[tid].append(t)
-        plan = _plan(points)
+        plan = _plan(tasks)
         pid = next(p for p, n in procs.items() if n == "Python")
         for tid, start, end, name, _, _ in plan:
             events.append(
@@ -179,11 +182,7 @@ def _db_copy(tmp_path: Path) -> tuple[Path, dict[int, dict]]:
                 ("comm", s, e, *ops.get(c, (None, None)))
                 for s, e, c in con.execute("SELECT startNs, endNs, connectionId FROM COMMUNICATION_OP")
             ]
-            points: dict[object, list[int]] = defaultdict(list)
-            for _, _, _, tid, t in tasks:
-                if tid is not None:
-                    points[tid].append(t)
-            plan = _plan(points)
+            plan = _plan(tasks)
             next_id = max(names) + 1
             op_type = next(i for i, n in con.execute("SELECT id, name FROM ENUM_API_TYPE") if n == "op")
             for k, (tid, start, end, name, _, _) in enumerate(plan):

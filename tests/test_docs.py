@@ -135,9 +135,7 @@ def test_readme_terminal_sample_is_what_ab_prints_now():
     """The README's "What it prints" block is ``print_summary``'s output now for the run figures kept in
     docs/img/terminal_sample.json (scripts/readme_terminal.py writes both): a change to what `fsdpbench ab`
     prints at the end fails here until the block is written again."""
-    spec = importlib.util.spec_from_file_location("readme_terminal", REPO / "scripts" / "readme_terminal.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("readme_terminal")
     sample = json.loads((DOCS / "img" / "terminal_sample.json").read_text(encoding="utf-8"))
     block = script.readme_block(README.read_text(encoding="utf-8"))
     assert block.splitlines()[-1] == sample["run_dir"]  # the last line: the run folder, on stdout

@@ -7,7 +7,6 @@ the per-unit rows against a plain-Python reading of the same raw JSON, and the d
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -16,7 +15,15 @@ import pytest
 
 from fsdpbench.analysis import unit_ranges
 from fsdpbench.trace.kineto import read_kineto
-from helpers import raw_cpu_totals, raw_training_ops, run_cli, run_profiled_ab
+from helpers import (
+    raw_cpu_totals,
+    raw_ns,
+    raw_outermost,
+    raw_training_ops,
+    raw_x_events,
+    run_cli,
+    run_profiled_ab,
+)
 
 MAIN, AUTOGRAD = 100, 300
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
@@ -94,45 +101,36 @@ def test_fsdpbench_ranges_win_over_fsdp2s(tmp_path):
 # ---------------------------------------------------------------- the plain FSDP2 script's profiles
 
 
-def _ns(e: dict) -> tuple[int, int]:
-    s = round(float(e["ts"]) * 1000)
-    return s, s + round(float(e["dur"]) * 1000)
+def _raw_window(evs: list[dict], fqn: str, phase: str) -> tuple[int, int]:
+    """[start, end) ns of FSDP2's window of module ``fqn`` in ``phase``, by the test's own reading of the
+    raw events (one step, one microbatch): forward [pre_forward start, post_forward end), backward
+    [pre_backward start, last post_backward_* end)."""
+
+    def first(hook: str) -> tuple[int, int]:
+        return next(raw_ns(e) for e in evs if e["name"] == f"FSDP::{hook} ({fqn})")
+
+    if phase == "forward":
+        return first("pre_forward")[0], first("post_forward")[1]
+    post = [
+        raw_ns(e)[1]
+        for e in evs
+        if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({fqn})")
+    ]
+    return first("pre_backward")[0], max(post)
 
 
-def _raw_events(path: Path) -> list[dict]:
-    return [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
-
-
-def _raw_fsdp2(path: Path) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[str, str, str]]]:
-    """From the raw JSON, by the test's own reading of FSDP2's ranges (one step, one microbatch): each
-    block's forward [pre_forward start, post_forward end) and backward [pre_backward start, last
-    post_backward_* end), and the backward prefetch edges (issuing block or root, pass, target)."""
-    evs = _raw_events(path)
-    win: dict[tuple[str, str], tuple[int, int]] = {}
-    for b in BLOCKS:
-        pre_f = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({b})")
-        post_f = next(_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({b})")
-        pre_b = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({b})")
-        post_b = [
-            _ns(e)
-            for e in evs
-            if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({b})")
-        ]
-        win[(b, "forward")] = (pre_f[0], post_f[1])
-        win[(b, "backward")] = (pre_b[0], max(e for _, e in post_b))
+def _raw_fsdp2(evs: list[dict]) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[str, str, str]]]:
+    """From the raw JSON's events: each block's forward and backward window (``_raw_window``) and the
+    backward prefetch edges (issuing block or root, pass, target)."""
+    win = {(b, p): _raw_window(evs, b, p) for b in BLOCKS for p in ("forward", "backward")}
     edges = []
     for e in sorted(
         (e for e in evs if e["name"].startswith("FSDP::backward_prefetch for ")), key=lambda e: e["ts"]
     ):
-        s = _ns(e)[0]
+        s = raw_ns(e)[0]
         issuer = next((b for (b, p), (a, z) in win.items() if p == "backward" and a <= s < z), "root")
         edges.append((issuer, "backward", e["name"].rsplit(" ", 1)[1]))
     return win, edges
-
-
-def _raw_block_compute(path: Path, window: tuple[int, int]) -> int:
-    """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
-    return _ops_in(_raw_events(path), window)
 
 
 @pytest.mark.distributed
@@ -152,11 +150,12 @@ def test_a_plain_fsdp2_script_profile_gives_rows_for_every_block_on_every_rank(p
         path = folder / f"rank{r['rank']}.pt.trace.json"
         assert r["units_source"] == "FSDP2 ranges"
         rows = {(u["unit"], u["phase"]): u for u in r["units"]}
-        windows, edges = _raw_fsdp2(path)
-        gathers = [_ns(e)[0] for e in _raw_events(path) if e["name"].startswith("FSDP::all_gather (")]
+        evs = raw_x_events(path)
+        windows, edges = _raw_fsdp2(evs)
+        gathers = [raw_ns(e)[0] for e in evs if e["name"].startswith("FSDP::all_gather (")]
         for (block, phase), window in windows.items():
             assert (block, phase) in rows, (path, block, phase)
-            expected = _raw_block_compute(path, window)
+            expected = _ops_in(evs, window)
             assert round(rows[(block, phase)]["compute_us"] * 1000) == expected, (path, block, phase)
             if phase == "backward":
                 gathered = any(window[0] <= s < window[1] for s in gathers)
@@ -206,20 +205,9 @@ def test_diff_of_two_plain_fsdp2_profiles_names_places(plain_fsdp2_profiles, tmp
 # ---------------------------------------------------------------- the two sources agree (issue 30 point 5)
 
 
-def _load(path: Path) -> list[dict]:
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return [e for e in orjson.loads(raw)["traceEvents"] if e.get("ph") == "X"]
-
-
 def _ops_in(evs: list[dict], window: tuple[int, int]) -> int:
     """ns of the training thread's outermost operators (raw_cpu_totals' rules) starting in ``window``."""
-    ops = sorted(raw_training_ops(evs), key=lambda x: (x[0], -x[1]))
-    total, reach = 0, -1
-    for s, e in ops:
-        if s >= reach and window[0] <= s < window[1]:
-            total += e - s
-        reach = max(reach, e)
-    return total
+    return sum(e - s for s, e in raw_outermost(raw_training_ops(evs)) if window[0] <= s < window[1])
 
 
 def _profiles(run: Path, arm: str) -> list[Path]:
@@ -234,7 +222,7 @@ def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
     from fsdpbench.analysis import attribution
 
     for path in _profiles(profiled_ab_run, "torch"):
-        evs = _load(path)
+        evs = raw_x_events(path)
         trace = read_kineto(path)
         own = {(r["unit"], r["phase"]): r for r in attribution.unit_phase_rows(trace.table, trace.mode)}
         ranges = unit_ranges.fsdp2_ranges(trace.table)
@@ -261,21 +249,8 @@ def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
                 a, b = own[(layer, phase)], lib[(fqn, phase)]
                 counts = {k: v["count"] for k, v in a["collectives"].items()}
                 assert counts == {k: v["count"] for k, v in b["collectives"].items()}, (path, layer, phase)
-                mine = next(_ns(e) for e in evs if e["name"] == f"fsdpbench::{phase}::{layer}")
-                if phase == "forward":
-                    first = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_forward ({fqn})")
-                    last = next(_ns(e) for e in evs if e["name"] == f"FSDP::post_forward ({fqn})")
-                else:
-                    first = next(_ns(e) for e in evs if e["name"] == f"FSDP::pre_backward ({fqn})")
-                    last = max(
-                        (
-                            _ns(e)
-                            for e in evs
-                            if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({fqn})")
-                        ),
-                        key=lambda x: x[1],
-                    )
-                theirs = (first[0], last[1])
+                mine = next(raw_ns(e) for e in evs if e["name"] == f"fsdpbench::{phase}::{layer}")
+                theirs = _raw_window(evs, fqn, phase)
                 assert mine[0] <= theirs[0] and theirs[1] <= mine[1], (
                     path,
                     layer,
@@ -304,7 +279,7 @@ def test_no_ranges_leaves_fsdpbenchs_ranges_out_and_fsdp2s_give_the_same_units(
     paths = _profiles(no_ranges_run, "torch")
     assert len(paths) == 2
     for path in paths:
-        assert not any(e["name"].startswith("fsdpbench::") for e in _load(path)), path
+        assert not any(e["name"].startswith("fsdpbench::") for e in raw_x_events(path)), path
     foreign = analyze([no_ranges_run / "profiles" / "torch"], workers=1).record().to_dict()["ranks"]
     normal = analyze([profiled_ab_run / "profiles" / "torch"], workers=1).record().to_dict()["ranks"]
     for a, b in zip(normal, foreign, strict=True):
