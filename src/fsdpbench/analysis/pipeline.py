@@ -125,8 +125,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.overlap import category_union
     from fsdpbench.trace import intervals as iv
 
-    # every step's device work (what is not free inside a step's window): overlap.device_busy, with its
-    # two unions kept for when they are also the chosen steps' ones
+    # every step's device work (what is not free inside a step's window): ∪ compute ∪ comm of the whole
+    # table, its two unions kept for when they are also the chosen steps' ones
     unions_all = category_union(ev, "compute"), category_union(ev, "comm")
     busy_all = iv.union_of(*unions_all)
     in_chosen = np.isin(ev.step, chosen) if chosen else None
