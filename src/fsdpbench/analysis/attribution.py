@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.analysis.unit_ranges import (
-    ALL_UNITS,  # noqa: F401 - re-exported: attribution's callers name the optimizer's unit from here
     FSDP2_PREFIXES,
     PREFETCH_NAME,
     ROOT,

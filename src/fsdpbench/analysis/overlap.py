@@ -58,12 +58,6 @@ def category_union(events: EventTable | pd.DataFrame, category: str) -> iv.Inter
     return iv.union(t.start_ns[sel], t.end_ns[sel])
 
 
-def device_busy(events: EventTable | pd.DataFrame) -> iv.Intervals:
-    """∪ of the compute and communication device events (of every step): when the device ran anything."""
-    t = as_table(events)
-    return iv.union_of(category_union(t, "compute"), category_union(t, "comm"))
-
-
 def breakdown(
     events: EventTable | pd.DataFrame,
     window_ns: int | None = None,
@@ -79,7 +73,8 @@ def breakdown(
         window_ns: the length of the window the events cover (step time); default the length of
             ``window``, else the span of the device events.
         window: the window as intervals (a union); with ``busy_all`` it gives the carried-over time.
-        busy_all: :func:`device_busy` of the rank's whole table (every step's work).
+        busy_all: ∪ of the compute and communication device events of the rank's whole table (every
+            step's work: when the device ran anything).
         unions: (compute, communication) :func:`category_union` of ``events``, when already computed.
     """
     t = as_table(events)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fsdpbench.analysis import fanout, result_cache
+from fsdpbench.analysis import result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
 from fsdpbench.analysis.result_records import from_record
 from fsdpbench.analysis.stragglers import clock_offset_warning, stragglers
@@ -125,8 +125,8 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     from fsdpbench.analysis.overlap import category_union
     from fsdpbench.trace import intervals as iv
 
-    # every step's device work (what is not free inside a step's window): overlap.device_busy, with its
-    # two unions kept for when they are also the chosen steps' ones
+    # every step's device work (what is not free inside a step's window): ∪ compute ∪ comm of the whole
+    # table, its two unions kept for when they are also the chosen steps' ones
     unions_all = category_union(ev, "compute"), category_union(ev, "comm")
     busy_all = iv.union_of(*unions_all)
     in_chosen = np.isin(ev.step, chosen) if chosen else None
@@ -484,14 +484,16 @@ def analyze(
     if progress is None:
         progress = n > PROGRESS_MIN_RANKS and sys.stderr.isatty()
     parallel = workers > 1 and bool(todo)
-    forked = parallel and fanout.available() and len(todo) <= fanout.MAX_ITEMS
     with contextlib.ExitStack() as stack:
         futures = {}
         fan = None
         if parallel:  # forked before the progress bar starts its thread
             _prepare_workers()  # once here, inherited by every forked worker
             stack.enter_context(_freed_memory_kept())
-            if forked:  # this process is one of the workers (fanout's docstring says why)
+            from fsdpbench.analysis import fanout  # not imported when every rank is cached
+
+            # forked: this process is one of the workers (fanout's docstring says why)
+            if fanout.available() and len(todo) <= fanout.MAX_ITEMS:
                 job = _Job(step, keys)
                 fan = stack.enter_context(fanout.Fanout(job, [(i, sources[i]) for i in todo], workers, _lost))
             else:

@@ -32,8 +32,9 @@ def clock_offset_warning(ranks: Sequence[int], spans: Sequence[tuple[int, int]])
 
 
 def stragglers(skew_us: dict[int, float]) -> list[dict[str, float | int]]:
-    """``skew_us``: each rank's median lateness (µs, the ``skew_us`` of ``wait_transfer``). Ranks whose median lateness exceeds both 10 µs and twice the median lateness of the other
-    ranks, latest first."""
+    """Ranks whose median lateness exceeds both 10 µs and twice the median lateness of the other
+    ranks, latest first. ``skew_us``: each rank's median lateness (µs, the ``skew_us`` of
+    ``wait_transfer``)."""
     out = []
     for r, s in skew_us.items():
         others = [v for k, v in skew_us.items() if k != r]

@@ -666,7 +666,7 @@ def _read_db(folder: Path, db: Path) -> RankTrace:
     recorded = recorded_tasks(folder.name, tables.cann_api_rows > 0, tables.task_rows > 0, warnings)
     return _assemble(
         folder, dev, host if len(host) else None, steps, warnings, cross, rank, tables.hccl_streams, recorded,
-        op_identity(db.parent),
+        op_identity(folder),
     )  # fmt: skip
 
 
@@ -739,7 +739,7 @@ def read_ascend(folder: str | Path) -> RankTrace:
     recorded = recorded_tasks(folder.name, "CANN" in layers, "Ascend Hardware" in layers, warnings)
     return _assemble(
         folder, kernels, host, steps, warnings, cross, rank_of_folder(folder), hccl_streams, recorded,
-        op_identity(out),
+        op_identity(folder),
     )  # fmt: skip
 
 

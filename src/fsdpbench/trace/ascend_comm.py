@@ -148,18 +148,18 @@ def _db_group_sizes(path: Path) -> dict[str, int]:
     return {g: len(r) for g, r in ends.items() if r}
 
 
-def op_identity(out_dir: Path) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
-    """The identity of each HCCL op of an export's ``ASCEND_PROFILER_OUTPUT``: ``{op name: (group, index
-    in the group)}`` from ``communication.json`` (``<op>@<group>``), else ``analysis.db``'s
-    ``CommAnalyzerTime``; the index is the op name's number after the group's last digits
-    (``hcom_broadcast__483_1`` of group ``…483``: 1; -1 when the name does not have that form). And
-    ``{group: ranks}`` from ``communication_matrix.json``, else ``CommAnalyzerMatrix``. Empty where the
-    files are absent or unreadable."""
-    text, matrix, db = (
-        out_dir / n for n in ("communication.json", "communication_matrix.json", "analysis.db")
-    )
+def op_identity(rank_dir: Path) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
+    """The identity of each HCCL op of a ``*_ascend_pt`` folder's export: ``{op name: (group, index in
+    the group)}`` from the file :func:`read_rank` reads (``communication.json``, ``<op>@<group>``, else
+    ``analysis.db``'s ``CommAnalyzerTime``), so that :func:`profiler_split` pairs the ops named here; the
+    index is the op name's number after the group's last digits (``hcom_broadcast__483_1`` of group
+    ``…483``: 1; -1 when the name does not have that form). And ``{group: ranks}`` from
+    ``communication_matrix.json``, else ``CommAnalyzerMatrix``. Empty where the files are absent or
+    unreadable."""
+    out_dir = Path(rank_dir) / OUTPUT
+    matrix, db = out_dir / "communication_matrix.json", out_dir / "analysis.db"
     try:
-        listed = read_text(text) if text.is_file() else read_db(db) if db.is_file() else []
+        listed = read_rank(rank_dir)[1]
     except InputError:
         listed = []
     ops: dict[str, tuple[str, int]] = {}
