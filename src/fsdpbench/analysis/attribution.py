@@ -41,6 +41,8 @@ from fsdpbench.analysis.unit_ranges import (
 from fsdpbench.trace import intervals as iv
 from fsdpbench.trace.table import EventTable, as_table
 
+UNKNOWN_TARGET = "?"
+"""Target of a prefetch whose range names none (torch 2.3/2.4's bare ``FSDP::backward_prefetch``)."""
 OUTSIDE = "(outside)"
 """Unit and phase of the bucket for events launched outside every (unit, phase) window."""
 PHASES = ("forward", "backward", "optimizer", OUTSIDE)
@@ -64,15 +66,18 @@ def _marks(name: str, spellings: tuple[str, ...]) -> bool:
 
 
 def innermost(ranges: Ranges, lane: np.ndarray, time_ns: np.ndarray) -> np.ndarray:
-    """Per query point (lane code, time) the index of the innermost range open there (-1: none).
+    """Per query point (lane code, time) the index of the innermost range that contains it (-1: none).
 
-    Ranges are painted in start order (at equal starts the longer first), so a range nested in
-    another, which starts later, overwrites it over its own extent; ``[start, end)``.
+    Ranges are painted in start order (at equal starts the longer first); a range takes a point from the
+    range painted there before only when it lies inside that range, so a nested range wins over its
+    enclosing ones and a range that *crosses* another (starts inside it, ends after it) never takes its
+    work (docs/attribution.md "Which row an event belongs to"); ``[start, end)``.
     """
     out = np.full(time_ns.size, -1, dtype=np.int64)
     if not len(ranges) or not time_ns.size:
         return out
     order = np.lexsort((-(ranges.end_ns - ranges.start_ns), ranges.start_ns))
+    starts, ends = ranges.start_ns, ranges.end_ns
     # sorted(set(…)), not np.unique: numpy 2's np.unique imports numpy.ma on first use (~30 ms a worker process)
     for lane_code in sorted(set(ranges.lane.tolist())):
         q = np.flatnonzero(lane == lane_code)
@@ -81,9 +86,13 @@ def innermost(ranges: Ranges, lane: np.ndarray, time_ns: np.ndarray) -> np.ndarr
         q = q[np.argsort(time_ns[q], kind="stable")]
         qt = time_ns[q]
         for r in order[ranges.lane[order] == lane_code]:
-            lo = np.searchsorted(qt, ranges.start_ns[r], side="left")
-            hi = np.searchsorted(qt, ranges.end_ns[r], side="left")
-            out[q[lo:hi]] = r
+            lo = np.searchsorted(qt, starts[r], side="left")
+            hi = np.searchsorted(qt, ends[r], side="left")
+            if lo == hi:
+                continue
+            held = out[q[lo:hi]]
+            inside = (held < 0) | ((starts[held] <= starts[r]) & (ends[r] <= ends[held]))
+            out[q[lo:hi][inside]] = r
     return out
 
 
@@ -360,8 +369,9 @@ def prefetches(t: EventTable, ranges: Ranges, select: np.ndarray | None = None) 
     <fqn>`` range, in start order, ``{pass, unit, target, start_us}``: the unit whose window (of
     ``ranges``) was open on that thread when it was issued (``(outside)`` for none), the unit it
     prefetched (``root`` for FQN ""; with fsdpbench's ranges, the one unit of theirs whose name ends the
-    FQN, e.g. ``layers.1`` for ``model.layers.1``, so both ends of an edge are named alike), and its
-    start (µs, the trace's clock)."""
+    FQN, e.g. ``layers.1`` for ``model.layers.1``, so both ends of an edge are named alike; ``?`` when
+    the range names none, torch 2.3/2.4; prefixed ``root#k/`` when its issuer is a unit of another root
+    of the pass), and its start (µs, the trace's clock)."""
     found = {
         i: m
         for i, c in enumerate(t.name.categories)
@@ -378,14 +388,18 @@ def prefetches(t: EventTable, ranges: Ranges, select: np.ndarray | None = None) 
     out: list[dict[str, object]] = []
     for row, r in zip(rows.tolist(), issuer.tolist(), strict=True):
         m = found[int(t.name.codes[row])]
-        target = m.group(2) or ROOT
-        if target not in names:
+        unit = ranges.unit[r] if r >= 0 else OUTSIDE
+        target = UNKNOWN_TARGET if m.group(2) is None else (m.group(2) or ROOT)
+        prefix = unit.partition("/")[0] + "/" if unit.startswith(ROOT + "#") else ""
+        if prefix:  # a unit of another root of the pass (fsdp2_windows): so is the one it prefetches
+            target = prefix[:-1] if target == ROOT else prefix + target
+        if target not in names and target != UNKNOWN_TARGET:
             ends = [u for u in names if target.endswith("." + u)]
             target = ends[0] if len(ends) == 1 else target
         out.append(
             {
                 "pass": m.group(1),
-                "unit": ranges.unit[r] if r >= 0 else OUTSIDE,
+                "unit": unit,
                 "target": target,
                 "start_us": int(t.start_ns[row]) / 1000.0,
             }

@@ -227,6 +227,7 @@ def _units(
         # every row would be (outside)
         return None, None, unit_ranges.SOURCE_NONE, None
     ranges = unit_ranges.find_ranges(ev)
+    trace.warnings.extend(f"rank {trace.rank}: {note}" for note in ranges.notes)
     select = np.isin(ev.step, chosen) if chosen else None
     edges = attribution.prefetches(ev, ranges, select)
     prefetch = edges if edges or ranges.source == unit_ranges.SOURCE_FSDP2 else None

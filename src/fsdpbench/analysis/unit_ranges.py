@@ -55,11 +55,12 @@ parameter groups per module. A group of several modules (``fully_shard([a, b])``
 with ", ": that whole string is the unit."""
 FSDP2_PREFIXES = ("FSDP::", "FullyShardedDataParallel::")
 """What every FSDP2 range name starts with (a cheap test before the patterns, over every name)."""
-_OPENS = {"pre_forward", "root_pre_forward", "pre_backward"}
-_PHASE = {"pre_forward": "forward", "post_forward": "forward", "root_pre_forward": "forward"}
-PREFETCH_NAME = re.compile(r"(?:FSDP|FullyShardedDataParallel)::(forward|backward)_prefetch for (.*)")
-"""FSDP2's prefetch range: the pass, then the FQN of the group it unshards ('' for the root's)."""
+PREFETCH_NAME = re.compile(r"(?:FSDP|FullyShardedDataParallel)::(forward|backward)_prefetch(?: for (.*))?")
+"""FSDP2's prefetch range: the pass, then the FQN of the group it unshards ('' for the root's; torch
+2.3/2.4 write ``FSDP::backward_prefetch`` with no target: None)."""
 _OPTIMIZER_STEP = "Optimizer.step#"
+_MODULE = "nn.Module: "
+"""The profiler's range around a module's forward (``with_stack``/``with_modules``): ``nn.Module: <type>_<n>``."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,12 @@ class Ranges:
     unit: list[str]
     phase: list[str]
     source: str = SOURCE_NONE
+    opened_by: list[str] | None = None
+    """Per window the range that opened it, as ``--explain`` lists it (None: the window is a range)."""
+    closed_by: list[str] | None = None
+    """Per window the range (or the rule) that closed it."""
+    notes: tuple[str, ...] = ()
+    """What the output must say about how the windows were made (unnamed units, skipped post-forwards)."""
 
     def __len__(self) -> int:
         return len(self.unit)
@@ -127,62 +134,74 @@ def own_ranges(t: EventTable) -> Ranges:
 
 
 def fsdp2_ranges(t: EventTable) -> Ranges:
-    """FSDP2's (unit, phase) windows of ``t`` from its hook ranges (module docstring), and the
-    optimizer windows from ``Optimizer.step#…``; empty when ``t`` holds no FSDP2 hook range.
+    """FSDP2's (unit, phase) windows of ``t`` from its hook ranges (:mod:`fsdpbench.analysis.fsdp2_windows`:
+    sessions of each root, named or numbered units, the root's windows from what the trace has, several
+    roots told apart, torch_npu's skipped ``post_forward``), and the optimizer windows from
+    ``Optimizer.step#…``; empty when ``t`` holds no FSDP2 hook range."""
+    from fsdpbench.analysis import fsdp2_windows as fw
 
-    The hook ranges of one unit and pass on one thread are cut into windows: a window opens at an
-    opening range (``pre_forward``, ``root_pre_forward``, ``pre_backward``) that follows a closing one
-    (or none), takes in every range up to the next such opening, and ends at the furthest end among
-    them; so two parameter groups of one module (``[pg=…]``) and a backward's several
-    ``post_backward_*`` ranges make one window, and each microbatch or recomputation its own.
-    """
-    kinds: dict[int, tuple[str, str, bool]] = {}  # name code → (unit, phase, opens)
+    kinds: dict[int, tuple[str, str | None]] = {}  # name code → (kind, FQN of the label)
     optimizer: list[int] = []
+    modules: dict[int, str] = {}  # name code → module type of an ``nn.Module: <type>_<n>`` range
     for i, c in enumerate(t.name.categories):
         name = str(c)
         if name.startswith(_OPTIMIZER_STEP):
             optimizer.append(i)
         elif name.startswith(FSDP2_PREFIXES) and (m := _FSDP2_NAME.fullmatch(name)) is not None:
-            kind, fqn = m.group(1), m.group(2)
-            kinds[i] = (fqn or ROOT, _PHASE.get(kind, "backward"), kind in _OPENS)
+            kinds[i] = (m.group(1), m.group(2))
+        elif name.startswith(_MODULE):
+            modules[i] = _module_type(name)
     rows = host_rows(t, list(kinds))
     if not rows.size:
         return _empty()
-    lanes = t.lane.codes[rows].astype(np.int64)
-    starts, ends = t.start_ns[rows], t.end_ns[rows]
-    order = np.lexsort((-ends, starts))  # in start order, the outer range first at equal starts
-    lane_out: list[int] = []
-    start_out: list[int] = []
-    end_out: list[int] = []
-    unit_out: list[str] = []
-    phase_out: list[str] = []
-    open_at: dict[tuple[str, str, int], int] = {}  # (unit, phase, lane) → its current window's index
-    closed: dict[tuple[str, str, int], bool] = {}  # … and whether a closing range came since it opened
-    codes = t.name.codes[rows]
-    for j in order.tolist():  # a few ranges per unit and step: a loop over them, not over the events
-        unit, phase, opens = kinds[int(codes[j])]
-        key = (unit, phase, int(lanes[j]))
-        w = open_at.get(key)
-        if w is None or (opens and closed[key]):
-            open_at[key] = w = len(unit_out)
-            closed[key] = False
-            lane_out.append(key[2])
-            start_out.append(int(starts[j]))
-            end_out.append(int(ends[j]))
-            unit_out.append(unit)
-            phase_out.append(phase)
-        else:
-            end_out[w] = max(end_out[w], int(ends[j]))
-        closed[key] = closed[key] or not opens
+    names = t.name.categories
+    hooks = [
+        fw.Hook(*kinds[code], lane, start, end, str(names[code]))
+        for code, lane, start, end in zip(
+            t.name.codes[rows].tolist(),
+            t.lane.codes[rows].tolist(),
+            t.start_ns[rows].tolist(),
+            t.end_ns[rows].tolist(),
+            strict=True,
+        )
+    ]
     opt = host_rows(t, optimizer)
+    module_types: dict[int, list[tuple[int, int, str]]] = {}
+    mod_rows = host_rows(t, list(modules))
+    for code, lane, start, end in zip(
+        t.name.codes[mod_rows].tolist(),
+        t.lane.codes[mod_rows].tolist(),
+        t.start_ns[mod_rows].tolist(),
+        t.end_ns[mod_rows].tolist(),
+        strict=True,
+    ):
+        module_types.setdefault(lane, []).append((start, end, modules[code]))
+    built = fw.windows(hooks, t.start_ns[opt].tolist(), module_types)
+    ws = built.windows
+    opt_names = [
+        f"{names[c]} @ {s / 1000:.3f}–{e / 1000:.3f} µs"
+        for c, s, e in zip(
+            t.name.codes[opt].tolist(), t.start_ns[opt].tolist(), t.end_ns[opt].tolist(), strict=True
+        )
+    ]
     return Ranges(
-        lane=np.concatenate([np.asarray(lane_out, np.int64), t.lane.codes[opt].astype(np.int64)]),
-        start_ns=np.concatenate([np.asarray(start_out, np.int64), t.start_ns[opt]]),
-        end_ns=np.concatenate([np.asarray(end_out, np.int64), t.end_ns[opt]]),
-        unit=[*unit_out, *[ALL_UNITS] * opt.size],
-        phase=[*phase_out, *["optimizer"] * opt.size],
+        lane=np.concatenate([np.asarray([w.lane for w in ws], np.int64), t.lane.codes[opt].astype(np.int64)]),
+        start_ns=np.concatenate([np.asarray([w.start for w in ws], np.int64), t.start_ns[opt]]),
+        end_ns=np.concatenate([np.asarray([w.end for w in ws], np.int64), t.end_ns[opt]]),
+        unit=[*(w.unit for w in ws), *[ALL_UNITS] * opt.size],
+        phase=[*(w.phase for w in ws), *["optimizer"] * opt.size],
         source=SOURCE_FSDP2,
+        opened_by=[*(w.opened_by for w in ws), *opt_names],
+        closed_by=[*(w.closed_by for w in ws), *opt_names],
+        notes=tuple(built.notes),
     )
+
+
+def _module_type(name: str) -> str:
+    """``Block`` of ``nn.Module: Block_3`` (the profiler numbers each module instance)."""
+    rest = name[len(_MODULE) :]
+    head, _, tail = rest.rpartition("_")
+    return head if head and tail.isdigit() else rest
 
 
 def find_ranges(t: EventTable) -> Ranges:
