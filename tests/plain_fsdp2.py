@@ -5,6 +5,11 @@ Run under torchrun (gloo, CPU): a small transformer-like model, each block and t
 ``reshard_after_forward=True`` and once with ``False`` in the same launch. Writes
 ``<out>/raf_<true|false>/rank<r>.pt.trace.json`` per rank.
 
+Then (issue 40) torchtitan's layout, ``<out>/torchtitan/``: ``fully_shard`` on the embedding, each block,
+``[norm, head]`` together, then the model, whose root keeps no parameter of its own; and in the same
+process a second model of the same architecture and wrapping (a reference model, as an RL step keeps
+beside its actor) whose no-grad forward runs before the actor's forward in each step.
+
     torchrun --nproc-per-node 2 tests/plain_fsdp2.py OUT
 """
 
@@ -45,6 +50,59 @@ class Net(nn.Module):
         return self.head(x)
 
 
+class TitanNet(nn.Module):
+    """torchtitan's decoder shape: embedding, blocks, final norm and output head as own modules."""
+
+    def __init__(self, vocab: int, dim: int, n_blocks: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim) for _ in range(n_blocks))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def titan_model() -> TitanNet:
+    """torchtitan's ``apply_fsdp``: the embedding, each block, ``[norm, head]``, then the root (no
+    parameter left to it)."""
+    model = TitanNet(vocab=256, dim=64, n_blocks=2)
+    fully_shard(model.embed)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard([model.norm, model.head])
+    fully_shard(model)
+    return model
+
+
+def profile_torchtitan(out: Path, rank: int) -> None:
+    torch.manual_seed(0)
+    actor, reference = titan_model(), titan_model()
+    opt = torch.optim.AdamW(actor.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(rank))
+
+    def step() -> None:
+        with torch.no_grad():
+            reference(tokens)
+        loss = nn.functional.cross_entropy(actor(tokens).flatten(0, 1), tokens.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    folder = out / "torchtitan"
+    folder.mkdir(parents=True, exist_ok=True)
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule) as prof:
+        for _ in range(2):
+            step()
+            prof.step()
+    prof.export_chrome_trace(str(folder / f"rank{rank}.pt.trace.json"))
+
+
 def profile_one(out: Path, reshard_after_forward: bool, rank: int) -> None:
     torch.manual_seed(0)
     model = Net(vocab=256, dim=64, n_blocks=3)
@@ -77,6 +135,8 @@ def main() -> None:
     for raf in (True, False):
         profile_one(out, raf, rank)
         dist.barrier()
+    profile_torchtitan(out, rank)
+    dist.barrier()
     dist.destroy_process_group()
 
 

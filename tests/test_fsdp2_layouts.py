@@ -23,6 +23,7 @@ labels by torch version"; reference: shared/reference/fsdp_ranges.md):
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ import pytest
 
 from fsdpbench.analysis import attribution, unit_ranges
 from fsdpbench.trace.kineto import read_kineto
+from helpers import raw_ns, raw_outermost, raw_training_ops, raw_x_events, run_cli
 
 MAIN, AUTOGRAD, STREAM, COMM_STREAM = 100, 300, 7, 8
 
@@ -524,3 +526,94 @@ def test_torch_npu_skipped_post_forward_closes_at_the_next_units_pre_forward(tmp
     notes = unit_ranges.find_ranges(read_kineto(path).table).notes
     assert any("without FSDP::post_forward" in n for n in notes), notes
     assert not any("roots" in n for n in notes), notes
+
+
+# ------------------------------------------------------------------ the plain script's real profiles
+
+TITAN_FQNS = ("embed", "blocks.0", "blocks.1", "norm, head")
+
+
+def _raw_titan_windows(evs: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
+    """The test's own reading of the raw JSON of tests/plain_fsdp2.py's torchtitan step: the reference
+    model's forward (first root_pre_forward) and the actor's (second), each unit's window from its
+    first pre_forward to its post_forward in that forward, each root's from root_pre_forward to the end
+    of the last forward range before the next root or the backward; the actor's backward per unit from
+    pre_backward to its last post_backward_*, the root's from the first pre_backward to the callback's end."""
+    fsdp = sorted((e for e in evs if e["name"].startswith("FSDP::")), key=lambda e: e["ts"])
+    rpf = [raw_ns(e) for e in fsdp if e["name"] == "FSDP::root_pre_forward"]
+    first_bwd = min(raw_ns(e)[0] for e in fsdp if e["name"].startswith("FSDP::pre_backward"))
+    assert len(rpf) == 2 and rpf[1][0] < first_bwd
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for (start, stop), prefix in (((rpf[0][0], rpf[1][0]), "root#2/"), ((rpf[1][0], first_bwd), "")):
+        mine = [e for e in fsdp if start <= raw_ns(e)[0] < stop]
+        for fqn in TITAN_FQNS:
+            pre = [raw_ns(e) for e in mine if e["name"] == f"FSDP::pre_forward ({fqn})"]
+            post = [raw_ns(e) for e in mine if e["name"] == f"FSDP::post_forward ({fqn})"]
+            out[(prefix + fqn, "forward")] = (pre[0][0], max(p[1] for p in post))
+        ends = [
+            raw_ns(e)[1] for e in mine if e["name"].startswith(("FSDP::pre_forward", "FSDP::post_forward"))
+        ]
+        out[(prefix + "root" if not prefix else "root#2", "forward")] = (start, max(ends))
+    for fqn in TITAN_FQNS:
+        pre = next(raw_ns(e) for e in fsdp if e["name"] == f"FSDP::pre_backward ({fqn})")
+        post = [
+            raw_ns(e)[1]
+            for e in fsdp
+            if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({fqn})")
+        ]
+        out[(fqn, "backward")] = (pre[0], max(post))
+    callback = next(raw_ns(e) for e in fsdp if e["name"] == "FSDP::root_post_backward_callback")
+    out[("root", "backward")] = (first_bwd, callback[1])
+    return out
+
+
+def _inside_only(spans: list[tuple[int, int]], window: tuple[int, int], inner: list[tuple[int, int]]) -> list:
+    """The spans starting in ``window`` and in none of the ``inner`` windows."""
+    return [(s, e) for s, e in spans if window[0] <= s < window[1] and not any(a <= s < b for a, b in inner)]
+
+
+def _nested(unit: str, phase: str, windows: dict[tuple[str, str], tuple[int, int]]) -> list[tuple[int, int]]:
+    """The windows nested in a root's: its units' of the same phase (none for a unit's)."""
+    if unit == "root":
+        return [
+            w for (u, p), w in windows.items() if p == phase and u != "root" and not u.startswith("root#")
+        ]
+    if unit == "root#2":
+        return [w for (u, p), w in windows.items() if p == phase and u.startswith("root#2/")]
+    return []
+
+
+@pytest.mark.distributed
+def test_torchtitan_layout_and_a_second_model_on_real_profiles(plain_fsdp2_profiles):
+    """tests/plain_fsdp2.py's torchtitan step, run for real on 2 gloo ranks: a root without parameters
+    (embedding, each block and [norm, head] their own units) and a reference model of the same FQNs
+    whose no-grad forward comes first. Per rank, every row named as the raw trace says (the reference
+    model's root#2/…), each row's compute and collectives those of the raw operators and c10d launches
+    inside its window and in no window nested in it (a root's: its units'), and the embedding's
+    reduce-scatter (in the callback) the embedding's."""
+    folder = plain_fsdp2_profiles / "torchtitan"
+    proc = run_cli("analyze", str(folder), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert any("2 FSDP2 roots in one forward pass" in w for w in data["warnings"]), data["warnings"]
+    for r in data["ranks"]:
+        evs = raw_x_events(folder / f"rank{r['rank']}.pt.trace.json")
+        windows = _raw_titan_windows(evs)
+        rows = {(u["unit"], u["phase"]): u for u in r["units"]}
+        assert set(rows) - {("(all)", "optimizer"), ("(outside)", "(outside)")} == set(windows)
+        ops = raw_outermost(raw_training_ops(evs))
+        main = next(e["tid"] for e in evs if e["name"].startswith("ProfilerStep#"))
+        launches = raw_outermost(
+            [raw_ns(e) for e in evs if e["tid"] == main and e["name"].startswith("c10d::")]
+        )
+        for (unit, phase), window in windows.items():
+            inner = _nested(unit, phase, windows)
+            mine = _inside_only(ops, window, inner)
+            assert round(rows[(unit, phase)]["compute_us"] * 1000) == sum(e - s for s, e in mine), (
+                unit,
+                phase,
+            )
+            count = sum(c["count"] for c in rows[(unit, phase)]["collectives"].values())
+            assert count == len(_inside_only(launches, window, inner)), (unit, phase)
+        assert rows[("embed", "backward")]["collectives"]["reduce_scatter"]["count"] == 1
+        assert "reduce_scatter" not in rows[("root", "backward")]["collectives"]
