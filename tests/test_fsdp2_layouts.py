@@ -617,3 +617,42 @@ def test_torchtitan_layout_and_a_second_model_on_real_profiles(plain_fsdp2_profi
             assert count == len(_inside_only(launches, window, inner)), (unit, phase)
         assert rows[("embed", "backward")]["collectives"]["reduce_scatter"]["count"] == 1
         assert "reduce_scatter" not in rows[("root", "backward")]["collectives"]
+
+
+# ------------------------------------------------------------------ analyze --explain UNIT
+
+
+def test_explain_lists_each_window_with_the_ranges_that_opened_and_closed_it(tmp_path):
+    """The torchtitan step (2.5 labels): the embedding's forward window runs from its pre_forward
+    (3 µs after the step's start, by the Step clock) to its post_forward's end (9 µs), holding its
+    all-gather and its compute; its backward closes with the reduce inside the callback; on the CLI,
+    an unknown unit names the units there are."""
+    from fsdpbench.analysis import analyze
+    from fsdpbench.commands.analyze import explain_rows
+
+    path = _torchtitan_step(Labels("2.5")).write(tmp_path / "rank0.json")
+    rows = explain_rows(analyze([path], workers=1), "tok_embeddings")
+    assert [(r["phase"], r["opened_by"], r["closed_by"], r["events"]) for r in rows] == [
+        ("forward", "FSDP::pre_forward (tok_embeddings)", "FSDP::post_forward (tok_embeddings)", 2),
+        ("backward", "FSDP::pre_backward (tok_embeddings)", "FSDP::post_backward_reduce (tok_embeddings)", 2),
+    ]
+    assert (rows[0]["start_ms"], rows[0]["end_ms"]) == (0.003, 0.009)
+    proc = run_cli("analyze", str(path), "--explain", "root", env={"COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stderr
+    assert "Windows of unit 'root'" in proc.stdout
+    assert "FSDP::root_pre_forward" in proc.stdout and "FSDP::root_post_backward_callback" in proc.stdout
+    proc = run_cli("analyze", str(path), "--explain", "nope", env={"COLUMNS": "250"})
+    assert "no window of unit 'nope' on rank 0 (its units: root, tok_embeddings, layers.0" in proc.stdout
+
+
+def test_explain_says_a_window_closed_without_its_post_forward(tmp_path):
+    from fsdpbench.analysis import analyze
+    from fsdpbench.commands.analyze import explain_rows
+
+    path = _npu_skip_step(Labels("2.5")).write(tmp_path / "rank0.json")
+    rows = explain_rows(analyze([path], workers=1), "layers.0")
+    assert [(r["phase"], r["closed_by"]) for r in rows] == [
+        ("forward", "FSDP::post_forward (layers.0)"),
+        ("forward", "no post_forward: the next unit's FSDP::pre_forward (layers.1)"),
+        ("backward", "FSDP::post_backward_reduce (layers.0)"),
+    ]

@@ -67,8 +67,9 @@ class Hook:
     name: str
 
     def describe(self) -> str:
-        """``FSDP::pre_forward (x) @ 12.345–13.000 µs``: the range as ``--explain`` lists it."""
-        return f"{self.name} @ {self.start / 1000:.3f}–{self.end / 1000:.3f} µs"
+        """The range as ``--explain`` lists it: its name (a window starts at its opener's start and ends
+        at its closer's end)."""
+        return self.name
 
 
 @dataclass
@@ -198,9 +199,9 @@ def _close_skipped(
         nxt = next(((s, name) for s, unit, name in starts[i:] if unit != w.unit), None)
         end = _forward_end(w.start, w.lane, sessions, w.session, bwd_starts, opt_starts)
         if nxt is not None and nxt[0] < end:
-            end, why = nxt[0], f"the next unit's {nxt[1]} @ {nxt[0] / 1000:.3f} µs"
+            end, why = nxt[0], f"the next unit's {nxt[1]}"
         else:
-            why = "the forward's end" + (f" @ {end / 1000:.3f} µs" if end < _INF else "")
+            why = "the forward's end (the next root_pre_forward, backward range or optimizer step)"
         if end >= _INF:
             continue
         w.end = max(w.end, end)

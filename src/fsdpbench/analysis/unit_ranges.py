@@ -178,12 +178,7 @@ def fsdp2_ranges(t: EventTable) -> Ranges:
         module_types.setdefault(lane, []).append((start, end, modules[code]))
     built = fw.windows(hooks, t.start_ns[opt].tolist(), module_types)
     ws = built.windows
-    opt_names = [
-        f"{names[c]} @ {s / 1000:.3f}–{e / 1000:.3f} µs"
-        for c, s, e in zip(
-            t.name.codes[opt].tolist(), t.start_ns[opt].tolist(), t.end_ns[opt].tolist(), strict=True
-        )
-    ]
+    opt_names = [str(names[c]) for c in t.name.codes[opt].tolist()]
     return Ranges(
         lane=np.concatenate([np.asarray([w.lane for w in ws], np.int64), t.lane.codes[opt].astype(np.int64)]),
         start_ns=np.concatenate([np.asarray([w.start for w in ws], np.int64), t.start_ns[opt]]),

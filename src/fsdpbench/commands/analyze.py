@@ -1,4 +1,4 @@
-"""``fsdpbench analyze PATH... [--json FILE] [--step N] [--top N] [--workers N]``: the study's profiler
+"""``fsdpbench analyze PATH... [--json FILE] [--step N] [--top N] [--workers N] [--units] [--explain UNIT]``: the study's profiler
 numbers (overlap, exposed communication, collectives, kernel time by op type, sync/launch counts)
 from raw traces, as terminal tables and JSON. Never imports torch."""
 
@@ -45,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of each FSDP unit's forward and backward and the optimizer step, from fsdpbench's own ranges in the "
         "profiled step; without them, forward, backward and optimizer alone from the autograd engine's and "
         "the optimizer's ranges (docs/attribution.md)",
+    )
+    parser.add_argument(
+        "--explain",
+        metavar="UNIT",
+        help="list the (unit, phase) windows UNIT got on each rank (a unit name of the --units table, e.g. "
+        "'layers.0' or 'root'): phase, thread, start and end (ms from the rank's first profiler step), the ranges that opened "
+        "and closed each window, and the device events placed in it (docs/attribution.md)",
     )
 
 
@@ -239,6 +246,88 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
         )
 
 
+def explain_rows(res, unit: str, step: int | None = None) -> list[dict]:  # noqa: ANN001 (Analysis)
+    """Per rank the windows ``unit`` got (:func:`fsdpbench.analysis.unit_ranges.find_ranges`, as the
+    analysis found them): ``{rank, phase, thread, start_ms, end_ms, opened_by, closed_by, events}`` in
+    start order, times from the start of the rank's first profiler step (else of its first event); ``events`` counts the compute and communication events placed in the window (of the
+    profiled steps, or of ``step``). A rank without such a window gives one row with ``phase`` None and
+    its units in ``opened_by``."""
+    import numpy as np
+
+    from fsdpbench.analysis import attribution, unit_ranges
+    from fsdpbench.trace import Source, read_rank
+
+    out: list[dict] = []
+    for r in res.ranks:
+        t = r._events if hasattr(r._events, "category") else read_rank(Source(Path(r.source), r.format)).table
+        ranges = unit_ranges.find_ranges(t)
+        select = (t.step == step) if step is not None else (t.step >= 0 if (t.step >= 0).any() else None)
+        placed = attribution.place(t, r.mode, select, ranges)
+        counts = np.bincount(placed.range_index[placed.range_index >= 0], minlength=len(ranges))
+        lanes = [str(c) for c in t.lane.categories]
+        steps = [i for i, c in enumerate(t.name.categories) if str(c).startswith("ProfilerStep#")]
+        step_rows = unit_ranges.host_rows(t, steps)
+        origin = int(t.start_ns[step_rows].min()) if step_rows.size else int(t.start_ns.min())
+        mine = [i for i, u in enumerate(ranges.unit) if u == unit]
+        if not mine:
+            units = ", ".join(dict.fromkeys(ranges.unit)) or "none"
+            out.append({"rank": r.rank, "phase": None, "opened_by": units})
+            continue
+        for i in sorted(mine, key=lambda i: int(ranges.start_ns[i])):
+            out.append(
+                {
+                    "rank": r.rank,
+                    "phase": ranges.phase[i],
+                    "thread": lanes[int(ranges.lane[i])],
+                    "start_ms": (int(ranges.start_ns[i]) - origin) / 1e6,
+                    "end_ms": (int(ranges.end_ns[i]) - origin) / 1e6,
+                    "opened_by": ranges.opened_by[i]
+                    if ranges.opened_by
+                    else f"the range itself ({ranges.source})",
+                    "closed_by": ranges.closed_by[i]
+                    if ranges.closed_by
+                    else f"the range itself ({ranges.source})",
+                    "events": int(counts[i]),
+                }
+            )
+    return out
+
+
+def render_explain(res, unit: str, console, step: int | None = None) -> None:  # noqa: ANN001 (rich types kept lazy)
+    """``--explain UNIT``: the windows of :func:`explain_rows`, one table."""
+    from rich.table import Table
+
+    rows = explain_rows(res, unit, step)
+    t = Table(
+        title=f"Windows of unit {unit!r}",
+        title_justify="left",
+        caption="start, end: ms from the rank's first profiler step; events: compute and communication events placed in the window "
+        "(the innermost window that contains their launch, docs/attribution.md)",
+        caption_justify="left",
+    )
+    for col in ("rank", "phase", "thread", "start", "end", "opened by", "closed by", "events"):
+        t.add_column(col, justify="right" if col in ("rank", "start", "end", "events") else "left")
+    missing = []
+    for row in rows:
+        if row["phase"] is None:
+            missing.append(f"rank {row['rank']} (its units: {row['opened_by']})")
+            continue
+        t.add_row(
+            str(row["rank"]),
+            row["phase"],
+            row["thread"],
+            f"{row['start_ms']:.3f}",
+            f"{row['end_ms']:.3f}",
+            row["opened_by"],
+            row["closed_by"],
+            str(row["events"]),
+        )
+    if t.row_count:
+        console.print(t)
+    for m in missing:
+        console.print(f"no window of unit {unit!r} on {m}", highlight=False)
+
+
 def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Print the analysis as rich tables that fit the console's width.
 
@@ -416,10 +505,13 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data + b"\n")
         return 0
     render(res, top=args.top, wide=args.wide)
-    if args.units:
+    if args.units or args.explain:
         from rich.console import Console
 
-        render_units(res, Console())
+        if args.units:
+            render_units(res, Console())
+        if args.explain:
+            render_explain(res, args.explain, Console(), args.step)
     if args.json:
         out = Path(args.json)
         try:
