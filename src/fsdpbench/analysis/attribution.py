@@ -12,8 +12,9 @@ torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns.
   kernel by correlation id (the table's ``launch_ns``/``launch_lane``); on CPU/gloo traces a compute event is the training thread's own
   operator (its own start and thread); a gloo worker span is launched by the k-th collective launch op
   of the training thread (the reader's own pairing, ``kineto_cpu.classify_cpu``), so it takes that op's
-  start and thread. The innermost window open on that thread at that time wins (a layer's
-  backward beats the root's); no range → the ``(outside)`` bucket.
+  start and thread. The innermost window that contains that point on that thread wins (a layer's
+  backward beats the root's; a window that crosses another never takes its work: :func:`innermost`);
+  no range → the ``(outside)`` bucket.
 * **Partition**: within each category (compute, communication) every instant of the union belongs to
   exactly one event, the one that started first (ties: table order); an event's *share* is
   ``[max(start, furthest end of the events that started before it), end)``. A bucket's compute

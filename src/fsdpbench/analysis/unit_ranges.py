@@ -7,12 +7,14 @@ preference (the first that has any window in the trace is used, alone):
 
 * ``fsdpbench ranges``: fsdpbench's own ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>``
   and ``fsdpbench::optimizer`` host ranges (:mod:`fsdpbench.run.profile_marks`), each a window as is;
-* ``FSDP2 ranges``: PyTorch FSDP2's own (torch ≥ 2.4, and torch_npu's ``fully_shard``, which keeps
-  them): a unit's forward from its ``FSDP::pre_forward (<fqn>)`` start to its ``FSDP::post_forward
-  (<fqn>)`` end, its backward from its ``FSDP::pre_backward (<fqn>)`` start to the end of its last
-  ``FSDP::post_backward_*`` range; the root's (no ``(<fqn>)`` suffix) forward from
-  ``FSDP::root_pre_forward`` and its backward to the end of ``FSDP::root_post_backward_callback``;
-  the optimizer from ``Optimizer.step#…``;
+* ``FSDP2 ranges``: PyTorch FSDP2's own hook ranges (torch 2.3 and later, and torch_npu's
+  ``fully_shard``, which keeps them), cut into windows by :mod:`fsdpbench.analysis.fsdp2_windows`: a
+  unit's forward from its ``FSDP::pre_forward (<fqn>)`` to its ``FSDP::post_forward (<fqn>)``, its
+  backward from its ``FSDP::pre_backward (<fqn>)`` to its last ``FSDP::post_backward_*``; each root's
+  forward from ``FSDP::root_pre_forward`` to the last forward range before the next root or the
+  backward, its backward to the end of ``FSDP::root_post_backward_callback``; several roots of a pass
+  told apart (``root#2/…``), unnamed units (torch 2.3/2.4, per-block roots) numbered, torch_npu's skipped
+  ``post_forward`` closed at the next unit's; the optimizer from ``Optimizer.step#…``;
 * ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
   optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
 * none: no window (every event is ``(outside)``).
