@@ -656,3 +656,34 @@ def test_explain_says_a_window_closed_without_its_post_forward(tmp_path):
         ("forward", "no post_forward: the next unit's FSDP::pre_forward (layers.1)"),
         ("backward", "FSDP::post_backward_reduce (layers.0)"),
     ]
+
+
+def test_torch_2_15_finalize_backward_ends_the_roots_backward_like_the_callback():
+    """torch 2.15's ``FSDP::finalize_backward`` (``_fsdp_state.py:466``), called alone by the manual
+    finalization API with a unit's pending post-backward inside it: the unit's backward window runs to
+    its reduce's end, the root's (no parameters of its own) from the first backward range to the
+    finalization's end. Times in ns, written by hand."""
+    from fsdpbench.analysis import fsdp2_windows as fw
+
+    def hook(kind: str, fqn: str | None, start: int, end: int) -> fw.Hook:
+        return fw.Hook(kind, fqn, 0, start, end, f"FSDP::{kind}")
+
+    built = fw.windows(
+        [
+            hook("root_pre_forward", None, 0, 1),
+            hook("pre_forward", "a", 2, 3),
+            hook("post_forward", "a", 5, 6),
+            hook("pre_backward", "a", 10, 11),
+            hook("finalize_backward", None, 20, 30),
+            hook("post_backward_reshard", "a", 21, 22),
+            hook("post_backward_reduce", "a", 22, 29),
+        ],
+        [],
+        {},
+    )
+    assert sorted((w.unit, w.phase, w.start, w.end) for w in built.windows) == [
+        ("a", "backward", 10, 29),
+        ("a", "forward", 2, 6),
+        ("root", "backward", 10, 30),
+        ("root", "forward", 0, 6),
+    ]

@@ -50,7 +50,12 @@ BACKWARD_KINDS = (
     "post_backward_rs_wait",
     "post_backward_reduce",
     "root_post_backward_callback",
+    "finalize_backward",
 )
+ROOT_BACKWARD_KINDS = ("root_post_backward_callback", "finalize_backward")
+"""A state's ranges with no FQN that end a backward: the engine's final callback, and torch 2.15's
+``FSDP::finalize_backward`` (``_fsdp_state.py:466``; run inside the callback, or alone by the manual
+finalization API): the root's backward extends to their end."""
 _INF = 1 << 62
 
 
@@ -256,7 +261,7 @@ def _named(hooks: list[Hook], sessions: list[_Session], bwd_starts, opt_starts, 
             root_fwd[s.index] = w
             out.windows.append(w)
             continue
-        if h.kind == "root_post_backward_callback":
+        if h.kind in ROOT_BACKWARD_KINDS:
             continue  # _root_backward
         unit = h.fqn or ROOT
         phase = "forward" if h.kind in FORWARD_KINDS else "backward"
@@ -412,7 +417,7 @@ def _unnamed_backward(hooks, fwd: list[Window], start: int, stop: int, opt_start
     k = 0
     run: Window | None = None
     for h in bwd:
-        if h.kind == "root_post_backward_callback":
+        if h.kind in ROOT_BACKWARD_KINDS:
             continue
         if h.kind == "pre_backward":
             run = None
@@ -441,7 +446,7 @@ def _unnamed_backward(hooks, fwd: list[Window], start: int, stop: int, opt_start
 def _root_backward(hooks: list[Hook], sessions: list[_Session], opt_starts: list[int], out: Built) -> None:
     """The root's backward windows (module docstring): its own group's, else from the first backward
     range after the forward, to the end of ``root_post_backward_callback``."""
-    callbacks = [h for h in hooks if h.kind == "root_post_backward_callback"]
+    callbacks = [h for h in hooks if h.kind in ROOT_BACKWARD_KINDS]
     root_bwd = [w for w in out.windows if w.unit == ROOT and w.phase == "backward"]
     session_starts = sorted(s.hook.start for s in sessions)
     opt = sorted(opt_starts)
