@@ -410,24 +410,30 @@ def test_two_roots_with_the_same_fqns_in_one_pass_are_told_apart(tmp_path):
 
 def _per_block_roots_step(v: Labels) -> Step:
     """fully_shard on each block and not on the model: each block is a root of FQN "" (bare labels),
-    each queues its own callback (2.13 _fsdp_state.py:466)."""
+    each queues its own callback (2.13 _fsdp_state.py:466). With 2.12 labels each block has two
+    parameter groups: its pre_forward, post_forward, pre_backward and post-backward twice, `` [pg=2]``."""
     s = Step()
+    groups = [" [pg=2]", " [pg=2]"] if v.version == "2.12" else [""]
     with s.r("ProfilerStep#1"):
         s.k("embed_fwd")
         for i in (0, 1, 2):
             s.mark("FSDP::root_pre_forward")
-            with s.r(v.hook("pre_forward", "")):
-                s.k(f"ag_b{i}", "AllGather")
+            for g, pg in enumerate(groups):
+                with s.r(v.hook("pre_forward", "") + pg):
+                    s.k(f"ag_b{i}" + "x" * g, "AllGather")
             s.k(f"b{i}_fwd")
-            s.mark(v.hook("post_forward", ""))
+            for pg in groups:
+                s.mark(v.hook("post_forward", "") + pg)
         s.k("head_fwd")
         s.tid = AUTOGRAD
         s.k("head_bwd")
         for i in (2, 1, 0):
-            with s.r(v.hook("pre_backward", "")):
-                s.k(f"ag_b{i}_b", "AllGather")
+            for g, pg in enumerate(groups):
+                with s.r(v.hook("pre_backward", "") + pg):
+                    s.k(f"ag_b{i}_b" + "x" * g, "AllGather")
             s.k(f"b{i}_bwd")
-            v.post_backward(s, "", f"rs_b{i}")
+            for g, _ in enumerate(groups):
+                v.post_backward(s, "", f"rs_b{i}" + "x" * g)
         s.k("embed_bwd")
         for _ in range(3):
             s.mark("FSDP::root_post_backward_callback")
@@ -449,10 +455,16 @@ PER_BLOCK = {
 }
 
 
-@pytest.mark.parametrize("version", ["2.5", "2.15"])
+@pytest.mark.parametrize("version", ["2.5", "2.12", "2.15"])
 def test_blocks_sharded_alone_are_numbered_units_not_all_root(tmp_path, version):
     path = _per_block_roots_step(Labels(version)).write(tmp_path / "rank0.json")
-    assert placed(path) == PER_BLOCK
+    expected = dict(PER_BLOCK)
+    if version == "2.12":  # the second parameter group's all-gathers and reduce-scatters: the same unit's
+        for i in range(3):
+            unit = f"unit#{i + 1}"
+            expected |= {f"ag_b{i}x": (unit, "forward"), f"ag_b{i}_bx": (unit, "backward")}
+            expected |= {f"rs_b{i}x": (unit, "backward")}
+    assert placed(path) == expected
 
 
 # ------------------------------------------------------------------ 5. torch_npu's skipped post_forward

@@ -25,7 +25,8 @@ parsed hook ranges of one trace (:class:`Hook`) and returns :class:`Window` s. T
   it has one, else at the first backward range after the forward (a root without parameters records
   only ``root_post_backward_callback``), and ends with the last ``root_post_backward_callback``.
 * **Unnamed units** (torch 2.3/2.4, no FQN in any label; or each block its own root, FQN ""): forward
-  ranges are paired by nesting (a ``post_forward`` closes the innermost open ``pre_forward``), windows
+  ranges are paired by nesting (a ``post_forward`` closes the innermost open ``pre_forward``; repeated
+  `` [pg=N]`` ranges of one module's parameter groups count once), windows
   numbered ``unit#1`` … in forward order within a pass (the module type added, ``unit#2 (Block)``, where
   the trace holds ``nn.Module: <type>_<n>`` ranges), the one that contains its session's others being the
   root's group; backward windows take the units in reverse order of their forward's end (autograd runs
@@ -57,6 +58,7 @@ ROOT_BACKWARD_KINDS = ("root_post_backward_callback", "finalize_backward")
 ``FSDP::finalize_backward`` (``_fsdp_state.py:466``; run inside the callback, or alone by the manual
 finalization API): the root's backward extends to their end."""
 _INF = 1 << 62
+_PG = " [pg="
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class Window:
     closes: bool = False
     """A closing range (``post_forward``, ``post_backward_*``) came since it opened."""
     forward_start: int = 0
+    pending: int = 0
+    """Further parameter groups of the unit (`` [pg=N]``, torch 2.12+) whose opening range joined this
+    unnamed window: as many closing ranges (or post-backward runs) more before it is closed."""
 
 
 @dataclass
@@ -112,6 +117,18 @@ class _Session:
     skipped: bool = False
     """Every unit window of the session lacks its ``post_forward``: torch_npu skipped them, so its groups
     ran a forward before (the same root as an earlier session with these units)."""
+
+
+class _Sessions(list):
+    """The sessions in start order, and per thread their starts and themselves (for :func:`_session_of`)."""
+
+    def __init__(self, sessions: list[_Session]) -> None:
+        super().__init__(sessions)
+        self.by_lane: dict[int, tuple[list[int], list[_Session]]] = {}
+        for s in sessions:
+            starts, found = self.by_lane.setdefault(s.hook.lane, ([], []))
+            starts.append(s.hook.start)
+            found.append(s)
 
 
 def _first_after(sorted_starts: list[int], t: int) -> int:
@@ -144,7 +161,7 @@ def windows(
     return out
 
 
-def _sessions(hooks: list[Hook], bwd_starts: list[int], opt_starts: list[int]) -> list[_Session]:
+def _sessions(hooks: list[Hook], bwd_starts: list[int], opt_starts: list[int]) -> _Sessions:
     """Each ``root_pre_forward``'s session, its bound (module docstring), in start order."""
     rpf = [h for h in hooks if h.kind == "root_pre_forward"]
     out = []
@@ -152,14 +169,15 @@ def _sessions(hooks: list[Hook], bwd_starts: list[int], opt_starts: list[int]) -
         nxt = next((g.start for g in rpf[i + 1 :] if g.lane == h.lane), _INF)
         bound = min(nxt, _first_after(bwd_starts, h.start), _first_after(opt_starts, h.start))
         out.append(_Session(h, bound, i))
-    return out
+    return _Sessions(out)
 
 
-def _session_of(sessions: list[_Session], h: Hook) -> int:
+def _session_of(sessions: _Sessions, h: Hook) -> int:
     """Index of the session ``h`` lies in (same thread, inside its bound), -1 for none."""
-    for s in reversed(sessions):
-        if s.hook.lane == h.lane and s.hook.start <= h.start < s.bound:
-            return s.index
+    starts, found = sessions.by_lane.get(h.lane, ([], []))
+    i = bisect.bisect_right(starts, h.start) - 1
+    if i >= 0 and h.start < found[i].bound:
+        return found[i].index
     return -1
 
 
@@ -178,7 +196,7 @@ def _passes(sessions: list[_Session], bwd_starts: list[int], opt_starts: list[in
 
 
 def _forward_end(
-    h_start: int, lane: int, sessions: list[_Session], session: int, bwd_starts, opt_starts
+    h_start: int, sessions: _Sessions, session: int, bwd_starts: list[int], opt_starts: list[int]
 ) -> int:
     if session >= 0:
         return sessions[session].bound
@@ -188,9 +206,9 @@ def _forward_end(
 def _close_skipped(
     fwd: list[Window],
     pre_starts: dict[int, list[tuple[int, str, str]]],
-    sessions,
-    bwd_starts,
-    opt_starts,
+    sessions: _Sessions,
+    bwd_starts: list[int],
+    opt_starts: list[int],
     out: Built,
 ) -> None:
     """Forward windows without a ``post_forward``: closed at the next unit's ``pre_forward`` on their
@@ -202,7 +220,7 @@ def _close_skipped(
         starts = pre_starts.get(w.lane, [])
         i = bisect.bisect_right(starts, (w.start, "\uffff", ""))
         nxt = next(((s, name) for s, unit, name in starts[i:] if unit != w.unit), None)
-        end = _forward_end(w.start, w.lane, sessions, w.session, bwd_starts, opt_starts)
+        end = _forward_end(w.start, sessions, w.session, bwd_starts, opt_starts)
         if nxt is not None and nxt[0] < end:
             end, why = nxt[0], f"the next unit's {nxt[1]}"
         else:
@@ -220,7 +238,7 @@ def _close_skipped(
         )
 
 
-def _prefix_roots(sessions: list[_Session], bwd_starts, opt_starts, out: Built) -> None:
+def _prefix_roots(sessions: _Sessions, bwd_starts: list[int], opt_starts: list[int], out: Built) -> None:
     """Every root but the last of a pass named ``root#2`` …, its units prefixed (module docstring)."""
     n_roots = 0
     for p in _passes(sessions, bwd_starts, opt_starts):
@@ -249,7 +267,9 @@ def _prefix_roots(sessions: list[_Session], bwd_starts, opt_starts, out: Built) 
         )
 
 
-def _named(hooks: list[Hook], sessions: list[_Session], bwd_starts, opt_starts, out: Built) -> None:
+def _named(
+    hooks: list[Hook], sessions: _Sessions, bwd_starts: list[int], opt_starts: list[int], out: Built
+) -> None:
     open_at: dict[tuple[str, str, int], Window] = {}
     fwd: list[Window] = []
     pre_starts: dict[int, list[tuple[int, str, str]]] = {}
@@ -288,26 +308,29 @@ def _named(hooks: list[Hook], sessions: list[_Session], bwd_starts, opt_starts, 
             w.end, w.closed_by = h.end, h.describe()
         if not opens:
             w.closes = True
-    for s in sessions:  # the root's window ends with the last forward range of its session
-        r = root_fwd[s.index]
-        for w in fwd:
-            if w.session == s.index and w.end > r.end:
-                r.end, r.closed_by = w.end, w.closed_by
+    by_session: dict[int, list[Window]] = {}
+    for w in fwd:
+        by_session.setdefault(w.session, []).append(w)
+    _extend_roots(root_fwd, by_session)
     for s in sessions:
-        mine = [w for w in fwd if w.session == s.index]
+        mine = by_session.get(s.index, [])
         s.skipped = bool(mine) and not any(w.closes for w in mine)
     for starts in pre_starts.values():
         starts.sort()
     _close_skipped(fwd, pre_starts, sessions, bwd_starts, opt_starts, out)
-    for s in sessions:  # a skipped post_forward may now end a unit later
-        r = root_fwd[s.index]
-        for w in fwd:
-            if w.session == s.index and w.end > r.end:
-                r.end, r.closed_by = w.end, w.closed_by
+    _extend_roots(root_fwd, by_session)  # a skipped post_forward may now end a unit later
     _prefix_roots(sessions, bwd_starts, opt_starts, out)
     for w in out.windows:
         if w.phase == "forward" and w.session >= 0 and (p := sessions[w.session].prefix):
             w.unit = p if w.unit == ROOT else f"{p}/{w.unit}"
+
+
+def _extend_roots(root_fwd: dict[int, Window], by_session: dict[int, list[Window]]) -> None:
+    """Each root's forward window to the end of the last forward window of its session."""
+    for index, r in root_fwd.items():
+        for w in by_session.get(index, []):
+            if w.end > r.end:
+                r.end, r.closed_by = w.end, w.closed_by
 
 
 def _module_type(module_types: dict[int, list[tuple[int, int, str]]], lane: int, t: int) -> str | None:
@@ -319,7 +342,14 @@ def _module_type(module_types: dict[int, list[tuple[int, int, str]]], lane: int,
     return None if best is None else best[2]
 
 
-def _unnamed(hooks, sessions, bwd_starts, opt_starts, module_types, out: Built) -> None:
+def _unnamed(
+    hooks: list[Hook],
+    sessions: _Sessions,
+    bwd_starts: list[int],
+    opt_starts: list[int],
+    module_types: dict[int, list[tuple[int, int, str]]],
+    out: Built,
+) -> None:
     out.notes.append(
         "FSDP2 ranges name no module (torch 2.3/2.4, or each block its own root): units are numbered in "
         "forward order (unit#1 …, with the module type where the trace names it), the root's group by "
@@ -338,6 +368,9 @@ def _unnamed(hooks, sessions, bwd_starts, opt_starts, module_types, out: Built) 
         if session < 0:
             continue  # outside a root's forward (a recomputation): no number to give it
         stack = stacks.setdefault(session, [])
+        if h.kind == "pre_forward" and stack and _PG in h.name and stack[-1].opened_by == h.name:
+            stack[-1].pending += 1  # another parameter group of the same module
+            continue
         if h.kind == "pre_forward":
             w = Window("", "forward", h.lane, h.start, h.end, h.describe(), h.describe(), session)
             w.forward_start = h.start
@@ -346,7 +379,11 @@ def _unnamed(hooks, sessions, bwd_starts, opt_starts, module_types, out: Built) 
             all_fwd.append(w)
             pre_starts.setdefault(h.lane, []).append((h.start, str(id(w)), h.name))
         elif stack:
-            w = stack.pop()
+            w = stack[-1]
+            if w.pending:
+                w.pending -= 1
+            else:
+                stack.pop()
             w.end, w.closed_by, w.closes = max(w.end, h.end), h.describe(), True
     for w in all_fwd:
         w.unit = str(id(w))  # distinct until named, for the skipped-post_forward rule
@@ -396,19 +433,15 @@ def _unnamed(hooks, sessions, bwd_starts, opt_starts, module_types, out: Built) 
         _unnamed_backward(hooks, ws, p[0].hook.start, nxt, opt_starts, out)
 
 
-def _unnamed_backward(hooks, fwd: list[Window], start: int, stop: int, opt_starts, out: Built) -> None:
+def _unnamed_backward(
+    hooks: list[Hook], fwd: list[Window], start: int, stop: int, opt_starts: list[int], out: Built
+) -> None:
     """The backward windows of one pass's unnamed units (module docstring)."""
     stop = min(stop, _first_after(opt_starts, start))
     bwd = [h for h in hooks if h.kind in BACKWARD_KINDS and start <= h.start < stop]
     if not bwd:
         return
     order = sorted(fwd, key=lambda w: (-w.end, -w.start))  # autograd: reverse of the forward
-    pres = [h for h in bwd if h.kind == "pre_backward"]
-    if len(pres) != len(order):
-        out.notes.append(
-            f"{len(pres)} unnamed FSDP2 pre_backward ranges but {len(order)} forward units in a pass: "
-            "backward windows named by order may be off"
-        )
     callbacks = [h for h in bwd if h.kind == "root_post_backward_callback"]
     accumulate = any(h.kind == "post_backward_accumulate" for h in hooks)
     first_kind = "post_backward_accumulate" if accumulate else "post_backward_reshard"
@@ -420,11 +453,21 @@ def _unnamed_backward(hooks, fwd: list[Window], start: int, stop: int, opt_start
         if h.kind in ROOT_BACKWARD_KINDS:
             continue
         if h.kind == "pre_backward":
-            run = None
-            if k >= len(order):
+            last_open = opened[-1][0] if opened else None
+            if (
+                run is None
+                and made
+                and last_open is made[-1]
+                and _PG in h.name
+                and made[-1].opened_by == h.name
+            ):
+                made[-1].pending += 1  # another parameter group of the same module
                 continue
-            unit = order[k]
+            run = None
             k += 1
+            if k > len(order):
+                continue
+            unit = order[k - 1]
             w = Window(unit.unit, "backward", h.lane, h.start, h.end, h.describe(), h.describe())
             opened.append((w, unit.forward_start))
             made.append(w)
@@ -435,11 +478,19 @@ def _unnamed_backward(hooks, fwd: list[Window], start: int, stop: int, opt_start
                 run = None
                 continue
             pick = min(opened, key=lambda x: x[1]) if in_cb else opened[-1]
-            opened.remove(pick)
+            if pick[0].pending:
+                pick[0].pending -= 1
+            else:
+                opened.remove(pick)
             run = pick[0]
             run.closes = True
         if h.end > run.end:
             run.end, run.closed_by = h.end, h.describe()
+    if k != len(order):
+        out.notes.append(
+            f"{k} unnamed FSDP2 backward units but {len(order)} forward units in a pass: backward windows "
+            "named by order may be off"
+        )
     out.windows.extend(made)
 
 
@@ -450,35 +501,29 @@ def _root_backward(hooks: list[Hook], sessions: list[_Session], opt_starts: list
     root_bwd = [w for w in out.windows if w.unit == ROOT and w.phase == "backward"]
     session_starts = sorted(s.hook.start for s in sessions)
     opt = sorted(opt_starts)
+    bwd_by_lane: dict[int, tuple[list[int], list[Hook]]] = {}
+    for h in hooks:  # in start order
+        if h.kind in BACKWARD_KINDS:
+            starts, found = bwd_by_lane.setdefault(h.lane, ([], []))
+            starts.append(h.start)
+            found.append(h)
     for c in callbacks:
+        i = bisect.bisect_right(session_starts, c.start)
+        last_session = session_starts[i - 1] if i else -_INF
         # the root's backward window this callback ends: the latest on its thread opened since the forward
-        own = [w for w in root_bwd if w.lane == c.lane and w.start <= c.start]
-        own = [w for w in own if not any(w.start < s <= c.start for s in session_starts)]
+        own = [w for w in root_bwd if w.lane == c.lane and last_session <= w.start <= c.start]
         if own:
             w = own[-1]
             if c.end > w.end:
                 w.end, w.closed_by = c.end, c.describe()
             continue
         # a root without a group of its own: from the first backward range since the forward
-        i = bisect.bisect_right(session_starts, c.start)
-        since = session_starts[i - 1] if i else -_INF
         j = bisect.bisect_right(opt, c.start)
-        since = max(since, opt[j - 1] if j else -_INF)
-        prev = [
-            w.end
-            for w in out.windows
-            if w.unit == ROOT and w.phase == "backward" and w.lane == c.lane and w.end <= c.start
-        ]
-        since = max([since, *prev])
-        first = min(
-            (
-                h
-                for h in hooks
-                if h.kind in BACKWARD_KINDS and h.lane == c.lane and since <= h.start <= c.start
-            ),
-            key=lambda h: h.start,
-            default=c,
-        )
+        since = max(last_session, opt[j - 1] if j else -_INF)
+        since = max([since, *(w.end for w in root_bwd if w.lane == c.lane and w.end <= c.start)])
+        starts, found = bwd_by_lane[c.lane]
+        k = bisect.bisect_left(starts, since)
+        first = found[k] if k < len(found) and found[k].start <= c.start else c
         w = Window(ROOT, "backward", c.lane, first.start, c.end, first.describe(), c.describe(), closes=True)
         out.windows.append(w)
         root_bwd.append(w)
