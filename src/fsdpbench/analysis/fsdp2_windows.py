@@ -125,6 +125,7 @@ class _Sessions(list):
     def __init__(self, sessions: list[_Session]) -> None:
         super().__init__(sessions)
         self.by_lane: dict[int, tuple[list[int], list[_Session]]] = {}
+        self.of_hook = {id(s.hook): s for s in sessions}
         for s in sessions:
             starts, found = self.by_lane.setdefault(s.hook.lane, ([], []))
             starts.append(s.hook.start)
@@ -276,7 +277,7 @@ def _named(
     root_fwd: dict[int, Window] = {}
     for h in hooks:
         if h.kind == "root_pre_forward":
-            s = sessions[_session_of(sessions, h)]
+            s = sessions.of_hook[id(h)]
             w = Window(ROOT, "forward", h.lane, h.start, h.end, h.describe(), h.describe(), s.index, True)
             root_fwd[s.index] = w
             out.windows.append(w)
