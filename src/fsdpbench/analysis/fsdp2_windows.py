@@ -351,11 +351,6 @@ def _unnamed(
     module_types: dict[int, list[tuple[int, int, str]]],
     out: Built,
 ) -> None:
-    out.notes.append(
-        "FSDP2 ranges name no module (torch 2.3/2.4, or each block its own root): units are numbered in "
-        "forward order (unit#1 …, with the module type where the trace names it), the root's group by "
-        "nesting"
-    )
     passes = _passes(sessions, bwd_starts, opt_starts)
     pass_of = {s.index: k for k, p in enumerate(passes) for s in p}
     fwd_by_pass: dict[int, list[Window]] = {}
@@ -432,6 +427,12 @@ def _unnamed(
         out.windows.extend(ws)
         nxt = passes[k + 1][0].hook.start if k + 1 < len(passes) else _INF
         _unnamed_backward(hooks, ws, p[0].hook.start, nxt, opt_starts, out)
+    if any(w.unit.startswith("unit#") for w in out.windows):
+        out.notes.append(
+            "FSDP2 ranges name no module (torch 2.3/2.4, or each block its own root): units are numbered in "
+            "forward order (unit#1 …, with the module type where the trace names it), the root's group by "
+            "nesting"
+        )
 
 
 def _unnamed_backward(
