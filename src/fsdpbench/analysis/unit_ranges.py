@@ -12,7 +12,8 @@ preference (the first that has any window in the trace is used, alone):
   (<fqn>)`` end, its backward from its ``FSDP::pre_backward (<fqn>)`` start to the end of its last
   ``FSDP::post_backward_*`` range; the root's (no ``(<fqn>)`` suffix) forward from
   ``FSDP::root_pre_forward`` and its backward to the end of ``FSDP::root_post_backward_callback``;
-  the optimizer from ``Optimizer.step#…``;
+  the optimizer from ``Optimizer.step#…`` and ``Optimizer.zero_grad#…`` (``phase_ranges.OPTIMIZER``, the
+  same rule as the phases-only source);
 * ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
   optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
 * none: no window (every event is ``(outside)``).
@@ -25,7 +26,7 @@ what each records).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,24 +43,28 @@ SOURCE_OWN = "fsdpbench ranges"
 SOURCE_FSDP2 = "FSDP2 ranges"
 SOURCE_PHASES = phase_ranges.SOURCE
 SOURCE_NONE = "none"
+SOURCE_REPLICATE = "replicate() ranges"
+"""FSDP2's hook ranges written by ``replicate()`` (DDP on FSDP2's code, torch ≥ 2.9): the same windows."""
 
 _FSDP2_NAME = re.compile(
-    r"(?:FSDP|FullyShardedDataParallel)::"
+    r"(?:FSDP|FullyShardedDataParallel|Replicate)::"
     r"(pre_forward|post_forward|pre_backward|post_backward_accumulate|post_backward_reshard"
-    r"|post_backward_rs_wait|post_backward_reduce|root_pre_forward|root_post_backward_callback)"
+    r"|post_backward_rs_wait|post_backward_reduce|root_pre_forward|root_post_backward_callback"
+    r"|finalize_backward)"
     r"(?: \((.*)\))?(?: \[pg=[^\]]*\])?"
 )
 """An FSDP2 hook range: kind, then the group's module FQN (``_with_fqn``: absent for the root's group,
 whose FQN is ""; ``post_backward_rs_wait`` writes ``()`` for it), then `` [pg=…]`` with several
 parameter groups per module. A group of several modules (``fully_shard([a, b])``) joins their FQNs
-with ", ": that whole string is the unit."""
-FSDP2_PREFIXES = ("FSDP::", "FullyShardedDataParallel::")
+with ", ": that whole string is the unit. ``finalize_backward`` (torch 2.15 ``_fsdp_state.py:466``,
+``f"{self._state_name}::finalize_backward"``: ``Replicate::`` under ``replicate()``) is a state's, named by
+no FQN: the root's backward, closing like ``root_post_backward_callback``."""
+FSDP2_PREFIXES = ("FSDP::", "FullyShardedDataParallel::", "Replicate::")
 """What every FSDP2 range name starts with (a cheap test before the patterns, over every name)."""
 _OPENS = {"pre_forward", "root_pre_forward", "pre_backward"}
 _PHASE = {"pre_forward": "forward", "post_forward": "forward", "root_pre_forward": "forward"}
 PREFETCH_NAME = re.compile(r"(?:FSDP|FullyShardedDataParallel)::(forward|backward)_prefetch for (.*)")
 """FSDP2's prefetch range: the pass, then the FQN of the group it unshards ('' for the root's)."""
-_OPTIMIZER_STEP = "Optimizer.step#"
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ def own_ranges(t: EventTable) -> Ranges:
 
 def fsdp2_ranges(t: EventTable) -> Ranges:
     """FSDP2's (unit, phase) windows of ``t`` from its hook ranges (module docstring), and the
-    optimizer windows from ``Optimizer.step#…``; empty when ``t`` holds no FSDP2 hook range.
+    optimizer windows from ``Optimizer.step#…`` and ``Optimizer.zero_grad#…``; empty when ``t`` holds no FSDP2 hook range.
 
     The hook ranges of one unit and pass on one thread are cut into windows: a window opens at an
     opening range (``pre_forward``, ``root_pre_forward``, ``pre_backward``) that follows a closing one
@@ -140,7 +145,7 @@ def fsdp2_ranges(t: EventTable) -> Ranges:
     optimizer: list[int] = []
     for i, c in enumerate(t.name.categories):
         name = str(c)
-        if name.startswith(_OPTIMIZER_STEP):
+        if name.startswith(phase_ranges.OPTIMIZER):
             optimizer.append(i)
         elif name.startswith(FSDP2_PREFIXES) and (m := _FSDP2_NAME.fullmatch(name)) is not None:
             kind, fqn = m.group(1), m.group(2)
@@ -185,14 +190,40 @@ def fsdp2_ranges(t: EventTable) -> Ranges:
     )
 
 
+def is_replicate(t: EventTable) -> bool:
+    """Whether ``t``'s FSDP2 hook ranges were written by ``replicate()`` (torch ≥ 2.9,
+    ``_composable/replicate_with_fsdp.py``: FSDP2's param groups on a replicate-only mesh, which write the
+    same ``FSDP::`` labels): a ``Replicate::`` range (2.15's ``Replicate::finalize_backward``), or
+    ``FSDP::post_backward_reduce`` ranges with no ``FSDP::all_gather`` range (a replicate group never
+    all-gathers: ``unshard`` takes its world-size-1 path, 2.13 ``_fsdp_param_group.py:388-405``) and
+    all-reduces but no all-gather or reduce-scatter among the trace's collectives (its gradients are
+    all-reduced, ``:662-666``; FSDP2 on one rank all-reduces nothing)."""
+    names = [str(c) for c in t.name.categories]
+    if any(n.startswith("Replicate::") for n in names):
+        return True
+    reduce = any(n.startswith("FSDP::post_backward_reduce") for n in names)
+    if not reduce or any(n == "FSDP::all_gather" or n.startswith("FSDP::all_gather ") for n in names):
+        return False
+    kinds = set(t.collective[t.device & t.category.mask("comm")].strings("other").tolist())
+    return "all_reduce" in kinds and not kinds & {"all_gather", "reduce_scatter"}
+
+
 def find_ranges(t: EventTable) -> Ranges:
-    """The (unit, phase) windows of ``t`` from its best source: fsdpbench's own ranges, else FSDP2's,
-    else the autograd/optimizer ranges' phases (module docstring); an empty :class:`Ranges` with source
-    ``none`` when none is there."""
+    """The (unit, phase) windows of ``t`` from its best source: fsdpbench's own ranges, else FSDP2's
+    (source ``replicate() ranges`` when :func:`is_replicate`), else FSDP1's (:mod:`fsdp1_units`), else the
+    autograd/optimizer ranges' phases (module docstring); an empty :class:`Ranges` with source ``none``
+    when none is there."""
     for source in (own_ranges, fsdp2_ranges):
         found = source(t)
         if len(found):
+            if found.source == SOURCE_FSDP2 and is_replicate(t):
+                found = replace(found, source=SOURCE_REPLICATE)
             return found
+    from fsdpbench.analysis import fsdp1_units  # here: it imports this module
+
+    found = fsdp1_units.fsdp1_ranges(t)
+    if len(found):
+        return found
     lane, start, end, phase = phase_ranges.phase_windows(t)
     if phase:
         return Ranges(lane, start, end, [ALL_UNITS] * len(phase), phase, SOURCE_PHASES)
