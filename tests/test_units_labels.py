@@ -486,3 +486,59 @@ def test_fsdp1_hooks_that_do_not_match_the_forward_give_phases_only(tmp_path):
     t = read_kineto(_write(tmp_path / "rank0.json", events)).table
     assert not len(fsdp1_units.fsdp1_ranges(t))
     assert unit_ranges.find_ranges(t).source == "autograd/optimizer ranges"
+
+
+# ---- a real replicate() profile (torch 2.13, 2 gloo ranks) -----------------------------------------------
+@pytest.fixture(scope="module")
+def replicate_profiles(tmp_path_factory) -> Path:
+    """tests/plain_replicate.py's profiles: one torchrun of 2 gloo ranks (~10 s of launch)."""
+    import os
+    import subprocess
+
+    from helpers import REPO, torchrun_command
+
+    out = tmp_path_factory.mktemp("plain_replicate")
+    proc = subprocess.run(
+        [*torchrun_command(2), str(REPO / "tests" / "plain_replicate.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+@pytest.mark.distributed
+def test_a_real_replicate_profile_is_named_and_each_blocks_all_reduce_is_its_own(replicate_profiles):
+    """replicate() writes FSDP2's labels: the analysis names the source ``replicate() ranges``, gives each
+    block a forward and a backward row, and each block's backward holds the one all-reduce whose
+    ``c10d::allreduce_`` launch the raw JSON has inside that block's window ([``FSDP::pre_backward
+    (blocks.i)`` start, end of its last ``FSDP::post_backward_*``), the test's own reading); the trace
+    holds no all-gather range, so those internals are null."""
+    from helpers import raw_ns, raw_x_events, run_cli
+
+    proc = run_cli("analyze", str(replicate_profiles), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    ranks = json.loads(proc.stdout)["ranks"]
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    for r in ranks:
+        evs = raw_x_events(replicate_profiles / f"rank{r['rank']}.pt.trace.json")
+        assert not any(e["name"].startswith("FSDP::all_gather") for e in evs)
+        assert r["units_source"] == "replicate() ranges"
+        rows = {(u["unit"], u["phase"]): u for u in r["units"]}
+        launches = [raw_ns(e)[0] for e in evs if e["name"] == "c10d::allreduce_"]
+        for block in ("blocks.0", "blocks.1", "blocks.2"):
+            assert (block, "forward") in rows
+            start = next(raw_ns(e)[0] for e in evs if e["name"] == f"FSDP::pre_backward ({block})")
+            end = max(
+                raw_ns(e)[1]
+                for e in evs
+                if e["name"].startswith("FSDP::post_backward_") and e["name"].endswith(f"({block})")
+            )
+            inside = sum(start <= s < end for s in launches)
+            assert inside == 1
+            assert rows[(block, "backward")]["collectives"]["all_reduce"]["count"] == inside
+            internals = rows[(block, "backward")]["fsdp_internals"]
+            assert internals["all_gather"] is None and internals["copy_in"] is None
+            assert internals["reduce"]["device_us"] > 0

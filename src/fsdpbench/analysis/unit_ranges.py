@@ -13,14 +13,16 @@ preference (the first that has any window in the trace is used, alone):
   ``FSDP::post_backward_*`` range; the root's (no ``(<fqn>)`` suffix) forward from
   ``FSDP::root_pre_forward`` and its backward to the end of ``FSDP::root_post_backward_callback``;
   the optimizer from ``Optimizer.step#…`` and ``Optimizer.zero_grad#…`` (``phase_ranges.OPTIMIZER``, the
-  same rule as the phases-only source);
+  same rule as the phases-only source); named ``replicate() ranges`` when :func:`is_replicate` (DDP on
+  FSDP2's code writes the same labels);
+* ``FSDP1 ranges``: FSDP1's units numbered by the nesting of its ``FullyShardedDataParallel.forward``
+  ranges (:mod:`fsdpbench.analysis.fsdp1_units`);
 * ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
   optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
 * none: no window (every event is ``(outside)``).
 
-FSDP1 (``FullyShardedDataParallel.forward``, ``._pre_backward_hook`` …), DeepSpeed ZeRO-3 and
-hyper_parallel record no range that names a unit, so they give phases only (docs/attribution.md says
-what each records).
+DeepSpeed ZeRO-3 and hyper_parallel record no range that names or nests a unit, so they give phases only
+(docs/attribution.md says what each records).
 """
 
 from __future__ import annotations
