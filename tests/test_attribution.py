@@ -218,7 +218,7 @@ def test_fsdp1_units_by_nesting_match_fsdpbenchs_own_ranges(other_arms_run):
         trace = read_kineto(path)
         own = unit_ranges.find_ranges(trace.table)
         nested = fsdp1_units.fsdp1_ranges(trace.table)
-        assert own.source == "fsdpbench ranges" and nested.source == "FSDP1 ranges"
+        assert own.source == "fsdpbench ranges" and nested.source == "FSDP1 ranges (units by nesting)"
         by_own = attribution.collective_places(trace.table, trace.mode, None, own)
         by_nesting = attribution.collective_places(trace.table, trace.mode, None, nested)
         renamed = [u.replace("layers.", "#") for u in by_own["unit"].tolist()]

@@ -295,6 +295,38 @@ def test_fsdp2_internals_a_trace_does_not_hold_read_not_in_this_trace(tmp_path):
     }
 
 
+def test_torch_24_fsdp2_internals_without_ranges_read_not_in_this_trace(tmp_path):
+    """torch 2.4.0 FSDP2 (``torch.distributed._composable.fsdp``) names no all-gather, copy-out or copy-in
+    (its labels: ``_fsdp_param_group.py:276,284,300,308,311,337,374``, bare strings; ``FSDP::all_gather``
+    and the ``fsdp::all_gather_copy_in`` op arrive in 2.5.0) but does name ``FSDP::post_backward_reduce``:
+    all_gather, copy_out, copy_in and rs_wait are null in every row (old code: 0.000 though all-gathers ran),
+    the reduce is read. Only the internals are checked here (2.4's unit windows: branch ``units``)."""
+    events = [
+        _r("ProfilerStep#1", 0.0, 100.0),
+        _r("FSDP::root_pre_forward", 1.0, 1.0),
+        _r("FSDP::pre_forward", 2.0, 4.0),
+        _launch("c10d::_allgather_base_", 3.0),
+        _x("aten::mm", 7.0, 10.0),
+        _r("FSDP::post_forward", 18.0, 1.0),
+        _r("FSDP::pre_backward", 20.0, 4.0),
+        _launch("c10d::_allgather_base_", 21.0),
+        _x("aten::mm", 25.0, 10.0),
+        _r("FSDP::post_backward_accumulate", 36.0, 1.0),
+        _r("FSDP::post_backward_reshard", 38.0, 1.0),
+        _r("FSDP::post_backward_reduce", 40.0, 4.0),
+        _launch("c10d::_reduce_scatter_base_", 41.0),
+        _r("FSDP::root_post_backward_callback", 45.0, 2.0),
+        _gloo("gloo:all_gather", 3.5, 2.0),
+        _gloo("gloo:all_gather", 21.5, 2.0),
+        _gloo("gloo:all_reduce", 41.5, 5.0),
+    ]
+    _, _, rows = _places(_write(tmp_path / "rank0.json", events))
+    assert rows
+    for r in rows:
+        assert all(r["fsdp_internals"][k] is None for k in ("copy_in", "all_gather", "copy_out", "rs_wait"))
+    assert sum(r["fsdp_internals"]["reduce"]["device_us"] for r in rows) == 5.0
+
+
 # ---- replicate(): DDP on FSDP2's code writes FSDP2's labels --------------------------------------------
 def replicate_213(finalize: str | None = None) -> list[dict]:
     """One CPU/gloo step of ``replicate()`` (torch 2.13 ``_composable/replicate_with_fsdp.py``) on layers.0
@@ -459,7 +491,7 @@ FSDP1_PLACES = {
 
 def test_fsdp1_units_are_numbered_by_the_nesting_of_their_forward_ranges(tmp_path):
     got, source, _ = _places(_write(tmp_path / "rank0.json", fsdp1_213()))
-    assert source == "FSDP1 ranges"
+    assert source == "FSDP1 ranges (units by nesting)"
     assert got == FSDP1_PLACES
 
 

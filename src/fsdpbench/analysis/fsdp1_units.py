@@ -33,7 +33,7 @@ from fsdpbench.analysis import phase_ranges
 from fsdpbench.analysis.unit_ranges import ALL_UNITS, ROOT, Ranges, host_rows
 from fsdpbench.trace.table import EventTable
 
-SOURCE = "FSDP1 ranges"
+SOURCE = "FSDP1 ranges (units by nesting)"
 """The name of this source of (unit, phase) windows in the output (``units_source``)."""
 FORWARD = "FullyShardedDataParallel.forward"
 PRE_BACKWARD = "FullyShardedDataParallel._pre_backward_hook"

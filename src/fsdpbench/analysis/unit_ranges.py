@@ -15,8 +15,8 @@ preference (the first that has any window in the trace is used, alone):
   the optimizer from ``Optimizer.step#…`` and ``Optimizer.zero_grad#…`` (``phase_ranges.OPTIMIZER``, the
   same rule as the phases-only source); named ``replicate() ranges`` when :func:`is_replicate` (DDP on
   FSDP2's code writes the same labels);
-* ``FSDP1 ranges``: FSDP1's units numbered by the nesting of its ``FullyShardedDataParallel.forward``
-  ranges (:mod:`fsdpbench.analysis.fsdp1_units`);
+* ``FSDP1 ranges (units by nesting)``: FSDP1's units numbered by the nesting of its
+  ``FullyShardedDataParallel.forward`` ranges (:mod:`fsdpbench.analysis.fsdp1_units`);
 * ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
   optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
 * none: no window (every event is ``(outside)``).
