@@ -93,7 +93,7 @@ def test_hand_built_trace_gives_the_hand_computed_unions_per_bucket(tmp_path):
     fwd = rows[("layers.0", "forward")]["fsdp_internals"]
     assert fwd["copy_in"] == {"host_us": pytest.approx(1.0), "device_us": pytest.approx(1.0)}
     assert fwd["all_gather"] == {"host_us": pytest.approx(4.1), "device_us": pytest.approx(20.0)}
-    assert fwd["copy_out"] == {"host_us": 0.0, "device_us": 0.0}
+    assert fwd["copy_out"] is None  # the trace holds no FSDP::all_gather_copy_out: not in this trace, not 0
     bwd = rows[("layers.0", "backward")]["fsdp_internals"]
     assert bwd["reduce"] == {"host_us": pytest.approx(3.0), "device_us": pytest.approx(16.0)}
     assert rows[("root", "backward")]["fsdp_internals"]["reduce"] == {"host_us": 0.0, "device_us": 0.0}
@@ -197,6 +197,34 @@ def test_unit_phase_rows_partition_the_step_exactly_for_every_arm(other_arms_run
             for phase in ("forward", "backward"):
                 row = next(r for r in rows if (r["unit"], r["phase"]) == (unit, phase))
                 assert row["collectives"], (path, unit, phase)  # each unit gathers in each pass
+
+
+@pytest.mark.distributed
+def test_fsdp1_units_by_nesting_match_fsdpbenchs_own_ranges(other_arms_run):
+    """The fsdp1 arm's real profiles: FSDP1's ``FullyShardedDataParallel.forward`` ranges nest (a plain
+    reading of the raw JSON: one outermost per forward, the 4 layers' directly inside it, in order), and
+    every collective lands in the same place by FSDP1's ranges alone (analysis/fsdp1_units.py, ``#k``) as
+    by fsdpbench's own (``layers.k``)."""
+    from fsdpbench.analysis import fsdp1_units, unit_ranges
+    from helpers import raw_ns, raw_x_events
+
+    traces = sorted((other_arms_run / "profiles" / "fsdp1").rglob("*.json*"))
+    traces = [t for t in traces if not t.name.startswith(".")]
+    assert len(traces) == 2
+    for path in traces:
+        fwd = sorted(raw_ns(e) for e in raw_x_events(path) if e["name"] == "FullyShardedDataParallel.forward")
+        outer = [s for s in fwd if not any(o[0] <= s[0] and s[1] <= o[1] and o != s for o in fwd)]
+        assert len(outer) == 1 and len(fwd) == 5, fwd  # the root's, holding the 4 layers'
+        trace = read_kineto(path)
+        own = unit_ranges.find_ranges(trace.table)
+        nested = fsdp1_units.fsdp1_ranges(trace.table)
+        assert own.source == "fsdpbench ranges" and nested.source == "FSDP1 ranges (units by nesting)"
+        by_own = attribution.collective_places(trace.table, trace.mode, None, own)
+        by_nesting = attribution.collective_places(trace.table, trace.mode, None, nested)
+        renamed = [u.replace("layers.", "#") for u in by_own["unit"].tolist()]
+        assert renamed == by_nesting["unit"].tolist(), path
+        assert by_own["phase"].tolist() == by_nesting["phase"].tolist(), path
+        assert {"#0", "#3", "root"} <= set(renamed)
 
 
 @pytest.mark.distributed

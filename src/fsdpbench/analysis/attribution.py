@@ -266,8 +266,10 @@ def _internals(
     select: np.ndarray | None,
     ranges: Ranges,
 ) -> list[dict[str, Any] | None]:
-    """Per bucket ``{copy_in|all_gather|copy_out|reduce: {host_us, device_us}}`` from FSDP2's own
-    ranges (those in ``select``), or None for every bucket when the trace has none of them."""
+    """Per bucket ``{copy_in|all_gather|copy_out|reduce|rs_wait: {host_us, device_us}}`` from FSDP2's own
+    ranges (those in ``select``), or None for every bucket when the trace has none of them; a step whose
+    name the trace never holds is None in every bucket ("not in this trace": torch_npu 2.8–2.10 replaces
+    ``fsdp::all_gather_copy_in``, torch 2.3/2.4 record no all-gather range), not 0."""
     names = [str(c) for c in t.name.categories]
     kinds = {k: [i for i, c in enumerate(names) if _marks(c, sp)] for k, (sp, _) in FSDP_INTERNALS.items()}
     if not any(kinds.values()):
@@ -276,10 +278,14 @@ def _internals(
     lane, time = launch
     out: list[dict[str, Any]] = [{} for _ in keys]
     for kind, codes in kinds.items():
+        if not codes:  # a name the trace never holds: unknown there, not 0
+            for part in out:
+                part[kind] = None
+            continue
         host = np.zeros(len(keys))
         dev = np.zeros(len(keys))
         # on CPU traces an operator (fsdp::all_gather_copy_in) is its own host span and device event
-        mark = np.isin(t.name.codes, codes) if codes else np.zeros(len(t), dtype=bool)
+        mark = np.isin(t.name.codes, codes)
         spans = np.flatnonzero(mark if select is None else mark & select)
         if spans.size:
             # the outermost spans per lane (a spelling nested in another counts once)

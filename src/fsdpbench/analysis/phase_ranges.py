@@ -6,7 +6,8 @@ torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns. The
 lanes where the work is launched:
 
 * **optimizer**: each ``Optimizer.step#…`` and ``Optimizer.zero_grad#…`` range (PyTorch's optimizer
-  records both, named after the optimizer class);
+  records both, named after the optimizer class; :data:`OPTIMIZER`, the one rule the FSDP2 source
+  shares);
 * **backward**: per host lane and profiler step, from the first to the last end of the autograd engine's
   ``autograd::engine::evaluate_function: …`` ranges (on CUDA the autograd thread's, on CPU the main
   thread's): everything the autograd engine launches, gradient hooks (DDP's all-reduces) included;
@@ -15,6 +16,11 @@ lanes where the work is launched:
 
 An optimizer range inside a forward window (``zero_grad`` at the step's start) is the innermost range
 there, so its work is the optimizer's. Every window's unit is ``(all)``: the trace names no unit.
+
+Only host ranges count: the CUDA profiler's device-side copies of them (``gpu_user_annotation`` events
+on a stream: ``ProfilerStep#N``, ``Optimizer.step#…``) are labels, never windows (DESIGN.md); a copy of
+``ProfilerStep#N`` taken as a step of its own would take the step's backward ranges from the host step,
+whose forward window would then run to the step's end.
 """
 
 from __future__ import annotations
@@ -28,17 +34,23 @@ if TYPE_CHECKING:  # numpy only where windows are made: SOURCE is read on cached
 
 SOURCE = "autograd/optimizer ranges"
 """The name of this source of (unit, phase) windows in the output."""
-_OPTIMIZER = ("Optimizer.step#", "Optimizer.zero_grad#")
+OPTIMIZER = ("Optimizer.step#", "Optimizer.zero_grad#")
+"""The optimizer phase's ranges, for every source that reads the trace's own ranges (this one and FSDP2's):
+``optimizer.step()`` and ``optimizer.zero_grad()`` as ``torch.optim.Optimizer`` records them
+(``Optimizer.step#<class>.step``, ``Optimizer.zero_grad#<class>.zero_grad``): both are the optimizer's
+work, and ``zero_grad(set_to_none=False)`` launches a memset per gradient."""
 _BACKWARD = "autograd::engine::evaluate_function: "
 _STEP = "ProfilerStep#"
 
 
 def _rows(t: EventTable, prefixes: tuple[str, ...]) -> np.ndarray:
-    """Host rows whose name starts with one of ``prefixes``, by start."""
+    """Host rows whose name starts with one of ``prefixes``, by start; not the device-side copies of host
+    ranges (``unit_ranges.host_rows``)."""
     import numpy as np
 
-    codes = [i for i, c in enumerate(t.name.categories) if str(c).startswith(prefixes)]
-    rows = np.flatnonzero(np.isin(t.name.codes, codes) & ~t.device) if codes else np.empty(0, np.int64)
+    from fsdpbench.analysis.unit_ranges import host_rows  # here: unit_ranges imports this module
+
+    rows = host_rows(t, [i for i, c in enumerate(t.name.categories) if str(c).startswith(prefixes)])
     return rows[np.argsort(t.start_ns[rows], kind="stable")]
 
 
@@ -47,7 +59,7 @@ def phase_windows(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, li
     (module docstring); empty arrays when ``t`` has no autograd engine range and no optimizer range."""
     import numpy as np
 
-    opt, bwd, steps = _rows(t, _OPTIMIZER), _rows(t, (_BACKWARD,)), _rows(t, (_STEP,))
+    opt, bwd, steps = _rows(t, OPTIMIZER), _rows(t, (_BACKWARD,)), _rows(t, (_STEP,))
     lane: list[int] = []
     start: list[int] = []
     end: list[int] = []

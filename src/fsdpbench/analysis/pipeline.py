@@ -230,7 +230,9 @@ def _units(
     trace.warnings.extend(f"rank {trace.rank}: {note}" for note in ranges.notes)
     select = np.isin(ev.step, chosen) if chosen else None
     edges = attribution.prefetches(ev, ranges, select)
-    prefetch = edges if edges or ranges.source == unit_ranges.SOURCE_FSDP2 else None
+    prefetch = (
+        edges if edges or ranges.source in (unit_ranges.SOURCE_FSDP2, unit_ranges.SOURCE_REPLICATE) else None
+    )
     if not len(ranges):
         return None, None, ranges.source, prefetch
     rows = attribution.unit_phase_rows(ev, trace.mode, select, ranges)

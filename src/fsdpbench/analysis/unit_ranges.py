@@ -14,20 +14,23 @@ preference (the first that has any window in the trace is used, alone):
   forward from ``FSDP::root_pre_forward`` to the last forward range before the next root or the
   backward, its backward to the end of ``FSDP::root_post_backward_callback``; several roots of a pass
   told apart (``root#2/…``), unnamed units (torch 2.3/2.4, per-block roots) numbered, torch_npu's skipped
-  ``post_forward`` closed at the next unit's; the optimizer from ``Optimizer.step#…``;
+  ``post_forward`` closed at the next unit's; the optimizer from ``Optimizer.step#…`` and ``Optimizer.zero_grad#…``
+  (``phase_ranges.OPTIMIZER``, the same rule as the phases-only source); named ``replicate() ranges``
+  when :func:`is_replicate` (DDP on FSDP2's code writes the same labels);
+* ``FSDP1 ranges (units by nesting)``: FSDP1's units numbered by the nesting of its
+  ``FullyShardedDataParallel.forward`` ranges (:mod:`fsdpbench.analysis.fsdp1_units`);
 * ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
   optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
 * none: no window (every event is ``(outside)``).
 
-FSDP1 (``FullyShardedDataParallel.forward``, ``._pre_backward_hook`` …), DeepSpeed ZeRO-3 and
-hyper_parallel record no range that names a unit, so they give phases only (docs/attribution.md says
-what each records).
+DeepSpeed ZeRO-3 and hyper_parallel record no range that names or nests a unit, so they give phases only
+(docs/attribution.md says what each records).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,23 +47,27 @@ SOURCE_OWN = "fsdpbench ranges"
 SOURCE_FSDP2 = "FSDP2 ranges"
 SOURCE_PHASES = phase_ranges.SOURCE
 SOURCE_NONE = "none"
+SOURCE_REPLICATE = "replicate() ranges"
+"""FSDP2's hook ranges written by ``replicate()`` (DDP on FSDP2's code, torch ≥ 2.9): the same windows."""
 
 _FSDP2_NAME = re.compile(
-    r"(?:FSDP|FullyShardedDataParallel)::"
+    r"(?:FSDP|FullyShardedDataParallel|Replicate)::"
     r"(pre_forward|post_forward|pre_backward|post_backward_accumulate|post_backward_reshard"
-    r"|post_backward_rs_wait|post_backward_reduce|root_pre_forward|root_post_backward_callback)"
+    r"|post_backward_rs_wait|post_backward_reduce|root_pre_forward|root_post_backward_callback"
+    r"|finalize_backward)"
     r"(?: \((.*)\))?(?: \[pg=[^\]]*\])?"
 )
 """An FSDP2 hook range: kind, then the group's module FQN (``_with_fqn``: absent for the root's group,
 whose FQN is ""; ``post_backward_rs_wait`` writes ``()`` for it), then `` [pg=…]`` with several
 parameter groups per module. A group of several modules (``fully_shard([a, b])``) joins their FQNs
-with ", ": that whole string is the unit."""
-FSDP2_PREFIXES = ("FSDP::", "FullyShardedDataParallel::")
+with ", ": that whole string is the unit. ``finalize_backward`` (torch 2.15 ``_fsdp_state.py:466``,
+``f"{self._state_name}::finalize_backward"``: ``Replicate::`` under ``replicate()``) is a state's, named by
+no FQN: the root's backward, closing like ``root_post_backward_callback``."""
+FSDP2_PREFIXES = ("FSDP::", "FullyShardedDataParallel::", "Replicate::")
 """What every FSDP2 range name starts with (a cheap test before the patterns, over every name)."""
 PREFETCH_NAME = re.compile(r"(?:FSDP|FullyShardedDataParallel)::(forward|backward)_prefetch(?: for (.*))?")
 """FSDP2's prefetch range: the pass, then the FQN of the group it unshards ('' for the root's; torch
 2.3/2.4 write ``FSDP::backward_prefetch`` with no target: None)."""
-_OPTIMIZER_STEP = "Optimizer.step#"
 _MODULE = "nn.Module: "
 """The profiler's range around a module's forward (``with_stack``/``with_modules``): ``nn.Module: <type>_<n>``."""
 
@@ -139,7 +146,7 @@ def fsdp2_ranges(t: EventTable) -> Ranges:
     """FSDP2's (unit, phase) windows of ``t`` from its hook ranges (:mod:`fsdpbench.analysis.fsdp2_windows`:
     sessions of each root, named or numbered units, the root's windows from what the trace has, several
     roots told apart, torch_npu's skipped ``post_forward``), and the optimizer windows from
-    ``Optimizer.step#…``; empty when ``t`` holds no FSDP2 hook range."""
+    ``Optimizer.step#…`` and ``Optimizer.zero_grad#…``; empty when ``t`` holds no FSDP2 hook range."""
     from fsdpbench.analysis import fsdp2_windows as fw
 
     kinds: dict[int, tuple[str, str | None]] = {}  # name code → (kind, FQN of the label)
@@ -147,7 +154,7 @@ def fsdp2_ranges(t: EventTable) -> Ranges:
     modules: dict[int, str] = {}  # name code → module type of an ``nn.Module: <type>_<n>`` range
     for i, c in enumerate(t.name.categories):
         name = str(c)
-        if name.startswith(_OPTIMIZER_STEP):
+        if name.startswith(phase_ranges.OPTIMIZER):
             optimizer.append(i)
         elif name.startswith(FSDP2_PREFIXES) and (m := _FSDP2_NAME.fullmatch(name)) is not None:
             kinds[i] = (m.group(1), m.group(2))
@@ -201,14 +208,40 @@ def _module_type(name: str) -> str:
     return head if head and tail.isdigit() else rest
 
 
+def is_replicate(t: EventTable) -> bool:
+    """Whether ``t``'s FSDP2 hook ranges were written by ``replicate()`` (torch ≥ 2.9,
+    ``_composable/replicate_with_fsdp.py``: FSDP2's param groups on a replicate-only mesh, which write the
+    same ``FSDP::`` labels): a ``Replicate::`` range (2.15's ``Replicate::finalize_backward``), or
+    ``FSDP::post_backward_reduce`` ranges with no ``FSDP::all_gather`` range (a replicate group never
+    all-gathers: ``unshard`` takes its world-size-1 path, 2.13 ``_fsdp_param_group.py:388-405``) and
+    all-reduces but no all-gather or reduce-scatter among the trace's collectives (its gradients are
+    all-reduced, ``:662-666``; FSDP2 on one rank all-reduces nothing)."""
+    names = [str(c) for c in t.name.categories]
+    if any(n.startswith("Replicate::") for n in names):
+        return True
+    reduce = any(n.startswith("FSDP::post_backward_reduce") for n in names)
+    if not reduce or any(n == "FSDP::all_gather" or n.startswith("FSDP::all_gather ") for n in names):
+        return False
+    kinds = set(t.collective[t.device & t.category.mask("comm")].strings("other").tolist())
+    return "all_reduce" in kinds and not kinds & {"all_gather", "reduce_scatter"}
+
+
 def find_ranges(t: EventTable) -> Ranges:
-    """The (unit, phase) windows of ``t`` from its best source: fsdpbench's own ranges, else FSDP2's,
-    else the autograd/optimizer ranges' phases (module docstring); an empty :class:`Ranges` with source
-    ``none`` when none is there."""
+    """The (unit, phase) windows of ``t`` from its best source: fsdpbench's own ranges, else FSDP2's
+    (source ``replicate() ranges`` when :func:`is_replicate`), else FSDP1's (:mod:`fsdp1_units`), else the
+    autograd/optimizer ranges' phases (module docstring); an empty :class:`Ranges` with source ``none``
+    when none is there."""
     for source in (own_ranges, fsdp2_ranges):
         found = source(t)
         if len(found):
+            if found.source == SOURCE_FSDP2 and is_replicate(t):
+                found = replace(found, source=SOURCE_REPLICATE)
             return found
+    from fsdpbench.analysis import fsdp1_units  # here: it imports this module
+
+    found = fsdp1_units.fsdp1_ranges(t)
+    if len(found):
+        return found
     lane, start, end, phase = phase_ranges.phase_windows(t)
     if phase:
         return Ranges(lane, start, end, [ALL_UNITS] * len(phase), phase, SOURCE_PHASES)

@@ -182,7 +182,7 @@ def _members(row: dict) -> str:
 
 
 def _internal_ms(row: dict, kind: str) -> str:
-    """``host/device`` ms of one FSDP2 internal step of a unit × phase row, ``—`` where not marked."""
+    """``host/device`` ms of one FSDP2 internal step of a unit × phase row, ``—`` where not in the trace."""
     part = (row.get("fsdp_internals") or {}).get(kind)
     if part is None:
         return "—"
@@ -203,7 +203,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
             title=f"Units × phases (rank {r.rank}; from {r.units_source})",
             title_justify="left",
             caption="ms; exposed: comm − overlapped; collectives: count per type; FSDP2 internals: host/device "
-            "ms of copy-in, all-gather, copy-out, reduce (— where the implementation marks none); "
+            "ms of copy-in, all-gather, copy-out, reduce, rs-wait (— where not in this trace); "
             "rows sum to the step's totals (docs/attribution.md)",
             caption_justify="left",
         )
