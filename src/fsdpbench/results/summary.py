@@ -68,7 +68,25 @@ class RatioSummary(Record):
     time_change_pct: float | None = None
     significant: bool | None = None
     rounds_needed_1pct: int | None = None
+    method: str | None = None
+    """The rule that made ``ci95`` and the verdict: ``paired t``, ``group-sequential``, ``confidence
+    sequence``, "" (no interval); ``stats.BOOTSTRAP_RULE`` on summaries of schema 1, which lack it."""
+    look: int | None = None
+    looks: int | None = None
+    level: float | None = None
+    decision: str | None = None
+    """``stats.Decision.verdict``: slower, faster, no difference [larger than X %], cannot tell."""
+    stop: bool | None = None
+    reason: str | None = None
     verdict: str | None = None
+
+    @property
+    def interval_name(self) -> str:
+        """What ``ci95`` is, in the verdict's words (``stats.interval_name``)."""
+        from fsdpbench.results import stats
+
+        rounds = min(self.rounds) if self.rounds else None
+        return stats.interval_name(self.method, self.level, rounds, self.look, self.looks)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -141,6 +159,13 @@ class Summary(Record):
         # an empty "parity" object is no parity result, as summaries have always read it
         if self.parity == Parity():
             self.parity = None
+        if self.schema_version == 1:  # before the paired verdict: name the rule that made its verdicts
+            from fsdpbench.results.stats import BOOTSTRAP_RULE
+
+            for comp in self.comparisons:
+                for c in (comp, *(comp.phases or {}).values()):
+                    if c is not None and c.method is None and c.ci95 is not None:
+                        c.method = BOOTSTRAP_RULE
 
     @classmethod
     def read(cls, path: str | Path) -> Summary:
