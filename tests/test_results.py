@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from fsdpbench.config import RunConfig
@@ -56,8 +58,11 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
     assert torch_arm["tflops_per_device"] == pytest.approx(1e6 * 2560 / 1e12)
     assert torch_arm["mfu"] is None  # cpu: no peak FLOP/s, no guess
     comp = s["comparisons"][0]
-    assert comp["ratio"] == pytest.approx(1.25) and comp["significant"]
-    assert s["verdict"].startswith("hyper is 1.25× slower than torch (+25.0%")
+    # paired by round, base first in rounds 0 and 2 (alternate order): the crossover mean of the log ratios
+    d = [math.log(t / b) for b, t in ((100, 125), (101, 126), (99, 124))]
+    assert comp["ratio"] == pytest.approx(math.exp((d[1] + (d[0] + d[2]) / 2) / 2)) and comp["significant"]
+    assert comp["method"] == "paired t" and comp["decision"] == "slower"
+    assert s["verdict"].startswith("hyper is 1.25× slower than torch (+24.9%; 95 % CI (paired t, 3 rounds)")
     assert s["parity"]["valid"] and s["parity"]["mode"] == "exact" and s["missing"] == []
 
 

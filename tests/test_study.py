@@ -58,11 +58,11 @@ def test_the_study_sweep_is_experiments_a_to_e_as_the_issue_lists_them(study):
         )
         assert all((a.param_dtype, a.reduce_dtype) == ("bfloat16", "float32") for a in cfg.arms)
         # a profiled-only experiment has one round; the timing experiments B-D interleaved rounds until the
-        # verdict is sure: at least 3, at most 10, a 95% CI that excludes 1 or is narrower than 2%
+        # verdict is sure: at least 4, at most 16, a group-sequential 95% CI that excludes 1 or is narrower than 2%
         timing = cell.name in ("B", "C", "D")
-        assert (cfg.rounds_auto, cfg.rounds) == ((True, 3) if timing else (False, 1)), cell.name
+        assert (cfg.rounds_auto, cfg.rounds) == ((True, 4) if timing else (False, 1)), cell.name
         if timing:
-            assert (cfg.ci_target, cfg.max_rounds) == (2.0, 10), cell.name
+            assert (cfg.ci_target, cfg.max_rounds) == (2.0, 16), cell.name
 
 
 @pytest.mark.parametrize("letter", list(EXPERIMENTS))

@@ -93,6 +93,8 @@ def interval_name(
         return f"{pct} confidence sequence (past the {looks} planned looks, {rounds} rounds)"
     if method == PAIRED_T:
         return f"{pct} CI ({PAIRED_T}, {rounds} rounds)"
+    if method == BOOTSTRAP_RULE:
+        return f"95% CI ({BOOTSTRAP_RULE}: the rule of schema 1)"
     if method:
         return f"{pct} CI ({method})"
     return "95% CI"

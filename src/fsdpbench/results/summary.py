@@ -70,7 +70,8 @@ class RatioSummary(Record):
     rounds_needed_1pct: int | None = None
     method: str | None = None
     """The rule that made ``ci95`` and the verdict: ``paired t``, ``group-sequential``, ``confidence
-    sequence``, "" (no interval); ``stats.BOOTSTRAP_RULE`` on summaries of schema 1, which lack it."""
+    sequence``, "" (no interval). Absent (None) in summaries of schema 1, whose verdicts the unpaired
+    percentile bootstrap made (``stats.BOOTSTRAP_RULE``): ``interval_name`` says so, nothing recomputes them."""
     look: int | None = None
     looks: int | None = None
     level: float | None = None
@@ -80,13 +81,18 @@ class RatioSummary(Record):
     reason: str | None = None
     verdict: str | None = None
 
+    _omit_if_none: ClassVar[frozenset[str]] = frozenset(
+        {"method", "look", "looks", "level", "decision", "stop", "reason"}
+    )  # keys of schema 2: a summary of schema 1 reads and writes back byte for byte
+
     @property
     def interval_name(self) -> str:
         """What ``ci95`` is, in the verdict's words (``stats.interval_name``)."""
         from fsdpbench.results import stats
 
         rounds = min(self.rounds) if self.rounds else None
-        return stats.interval_name(self.method, self.level, rounds, self.look, self.looks)
+        method = self.method if self.method is not None else stats.BOOTSTRAP_RULE
+        return stats.interval_name(method, self.level, rounds, self.look, self.looks)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -159,13 +165,6 @@ class Summary(Record):
         # an empty "parity" object is no parity result, as summaries have always read it
         if self.parity == Parity():
             self.parity = None
-        if self.schema_version == 1:  # before the paired verdict: name the rule that made its verdicts
-            from fsdpbench.results.stats import BOOTSTRAP_RULE
-
-            for comp in self.comparisons:
-                for c in (comp, *(comp.phases or {}).values()):
-                    if c is not None and c.method is None and c.ci95 is not None:
-                        c.method = BOOTSTRAP_RULE
 
     @classmethod
     def read(cls, path: str | Path) -> Summary:
