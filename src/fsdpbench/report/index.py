@@ -88,7 +88,7 @@ def conclusion(
     if ci is None:
         speed = (
             f"cannot tell yet: {test} {speed_text(ratio)} from {stats.rounds_phrase(base, test, rounds)}, "
-            "no CI (needs 2+ rounds per arm)"
+            "no CI (needs 3+ rounds per arm)"
         )
     elif ci[0] <= 1.0 <= ci[1]:
         speed = f"no difference detected ({test}/{base} {ratio:.3f}, CI {ci[0]:.3f}–{ci[1]:.3f})"
@@ -321,7 +321,8 @@ class CellTable:
 
 def _comparison_verdict(comp: ArmComparison | None, summary: Summary, cell: Mapping[str, Any]) -> str:
     """A comparison's verdict, made again from its numbers where it has them (older summaries called a
-    ratio without a CI "no difference detected")."""
+    ratio without a CI "no difference detected"), naming the rule that made its interval (a summary of
+    schema 1: the unpaired percentile bootstrap; its interval is not recomputed)."""
     verdict = (comp.verdict if comp else None) or summary.verdict or cell.get("error") or MISSING
     ratio = finite(comp.ratio) if comp else None
     if comp and ratio is not None and comp.base and comp.test:
@@ -333,6 +334,8 @@ def _comparison_verdict(comp: ArmComparison | None, summary: Summary, cell: Mapp
             comp.rounds
             if comp.rounds is not None and len(comp.rounds) == 2
             else _arm_rounds(summary, str(comp.base), str(comp.test)),
+            interval=comp.interval_name,
+            decision=comp.decision,
         )
     return str(verdict)
 

@@ -66,8 +66,8 @@ def phase_section(data: RunData) -> list[Block]:
         )
         blocks.append(
             Para(
-                "Per phase: the ratio of the slowest rank's per-round medians (test / base) and its bootstrap CI "
-                "over rounds, as for the step time; one round per arm gives no CI."
+                "Per phase: the slowest rank's per-round medians compared by the step time's rule (paired by "
+                "round: the interval each verdict names); fewer than 3 rounds per arm give no interval."
             )
         )
     return blocks
