@@ -285,8 +285,8 @@ OVERVIEW_TEXT = (
     "One row per experiment (per comparison when a cell has more than two arms). Mesh: FSDP over all "
     "ranks, or HSDP replicas×shards; prefetch 0 is the library's default (FSDP2 keeps its implicit "
     "one-unit backward prefetch; hyper and FSDP1 prefetch nothing). The times are each arm's median "
-    "of per-round medians; ratio = test / base (below 1 the test arm is faster) with its bootstrap 95% "
-    "CI over rounds. The conclusion says the verdict (a speed when the CI excludes 1, no difference "
+    "of per-round medians; ratio = test / base (below 1 the test arm is faster) with its 95% "
+    "interval (paired by round: docs/methodology.md). The conclusion says the verdict (a speed when the CI excludes 1, no difference "
     "when it contains 1, cannot tell yet without a CI) and, for profiled cells, the diff's top finding "
     "and the mean overlap of each arm."
 )
@@ -406,7 +406,7 @@ def _ratio_blocks(table: CellTable) -> list[Block]:
             figures.ratio_per_cell(
                 table.labels, table.ratios, table.cis, "test median step time / base median step time"
             ),
-            "Each cell's ratio of medians with its bootstrap 95% CI over rounds; left of the dashed "
+            "Each cell's ratio with its 95% interval (paired by round); left of the dashed "
             "line the test arm is faster.",
         ),
     ]

@@ -1,5 +1,5 @@
 """The report's phase section: forward, backward, optimizer and remainder per arm, and per comparison
-each phase's ratio with its bootstrap CI (from summary.json; docs/phases.md)."""
+each phase's ratio with its interval (from summary.json; docs/phases.md)."""
 
 from __future__ import annotations
 
