@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -182,6 +183,18 @@ def test_shuffle_is_a_real_seeded_permutation_per_round():
     assert any(r != tuple(labels) for r in shuffled)  # not the identity
     assert len(set(shuffled)) > 2  # more than the two orders alternate knows
     assert shuffled != _rounds(interleaved_order(labels, rounds, "shuffle", 4))  # the seed matters
+
+
+@pytest.mark.parametrize("order", ["alternate", "shuffle"])
+def test_every_even_number_of_rounds_is_balanced(order):
+    """Counterbalanced: over rounds 0..2k−1 each arm runs before each other arm in exactly k rounds (the
+    verdict's first-in-round effect cancels); the shuffle's odd round is its even round reversed."""
+    labels = list("ABCD")
+    by_round = _rounds(interleaved_order(labels, 12, order, 7))
+    for even in range(2, 13, 2):
+        for a, b in itertools.permutations(labels, 2):
+            before = sum(r.index(a) < r.index(b) for r in by_round[:even])
+            assert before == even // 2, (order, even, a, b)
 
 
 def test_multinode_launch_uses_static_rendezvous_on_the_given_port(tmp_path):
