@@ -269,7 +269,7 @@ def test_a_resume_that_raises_max_rounds_switches_to_the_confidence_sequence(tmp
     assert (summary["rounds_auto"]["reason"], summary["rounds_auto"]["rounds"]) == (rounds.STOP_MAX_ROUNDS, 6)
     (comp,) = summary["comparisons"]
     assert comp["method"] == "confidence sequence" and comp["rounds"] == [6, 6]
-    assert "95 % confidence sequence (past the 1 planned looks, 6 rounds)" in summary["verdict"]
+    assert "95 % confidence sequence (past the 1 planned look, 6 rounds)" in summary["verdict"]
     assert "anytime-valid confidence sequence" in comp["reason"]
     manifest = orjson.loads((run_dir / run_folder.MANIFEST).read_bytes())
     assert manifest["verdict_plan"]["max_rounds"] == 4 and manifest["config"]["max_rounds"] == 6

@@ -196,7 +196,7 @@ def test_past_the_planned_looks_the_interval_is_the_confidence_sequence():
     got = stats.decide(base, test, first, max_rounds=4, ci_target=0.1)
     assert got.method == stats.CONFIDENCE_SEQUENCE and got.stop is False
     assert "anytime-valid confidence sequence" in got.reason
-    assert got.interval_name == "95 % confidence sequence (past the 1 planned looks, 6 rounds)"
+    assert got.interval_name == "95 % confidence sequence (past the 1 planned look, 6 rounds)"
     d = _d(base, test)
     n, mean, ss = 6, statistics.mean(d), sum((x - statistics.mean(d)) ** 2 for x in d)
     g = 0.1 / (0.1 + n)  # balanced: the crossover mean is the plain mean, n_eff = n

@@ -90,7 +90,7 @@ def interval_name(
     if method == GROUP_SEQUENTIAL:
         return f"{pct} CI ({GROUP_SEQUENTIAL}, look {look} of {looks})"
     if method == CONFIDENCE_SEQUENCE:
-        return f"{pct} confidence sequence (past the {looks} planned looks, {rounds} rounds)"
+        return f"{pct} confidence sequence (past the {looks} planned look{'' if looks == 1 else 's'}, {rounds} rounds)"
     if method == PAIRED_T:
         return f"{pct} CI ({PAIRED_T}, {rounds} rounds)"
     if method == BOOTSTRAP_RULE:
