@@ -48,6 +48,8 @@ def test_fixed_rounds_give_the_textbook_paired_t_interval_at_a_balanced_count():
     assert got.ratio == pytest.approx(math.exp(mean))
     assert (got.lo, got.hi) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
     assert got.verdict == stats.SLOWER and got.interval_name == "95 % CI (paired t, 4 rounds)"
+    partial = stats.decide(base, test, ALT4, max_rounds=16, ci_target=2.0, planned=10)
+    assert (partial.verdict, partial.stop) == (stats.SLOWER, False)  # --rounds 10, 4 in: not done yet
 
 
 def test_three_rounds_use_the_crossover_mean_and_its_standard_error():

@@ -153,7 +153,7 @@ def decide(
     - ``planned`` = N (``--rounds N``): the paired t interval at ``level`` (n − 1 degrees of freedom);
       "cannot tell" below 3 rounds; ``stop`` once N rounds are in.
     - ``planned`` None (``--rounds auto``): a group-sequential test over looks 4..``max_rounds``
-      (``sequential.boundaries``: Pocock-type, Wang–Tsiatis Δ 0.6), reported as the repeated CI
+      (``sequential.boundaries``: Pocock-type, Wang–Tsiatis Δ 0.7), reported as the repeated CI
       ``exp(est ± c_n·s·k)``; stop when it excludes 1 (slower/faster), when it is narrower than
       ``ci_target`` % of the ratio ("no difference larger than X %") or at look ``max_rounds``.
       Past ``max_rounds`` (a continuation the plan did not foresee: a ``--resume`` that raised
@@ -198,10 +198,13 @@ def decide(
         method, looks = CONFIDENCE_SEQUENCE, max_rounds - sequential.FIRST_LOOK + 1
         half = sequential.cs_half_width(1.0 / k**2, (sd or 0.0) ** 2 * (n - 1), n, alpha)
         stop = False
-    lo, hi = (0.0, math.inf) if math.isinf(half) else (math.exp(est - half), math.exp(est + half))
+    if math.isinf(half):  # the confidence sequence is still the whole line (not past 4 rounds: never here)
+        return Decision(ratio, None, None, CANNOT_TELL, stop, "the confidence sequence is unbounded yet",
+                        method, n, look, looks, level, sd)  # fmt: skip
+    lo, hi = math.exp(est - half), math.exp(est + half)
     width_pct = (hi - lo) / ratio * 100.0
     if lo > 1.0 or hi < 1.0:
-        verdict, stop = (SLOWER if lo > 1.0 else FASTER), True
+        verdict, stop = (SLOWER if lo > 1.0 else FASTER), stop or planned is None
         reason = "the interval excludes 1"
     elif planned is None and width_pct < ci_target:
         verdict, stop = f"{NO_DIFFERENCE} larger than {max(hi - 1.0, 1.0 - lo) * 100:.1f} %", True
