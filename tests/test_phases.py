@@ -279,8 +279,16 @@ def test_summary_phase_medians_match_a_hand_computation_from_the_records():
     # backward, slowest rank: torch max(100 + i, 101) → [101, 102, 103] → 102 in both rounds;
     # hyper max(150 + i, 151.5) → [151.5, 152, 153] → 152
     assert backward["ratio"] == pytest.approx(152 / 102)
-    assert backward["significant"] and backward["verdict"].startswith(
-        "backward: hyper is 1.49× slower than torch"
+    # two rounds: no interval yet (a paired t needs 3), so no verdict either way
+    assert not backward["significant"] and backward["verdict"].startswith(
+        "backward: cannot tell yet whether hyper differs from torch: ratio 1.490 from 2 rounds per arm"
+    )
+    steps += _arm_steps("torch", 2, [[10, 12]] * 3) + _arm_steps("hyper", 2, [[10, 10]] * 3, scale=1.5)
+    three = summarize.build_summary(run_manifest(("torch", "hyper"), 3), steps)["comparisons"][0]["phases"]
+    # the same backward ratio in every round: the paired spread is 0, the interval the ratio itself
+    assert three["backward"]["ci95"] == pytest.approx([152 / 102, 152 / 102])
+    assert three["backward"]["significant"] and three["backward"]["verdict"].startswith(
+        "backward: hyper is 1.49× slower than torch (+49.0%; 95 % CI (paired t, 3 rounds) "
     )
     assert set(comp) == {"forward", "backward", "optimizer"}
 
@@ -346,8 +354,10 @@ def test_report_phase_section_shows_medians_and_each_phase_ci(tmp_path):
         + _arm_steps("torch", 1, [[11, 12]] * 3)
         + _arm_steps("hyper", 0, [[20, 20]] * 3, scale=2)
         + _arm_steps("hyper", 1, [[21, 20]] * 3, scale=2)
+        + _arm_steps("torch", 2, [[10, 13]] * 3)
+        + _arm_steps("hyper", 2, [[22, 20]] * 3, scale=2)
     )
-    summary = summarize.build_summary(run_manifest(("torch", "hyper"), 2), steps)
+    summary = summarize.build_summary(run_manifest(("torch", "hyper"), 3), steps)
     data = types.SimpleNamespace(
         summary=Summary.from_dict(summary)
     )  # the one field of a loaded run the section reads

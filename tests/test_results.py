@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 
 from fsdpbench.config import RunConfig
@@ -56,8 +59,11 @@ def test_summary_statistics_use_per_round_medians_of_timed_steps():
     assert torch_arm["tflops_per_device"] == pytest.approx(1e6 * 2560 / 1e12)
     assert torch_arm["mfu"] is None  # cpu: no peak FLOP/s, no guess
     comp = s["comparisons"][0]
-    assert comp["ratio"] == pytest.approx(1.25) and comp["significant"]
-    assert s["verdict"].startswith("hyper is 1.25× slower than torch (+25.0%")
+    # paired by round, base first in rounds 0 and 2 (alternate order): the crossover mean of the log ratios
+    d = [math.log(t / b) for b, t in ((100, 125), (101, 126), (99, 124))]
+    assert comp["ratio"] == pytest.approx(math.exp((d[1] + (d[0] + d[2]) / 2) / 2)) and comp["significant"]
+    assert comp["method"] == "paired t" and comp["decision"] == "slower"
+    assert s["verdict"].startswith("hyper is 1.25× slower than torch (+24.9%; 95 % CI (paired t, 3 rounds)")
     assert s["parity"]["valid"] and s["parity"]["mode"] == "exact" and s["missing"] == []
 
 
@@ -177,6 +183,18 @@ def test_shuffle_is_a_real_seeded_permutation_per_round():
     assert any(r != tuple(labels) for r in shuffled)  # not the identity
     assert len(set(shuffled)) > 2  # more than the two orders alternate knows
     assert shuffled != _rounds(interleaved_order(labels, rounds, "shuffle", 4))  # the seed matters
+
+
+@pytest.mark.parametrize("order", ["alternate", "shuffle"])
+def test_every_even_number_of_rounds_is_balanced(order):
+    """Counterbalanced: over rounds 0..2k−1 each arm runs before each other arm in exactly k rounds (the
+    verdict's first-in-round effect cancels); the shuffle's odd round is its even round reversed."""
+    labels = list("ABCD")
+    by_round = _rounds(interleaved_order(labels, 12, order, 7))
+    for even in range(2, 13, 2):
+        for a, b in itertools.permutations(labels, 2):
+            before = sum(r.index(a) < r.index(b) for r in by_round[:even])
+            assert before == even // 2, (order, even, a, b)
 
 
 def test_multinode_launch_uses_static_rendezvous_on_the_given_port(tmp_path):

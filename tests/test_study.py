@@ -58,11 +58,11 @@ def test_the_study_sweep_is_experiments_a_to_e_as_the_issue_lists_them(study):
         )
         assert all((a.param_dtype, a.reduce_dtype) == ("bfloat16", "float32") for a in cfg.arms)
         # a profiled-only experiment has one round; the timing experiments B-D interleaved rounds until the
-        # verdict is sure: at least 3, at most 10, a 95% CI that excludes 1 or is narrower than 2%
+        # verdict is sure: at least 4, at most 16, a group-sequential 95% CI that excludes 1 or is narrower than 2%
         timing = cell.name in ("B", "C", "D")
-        assert (cfg.rounds_auto, cfg.rounds) == ((True, 3) if timing else (False, 1)), cell.name
+        assert (cfg.rounds_auto, cfg.rounds) == ((True, 4) if timing else (False, 1)), cell.name
         if timing:
-            assert (cfg.ci_target, cfg.max_rounds) == (2.0, 10), cell.name
+            assert (cfg.ci_target, cfg.max_rounds) == (2.0, 16), cell.name
 
 
 @pytest.mark.parametrize("letter", list(EXPERIMENTS))
@@ -223,7 +223,7 @@ def _study_tree(tmp_path: Path, study: Sweep) -> Path:
 EXPECTED_ROWS = {
     "A": [
         "A", "FSDP ×8", "16384", "4", "0 (default)", "yes", "100.0", "399.0", "3.990", "none (1 round)",
-        "cannot tell yet: hyper 3.99× slower (+299.0%) from 1 round per arm, no CI (needs 2+ rounds per arm); "
+        "cannot tell yet: hyper 3.99× slower (+299.0%) from 1 round per arm, no CI (needs 3+ rounds per arm); "
         "its communication is 10.3× more fragmented than torch's, overlap 44% (hyper) vs 58% (torch)",
     ],
     "B": [
@@ -369,7 +369,7 @@ def test_overview_of_a_real_profiled_one_round_run(tmp_path, study, profiled_ab_
     elif top[:1].isupper() and top[1:2].islower():
         top = top[0].lower() + top[1:]
     assert row[-1] == (
-        f"cannot tell yet: {test} {multiple} ({pct}) from 1 round per arm, no CI (needs 2+ rounds per arm); "
+        f"cannot tell yet: {test} {multiple} ({pct}) from 1 round per arm, no CI (needs 3+ rounds per arm); "
         f"{top}, {overlap}"
     )
 

@@ -114,3 +114,56 @@ def test_the_summary_of_a_real_run_round_trips_key_for_key(profiled_ab_run):
         assert (typed.memory_timeline is None) == ("memory_timeline" not in arm)
     assert [c.verdict for c in summary.comparisons] == [c["verdict"] for c in raw["comparisons"]]
     assert summary.parity.valid == raw["parity"]["valid"]
+
+
+def test_a_schema_1_summary_keeps_its_verdict_and_names_the_bootstrap_that_made_it(tmp_path):
+    """A summary of schema 1 (before the paired verdict): its comparison has no ``method``; it reads and writes
+    back byte for byte, its verdict is not recomputed, and wherever the verdict is made again from its numbers
+    (the sweep index) the interval is named as the unpaired percentile bootstrap it was."""
+    from fsdpbench.report.index import _comparison_verdict
+
+    comp = {
+        "base": "torch",
+        "test": "hyper",
+        "ratio": 1.25,
+        "ci95": [1.2, 1.3],
+        "rounds": [3, 3],
+        "time_change_pct": 25.0,
+        "significant": True,
+        "rounds_needed_1pct": 4,
+        "verdict": "hyper is 1.25× slower than torch (+25.0%; 95% CI 1.20×–1.30×)",
+    }
+    raw = {"schema_version": 1, "arms": {}, "comparisons": [comp], "verdict": comp["verdict"]}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(raw))
+    s = Summary.read(path)
+    (c,) = s.comparisons
+    assert c.method is None and c.verdict == comp["verdict"] and s.verdict == comp["verdict"]
+    assert c.interval_name == "95% CI (percentile bootstrap, unpaired: the rule of schema 1)"
+    assert _same_json({k: c.to_dict()[k] for k in comp}, comp) and "method" not in c.to_dict()
+    again = _comparison_verdict(c, s, {})
+    assert again == (
+        "hyper is 1.25× slower than torch (+25.0%; "
+        "95% CI (percentile bootstrap, unpaired: the rule of schema 1) 1.20×–1.30×)"
+    )
+
+
+def test_a_new_summary_records_the_rule_of_each_comparison():
+    """Schema 2: each comparison says which rule made its interval and whether ``--rounds auto`` may stop."""
+    steps = []
+    for r, (a, b) in enumerate([(100.0, 110.0), (101.0, 111.1), (99.0, 108.9)]):
+        for arm, t in (("torch", a), ("hyper", b)):
+            steps.append({"arm": arm, "round": r, "step": 0, "kind": "timed", "time_ms": t, "tokens": 8})
+    manifest = _manifest()
+    manifest["config"]["rounds"] = 3
+    manifest["order"] = [
+        {"arm": a, "round": r}
+        for r in range(3)
+        for a in (("torch", "hyper") if r % 2 == 0 else ("hyper", "torch"))
+    ]
+    s = summarize.summarize_run(manifest, steps)
+    assert s.schema_version == 2
+    (c,) = s.comparisons
+    assert (c.method, c.decision, c.stop, c.level) == ("paired t", "slower", True, 0.95)
+    assert "look" not in c.to_dict() and c.to_dict()["method"] == "paired t"
+    assert s.verdict.startswith("hyper is 1.10× slower than torch (+10.0%; 95 % CI (paired t, 3 rounds) ")

@@ -102,13 +102,21 @@ def speed_text(time_ratio: float | None) -> str:
     return f"{multiple} ({pct})"
 
 
-def speed_phrase(test: str, base: str, time_ratio: float, ci95: tuple[float, float] | None = None) -> str:
+def speed_phrase(
+    test: str,
+    base: str,
+    time_ratio: float,
+    ci95: tuple[float, float] | None = None,
+    *,
+    ci_name: str = "95% CI",
+) -> str:
     """``"hyper is 2.70× slower than torch (+170.0%)"``: the one way fsdpbench says how two arms compare.
 
     Args:
         test, base: the arms' labels.
         time_ratio: test time / base time (step time, or any duration): above 1 the test arm is slower.
         ci95: an optional confidence interval of ``time_ratio``, shown in the phrase's own direction.
+        ci_name: what the interval is ("95 % CI (paired t, 3 rounds)").
 
     Returns:
         The ratio of the slower arm's time to the faster one's first (as pyperf says "1.28x slower"), then
@@ -119,7 +127,7 @@ def speed_phrase(test: str, base: str, time_ratio: float, ci95: tuple[float, flo
     shown = (
         ci95 if time_ratio > 1 else None if ci95 is None or time_ratio == 1 else (1 / ci95[1], 1 / ci95[0])
     )
-    ci = "" if shown is None else f"; 95% CI {shown[0]:.2f}×–{shown[1]:.2f}×"
+    ci = "" if shown is None else f"; {ci_name} {shown[0]:.2f}×–{shown[1]:.2f}×"
     return f"{test} is {multiple} {'as' if time_ratio == 1 else 'than'} {base} ({pct}{ci})"
 
 

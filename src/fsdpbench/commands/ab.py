@@ -99,16 +99,23 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     g.add_argument(
         "--rounds",
         type=_rounds,
-        help="timed launches per arm (ab default 3, run default 1), or auto: add interleaved rounds until "
-        "every comparison's CI excludes 1 or is narrower than --ci-target (docs/methodology.md)",
+        help="timed launches per arm (ab default 3, run default 1; the verdict is a paired t CI, none below 3), "
+        "or auto: add interleaved rounds until every comparison's group-sequential CI excludes 1 or is "
+        "narrower than --ci-target (docs/methodology.md)",
     )
     g.add_argument(
         "--ci-target",
         type=float,
         metavar="PCT",
-        help="--rounds auto: stop when every ratio's 95%% CI is narrower than PCT %% of it (default 2)",
+        help='--rounds auto: stop with "no difference larger than X %%" when a ratio\'s 95%% CI holds 1 and is '
+        "narrower than PCT %% of it (default 2; a smaller target means more rounds, not a stricter test)",
     )
-    g.add_argument("--max-rounds", type=int, help="--rounds auto: at most N rounds per arm (default 10)")
+    g.add_argument(
+        "--max-rounds",
+        type=int,
+        help="--rounds auto: at most N rounds per arm; the group-sequential boundaries are computed for N "
+        "(default 16)",
+    )
     g.add_argument(
         "--max-time",
         type=float,
@@ -118,7 +125,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     g.add_argument("--warmup", type=int, help="untimed steps per launch (default 2)")
     g.add_argument("--steps", type=int, help="timed steps per launch (default 8)")
     g.add_argument(
-        "--order", choices=ORDERS, help="launch order per round (default alternate: A B, B A, ...)"
+        "--order",
+        choices=ORDERS,
+        help="launch order per round (default alternate: A B, B A, ...; shuffle: a seeded permutation, then "
+        "its reverse, per pair of rounds)",
     )
     g.add_argument("--seed", type=int, help="seed of weights and tokens (default 0)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, help="sgd (default; exact parity) or adamw")
@@ -205,7 +215,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
     )
     o.add_argument("--out", help="results root folder (default results/)")
     o.add_argument("--name", help="run name, the folder prefix")
-    o.add_argument("--resume", metavar="DIR", help="run only the missing launches of this run folder")
+    o.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="run only the missing launches of this run folder (its own options; with --rounds auto, "
+        "--max-rounds may raise its limit: rounds past the planned ones are judged by an anytime-valid "
+        "confidence sequence, docs/methodology.md)",
+    )
     o.add_argument(
         "--no-report", dest="report", action="store_const", const=False, help="skip report.md/html"
     )
@@ -265,7 +281,13 @@ def execute(args: argparse.Namespace, defaults: dict[str, Any] | None = None) ->
 
         raise InputError(f"--resume {resume}: no manifest.json there; give a run folder made by fsdpbench ab")
     cfg = None if resume is not None else config_from_args(args, defaults)
-    run_dir = run_ab(cfg, resume=resume, console=console, command=["fsdpbench", *sys.argv[1:]])  # type: ignore[arg-type]
+    run_dir = run_ab(
+        cfg,  # type: ignore[arg-type]
+        resume=resume,
+        console=console,
+        command=["fsdpbench", *sys.argv[1:]],
+        max_rounds=getattr(args, "max_rounds", None) if resume is not None else None,
+    )
     report = cfg.report if cfg is not None else getattr(args, "report", None) is not False
     if report:
         write_report_safely(run_dir, console)

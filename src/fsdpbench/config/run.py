@@ -31,10 +31,9 @@ ACCELERATORS = ("cuda", "npu")
 """Device types on which an arm's param_dtype defaults to ``device_param_dtype`` (bfloat16)."""
 AUTO = "auto"
 """``--rounds auto`` (``rounds = "auto"`` in a TOML file)."""
-AUTO_MIN_ROUNDS = 3
-"""Rounds per arm before ``--rounds auto`` first checks its CIs: 2 give a CI, but one that excludes 1 by
-chance a third of the time (of the 6 equally likely orders of four equal-speed rounds, the 2 with both
-test rounds faster or both slower give a bootstrap CI without 1)."""
+AUTO_MIN_ROUNDS = 4
+"""Rounds per arm before ``--rounds auto`` first looks: its group-sequential test's first look
+(``results.sequential.FIRST_LOOK``; docs/methodology.md says why not 3)."""
 ENV_NAMES = {
     "SEQ_LEN": "seq_len",
     "NUM_LAYERS": "layers",
@@ -64,12 +63,13 @@ class RunConfig(Record):
     """Timed launches per arm (fresh processes each), interleaved across arms. With ``rounds_auto``: the
     rounds planned so far (``AUTO_MIN_ROUNDS`` to start with; the launcher adds one at a time)."""
     rounds_auto: bool = False
-    """``--rounds auto``: add interleaved rounds until every comparison's ratio CI excludes 1 or is
-    narrower than ``ci_target`` %, or a limit is reached (``run.rounds_auto``, docs/methodology.md)."""
+    """``--rounds auto``: add interleaved rounds until every comparison's group-sequential CI excludes 1 or
+    is narrower than ``ci_target`` %, or a limit is reached (``run.rounds``, docs/methodology.md)."""
     ci_target: float = 2.0
-    """``--rounds auto``: stop once every comparison's 95% CI is narrower than this, in % of the ratio."""
-    max_rounds: int = 10
-    """``--rounds auto``: at most this many rounds per arm."""
+    """``--rounds auto``: a comparison whose 95% CI holds 1 and is narrower than this (% of the ratio)
+    stops with "no difference larger than X %"."""
+    max_rounds: int = 16
+    """``--rounds auto``: at most this many rounds per arm; the group-sequential boundaries are computed for it."""
     max_time: float = 0.0
     """``--rounds auto``: add no round that would end past this many seconds of launches, judged by the last
     round's time (0 = no limit)."""
@@ -113,7 +113,9 @@ class RunConfig(Record):
     """Labels of the arms whose param_dtype was given (arm spec, TOML or ``--param-dtype``); filled by
     ``from_sources``: the others take ``device_param_dtype`` on NPU/GPU."""
     order: Order = "alternate"
-    """``alternate`` (A B, B A, ...) or ``shuffle`` (a seeded permutation per round)."""
+    """``alternate`` (A B, B A, ...) or ``shuffle`` (a seeded permutation, then its reverse, in each pair of
+    rounds); both are balanced at every even number of rounds (the verdict's crossover estimate removes a
+    first-in-round effect at odd ones)."""
     timeout: float = 900.0
     """Seconds one launch may take before its whole process group is killed."""
     ascend_parse_timeout: float = 1800.0

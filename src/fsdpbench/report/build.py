@@ -165,8 +165,11 @@ def _verdict(data: RunData) -> list[Block]:
         )
         blocks.append(
             Para(
-                "Ratio = median of the test arm's per-round medians / the base arm's; the CI is a bootstrap over "
-                'rounds (each round is a fresh launch). Below 1 the test arm is faster. "1.25× slower (+25.0%)": '
+                "Ratio = exp of the crossover mean of the per-round log ratios log(test / base): both arms launch "
+                "back to back in a round, in a counterbalanced order, and the rounds where the test ran first and "
+                "those where it ran second weigh the same. Intervals: "
+                + "; ".join(f"{c.test} vs {c.base}: {c.interval_name}" for c in comparisons)
+                + ' (docs/methodology.md). Below 1 the test arm is faster. "1.25× slower (+25.0%)": '
                 "the slower arm takes 1.25× the faster one's time; the % is the test arm's step-time change."
             )
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fsdpbench.results import phases, run_folder, stats
+from fsdpbench.results.summary import RatioSummary
 
 
 def print_summary(console: Any, summary: dict[str, Any]) -> None:
@@ -33,7 +34,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
         ci = "—" if c["ci95"] is None else f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}"
         need = c["rounds_needed_1pct"]
         console.print(
-            f"{c['test']} / {c['base']}: ratio {c['ratio']:.3f} (95% CI {ci}); "
+            f"{c['test']} / {c['base']}: ratio {c['ratio']:.3f} ({RatioSummary.from_dict(c).interval_name} {ci}); "
             f"rounds for ±1%: {need if need is not None else '—'}"
         )
     parity = summary["parity"]

@@ -88,7 +88,7 @@ def conclusion(
     if ci is None:
         speed = (
             f"cannot tell yet: {test} {speed_text(ratio)} from {stats.rounds_phrase(base, test, rounds)}, "
-            "no CI (needs 2+ rounds per arm)"
+            "no CI (needs 3+ rounds per arm)"
         )
     elif ci[0] <= 1.0 <= ci[1]:
         speed = f"no difference detected ({test}/{base} {ratio:.3f}, CI {ci[0]:.3f}–{ci[1]:.3f})"
@@ -285,8 +285,8 @@ OVERVIEW_TEXT = (
     "One row per experiment (per comparison when a cell has more than two arms). Mesh: FSDP over all "
     "ranks, or HSDP replicas×shards; prefetch 0 is the library's default (FSDP2 keeps its implicit "
     "one-unit backward prefetch; hyper and FSDP1 prefetch nothing). The times are each arm's median "
-    "of per-round medians; ratio = test / base (below 1 the test arm is faster) with its bootstrap 95% "
-    "CI over rounds. The conclusion says the verdict (a speed when the CI excludes 1, no difference "
+    "of per-round medians; ratio = test / base (below 1 the test arm is faster) with its 95% "
+    "interval (paired by round: docs/methodology.md). The conclusion says the verdict (a speed when the CI excludes 1, no difference "
     "when it contains 1, cannot tell yet without a CI) and, for profiled cells, the diff's top finding "
     "and the mean overlap of each arm."
 )
@@ -321,7 +321,8 @@ class CellTable:
 
 def _comparison_verdict(comp: ArmComparison | None, summary: Summary, cell: Mapping[str, Any]) -> str:
     """A comparison's verdict, made again from its numbers where it has them (older summaries called a
-    ratio without a CI "no difference detected")."""
+    ratio without a CI "no difference detected"), naming the rule that made its interval (a summary of
+    schema 1: the unpaired percentile bootstrap; its interval is not recomputed)."""
     verdict = (comp.verdict if comp else None) or summary.verdict or cell.get("error") or MISSING
     ratio = finite(comp.ratio) if comp else None
     if comp and ratio is not None and comp.base and comp.test:
@@ -333,6 +334,8 @@ def _comparison_verdict(comp: ArmComparison | None, summary: Summary, cell: Mapp
             comp.rounds
             if comp.rounds is not None and len(comp.rounds) == 2
             else _arm_rounds(summary, str(comp.base), str(comp.test)),
+            interval=comp.interval_name,
+            decision=comp.decision,
         )
     return str(verdict)
 
@@ -403,7 +406,7 @@ def _ratio_blocks(table: CellTable) -> list[Block]:
             figures.ratio_per_cell(
                 table.labels, table.ratios, table.cis, "test median step time / base median step time"
             ),
-            "Each cell's ratio of medians with its bootstrap 95% CI over rounds; left of the dashed "
+            "Each cell's ratio with its 95% interval (paired by round); left of the dashed "
             "line the test arm is faster.",
         ),
     ]

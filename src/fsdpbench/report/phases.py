@@ -1,5 +1,5 @@
 """The report's phase section: forward, backward, optimizer and remainder per arm, and per comparison
-each phase's ratio with its bootstrap CI (from summary.json; docs/phases.md)."""
+each phase's ratio with its interval (from summary.json; docs/phases.md)."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def phase_section(data: RunData) -> list[Block]:
         )
         blocks.append(
             Para(
-                "Per phase: the ratio of the slowest rank's per-round medians (test / base) and its bootstrap CI "
-                "over rounds, as for the step time; one round per arm gives no CI."
+                "Per phase: the slowest rank's per-round medians compared by the step time's rule (paired by "
+                "round: the interval each verdict names); fewer than 3 rounds per arm give no interval."
             )
         )
     return blocks

@@ -69,23 +69,32 @@ def compare_phases(
     test: str,
     base_entry: Mapping[str, Any] | None,
     test_entry: Mapping[str, Any] | None,
-    seed: int,
+    first: Mapping[int, str],
+    **rule: Any,
 ) -> dict[str, Any] | None:
-    """Per marked phase, ``stats.compare_arms`` of the slowest rank's per-round medians (as the step time is the
+    """Per marked phase, ``stats.compare_arms`` (the step time's rule: ``rule`` are ``decide``'s settings,
+    ``first`` round → the arm that ran first) of the slowest rank's per-round medians (as the step time is the
     slowest rank's) plus a ``verdict`` "backward: hyper is 1.06× slower than torch (...)". None when an arm
     has no phase times; a phase whose base median is 0 gets no ratio."""
     if not base_entry or not test_entry:
         return None
     out: dict[str, Any] = {}
     for phase in MARKED_PHASES:
-        b, t = round_medians(base_entry, phase), round_medians(test_entry, phase)
-        if not b or not t or stats.median(b) <= 0:
+        b, t = round_medians_by_round(base_entry, phase), round_medians_by_round(test_entry, phase)
+        if not b or not t or stats.median(list(b.values())) <= 0 or min((*b.values(), *t.values())) <= 0:
             out[phase] = None
             continue
-        comp = stats.compare_arms(base, test, b, t, seed=seed).to_dict()
+        comp = stats.compare_arms(base, test, b, t, first, **rule).to_dict()
         comp["verdict"] = f"{phase}: {comp['verdict']}"
         out[phase] = comp
     return out
+
+
+def round_medians_by_round(
+    entry: Mapping[str, Any] | None, phase: str, view: str = "max_over_ranks"
+) -> dict[int, float]:
+    """Round → the median of one phase in an arm's ``phases`` entry ({} without one)."""
+    return {int(r["round"]): float(r[view][phase]) for r in (entry or {}).get("rounds") or []}
 
 
 def phase_verdicts(comparison: Mapping[str, Any]) -> list[str]:

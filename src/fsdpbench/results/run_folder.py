@@ -20,7 +20,8 @@ import orjson
 from fsdpbench.errors import InputError
 from fsdpbench.records import JSON_OPTIONS, read_bytes
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the paired verdict (``comparisons[].method`` …); 1: the unpaired bootstrap verdict."""
 
 # ---- names in a run folder (docs/DATA.md) -------------------------------------------------------------------
 MANIFEST = "manifest.json"

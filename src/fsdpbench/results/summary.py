@@ -68,7 +68,31 @@ class RatioSummary(Record):
     time_change_pct: float | None = None
     significant: bool | None = None
     rounds_needed_1pct: int | None = None
+    method: str | None = None
+    """The rule that made ``ci95`` and the verdict: ``paired t``, ``group-sequential``, ``confidence
+    sequence``, "" (no interval). Absent (None) in summaries of schema 1, whose verdicts the unpaired
+    percentile bootstrap made (``stats.BOOTSTRAP_RULE``): ``interval_name`` says so, nothing recomputes them."""
+    look: int | None = None
+    looks: int | None = None
+    level: float | None = None
+    decision: str | None = None
+    """``stats.Decision.verdict``: slower, faster, no difference [larger than X %], cannot tell."""
+    stop: bool | None = None
+    reason: str | None = None
     verdict: str | None = None
+
+    _omit_if_none: ClassVar[frozenset[str]] = frozenset(
+        {"method", "look", "looks", "level", "decision", "stop", "reason"}
+    )  # keys of schema 2: a summary of schema 1 reads and writes back byte for byte
+
+    @property
+    def interval_name(self) -> str:
+        """What ``ci95`` is, in the verdict's words (``stats.interval_name``)."""
+        from fsdpbench.results import stats
+
+        rounds = min(self.rounds) if self.rounds else None
+        method = self.method if self.method is not None else stats.BOOTSTRAP_RULE
+        return stats.interval_name(method, self.level, rounds, self.look, self.looks)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from fsdpbench.config import RunConfig
+from fsdpbench.config.run import AUTO_MIN_ROUNDS
 from fsdpbench.errors import ConfigError, InputError, LaunchError
 from fsdpbench.report.console import print_summary
 from fsdpbench.results import run_folder
@@ -44,13 +45,19 @@ POLL_S = 0.2
 
 
 def interleaved_order(labels: list[str], rounds: int, order: str, seed: int) -> list[dict[str, Any]]:
-    """The launch order: ``alternate`` gives A B, B A, A B ...; ``shuffle`` a seeded permutation per round."""
+    """The launch order, counterbalanced so that every even number of rounds is balanced (each arm runs
+    before each other arm in half of them): ``alternate`` gives A B, B A, A B, … (ABBA blocks of launches);
+    ``shuffle`` a seeded permutation in each even round and its reverse in the round after."""
     rng = random.Random(seed)
     out = []
+    seq = list(labels)
     for r in range(rounds):
         if order == "shuffle":
-            seq = list(labels)
-            rng.shuffle(seq)
+            if r % 2 == 0:
+                seq = list(labels)
+                rng.shuffle(seq)
+            else:
+                seq = list(reversed(seq))
         else:
             seq = list(labels) if r % 2 == 0 else list(reversed(labels))
         out.extend({"round": r, "arm": a} for a in seq)
@@ -662,7 +669,12 @@ def _environment_stub(cfg: RunConfig) -> dict[str, Any]:
 
 
 def run_ab(
-    cfg: RunConfig, *, resume: Path | None = None, console: Any = None, command: list[str] | None = None
+    cfg: RunConfig,
+    *,
+    resume: Path | None = None,
+    console: Any = None,
+    command: list[str] | None = None,
+    max_rounds: int | None = None,
 ) -> Path:
     """Run every arm-round of ``cfg`` (interleaved) and the profiling launches; return the run folder.
 
@@ -671,6 +683,7 @@ def run_ab(
         resume: an existing run folder; only its missing arm-rounds (and profiles) are run.
         console: a ``rich.console.Console`` for progress and tables (a new one on stderr when None).
         command: the command line to record in the manifest (``sys.argv`` when None).
+        max_rounds: with ``resume`` of a ``--rounds auto`` run, its new ``--max-rounds`` (``extend_plan``).
     Raises:
         LaunchError: a launch failed or timed out (the folder keeps everything done so far).
     """
@@ -687,6 +700,8 @@ def run_ab(
         if "separate_profile" not in manifest["config"]:
             manifest["config"]["separate_profile"] = True  # a run from before profiles rode in round 0
         cfg = RunConfig.from_dict(manifest["config"], str(run_dir / run_folder.MANIFEST), "$.config")
+        if max_rounds is not None:
+            extend_plan(manifest, cfg, max_rounds, console)
     npu_profile_paths(cfg, resume)
     if resume is None:
         interpreters = probe_arms(
@@ -707,6 +722,8 @@ def run_ab(
             "launches": [],
             "profiles": {},
         }
+        if cfg.rounds_auto:
+            manifest["verdict_plan"] = verdict_plan(cfg)
         run_folder.write_json(run_dir / run_folder.MANIFEST, manifest)
     run = Run(cfg, run_dir, manifest, console)
     done = run.done()
@@ -745,6 +762,47 @@ def run_ab(
         summary = run.write_summary()
     print_summary(console, summary)
     return run_dir
+
+
+def verdict_plan(cfg: RunConfig) -> dict[str, Any]:
+    """The manifest's ``verdict_plan`` of a ``--rounds auto`` run: the group-sequential test it is judged by
+    (boundaries on the paired t for looks 3..``max_rounds``), fixed when the run starts."""
+    from fsdpbench.results import sequential
+
+    return {
+        "method": f"group-sequential paired t, Wang–Tsiatis shape {sequential.BOUNDARY_SHAPE:g}",
+        "first_look": sequential.FIRST_LOOK,
+        "max_rounds": cfg.max_rounds,
+        "boundaries": [round(c, 4) for c in sequential.boundaries(cfg.max_rounds)],
+        "continued_after": None,
+    }
+
+
+def extend_plan(manifest: dict[str, Any], cfg: RunConfig, max_rounds: int, console: Any) -> None:
+    """``--resume --max-rounds N`` on a ``--rounds auto`` run: raise its limit to N. Rounds past the
+    group-sequential plan (its ``max_rounds``, or the round a finished run had stopped at) are judged by the
+    anytime-valid confidence sequence: the plan's boundaries did not foresee them (``verdict_plan``
+    ``continued_after``). Changes ``manifest`` and ``cfg`` in place."""
+    where = f"--resume with --max-rounds {max_rounds}"
+    if not cfg.rounds_auto:
+        raise ConfigError(f"{where}: only a --rounds auto run has a round limit to raise")
+    if max_rounds < AUTO_MIN_ROUNDS:
+        raise ConfigError(f"{where}: must be >= {AUTO_MIN_ROUNDS}")
+    if max_rounds == cfg.max_rounds:
+        return
+    plan = manifest.setdefault("verdict_plan", verdict_plan(cfg))  # a run from before plans were recorded
+    state = manifest.get("rounds_auto") or {}
+    if state.get("stopped") and max_rounds > int(state.get("rounds") or 0):
+        done = int(state.get("rounds") or 0)
+        plan["continued_after"] = min(done, int(plan.get("continued_after") or done))
+        manifest["rounds_auto"] = {**state, "stopped": False, "reason": None}
+    cfg.max_rounds = manifest["config"]["max_rounds"] = max_rounds
+    past = min(int(plan["max_rounds"]), int(plan.get("continued_after") or plan["max_rounds"]))
+    if max_rounds > past:
+        console.print(
+            f"--max-rounds {max_rounds}: rounds past {past} are judged by an anytime-valid confidence sequence "
+            f"(the group-sequential plan covered {past}); the verdict will say so"
+        )
 
 
 def write_report_safely(run_dir: Path, console: Any) -> None:

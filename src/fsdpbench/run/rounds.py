@@ -1,11 +1,11 @@
 """``--rounds auto``: whether one more interleaved round is worth its launches.
 
-pyperf decides how many processes a benchmark needs from the spread it has seen; here the question is a
-comparison's, so the rule reads each comparison's bootstrap CI of the ratio (``stats.compare_arms``):
-it is settled when the CI excludes 1 (the arms differ) or is narrower than the target (whatever
-difference there is, is smaller than the target). The run stops when every comparison is settled,
-when the losses disagree (more rounds cannot make an invalid comparison valid), or at a limit.
-Torch-free.
+Each comparison's ``stats.decide`` says whether it may stop (``stop``): its group-sequential repeated CI
+excludes 1 (the arms differ) or is narrower than ``--ci-target`` (whatever difference there is, is
+smaller), or the plan's last look is reached. Choosing the number of rounds from the data needs such a
+sequential rule: pyperf, criterion.rs, hyperfine, Google Benchmark and asv all fix the count per
+comparison (docs/methodology.md). The run stops when every comparison may stop, when the losses disagree
+(more rounds cannot make an invalid comparison valid), or at a limit. Torch-free.
 """
 
 from __future__ import annotations
@@ -40,18 +40,21 @@ def ci_width_pct(ratio: float, ci95: Sequence[float]) -> float:
     return (ci95[1] - ci95[0]) / ratio * 100.0
 
 
-def unsettled(comparisons: Sequence[Mapping[str, Any]], ci_target_pct: float) -> list[str]:
-    """One phrase per comparison that more rounds could still decide: it has no CI yet, or its CI holds
-    1 and is at least ``ci_target_pct`` % wide."""
+def unsettled(comparisons: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One phrase per comparison that more rounds could still decide: ``decide`` did not stop it, or stopped it
+    only because the plan's last look came without a decision (the run then stops at ``--max-rounds``, not sure)."""
     out = []
     for c in comparisons:
-        ci = c.get("ci95")
+        if c.get("stop") and c.get("decision") != "no difference":
+            continue
         name = f"{c['test']}/{c['base']}"
+        ci = c.get("ci95")
         if not ci:
-            out.append(f"{name} has no CI yet")
-        elif ci[0] <= 1.0 <= ci[1] and ci_width_pct(c["ratio"], ci) >= ci_target_pct:
+            out.append(f"{name} has no interval yet")
+        else:
             out.append(
-                f"{name}: CI {ci[0]:.3f}..{ci[1]:.3f} holds 1 and is {ci_width_pct(c['ratio'], ci):.1f} % wide"
+                f"{name}: {c.get('method') or 'CI'} {ci[0]:.3f}..{ci[1]:.3f} holds 1 and is "
+                f"{ci_width_pct(c['ratio'], ci):.1f} % wide"
             )
     return out
 
@@ -70,10 +73,10 @@ def check(
     """After ``rounds`` complete rounds per arm: stop, or add one.
 
     Args:
-        comparisons: summary.json's ``comparisons`` (``test``, ``base``, ``ratio``, ``ci95``).
+        comparisons: summary.json's ``comparisons`` (``test``, ``base``, ``ratio``, ``ci95``, ``stop``).
         parity_valid: summary.json's ``parity.valid``.
         rounds: complete rounds per arm so far.
-        ci_target_pct: a CI narrower than this (full width, % of the ratio) settles a comparison.
+        ci_target_pct: the futility width (% of the ratio) the comparisons' ``stop`` was decided with.
         max_rounds: no round beyond this many.
         elapsed_s: wall time of the run's launches so far.
         round_s: wall time of the last round (all its arms' launches): the next one's estimate.
@@ -85,14 +88,14 @@ def check(
         )
     if not comparisons:
         return RoundsCheck(rounds, True, STOP_SETTLED, f"stopped after {rounds} rounds: nothing to compare")
-    open_ = unsettled(comparisons, ci_target_pct)
+    open_ = unsettled(comparisons)
     if not open_:
         return RoundsCheck(
             rounds,
             True,
             STOP_SETTLED,
-            f"stopped after {rounds} rounds: every comparison's 95% CI excludes 1 or is narrower than "
-            f"{ci_target_pct:g} %",
+            f"stopped after {rounds} rounds: every comparison's group-sequential 95 % CI excludes 1 or is "
+            f"narrower than {ci_target_pct:g} %",
         )
     if rounds >= max_rounds:
         return RoundsCheck(

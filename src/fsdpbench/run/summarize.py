@@ -73,7 +73,7 @@ def summarize_run(
         tokens_per_step[rec["arm"]] = float(rec["tokens"])
 
     arms: dict[str, ArmSummary] = {}
-    round_medians: dict[str, list[float]] = {}
+    round_medians: dict[str, dict[int, float]] = {}
     for label in labels:
         rounds = timed.get(label, {})
         if not rounds:
@@ -83,7 +83,7 @@ def summarize_run(
             RoundMedian(round=r, median_ms=stats.median(v), n_steps=len(v)) for r, v in sorted(rounds.items())
         ]
         medians = [r.median_ms for r in per_round]
-        round_medians[label] = medians
+        round_medians[label] = {r.round: r.median_ms for r in per_round}  # type: ignore[misc]
         pooled = [t for v in rounds.values() for t in v]
         med = stats.median(medians)
         tps = tokens_per_step[label] / world / (med / 1e3)
@@ -110,15 +110,17 @@ def summarize_run(
         )
 
     comparisons = []
+    rule = verdict_rule(manifest)
     if labels and labels[0] in round_medians:
         base = labels[0]
         for label in labels[1:]:
             if label in round_medians:
+                first = first_in_round(manifest.get("order") or [], base, label)
                 comp = stats.compare_arms(
-                    base, label, round_medians[base], round_medians[label], seed=cfg.get("seed", 0)
+                    base, label, round_medians[base], round_medians[label], first, **rule
                 ).to_dict()
                 comp["phases"] = phases.compare_phases(
-                    base, label, arms[base].phases, arms[label].phases, seed=cfg.get("seed", 0)
+                    base, label, arms[base].phases, arms[label].phases, first, **rule
                 )
                 comp = with_memory_ratio(comp, arms[base].to_dict(), arms[label].to_dict())
                 comparisons.append(ArmComparison.from_dict(comp))
@@ -148,6 +150,32 @@ def summarize_run(
         launch_time=launch_time(manifest.get("launches") or []),
         rounds_auto=manifest.get("rounds_auto"),
     )
+
+
+def verdict_rule(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``stats.decide``'s settings for this run: ``planned`` = ``--rounds N``, or None under ``--rounds auto``
+    with ``max_rounds`` the rounds its group-sequential plan covers (``verdict_plan``: a ``--resume`` that went
+    past the plan leaves it at the rounds the plan foresaw, so later looks use the confidence sequence)."""
+    cfg = manifest["config"]
+    auto = bool(cfg.get("rounds_auto"))
+    plan = manifest.get("verdict_plan") or {}
+    max_rounds = int(plan.get("max_rounds") or cfg.get("max_rounds") or 16)
+    if plan.get("continued_after") is not None:
+        max_rounds = min(max_rounds, int(plan["continued_after"]))
+    return {
+        "max_rounds": max_rounds,
+        "ci_target": float(cfg.get("ci_target") or 2.0),
+        "planned": None if auto else int(cfg.get("rounds") or 1),
+    }
+
+
+def first_in_round(order: list[dict[str, Any]], base: str, test: str) -> dict[int, str]:
+    """Round → ``"base"`` or ``"test"``: which of the two arms the launch order runs first in that round."""
+    first: dict[int, str] = {}
+    for item in order:
+        if item["arm"] in (base, test) and item["round"] not in first:
+            first[item["round"]] = "base" if item["arm"] == base else "test"
+    return first
 
 
 def _failures(manifest: dict[str, Any], done: set[tuple[str, int]] | None) -> list[dict[str, Any]]:
