@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.replay_graph import K_GAP, K_LAUNCH, K_TRANSFER, K_WAIT, KINDS, RankGraph
+from fsdpbench.analysis.replay_graph import K_GAP, K_LAUNCH, K_SYNC, K_TRANSFER, K_WAIT, KINDS, RankGraph
 from fsdpbench.errors import ConfigError
 
 NEAR_CRITICAL = 0.02
@@ -159,57 +159,112 @@ class Schedule:
     end: np.ndarray
     binding: np.ndarray
     order: np.ndarray
+    chains: Any = None
+    """The contracted graph replayed (:class:`Chains`) and its nodes' topological order."""
+    node_order: Any = None
 
 
 class CycleError(ValueError):
     """The graph has a cycle (collectives matched wrongly, or an edit that makes a task wait for itself)."""
 
 
-def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray) -> np.ndarray:
-    """A topological order: the tasks sorted by ``hint`` (measured start) when every edge goes forward
-    in it (the usual case, checked at numpy speed), else Kahn's algorithm."""
-    order = np.lexsort((np.arange(n), hint))
+def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray, tier: np.ndarray) -> np.ndarray:
+    """A topological order: the tasks sorted by ``hint`` (measured start), then ``tier`` (zero-length
+    tasks, then rendezvous, then transfers, at one instant), when every edge goes forward in it (the usual
+    case, checked at numpy speed); else Kahn's algorithm."""
+    order = np.lexsort((np.arange(n), tier, hint))
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
     if esrc.size == 0 or bool((pos[esrc] < pos[edst]).all()):
         return order
-    indeg = np.bincount(edst, minlength=n).astype(np.int64)
-    by_src = np.argsort(esrc, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(esrc, minlength=n))])
-    dst_sorted = edst[by_src].tolist()
-    ptr_l = ptr.tolist()
-    deg = indeg.tolist()
-    import heapq
+    from collections import deque
 
-    hint_l = hint.tolist()
-    ready = [(hint_l[v], v) for v in np.flatnonzero(indeg == 0).tolist()]
-    heapq.heapify(ready)
+    deg = np.bincount(edst, minlength=n).tolist()
+    by_src = np.argsort(esrc, kind="stable")
+    ptr_l = np.concatenate([[0], np.cumsum(np.bincount(esrc, minlength=n))]).tolist()
+    dst_sorted = edst[by_src].tolist()
+    ready = deque(v for v in order.tolist() if deg[v] == 0)
     out = []
+    pop, push = ready.popleft, ready.append
     while ready:
-        _, v = heapq.heappop(ready)
+        v = pop()
         out.append(v)
         for k in range(ptr_l[v], ptr_l[v + 1]):
             d = dst_sorted[k]
             deg[d] -= 1
             if deg[d] == 0:
-                heapq.heappush(ready, (hint_l[d], d))
+                push(d)
     if len(out) != n:
         raise CycleError(f"{n - len(out)} tasks are on a cycle")
     return np.array(out, dtype=np.int64)
 
 
+@dataclass
+class Chains:
+    """The graph with its chains contracted: a task whose one predecessor is the task before it (an edge of
+    no latency) and which is that task's one successor is merged into it. Exact for the replay (such a
+    task starts when the one before it ends, whatever the edit), and it leaves one node per run of host
+    tasks between forks and joins: the replay's Python loop runs over nodes, not tasks."""
+
+    node: np.ndarray
+    """Per task: its node."""
+    offset: np.ndarray
+    """Per task: Σ length of the tasks before it in its node (ns)."""
+    dur: np.ndarray
+    base: np.ndarray
+    meas: np.ndarray
+    tier: np.ndarray
+    """Per node: its place among nodes of one measured start (:func:`_topo_order`)."""
+    esrc: np.ndarray
+    edst: np.ndarray
+    ew: np.ndarray
+    eid: np.ndarray
+    """Per node edge: the task edge it stands for."""
+    chain_edge: np.ndarray
+    """Per task: the edge from the task before it in its node (-1 for a node's first task)."""
+
+
+def contract(g: StepGraph) -> Chains:
+    """The chains of ``g`` contracted (:class:`Chains`)."""
+    n = g.dur.size
+    indeg = np.bincount(g.edst, minlength=n)
+    outdeg = np.bincount(g.esrc, minlength=n)
+    chain = (g.edst == g.esrc + 1) & (g.ew == 0) & (indeg[g.edst] == 1) & (outdeg[g.esrc] == 1)
+    chain &= g.rank[g.esrc] == g.rank[g.edst]
+    merged = np.zeros(n, dtype=bool)
+    merged[g.edst[chain]] = True
+    chain_edge = np.full(n, -1, dtype=np.int64)
+    chain_edge[g.edst[chain]] = np.flatnonzero(chain)
+    node = np.cumsum(~merged) - 1
+    nn = int(node[-1]) + 1 if n else 0
+    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
+    csum = np.cumsum(g.dur) - g.dur  # exclusive prefix over all tasks
+    heads = np.flatnonzero(~merged)
+    offset = csum - csum[heads][node]
+    keep = np.flatnonzero(~chain)
+    tier = np.where(dur > 0, 3, 0).astype(np.int8)
+    tier[node[[x["task"] for x in g.rendezvous]]] = 1
+    xf = [t for x in g.rendezvous for t in x["xfers"]]
+    tier[node[xf]] = np.where(dur[node[xf]] > 0, 3, 2)
+    return Chains(
+        node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier,
+        esrc=node[g.esrc[keep]], edst=node[g.edst[keep]], ew=g.ew[keep], eid=keep, chain_edge=chain_edge,
+    )  # fmt: skip
+
+
 def schedule(g: StepGraph) -> Schedule:
     """Replay ``g``: every task starts when the last of its predecessors has ended (plus the edge's
-    latency), and not before its earliest start."""
-    n = g.dur.size
-    order = _topo_order(n, g.esrc, g.edst, g.meas)
-    by_dst = np.argsort(g.edst, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(g.edst, minlength=n))]).tolist()
-    src_l = g.esrc[by_dst].tolist()
-    w_l = g.ew[by_dst].tolist()
-    eid_l = by_dst.tolist()
-    dur_l = g.dur.tolist()
-    start = g.base.tolist()
+    latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
+    c = contract(g)
+    n = c.dur.size
+    order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
+    by_dst = np.argsort(c.edst, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]).tolist()
+    src_l = c.esrc[by_dst].tolist()
+    w_l = c.ew[by_dst].tolist()
+    eid_l = c.eid[by_dst].tolist()
+    dur_l = c.dur.tolist()
+    start = c.base.tolist()
     end = [0] * n
     bind = [-1] * n
     for v in order.tolist():
@@ -223,22 +278,30 @@ def schedule(g: StepGraph) -> Schedule:
         start[v] = s
         bind[v] = b
         end[v] = s + dur_l[v]
-    return Schedule(
-        np.array(start, dtype=np.int64), np.array(end, dtype=np.int64), np.array(bind, dtype=np.int64), order
-    )
+    n_start = np.array(start, dtype=np.int64)
+    t_start = n_start[c.node] + c.offset
+    binding = np.where(c.chain_edge >= 0, c.chain_edge, np.array(bind, dtype=np.int64)[c.node])
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    t_order = np.lexsort((np.arange(g.dur.size), pos[c.node]))
+    return Schedule(t_start, t_start + g.dur, binding, t_order, c, order)
 
 
 def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     """Per task the latest start that does not delay the step's end past ``deadline``."""
-    n = g.dur.size
-    by_src = np.argsort(g.esrc, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(g.esrc, minlength=n))]).tolist()
-    dst_l = g.edst[by_src].tolist()
-    w_l = g.ew[by_src].tolist()
-    dur_l = g.dur.tolist()
+    c: Chains = s.chains if s.chains is not None else contract(g)
+    order = s.node_order
+    n = c.dur.size
+    if order is None:
+        order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
+    by_src = np.argsort(c.esrc, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(c.esrc, minlength=n))]).tolist()
+    dst_l = c.edst[by_src].tolist()
+    w_l = c.ew[by_src].tolist()
+    dur_l = c.dur.tolist()
     lf = [deadline] * n
     ls = [0] * n
-    for v in s.order[::-1].tolist():
+    for v in order[::-1].tolist():
         f = lf[v]
         for k in range(ptr[v], ptr[v + 1]):
             x = ls[dst_l[k]] - w_l[k]
@@ -246,7 +309,7 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
                 f = x
         lf[v] = f
         ls[v] = f - dur_l[v]
-    return np.array(ls, dtype=np.int64)
+    return np.array(ls, dtype=np.int64)[c.node] + c.offset
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -259,21 +322,21 @@ def _rank_ends(g: StepGraph, s: Schedule) -> np.ndarray:
     return out
 
 
-def critical_path(g: StepGraph, s: Schedule) -> list[tuple[int, int, int, int]]:
-    """The critical path from the step's end back to a rank's start: ``(task, edge kind or -1, edge
-    latency, edge's destination)`` per step back; the task ending last starts it; each task's binding
-    predecessor (at a rendezvous, the last rank to arrive) gives the next."""
-    real = g.rank >= 0
-    v = int(np.flatnonzero(real)[np.argmax(s.end[real])])
-    path = []
+def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """The critical path from the step's end back to a rank's start, as (tasks, binding edges; -1 at the
+    origin), from the end backwards: the task ending last starts it; each task's binding predecessor (at a
+    rendezvous, the last rank to arrive) gives the next."""
+    real = np.flatnonzero(g.rank >= 0)
+    v = int(real[np.argmax(s.end[real])])
+    bind = s.binding.tolist()
+    src = g.esrc.tolist()
+    tasks, edges = [], []
     while v >= 0:
-        e = int(s.binding[v])
-        if e < 0:
-            path.append((v, -1, 0, v))
-            break
-        path.append((v, int(g.ekind[e]), int(g.ew[e]), v))
-        v = int(g.esrc[e])
-    return path
+        e = bind[v]
+        tasks.append(v)
+        edges.append(e)
+        v = src[e] if e >= 0 else -1
+    return np.array(tasks, dtype=np.int64), np.array(edges, dtype=np.int64)
 
 
 def unexplained(g: StepGraph) -> np.ndarray:
@@ -300,12 +363,13 @@ class Reading:
     slack: list[dict[str, Any]]
     near_critical: list[dict[str, Any]]
     on_path: np.ndarray
-    path: list[tuple[int, int, int, int]]
+    path: list[tuple[int, int]]
+    """(task, binding edge) from the end back to the origin."""
     place_us: dict[tuple[int, str, str, str], float]
 
 
-def read(g: StepGraph, s: Schedule) -> Reading:
-    """The figures of one replay of ``g``."""
+def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
+    """The figures of one replay of ``g`` (``slack``: also every place's slack)."""
     ends = _rank_ends(g, s)
     starts = np.array([gr.ws_ns - o for gr, o in zip(g.graphs, g.offset_ns, strict=True)], dtype=np.int64)
     step_start = int(starts.min())
@@ -319,23 +383,32 @@ def read(g: StepGraph, s: Schedule) -> Reading:
         }
         for i, gr in enumerate(g.graphs)
     ]
-    path = critical_path(g, s)
+    p_tasks, p_edges = critical_path(g, s)
     on_path = np.zeros(g.dur.size, dtype=bool)
+    on_path[p_tasks] = True
+    nk = len(KINDS)
+    # time on the path per (place, kind): the tasks' lengths, and the edges' latencies (launch kind)
+    mine = p_tasks[g.rank[p_tasks] >= 0]
+    keys = [g.place[mine] * nk + g.kind[mine].astype(np.int64)]
+    weights = [(s.end[mine] - s.start[mine]).astype(np.float64)]
+    he = p_edges >= 0
+    lat_e, lat_t = p_edges[he], p_tasks[he]
+    lat = (g.ew[lat_e] > 0) & (g.rank[lat_t] >= 0)
+    lat_e, lat_t = lat_e[lat], lat_t[lat]
+    ek = g.ekind[lat_e]
+    lk = np.where(np.isin(ek, [K_GAP, K_SYNC]), ek, K_LAUNCH).astype(np.int64)
+    keys.append(g.place[lat_t] * nk + lk)
+    weights.append(g.ew[lat_e].astype(np.float64))
+    key_all = np.concatenate(keys)
+    w_all = np.concatenate(weights)
     acc: dict[tuple[int, str, str, str], int] = {}
-    for v, ek, w, _ in path:
-        on_path[v] = True
-        r = int(g.rank[v])
-        if r < 0:
-            continue
-        rk, unit, phase = g.places[int(g.place[v])]
-        d = int(s.end[v] - s.start[v])
-        if d:
-            key = (rk, unit, phase, KINDS[int(g.kind[v])])
-            acc[key] = acc.get(key, 0) + d
-        if ek >= 0 and w:
-            kname = KINDS[ek] if ek in (K_LAUNCH, K_GAP) else "launch"
-            key = (rk, unit, phase, kname)
-            acc[key] = acc.get(key, 0) + w
+    if key_all.size:
+        uk, inv = np.unique(key_all, return_inverse=True)
+        tot = np.bincount(inv, weights=w_all)
+        for k, v in zip(uk.tolist(), tot.tolist(), strict=True):
+            if v > 0:
+                rk, unit, phase = g.places[k // nk]
+                acc[(rk, unit, phase, KINDS[k % nk])] = int(round(v))
     critical = sorted(
         ({"rank": k[0], "unit": k[1], "phase": k[2], "kind": k[3], "us": v / 1000.0} for k, v in acc.items()),
         key=lambda x: (-x["us"], x["rank"], x["unit"], x["phase"], x["kind"]),
@@ -348,6 +421,12 @@ def read(g: StepGraph, s: Schedule) -> Reading:
         {"phase": p, "us": sum(kk.values()), "kinds": dict(sorted(kk.items(), key=lambda x: -x[1]))}
         for p, kk in sorted(phases.items(), key=lambda x: -sum(x[1].values()))
     ]
+    path = list(zip(p_tasks.tolist(), p_edges.tolist(), strict=True))
+    if not slack:
+        return Reading(
+            step_us=step_ns / 1000.0, ranks=ranks, critical=critical, by_phase=by_phase, slack=[],
+            near_critical=[], on_path=on_path, path=path, place_us={k: v / 1000.0 for k, v in acc.items()},
+        )  # fmt: skip
     ls = latest_starts(g, s, step_end)
     slack_t = ls - s.start
     real = (g.rank >= 0) & (g.dur > 0) & (g.kind != K_WAIT)  # waits are computed: they have no slack
@@ -363,9 +442,9 @@ def read(g: StepGraph, s: Schedule) -> Reading:
             best[k] = v
     slack = []
     path_keys = {(k[0], k[1], k[2], k[3]) for k in acc}
+    place_code = {p: i for i, p in enumerate(g.places)}
     for k in path_keys:  # a place on the path only through an edge's latency has no task of its own
-        code = g.places.index(k[:3]) * len(KINDS) + KINDS.index(k[3])
-        best.setdefault(code, 0)
+        best.setdefault(place_code[k[:3]] * len(KINDS) + KINDS.index(k[3]), 0)
     near = []
     for k, v in best.items():
         rk, unit, phase = g.places[k // len(KINDS)]
@@ -494,15 +573,27 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     ):
         lanes[lane_of[k]]["segments"].append([(a - t0) / 1000.0, (b - t0) / 1000.0, kd, p])
     path_rows = []
-    for v, *_ in reversed(rd.path):
-        r = int(g.rank[v])
-        if r < 0 or s.end[v] <= s.start[v]:
-            continue
-        k = r * 100_000 + int(g.graphs[r].lane[int(g.local[v])])
-        if k in lane_of:
-            path_rows.append(
-                [g.graphs[r].rank, lane_of[k], (int(s.start[v]) - t0) / 1000.0, (int(s.end[v]) - t0) / 1000.0]
-            )
+    pv = np.array([v for v, _ in reversed(rd.path)], dtype=np.int64)
+    pv = pv[(g.rank[pv] >= 0) & (s.end[pv] > s.start[pv])]
+    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
+    pk = g.rank[pv] * 100_000 + all_lanes[pv]
+    if pv.size:  # consecutive path tasks on one lane: one row
+        cut = np.ones(pv.size, dtype=bool)
+        cut[1:] = pk[1:] != pk[:-1]
+        at = np.flatnonzero(cut)
+        p_s = np.minimum.reduceat(s.start[pv], at)
+        p_e = np.maximum.reduceat(s.end[pv], at)
+        p_r, p_k = g.rank[pv][at], pk[at]
+        if at.size > MAX_SEGMENTS:  # the longest stretches
+            top = np.sort(np.argsort(-(p_e - p_s), kind="stable")[:MAX_SEGMENTS])
+            p_s, p_e, p_r, p_k = p_s[top], p_e[top], p_r[top], p_k[top]
+        ranks_of = [gr.rank for gr in g.graphs]
+        for r, k, a, b in zip(p_r.tolist(), p_k.tolist(), p_s.tolist(), p_e.tolist(), strict=True):
+            if k not in lane_of:  # a lane whose segments were all capped away
+                i, ln = divmod(k, 100_000)
+                lane_of[k] = len(lanes)
+                lanes.append({"rank": g.graphs[i].rank, "lane": g.graphs[i].lanes[ln], "segments": []})
+            path_rows.append([ranks_of[r], lane_of[k], (a - t0) / 1000.0, (b - t0) / 1000.0])
     rvs = []
     for x in g.rendezvous[:MAX_RENDEZVOUS]:
         arr = [
@@ -728,7 +819,7 @@ def what_if(g: StepGraph, base: Reading, edit: Edit) -> dict[str, Any]:
     except CycleError as exc:
         return {"edit": edit.text, "predicted_step_us": None, "phases": {}, "changed": [], "source": SOURCE_REPLAY,
                 "note": f"the edited graph has a cycle ({exc})"}  # fmt: skip
-    rd = read(e, s)
+    rd = read(e, s, slack=False)
     keys = set(rd.place_us) | set(base.place_us)
     changed = []
     for k in keys:

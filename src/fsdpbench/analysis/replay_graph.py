@@ -265,8 +265,9 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
 
     def places_of(lane_arr: np.ndarray, time_arr: np.ndarray) -> np.ndarray:
         r = attribution.innermost(ranges, lane_arr, time_arr)
-        keys = list(zip(units[r].tolist(), phases[r].tolist(), strict=True))
-        return np.array([place_index.setdefault(k, len(place_index)) for k in keys], dtype=np.int64)
+        used, inv = np.unique(r, return_inverse=True)
+        codes = [place_index.setdefault((units[x], phases[x]), len(place_index)) for x in used.tolist()]
+        return np.array(codes, dtype=np.int64)[inv.ravel()] if codes else np.zeros(0, dtype=np.int64)
 
     n_start: list[np.ndarray] = [np.array([ws], dtype=np.int64)]
     n_dur: list[np.ndarray] = [np.array([0], dtype=np.int64)]
@@ -330,40 +331,34 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
     # queue tasks (a collective: arrival then transfer)
     nq = q.size
     comm_q = is_comm[q]
-    first = np.empty(nq, dtype=np.int64)
-    last = np.empty(nq, dtype=np.int64)
-    k_start, k_dur, k_kind, k_lane, k_op = [], [], [], [], []
-    qkind = np.where(t.category.mask("sync")[q], K_SYNC, K_COMPUTE)
-    for i in range(nq):
-        first[i] = count
-        if comm_q[i]:
-            k_start += [int(t.start_ns[q[i]]), int(t.start_ns[q[i]])]
-            k_dur += [0, 0]
-            k_kind += [K_WAIT, K_TRANSFER]
-            k_lane += [int(lane_codes[q[i]])] * 2
-            k_op += [int(t.name.codes[q[i]])] * 2
-            count += 2
-        else:
-            k_start.append(int(t.start_ns[q[i]]))
-            k_dur.append(int(t.end_ns[q[i]] - t.start_ns[q[i]]))
-            k_kind.append(int(qkind[i]))
-            k_lane.append(int(lane_codes[q[i]]))
-            k_op.append(int(t.name.codes[q[i]]))
-            count += 1
-        last[i] = count - 1
+    width = np.where(comm_q, 2, 1)
+    first = (
+        count + np.concatenate([[0], np.cumsum(width)[:-1]]).astype(np.int64) if nq else np.zeros(0, np.int64)
+    )
+    last = first + width - 1
+    qkind = np.where(t.category.mask("sync")[q], K_SYNC, K_COMPUTE).astype(np.int8)
+    rep = np.repeat(np.arange(nq), width)
+    second = np.zeros(rep.size, dtype=bool)
+    second[(first - count + 1)[comm_q]] = True  # the transfer task of a collective
+    k_start = t.start_ns[q][rep]
+    k_dur = np.where(comm_q[rep], 0, (t.end_ns[q] - t.start_ns[q])[rep])
+    k_kind = np.where(comm_q[rep], np.where(second, K_TRANSFER, K_WAIT), qkind[rep]).astype(np.int8)
+    k_lane = lane_codes[q][rep]
+    k_op = t.name.codes[q][rep].astype(np.int64)
+    count += int(width.sum())
     if nq:
-        k_lane_arr = np.array(k_lane, dtype=np.int64)
+        k_lane_arr = k_lane
         # place: where it was launched (its own lane and start where no launch is recorded)
         pl_lane = np.where(q_ll >= 0, q_ll, lane_codes[q])
         pl_time = np.where(q_ll >= 0, q_lt, t.start_ns[q])
         qp = places_of(pl_lane, pl_time)
         per_node_place = np.repeat(qp, np.where(comm_q, 2, 1))
-        n_start.append(np.array(k_start, dtype=np.int64))
-        n_dur.append(np.array(k_dur, dtype=np.int64))
-        n_kind.append(np.array(k_kind, dtype=np.int8))
+        n_start.append(k_start)
+        n_dur.append(k_dur)
+        n_kind.append(k_kind)
         n_lane.append(k_lane_arr)
         n_place.append(per_node_place)
-        n_op.append(np.array(k_op, dtype=np.int64))
+        n_op.append(k_op)
         # arrival → transfer
         cq = np.flatnonzero(comm_q)
         esrc.append(first[cq])
