@@ -1,6 +1,6 @@
 """The step replay (analysis/replay.py, docs/replay.md) against independent references: a hand-built 3-rank
 CPU/gloo trace whose critical path, slacks and what-ifs are worked out by hand below; identity replay and
-clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: one launch here),
+clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: one `run` launch here),
 each collective's replayed end checked against its gloo span's end read from the raw trace."""
 
 from __future__ import annotations
@@ -232,10 +232,16 @@ def test_identity_replay_two_ranks(profiled_ab_run):
 
 @pytest.fixture(scope="module")
 def four_rank_run(tmp_path_factory) -> Path:
-    from helpers import run_profiled_ab
+    from helpers import free_port
 
     out = tmp_path_factory.mktemp("replay4")
-    return run_profiled_ab(out, "torch,torch:unit=module", "replay4", 500, "--nproc", "4")
+    proc = run_cli(
+        "run", "--arm", "torch", "--rounds", "1", "--warmup", "1", "--steps", "2", "--profile", "--nproc", "4",
+        "--seq-len", "128", "--out", str(out), "--name", "replay4", "--master-port", str(free_port()), "--no-report",
+        timeout=500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return sorted(out.glob("replay4_*"))[-1]
 
 
 def test_identity_replay_four_ranks(four_rank_run):

@@ -68,14 +68,11 @@ class StepGraph:
     notes: list[str] = field(default_factory=list)
 
     def copy(self) -> StepGraph:
+        """A copy whose durations, edges and notes an edit may change (the rest shared)."""
         return replace(
-            self,
-            dur=self.dur.copy(),
-            esrc=self.esrc.copy(),
-            edst=self.edst.copy(),
-            ew=self.ew.copy(),
-            ekind=self.ekind.copy(),
-        )
+            self, dur=self.dur.copy(), esrc=self.esrc.copy(), edst=self.edst.copy(), ew=self.ew.copy(),
+            ekind=self.ekind.copy(), notes=list(self.notes),
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -126,8 +123,11 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         r_src += [task] * len(xf)
         r_dst += xf
         i0, j0 = holders[0]
+        cb = graphs[i0].c_bytes
+        nbytes = float(cb[j0]) if cb is not None and j0 < len(cb) and cb[j0] == cb[j0] else None
         rv.append({"key": k, "type": graphs[i0].c_type[j0], "task": task, "arrivals": arr, "xfers": xf,
-                   "ranks": [i for i, _ in holders], "measured_last": last})  # fmt: skip
+                   "ranks": [i for i, _ in holders], "measured_last": last, "bytes": nbytes})  # fmt: skip
+
     nrv = len(rv)
     rank = np.concatenate([rank, np.full(nrv, -1, np.int64)])
     local = np.concatenate([local, np.full(nrv, -1, np.int64)])
@@ -656,8 +656,8 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
 
 # ------------------------------------------------------------------------------------------ what-ifs
 EDIT_HELP = (
-    "scale:<collective type, kind or op regex>:<factor>, straggler:remove[:RANK], delay:RANK:UNIT:PHASE:MS "
-    "(negative MS removes a delay)"
+    "scale:<collective type, kind or op regex>:<factor>, straggler:remove[:RANK], regroup:<type|all>:<count>|unit, "
+    "prefetch:<unit>:<k>, delay:RANK:UNIT:PHASE:MS (negative MS removes a delay)"
 )
 
 
@@ -704,12 +704,18 @@ def parse_edit(text: str) -> Edit:
             return Edit(text, "straggler", rank=int(parts[2]) if len(parts) == 3 else None)
         if parts[0] == "delay" and len(parts) == 5:
             return Edit(text, "delay", rank=int(parts[1]), unit=parts[2], phase=parts[3], ms=float(parts[4]))
+        if parts[0] == "regroup" and len(parts) == 3:
+            if parts[2] != "unit" and int(parts[2]) < 1:
+                raise ConfigError(f"--what-if {text!r}: the count must be at least 1 (or 'unit')")
+            return Edit(
+                text, "regroup", target=parts[1], factor=0.0 if parts[2] == "unit" else float(int(parts[2]))
+            )
+        if parts[0] == "prefetch" and len(parts) == 3:
+            if int(parts[2]) < 1:
+                raise ConfigError(f"--what-if {text!r}: k must be at least 1")
+            return Edit(text, "prefetch", unit=parts[1], factor=float(int(parts[2])))
     except ValueError:
         raise bad from None
-    if parts[0] in ("regroup", "prefetch"):
-        raise ConfigError(
-            f"--what-if {text!r}: the {parts[0]} edit is not in the replay yet (docs/replay.md)"
-        )
     raise bad
 
 
@@ -808,7 +814,179 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
                     return out
         out.notes.append(f"{edit.text}: only {(-ns - left) / 1e6:.3f} ms of host time found there to remove")
         return out
+    if edit.op == "regroup":
+        return _regroup(out, edit)
+    if edit.op == "prefetch":
+        return _prefetch(out, edit)
     raise ConfigError(f"--what-if {edit.text!r}: unknown edit")
+
+
+def _rv_place(g: StepGraph, x: dict[str, Any]) -> tuple[str, str]:
+    """The (unit, phase) of a rendezvous: its first holder's arrival's."""
+    _, unit, phase = g.places[int(g.place[x["arrivals"][0]])]
+    return unit, phase
+
+
+def _drop_and_add(g: StepGraph, keep: np.ndarray, add: list[tuple[int, int, int, int]]) -> None:
+    """Keep the edges where ``keep`` and append ``add`` ((src, dst, latency, kind) each)."""
+    a = np.array(add, dtype=np.int64).reshape(-1, 4)
+    g.esrc = np.concatenate([g.esrc[keep], a[:, 0]])
+    g.edst = np.concatenate([g.edst[keep], a[:, 1]])
+    g.ew = np.concatenate([g.ew[keep], a[:, 2]])
+    g.ekind = np.concatenate([g.ekind[keep], a[:, 3].astype(np.int8)])
+
+
+def _lane_key(g: StepGraph) -> np.ndarray:
+    """Per task: rank position × 100,000 + lane (rendezvous: -1)."""
+    lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
+    lanes = np.concatenate([lanes, np.zeros(g.dur.size - lanes.size, dtype=np.int64)])
+    return np.where(g.rank >= 0, g.rank * 100_000 + lanes, -1)
+
+
+def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
+    """Merge each (unit, phase)'s collectives of one type into ``count`` (or one per unit and phase): every
+    member's transfer starts when the last member's last rank has arrived and lasts α + β Σ bytes (the
+    type's fit, analysis/whatif.py); a launching thread no longer blocks between members, and a queue lane
+    runs a member's successors once the member has arrived."""
+    from fsdpbench.analysis.whatif import fit_alpha_beta
+
+    if edit.target == "all":  # every type, each merged on its own
+        for ctype in sorted({x["type"] for x in g.rendezvous}):
+            g = _regroup(g, replace(edit, target=ctype))
+        return g
+    inst = [x for x in g.rendezvous if x["type"] == edit.target]
+    if not inst:
+        raise ConfigError(f"--what-if {edit.text!r}: the profiles have no {edit.target} collective")
+    xfer_us = [max(int(g.dur[t]) for t in x["xfers"]) / 1000.0 for x in inst]
+    fit = fit_alpha_beta([x["bytes"] for x in inst], xfer_us)
+    by_place: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for x in inst:
+        by_place.setdefault(_rv_place(g, x), []).append(x)
+    chunks: list[list[dict[str, Any]]] = []
+    for members in by_place.values():
+        n = 1 if edit.factor == 0 else min(int(edit.factor), len(members))
+        for c in np.array_split(np.arange(len(members)), n):
+            if len(c) > 1:
+                chunks.append([members[i] for i in c.tolist()])
+    if not chunks:
+        g.notes.append(f"{edit.text}: no place holds more {edit.target} collectives than the count asked")
+        return g
+    priced = fit.status == "ok"
+    if not priced:
+        g.notes.append(
+            f"{edit.text}: the {edit.target} fit is {fit.status}: a merged collective lasts the sum of its "
+            "members' transfers (no fixed cost saved)"
+        )
+    add: list[tuple[int, int, int, int]] = []
+    x_set: dict[int, int] = {}  # a merged member's transfer task → the chunk's last member's on its rank
+    a_of: dict[int, int] = {}  # a member's transfer task → its arrival task
+    for chunk in chunks:
+        last = chunk[-1]
+        last_x = {int(g.rank[t]): t for t in last["xfers"]}
+        if priced:
+            b = sum(x["bytes"] or 0.0 for x in chunk)
+            merged_ns = int(round((fit.alpha_us + fit.beta_us_per_byte * b) * 1000))  # type: ignore[operator]
+        else:
+            merged_ns = int(sum(max(int(g.dur[t]) for t in x["xfers"]) for x in chunk))
+        for m in chunk:
+            for a in m["arrivals"]:
+                add.append((a, last["task"], 0, K_WAIT))
+            for t in m["xfers"]:
+                add.append((last["task"], t, 0, K_WAIT))
+                g.dur[t] = merged_ns
+            if m is not last:
+                for a, t in zip(m["arrivals"], m["xfers"], strict=True):
+                    x_set[t] = int(last_x.get(int(g.rank[t]), t))
+                    a_of[t] = a
+    keep = np.ones(g.esrc.size, dtype=bool)
+    if x_set:
+        lk = _lane_key(g)
+        from_x = np.flatnonzero(np.isin(g.esrc, list(x_set)))
+        for e in from_x.tolist():
+            t, d, w, kind = int(g.esrc[e]), int(g.edst[e]), int(g.ew[e]), int(g.ekind[e])
+            if lk[t] == lk[d]:  # the lane goes on once the member has arrived
+                add.append((a_of[t], d, w, kind))
+            elif kind != K_WAIT:  # work that waited for a member waits for the merged collective
+                add.append((x_set[t], d, w, kind))
+            # (a thread blocked on a member no longer blocks: the last member's join stays)
+            keep[e] = False
+    _drop_and_add(g, keep, add)
+    g.notes.append(
+        f"{edit.text}: {sum(len(c) for c in chunks)} {edit.target} collectives merged into {len(chunks)}"
+        + (
+            f", each α + β·bytes = {fit.alpha_us:.1f} µs + {fit.beta_us_per_byte * 2**20:.3f} µs/MiB"  # type: ignore[operator]
+            if priced
+            else ""
+        )
+        + "; the members' launch calls are kept"
+    )
+    return g
+
+
+def _prefetch(g: StepGraph, edit: Edit) -> StepGraph:
+    """Issue ``unit``'s all-gathers (in each phase where it has some) k units earlier: each rank's arrival at
+    them is launched from where the unit k places before it (that phase's order on the training thread)
+    begins, and leaves its queue lane's order; the thread still waits for it where it did. The extra
+    memory: the all-gathered bytes, live from that earlier unit's start."""
+    k = int(edit.factor)
+    ags = [x for x in g.rendezvous if x["type"] == "all_gather" and _rv_place(g, x)[0] == edit.unit]
+    if not ags:
+        raise ConfigError(f"--what-if {edit.text!r}: no all_gather is attributed to unit {edit.unit!r}")
+    lk = _lane_key(g)
+    into: dict[int, list[int]] = {}
+    for e, d in enumerate(g.edst.tolist()):
+        into.setdefault(d, []).append(e)
+    outof: dict[int, list[int]] = {}
+    for e, x in enumerate(g.esrc.tolist()):
+        outof.setdefault(x, []).append(e)
+    order_of: dict[tuple[int, str], list[str]] = {}  # per rank and phase, units in the order they begin
+    first_task: dict[tuple[int, str, str], int] = {}
+    for i, gr in enumerate(g.graphs):
+        lo = int(g.offset[i])
+        main = np.flatnonzero(gr.lane == gr.main_lane) + lo
+        main = main[np.argsort(g.meas[main], kind="stable")]
+        for v in main.tolist():
+            _, unit, phase = g.places[int(g.place[v])]
+            if (i, unit, phase) not in first_task:
+                first_task[(i, unit, phase)] = v
+                order_of.setdefault((i, phase), []).append(unit)
+    keep = np.ones(g.esrc.size, dtype=bool)
+    add: list[tuple[int, int, int, int]] = []
+    moved, moved_bytes = 0, 0.0
+    for x in ags:
+        _, phase = _rv_place(g, x)
+        for a, t in zip(x["arrivals"], x["xfers"], strict=True):
+            i = int(g.rank[a])
+            units = order_of.get((i, phase), [])
+            if edit.unit not in units or units.index(edit.unit) < k:
+                continue
+            first = first_task[(i, units[units.index(edit.unit) - k], phase)]
+            pred_lane = None
+            for e in into.get(a, []):
+                src = int(g.esrc[e])
+                if int(g.ekind[e]) == K_LAUNCH or (lk[src] == lk[a] and int(g.ekind[e]) != K_WAIT):
+                    keep[e] = False
+                    if lk[src] == lk[a]:
+                        pred_lane = src
+            for e in outof.get(t, []):
+                if lk[int(g.edst[e])] == lk[a]:  # the lane's order closes over the moved collective
+                    keep[e] = False
+                    if pred_lane is not None:
+                        add.append((pred_lane, int(g.edst[e]), 0, int(g.ekind[e])))
+            add.append((first, a, 0, K_LAUNCH))
+            moved += 1
+            moved_bytes += x["bytes"] or 0.0
+    if not moved:
+        raise ConfigError(
+            f"--what-if {edit.text!r}: unit {edit.unit!r} has fewer than {k} units before it in its phase"
+        )
+    _drop_and_add(g, keep, add)
+    g.notes.append(
+        f"{edit.text}: {edit.unit}'s all-gathers issued {k} unit(s) earlier ({moved} rank-instances); extra memory "
+        f"kept live: {moved_bytes / max(1, len(g.graphs)) / 2**20:.2f} MiB per rank of all-gathered parameters, "
+        f"from {k} unit(s) earlier (sizes the trace does not give count as 0)"
+    )
+    return g
 
 
 def what_if(g: StepGraph, base: Reading, edit: Edit) -> dict[str, Any]:

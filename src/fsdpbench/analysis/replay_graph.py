@@ -90,6 +90,8 @@ class RankGraph:
     c_start: np.ndarray
     c_end: np.ndarray
     c_type: list[str] = field(default_factory=list)
+    c_bytes: np.ndarray | None = None
+    """Per collective: its message size (bytes, NaN unknown)."""
     main_lane: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -459,5 +461,6 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
         c_start=t.start_ns[comm_rows[order]] if cq.size else cq,
         c_end=t.end_ns[comm_rows[order]] if cq.size else cq,
         c_type=[x if x else "other" for x in ctype.tolist()],
+        c_bytes=t.bytes[comm_rows[order]] if cq.size else np.zeros(0),
         main_lane=int(np.searchsorted(lane_codes_used, main)) if main >= 0 else 0,
     )
