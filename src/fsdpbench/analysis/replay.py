@@ -107,15 +107,24 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
     rv = []
     r_src, r_dst = [], []
     extra = 0
-    for k, holders in by_key.items():
+    for k, all_holders in by_key.items():
         task = n + extra
         extra += 1
+        # several tasks of one rank with one key (a coalesced collective's kernels): the rank arrives with
+        # its first; every one of them ends with the transfer
+        seen: set[int] = set()
+        holders = [h for h in all_holders if not (h[0] in seen or seen.add(h[0]))]
+        extra_x = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in all_holders if (i, j) not in set(holders)]
+        extra_e = [
+            int(graphs[i].c_end[j]) - offset_ns[i] for i, j in all_holders if (i, j) not in set(holders)
+        ]
         arr = [int(offset[i] + graphs[i].c_arrive[j]) for i, j in holders]
         xf = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in holders]
         a_meas = [int(graphs[i].c_start[j]) - offset_ns[i] for i, j in holders]
         e_meas = [int(graphs[i].c_end[j]) - offset_ns[i] for i, j in holders]
         last = max(a_meas)
-        for x, e in zip(xf, e_meas, strict=True):
+        xf += extra_x
+        for x, e in zip(xf, e_meas + extra_e, strict=True):
             dur[x] = max(e - last, 0)
             meas[x] = last
         r_src += arr
@@ -895,7 +904,7 @@ def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
                 add.append((last["task"], t, 0, K_WAIT))
                 g.dur[t] = merged_ns
             if m is not last:
-                for a, t in zip(m["arrivals"], m["xfers"], strict=True):
+                for a, t in zip(m["arrivals"], m["xfers"][: len(m["arrivals"])], strict=True):
                     x_set[t] = int(last_x.get(int(g.rank[t]), t))
                     a_of[t] = a
     keep = np.ones(g.esrc.size, dtype=bool)
@@ -955,7 +964,7 @@ def _prefetch(g: StepGraph, edit: Edit) -> StepGraph:
     moved, moved_bytes = 0, 0.0
     for x in ags:
         _, phase = _rv_place(g, x)
-        for a, t in zip(x["arrivals"], x["xfers"], strict=True):
+        for a, t in zip(x["arrivals"], x["xfers"][: len(x["arrivals"])], strict=True):
             i = int(g.rank[a])
             units = order_of.get((i, phase), [])
             if edit.unit not in units or units.index(edit.unit) < k:
