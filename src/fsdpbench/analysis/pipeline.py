@@ -153,15 +153,6 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     ce = collective_events(sel)
     units, places, units_source, prefetch = _units(trace, ev, chosen)
     ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=places))
-    from fsdpbench.analysis.replay_graph import build_rank_graph
-
-    try:  # the rank's part of the step replay's graph: small arrays, shipped back instead of the table
-        graph = build_rank_graph(trace, chosen)
-    except Exception as exc:  # noqa: BLE001 - the replay must never take the rank's metrics down with it
-        graph = None
-        trace.warnings.append(
-            f"rank {trace.rank}: its replay graph could not be built ({type(exc).__name__}: {exc})"
-        )
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
@@ -187,7 +178,6 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         units_source=units_source,
         prefetch=prefetch,
         _events=all_ev,
-        replay_graph=graph,
     )
 
 
@@ -360,6 +350,22 @@ class RankOutcome(NamedTuple):
     """Why the rank could not be read or measured (None: it could)."""
 
 
+def _rank_graph(trace: RankTrace, metrics: RankMetrics) -> Any:
+    """The rank's part of the step replay's graph (:func:`fsdpbench.analysis.replay_graph.build_rank_graph`):
+    small arrays, shipped back from the worker instead of the table; None (and a warning) when it cannot
+    be built: the replay must never take the rank's metrics down with it."""
+    from fsdpbench.analysis.replay_graph import build_rank_graph
+
+    steps = [s.step for s in metrics.steps if s.step is not None]
+    try:
+        return build_rank_graph(trace, steps)
+    except Exception as exc:  # noqa: BLE001
+        trace.warnings.append(
+            f"rank {trace.rank}: its replay graph could not be built ({type(exc).__name__}: {exc})"
+        )
+        return None
+
+
 def _analyze_one(
     source: Source, step: int | None, keep_events: bool = True, keys: CacheKeys | None = None
 ) -> RankOutcome:
@@ -374,8 +380,11 @@ def _analyze_one(
         metrics = rank_metrics(trace, step)
     except FsdpbenchError as exc:
         return RankOutcome(True, trace.rank, trace.warnings, None, str(exc))
+    metrics.replay_graph = _rank_graph(trace, metrics)
     if keys is not None:
         result_cache.store(Path(source.path), keys.result, trace.rank, trace.warnings, metrics)
+        if metrics.replay_graph is not None:
+            result_cache.store_graph(Path(source.path), keys.result, metrics.replay_graph)
     if not keep_events:
         metrics._events = None  # the bulk of the memory: read again on first use
     return RankOutcome(True, trace.rank, trace.warnings, metrics, None)
@@ -488,6 +497,10 @@ def analyze(
     for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
         k = keys[i]
         hit = None if k is None else result_cache.load(Path(s.path), step, k.result)
+        if (
+            hit is not None and (replay or what_if) and k is not None
+        ):  # its replay graph, cached beside it (else rebuilt)
+            hit[2].replay_graph = result_cache.load_graph(Path(s.path), k.result)
         if hit is not None:
             results[i] = RankOutcome(True, hit[0], hit[1], hit[2], None)
     cached = [
