@@ -20,6 +20,7 @@ waits are what the replay computes.
 
 from __future__ import annotations
 
+import array
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -261,6 +262,13 @@ def contract(g: StepGraph) -> Chains:
     )  # fmt: skip
 
 
+def _q(a: np.ndarray) -> array.array:
+    """An int64 numpy array as an ``array.array('q')`` (a copy)."""
+    out = array.array("q")
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return out
+
+
 def schedule(g: StepGraph) -> Schedule:
     """Replay ``g``: every task starts when the last of its predecessors has ended (plus the edge's
     latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
@@ -268,15 +276,16 @@ def schedule(g: StepGraph) -> Schedule:
     n = c.dur.size
     order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
     by_dst = np.argsort(c.edst, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]).tolist()
-    src_l = c.esrc[by_dst].tolist()
-    w_l = c.ew[by_dst].tolist()
-    eid_l = c.eid[by_dst].tolist()
-    dur_l = c.dur.tolist()
-    start = c.base.tolist()
-    end = [0] * n
-    bind = [-1] * n
-    for v in order.tolist():
+    # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed)
+    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]))
+    src_l = _q(c.esrc[by_dst])
+    w_l = _q(c.ew[by_dst])
+    eid_l = _q(c.eid[by_dst])
+    dur_l = _q(c.dur)
+    start = _q(c.base)
+    end = _q(np.zeros(n, dtype=np.int64))
+    bind = _q(np.full(n, -1, dtype=np.int64))
+    for v in _q(order):
         s = start[v]
         b = -1
         for k in range(ptr[v], ptr[v + 1]):
@@ -287,9 +296,9 @@ def schedule(g: StepGraph) -> Schedule:
         start[v] = s
         bind[v] = b
         end[v] = s + dur_l[v]
-    n_start = np.array(start, dtype=np.int64)
+    n_start = np.frombuffer(start, dtype=np.int64)
     t_start = n_start[c.node] + c.offset
-    binding = np.where(c.chain_edge >= 0, c.chain_edge, np.array(bind, dtype=np.int64)[c.node])
+    binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
     t_order = np.lexsort((np.arange(g.dur.size), pos[c.node]))
@@ -304,13 +313,13 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     if order is None:
         order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
     by_src = np.argsort(c.esrc, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(c.esrc, minlength=n))]).tolist()
-    dst_l = c.edst[by_src].tolist()
-    w_l = c.ew[by_src].tolist()
-    dur_l = c.dur.tolist()
-    lf = [deadline] * n
-    ls = [0] * n
-    for v in order[::-1].tolist():
+    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.esrc, minlength=n))]))
+    dst_l = _q(c.edst[by_src])
+    w_l = _q(c.ew[by_src])
+    dur_l = _q(c.dur)
+    lf = _q(np.full(n, deadline, dtype=np.int64))
+    ls = _q(np.zeros(n, dtype=np.int64))
+    for v in _q(order[::-1]):
         f = lf[v]
         for k in range(ptr[v], ptr[v + 1]):
             x = ls[dst_l[k]] - w_l[k]
@@ -318,7 +327,7 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
                 f = x
         lf[v] = f
         ls[v] = f - dur_l[v]
-    return np.array(ls, dtype=np.int64)[c.node] + c.offset
+    return np.frombuffer(ls, dtype=np.int64)[c.node] + c.offset
 
 
 # ------------------------------------------------------------------------------------------ reading
