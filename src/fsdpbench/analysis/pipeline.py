@@ -290,12 +290,12 @@ class _Job:
     """:func:`_analyze_one` of one ``(index, source)`` of ``analyze``'s ranks, as a :class:`fanout.Fanout`
     item (the step and cache keys shared by all)."""
 
-    def __init__(self, step: int | None, keys: list[CacheKeys | None]) -> None:
-        self.step, self.keys = step, keys
+    def __init__(self, step: int | None, keys: list[CacheKeys | None], graph: bool = True) -> None:
+        self.step, self.keys, self.graph = step, keys, graph
 
     def __call__(self, item: tuple[int, Source]) -> RankOutcome:
         i, source = item
-        return _analyze_one(source, self.step, False, self.keys[i])
+        return _analyze_one(source, self.step, False, self.keys[i], self.graph)
 
 
 def _lost(item: tuple[int, Source], why: str) -> RankOutcome:
@@ -367,7 +367,11 @@ def _rank_graph(trace: RankTrace, metrics: RankMetrics) -> Any:
 
 
 def _analyze_one(
-    source: Source, step: int | None, keep_events: bool = True, keys: CacheKeys | None = None
+    source: Source,
+    step: int | None,
+    keep_events: bool = True,
+    keys: CacheKeys | None = None,
+    graph: bool = True,
 ) -> RankOutcome:
     """Read and measure one rank (runs in a worker process). Reads the event-table cache and writes the
     table and result caches under ``keys`` (:func:`_cache_keys`, taken before reading; None: the
@@ -380,7 +384,8 @@ def _analyze_one(
         metrics = rank_metrics(trace, step)
     except FsdpbenchError as exc:
         return RankOutcome(True, trace.rank, trace.warnings, None, str(exc))
-    metrics.replay_graph = _rank_graph(trace, metrics)
+    if graph:  # the step replay's part of this rank (not built when the replay is not asked for)
+        metrics.replay_graph = _rank_graph(trace, metrics)
     if keys is not None:
         result_cache.store(Path(source.path), keys.result, trace.rank, trace.warnings, metrics)
         if metrics.replay_graph is not None:
@@ -522,20 +527,23 @@ def analyze(
 
             # forked: this process is one of the workers (fanout's docstring says why)
             if fanout.available() and len(todo) <= fanout.MAX_ITEMS:
-                job = _Job(step, keys)
+                job = _Job(step, keys, replay or bool(what_if))
                 fan = stack.enter_context(fanout.Fanout(job, [(i, sources[i]) for i in todo], workers, _lost))
             else:
                 from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
                 from concurrent.futures.process import BrokenProcessPool
 
                 pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
-                futures = {pool.submit(_analyze_one, sources[i], step, False, keys[i]): i for i in todo}
+                futures = {
+                    pool.submit(_analyze_one, sources[i], step, False, keys[i], replay or bool(what_if)): i
+                    for i in todo
+                }
         advance = stack.enter_context(_progress_bar(n, progress))
         for i in range(n):
             if results[i] is not None:
                 advance()
             elif not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
-                results[i] = _analyze_one(sources[i], step, keep, keys[i])
+                results[i] = _analyze_one(sources[i], step, keep, keys[i], replay or bool(what_if))
                 advance()
         if fan is not None:
             for i, outcome in zip(todo, fan.results(advance), strict=True):
