@@ -321,3 +321,15 @@ def test_replay_says_what_it_cannot_explain():
     rp = _replay([Path(__file__).parent / "fixtures" / "ascend_server_2rank"])
     assert rp["error_pct"]["max"] > 50.0
     assert rp["unexplained_slack_us"] > 0.5 * sum(r["measured_us"] for r in rp["ranks"])
+
+
+def test_regroup_and_prefetch_edits_replay(four_rank_run):
+    """The regroup and prefetch edits replay on a real 4-rank profile and say what they did (their accuracy is
+    the calibration's to judge: docs/replay.md)."""
+    rp = _replay([four_rank_run / "profiles" / "torch"], "regroup:all:unit", "prefetch:layers.2:1")
+    regroup, prefetch = rp["what_if"]
+    assert regroup["source"] == prefetch["source"] == "replay"
+    step = rp["figure"]["step_us"]
+    assert 0 < regroup["predicted_step_us"] <= step * 1.01  # merging never adds waiting here
+    assert "extra memory kept live" in prefetch["note"] and "MiB per rank" in prefetch["note"]
+    assert prefetch["predicted_step_us"] > 0
