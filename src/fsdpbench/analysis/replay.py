@@ -817,7 +817,8 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
         sel = np.flatnonzero(on_main & np.isin(out.place, pl))
         ns = int(round(edit.ms * 1e6))
         if ns >= 0:
-            first = sel[np.argmin(out.meas[sel])]
+            gaps = sel[out.kind[sel] == K_GAP]  # a sleep is host time between operators: its first such task
+            first = gaps[np.argmin(out.meas[gaps])] if gaps.size else sel[np.argmin(out.meas[sel])]
             out.dur[first] += ns
             return out
         # remove: host time (host gaps first, the longest first) at that place
