@@ -333,3 +333,63 @@ def test_regroup_and_prefetch_edits_replay(four_rank_run):
     assert 0 < regroup["predicted_step_us"] <= step * 1.01  # merging never adds waiting here
     assert "extra memory kept live" in prefetch["note"] and "MiB per rank" in prefetch["note"]
     assert prefetch["predicted_step_us"] > 0
+
+
+# ------------------------------------------------------------------------------------------ regroup by hand
+# Two ranks, three all_reduces in layers.0's forward, issued one after the other (each launch waits for the
+# previous one: gloo blocks), of 1000, 2000 and 4000 floats (4, 8, 16 kB) taking 14, 18 and 26 µs: exactly
+# α + β·bytes with α = 10 µs, β = 0.001 µs/B. Rank 0 computes 100 µs first, rank 1 60; #1: arrivals 101, 61
+# → ends 115; #2 launched at 115, arrives 116, ends 134; #3 launched at 134, arrives 135, ends 161; then C
+# (layers.0 backward): rank 0 10 µs → 171, rank 1 30 µs → 191.
+# regroup:all_reduce:unit merges the three into one of 10 + 0.001 × 28,000 = 38 µs. The threads no longer
+# block between members: rank 0 launches at 100, 101, 102 (each launch 1 µs), arrives 101, 102, 103; rank 1
+# at 61, 62, 63. The merged transfer starts at the last arrival, 103, ends 141: C_0 141 → 151, C_1 → 171.
+SIZES = (1000, 2000, 4000)
+XFER = (14, 18, 26)
+
+
+def _regroup_rank(rank: int) -> dict:
+    a, c = (100, 10) if rank == 0 else (60, 30)
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": 1,
+            "tid": 200,
+            "args": {"name": "thread 200 (pt_gloo_runloop)"},
+        },
+        _x("aten::mm", 0, a),
+    ]
+    launch, arrive = a, a + 1
+    last = {0: 101}  # the last arrival of each all_reduce (rank 0 first, then both at once)
+    end = 0
+    for k, (n, x) in enumerate(zip(SIZES, XFER, strict=True)):
+        start = last.get(k, arrive)
+        end = start + x
+        op = _x("c10d::allreduce_", launch, 1)
+        op["args"] = {"Input Dims": [[n]], "Input type": ["float"]}
+        ev += [op, _x("gloo:all_reduce", arrive, end - arrive, tid=200, cat="user_annotation")]
+        launch, arrive = end, end + 1
+    ev += [_x("fsdpbench::backward::layers.0", end, c, cat="user_annotation"), _x("aten::mm", end, c)]
+    ev += [
+        _x("ProfilerStep#1", 0, end + c, cat="user_annotation"),
+        _x("fsdpbench::forward::layers.0", 0, end, cat="user_annotation"),
+    ]
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_regroup_by_hand(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_regroup_rank(r)))
+    rp = _replay([tmp_path], "regroup:all_reduce:unit")
+    assert {r["rank"]: r["measured_us"] for r in rp["ranks"]} == {0: 171.0, 1: 191.0}
+    assert rp["error_pct"]["max"] == 0.0
+    w = rp["what_if"][0]
+    assert w["predicted_step_us"] == pytest.approx(171.0)
+    assert "3 all_reduce collectives merged into 1" in w["note"]
+    assert "10.0 µs" in w["note"]

@@ -561,9 +561,16 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     seg_e = s.end[tasks].copy()
     nxt_same = np.zeros(tasks.size, dtype=bool)
     nxt_same[:-1] = keys[1:] == keys[:-1]
-    wait = (g.kind[tasks] == K_WAIT) & nxt_same
-    idx = np.flatnonzero(wait)
+    # an arrival's wait: from it to its transfer's start; a blocked thread's: from its previous task's end
+    wait = g.kind[tasks] == K_WAIT
+    arrival = np.zeros(tasks.size, dtype=bool)
+    arrival[:-1] = wait[:-1] & nxt_same[:-1] & (g.kind[tasks[1:]] == K_TRANSFER)
+    idx = np.flatnonzero(arrival)
     seg_e[idx] = np.maximum(seg_e[idx], s.start[tasks[idx + 1]])
+    prv_same = np.zeros(tasks.size, dtype=bool)
+    prv_same[1:] = nxt_same[:-1]
+    idx = np.flatnonzero(wait & ~arrival & prv_same)
+    seg_s[idx] = np.minimum(seg_s[idx], s.end[tasks[idx - 1]])
     keep = seg_e > seg_s
     tasks, keys, seg_s, seg_e = tasks[keep], keys[keep], seg_s[keep], seg_e[keep]
     kinds = g.kind[tasks].astype(np.int64)

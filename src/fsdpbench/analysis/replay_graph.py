@@ -22,8 +22,9 @@ What a rank's graph holds (times are the rank's own clock, ns):
 * **Blocking waits**: a host thread that waits for a collective (CPU/gloo: the host task in progress on
   the launching thread when the collective's worker span ends, when it is not compute) or for device work
   (a synchronise call: the latest device task ending inside it) is cut there; the part before is a
-  ``wait`` (or ``sync``) task of length 0 whose real length the replay computes, the part after starts
-  only when the awaited task has ended. Waiting is never an input.
+  ``wait`` (or ``sync``) task of length 0 that ends only when the awaited task has ended (its real length,
+  from the thread's previous task, is what the replay computes; its measured start is the awaited end), so
+  what follows, a launch from that point included, comes after it. Waiting is never an input.
 * **Inferred cross-lane waits**: a device task that starts later than its launch and its lane's previous
   task explain, and within :data:`INFER_WINDOW_NS` after a task on another lane of the rank ended, waits
   for that task (a stream waiting on an event recorded on another stream: the trace does not link them).
@@ -343,7 +344,10 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
             ok = before >= 0
             dur[before[ok]] = 0
             kind[before[ok]] = np.where(kind[before[ok]] == K_SYNC, K_SYNC, K_WAIT)
-        n_start.append(b)
+        meas = b.copy()
+        if jt.size:  # a wait is measured as released where the awaited task ended
+            meas[before[ok]] = jt[ok]
+        n_start.append(meas)
         n_dur.append(dur)
         n_kind.append(kind)
         n_lane.append(np.full(b.size, lane, dtype=np.int64))
@@ -452,10 +456,12 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
         for lane, e, k in joins:
             b, ids = host_nodes[lane]
             pos = int(np.searchsorted(b, e, side="left"))
-            if pos < b.size and b[pos] == e:
-                join_at[(lane, e)] = int(ids[pos])
+            if (
+                0 < pos < b.size and b[pos] == e
+            ):  # the wait (the task before e) ends when the awaited one does
+                join_at[(lane, e)] = int(ids[pos - 1])
                 esrc.append(np.array([last[k]]))
-                edst.append(np.array([ids[pos]]))
+                edst.append(np.array([ids[pos - 1]]))
                 ew.append(np.array([0]))
                 ek.append(np.array([K_WAIT], dtype=np.int8))
     cat = np.concatenate
