@@ -220,6 +220,9 @@ class RankMetrics(StepMetrics, RankRecord):
     """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
     the wait/transfer split)."""
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
+    replay_graph: Any = field(default=None, repr=False)
+    """The rank's part of the step's graph (:class:`fsdpbench.analysis.replay_graph.RankGraph`), built
+    where the rank was measured; None from a result cache (the replay builds it again from the trace)."""
 
     @property
     def events(self) -> pd.DataFrame:
@@ -455,6 +458,10 @@ class Analysis:
     process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     waits: dict[str, Any] = field(default_factory=dict)
     """Waiting vs transferring across ranks (analysis/waits.py); empty with one rank."""
+    replay: dict[str, Any] | None = None
+    """The step replay (analysis/replay.py, docs/replay.md): None until asked for, or when the traces lack
+    what its graph needs (``replay_note`` says why)."""
+    replay_note: str | None = None
 
     @property
     def mean(self) -> dict[str, float | None]:
