@@ -126,7 +126,11 @@ def hand_replay(*, near_critical: list[dict] | None = None, what_if: list[dict] 
                     "segments": [[0, 55_000, 0, 1], [55_000, 65_000, 1, 1], [65_000, 95_000, 0, 0]],
                 },
             ],
-            "path": [[1, 0, 0, 55_000], [1, 0, 55_000, 65_000], [0, 0, 65_000, 100_000]],
+            "path": [
+                [1, 1, 0, 55_000],
+                [1, 1, 55_000, 65_000],
+                [0, 0, 65_000, 100_000],
+            ],  # lane: index into lanes
             "rendezvous": [
                 {
                     "group": "0",
@@ -194,6 +198,15 @@ def test_a_replay_without_the_edit_names_the_edit_it_would_need():
     est = diff_analyses(analysis(), test, test_label="hyper").finding("fragmentation").estimate
     assert est.source == SOURCE_CLOSED_FORM
     assert "the replay has no `regroup:all_gather:12` what-if" in est.source_note
+
+
+def test_a_replayed_edit_without_a_step_falls_back_and_gives_the_replays_reason():
+    failed = {"edit": "regroup:all_gather:12", "predicted_step_us": None, "phases": {}, "changed": [],
+              "source": "replay", "note": "the edited graph has a cycle"}  # fmt: skip
+    test = with_replay(fragmented(124 / 12), hand_replay(what_if=[failed]))
+    est = diff_analyses(analysis(), test, test_label="hyper").finding("fragmentation").estimate
+    assert est.source == SOURCE_CLOSED_FORM
+    assert "its `regroup:all_gather:12` replay gave no step (the edited graph has a cycle)" in est.source_note
 
 
 def test_straggler_estimate_is_the_replayed_straggler_removal():
@@ -342,3 +355,19 @@ def test_replay_figure_is_visible_at_1400_px_in_headless_chromium(tmp_path):
     keep = os.environ.get("FSDPBENCH_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(png, keep)
+
+
+def test_replay_figure_of_many_ranks_keeps_the_ranks_on_the_path_and_says_how_many_are_left_out():
+    """64 ranks of one lane each, the path on rank 63 only: 40 rows are drawn (rank 63, then ranks 0–38), and
+    the title says 64 − 40 = 24 ranks were left out."""
+    lanes = [{"rank": r, "lane": "main", "segments": [[0, 1_000, 0, int(r == 63)]]} for r in range(64)]
+    figure = {
+        "step_us": 1_000,
+        "kinds": KINDS,
+        "lanes": lanes,
+        "path": [[63, 63, 0, 1_000]],
+        "rendezvous": [],
+    }
+    svg = replay_lanes("big", figure, "replay_big")
+    assert "24 more ranks not drawn" in svg
+    assert "r63 main" in svg and "r38 main" in svg and "r39 main" not in svg

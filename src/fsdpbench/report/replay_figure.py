@@ -29,11 +29,11 @@ order; the title says how many ranks were left out."""
 
 
 def _replay_rows(lanes: Sequence[dict], path_ranks: set[int]) -> tuple[list[tuple[int, int, dict]], int]:
-    """The lanes drawn as ``(rank, index of the lane within its rank, lane)``, ranks in order, and how many
-    ranks were left out to keep within ``REPLAY_MAX_ROWS``."""
-    by_rank: dict[int, list[dict]] = {}
-    for lane in lanes:
-        by_rank.setdefault(int(lane["rank"]), []).append(lane)
+    """The lanes drawn as ``(rank, index of the lane in figure.lanes, lane)``, ranks in order (a rank's lanes in
+    their order), and how many ranks were left out to keep within ``REPLAY_MAX_ROWS``."""
+    by_rank: dict[int, list[tuple[int, dict]]] = {}
+    for index, lane in enumerate(lanes):
+        by_rank.setdefault(int(lane["rank"]), []).append((index, lane))
     order = sorted(by_rank, key=lambda r: (r not in path_ranks, r))
     chosen: list[int] = []
     rows = 0
@@ -42,7 +42,7 @@ def _replay_rows(lanes: Sequence[dict], path_ranks: set[int]) -> tuple[list[tupl
             continue
         chosen.append(r)
         rows += len(by_rank[r])
-    drawn = [(r, i, lane) for r in sorted(chosen) for i, lane in enumerate(by_rank[r])]
+    drawn = [(r, index, lane) for r in sorted(chosen) for index, lane in by_rank[r]]
     return drawn, len(by_rank) - len(chosen)
 
 
@@ -55,22 +55,23 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
     Args:
         arm: the arm's label (the title).
         figure: ``replay.figure``: ``step_us``, ``kinds``, ``lanes`` [{rank, lane, segments: [[start_us, end_us,
-            kind_index, on_path], …]}], ``path`` [[rank, lane_index (within the rank), start_us, end_us], …],
+            kind_index, on_path], …]}], ``path`` [[rank, lane_index (into ``lanes``), start_us, end_us], …],
             ``rendezvous`` [{group, seq, type, arrivals: [[rank, us], …], last_rank, transfer_start_us,
             transfer_end_us}]; times in µs from the replayed step's start.
         name: the figure's id (salts the SVG's ids).
     """
     kinds = [str(k) for k in figure.get("kinds") or []]
     path = [p for p in figure.get("path") or [] if len(p) >= 4]
-    drawn, left_out = _replay_rows(figure.get("lanes") or [], {int(p[0]) for p in path})
+    lanes = figure.get("lanes") or []
+    drawn, left_out = _replay_rows(lanes, {int(p[0]) for p in path})
     # y of each row: lanes of one rank together, a half-row gap between ranks
-    y_of: dict[tuple[int, int], float] = {}
+    y_of: dict[int, float] = {}
     rank_span: dict[int, tuple[float, float]] = {}
     y = 0.0
     for i, (rank, index, _) in enumerate(drawn):
         if i and drawn[i - 1][0] != rank:
             y += 0.6
-        y_of[(rank, index)] = y
+        y_of[index] = y
         top, bottom = rank_span.get(rank, (y, y))
         rank_span[rank] = (min(top, y), max(bottom, y))
         y += 1.0
@@ -81,11 +82,11 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
     fig = _figure(14.0, min(0.3 * n_rows + 0.35 * len(rank_span) + 1.9, 24.0))
     ax = fig.add_subplot()
     used: set[int] = set()
-    for rank, index, lane in drawn:
+    for _, index, lane in drawn:
         seg = np.asarray([s[:4] for s in lane.get("segments") or [] if len(s) >= 4], dtype=float).reshape(
             -1, 4
         )
-        yc = y_of[(rank, index)]
+        yc = y_of[index]
         for k in np.unique(seg[:, 2]).astype(int) if seg.size else []:
             color = REPLAY_KIND_COLORS.get(kinds[k] if 0 <= k < len(kinds) else "", "#8C8C8C")
             used.add(int(k))
@@ -132,9 +133,9 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
     # the critical path: a black line along each piece, thin connectors between consecutive pieces
     pieces = sorted(
         (
-            (float(p[2]) / 1e3, float(p[3]) / 1e3, y_of[(int(p[0]), int(p[1]))])
+            (float(p[2]) / 1e3, float(p[3]) / 1e3, y_of[int(p[1])])
             for p in path
-            if (int(p[0]), int(p[1])) in y_of
+            if int(p[1]) in y_of and int(lanes[int(p[1])]["rank"]) == int(p[0])
         ),
         key=lambda p: (p[0], p[1]),
     )
@@ -158,7 +159,7 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
             )
         )
     labels = [f"r{rank} {_short(str(lane.get('lane', '')), 26)}" for rank, _, lane in drawn]
-    ax.set_yticks([y_of[(r, i)] for r, i, _ in drawn], labels, fontsize=7)
+    ax.set_yticks([y_of[i] for _, i, _ in drawn], labels, fontsize=7)
     ax.set_ylim((y - 0.4) if drawn else 1.0, -1.0)
     ax.set_xlim(0, span_ms * 1.01)
     ax.set_xlabel("time from the replayed step's start, aligned clocks (ms)")

@@ -82,15 +82,20 @@ def estimate_from_what_if(data: Mapping[str, Any], row: Mapping[str, Any], scena
     )
 
 
-def closed_form(estimate: Estimate | None, data: Mapping[str, Any], wanted: str) -> Estimate | None:
+def closed_form(
+    estimate: Estimate | None, data: Mapping[str, Any], wanted: str, failed: str | None = None
+) -> Estimate | None:
     """``estimate`` (a closed form) labelled as the fallback, saying why the replay could not price it.
 
-    ``wanted`` names the edit the replay would need (``regroup:all_gather:12``)."""
+    ``wanted`` names the edit the replay would need (``regroup:all_gather:12``); ``failed`` says why the replay
+    of a matching edit gave no step, where it had one."""
     if estimate is None:
         return None
     estimate.source = whatif.SOURCE_CLOSED_FORM
     if replay_of(data) is None:
         why = missing_why(data)
+    elif failed:
+        why = failed
     else:
         why = f"the replay has no `{wanted}` what-if (`fsdpbench analyze --what-if {wanted}` replays it)"
     estimate.source_note = f"the replay had not what it needed because {why}"
@@ -108,10 +113,16 @@ def replay_or_closed_form(
     """The replay's estimate of the first ``what_if`` row whose edit ``match``es (``pick`` chooses among
     several), else ``fallback`` (the rule's closed form) labelled as such."""
     rows = [w for w in what_ifs(data) if match(w["edit"])]
-    if rows:
-        chosen = pick(rows) if pick is not None else rows[0]
+    priced = [w for w in rows if finite(w.get("predicted_step_us")) is not None]
+    if priced:
+        chosen = pick(priced) if pick is not None else priced[0]
         return estimate_from_what_if(data, chosen, scenario)
-    return closed_form(fallback, data, wanted)
+    failed = (
+        f"its `{rows[0]['edit']}` replay gave no step ({rows[0].get('note') or 'no reason given'})"
+        if rows
+        else None
+    )
+    return closed_form(fallback, data, wanted, failed)
 
 
 def is_regroup(edit: str, types: Mapping[str, Any] | Sequence[str], *, per_unit: bool = False) -> bool:
