@@ -12,7 +12,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from fsdpbench.analysis.findings.records import finite
-from fsdpbench.report.figures import _figure, to_svg
+from fsdpbench.report.figures import _figure, _merge_for_display, to_svg
 
 REPLAY_KIND_COLORS = {
     "compute": "#4C72B0",
@@ -94,7 +94,8 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
                 mask = (seg[:, 2] == k) & ((seg[:, 3] > 0) == bool(on))
                 if not mask.any():
                     continue
-                s, e = seg[mask, 0] / 1e3, seg[mask, 1] / 1e3
+                # neighbours closer than a pixel drawn as one bar: the SVG stays small
+                s, e = _merge_for_display(seg[mask, 0] / 1e3, seg[mask, 1] / 1e3, span_ms / 1500.0)
                 ax.broken_barh(
                     np.column_stack([s, np.maximum(e - s, span_ms / 3000.0)]),
                     (yc - height / 2, height),
@@ -139,6 +140,7 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
         ),
         key=lambda p: (p[0], p[1]),
     )
+    pieces = _join_pieces(pieces, span_ms / 1500.0)
     if pieces:
         ax.add_collection(
             LineCollection(
@@ -192,6 +194,21 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
         fontsize=8,
     )
     return to_svg(fig, name)
+
+
+def _join_pieces(
+    pieces: list[tuple[float, float, float]], min_gap: float
+) -> list[tuple[float, float, float]]:
+    """Consecutive path pieces ``(start, end, y)`` on one row less than ``min_gap`` apart joined into one, so a
+    path of thousands of tasks draws as one line per stretch on a lane."""
+    if not pieces:
+        return []
+    arr = np.asarray(pieces, dtype=float)
+    new = np.ones(len(arr), dtype=bool)
+    new[1:] = (arr[1:, 2] != arr[:-1, 2]) | (arr[1:, 0] - arr[:-1, 1] > min_gap)
+    first = np.flatnonzero(new)
+    ends = np.maximum.reduceat(arr[:, 1], first)
+    return [(float(arr[i, 0]), float(e), float(arr[i, 2])) for i, e in zip(first, ends, strict=True)]
 
 
 def _short(text: str, width: int) -> str:
