@@ -216,6 +216,15 @@ def test_straggler_estimate_is_the_replayed_straggler_removal():
     assert est.source == SOURCE_REPLAY and est.edit == "straggler:remove"
     assert est.step_time_delta_us == pytest.approx(85_000.0 - 100_000.0)
     assert est.changed == [place(1, "forward", "compute", delta_us=-15_000.0)]
+    # the straggler's own removal (``straggler:remove:1``: rank 1's work only) comes before every rank's
+    mine = {**hand_replay()["what_if"][1], "edit": "straggler:remove:1", "predicted_step_us": 86_000.0}
+    replay = hand_replay(what_if=[hand_replay()["what_if"][1], mine])
+    est = (
+        diff_analyses(analysis(), with_replay(skewed, replay), test_label="hyper")
+        .finding("straggler")
+        .estimate
+    )
+    assert est.edit == "straggler:remove:1" and est.step_time_delta_us == pytest.approx(86_000.0 - 100_000.0)
 
 
 def test_critical_path_finding_names_the_top_place_and_says_when_many_paths_are_near():

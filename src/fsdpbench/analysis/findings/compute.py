@@ -91,13 +91,14 @@ def rule_straggler(x: RuleInput) -> list[Finding]:
                 f"find why rank {rank} of {lab} computes longer (placement, imbalance, a noisy neighbour)",
                 rp.replay_or_closed_form(
                     x.analysis[side],
-                    lambda edit: edit == "straggler:remove",
-                    "straggler:remove",
+                    lambda edit, rank=rank: edit in ("straggler:remove", f"straggler:remove:{rank}"),
+                    f"straggler:remove:{rank}",
                     f"rank {rank}'s work at each place is the median of the other ranks' there",
                     Estimate(
                         step_time_delta_us=-(worst - mid),
                         scenario=f"rank {rank} computes as fast as the other ranks (median)",
                     ),
+                    rp.preferring(f"straggler:remove:{rank}"),
                 ),
                 subject=lab,
             )

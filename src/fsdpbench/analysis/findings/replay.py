@@ -134,6 +134,15 @@ def is_regroup(edit: str, types: Mapping[str, Any] | Sequence[str], *, per_unit:
     return (parts[2] == "unit") == per_unit
 
 
+def preferring(edit: str) -> Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]]:
+    """A ``pick`` that takes the row of ``edit`` where there is one, else the first."""
+
+    def pick(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+        return next((w for w in rows if w["edit"] == edit), rows[0])
+
+    return pick
+
+
 def fastest(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The row with the smallest predicted step (rows without one last)."""
     return min(rows, key=lambda w: finite(w.get("predicted_step_us")) or float("inf"))
