@@ -66,6 +66,7 @@ def hand_replay(*, near_critical: list[dict] | None = None, what_if: list[dict] 
             {"rank": 1, "measured_us": 95_500.0, "replayed_us": 95_000.0},
         ],
         "unexplained_slack_us": 400.0,
+        "notes": ["collectives matched by (group, seq)"],
         "critical": [
             place(1, "forward", "compute", us=55_000.0),
             place(0, "backward", "compute", us=35_000.0),
@@ -272,6 +273,7 @@ def test_report_shows_the_replay_error_path_per_phase_and_top_places(tmp_path):
     hyper = section.split("### `hyper`")[1]
     assert "**Replay error**: median 0.8%, max 1.0% over ranks" in hyper
     assert "unexplained slack 400 µs" in hyper and "0.4% of the replayed step" in hyper
+    assert "Replay notes: collectives matched by (group, seq)." in hyper
     rows = [
         [c.strip() for c in line.strip("|").split("|")] for line in hyper.splitlines() if line.startswith("|")
     ]

@@ -119,6 +119,9 @@ def _error(arm: str, replay: Mapping[str, Any], step: float | None) -> list[Bloc
         line += (
             f"; unexplained slack {fmt_us(slack)} (time tasks started later than the graph explains{share})"
         )
+    notes = [str(n) for n in replay.get("notes") or [] if n] if isinstance(replay.get("notes"), list) else []
+    if notes:  # the replay's own remarks (how collectives were matched, what an edit could not do)
+        line += ". Replay notes: " + "; ".join(notes)
     blocks: list[Block] = [Para(line + ".")]
     worst = finite(error.get("max"))
     if worst is None or worst > ERROR_WARN_PCT:
