@@ -25,7 +25,7 @@ from fsdpbench.report.build import build_report
 from fsdpbench.report.estimate import estimate_lines
 from fsdpbench.report.replay import arm_blocks
 from fsdpbench.report.replay_figure import REPLAY_KIND_COLORS, replay_lanes
-from helpers import analysis, fragmented, inspect_html, make_run, rank
+from helpers import analysis, fragmented, inspect_html, make_run, rank, raw_x_events
 
 # --------------------------------------------------------------------------------------------
 # The hand-built replay of a 2-rank step (µs), one lane per rank (gloo: the main thread runs everything)
@@ -382,3 +382,34 @@ def test_replay_figure_of_many_ranks_keeps_the_ranks_on_the_path_and_says_how_ma
     svg = replay_lanes("big", figure, "replay_big")
     assert "24 more ranks not drawn" in svg
     assert "r63 main" in svg and "r38 main" in svg and "r39 main" not in svg
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_report_of_a_real_run_has_a_replay_figure_per_arm_and_the_measured_steps_of_the_traces(
+    profiled_ab_run, tmp_path
+):
+    """On the shared 2-rank gloo run (no launch of its own): each arm gets its replay figure, and the per-rank
+    "measured" column is each rank's ProfilerStep span read from the raw trace with the standard library."""
+    run = tmp_path / profiled_ab_run.name
+    shutil.copytree(profiled_ab_run, run)  # the fixture is shared: write into a copy
+    for stale in ("analysis.json", "diff.json", "diff.md"):
+        (run / stale).unlink(missing_ok=True)
+    write_report(run)
+    arms = [a["label"] for a in orjson.loads((run / "manifest.json").read_bytes())["arms"]]
+    page = inspect_html(run / "report.html")
+    assert {f"fig-replay_{arm}" for arm in arms} <= set(page.figures)
+    md = (run / "report.md").read_text()
+    for arm in arms:
+        part = md.split(f"### `{arm}`", 1)[1].split("\n### ", 1)[0]
+        assert "**Replay error**: median" in part
+        rows = [
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in part.splitlines()
+            if line.startswith("|")
+        ]
+        for trace in sorted((run / "profiles" / arm).glob("rank*/*.json*")):
+            steps = [e for e in raw_x_events(trace) if str(e.get("name", "")).startswith("ProfilerStep#")]
+            rank = trace.parent.name.removeprefix("rank")
+            measured = f"{steps[-1]['dur'] / 1000:,.2f}"
+            assert any(row[:2] == [rank, measured] for row in rows), (arm, rank, measured)
