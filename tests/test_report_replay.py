@@ -382,6 +382,12 @@ def test_replay_figure_of_many_ranks_keeps_the_ranks_on_the_path_and_says_how_ma
     svg = replay_lanes("big", figure, "replay_big")
     assert "24 more ranks not drawn" in svg
     assert "r63 main" in svg and "r38 main" in svg and "r39 main" not in svg
+    assert "work off the path may be missing" not in svg  # 64 segments: nothing was capped
+    lanes[0]["segments"] = [[i, i + 0.5, 0, 0] for i in range(2_000)]  # a figure at the analysis' cap says so
+    assert (
+        "2,063 bars kept by the analysis, the path's first: work off the path may be missing"
+        in replay_lanes("big", figure, "replay_big")
+    )
 
 
 @pytest.mark.distributed

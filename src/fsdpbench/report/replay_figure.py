@@ -23,6 +23,9 @@ REPLAY_KIND_COLORS = {
     "sync": "#C44E52",
 }
 """The replay's task kinds (``replay.figure.kinds``); an unknown kind is drawn grey."""
+REPLAY_SEGMENT_CAP = 2000
+"""The analysis keeps at most this many segments in ``replay.figure`` (the path's first, docs/DATA.md); a
+figure that holds that many says that work off the path may be missing."""
 REPLAY_MAX_ROWS = 40
 """The replay figure draws at most this many lanes: the ranks on the critical path first, then the others in
 order; the title says how many ranks were left out."""
@@ -170,6 +173,11 @@ def replay_lanes(arm: str, figure: dict, name: str) -> str:
     ax.grid(axis="x", color="#eeeeee", linewidth=0.8)
     ax.set_axisbelow(True)
     more = f"; {left_out} more ranks not drawn" if left_out else ""
+    n_segments = sum(len(lane.get("segments") or []) for lane in lanes)
+    if n_segments >= REPLAY_SEGMENT_CAP:
+        more += (
+            f"; {n_segments:,} bars kept by the analysis, the path's first: work off the path may be missing"
+        )
     ax.set_title(f"{arm} — replayed step {step_ms:,.2f} ms, every rank{more}", fontsize=10, loc="left")
     handles = [
         Patch(color=REPLAY_KIND_COLORS.get(kinds[k], "#8C8C8C"), label=kinds[k].replace("_", " "))
