@@ -181,6 +181,22 @@ def test_fragmentation_estimate_is_the_replayed_regrouping_and_says_so():
     ) in lines
 
 
+def test_a_replayed_regrouping_with_a_closed_form_per_layer_scenario_labels_each():
+    """Given the layer count, the regrouping also prices one bucket per layer; the replay has no
+    ``regroup:all_gather:unit`` edit, so that scenario stays a closed form and says so beside the replay's."""
+    test = with_replay(fragmented(124 / 12), hand_replay())
+    d = diff_analyses(analysis(), test, test_label="hyper", context={"num_layers": 4})
+    est = d.finding("fragmentation").estimate
+    assert est.source == SOURCE_REPLAY
+    layer = est.one_bucket_per_layer
+    assert layer.source == SOURCE_CLOSED_FORM and "regroup:all_gather:unit" in layer.source_note
+    lines = estimate_lines(est, details=True)
+    assert "one bucket per layer (closed form): step time" in lines[0]
+    assert any(
+        line.startswith("one bucket per layer (") and "[closed form: the replay" in line for line in lines
+    )
+
+
 def test_estimate_falls_back_to_the_closed_form_and_says_why_when_the_replay_is_null():
     closed = diff_analyses(analysis(), fragmented(124 / 12), test_label="hyper").finding("fragmentation")
     d = diff_analyses(analysis(), with_replay(fragmented(124 / 12), None), test_label="hyper")

@@ -78,7 +78,12 @@ def estimate_lines(
     parts = _deltas(est)
     layer = est.one_bucket_per_layer
     if layer is not None and layer.step_time_delta_us is not None:
-        parts.append(f"one bucket per layer: step time {fmt_us(layer.step_time_delta_us, signed=True)}")
+        other = (
+            f" ({layer.source})" if layer.source and layer.source != est.source else ""
+        )  # replay vs closed form
+        parts.append(
+            f"one bucket per layer{other}: step time {fmt_us(layer.step_time_delta_us, signed=True)}"
+        )
     if parts:
         if est.label != "measured" and timed_scale is not None and est.step_time_delta_us is not None:
             parts[0] += (  # the step-time part comes first
@@ -118,7 +123,14 @@ def estimate_lines(
     if layer is not None:
         targets = ", ".join(f"{COLLECTIVE_NAMES.get(k, k)} {v}" for k, v in layer.target_counts.items())
         lines.append(
-            f"one bucket per layer ({targets} calls): " + ("; ".join(_deltas(layer)) or "not priced")
+            f"one bucket per layer ({targets} calls): "
+            + ("; ".join(_deltas(layer)) or "not priced")
+            + (
+                f" [closed form: {layer.source_note}]"
+                if layer.source == SOURCE_CLOSED_FORM and layer.source_note
+                else ""
+            )
+            + (f" [edit `{layer.edit}` replayed]" if layer.source == SOURCE_REPLAY and layer.edit else "")
         )
     if est.note and parts:
         lines.append(f"note: {est.note}")
