@@ -31,6 +31,12 @@ BASIS_UNITS = "units"
 """``Estimate.basis``: computed per (unit, phase) from the ranks' ``units`` rows (and ``waits.units``)."""
 BASIS_STEP = "step totals"
 """``Estimate.basis``: computed from whole-step totals (the trace has no fsdpbench ranges)."""
+SOURCE_REPLAY = "replay"
+"""``Estimate.source``: the step replay's what-if (the Analysis JSON's ``replay.what_if``, an edit of the step's
+dependency graph replayed)."""
+SOURCE_CLOSED_FORM = "closed form"
+"""``Estimate.source``: a closed-form sum per rank (this module, ``whatif_units``), the fallback where the replay
+had not what it needed; ``Estimate.source_note`` says why."""
 MIN_FIT_POINTS = 3
 """Fewer collectives than this cannot give a meaningful two-parameter fit."""
 POOR_FIT_R2 = 0.5
@@ -127,6 +133,15 @@ class Estimate(Record):
     Analysis JSON) or :data:`BASIS_STEP` (whole-step totals: traces without fsdpbench's ranges)."""
     per_unit: list[dict[str, Any]] = field(default_factory=list)
     """Per (unit, phase), rank means: what the per-unit estimate found there (``BASIS_UNITS`` only)."""
+    source: str | None = None
+    """:data:`SOURCE_REPLAY` or :data:`SOURCE_CLOSED_FORM`; ``None`` in diff.json files written before the
+    replay (closed form, unlabelled)."""
+    source_note: str | None = None
+    """Closed form: why the replay could not price it ("the replay had not what it needed because …")."""
+    edit: str | None = None
+    """Replay: the graph edit replayed (``scale:all_gather:0.5``, ``straggler:remove``, ``regroup:…``)."""
+    changed: list[dict[str, Any]] = field(default_factory=list)
+    """Replay: the critical-path places the edit changed, ``{rank, unit, phase, kind, delta_us}``, largest first."""
     grouping: str | None = None
     """``scenario``'s name in diff.json files before the two were one field: read into ``scenario``, never
     written (it is None after ``__post_init__``, and ``to_dict`` leaves out what is None)."""

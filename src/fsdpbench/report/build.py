@@ -30,6 +30,7 @@ from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from fsdpbench.report.load import RunData
 from fsdpbench.report.phases import phase_section
 from fsdpbench.report.profile import profile_section
+from fsdpbench.report.replay import replay_section
 from fsdpbench.results.summary import ArmSummary
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def build_report(data: RunData) -> tuple[str, list[Block]]:
         ("phase times", phase_section),
         ("throughput", _throughput),
         ("profile", profile_section),
+        ("critical path", replay_section),
         ("diagnosis", _diagnosis),
         ("configuration", _configuration),
         ("reproduce", _reproduce),

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding
-from fsdpbench.analysis.whatif import Estimate
+from fsdpbench.analysis.findings.replay import place_text
+from fsdpbench.analysis.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY, Estimate
 from fsdpbench.fmt import fmt, fmt_count, fmt_pct, fmt_us
 
 
@@ -63,29 +64,41 @@ def estimate_lines(
     """The estimate as lines of text: a headline, then (``details``) how it was priced and its assumptions.
 
     Headline: ``"Estimate — <scenario>: step time −1.2 ms; exposed comm −1.0 ms; ..."`` for a modelled
-    what-if, ``"Measured: exposed comm −3.0 ms"`` for a measured change, ``"Estimate: not priced ..."``
-    when the rule could not price it. Missing numbers are left out, never printed as ``None``.
+    what-if (``"Estimate (replay) — …"`` when the step replay priced it, with the edit replayed; a closed form
+    ends in ``[closed form: <why the replay could not>]``), ``"Measured: exposed comm −3.0 ms"`` for a measured
+    change, ``"Estimate: not priced ..."`` when the rule could not price it. Missing numbers are left out, never printed as ``None``.
     No lines for ``None``. ``timed_scale`` (the subject arm's timed/profiled step ratio) qualifies a
     step-time estimate: it was computed on the profiled step, and is also given on the timed clock.
     """
     if est is None:
         return []
     label = "Measured" if est.label == "measured" else "Estimate"
+    if label == "Estimate" and est.source == SOURCE_REPLAY:
+        label = "Estimate (replay)"
     parts = _deltas(est)
     layer = est.one_bucket_per_layer
     if layer is not None and layer.step_time_delta_us is not None:
-        parts.append(f"one bucket per layer: step time {fmt_us(layer.step_time_delta_us, signed=True)}")
+        other = (
+            f" ({layer.source})" if layer.source and layer.source != est.source else ""
+        )  # replay vs closed form
+        parts.append(
+            f"one bucket per layer{other}: step time {fmt_us(layer.step_time_delta_us, signed=True)}"
+        )
     if parts:
-        if label == "Estimate" and timed_scale is not None and est.step_time_delta_us is not None:
+        if est.label != "measured" and timed_scale is not None and est.step_time_delta_us is not None:
             parts[0] += (  # the step-time part comes first
                 f" (on the profiled step; ≈ {fmt_us(est.step_time_delta_us * timed_scale, signed=True)} "
                 f"on the timed clock, × timed/profiled {fmt(timed_scale, 2)})"
             )
         lines = [f"{label}{f' — {est.scenario}' if est.scenario else ''}: " + "; ".join(parts)]
-    elif label == "Estimate":
+    elif est.label != "measured":
         lines = [f"{label}: {est.note or 'not priced'}"]
     else:
         return []
+    if est.source == SOURCE_CLOSED_FORM:  # the fallback says so, and why the replay could not price it
+        lines[0] += f" [closed form: {est.source_note}]" if est.source_note else " [closed form]"
+    elif est.source == SOURCE_REPLAY and est.edit:
+        lines[0] += f" [edit `{est.edit}` replayed]"
     if not details:
         return lines
     if est.target_overlap_ratio is not None:
@@ -110,10 +123,20 @@ def estimate_lines(
     if layer is not None:
         targets = ", ".join(f"{COLLECTIVE_NAMES.get(k, k)} {v}" for k, v in layer.target_counts.items())
         lines.append(
-            f"one bucket per layer ({targets} calls): " + ("; ".join(_deltas(layer)) or "not priced")
+            f"one bucket per layer ({targets} calls): "
+            + ("; ".join(_deltas(layer)) or "not priced")
+            + (
+                f" [closed form: {layer.source_note}]"
+                if layer.source == SOURCE_CLOSED_FORM and layer.source_note
+                else ""
+            )
+            + (f" [edit `{layer.edit}` replayed]" if layer.source == SOURCE_REPLAY and layer.edit else "")
         )
     if est.note and parts:
         lines.append(f"note: {est.note}")
+    if est.changed:
+        places = ", ".join(f"{place_text(c)} {fmt_us(c.get('delta_us'), signed=True)}" for c in est.changed)
+        lines.append(f"changed on the critical path: {places}")
     if est.wait_delta_us is not None:
         lines.append(
             f"of the communication change, {fmt_us(est.wait_delta_us, signed=True)} is less waiting for the "

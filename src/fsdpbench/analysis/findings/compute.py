@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from statistics import median
 
+from fsdpbench.analysis.findings import replay as rp
 from fsdpbench.analysis.findings.records import Finding, RuleInput
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import OP_DELTA_SHARE, OP_MAX_LISTED, STRAGGLER_SKEW
@@ -42,9 +43,14 @@ def rule_compute_path(x: RuleInput) -> list[Finding]:
             "the arms run different ops for the same model step (e.g. copies/slices around the flat buffers, "
             "casts for mixed precision)",
             f"adopt {donor}'s path for {', '.join(r.op_type for r in gain_rows)} in {adopter}",
-            Estimate(
-                step_time_delta_us=-sum(abs(r.delta_us) for r in gain_rows),
-                scenario=f"{adopter} runs {donor}'s faster ops; an upper bound on the gain, as compute may overlap comm",
+            rp.closed_form(
+                Estimate(
+                    step_time_delta_us=-sum(abs(r.delta_us) for r in gain_rows),
+                    scenario=f"{adopter} runs {donor}'s faster ops; an upper bound on the gain, as compute may "
+                    "overlap comm",
+                ),
+                x.analysis["base" if adopter == lb else "test"],
+                f"scale:{gain_rows[0].op_type}:<factor>",
             ),
         )
     ]
@@ -83,9 +89,16 @@ def rule_straggler(x: RuleInput) -> list[Finding]:
                 + f"(+{fmt_pct(worst / mid - 1)})",
                 "one rank computes longer and every collective waits for it",
                 f"find why rank {rank} of {lab} computes longer (placement, imbalance, a noisy neighbour)",
-                Estimate(
-                    step_time_delta_us=-(worst - mid),
-                    scenario=f"rank {rank} computes as fast as the other ranks (median)",
+                rp.replay_or_closed_form(
+                    x.analysis[side],
+                    lambda edit, rank=rank: edit in ("straggler:remove", f"straggler:remove:{rank}"),
+                    f"straggler:remove:{rank}",
+                    f"rank {rank}'s work at each place is the median of the other ranks' there",
+                    Estimate(
+                        step_time_delta_us=-(worst - mid),
+                        scenario=f"rank {rank} computes as fast as the other ranks (median)",
+                    ),
+                    rp.preferring(f"straggler:remove:{rank}"),
                 ),
                 subject=lab,
             )

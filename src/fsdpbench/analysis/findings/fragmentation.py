@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fsdpbench.analysis import whatif, whatif_units
-from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, collective_phrase, safe_ratio
+from fsdpbench.analysis.findings import replay as rp
+from fsdpbench.analysis.findings.records import (
+    CollectiveRow,
+    Finding,
+    RuleInput,
+    Side,
+    collective_phrase,
+    safe_ratio,
+)
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import (
     FRAGMENTATION_COUNT_RATIO,
@@ -34,6 +42,33 @@ def _bucket_summary(estimate: Estimate, target_counts: dict[str, int], basis: st
         target_counts=target_counts,
         basis=basis,
     )
+
+
+def _from_replay(
+    data: Mapping[str, object], hits: list[CollectiveRow], side: Side, other: Side, closed: Estimate
+) -> Estimate:
+    """The replay's regrouping (``regroup:<type>:<count>``, preferring the most costly type at the other arm's
+    count) where the arm's replay has it, else ``closed`` labelled as the closed-form fallback; the same for
+    the one-bucket-per-unit scenario (``regroup:<type>:unit``)."""
+    ordered = sorted(hits, key=lambda r: -(r[side].time_us or 0.0))
+    types = [r.type for r in ordered]
+    top = ordered[0]
+    wanted = f"regroup:{top.type}:{round(top[other].count or 0)}"
+
+    def pick(rows):  # the most costly type first, at the other arm's count where the replay has it
+        rank = {t: i for i, t in enumerate(types)}
+        return min(rows, key=lambda w: (rank[w["edit"].split(":")[1]], w["edit"] != wanted))
+
+    bucket = closed.one_bucket_per_layer
+    estimate = rp.replay_or_closed_form(
+        data, lambda e: rp.is_regroup(e, types), wanted, closed.scenario or "", closed, pick
+    )
+    per_unit = [w for w in rp.what_ifs(data) if rp.is_regroup(w["edit"], types, per_unit=True)]
+    if per_unit:
+        estimate.one_bucket_per_layer = rp.estimate_from_what_if(data, pick(per_unit), "one call per unit")
+    elif bucket is not None:
+        estimate.one_bucket_per_layer = rp.closed_form(bucket, data, f"regroup:{top.type}:unit")
+    return estimate
 
 
 def rule_fragmentation(x: RuleInput) -> list[Finding]:
@@ -112,6 +147,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 waits=step_waits,
             )
             estimate.one_bucket_per_layer = _bucket_summary(per_layer, layer, whatif.BASIS_STEP)
+        estimate = _from_replay(data, hits, side, other, estimate)
         frag_time = sum(r[side].time_us or 0.0 for r in hits)
         share = safe_ratio(frag_time, m.step_time_us)
         severity = "high" if share is not None and share >= FRAGMENTATION_HIGH_SHARE else "medium"

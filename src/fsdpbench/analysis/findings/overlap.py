@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from fsdpbench.analysis import places as plc
 from fsdpbench.analysis import whatif, whatif_units
+from fsdpbench.analysis.findings import replay as rp
 from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, safe_delta
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import (
@@ -99,6 +100,15 @@ def rule_low_overlap(x: RuleInput) -> list[Finding]:
                 scenario=f"no arm overlaps much better than {lab}; best case = all comm hidden",
                 basis=whatif.BASIS_STEP,
             )
+        closed = estimate
+        estimate = rp.replay_or_closed_form(
+            x.analysis[side],
+            lambda edit: edit.startswith("prefetch:"),
+            f"prefetch:<unit>:{(depth or 0) + 1}",
+            "the replayed prefetch edit that shortens the step most",
+            closed,
+            rp.fastest,
+        )
         findings.append(
             Finding(
                 "low_overlap",

@@ -11,6 +11,7 @@ from fsdpbench.analysis.findings import (
     memory,
     overlap,
     prefetch,
+    replay,
 )
 from fsdpbench.analysis.findings.rule import Rule
 
@@ -26,6 +27,7 @@ RULES: tuple[Rule, ...] = (
     memory.PEAK_MEMORY,
     compute.COMPUTE_PATH,
     compute.STRAGGLER,
+    replay.CRITICAL_PATH,
     ascend.HCCL_AVG_DIVISION,
 )
 RULE_ORDER = {r.id: i for i, r in enumerate(RULES)}

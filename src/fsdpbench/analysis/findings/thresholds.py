@@ -37,6 +37,11 @@ PLACE_DELTA_SHARE = 0.02
 """A (unit, phase) whose exposed comm is larger in one arm by this share of the base step is named ..."""
 PLACE_MAX_LISTED = 3
 """... at most this many places per arm; ``high`` when the largest is at least ``EXPOSED_SHARE`` of the step."""
+CRITICAL_MAX_LISTED = 3
+"""The critical-path finding names at most this many places (the replay's ``critical``, largest first) ..."""
+NEAR_CRITICAL_MANY = 2
+"""... and says "many almost-equal paths" when at least this many places are near-critical (slack < 2 % of the
+step, the replay's ``near_critical``)."""
 PLACE_WAIT_SHARE = 0.5
 """A place whose exposed comm is at least this share waiting (for a late rank) is blamed on that rank."""
 IDLE_DELTA_SHARE = 0.10
