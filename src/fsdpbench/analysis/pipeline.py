@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fsdpbench.analysis import result_cache
+from fsdpbench.analysis import rank_result, result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
 from fsdpbench.analysis.result_records import from_record
 from fsdpbench.analysis.stragglers import clock_offset_warning, stragglers
@@ -501,8 +501,21 @@ def analyze(
     n = len(sources)
     keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
     results: list[RankOutcome | None] = [None] * n
-    keys = [_cache_keys(s, step) for s in sources]  # each trace hashed once, whichever cache uses it
+    compact = 0
+    for i, s in enumerate(sources):  # ranks with a compact result (rank_result.py): no byte of the trace read
+        got = rank_result.load(Path(s.path), step, replay or bool(what_if))
+        if isinstance(got, str):
+            results[i] = RankOutcome(False, None, [], None, got)
+        elif got is not None:
+            results[i] = RankOutcome(True, got[0], got[1], got[2], None)
+            compact += 1
+        elif not Path(s.path).exists():
+            results[i] = RankOutcome(False, None, [], None, f"{s.path}: no such file or folder")
+    # each trace hashed once, whichever cache uses it
+    keys = [None if results[i] is not None else _cache_keys(s, step) for i, s in enumerate(sources)]
     for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
+        if results[i] is not None:
+            continue
         k = keys[i]
         hit = None if k is None else result_cache.load(Path(s.path), step, k.result)
         if (
@@ -621,6 +634,7 @@ def analyze(
         warnings=warnings,
         top=top,
         process_groups=group_kinds(ranks),
+        compact_ranks=compact,
     )
     offset = clock_offset_warning([r.rank for r in timed], [r.device_span_ns for r in timed])
     if offset:
@@ -722,3 +736,130 @@ def _waits(
             origin[0][0], want, {"waits": res.waits, "warnings": wait_warnings}, transfer
         )
     return row_split
+
+
+# ---- the per-rank part alone: compact results beside the traces (analyze --ranks-only) ----
+
+
+def parse_ranks(spec: str) -> set[int]:
+    """The ranks of a range list such as ``0-3``, ``0,2,5-7`` (``ConfigError`` naming the bad part)."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if sep else (int(part), int(part))
+        except ValueError:
+            raise ConfigError(f"--ranks {spec!r}: {part!r} is not a rank or a range such as 0-3") from None
+        if first < 0 or last < first:
+            raise ConfigError(f"--ranks {spec!r}: {part!r} is not a range of ranks (first ≤ last, from 0)")
+        out.update(range(first, last + 1))
+    return out
+
+
+def source_rank(source: Source, position: int) -> int:
+    """The rank a source stands for without reading its trace: the number in its path (``rank3``), for an
+    Ascend folder its ``profiler_info_<rank>.json``; else its position among the sources."""
+    path = Path(source.path)
+    if source.format == "ascend" and path.is_dir():
+        from fsdpbench.trace.ascend import rank_of_folder
+
+        found = rank_of_folder(path)
+        if found is not None:
+            return found
+    from fsdpbench.trace.kineto import rank_from_path
+
+    found = rank_from_path(path)
+    return position if found is None else found
+
+
+class RankWritten(NamedTuple):
+    """One rank of :func:`analyze_ranks`: where its compact result went and how large it is."""
+
+    rank: int
+    trace: str
+    trace_bytes: int | None
+    result_bytes: int | None
+    """None when the rank could not be analysed (``error`` says why)."""
+    warnings: list[str]
+    error: str | None
+
+
+class _RanksOnlyJob:
+    """:func:`_write_rank_result` of one ``(rank, source)``, as a :class:`fanout.Fanout` item."""
+
+    def __init__(self, step: int | None) -> None:
+        self.step = step
+
+    def __call__(self, item: tuple[int, Source]) -> RankWritten:
+        return _write_rank_result(item[1], item[0], self.step)
+
+
+def _write_rank_result(source: Source, rank: int, step: int | None) -> RankWritten:
+    """Read and measure one rank (its caches used and written as ``analyze`` does), build its replay
+    graph, and write its compact result beside the trace."""
+    path = Path(source.path)
+    if not path.exists():
+        return RankWritten(rank, str(path), None, None, [], f"{path}: the trace is not here")
+    outcome = _analyze_one(source, step, False, _cache_keys(source, step), graph=True)
+    if outcome.error or outcome.metrics is None:
+        return RankWritten(rank, str(path), None, None, outcome.warnings, outcome.error or "not measured")
+    try:
+        size = rank_result.write(
+            path,
+            step,
+            outcome.trace_rank,
+            outcome.warnings,
+            outcome.metrics,
+            outcome.metrics.replay_graph,
+            source.format,
+        )
+    except InputError as exc:
+        return RankWritten(rank, str(path), None, None, outcome.warnings, str(exc))
+    return RankWritten(rank, str(path), rank_result.trace_bytes(path), size, outcome.warnings, None)
+
+
+def _lost_written(item: tuple[int, Source], why: str) -> RankWritten:
+    return RankWritten(item[0], str(item[1].path), None, None, [], _lost((0, item[1]), why).error)
+
+
+def analyze_ranks(
+    paths: Sequence[str | Path],
+    *,
+    ranks: str | None = None,
+    step: int | None = None,
+    workers: int | None = None,
+) -> list[RankWritten]:
+    """The per-rank part of :func:`analyze` alone: each selected rank's compact result written beside its
+    trace (:mod:`fsdpbench.analysis.rank_result`), for a later ``analyze`` of the folder to join without
+    reading a trace. Hosts of a cluster can run it over disjoint ``ranks`` of one shared folder.
+
+    Args:
+        paths: as :func:`analyze`'s.
+        ranks: the ranks to analyse (:func:`parse_ranks`: ``0-3``, ``0,8,16``); a rank is the number in its
+            path (:func:`source_rank`); None: every rank found.
+        step: as :func:`analyze`'s (the join must use the same).
+        workers: processes reading ranks (default: min(ranks, CPUs); 1 = in-process).
+    Returns:
+        One :class:`RankWritten` per selected rank, by rank.
+    Raises:
+        InputError: no rank of ``ranks`` under ``paths`` (the message lists those found).
+    """
+    sources = find_all(paths)
+    by_rank = sorted(((source_rank(s, i), s) for i, s in enumerate(sources)), key=lambda x: x[0])
+    wanted = None if ranks is None else parse_ranks(ranks)
+    chosen = [(r, s) for r, s in by_rank if wanted is None or r in wanted]
+    if not chosen:
+        found = [r for r, _ in by_rank]
+        raise InputError(
+            f"no rank of --ranks {ranks} under {', '.join(map(str, paths))} (ranks found: "
+            f"{found[:8]}{' …' if len(found) > 8 else ''})"
+        )
+    workers = min(len(chosen), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(chosen)))
+    from fsdpbench.analysis import fanout
+
+    if workers == 1 or not fanout.available() or len(chosen) > fanout.MAX_ITEMS:
+        return [_write_rank_result(s, r, step) for r, s in chosen]
+    _prepare_workers()
+    with _freed_memory_kept(), fanout.Fanout(_RanksOnlyJob(step), chosen, workers, _lost_written) as fan:
+        return fan.results()

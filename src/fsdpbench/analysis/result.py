@@ -462,6 +462,9 @@ class Analysis:
     """The step replay (analysis/replay.py, docs/replay.md): None until asked for, or when the traces lack
     what its graph needs (``replay_note`` says why)."""
     replay_note: str | None = None
+    compact_ranks: int = 0
+    """How many ranks came from their compact result (analysis/rank_result.py) rather than a trace or
+    cache; not in the JSON, which is the same either way."""
 
     @property
     def mean(self) -> dict[str, float | None]:

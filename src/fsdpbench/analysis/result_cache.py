@@ -81,20 +81,44 @@ def load(
         return None
     try:
         want = key(trace, step) if want is None else want
-        raw = _unpacked(path.read_bytes())
-        cut = raw.find(b"\n")  # the JSON, then the exposed intervals' bytes (orjson writes no newline)
-        entry: ResultCacheEntry = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
-        if entry.get("key") != want:
-            return None
-        from fsdpbench.analysis.result import RankMetrics
-
-        record = from_plain(RankCacheRecord, entry["metrics"])
-        metrics = RankMetrics.from_cache_record(record, raw[cut + 1 :] if cut >= 0 else b"")
-        metrics.source = str(trace)  # where it is now (a trace copied with its cache keeps its key)
-        return entry["trace_rank"], list(entry["warnings"]), metrics
+        return entry_from_bytes(path.read_bytes(), trace, want)
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
         log.debug("%s: result cache not used (%s)", path, exc)
         return None
+
+
+def entry_from_bytes(
+    raw: bytes, trace: Path, want: dict[str, Any] | None
+) -> tuple[int | None, list[str], Any] | None:
+    """What :func:`load` returns, from the bytes :func:`entry_bytes` gave (None: its key is not ``want``;
+    ``want`` None: any key). Raises on bytes that are not such an entry."""
+    raw = _unpacked(raw)
+    cut = raw.find(b"\n")  # the JSON, then the exposed intervals' bytes (orjson writes no newline)
+    entry: ResultCacheEntry = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
+    if want is not None and entry.get("key") != want:
+        return None
+    from fsdpbench.analysis.result import RankMetrics
+
+    record = from_plain(RankCacheRecord, entry["metrics"])
+    metrics = RankMetrics.from_cache_record(record, raw[cut + 1 :] if cut >= 0 else b"")
+    metrics.source = str(trace)  # where it is now (a trace copied with its cache keeps its key)
+    return entry["trace_rank"], list(entry["warnings"]), metrics
+
+
+def entry_bytes(
+    want: dict[str, Any], trace_rank: int | None, warnings: list[str], metrics: Any, packed: bool = True
+) -> bytes:
+    """The result cache's bytes of one rank (:func:`store` writes them; :func:`entry_from_bytes` reads);
+    ``packed``: small ones zlib-compressed (:func:`_packed`), else as they are."""
+    entry: ResultCacheEntry = {
+        "key": want,
+        "trace_rank": trace_rank,
+        "warnings": warnings,
+        "metrics": metrics.cache_record(),
+    }
+    blob = orjson.dumps(entry, option=orjson.OPT_SERIALIZE_NUMPY)
+    raw = b"%b\n%b" % (blob, metrics.exposed_bytes())
+    return _packed(raw) if packed else raw
 
 
 def store(
@@ -103,16 +127,9 @@ def store(
     """Write the result cache of ``trace`` under ``want`` (:func:`key`, taken before the trace was
     read), atomically and with the trace's permissions; skip quietly when the folder is not writable
     or the write fails."""
-    entry: ResultCacheEntry = {
-        "key": want,
-        "trace_rank": trace_rank,
-        "warnings": warnings,
-        "metrics": metrics.cache_record(),
-    }
 
     def write(f: Any) -> None:
-        blob = orjson.dumps(entry, option=orjson.OPT_SERIALIZE_NUMPY)
-        f.write(_packed(b"%b\n%b" % (blob, metrics.exposed_bytes())))
+        f.write(entry_bytes(want, trace_rank, warnings, metrics))
 
     table_cache.write_beside(trace, cache_path(trace), write)
 

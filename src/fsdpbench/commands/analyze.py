@@ -81,6 +81,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--critical-path or --what-if it is not computed anyway",
     )
     parser.add_argument(
+        "--ranks-only",
+        action="store_true",
+        help="only the per-rank part: write each rank's compact result beside its trace "
+        "(<trace>.fsdpbench-rank: its metrics, collectives and step-replay graph) and print their sizes; "
+        "a later `fsdpbench analyze` of the folder joins the ranks from them without reading a trace. "
+        "Hosts of a cluster can run it on disjoint --ranks of a shared folder (docs/multi-node.md)",
+    )
+    parser.add_argument(
+        "--ranks",
+        metavar="LIST",
+        help="with --ranks-only: the ranks to analyse, e.g. 0-3 or 0,8,16-23 (a rank is the number in "
+        "its path: rank3, rank_3; default: all)",
+    )
+    parser.add_argument(
         "--replay-trace",
         metavar="FILE",
         help="where --critical-path writes the replayed step's Chrome/Perfetto trace (default: "
@@ -536,6 +550,15 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--no-replay cannot be combined with --critical-path or --what-if (they are the replay)"
         )
+    if args.ranks and not args.ranks_only:
+        raise ConfigError("--ranks selects the ranks of --ranks-only; a plain analyze joins every rank found")
+    if args.ranks_only:
+        if args.json or args.critical_path or args.what_if or args.units or args.explain:
+            raise ConfigError(
+                "--ranks-only writes the compact results only: run `fsdpbench analyze` of the folder "
+                "afterwards for --json, --units, --explain, --critical-path or --what-if"
+            )
+        return _ranks_only(args)
     replay = bool(args.json or args.critical_path or args.what_if) and not args.no_replay
     res = analyze(args.paths, step=args.step, workers=args.workers, replay=replay, what_if=args.what_if)
     if args.no_replay:
@@ -546,6 +569,13 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data + b"\n")
         return 0
     render(res, top=args.top, wide=args.wide)
+    if res.compact_ranks:
+        from rich.console import Console
+
+        Console().print(
+            f"joined {res.compact_ranks} of {len(res.ranks)} ranks from their compact results "
+            "(*.fsdpbench-rank): no trace of theirs was read"
+        )
     if args.units or args.explain:
         from rich.console import Console
 
@@ -565,6 +595,39 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError(f"{out}: cannot write the JSON ({exc.strerror or exc})") from None
     return 0
+
+
+def _ranks_only(args: argparse.Namespace) -> int:
+    """``--ranks-only``: write the selected ranks' compact results, one line each; 1 if any failed."""
+    from rich.console import Console
+
+    from fsdpbench.analysis.pipeline import analyze_ranks
+
+    con = Console(highlight=False)
+    done = analyze_ranks(args.paths, ranks=args.ranks, step=args.step, workers=args.workers)
+    failed = [w for w in done if w.error]
+    for w in done:
+        for warning in w.warnings:
+            con.print(f"warning: {warning}", markup=False)
+        if w.error:
+            con.print(f"rank {w.rank}: not analysed: {w.error}", markup=False)
+            continue
+        share = w.result_bytes / w.trace_bytes if w.trace_bytes else None
+        con.print(
+            f"rank {w.rank}: {Path(w.trace).name} ({fmt_bytes(w.trace_bytes)}) -> "
+            f"{Path(w.trace).name}.fsdpbench-rank ({fmt_bytes(w.result_bytes)}, {fmt_pct(share)} of the trace)",
+            markup=False,
+        )
+    ok = [w for w in done if not w.error]
+    if ok:
+        total_t = sum(w.trace_bytes or 0 for w in ok)
+        total_r = sum(w.result_bytes or 0 for w in ok)
+        con.print(
+            f"{len(ok)} rank(s) analysed: compact results {fmt_bytes(total_r)} for {fmt_bytes(total_t)} of "
+            f"traces; join them with `fsdpbench analyze` of the folder",
+            markup=False,
+        )
+    return 1 if failed else 0
 
 
 def _write_replay_trace(res, args: argparse.Namespace) -> Path | None:  # noqa: ANN001

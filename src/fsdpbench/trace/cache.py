@@ -86,6 +86,11 @@ def _reader_hash() -> str:
     return source_hash(_FORMAT, (here / name for name in _READER_FILES))
 
 
+def reader_hash() -> str:
+    """The readers' source hash (a key part of every cache that stands for a trace's table)."""
+    return _reader_hash()
+
+
 def _file_key(path: Path) -> tuple[int, int, str]:
     st = path.stat()
     with path.open("rb") as f:

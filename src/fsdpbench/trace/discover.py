@@ -10,6 +10,8 @@ from fsdpbench.errors import InputError
 
 ASCEND_SUFFIX = "_ascend_pt"
 ASCEND_OUTPUT = "ASCEND_PROFILER_OUTPUT"
+RANK_RESULT_SUFFIX = ".fsdpbench-rank"
+"""A rank's compact result beside its trace (analysis/rank_result.py): ``rank3.json.gz.fsdpbench-rank``."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ def find_sources(path: str | Path) -> list[Source]:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or folder")
+    if p.is_file() and p.name.endswith(RANK_RESULT_SUFFIX):  # a rank's compact result: the rank it stands for
+        return [_result_source(p)]
     if p.is_file():
         name = p.name.lower()
         if name.endswith((".json", ".json.gz", ".gz")):
@@ -66,6 +70,12 @@ def find_sources(path: str | Path) -> list[Source]:
         and _is_kineto_name(q)
         and not any(part.endswith(ASCEND_SUFFIX) for part in q.relative_to(p).parts)
     )
+    kineto = [q for q in kineto if not q.name.endswith(RANK_RESULT_SUFFIX)]
+    # ranks whose trace is elsewhere (on its node) and whose compact result is here
+    results = [_result_source(q) for q in sorted(p.rglob(f"*{RANK_RESULT_SUFFIX}")) if q.is_file()]
+    absent = [r for r in results if not r.path.exists()]
+    ascend = sorted({*ascend, *(r.path for r in absent if r.format == "ascend")})
+    kineto = sorted({*kineto, *(r.path for r in absent if r.format == "kineto")})
     if ascend and kineto:
         raise InputError(
             f"{p}: mixed formats: {len(kineto)} Kineto trace(s) (e.g. {kineto[0]}) and {len(ascend)} Ascend "
@@ -73,9 +83,16 @@ def find_sources(path: str | Path) -> list[Source]:
         )
     if not ascend and not kineto:
         raise InputError(
-            f"{p}: no profiles found (looked for *.json.gz, *trace*.json and *rank*.json files and *{ASCEND_SUFFIX} folders)"
+            f"{p}: no profiles found (looked for *.json.gz, *trace*.json and *rank*.json files, *{ASCEND_SUFFIX} folders and "
+            f"*{RANK_RESULT_SUFFIX} compact results)"
         )
     return [Source(q, "ascend") for q in ascend] or [Source(q, "kineto") for q in kineto]
+
+
+def _result_source(result: Path) -> Source:
+    """The rank a compact result stands for: its trace's path (there or not) and format (from the name)."""
+    trace = result.with_name(result.name[: -len(RANK_RESULT_SUFFIX)])
+    return Source(trace, "ascend" if trace.name.endswith(ASCEND_SUFFIX) else "kineto")
 
 
 def find_all(paths: Sequence[str | Path]) -> list[Source]:
@@ -83,9 +100,11 @@ def find_all(paths: Sequence[str | Path]) -> list[Source]:
     if not paths:
         raise InputError("no input paths given")
     found: list[Source] = []
+    seen: set[Source] = set()
     for path in paths:
         for s in find_sources(path):
-            if s not in found:
+            if s not in seen:
+                seen.add(s)
                 found.append(s)
     formats = {s.format for s in found}
     if len(formats) > 1:
