@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from fsdpbench.analysis import analyze
-from fsdpbench.analysis.pipeline import analyze_ranks, parse_ranks
+from fsdpbench.analysis.pipeline import analyze_ranks, launcher_share, parse_ranks
 from fsdpbench.errors import ConfigError, InputError
 from fsdpbench.trace.synthetic import make_trace, write_trace
 from helpers import run_cli
@@ -110,3 +110,30 @@ def test_ranks_lists_are_parsed_and_a_range_with_no_rank_is_refused(tmp_path):
         analyze_ranks([folder], ranks="9-12", workers=1)
     proc = run_cli("analyze", str(folder), "--ranks", "0-1")
     assert proc.returncode != 0 and "--ranks selects the ranks of --ranks-only" in proc.stderr
+
+
+def test_ranks_share_takes_this_processs_contiguous_share_as_its_launcher_numbers_it(tmp_path, monkeypatch):
+    folder = _ranks(tmp_path / "ranks")
+    for name in (
+        "RANK",
+        "WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_RANK",
+        "PMI_SIZE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "1")  # srun's second task of 3: 4 ranks split 1 / 1 / 2
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    assert [w.rank for w in analyze_ranks([folder], ranks="share", workers=1)] == [1]
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    assert [w.rank for w in analyze_ranks([folder], ranks="share", workers=1)] == [2, 3]
+    assert sorted(p.name for p in folder.glob(f"*{SUFFIX}")) == [
+        f"rank{r}.json.gz{SUFFIX}" for r in (1, 2, 3)
+    ]
+    assert launcher_share({"RANK": "3", "WORLD_SIZE": "8", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}) == (
+        3,
+        8,
+    )
+    with pytest.raises(ConfigError, match="--ranks share: started by no launcher"):
+        launcher_share({})

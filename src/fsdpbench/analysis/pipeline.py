@@ -773,6 +773,26 @@ def source_rank(source: Source, position: int) -> int:
     return position if found is None else found
 
 
+LAUNCHER_ENVS = (
+    ("RANK", "WORLD_SIZE"),  # torchrun
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI's mpirun
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH / Intel MPI
+)
+"""(this process' index, processes) as each launcher names them, in the order they are looked for."""
+
+
+def launcher_share(env: dict[str, str] | None = None) -> tuple[int, int]:
+    """(index, count) of this process among those its launcher started (:data:`LAUNCHER_ENVS`), for
+    ``--ranks share`` (``ConfigError`` when no launcher's variables are set)."""
+    env = dict(os.environ) if env is None else env
+    for index, count in LAUNCHER_ENVS:
+        if env.get(index, "").isdigit() and env.get(count, "").isdigit() and int(env[count]) > 0:
+            return int(env[index]), int(env[count])
+    names = ", ".join(f"{i}/{c}" for i, c in LAUNCHER_ENVS)
+    raise ConfigError(f"--ranks share: started by no launcher this knows (none of {names} is set)")
+
+
 class RankWritten(NamedTuple):
     """One rank of :func:`analyze_ranks`: where its compact result went and how large it is."""
 
@@ -837,7 +857,9 @@ def analyze_ranks(
     Args:
         paths: as :func:`analyze`'s.
         ranks: the ranks to analyse (:func:`parse_ranks`: ``0-3``, ``0,8,16``); a rank is the number in its
-            path (:func:`source_rank`); None: every rank found.
+            path (:func:`source_rank`); ``share``: this process' contiguous share of the ranks found, by its
+            index and count as its launcher sets them (:func:`launcher_share`: torchrun, srun, mpirun);
+            None: every rank found.
         step: as :func:`analyze`'s (the join must use the same).
         workers: processes reading ranks (default: min(ranks, CPUs); 1 = in-process).
     Returns:
@@ -847,8 +869,14 @@ def analyze_ranks(
     """
     sources = find_all(paths)
     by_rank = sorted(((source_rank(s, i), s) for i, s in enumerate(sources)), key=lambda x: x[0])
-    wanted = None if ranks is None else parse_ranks(ranks)
-    chosen = [(r, s) for r, s in by_rank if wanted is None or r in wanted]
+    if ranks == "share":  # this process' contiguous share of the ranks, as its launcher numbers it
+        index, count = launcher_share()
+        chosen = by_rank[len(by_rank) * index // count : len(by_rank) * (index + 1) // count]
+        if not chosen:
+            return []
+    else:
+        wanted = None if ranks is None else parse_ranks(ranks)
+        chosen = [(r, s) for r, s in by_rank if wanted is None or r in wanted]
     if not chosen:
         found = [r for r, _ in by_rank]
         raise InputError(

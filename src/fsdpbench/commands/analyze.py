@@ -92,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ranks",
         metavar="LIST",
         help="with --ranks-only: the ranks to analyse, e.g. 0-3 or 0,8,16-23 (a rank is the number in "
-        "its path: rank3, rank_3; default: all)",
+        "its path: rank3, rank_3), or 'share': this process' contiguous share of them as its launcher numbers "
+        "it (torchrun's RANK/WORLD_SIZE, srun's SLURM_PROCID/SLURM_NTASKS, mpirun's; default: all)",
     )
     parser.add_argument(
         "--replay-trace",
