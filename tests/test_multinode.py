@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -316,9 +317,13 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
     assert [s["world_size"] for s in steps] == [2] * 4
     assert [s["loss"] for s in ours] == pytest.approx(ref_losses, abs=1e-6)
     assert sorted(p.name for p in (run0 / "profiles" / "torch").iterdir()) == ["rank0", "rank1"]
+    # node 1 analysed rank 1 where its trace is and sent the compact result, byte for byte, not the trace
     theirs = _tree_hashes(run1 / "profiles" / "torch" / "rank1")
-    assert any(name.endswith(".json.gz") for name in theirs)
-    assert _tree_hashes(run0 / "profiles" / "torch" / "rank1") == theirs
+    (trace,) = [name for name in theirs if name.endswith(".json.gz")]
+    result = trace + ".fsdpbench-rank"
+    got = [p for p in (run0 / "profiles" / "torch" / "rank1").rglob("*") if p.is_file()]
+    assert [p.name for p in got] == [result]
+    assert _tree_hashes(run0 / "profiles" / "torch" / "rank1") == {result: theirs[result]}
     # node 1's logs, environment and spec, under node1/
     sent = _tree_hashes(
         run1 / "launches" / "torch" / "round0", skip=("collect", "collect.json", "status.json")
@@ -327,7 +332,37 @@ def test_after_resume_node_0_holds_every_ranks_files_byte_for_byte(two_nodes):
     assert _tree_hashes(run0 / "launches" / "torch" / "round0" / "node1") == sent
     summary = orjson.loads((run0 / run_folder.SUMMARY).read_bytes())
     assert summary["missing"] == [] and [f["resolved"] for f in summary["failures"]] == [True]
-    assert summary["collected"]["nodes"] == [1] and summary["collected"]["left_in_place"] == []
+    trace_bytes = (run1 / "profiles" / "torch" / "rank1" / trace).stat().st_size
+    assert summary["collected"]["nodes"] == [1] and summary["collected"]["left_in_place"] == [
+        {"node": 1, "path": f"profiles/torch/rank1/{trace}", "bytes": trace_bytes, "why": collect.TRACE_KEPT}
+    ]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_node_0_joins_from_node_1s_compact_result_as_from_its_trace(two_nodes, tmp_path):
+    """analysis.json from rank 0's trace + rank 1's compact result (what node 0 holds) is byte-identical to
+    analysis.json from both traces on one node; the bytes shipped for rank 1 are at most 10 % of its trace."""
+    from fsdpbench.analysis.derived import ensure_analysis
+
+    run0, run1 = two_nodes["run0"], two_nodes["run1"]
+    (trace,) = (run1 / "profiles" / "torch" / "rank1").glob("*.json.gz")
+    sent = orjson.loads((run_folder.launch_dir(run0, "torch", 0) / collect.COLLECT_RESULT).read_bytes())
+    shipped = sum(f["bytes"] for f in sent["nodes"]["1"]["files"] if f["path"].startswith("profiles/"))
+    assert 0 < shipped <= 0.10 * trace.stat().st_size, (shipped, trace.stat().st_size)
+    run = tmp_path / "run"
+    shutil.copytree(run0, run)  # one folder for both analyses: the same paths in both files
+    (run / run_folder.ANALYSIS).unlink(missing_ok=True)
+    ensure_analysis(run, ["torch"])
+    joined = (run / run_folder.ANALYSIS).read_bytes()
+    assert orjson.loads(joined)["torch"]["replay"] is not None
+    # every trace on one node: rank 1's trace where its compact result was, no compact result read
+    for result in (run / "profiles").rglob("*.fsdpbench-rank"):
+        result.unlink()
+    shutil.copy2(trace, run / "profiles" / "torch" / "rank1" / trace.name)
+    (run / run_folder.ANALYSIS).unlink()
+    ensure_analysis(run, ["torch"])
+    assert (run / run_folder.ANALYSIS).read_bytes() == joined
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,4 +485,24 @@ def test_files_to_send_map_node_ks_launch_files_under_node_k_and_its_ranks_profi
         "launches/torch/profile/node1/torchrun.log",
         "profiles/torch/rank2/t.json.gz",
         "profiles/torch/rank3/t.json.gz",
+    ]
+
+
+def test_a_rank_analysed_on_its_node_sends_its_compact_result_and_keeps_its_trace(tmp_path):
+    run_dir = tmp_path / "run"
+    ldir = run_folder.launch_dir(run_dir, "torch", 0)
+    ldir.mkdir(parents=True)
+    for rank in (2, 3):
+        folder = run_dir / f"profiles/torch/rank{rank}"
+        folder.mkdir(parents=True)
+        (folder / "t.json.gz").write_bytes(b"x" * 1000)
+        (folder / ".t.json.gz.fsdpbench.npz").write_bytes(b"cache")
+    (run_dir / "profiles/torch/rank2/t.json.gz.fsdpbench-rank").write_bytes(b"r" * 50)  # rank 3: not analysed
+    pairs = collect.files_to_send(run_dir, ldir, 1, range(2, 4), "torch", profile=True)
+    assert sorted(dest for _, dest in pairs) == [
+        "profiles/torch/rank2/t.json.gz.fsdpbench-rank",
+        "profiles/torch/rank3/t.json.gz",
+    ]
+    assert collect.raw_profile_files(run_dir, range(2, 4), "torch", profile=True) == [
+        {"path": "profiles/torch/rank2/t.json.gz", "bytes": 1000, "why": collect.TRACE_KEPT}
     ]

@@ -25,6 +25,7 @@ RUN_FLAGS = (
     "node_rank",
     "rdzv_endpoint",
     "master_port",
+    "collect_traces",
     "device",
     "profile",
     "separate_profile",
@@ -168,6 +169,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         type=int,
         help="one node: rendezvous port on loopback (default: a free one); several nodes: the base port "
         "on --rdzv-endpoint's host (the run uses it and two ports per launch above it)",
+    )
+    d.add_argument(
+        "--collect-traces",
+        action="store_const",
+        const=True,
+        help="several nodes: send each rank's profiler trace to node 0 as well (by default each node "
+        "analyses its own ranks after the profiled step and sends their compact results; the traces stay "
+        "on their node, listed in summary.json's collected.left_in_place; docs/multi-node.md)",
     )
     d.add_argument("--device", choices=DEVICES, help="auto (default), cpu (gloo), cuda (nccl) or npu (hccl)")
     d.add_argument(

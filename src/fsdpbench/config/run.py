@@ -86,6 +86,9 @@ class RunConfig(Record):
     master_port: int = 0
     """One node: the rendezvous port on loopback (0 = a free port per launch). Several nodes: replaces
     the port of ``rdzv_endpoint`` (the base port; each launch's is derived from the plan)."""
+    collect_traces: bool = False
+    """Several nodes: the collect step sends each rank's profiler trace to node 0 too; by default each node
+    sends its ranks' compact results (``analyze --ranks-only``) and keeps the traces."""
     device: Device = "auto"
     profile: bool = False
     """Profile one step per arm: after the timed steps of the arm's first round (excluded from the

@@ -11,7 +11,9 @@ exactly when the other nodes' error files are needed. Two operations:
   (torchrun's log and per-rank logs, error files, its environment record, and on a profile launch its
   ranks' profiler output as the analysis reads it: for Ascend only the parsed ``ASCEND_PROFILER_OUTPUT``
   and the profiler info/metadata files, the raw ``PROF_*``/``FRAMEWORK`` data staying on its node and
-  listed in ``left_in_place``) to node 0, in chunks, with the size and SHA-256 of each file checked on
+  listed in ``left_in_place``; a rank analysed on its node (the launcher's ``_analyze_local_ranks``, the
+  default) sends its compact result ``<trace>.fsdpbench-rank`` instead, its trace listed in
+  ``left_in_place`` too, unless ``--collect-traces``) to node 0, in chunks, with the size and SHA-256 of each file checked on
   arrival. Node 0 writes them into its run folder (launch files under ``launches/<arm>/<leaf>/node<k>/``,
   profiles under ``profiles/<arm>/rank<r>/`` as if written there), decides the launch's verdict from
   every node's report and files (``failures.launch_verdict``), and sends it back.
@@ -81,6 +83,28 @@ RAW_PROFILE = (
 )
 
 
+TRACE_KEPT = (
+    "profiler trace analysed on its node: its compact result (*.fsdpbench-rank) was sent instead "
+    "(--collect-traces sends the trace too)"
+)
+RANK_RESULT_SUFFIX = ".fsdpbench-rank"
+"""A rank's compact result beside its trace (analysis/rank_result.py; the name is trace/discover.py's)."""
+
+
+def _kept_trace(rank_dir: Path, path: Path) -> bool:
+    """Whether ``path`` (a file under ``rank_dir``) stays on its node because its rank was analysed there:
+    a file of a trace (a Kineto file, or anything in an ``*_ascend_pt`` folder) with a compact result
+    beside it, or a hidden cache of fsdpbench's (``.<trace>.fsdpbench.*``: rebuilt where it is needed)."""
+    if path.name.startswith(".") and ".fsdpbench." in path.name:
+        return True
+    rel = path.relative_to(rank_dir)
+    for i in range(len(rel.parts)):
+        trace = rank_dir.joinpath(*rel.parts[: i + 1])
+        if trace.with_name(trace.name + RANK_RESULT_SUFFIX).is_file():
+            return True
+    return False
+
+
 def _ascend_raw(rel: PurePosixPath) -> bool:
     """Whether ``rel`` (under a rank folder) is torch_npu's raw data (``PROF_*``, ``FRAMEWORK``, logs)
     rather than what the analysis reads; files outside any ``*_ascend_pt`` folder are never raw."""
@@ -112,7 +136,8 @@ def files_to_send(
         pairs.append([str(path), (node_dir / rel).as_posix()])
     if profile:
         for rank_dir, path in _profile_files(run_dir, ranks, arm):
-            if not _ascend_raw(PurePosixPath(path.relative_to(rank_dir).as_posix())):
+            raw = _ascend_raw(PurePosixPath(path.relative_to(rank_dir).as_posix()))
+            if not raw and not _kept_trace(rank_dir, path):
                 pairs.append([str(path), path.relative_to(run_dir).as_posix()])
     return pairs
 
@@ -124,12 +149,15 @@ def raw_profile_files(run_dir: Path, ranks: range, arm: str, profile: bool) -> l
         return []
     left = []
     for rank_dir, path in _profile_files(run_dir, ranks, arm):
-        if _ascend_raw(PurePosixPath(path.relative_to(rank_dir).as_posix())):
+        if path.name.startswith(".") and ".fsdpbench." in path.name:
+            continue  # a cache, not data
+        raw = _ascend_raw(PurePosixPath(path.relative_to(rank_dir).as_posix()))
+        if raw or _kept_trace(rank_dir, path):
             left.append(
                 {
                     "path": path.relative_to(run_dir).as_posix(),
                     "bytes": path.stat().st_size,
-                    "why": RAW_PROFILE,
+                    "why": RAW_PROFILE if raw else TRACE_KEPT,
                 }
             )
     return left

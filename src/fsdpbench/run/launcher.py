@@ -25,7 +25,7 @@ import orjson
 
 from fsdpbench.config import RunConfig
 from fsdpbench.config.run import AUTO_MIN_ROUNDS
-from fsdpbench.errors import ConfigError, InputError, LaunchError
+from fsdpbench.errors import ConfigError, FsdpbenchError, InputError, LaunchError
 from fsdpbench.report.console import print_summary
 from fsdpbench.results import run_folder
 from fsdpbench.run import collect, failures, summarize
@@ -421,6 +421,8 @@ class Run:
                 self.cfg.ascend_parse_timeout,
             )
         decided: dict[str, Any] | None = None
+        if self.cfg.nnodes > 1 and profile and error is None and not self.cfg.collect_traces:
+            self._analyze_local_ranks(arm)  # their compact results travel instead of the traces
         if self.cfg.nnodes > 1:  # node 0 gets every node's files and decides; the others follow
             error, decided = self._collect(arm, round_, ldir, rc, error, timed_out)
         failure = self._record_failure(arm, round_, ldir, error, decided)
@@ -475,6 +477,37 @@ class Run:
             or {}
         )
         return facts.get("device_type") or self.cfg.device
+
+    def _analyze_local_ranks(self, arm: str) -> None:
+        """Several nodes, after a profiled launch (and the Ascend parse): the per-rank part of the analysis
+        of this node's ranks, each rank's compact result written beside its trace
+        (``analyze --ranks-only``), so that the collect step sends those and the traces stay here. A rank
+        that cannot be analysed gets none, and its trace is sent as before."""
+        profiles = run_folder.profile_dir(self.run_dir, arm)
+        folders = [profiles / f"rank{r}" for r in self._local_ranks() if (profiles / f"rank{r}").is_dir()]
+        if not folders:
+            return
+        from fsdpbench.analysis.pipeline import analyze_ranks  # the analysis side: only on a profiled launch
+
+        t0 = time.monotonic()
+        try:
+            written = analyze_ranks(folders)
+        except FsdpbenchError as exc:
+            log.warning(
+                "node %d: its ranks were not analysed (%s); their traces are sent", self.cfg.node_rank, exc
+            )
+            return
+        for w in written:
+            if w.error:
+                log.warning("rank %d: not analysed on its node (%s); its trace is sent", w.rank, w.error)
+        log.info(
+            "node %d: %d rank(s) analysed in %.1f s; compact results %d bytes for %d bytes of traces",
+            self.cfg.node_rank,
+            sum(1 for w in written if not w.error),
+            time.monotonic() - t0,
+            sum(w.result_bytes or 0 for w in written),
+            sum(w.trace_bytes or 0 for w in written),
+        )
 
     def _local_ranks(self) -> range:
         first = self.cfg.node_rank * self.cfg.nproc
@@ -653,7 +686,16 @@ def _run_to_end(
             raise
 
 
-PLAN_FINGERPRINT_IGNORES = ("out", "name", "node_rank", "rdzv_endpoint", "master_port", "report", "timeout")
+PLAN_FINGERPRINT_IGNORES = (
+    "out",
+    "name",
+    "node_rank",
+    "rdzv_endpoint",
+    "master_port",
+    "collect_traces",
+    "report",
+    "timeout",
+)
 """Options that may differ between the nodes of one run."""
 
 
