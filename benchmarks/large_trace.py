@@ -19,6 +19,14 @@ older checkout's ``src``), interleaved with the current one, for before/after ta
 
     python benchmarks/large_trace.py --dir /tmp/big --kernels 1000000 4000000 [--hta] [--floor]
     python benchmarks/large_trace.py --dir /tmp/scale --scale 4 64 [--rank-kernels 20000]
+    python benchmarks/large_trace.py --dir /tmp/scale --scale 64 256 1024 --join
+
+``--scale … --join`` measures the join instead (issue 41): per rank count R, rank 0 of an R-rank world is
+generated and analysed alone (``analyze --ranks-only``, the per-rank part a cluster's host runs), ranks
+1 … R-1 are its compact result renumbered (synthetic ranks: the same events and clock, every collective
+matched across all R), then ``analyze`` of the folder from the compact results alone, without and with
+the step replay: wall and CPU time and the (single) process's peak RSS, each per rank, and the CPU per
+rank against the first count's (1.00 = linear).
 
 Generated traces are kept in ``--dir`` (reused when present): delete them when done (1M kernels is
 about 45 MB gzipped, 0.45 GB of JSON; 4M kernels 186 MB and 1.8 GB).
@@ -168,26 +176,16 @@ def generate(folder: Path, ranks: int, kernels: int) -> int:
     code = "import sys; sys.path.insert(0, sys.argv[1]); import large_trace as g; from pathlib import Path; "
     code += "print(g.write_rank(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])))"
     here = str(Path(__file__).resolve().parent)
-    sizes = [
-        int(
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    code,
-                    here,
-                    str(folder / f"rank{r}.json.gz"),
-                    str(r),
-                    str(ranks),
-                    str(kernels),
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
-        for r in range(ranks)
-    ]
+
+    def one(r: int) -> int:
+        args = [here, str(folder / f"rank{r}.json.gz"), str(r), str(ranks), str(kernels)]
+        done = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
+        return int(done.stdout)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:  # two ranks written at a time
+        sizes = list(pool.map(one, range(ranks)))
     size = sizes[0]
     size_file.write_text(str(size))
     print(
@@ -321,6 +319,120 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _ranks_only_cmd(folder: Path, workers: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "fsdpbench",
+        "analyze",
+        str(folder),
+        "--ranks-only",
+        "--workers",
+        str(workers),
+    ]
+
+
+def _join_cmd(folder: Path, json_path: Path, replay: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "fsdpbench", "analyze", str(folder), "--json", str(json_path)]
+    return cmd if replay else [*cmd, "--no-replay"]
+
+
+def clone_results(folder: Path, ranks: int) -> None:
+    """Ranks 1 … ``ranks``-1 as rank 0's compact result renumbered (the same events on the same clock, so
+    every collective matches across all ranks with no wait): written as results without traces, which the
+    join reads like any other. Re-compressed at LZMA preset 0 (the join decompresses any preset)."""
+    import lzma
+
+    src = (folder / f"rank0.json.gz{RESULT}").read_bytes()
+    cut = src.index(b"\n")
+    header = orjson.loads(src[:cut])
+    body_end = cut + 1 + header["result_bytes"]
+    body, graph = lzma.decompress(src[cut + 1 : body_end]), lzma.decompress(src[body_end:])
+    b_cut, g_cut = body.index(b"\n"), graph.index(b"\n")
+    entry, g_head = orjson.loads(body[:b_cut]), orjson.loads(graph[:g_cut])
+    for r in range(1, ranks):
+        entry["trace_rank"] = entry["metrics"]["rank"] = g_head["meta"]["rank"] = r
+        entry["metrics"]["source"] = str(folder / f"rank{r}.json.gz")
+        new_body = lzma.compress(orjson.dumps(entry) + body[b_cut:], preset=0)
+        new_graph = lzma.compress(orjson.dumps(g_head) + graph[g_cut:], preset=0)
+        head = {**header, "rank": r, "result_bytes": len(new_body), "graph_bytes": len(new_graph)}
+        head["trace"] = {**header["trace"], "name": f"rank{r}.json.gz"}
+        (folder / f"rank{r}.json.gz{RESULT}").write_bytes(orjson.dumps(head) + b"\n" + new_body + new_graph)
+
+
+RESULT = ".fsdpbench-rank"
+
+
+def join_scale(args: argparse.Namespace) -> dict[str, Any]:
+    """``--scale … --join``: per rank count R, rank 0 of an R-rank world generated and analysed alone
+    (``analyze --ranks-only``: the per-rank part, timed), ranks 1 … R-1 cloned from its compact result
+    (:func:`clone_results`), then the join alone (``analyze`` of the folder from the compact results: one
+    process, no trace read), without and with the step replay, ``--repeat`` times interleaved (fastest kept)."""
+    folders = {ranks: args.dir / f"join{ranks}x{args.rank_kernels}" for ranks in args.scale}
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.environ.get("PYTHONPATH") or here}
+    out: dict[str, Any] = {}
+    for ranks, folder in folders.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        trace = folder / "rank0.json.gz"
+        row: dict[str, Any] = {"ranks": ranks, "trace_bytes": 0}
+        if not trace.exists():
+            write_rank(trace, 0, ranks, args.rank_kernels)
+        if not (folder / f"rank{ranks - 1}.json.gz{RESULT}").exists():
+            # the per-rank part writes only the compact result (no hidden caches beside the trace)
+            row["ranks_only"] = _timed(
+                "ranks-only", _ranks_only_cmd(folder, 1), {**env, "FSDPBENCH_NO_CACHE": "1"}
+            )
+            clone_results(folder, ranks)
+        row["trace_bytes"] = trace.stat().st_size
+        row["result_bytes"] = (folder / f"rank0.json.gz{RESULT}").stat().st_size
+        out[str(ranks)] = row
+    for _ in range(args.repeat):
+        for ranks, folder in folders.items():
+            for replay in (False, True):
+                doc = args.dir / f"join{ranks}.json"
+                name = "join + replay" if replay else "join"
+                r = _timed(name, _join_cmd(folder, doc, replay), {**env, "FSDPBENCH_NO_CACHE": ""})
+                best = out[str(ranks)].get(name)
+                if best is None or r.get("wall_s", math.inf) < best.get("wall_s", math.inf):
+                    out[str(ranks)][name] = r
+                if doc.exists():
+                    w = orjson.loads(doc.read_bytes()).get("waits") or {}
+                    out[str(ranks)]["waits"] = {
+                        "match": w.get("match"),
+                        "instances": w.get("instances"),
+                        "ranks_matched": len(w.get("ranks", [])),
+                    }
+                    doc.unlink()
+    print(f"\n{args.rank_kernels} kernels a rank (uptime: {os.getloadavg()[0]:.2f})")
+    print(f"{'':30} {'wall s':>8} {'CPU s':>8} {'proc MB':>8} {'ms/rank':>8} {'MB/rank':>8} {'CPU×':>6}")
+    first: dict[str, float] = {}
+    for ranks_key, row in out.items():
+        ranks = int(ranks_key)
+        share = row["result_bytes"] / row["trace_bytes"]
+        print(
+            f"{ranks} ranks: a rank's compact result {row['result_bytes'] / 2**10:.0f} KiB for its "
+            f"{row['trace_bytes'] / 2**20:.2f} MiB trace ({100 * share:.1f} %); waits {row.get('waits')}"
+        )
+        for name in ("ranks_only", "join", "join + replay"):
+            r = row.get(name)
+            if not r or "error" in r:
+                continue
+            n = 1 if name == "ranks_only" else ranks  # the per-rank part ran on rank 0 alone
+            per_cpu = r["cpu_s"] / n
+            if name != "ranks_only":
+                first.setdefault(name, per_cpu)
+            r["ms_per_rank"] = 1000 * r["wall_s"] / n
+            r["cpu_ms_per_rank"] = 1000 * per_cpu
+            r["mb_per_rank"] = r["max_proc_rss_mb"] / n
+            linear = f"{per_cpu / first[name]:6.2f}" if name in first else ""
+            print(
+                f"  {name + (' (rank 0)' if n == 1 else ''):28} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} "
+                f"{r['max_proc_rss_mb']:8.0f} {r['ms_per_rank']:8.2f} {r['mb_per_rank']:8.2f} {linear}"
+            )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, required=True, help="where the traces are generated (and reused)")
@@ -336,6 +448,12 @@ def main() -> int:
         default=[],
         help="also analyse with PYTHONPATH=DIR (an older checkout's src), interleaved",
     )
+    ap.add_argument(
+        "--join",
+        action="store_true",
+        help="with --scale: the per-rank part (analyze --ranks-only) once, then time and memory of the join "
+        "alone (analyze of the folder from the compact results), without and with the replay",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds (fastest kept)")
     ap.add_argument("--floor", action="store_true", help="time gzip + orjson.loads of the file (one process)")
     ap.add_argument(
@@ -350,7 +468,7 @@ def main() -> int:
     if args.kernels:
         doc["large"] = large(args)
     if args.scale:
-        doc["scale"] = scale(args)
+        doc["scale"] = join_scale(args) if args.join else scale(args)
     if args.json:
         args.json.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     return 0

@@ -83,6 +83,33 @@ def test_scale_run_matches_every_collective_across_ranks(tmp_path):
         }
 
 
+def test_join_scale_joins_every_rank_from_compact_results_alone(tmp_path):
+    out = tmp_path / "join.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "large_trace.py"), "--dir", str(tmp_path / "t")]
+        + ["--scale", "3", "--rank-kernels", "400", "--join", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    row = orjson.loads(out.read_bytes())["scale"]["3"]
+    folder = tmp_path / "t" / "join3x400"
+    # one trace (rank 0's), three compact results; the join matched every collective of the raw file
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
+        "rank0.json.gz",
+        *(f"rank{r}.json.gz.fsdpbench-rank" for r in range(3)),
+    ]
+    raw = orjson.loads(gzip.decompress((folder / "rank0.json.gz").read_bytes()))
+    n_comm = sum(1 for e in raw["traceEvents"] if e.get("name") == "record_param_comms")
+    assert row["waits"] == {"match": "group_seq", "instances": n_comm, "ranks_matched": 3}
+    assert row["trace_bytes"] == (folder / "rank0.json.gz").stat().st_size
+    for name in ("join", "join + replay"):
+        assert row[name]["cpu_s"] > 0 and row[name]["mb_per_rank"] == row[name]["max_proc_rss_mb"] / 3
+
+
 def _table_bytes(table) -> int:
     return sum(
         getattr(table, f.name).nbytes
