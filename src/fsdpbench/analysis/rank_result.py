@@ -180,7 +180,8 @@ def write(
         "graph_bytes": len(tail),
     }
     target = result_path(trace)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    # named as the caches' temp files: one a killed process leaves behind goes with `fsdpbench cache clear`
+    tmp = target.with_name(f"{table_cache.TEMP_PREFIX}{target.name}.{os.getpid()}{table_cache.TEMP_SUFFIX}")
     try:
         tmp.write_bytes(orjson.dumps(header) + b"\n" + body + tail)
         os.replace(tmp, target)
