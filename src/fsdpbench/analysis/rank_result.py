@@ -236,8 +236,10 @@ def load(trace: Path, step: int | None, graph: bool) -> tuple[int | None, list[s
         hit = result_cache.entry_from_bytes(lzma.decompress(raw[start:mid]), trace, None)
         if hit is None:
             raise ValueError("no result in it")
+        hit[2].rank = int(header["rank"])  # the header names the rank the result stands for
         if graph and len(raw) > mid:
             hit[2].replay_graph = unpack_graph(raw[mid:])
+            hit[2].replay_graph.rank = hit[2].rank
         return hit
     except Exception as exc:  # noqa: BLE001 - a damaged result is read again from its trace, or named
         log.debug("%s: compact result not used (%s)", path, exc)
