@@ -26,7 +26,7 @@ from fsdpbench.errors import ConfigError
 from fsdpbench.results import run_folder
 from fsdpbench.run import collect, failures, summarize
 from fsdpbench.run.launcher import launch_plan, plan_ports, torchrun_command
-from helpers import FAKE_LAUNCH_FILES
+from helpers import FAKE_LAUNCH_FILES, run_cli
 from reference import LR, SEQ, reference_training
 
 NODE_ARGS = [
@@ -356,6 +356,10 @@ def test_node_0_joins_from_node_1s_compact_result_as_from_its_trace(two_nodes, t
     ensure_analysis(run, ["torch"])
     joined = (run / run_folder.ANALYSIS).read_bytes()
     assert orjson.loads(joined)["torch"]["replay"] is not None
+    # node 0's report, with rank 1's trace on its node: every part but rank 1's lane in the all-ranks figure
+    report = run_cli("report", str(run))
+    assert report.returncode == 0, report.stderr
+    assert "no all-ranks timeline" not in (run / "report.md").read_text()
     # every trace on one node: rank 1's trace where its compact result was, no compact result read
     for result in (run / "profiles").rglob("*.fsdpbench-rank"):
         result.unlink()

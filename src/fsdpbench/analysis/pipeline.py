@@ -869,6 +869,8 @@ def analyze_ranks(
     """
     sources = find_all(paths)
     by_rank = sorted(((source_rank(s, i), s) for i, s in enumerate(sources)), key=lambda x: x[0])
+    if ranks is None or ranks == "share":  # ranks here as a compact result alone were analysed elsewhere
+        by_rank = [(r, s) for r, s in by_rank if Path(s.path).exists()]
     if ranks == "share":  # this process' contiguous share of the ranks, as its launcher numbers it
         index, count = launcher_share()
         chosen = by_rank[len(by_rank) * index // count : len(by_rank) * (index + 1) // count]

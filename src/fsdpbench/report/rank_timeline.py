@@ -75,12 +75,14 @@ def build(arm: str, folder: Path) -> RankTimeline | None:
     from fsdpbench.analysis.stragglers import clock_offset_warning
     from fsdpbench.trace import find_all, read_rank
 
-    sources = find_all([folder])
+    found = find_all([folder])
+    # a rank analysed on another node is here as its compact result alone: it is not drawn (counted)
+    sources = [s for s in found if s.path.exists()]
     numbered = [
         (int(m.group(1)) if (m := _RANK.search(str(s.path))) else i, s) for i, s in enumerate(sources)
     ]
     numbered.sort(key=lambda x: x[0])  # by the rank in the path, so only the drawn ranks are read
-    left_out = max(len(numbered) - MAX_RANKS, 0)
+    left_out = max(len(numbered) - MAX_RANKS, 0) + len(found) - len(sources)
     traces = []
     for i, src in numbered[:MAX_RANKS]:
         trace = read_rank(src)
