@@ -60,6 +60,8 @@ def test_ranks_only_over_two_halves_then_analyze_equals_one_analyze_of_the_whole
     second = run_cli("analyze", str(split), "--ranks-only", "--ranks", "2,3", "--workers", "1")
     assert second.returncode == 0, second.stderr
     _without_traces(split)  # the join must not need them
+    with pytest.raises(InputError, match="every rank there is a compact result alone"):
+        analyze_ranks([split], workers=1)
     joined = run_cli("analyze", str(split), "--json", str(tmp_path / "split.json"))
     assert joined.returncode == 0, joined.stderr
     assert "joined 4 of 4 ranks from their compact results" in " ".join(joined.stdout.split())

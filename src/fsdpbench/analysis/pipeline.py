@@ -881,6 +881,11 @@ def analyze_ranks(
         chosen = [(r, s) for r, s in by_rank if wanted is None or r in wanted]
     if not chosen:
         found = [r for r, _ in by_rank]
+        if ranks is None:
+            raise InputError(
+                f"no trace to analyse under {', '.join(map(str, paths))}: every rank there is a compact "
+                "result alone (analysed elsewhere); join them with a plain `fsdpbench analyze`"
+            )
         raise InputError(
             f"no rank of --ranks {ranks} under {', '.join(map(str, paths))} (ranks found: "
             f"{found[:8]}{' …' if len(found) > 8 else ''})"
