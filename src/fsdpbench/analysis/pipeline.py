@@ -34,6 +34,25 @@ __all__ = ["RankOutcome", "analyze", "rank_metrics"]
 
 NO_COLLECTIVES = "no collectives found — is this a distributed trace?"
 PROGRESS_MIN_RANKS = 4  # more ranks than this get a progress bar (on a terminal)
+NUMPY_WAITS_MIN_RANKS = 16
+"""From this many ranks the cross-rank waits are matched with numpy (imported for it: ~0.1 s) even when every
+rank came from a cache or a compact result: the join of 1,024 ranks × 1,000 collectives took 9.2 CPU s
+instead of 29.5 s here, 7.7 s with :func:`_gc_paused` as well (docs/benchmarks.md, "The join")."""
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while ranks are joined: it would walk every live object again
+    and again as millions of small ones are made (half the join's CPU time at 1,024 ranks without numpy)."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _window(trace: RankTrace, events: EventTable, steps: Sequence[int]) -> tuple[Any, Any]:
@@ -502,8 +521,10 @@ def analyze(
     keep = n == 1  # one rank's table is kept; with more, memory stays at one table at a time
     results: list[RankOutcome | None] = [None] * n
     compact = 0
+    with _gc_paused():
+        loaded = [rank_result.load(Path(s.path), step, replay or bool(what_if)) for s in sources]
     for i, s in enumerate(sources):  # ranks with a compact result (rank_result.py): no byte of the trace read
-        got = rank_result.load(Path(s.path), step, replay or bool(what_if))
+        got = loaded[i]
         if isinstance(got, str):
             results[i] = RankOutcome(False, None, [], None, got)
         elif got is not None:
@@ -640,7 +661,8 @@ def analyze(
     if offset:
         warnings.append(offset)
     if len(timed) > 1:  # matched by identity, not time: valid with offset clocks too (offsets estimated)
-        row_split = _waits(res, timed, [origin[id(r)] for r in timed])
+        with _gc_paused():  # millions of small objects, no cycles: the collector's passes grow with them
+            row_split = _waits(res, timed, [origin[id(r)] for r in timed])
         # stragglers: the waits' matched collectives on their aligned clocks (one rule for both)
         skew = res.waits.pop("skew_us", None) or {}
         if not offset:
@@ -721,6 +743,9 @@ def _waits(
                     r.set_transfer_column(col)
             return None
     from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
+
+    if len(timed) >= NUMPY_WAITS_MIN_RANKS:
+        import numpy  # noqa: F401 - wait_transfer takes its vectorised path when numpy is loaded
 
     ce = [r.collective_columns() for r in timed]
     res.waits, wait_warnings = wait_transfer([r.rank for r in timed], ce, [r.exposed_comm_ns for r in timed])
