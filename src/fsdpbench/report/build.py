@@ -31,6 +31,7 @@ from fsdpbench.report.load import RunData
 from fsdpbench.report.phases import phase_section
 from fsdpbench.report.profile import profile_section
 from fsdpbench.report.replay import replay_section
+from fsdpbench.report.top_findings import top_findings_section
 from fsdpbench.results.summary import ArmSummary
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ def build_report(data: RunData) -> tuple[str, list[Block]]:
     title = f"fsdpbench report — {name}"
     sections: list[tuple[str, Callable[[RunData], list[Block]]]] = [
         ("verdict", _verdict),
+        ("top findings", top_findings_section),
+        ("verdict notes", _verdict_notes),
         ("step times", _step_times),
         ("phase times", phase_section),
         ("throughput", _throughput),
@@ -62,7 +65,8 @@ def build_report(data: RunData) -> tuple[str, list[Block]]:
             log.warning("report section %s failed", label, exc_info=True)
             data.missing.append(f"the {label} section could not be built ({type(exc).__name__}: {exc}).")
             built.append([])
-    blocks = built[0] + _missing(data) + [b for part in built[1:] for b in part]
+    # the first screen: the verdict and its CI, the top findings, then the verdict's notes and what is missing
+    blocks = built[0] + built[1] + built[2] + _missing(data) + [b for part in built[3:] for b in part]
     return title, blocks
 
 
@@ -110,6 +114,7 @@ def _glance(data: RunData) -> Para:
 
 
 def _verdict(data: RunData) -> list[Block]:
+    """The header line, the parity-failed banner, the verdict and its table of ratios and CIs."""
     blocks: list[Block] = [_glance(data), Heading("Verdict")]
     summary = data.summary
     parity = summary.parity if summary else None
@@ -165,6 +170,16 @@ def _verdict(data: RunData) -> list[Block]:
                 rows,
             )
         )
+    return blocks
+
+
+def _verdict_notes(data: RunData) -> list[Block]:
+    """Under the top findings: how the ratio is made, the parity result, the run's time and the warnings."""
+    blocks: list[Block] = []
+    summary = data.summary
+    parity = summary.parity if summary else None
+    comparisons = summary.comparisons if summary else []
+    if comparisons:
         blocks.append(
             Para(
                 "Ratio = exp of the crossover mean of the per-round log ratios log(test / base): both arms launch "
