@@ -32,6 +32,7 @@ from fsdpbench.report.phases import phase_section
 from fsdpbench.report.profile import profile_section
 from fsdpbench.report.replay import replay_section
 from fsdpbench.report.top_findings import top_findings_section
+from fsdpbench.results import run_folder
 from fsdpbench.results.summary import ArmSummary
 
 log = logging.getLogger(__name__)
@@ -633,7 +634,7 @@ def _runtime_table(runtime: dict[str, Any]) -> Table | None:
         if facts.get("npu_matmul_allow_hf32") is not None:
             fp32 += f", HF32 {'on' if facts['npu_matmul_allow_hf32'] else 'off'}"
         lists = {True: "as set (checked after the steps)", None: "not checked"}.get(
-            facts.get("prefetch_verified_after_warmup"), MISSING
+            facts.get(run_folder.PREFETCH_VERIFIED), MISSING
         )
         environment = facts.get("environment")
         rows.append(
@@ -645,7 +646,7 @@ def _runtime_table(runtime: dict[str, Any]) -> Table | None:
                 k_grouped,
                 str(facts.get("deltanet_impl", MISSING)),
                 fp32,
-                lists if "prefetch_verified_after_warmup" in facts else MISSING,
+                lists if run_folder.PREFETCH_VERIFIED in facts else MISSING,
                 _option_text(environment) if isinstance(environment, dict) and environment else "—",
             ]
         )

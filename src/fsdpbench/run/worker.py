@@ -660,7 +660,7 @@ def run(spec: dict[str, Any]) -> None:
         gc.enable()
         if local_rank == 0:
             facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran
-            facts["arm_runtime"]["prefetch_verified_after_warmup"] = verified
+            facts["arm_runtime"][run_folder.PREFETCH_VERIFIED] = verified
             run_folder.write_json(launch_dir / run_folder.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
             if rank == 0:
                 run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
