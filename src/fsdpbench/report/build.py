@@ -229,8 +229,8 @@ def _run_time(data: RunData) -> list[Block]:
     summary = data.summary
     blocks: list[Block] = []
     auto = summary.rounds_auto if summary else None
-    if auto and auto.get("stopped"):
-        blocks.append(Para(f"`--rounds auto` {auto.get('why')}."))
+    if auto and auto.stopped:
+        blocks.append(Para(f"`--rounds auto` {auto.why}."))
     line = launch_time_line(summary.launch_time if summary else None)
     if line and summary and summary.launch_time:
         parts = summary.launch_time.get("parts_s") or {}

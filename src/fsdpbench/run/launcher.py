@@ -283,10 +283,12 @@ class Run:
         summary.write(self.run_dir / run_folder.SUMMARY)
         return summary.to_dict()
 
-    def next_auto_round(self, console: Any) -> list[tuple[str, int]]:
+    def next_auto_round(self, console: Any, summary: dict[str, Any]) -> list[tuple[str, int]]:
         """``--rounds auto``, after a complete round: the launches of one more interleaved round, added to
-        the plan and the manifest, or none (the decision is then the manifest's ``rounds_auto``)."""
-        summary = self.write_summary()
+        the plan and the manifest, or none (the decision is then the manifest's ``rounds_auto``).
+
+        ``summary`` is the summary just written after the round's last launch (``write_summary``): the decision
+        reads it rather than writing it again."""
         launches = self.manifest.get("launches") or []
         rounds = self.cfg.rounds
         decision = rounds_rule.check(
@@ -747,13 +749,14 @@ def run_ab(
         if resume is not None:
             console.print(f"resuming: {len(todo)} launch(es) left")
         if cfg.rounds_auto and not todo and not (manifest.get("rounds_auto") or {}).get("stopped"):
-            todo = run.next_auto_round(console)  # every round ran, but the run ended before deciding
+            # every round ran, but the run ended before deciding
+            todo = run.next_auto_round(console, run.write_summary())
         with _Progress(console, len(todo)) as progress:
             while todo:
                 for arm, round_ in todo:
                     run.launch(arm, round_, progress)
-                    run.write_summary()
-                todo = run.next_auto_round(console) if cfg.rounds_auto else []
+                    summary = run.write_summary()  # once per launch: the decision below reads it
+                todo = run.next_auto_round(console, summary) if cfg.rounds_auto else []
                 progress.add(len(todo))
     finally:
         if not manifest.get("environment"):
