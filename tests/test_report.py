@@ -339,3 +339,19 @@ def test_report_of_a_real_profiled_run_has_profile_figures_and_timeline(profiled
     assert f"Measured: exposed comm {fmt_us(measured, signed=True)}" in md
     assert "None" not in md and "None" not in (run / "diff.md").read_text()
     assert not [line for line in md.splitlines() if "Measured" in line and "not a measurement" in line]
+
+
+def test_a_report_of_a_run_with_a_fresh_analysis_decodes_analysis_json_once(tmp_path, monkeypatch):
+    """load_run decodes analysis.json; the freshness check of the analysis reuses that decoding."""
+    from fsdpbench.results import run_folder
+
+    run = make_run(tmp_path)
+    reads = []
+    real = run_folder.read_json_file
+    monkeypatch.setattr(
+        run_folder, "read_json_file", lambda path: reads.append(Path(path).name) or real(path)
+    )
+    before = (run / "analysis.json").read_bytes()
+    write_report(run)
+    assert (run / "analysis.json").read_bytes() == before  # reused, not written again
+    assert reads.count("analysis.json") == 1

@@ -142,13 +142,14 @@ def _has_fit_events(entry: AnalysisRecord) -> bool:
     return all(r.collective_events is not None for r in entry.ranks)
 
 
-def read_analysis_json(path: Path) -> dict[str, AnalysisRecord]:
+def read_analysis_json(path: Path, decoded: Mapping[str, Any] | None = None) -> dict[str, AnalysisRecord]:
     """A run folder's analysis.json as arm → its record; ``InputError`` naming the file and the field
-    (and how to get a good one) when it is not JSON or not such a file."""
-    from fsdpbench.analysis.result import decode_analysis_file
+    (and how to get a good one) when it is not JSON or not such a file. ``decoded``: the file's JSON as the
+    caller already read it (``result.read_analysis_arms``), typed without reading the file again."""
+    from fsdpbench.analysis.result import analysis_records, decode_analysis_file
 
     try:
-        return decode_analysis_file(path)
+        return decode_analysis_file(path) if decoded is None else analysis_records(decoded, path)
     except InputError as exc:
         raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
 
@@ -160,6 +161,7 @@ def ensure_analysis(
     step: int | None = None,
     reanalyze: bool = False,
     failed: dict[str, Exception] | None = None,
+    decoded: Mapping[str, Any] | None = None,
 ) -> dict[str, Analysis]:
     """Each arm's analysis: its ``analysis.json`` entry when fresh, else a new analysis of its profiles.
 
@@ -177,6 +179,8 @@ def ensure_analysis(
             no profiles to analyse again.
         failed: when given, an arm whose profiles are missing or cannot be analysed is put here and left
             out of the result; when None the error propagates.
+        decoded: ``analysis.json`` as the caller already decoded it (the report's ``load_run``): typed from
+            that, not read again (None: read the file, when there is one).
     Returns:
         arm → its ``Analysis`` (read back from ``analysis.json``, or analysed now), in ``arms`` order.
     Raises:
@@ -189,7 +193,7 @@ def ensure_analysis(
     arms = profiled_arms(run_dir) if arms is None else list(arms)
     path = run_dir / ANALYSIS
     saved_at = _mtime(path)
-    cached = read_analysis_json(path) if saved_at is not None else {}
+    cached = read_analysis_json(path, decoded) if saved_at is not None else {}
     newest = {arm: _newest_mtime(profile_dir(run_dir, arm)) for arm in cached}
     fresh = {
         arm: entry
