@@ -284,11 +284,9 @@ class Run:
         return summary.to_dict()
 
     def next_auto_round(self, console: Any, summary: dict[str, Any]) -> list[tuple[str, int]]:
-        """``--rounds auto``, after a complete round: the launches of one more interleaved round, added to
-        the plan and the manifest, or none (the decision is then the manifest's ``rounds_auto``).
-
-        ``summary`` is the summary just written after the round's last launch (``write_summary``): the decision
-        reads it rather than writing it again."""
+        """``--rounds auto``, after a complete round (``summary``: the one just written, not written again): the
+        launches of one more interleaved round, added to the plan and the manifest, or none (the decision is then
+        the manifest's ``rounds_auto``)."""
         launches = self.manifest.get("launches") or []
         rounds = self.cfg.rounds
         decision = rounds_rule.check(
@@ -749,8 +747,7 @@ def run_ab(
         if resume is not None:
             console.print(f"resuming: {len(todo)} launch(es) left")
         if cfg.rounds_auto and not todo and not (manifest.get("rounds_auto") or {}).get("stopped"):
-            # every round ran, but the run ended before deciding
-            todo = run.next_auto_round(console, run.write_summary())
+            todo = run.next_auto_round(console, run.write_summary())  # the run ended before deciding
         with _Progress(console, len(todo)) as progress:
             while todo:
                 for arm, round_ in todo:
