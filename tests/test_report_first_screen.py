@@ -209,3 +209,26 @@ def test_verdict_and_first_finding_are_inside_the_first_viewport_of_a_real_repor
         assert 0 <= box["top"] and box["bottom"] <= height, (key, box, height)
         assert 0 <= box["left"] and box["right"] <= VIEWPORT[0], (key, box)
     assert rects["verdict"]["bottom"] <= rects["first"]["top"]  # the verdict first, then the finding
+
+
+def test_several_diffs_get_their_top_findings_each_under_their_pair(tmp_path):
+    run = make_run(tmp_path)
+    diff = orjson.loads((run / "diff.json").read_bytes())
+    stamp = (run / "diff.json").stat()
+    other = {**diff, "test": "hyper2", "findings": [HEADLINE, STRAGGLER]}
+    (run / "diff.json").write_bytes(orjson.dumps([{**diff, "findings": [FRAGMENTATION]}, other]))
+    os.utime(run / "diff.json", ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    write_report(run)
+    lines = (run / "report.md").read_text().splitlines()
+    top = lines.index("### Top findings: what to do first")
+    assert lines[top + 2 : top + 9] == [
+        "**hyper vs torch**",
+        "",
+        EXPECTED_LINES[0].replace("finding 2 below", "finding 1 below"),
+        "",
+        "**hyper2 vs torch**",
+        "",
+        EXPECTED_LINES[1].replace("finding 3 below](#hyper-vs-torch)", "finding 2 below](#hyper2-vs-torch)"),
+    ]
+    page = (run / "report.html").read_text()
+    assert '<h3 id="hyper-vs-torch">' in page and '<h3 id="hyper2-vs-torch">' in page
