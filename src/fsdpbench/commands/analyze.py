@@ -287,7 +287,7 @@ def explain_rows(res, unit: str, step: int | None = None) -> list[dict]:  # noqa
     its units in ``opened_by``."""
     import numpy as np
 
-    from fsdpbench.analysis import attribution, unit_ranges
+    from fsdpbench.analysis import attribution, unit_ranges, windows
     from fsdpbench.trace import Source, read_rank
 
     out: list[dict] = []
@@ -299,7 +299,7 @@ def explain_rows(res, unit: str, step: int | None = None) -> list[dict]:  # noqa
         counts = np.bincount(placed.range_index[placed.range_index >= 0], minlength=len(ranges))
         lanes = [str(c) for c in t.lane.categories]
         steps = [i for i, c in enumerate(t.name.categories) if str(c).startswith("ProfilerStep#")]
-        step_rows = unit_ranges.host_rows(t, steps)
+        step_rows = windows.host_rows(t, steps)
         origin = int(t.start_ns[step_rows].min()) if step_rows.size else int(t.start_ns.min())
         mine = [i for i, u in enumerate(ranges.unit) if u == unit]
         if not mine:
