@@ -1,0 +1,243 @@
+"""Ground truth for the step replay (issue 39): interleaved runs whose counterfactual is measured in the same
+run, and the replay's predictions of it.
+
+``delays``: each run is one ``fsdpbench ab --profile`` of ``torch``, ``torch`` with D ms on one rank at one
+unit and phase for each D (default 5, 20, 50 ms on rank 2 at layers.1's backward, 4 ranks), and the masking
+arm (the largest D there plus 20 ms on rank 1 at the same place). Per run and D it checks:
+
+* causality: the top place of the delayed arm's critical path (``replay.critical[0]``) is the delayed one;
+* "remove the delay" (``--what-if delay:R:U:P:-D`` on the delayed arm's profile) and "add the delay" (on the
+  clean arm's) against the other arm's timed median, within max(10 % of D, 2 % of the step)
+  (``calibration.delay_entry``);
+* masking: both delays added to the clean arm's profile in one what-if, against the masking arm's timed
+  median (within 10 % of the larger delay); the per-rank sum (D + 20) is printed beside it.
+
+``regrouping``: each run is ``fsdpbench ab --profile --arms torch:unit=module,torch`` (2 ranks, as
+docs/calibration.md's table); the replay's regroup edit on the unit=module arm's profile against the measured
+timed change (within 10 %).
+
+    python benchmarks/replay_truth.py delays --runs 10 --out results/truth
+    python benchmarks/replay_truth.py regrouping --runs 3 --out results/truth
+    python benchmarks/replay_truth.py delays --reuse results/truth/delays_*   # analyse runs already made
+
+The figures go to docs/calibration.md ("The replay against known delays").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fsdpbench.analysis import calibration
+from fsdpbench.results import run_folder
+
+PLACE = (2, "layers.1", "backward")
+"""The delayed place by default: (rank, unit, phase)."""
+MASK_RANK, MASK_MS = 1, 20.0
+"""The masking arm's second delay: this rank, this many ms, at the same unit and phase."""
+REGROUP_EDITS = ("regroup:all_gather:unit", "regroup:reduce_scatter:unit")
+"""The replay edits that turn the unit=module arm's collectives into one per unit and phase, as the
+layer-unit arm issues them (docs/replay.md), applied together."""
+TOLERANCE_REGROUP = 0.10
+
+
+def _ab(arms: list[str], out: Path, name: str, nproc: int, rounds: int, seq_len: int, timeout: float) -> Path:
+    cmd = [sys.executable, "-m", "fsdpbench", "ab", "--arms", ",".join(arms), "--profile"]
+    cmd += ["--nproc", str(nproc), "--rounds", str(rounds), "--seq-len", str(seq_len)]
+    cmd += ["--out", str(out), "--name", name, "--no-report"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return sorted(out.glob(f"{name}_*"))[-1]
+
+
+def replay_of(run: Path, arm: str, edits: list[str]) -> dict[str, Any] | None:
+    """The ``replay`` object of ``analyze --json`` of ``arm``'s profiles with each of ``edits`` as a
+    ``--what-if``; None (with the note printed) when the analysis has none."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "analysis.json"
+        cmd = [sys.executable, "-m", "fsdpbench", "analyze", str(run_folder.profile_dir(run, arm))]
+        cmd += ["--json", str(out), *[a for e in edits for a in ("--what-if", e)]]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        data = json.loads(out.read_text())
+    if not data.get("replay"):
+        print(f"{run.name} {arm}: no replay ({data.get('replay_note')})", file=sys.stderr)
+    return data.get("replay")
+
+
+def _top(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
+    critical = (replay or {}).get("critical") or []
+    return (
+        (int(critical[0]["rank"]), str(critical[0]["unit"]), str(critical[0]["phase"])) if critical else None
+    )
+
+
+def _delay_arms(delays: list[float], place: tuple[int, str, str]) -> dict[str, list[str]]:
+    """{arm spec: delay texts} of a delays run: clean, one arm per D, the masking arm."""
+    rank, unit, phase = place
+    arms = {"torch": []}
+    for d in delays:
+        arms[f"torch:delay={rank}/{unit}/{phase}/{d:g}"] = [f"{rank}/{unit}/{phase}/{d:g}"]
+    big = max(delays)
+    masked = [f"{rank}/{unit}/{phase}/{big:g}", f"{MASK_RANK}/{unit}/{phase}/{MASK_MS:g}"]
+    arms[f"torch:delay={masked[0]}:delay={masked[1]}"] = masked
+    return arms
+
+
+def check_delays(run: Path) -> dict[str, Any]:
+    """The delay checks of one run folder (see the module docstring)."""
+    manifest = run_folder.read_json_file(run / run_folder.MANIFEST)
+    summary = run_folder.read_json_file(run / run_folder.SUMMARY)
+    arms = {a["label"]: a for a in manifest["arms"]}
+    pairs = [(s, c) for s, c in calibration.delay_pairs(arms)]
+    edits: dict[str, list[str]] = {label: [] for label in arms}
+    for subject, counterfactual in pairs:
+        edits[subject].append(
+            calibration.joint_edit(calibration.delay_edits(arms[subject], arms[counterfactual]))
+        )
+    replays = {label: replay_of(run, label, sorted(set(e))) for label, e in edits.items()}
+    profiled = {
+        label: (max(r["measured_us"] for r in rp["ranks"]) / 1e3 if rp and rp.get("ranks") else None)
+        for label, rp in replays.items()
+    }
+    entries = calibration.calibrate_delays(manifest, summary, replays, profiled)
+    tops = {}
+    for label, arm in arms.items():
+        places = [tuple(d.split("/")[:3]) for d in arm.get("delay") or []]
+        if places:  # the largest delay's place should top the path
+            big = max(arm["delay"], key=lambda d: float(d.split("/")[3]))
+            want = (int(big.split("/")[0]), *big.split("/")[1:3])
+            tops[label] = {"top": _top(replays[label]), "delayed": want, "hit": _top(replays[label]) == want}
+    return {"run": str(run), "entries": entries, "tops": tops}
+
+
+def check_regrouping(run: Path) -> dict[str, Any]:
+    """The replay's regrouping of the unit=module arm against the measured change to the torch arm."""
+    manifest = run_folder.read_json_file(run / run_folder.MANIFEST)
+    summary = run_folder.read_json_file(run / run_folder.SUMMARY)
+    arms = {a["label"]: a for a in manifest["arms"]}
+    subject = next(label for label, a in arms.items() if a.get("unit") == "module")
+    other = next(label for label, a in arms.items() if a.get("unit", "layer") == "layer")
+    edit = calibration.joint_edit(list(REGROUP_EDITS))
+    replay = replay_of(run, subject, [edit])
+    found = calibration.find_what_if(replay, list(REGROUP_EDITS))
+    replayed = calibration.replay_step_us(replay)
+    timed = {label: summary["arms"][label]["median_ms"] for label in arms}
+    measured = timed[other] - timed[subject]
+    predicted = (
+        None if found is None or replayed is None else (float(found["predicted_step_us"]) - replayed) / 1e3
+    )
+    error = calibration.error_pct(predicted, measured)
+    return {
+        "run": str(run),
+        "subject": subject,
+        "counterfactual": other,
+        "edit": edit,
+        "source": None if found is None else found.get("source"),
+        "predicted_ms": predicted,
+        "measured_ms": measured,
+        "error_pct": error,
+        "within": None if error is None else abs(error) <= TOLERANCE_REGROUP * 100,
+    }
+
+
+def _fmt(v: Any, spec: str = ".1f") -> str:
+    return "—" if v is None else format(v, spec) if isinstance(v, float) else str(v)
+
+
+def print_delays(results: list[dict[str, Any]]) -> None:
+    print(
+        "| run | check | subject → counterfactual | edits | source | predicted ms | measured ms (timed) | "
+        "tolerance ms | within |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(results):
+        for e in r["entries"]:
+            print(
+                f"| {i} | {e['estimate']} | {e['subject']} → {e['counterfactual']} | {' + '.join(e['edits'])} | "
+                f"{_fmt(e['source'])} | {_fmt(e['predicted_ms'])} | {_fmt(e['measured_ms'])} | "
+                f"{_fmt(e['tolerance_ms'])} | {_fmt(e['within'])} |"
+            )
+    print()
+    by_arm: dict[str, list[bool]] = {}
+    for r in results:
+        for label, t in r["tops"].items():
+            by_arm.setdefault(label, []).append(bool(t["hit"]))
+    for label, hits in by_arm.items():
+        print(f"top critical place is the delayed one: {sum(hits)}/{len(hits)} runs ({label})")
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in results:
+        for e in r["entries"]:
+            groups.setdefault((e["estimate"], f"{e['subject']} → {e['counterfactual']}"), []).append(e)
+    for (name, pair), es in groups.items():
+        ok = [e for e in es if e["within"]]
+        errs = [abs(e["predicted_ms"] - e["measured_ms"]) for e in es if e["predicted_ms"] is not None]
+        med = statistics.median(errs) if errs else None
+        print(f"{name} {pair}: within {len(ok)}/{len(es)} runs; median |predicted − measured| {_fmt(med)} ms")
+
+
+def print_regrouping(results: list[dict[str, Any]]) -> None:
+    print(
+        "| run | subject → counterfactual | edit | source | predicted ms | measured ms (timed) | error | within 10 % |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(results):
+        print(
+            f"| {i} | {r['subject']} → {r['counterfactual']} | {r['edit']} | {_fmt(r['source'])} | "
+            f"{_fmt(r['predicted_ms'])} | {_fmt(r['measured_ms'])} | {_fmt(r['error_pct'], '+.0f')} % | "
+            f"{_fmt(r['within'])} |"
+        )
+    print(f"within 10 %: {sum(bool(r['within']) for r in results)}/{len(results)} runs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("check", choices=["delays", "regrouping"])
+    parser.add_argument("--runs", type=int, default=10, help="interleaved runs to make (default 10)")
+    parser.add_argument("--out", type=Path, default=Path("results/replay_truth"), help="where runs go")
+    parser.add_argument("--reuse", type=Path, nargs="*", help="analyse these run folders instead of running")
+    parser.add_argument("--delays", default="5,20,50", help="delays in ms, comma-separated (default 5,20,50)")
+    parser.add_argument(
+        "--place",
+        default="/".join(map(str, PLACE)),
+        help="RANK/UNIT/PHASE of the delays (default 2/layers.1/backward)",
+    )
+    parser.add_argument("--nproc", type=int, help="ranks (default 4 for delays, 2 for regrouping)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per arm per run (default 3)")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--json", type=Path, help="also write every check here")
+    args = parser.parse_args(argv)
+    results = []
+    if args.reuse:
+        runs: list[Path] = list(args.reuse)
+    else:
+        runs = []
+        args.out.mkdir(parents=True, exist_ok=True)
+        for i in range(args.runs):
+            if args.check == "delays":
+                rank, unit, phase = args.place.split("/")
+                specs = _delay_arms([float(d) for d in args.delays.split(",")], (int(rank), unit, phase))
+                arms, nproc = list(specs), args.nproc or 4
+            else:
+                arms, nproc = ["torch:unit=module", "torch"], args.nproc or 2
+            run = _ab(arms, args.out, f"{args.check}{i}", nproc, args.rounds, args.seq_len, timeout=3600)
+            print(f"run {i}: {run}", file=sys.stderr)
+            runs.append(run)
+    for run in runs:
+        results.append(check_delays(run) if args.check == "delays" else check_regrouping(run))
+    (print_delays if args.check == "delays" else print_regrouping)(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
