@@ -18,7 +18,7 @@ from fsdpbench.analysis import result_cache
 from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
 from fsdpbench.analysis.result_records import from_record
 from fsdpbench.analysis.stragglers import clock_offset_warning, stragglers
-from fsdpbench.errors import FsdpbenchError, InputError
+from fsdpbench.errors import ConfigError, FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
 from fsdpbench.trace.rank import DEVICE_NOT_RECORDED, ONE_RANK_WORLD
@@ -442,6 +442,8 @@ def analyze(
     workers: int | None = None,
     top: int | None = None,
     progress: bool | None = None,
+    replay: bool = True,
+    what_if: Sequence[str] = (),
 ) -> Analysis:
     """Analyse the rank profiles under ``paths``.
 
@@ -459,6 +461,8 @@ def analyze(
             1 = in-process).
         top: how many op types each rank lists in its JSON (``Analysis.record``; None: all).
         progress: a progress bar on stderr; None: when more than 4 ranks are read and stderr is a terminal.
+        replay: replay the step (``Analysis.replay``, :mod:`fsdpbench.analysis.replay`).
+        what_if: edits replayed beside it (:func:`fsdpbench.analysis.replay.parse_edit`; ``replay.what_if``).
     Returns:
         The :class:`Analysis`; ranks that could not be read are left out and named in ``warnings``.
     Raises:
@@ -616,7 +620,26 @@ def analyze(
             else:
                 res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
                 warnings.extend(ascend_warnings)
+    if replay or what_if:
+        _replay(res, what_if)
     return res
+
+
+def _replay(res: Analysis, what_if: Sequence[str]) -> None:
+    """Set ``res.replay`` (or ``res.replay_note``): a replay that fails on a trace it does not understand
+    says so there and in the warnings, and leaves the rest of the analysis standing."""
+    from fsdpbench.analysis.replay import parse_edit, replay_step
+
+    for e in what_if:
+        parse_edit(e)  # a bad edit is the user's error: raised before any work
+    try:
+        res.replay = replay_step(res, list(what_if))
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the replay must never take the analysis down with it
+        res.replay, res.replay_note = None, f"the replay failed: {type(exc).__name__}: {exc}"
+    if res.replay is None and res.replay_note:
+        res.warnings.append(f"no step replay: {res.replay_note}")
 
 
 def _group_seq(ce: Any) -> list[tuple[Any, int]]:

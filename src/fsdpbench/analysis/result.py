@@ -455,6 +455,10 @@ class Analysis:
     process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     waits: dict[str, Any] = field(default_factory=dict)
     """Waiting vs transferring across ranks (analysis/waits.py); empty with one rank."""
+    replay: dict[str, Any] | None = None
+    """The step replay (analysis/replay.py, docs/replay.md): None until asked for, or when the traces lack
+    what its graph needs (``replay_note`` says why)."""
+    replay_note: str | None = None
 
     @property
     def mean(self) -> dict[str, float | None]:

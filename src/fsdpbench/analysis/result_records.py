@@ -177,6 +177,8 @@ class AnalysisRecord(_FileRecord):
     across_ranks: AcrossRanks = field(default_factory=dict)  # type: ignore[assignment]
     process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     waits: dict[str, Any] = field(default_factory=dict)
+    replay: dict[str, Any] | None = None
+    replay_note: str | None = None
 
 
 class ResultCacheEntry(TypedDict):

@@ -46,6 +46,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "profiled step; without them, forward, backward and optimizer alone from the autograd engine's and "
         "the optimizer's ranges (docs/attribution.md)",
     )
+    parser.add_argument(
+        "--critical-path",
+        action="store_true",
+        help="the step replay's cross-rank critical path: per phase the time on it by kind, the top places "
+        "(rank, unit, phase, kind) by critical time with their slack, the near-critical places and the "
+        "replay's error against the measured step; also writes replay.trace.json (Chrome/Perfetto: the "
+        "replayed step, the path as flow events, each task's slack in its args) beside the profiles "
+        "(docs/replay.md)",
+    )
+    parser.add_argument(
+        "--what-if",
+        action="append",
+        default=[],
+        metavar="EDIT",
+        help="replay the step with an edit of its graph (repeatable): scale:<collective type|kind|op regex>:"
+        "<factor> (e.g. scale:all_gather:0.5), straggler:remove[:RANK], delay:RANK:UNIT:PHASE:MS (negative "
+        "MS removes a delay); the predicted step, per phase, and what changed on the critical path "
+        "(docs/replay.md)",
+    )
+    parser.add_argument(
+        "--replay-trace",
+        metavar="FILE",
+        help="where --critical-path writes the replayed step's Chrome/Perfetto trace (default: "
+        "replay.trace.json in the folder of the first PATH)",
+    )
 
 
 def _ms(us: float | None) -> str:
@@ -410,8 +435,9 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top must be at least 1 (got {args.top})")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
-    res = analyze(args.paths, step=args.step, workers=args.workers)
+    res = analyze(args.paths, step=args.step, workers=args.workers, what_if=args.what_if)
     data = encode_analysis(res)
+    trace_file = _write_replay_trace(res, args) if args.critical_path else None
     if args.json == "-":
         sys.stdout.buffer.write(data + b"\n")
         return 0
@@ -420,6 +446,10 @@ def main(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         render_units(res, Console())
+    if args.critical_path or args.what_if:
+        from rich.console import Console
+
+        render_replay(res, Console(), critical=args.critical_path, trace_file=trace_file)
     if args.json:
         out = Path(args.json)
         try:
@@ -428,3 +458,105 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError(f"{out}: cannot write the JSON ({exc.strerror or exc})") from None
     return 0
+
+
+def _write_replay_trace(res, args: argparse.Namespace) -> Path | None:  # noqa: ANN001
+    """Write the replayed step's Chrome/Perfetto trace (--critical-path); its path, None without a replay."""
+    g = getattr(res, "_replay", None)
+    if g is None:
+        return None
+    from fsdpbench.analysis.replay_trace import write_trace
+
+    if args.replay_trace:
+        out = Path(args.replay_trace)
+    else:
+        first = Path(args.paths[0])
+        out = (first if first.is_dir() else first.parent) / "replay.trace.json"
+    try:
+        write_trace(out, *g)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write the replay trace ({exc.strerror or exc})") from None
+    return out
+
+
+REPLAY_TOP = 10
+
+
+def render_replay(res, con, critical: bool = True, trace_file: Path | None = None) -> None:  # noqa: ANN001
+    """The replay's terminal view: its error, the path per phase, the top places with their slack, and
+    the what-ifs (docs/replay.md)."""
+    from rich.table import Table
+
+    rp = res.replay
+    if rp is None:
+        con.print(f"[yellow]no step replay:[/yellow] {res.replay_note or 'not computed'}", highlight=False)
+        return
+    err = rp["error_pct"]
+    con.print(
+        f"Step replay: replayed vs measured step {fmt(err['median'], 3)} % median, {fmt(err['max'], 3)} % max "
+        f"over {len(rp['ranks'])} ranks; unexplained slack {_ms(rp['unexplained_slack_us'])} ms",
+        highlight=False,
+    )
+    if critical:
+        step = rp["figure"]["step_us"]
+        kinds = [k for k in ("compute", "transfer", "wait", "host_gap", "launch", "sync")
+                 if any(k in p["kinds"] for p in rp["by_phase"])]  # fmt: skip
+        t = Table(title=f"Critical path per phase (step {_ms(step)} ms)", title_justify="left",
+                  caption="ms on the cross-rank critical path, by kind of task", caption_justify="left")  # fmt: skip
+        for col in ("phase", "path", *kinds):
+            t.add_column(col, justify="left" if col == "phase" else "right", no_wrap=True)
+        for p in rp["by_phase"]:
+            t.add_row(
+                p["phase"], _ms(p["us"]), *[_ms(p["kinds"].get(k)) if k in p["kinds"] else "" for k in kinds]
+            )
+        con.print(t)
+        slack = {(x["rank"], x["unit"], x["phase"], x["kind"]): x["slack_us"] for x in rp["slack"]}
+        top = Table(title="Top places on the critical path", title_justify="left",
+                    caption="ms; slack: how much the place could grow before the step grows (0 on the path)",
+                    caption_justify="left")  # fmt: skip
+        for col in ("rank", "unit", "phase", "kind", "critical", "slack"):
+            top.add_column(
+                col, justify="right" if col in ("rank", "critical", "slack") else "left", no_wrap=True
+            )
+        for x in rp["critical"][:REPLAY_TOP]:
+            key = (x["rank"], x["unit"], x["phase"], x["kind"])
+            top.add_row(str(x["rank"]), x["unit"], x["phase"], x["kind"], _ms(x["us"]), _ms(slack.get(key)))
+        con.print(top)
+        near = rp["near_critical"]
+        if near:
+            con.print(
+                f"near-critical (off the path, slack < 2 % of the step): {len(near)} places, e.g. "
+                + ", ".join(
+                    f"rank {x['rank']} {x['unit']} {x['phase']} {x['kind']} ({_ms(x['slack_us'])} ms)"
+                    for x in near[:3]
+                ),
+                highlight=False,
+            )
+        if trace_file is not None:
+            con.print(
+                f"replayed step with its critical path: {trace_file} (open in ui.perfetto.dev)",
+                highlight=False,
+            )
+    if rp["what_if"]:
+        w = Table(title="What-ifs (replayed)", title_justify="left", caption="ms", caption_justify="left")
+        for col in ("edit", "predicted step", "change", "source", "largest change on the path"):
+            w.add_column(
+                col, justify="left" if col in ("edit", "source", "largest change on the path") else "right"
+            )
+        step = rp["figure"]["step_us"]
+        for x in rp["what_if"]:
+            c = x["changed"][0] if x["changed"] else None
+            change = (
+                f"rank {c['rank']} {c['unit']} {c['phase']} {c['kind']} {c['delta_us'] / 1000:+.3f}"
+                if c
+                else "—"
+            )
+            pred = x["predicted_step_us"]
+            w.add_row(
+                x["edit"],
+                _ms(pred),
+                "" if pred is None else f"{(pred - step) / 1000:+.3f}",
+                x["source"],
+                change,
+            )
+        con.print(w)

@@ -1,0 +1,440 @@
+"""One rank's part of the step's dependency graph, built from its event table alone (docs/replay.md).
+
+Built where the rank is measured (the per-rank worker, :func:`fsdpbench.analysis.pipeline.rank_metrics`)
+and shipped back as a :class:`RankGraph`: numpy arrays of tasks and zero-or-latency edges, no event
+table. The cross-rank part (one rendezvous per collective instance) and the replay are in
+:mod:`fsdpbench.analysis.replay`.
+
+What a rank's graph holds (times are the rank's own clock, ns):
+
+* **Host threads** (lanes with host operators): the thread's time from its first operator (the
+  training thread: from the step's start) to its last (the training thread: to the ``ProfilerStep``'s
+  end) cut into consecutive tasks in program order, every instant in exactly one: ``compute`` (inside a
+  CPU compute operator), ``sync`` (inside a stream/device/event synchronise call), ``launch`` (inside a
+  kernel/collective launch call or any other operator: the host's dispatch work), ``host_gap`` (no
+  operator open: Python, the framework, a ``time.sleep``). Tasks are cut where a device task was
+  launched and where a blocking call returned.
+* **Queue lanes** (CUDA/NPU streams; gloo's worker threads on CPU): their outermost device tasks in
+  lane order, each after its launch (the host task that ended where the launch call began; a launch
+  latency on that edge where the lane was idle at the launch) and after the lane's previous task. A
+  collective is two tasks: its *arrival* (length 0) and its *transfer* (its length is set across ranks:
+  the instance's measured transfer on this rank).
+* **Blocking waits**: a host thread that waits for a collective (CPU/gloo: the host task in progress on
+  the launching thread when the collective's worker span ends, when it is not compute) or for device work
+  (a synchronise call: the latest device task ending inside it) is cut there; the part before is a
+  ``wait`` (or ``sync``) task of length 0 whose real length the replay computes, the part after starts
+  only when the awaited task has ended. Waiting is never an input.
+* A lane's first task with no predecessor (a thread the trace shows no trigger for) is released at its
+  measured offset from the step's start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fsdpbench.trace.table import EventTable
+
+KINDS = ["compute", "transfer", "wait", "host_gap", "launch", "sync"]
+"""Task kinds, in the order of their codes."""
+K_COMPUTE, K_TRANSFER, K_WAIT, K_GAP, K_LAUNCH, K_SYNC = range(6)
+_SYNC_TASKS = ("device_synchronize", "stream_synchronize", "event_synchronize")
+_LAUNCH_TASKS = ("kernel_launch", "launch_ffts")
+# host-segment classes, by priority (the highest class open wins)
+_C_NONE, _C_OP, _C_COMPUTE, _C_LAUNCH, _C_SYNC = range(5)
+_CLASS_KIND = np.array([K_GAP, K_LAUNCH, K_COMPUTE, K_LAUNCH, K_SYNC], dtype=np.int8)
+
+
+@dataclass
+class RankGraph:
+    """One rank's tasks and edges (module docstring). Node 0 is the step's start (length 0)."""
+
+    rank: int
+    ws_ns: int
+    """The step window's start and end (the rank's clock): the measured step is ``we_ns - ws_ns``."""
+    we_ns: int
+    dur: np.ndarray
+    """Per task: length (ns, int64; collective transfers 0 until set across ranks)."""
+    start: np.ndarray
+    """Per task: measured start (ns, the rank's clock)."""
+    kind: np.ndarray
+    """Per task: code into :data:`KINDS`."""
+    lane: np.ndarray
+    """Per task: index into ``lanes``."""
+    place: np.ndarray
+    """Per task: index into ``places`` ((unit, phase))."""
+    op: np.ndarray
+    """Per task: index into ``ops`` (the compute operator or device kernel; -1: none)."""
+    lanes: list[str]
+    places: list[tuple[str, str]]
+    ops: list[str]
+    esrc: np.ndarray
+    """Edges (int64): ``esrc`` → ``edst`` with a latency ``ew`` (ns) of kind ``ekind``."""
+    edst: np.ndarray
+    ew: np.ndarray
+    ekind: np.ndarray
+    c_arrive: np.ndarray
+    """Per collective (``collective_events``' order): its arrival task, its transfer task, its measured
+    start and end (the rank's clock) and type."""
+    c_xfer: np.ndarray
+    c_start: np.ndarray
+    c_end: np.ndarray
+    c_type: list[str] = field(default_factory=list)
+    main_lane: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.dur)
+
+
+def _host_segments(
+    starts: np.ndarray, ends: np.ndarray, cls: np.ndarray, op: np.ndarray, lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lane's time [lo, hi) as consecutive segments (starts, class, op) from its nested events (in
+    (start, -end) order): each instant takes the highest class among the events open there, and the op
+    of the outermost open event of that class."""
+    seg_s: list[int] = [lo]
+    seg_c: list[int] = [_C_NONE]
+    seg_o: list[int] = [-1]
+    stack: list[tuple[int, int, int]] = []  # (end, prefix max class, op of that class)
+
+    def emit(t: int) -> None:
+        c, o = (stack[-1][1], stack[-1][2]) if stack else (_C_NONE, -1)
+        if t <= seg_s[-1]:
+            seg_c[-1], seg_o[-1] = c, o
+        elif seg_c[-1] != c or seg_o[-1] != o:
+            seg_s.append(t)
+            seg_c.append(c)
+            seg_o.append(o)
+
+    for s, e, c, o in zip(starts.tolist(), ends.tolist(), cls.tolist(), op.tolist(), strict=True):
+        while stack and stack[-1][0] <= s:
+            t = stack.pop()[0]
+            emit(t)
+        if stack:
+            pc, po = stack[-1][1], stack[-1][2]
+            if c > pc:
+                pc, po = c, o
+        else:
+            pc, po = c, o
+        stack.append((e, pc, po))
+        emit(s)
+    while stack:
+        emit(stack.pop()[0])
+    s_arr = np.array(seg_s, dtype=np.int64)
+    keep = (s_arr >= lo) & (s_arr < hi)
+    keep[0] = True
+    return s_arr[keep], np.array(seg_c, dtype=np.int8)[keep], np.array(seg_o, dtype=np.int64)[keep]
+
+
+def _step_window(t: EventTable, windows: Any, chosen: list[int]) -> tuple[int, int, int]:
+    """(start, end, host end) of the chosen steps' window, as the analysis takes it (the host
+    ``ProfilerStep`` span widened to the device work of those steps)."""
+    sel_w = np.isin(windows.step, chosen) if chosen else np.zeros(len(windows), dtype=bool)
+    dev = t.device & ~t.orphan & (np.isin(t.step, chosen) if chosen else True)
+    starts = windows.start_ns[sel_w].tolist()
+    ends = windows.end_ns[sel_w].tolist()
+    host_end = max(ends) if ends else None
+    if dev.any():
+        starts.append(int(t.start_ns[dev].min()))
+        ends.append(int(t.end_ns[dev].max()))
+    if not starts:
+        return int(t.start_ns.min()), int(t.end_ns.max()), int(t.end_ns.max())
+    return min(starts), max(ends), int(host_end if host_end is not None else max(ends))
+
+
+def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankGraph | None:
+    """The graph of one rank (``trace``: a :class:`fsdpbench.trace.RankTrace`) over the chosen steps'
+    window; ``ranges``: its (unit, phase) windows (:func:`fsdpbench.analysis.unit_ranges.find_ranges`).
+    None when the table has no event in the window."""
+    from fsdpbench.analysis import attribution, unit_ranges
+    from fsdpbench.trace.kineto_cpu import _is_operator, outermost
+
+    t: EventTable = trace.table
+    if not len(t):
+        return None
+    ranges = unit_ranges.find_ranges(t) if ranges is None else ranges
+    ws, we, host_end = _step_window(t, trace.windows, chosen)
+    cpu = trace.mode == "cpu"
+    in_win = (t.start_ns >= ws) & (t.start_ns < we) & ~(t.orphan & t.device)
+    lane_codes = t.lane.codes.astype(np.int64)
+    is_comm = t.category.mask("comm")
+    queue_ev = t.device & in_win & t.category.mask("compute", "comm", "memcpy", "memset", "sync")
+    if cpu:
+        comm_lanes = set(lane_codes[queue_ev & is_comm].tolist())
+        comp_lanes = set(lane_codes[t.device & t.category.mask("compute")].tolist())
+        queue_lanes = comm_lanes - comp_lanes
+    else:
+        queue_lanes = set(lane_codes[queue_ev].tolist())
+    is_queue_lane = np.isin(lane_codes, sorted(queue_lanes))
+    queue_ev &= is_queue_lane
+    # the training thread: the one holding the ProfilerStep spans, else the most host events
+    names = t.name.categories
+    step_codes = [i for i, c in enumerate(names) if str(c).startswith("ProfilerStep#")]
+    host_ev = in_win & ~is_queue_lane
+    step_rows = np.flatnonzero(np.isin(t.name.codes, step_codes) & ~t.device)
+    if step_rows.size:
+        main = int(np.bincount(lane_codes[step_rows]).argmax())
+    elif host_ev.any():
+        main = int(np.bincount(lane_codes[host_ev]).argmax())
+    else:
+        main = -1
+
+    # class of each event on host lanes
+    is_op_name = np.array([_is_operator(str(c)) for c in names] + [False])[t.name.codes]
+    cls = np.full(len(t), _C_NONE, dtype=np.int8)
+    cls[is_op_name] = _C_OP
+    cls[t.device & t.category.mask("compute")] = _C_COMPUTE
+    cls[t.task.mask(*_LAUNCH_TASKS) | (~t.device & (t.collective.codes != 0))] = _C_LAUNCH
+    cls[t.task.mask(*_SYNC_TASKS) | (~t.device & t.category.mask("sync"))] = _C_SYNC
+
+    # queue tasks: outermost device events of each queue lane, with their launch points
+    q = outermost(np.flatnonzero(queue_ev), t.start_ns, t.end_ns, lane_codes)
+    q = q[np.lexsort((t.start_ns[q], lane_codes[q]))]
+    if cpu:
+        ll, lt, _ = attribution.launch_points(t, "cpu", ranges)
+    else:
+        ll, lt = t.launch_lane.astype(np.int64), t.launch_ns
+    q_ll, q_lt = ll[q], lt[q]
+    own = q_ll == lane_codes[q]
+    q_ll = np.where(own, -1, q_ll)  # no launch recorded: released at its offset
+
+    host_lanes = sorted(set(lane_codes[host_ev].tolist()) | ({main} if main >= 0 else set()))
+    # joins: (lane, time, queue task position) where a host thread waited for a queue task
+    joins: list[tuple[int, int, int]] = []
+    seg_by_lane: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
+    for lane in host_lanes:
+        rows = np.flatnonzero(host_ev & (lane_codes == lane))
+        rows = rows[np.lexsort((-t.end_ns[rows], t.start_ns[rows]))]
+        if lane == main:
+            lo, hi = ws, max(host_end, int(t.end_ns[rows].max()) if rows.size else host_end)
+        elif rows.size:
+            lo, hi = int(t.start_ns[rows].min()), int(t.end_ns[rows].max())
+        else:
+            continue
+        ss, sc, so = _host_segments(
+            t.start_ns[rows],
+            t.end_ns[rows],
+            cls[rows],
+            np.where(cls[rows] == _C_COMPUTE, t.name.codes[rows], -1),
+            lo,
+            hi,
+        )
+        seg_by_lane[lane] = (ss, sc, so, hi)
+    q_end = t.end_ns[q]
+    if cpu:  # a launching thread blocked until its collective's worker span ended
+        for k in np.flatnonzero(is_comm[q] & (q_ll >= 0)).tolist():
+            lane = int(q_ll[k])
+            if lane not in seg_by_lane:
+                continue
+            ss, sc, _, hi = seg_by_lane[lane]
+            e = int(q_end[k])
+            j = int(np.searchsorted(ss, e, side="right")) - 1
+            if j >= 0 and e < hi and sc[j] != _C_COMPUTE and e > int(q_lt[k]):
+                joins.append((lane, e, k))
+    else:  # a synchronise call returned after the latest device task ending inside it
+        order = np.argsort(q_end, kind="stable")
+        ends_sorted = q_end[order]
+        for lane, (ss, sc, _, hi) in seg_by_lane.items():
+            seg_e = np.append(ss[1:], hi)
+            for j in np.flatnonzero(sc == _C_SYNC).tolist():
+                a, b = int(ss[j]), int(seg_e[j])
+                i = int(np.searchsorted(ends_sorted, b, side="right")) - 1
+                if i >= 0 and ends_sorted[i] > a:
+                    k = int(order[i])
+                    if q_ll[k] < 0 or q_lt[k] <= a:
+                        joins.append((lane, int(ends_sorted[i]), k))
+
+    # host tasks: the segments cut at launch points and join points, neighbours of one class merged
+    lanes_list = [str(c) for c in t.lane.categories]
+    place_index: dict[tuple[str, str], int] = {}
+    units = np.array([*ranges.unit, attribution.OUTSIDE], dtype=object)
+    phases = np.array([*ranges.phase, attribution.OUTSIDE], dtype=object)
+
+    def places_of(lane_arr: np.ndarray, time_arr: np.ndarray) -> np.ndarray:
+        r = attribution.innermost(ranges, lane_arr, time_arr)
+        keys = list(zip(units[r].tolist(), phases[r].tolist(), strict=True))
+        return np.array([place_index.setdefault(k, len(place_index)) for k in keys], dtype=np.int64)
+
+    n_start: list[np.ndarray] = [np.array([ws], dtype=np.int64)]
+    n_dur: list[np.ndarray] = [np.array([0], dtype=np.int64)]
+    n_kind: list[np.ndarray] = [np.array([K_GAP], dtype=np.int8)]
+    n_lane: list[np.ndarray] = [np.array([main if main >= 0 else 0], dtype=np.int64)]
+    n_place: list[np.ndarray] = [places_of(np.array([main]), np.array([ws]))]
+    n_op: list[np.ndarray] = [np.array([-1], dtype=np.int64)]
+    count = 1
+    esrc: list[Any] = []
+    edst: list[Any] = []
+    ew: list[Any] = []
+    ek: list[Any] = []
+    host_nodes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # lane: (starts, node ids)
+    join_at: dict[tuple[int, int], int] = {}
+    launch_t = {lane: q_lt[q_ll == lane] for lane in seg_by_lane}
+    join_t: dict[int, list[int]] = {}
+    for lane, e, _ in joins:
+        join_t.setdefault(lane, []).append(e)
+    for lane, (ss, sc, so, hi) in seg_by_lane.items():
+        cuts = np.concatenate(
+            [launch_t.get(lane, np.empty(0, np.int64)), np.array(join_t.get(lane, []), np.int64)]
+        )
+        cuts = cuts[(cuts > ss[0]) & (cuts < hi)]
+        b = np.unique(np.concatenate([ss, cuts]))
+        j = np.searchsorted(ss, b, side="right") - 1
+        c, o = sc[j], so[j]
+        pl = places_of(np.full(b.size, lane), b)
+        forced = np.isin(b, cuts)
+        keep = np.ones(b.size, dtype=bool)
+        keep[1:] = forced[1:] | (c[1:] != c[:-1]) | (o[1:] != o[:-1]) | (pl[1:] != pl[:-1])
+        b, c, o, pl = b[keep], c[keep], o[keep], pl[keep]
+        e = np.append(b[1:], hi)
+        kind = _CLASS_KIND[c].copy()
+        ids = np.arange(count, count + b.size, dtype=np.int64)
+        dur = e - b
+        # the task ending at a join point is the wait: length 0, computed by the replay
+        jt = np.array(join_t.get(lane, []), dtype=np.int64)
+        if jt.size:
+            before = np.searchsorted(b, jt, side="left") - 1
+            ok = before >= 0
+            dur[before[ok]] = 0
+            kind[before[ok]] = np.where(kind[before[ok]] == K_SYNC, K_SYNC, K_WAIT)
+        n_start.append(b)
+        n_dur.append(dur)
+        n_kind.append(kind)
+        n_lane.append(np.full(b.size, lane, dtype=np.int64))
+        n_place.append(pl)
+        n_op.append(o)
+        host_nodes[lane] = (b, ids)
+        # program order, and the first task released at its offset from the step's start
+        esrc.append(ids[:-1])
+        edst.append(ids[1:])
+        ew.append(np.zeros(ids.size - 1, dtype=np.int64))
+        ek.append(np.full(ids.size - 1, K_GAP, dtype=np.int8))
+        esrc.append(np.array([0]))
+        edst.append(ids[:1])
+        ew.append(np.array([int(b[0]) - ws]))
+        ek.append(np.array([K_GAP], dtype=np.int8))
+        count += b.size
+
+    # queue tasks (a collective: arrival then transfer)
+    nq = q.size
+    comm_q = is_comm[q]
+    first = np.empty(nq, dtype=np.int64)
+    last = np.empty(nq, dtype=np.int64)
+    k_start, k_dur, k_kind, k_lane, k_op = [], [], [], [], []
+    qkind = np.where(t.category.mask("sync")[q], K_SYNC, K_COMPUTE)
+    for i in range(nq):
+        first[i] = count
+        if comm_q[i]:
+            k_start += [int(t.start_ns[q[i]]), int(t.start_ns[q[i]])]
+            k_dur += [0, 0]
+            k_kind += [K_WAIT, K_TRANSFER]
+            k_lane += [int(lane_codes[q[i]])] * 2
+            k_op += [int(t.name.codes[q[i]])] * 2
+            count += 2
+        else:
+            k_start.append(int(t.start_ns[q[i]]))
+            k_dur.append(int(t.end_ns[q[i]] - t.start_ns[q[i]]))
+            k_kind.append(int(qkind[i]))
+            k_lane.append(int(lane_codes[q[i]]))
+            k_op.append(int(t.name.codes[q[i]]))
+            count += 1
+        last[i] = count - 1
+    if nq:
+        k_lane_arr = np.array(k_lane, dtype=np.int64)
+        # place: where it was launched (its own lane and start where no launch is recorded)
+        pl_lane = np.where(q_ll >= 0, q_ll, lane_codes[q])
+        pl_time = np.where(q_ll >= 0, q_lt, t.start_ns[q])
+        qp = places_of(pl_lane, pl_time)
+        per_node_place = np.repeat(qp, np.where(comm_q, 2, 1))
+        n_start.append(np.array(k_start, dtype=np.int64))
+        n_dur.append(np.array(k_dur, dtype=np.int64))
+        n_kind.append(np.array(k_kind, dtype=np.int8))
+        n_lane.append(k_lane_arr)
+        n_place.append(per_node_place)
+        n_op.append(np.array(k_op, dtype=np.int64))
+        # arrival → transfer
+        cq = np.flatnonzero(comm_q)
+        esrc.append(first[cq])
+        edst.append(last[cq])
+        ew.append(np.zeros(cq.size, dtype=np.int64))
+        ek.append(np.full(cq.size, K_WAIT, dtype=np.int8))
+        # lane order
+        qlanes = lane_codes[q]
+        same = np.flatnonzero(qlanes[1:] == qlanes[:-1])
+        esrc.append(last[same])
+        edst.append(first[same + 1])
+        ew.append(np.zeros(same.size, dtype=np.int64))
+        ek.append(np.full(same.size, K_COMPUTE, dtype=np.int8))
+        prev_end = np.full(nq, np.iinfo(np.int64).min)
+        prev_end[same + 1] = t.end_ns[q[same]]
+        # launch: from the host task that ended where the launch call began
+        src = np.full(nq, -1, dtype=np.int64)
+        for lane, (b, ids) in host_nodes.items():
+            sel = np.flatnonzero(q_ll == lane)
+            if not sel.size:
+                continue
+            pos = np.searchsorted(b, q_lt[sel], side="left") - 1
+            ok = pos >= 0
+            src[sel[ok]] = ids[pos[ok]]
+        has = src >= 0
+        lat = np.where(prev_end <= q_lt, np.maximum(t.start_ns[q] - q_lt, 0), 0)
+        # a launch from before the window (or an unknown thread): released at its offset
+        first_on_lane = np.ones(nq, dtype=bool)
+        first_on_lane[same + 1] = False
+        free = ~has & first_on_lane
+        esrc.append(src[has])
+        edst.append(first[has])
+        ew.append(lat[has])
+        ek.append(np.full(int(has.sum()), K_LAUNCH, dtype=np.int8))
+        esrc.append(np.zeros(int(free.sum()), dtype=np.int64))
+        edst.append(first[free])
+        ew.append(t.start_ns[q][free] - ws)
+        ek.append(np.full(int(free.sum()), K_GAP, dtype=np.int8))
+        # joins: the host task starting at the join point waits for the queue task's end
+        for lane, e, k in joins:
+            b, ids = host_nodes[lane]
+            pos = int(np.searchsorted(b, e, side="left"))
+            if pos < b.size and b[pos] == e:
+                join_at[(lane, e)] = int(ids[pos])
+                esrc.append(np.array([last[k]]))
+                edst.append(np.array([ids[pos]]))
+                ew.append(np.array([0]))
+                ek.append(np.array([K_WAIT], dtype=np.int8))
+    cat = np.concatenate
+    used_ops = cat(n_op)
+    op_codes, op_index = np.unique(used_ops[used_ops >= 0], return_inverse=True)
+    op_arr = np.full(used_ops.size, -1, dtype=np.int64)
+    op_arr[used_ops >= 0] = op_index
+    lanes_used = cat(n_lane)
+    lane_codes_used, lane_index = np.unique(lanes_used, return_inverse=True)
+    cq = np.flatnonzero(comm_q) if nq else np.empty(0, dtype=np.int64)
+    # collectives in collective_events' order (start, stable)
+    comm_rows = q[cq]
+    order = np.lexsort((comm_rows, t.start_ns[comm_rows])) if cq.size else cq
+    ctype = t.collective[comm_rows[order]].strings("other") if cq.size else np.empty(0, dtype=object)
+    return RankGraph(
+        rank=int(trace.rank or 0),
+        ws_ns=int(ws),
+        we_ns=int(we),
+        dur=cat(n_dur).astype(np.int64),
+        start=cat(n_start).astype(np.int64),
+        kind=cat(n_kind).astype(np.int8),
+        lane=lane_index.astype(np.int32),
+        place=cat(n_place).astype(np.int32),
+        op=op_arr.astype(np.int32),
+        lanes=[lanes_list[c] for c in lane_codes_used.tolist()],
+        places=list(place_index),
+        ops=[str(names[c]) for c in op_codes.tolist()],
+        esrc=cat(esrc).astype(np.int64) if esrc else np.empty(0, np.int64),
+        edst=cat(edst).astype(np.int64) if edst else np.empty(0, np.int64),
+        ew=cat(ew).astype(np.int64) if ew else np.empty(0, np.int64),
+        ekind=cat(ek).astype(np.int8) if ek else np.empty(0, np.int8),
+        c_arrive=first[cq][order] if cq.size else cq,
+        c_xfer=last[cq][order] if cq.size else cq,
+        c_start=t.start_ns[comm_rows[order]] if cq.size else cq,
+        c_end=t.end_ns[comm_rows[order]] if cq.size else cq,
+        c_type=[x if x else "other" for x in ctype.tolist()],
+        main_lane=int(np.searchsorted(lane_codes_used, main)) if main >= 0 else 0,
+    )
