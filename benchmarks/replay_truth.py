@@ -30,7 +30,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,19 +57,40 @@ def _ab(arms: list[str], out: Path, name: str, nproc: int, rounds: int, seq_len:
 
 
 def replay_of(run: Path, arm: str, edits: list[str]) -> dict[str, Any] | None:
-    """The ``replay`` object of ``analyze --json`` of ``arm``'s profiles with each of ``edits`` as a
-    ``--what-if``; None (with the note printed) when the analysis has none."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "analysis.json"
-        cmd = [sys.executable, "-m", "fsdpbench", "analyze", str(run_folder.profile_dir(run, arm))]
-        cmd += ["--json", str(out), *[a for e in edits for a in ("--what-if", e)]]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-        data = json.loads(out.read_text())
-    if not data.get("replay"):
-        print(f"{run.name} {arm}: no replay ({data.get('replay_note')})", file=sys.stderr)
-    return data.get("replay")
+    """The ``replay`` object of ``arm``'s profiles with a ``what_if`` entry per text of ``edits``; a text of
+    several edits joined by ``+`` (``calibration.joint_edit``) is one what-if with all of them applied
+    (``replay_with_edits``). None (with the note printed) when the analysis has none."""
+    return replay_with_edits([run_folder.profile_dir(run, arm)], edits, what=f"{run.name} {arm}")
+
+
+def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> dict[str, Any] | None:
+    """``analyze`` of ``paths`` in this process with the single edits as ``--what-if``s, plus one what-if
+    per ``+``-joined group of edits, applied together to the same graph (``replay.apply_edit`` in turn,
+    then one replay): ``analyze --what-if`` replays each edit on its own."""
+    from fsdpbench.analysis import replay as rp
+    from fsdpbench.analysis.pipeline import analyze
+
+    singles = [e for e in edits if "+" not in e]
+    res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+    if res.replay is None:
+        print(f"{what}: no replay ({res.replay_note})", file=sys.stderr)
+        return None
+    graph = res._replay[0]
+    for text in [e for e in edits if "+" in e]:
+        edited = graph
+        for part in text.split("+"):
+            edited = rp.apply_edit(edited, rp.parse_edit(part))
+        reading = rp.read(edited, rp.schedule(edited))
+        res.replay["what_if"].append(
+            {
+                "edit": text,
+                "predicted_step_us": reading.step_us,
+                "phases": {p["phase"]: p["us"] for p in reading.by_phase},
+                "source": "replay",
+                "note": "; ".join(edited.notes[len(graph.notes) :]) or None,
+            }
+        )
+    return res.replay
 
 
 def _top(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:

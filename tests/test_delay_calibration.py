@@ -112,3 +112,11 @@ def test_a_runs_delay_calibration_covers_both_directions_of_each_pair():
         ("d50", "remove_delay", pytest.approx(-52.0)),
     ]
     assert all(e["within"] for e in entries)
+
+
+def test_the_unedited_step_is_the_figures_when_the_replay_has_one():
+    replay = _replay([300_000.0, 302_000.0], [])
+    assert cal.replay_step_us(replay) == 302_000.0  # the longest rank
+    replay["figure"] = {"step_us": 303_500.0}  # first start to last end on the aligned clock
+    assert cal.replay_step_us(replay) == 303_500.0
+    assert cal.replay_step_us(None) is None

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from helpers import free_port, run_cli
+from helpers import REPO, free_port, run_cli
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 
@@ -122,18 +122,19 @@ def test_in_the_profiled_step_the_sleep_opens_the_delayed_ranks_unit_range(delay
 
 # ------------------------------------------------------------------------------------ the replay
 def _replay(run: Path, arm: str, *edits: str) -> dict:
-    args = [a for e in edits for a in ("--what-if", e)]
-    proc = run_cli("analyze", str(run / "profiles" / arm), "--json", "-", *args, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    replay = json.loads(proc.stdout).get("replay")
-    assert replay, f"no replay for {arm}: {json.loads(proc.stdout).get('replay_note')}"
+    """The arm's replay with each edit as a what-if (several joined by ``+``: applied together), through
+    the benchmark's helper (benchmarks/replay_truth.py ``replay_with_edits``)."""
+    spec = importlib.util.spec_from_file_location("replay_truth", REPO / "benchmarks" / "replay_truth.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    replay = bench.replay_with_edits([run / "profiles" / arm], list(edits), what=arm)
+    assert replay, f"no replay for {arm}"
     return replay
 
 
 def _predicted_change_ms(replay: dict, edit: str) -> float:
     (entry,) = [w for w in replay["what_if"] if w["edit"] == edit]
-    step = max(r["replayed_us"] for r in replay["ranks"])
-    return (entry["predicted_step_us"] - step) / 1e3
+    return (entry["predicted_step_us"] - replay["figure"]["step_us"]) / 1e3
 
 
 def _within(predicted_ms: float, truth_ms: float, step_ms: float) -> bool:

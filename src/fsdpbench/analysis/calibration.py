@@ -415,8 +415,12 @@ def delay_edits(subject: Mapping[str, Any], counterfactual: Mapping[str, Any]) -
 
 
 def replay_step_us(replay: Mapping[str, Any] | None) -> float | None:
-    """The replayed (unmodified) step of an analysis's ``replay`` object: the longest rank's
-    ``replayed_us`` (every rank ends the step together at its last collective); None without one."""
+    """The replayed (unmodified) step of an analysis's ``replay`` object, on the clock its what-ifs'
+    ``predicted_step_us`` use: ``figure.step_us`` (first rank's start to last rank's end, aligned clocks),
+    else the longest rank's ``replayed_us``; None without a replay."""
+    step = ((replay or {}).get("figure") or {}).get("step_us")
+    if step is not None:
+        return float(step)
     ranks = (replay or {}).get("ranks") or []
     values = [float(r["replayed_us"]) for r in ranks if r.get("replayed_us") is not None]
     return max(values) if values else None
