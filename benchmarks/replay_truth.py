@@ -117,7 +117,13 @@ def check_delays(run: Path) -> dict[str, Any]:
     manifest = run_folder.read_json_file(run / run_folder.MANIFEST)
     summary = run_folder.read_json_file(run / run_folder.SUMMARY)
     arms = {a["label"]: a for a in manifest["arms"]}
-    pairs = [(s, c) for s, c in calibration.delay_pairs(arms)]
+    # nested pairs only: one arm's delays are a subset of the other's (clean ↔ delayed, 50 ↔ 50 + 20)
+    pairs = [
+        (s, c)
+        for s, c in calibration.delay_pairs(arms)
+        if set(arms[s].get("delay") or []) <= set(arms[c].get("delay") or [])
+        or set(arms[c].get("delay") or []) <= set(arms[s].get("delay") or [])
+    ]
     edits: dict[str, list[str]] = {label: [] for label in arms}
     for subject, counterfactual in pairs:
         edits[subject].append(
@@ -128,7 +134,12 @@ def check_delays(run: Path) -> dict[str, Any]:
         label: (max(r["measured_us"] for r in rp["ranks"]) / 1e3 if rp and rp.get("ranks") else None)
         for label, rp in replays.items()
     }
-    entries = calibration.calibrate_delays(manifest, summary, replays, profiled)
+    wanted = set(pairs)
+    entries = [
+        e
+        for e in calibration.calibrate_delays(manifest, summary, replays, profiled)
+        if (e["subject"], e["counterfactual"]) in wanted
+    ]
     tops = {}
     for label, arm in arms.items():
         places = [tuple(d.split("/")[:3]) for d in arm.get("delay") or []]
@@ -175,15 +186,15 @@ def _fmt(v: Any, spec: str = ".1f") -> str:
 
 def print_delays(results: list[dict[str, Any]]) -> None:
     print(
-        "| run | check | subject → counterfactual | edits | source | predicted ms | measured ms (timed) | "
+        "| run | check | edits | source | predicted ms | measured ms (timed) | measured ms (profiled) | "
         "tolerance ms | within |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(results):
         for e in r["entries"]:
             print(
-                f"| {i} | {e['estimate']} | {e['subject']} → {e['counterfactual']} | {' + '.join(e['edits'])} | "
-                f"{_fmt(e['source'])} | {_fmt(e['predicted_ms'])} | {_fmt(e['measured_ms'])} | "
+                f"| {i} | {e['estimate']} | {' + '.join(e['edits'])} | {_fmt(e['source'])} | "
+                f"{_fmt(e['predicted_ms'])} | {_fmt(e['measured_ms'])} | {_fmt(e['measured_profiled_ms'])} | "
                 f"{_fmt(e['tolerance_ms'])} | {_fmt(e['within'])} |"
             )
     print()
