@@ -46,10 +46,12 @@ layer-unit arm issues them (docs/replay.md), applied together."""
 TOLERANCE_REGROUP = 0.10
 
 
-def _ab(arms: list[str], out: Path, name: str, nproc: int, rounds: int, seq_len: int, timeout: float) -> Path:
+def _ab(
+    arms: list[str], out: Path, name: str, nproc: int, rounds: int, extra: list[str], timeout: float
+) -> Path:
     cmd = [sys.executable, "-m", "fsdpbench", "ab", "--arms", ",".join(arms), "--profile"]
-    cmd += ["--nproc", str(nproc), "--rounds", str(rounds), "--seq-len", str(seq_len)]
-    cmd += ["--out", str(out), "--name", name, "--no-report"]
+    cmd += ["--nproc", str(nproc), "--rounds", str(rounds), "--out", str(out), "--name", name, "--no-report"]
+    cmd += extra
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc", type=int, help="ranks (default 4 for delays, 2 for regrouping)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per arm per run (default 3)")
     parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--device", help="fsdpbench ab --device (default: its own, auto)")
+    parser.add_argument("--layers", type=int, help="fsdpbench ab --layers (default: the preset's)")
     parser.add_argument("--json", type=Path, help="also write every check here")
     args = parser.parse_args(argv)
     results = []
@@ -259,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
                 arms, nproc = list(specs), args.nproc or 4
             else:
                 arms, nproc = ["torch:unit=module", "torch"], args.nproc or 2
-            run = _ab(arms, args.out, f"{args.check}{i}", nproc, args.rounds, args.seq_len, timeout=3600)
+            extra = ["--seq-len", str(args.seq_len)]
+            extra += ["--device", args.device] if args.device else []
+            extra += ["--layers", str(args.layers)] if args.layers else []
+            run = _ab(arms, args.out, f"{args.check}{i}", nproc, args.rounds, extra, timeout=3600)
             print(f"run {i}: {run}", file=sys.stderr)
             runs.append(run)
     for run in runs:
