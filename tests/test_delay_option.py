@@ -183,3 +183,56 @@ def test_in_the_profiled_step_the_sleep_opens_the_units_range(tmp_path, phase):
     assert inside, "no operator inside the range"
     assert inside[0] - start >= delay_ms * 1e3 * 0.95  # the first op comes after the sleep
     assert rng["dur"] >= delay_ms * 1e3
+
+
+@pytest.fixture
+def gloo_world_of_one(monkeypatch):
+    import torch.distributed as dist
+
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("backend_name", ["torch", "fsdp1"])
+def test_each_backend_with_units_sleeps_at_the_delayed_units(gloo_world_of_one, backend_name):
+    """The delays hook the units each backend's wrapped model exposes (``decoder_units``): a forward and a
+    backward delay of rank 0 each sleep once per step, through the backend's own step calls. (deepspeed
+    passes the same check but takes minutes in one process here; hyper is not installed.)"""
+    import functools
+
+    from fsdpbench.backends import get_backend
+    from fsdpbench.run.delays import UnitDelays
+    from fsdpbench.run.profile_marks import decoder_units
+    from fsdpbench.run.worker import build_sharded_model, make_optimizer
+
+    spec = f"{backend_name}:delay=0/layers.2/forward/1+0/layers.1/backward/2+1/layers.0/forward/3"
+    cfg = RunConfig.from_sources(env={}, overrides={"arms": spec, "nproc": 2, "seq_len": 32})
+    arm = cfg.arms[0]
+    backend = get_backend(backend_name)
+    backend.setup("cpu")
+    model = build_sharded_model(cfg, arm, backend, backend.init_mesh("cpu", (1,)), torch.device("cpu"))
+    model, optimizer = backend.make_training(model, functools.partial(make_optimizer, cfg))
+    slept: list[float] = []
+    delays = UnitDelays(arm.delays(), rank=0, sleep=slept.append)
+    delays.install(model, decoder_units(model))
+    ids = torch.randint(0, cfg.model.vocab_size, (1, 32))
+    try:
+        for _ in range(2):
+            loss = model(ids, labels=ids).loss
+            backend.backward(loss)
+            backend.optimizer_step(optimizer)
+    finally:
+        delays.remove()
+        backend.close()
+    assert delays.slept == [("layers.2", "forward"), ("layers.1", "backward")] * 2
+    assert slept == [0.001, 0.002] * 2
