@@ -153,6 +153,15 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     ce = collective_events(sel)
     units, places, units_source, prefetch = _units(trace, ev, chosen)
     ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=places))
+    from fsdpbench.analysis.replay_graph import build_rank_graph
+
+    try:  # the rank's part of the step replay's graph: small arrays, shipped back instead of the table
+        graph = build_rank_graph(trace, chosen)
+    except Exception as exc:  # noqa: BLE001 - the replay must never take the rank's metrics down with it
+        graph = None
+        trace.warnings.append(
+            f"rank {trace.rank}: its replay graph could not be built ({type(exc).__name__}: {exc})"
+        )
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
@@ -178,6 +187,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         units_source=units_source,
         prefetch=prefetch,
         _events=all_ev,
+        replay_graph=graph,
     )
 
 
@@ -245,6 +255,7 @@ def _prepare_workers() -> None:
     import fsdpbench.analysis.groups
     import fsdpbench.analysis.ops
     import fsdpbench.analysis.overlap
+    import fsdpbench.analysis.replay_graph
     import fsdpbench.analysis.sync
     import fsdpbench.analysis.waits
     import fsdpbench.trace.intervals

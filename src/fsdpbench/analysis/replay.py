@@ -363,11 +363,21 @@ def read(g: StepGraph, s: Schedule) -> Reading:
             best[k] = v
     slack = []
     path_keys = {(k[0], k[1], k[2], k[3]) for k in acc}
+    for k in path_keys:  # a place on the path only through an edge's latency has no task of its own
+        code = g.places.index(k[:3]) * len(KINDS) + KINDS.index(k[3])
+        best.setdefault(code, 0)
     near = []
     for k, v in best.items():
         rk, unit, phase = g.places[k // len(KINDS)]
         kind = KINDS[k % len(KINDS)]
-        row = {"rank": rk, "unit": unit, "phase": phase, "kind": kind, "slack_us": max(v, 0) / 1000.0}
+        on = (rk, unit, phase, kind) in path_keys  # a place with time on the path has no slack
+        row = {
+            "rank": rk,
+            "unit": unit,
+            "phase": phase,
+            "kind": kind,
+            "slack_us": 0.0 if on else max(v, 0) / 1000.0,
+        }
         slack.append(row)
         if (rk, unit, phase, kind) not in path_keys and v < NEAR_CRITICAL * step_ns:
             near.append(row)

@@ -24,6 +24,9 @@ What a rank's graph holds (times are the rank's own clock, ns):
   (a synchronise call: the latest device task ending inside it) is cut there; the part before is a
   ``wait`` (or ``sync``) task of length 0 whose real length the replay computes, the part after starts
   only when the awaited task has ended. Waiting is never an input.
+* **Inferred cross-lane waits**: a device task that starts later than its launch and its lane's previous
+  task explain, and within :data:`INFER_WINDOW_NS` after a task on another lane of the rank ended, waits
+  for that task (a stream waiting on an event recorded on another stream: the trace does not link them).
 * A lane's first task with no predecessor (a thread the trace shows no trigger for) is released at its
   measured offset from the step's start.
 """
@@ -40,10 +43,15 @@ from fsdpbench.trace.table import EventTable
 KINDS = ["compute", "transfer", "wait", "host_gap", "launch", "sync"]
 """Task kinds, in the order of their codes."""
 K_COMPUTE, K_TRANSFER, K_WAIT, K_GAP, K_LAUNCH, K_SYNC = range(6)
+_NOT_OPS = ("fsdpbench::", "ProfilerStep#", "Optimizer.")
+"""Ranges that mark where the program is, not operators (their own time is host time between operators)."""
 _SYNC_TASKS = ("device_synchronize", "stream_synchronize", "event_synchronize")
 _LAUNCH_TASKS = ("kernel_launch", "launch_ffts")
 # host-segment classes, by priority (the highest class open wins)
 _C_NONE, _C_OP, _C_COMPUTE, _C_LAUNCH, _C_SYNC = range(5)
+INFER_WINDOW_NS = 50_000
+"""A device task that starts later than its launch and its lane explain, within this much after a task on
+another lane of its rank ended, is taken to have waited for that task (an inferred edge)."""
 _CLASS_KIND = np.array([K_GAP, K_LAUNCH, K_COMPUTE, K_LAUNCH, K_SYNC], dtype=np.int8)
 
 
@@ -183,7 +191,9 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
         main = -1
 
     # class of each event on host lanes
-    is_op_name = np.array([_is_operator(str(c)) for c in names] + [False])[t.name.codes]
+    is_op_name = np.array(
+        [_is_operator(str(c)) and not str(c).startswith(_NOT_OPS) for c in names] + [False]
+    )[t.name.codes]
     cls = np.full(len(t), _C_NONE, dtype=np.int8)
     cls[is_op_name] = _C_OP
     cls[t.device & t.category.mask("compute")] = _C_COMPUTE
@@ -231,7 +241,7 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
                 continue
             ss, sc, _, hi = seg_by_lane[lane]
             e = int(q_end[k])
-            j = int(np.searchsorted(ss, e, side="right")) - 1
+            j = int(np.searchsorted(ss, e, side="left")) - 1  # the segment running just before e
             if j >= 0 and e < hi and sc[j] != _C_COMPUTE and e > int(q_lt[k]):
                 joins.append((lane, e, k))
     else:  # a synchronise call returned after the latest device task ending inside it
@@ -392,6 +402,24 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
         edst.append(first[free])
         ew.append(t.start_ns[q][free] - ws)
         ek.append(np.full(int(free.sum()), K_GAP, dtype=np.int8))
+        # a start no edge explains, just after a task on another lane ended: an inferred cross-lane wait
+        # (a stream waiting for an event recorded on another, which the trace does not link)
+        q_start = t.start_ns[q]
+        ready = np.where(has, q_lt + lat, np.iinfo(np.int64).min)
+        ready = np.maximum(ready, prev_end)
+        late = np.flatnonzero(~free & (q_start > ready))
+        if late.size:
+            by_end = np.argsort(q_end, kind="stable")
+            ends_sorted = q_end[by_end]
+            j = np.searchsorted(ends_sorted, q_start[late], side="right") - 1
+            ok = j >= 0
+            cand = np.where(ok, ends_sorted[np.maximum(j, 0)], np.iinfo(np.int64).min)
+            ok &= (cand > ready[late]) & (q_start[late] - cand <= INFER_WINDOW_NS)
+            src_i = by_end[j[ok]]
+            esrc.append(last[src_i])
+            edst.append(first[late[ok]])
+            ew.append(q_start[late[ok]] - cand[ok])
+            ek.append(np.full(int(ok.sum()), K_SYNC, dtype=np.int8))
         # joins: the host task starting at the join point waits for the queue task's end
         for lane, e, k in joins:
             b, ids = host_nodes[lane]

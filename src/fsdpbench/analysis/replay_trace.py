@@ -1,4 +1,4 @@
-"""The replayed step as a Chrome/Perfetto trace (``replay.trace.json``, docs/replay.md): one process per
+"""The replayed step as a Chrome/Perfetto trace (``replay.perfetto.json``, docs/replay.md): one process per
 rank, one thread per lane, every task as a complete event (``args``: kind, unit, phase, slack_us,
 on_path), the critical path as flow events from each path task to the next, and each rendezvous as an
 instant event on the lane of its last arrival."""

@@ -220,6 +220,9 @@ class RankMetrics(StepMetrics, RankRecord):
     """(starts, ends), int64 arrays or lists (from a result cache): ∪ communication minus ∪ compute (for
     the wait/transfer split)."""
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
+    replay_graph: Any = field(default=None, repr=False)
+    """The rank's part of the step's graph (:class:`fsdpbench.analysis.replay_graph.RankGraph`), built
+    where the rank was measured; None from a result cache (the replay builds it again from the trace)."""
 
     @property
     def events(self) -> pd.DataFrame:

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the step replay's cross-rank critical path: per phase the time on it by kind, the top places "
         "(rank, unit, phase, kind) by critical time with their slack, the near-critical places and the "
-        "replay's error against the measured step; also writes replay.trace.json (Chrome/Perfetto: the "
+        "replay's error against the measured step; also writes replay.perfetto.json (Chrome/Perfetto: the "
         "replayed step, the path as flow events, each task's slack in its args) beside the profiles "
         "(docs/replay.md)",
     )
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--replay-trace",
         metavar="FILE",
         help="where --critical-path writes the replayed step's Chrome/Perfetto trace (default: "
-        "replay.trace.json in the folder of the first PATH)",
+        "replay.perfetto.json in the folder of the first PATH)",
     )
 
 
@@ -471,7 +471,7 @@ def _write_replay_trace(res, args: argparse.Namespace) -> Path | None:  # noqa: 
         out = Path(args.replay_trace)
     else:
         first = Path(args.paths[0])
-        out = (first if first.is_dir() else first.parent) / "replay.trace.json"
+        out = (first if first.is_dir() else first.parent) / "replay.perfetto.json"
     try:
         write_trace(out, *g)
     except OSError as exc:

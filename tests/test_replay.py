@@ -1,0 +1,280 @@
+"""The step replay (analysis/replay.py, docs/replay.md) against independent references: a hand-built 3-rank
+CPU/gloo trace whose critical path, slacks and what-ifs are worked out by hand below; identity replay and
+clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: one launch here),
+each collective's replayed end checked against its gloo span's end read from the raw trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+
+# ------------------------------------------------------------------------------------------ hand-built
+# Times in µs after T0 (each rank's ProfilerStep#1 starts at T0). Per rank: compute A [0, a), the launch
+# of all_reduce #1 [a, a+1), its gloo span from a+1 (launch latency 1) to the end of the transfer; the
+# thread blocks (no operator) until then; a host gap h; compute B; the launch of all_reduce #2 [.., +1);
+# blocking again; compute C; the step ends with C.
+#   rank 0: a=100, h=0,  b=20, c=30
+#   rank 1: a=50,  h=0,  b=60, c=10
+#   rank 2: a=70,  h=50, b=20, c=27
+# all_reduce #1: arrivals 101, 51, 71: last rank 0, transfer 10 → all end at 111.
+# all_reduce #2: rank 0 arrives 111+20+1 = 132, rank 1 111+60+1 = 172, rank 2 111+50+20+1 = 182: last rank 2
+#   (a different rank than #1), transfer 10 → all end at 192. C: rank 0 ends 222, rank 1 202, rank 2 219.
+# Critical path from 222 back: C_0 (30) ← transfer #2 on rank 0 (10) ← last arrival rank 2: launch latency
+# (1) ← B_2 (20) ← host gap of rank 2 (50) ← transfer #1 on rank 2 (10) ← last arrival rank 0: launch
+# latency (1) ← A_0 (100) ← rank 0's step start. Σ = 222.
+# Places: layers.0 forward = [0, 111), layers.1 forward = [111, 192), layers.1 backward = [192, end).
+T0 = 1_000.0
+HAND = {0: (100, 0, 20, 30), 1: (50, 0, 60, 10), 2: (70, 50, 20, 27)}
+E1, E2 = 111.0, 192.0
+EXPECTED_CRITICAL = {
+    (0, "layers.0", "forward", "compute"): 100.0,
+    (2, "layers.1", "forward", "host_gap"): 50.0,
+    (0, "layers.1", "backward", "compute"): 30.0,
+    (2, "layers.1", "forward", "compute"): 20.0,
+    (2, "layers.0", "forward", "transfer"): 10.0,
+    (0, "layers.1", "forward", "transfer"): 10.0,
+    (0, "layers.0", "forward", "launch"): 1.0,
+    (2, "layers.1", "forward", "launch"): 1.0,
+}
+# Slack (deadline 222): C_1 [192, 202) 20; C_2 [192, 219) 3 (near-critical: < 2 % of 222 = 4.44);
+# B_1 [111, 171): its arrival at #2 may come as late as 182 - 1 → B_1 may end at 181: 10;
+# A_1 [0, 50): arrival at #1 may be as late as 101 - 1 → 50; A_2 [0, 70): 30; B_0 [111, 131): 181 - 131 = 50.
+EXPECTED_SLACK = {
+    (1, "layers.1", "backward", "compute"): 20.0,
+    (2, "layers.1", "backward", "compute"): 3.0,
+    (1, "layers.1", "forward", "compute"): 10.0,
+    (1, "layers.0", "forward", "compute"): 50.0,
+    (2, "layers.0", "forward", "compute"): 30.0,
+    (0, "layers.1", "forward", "compute"): 50.0,
+}
+
+
+def _x(name: str, ts: float, dur: float, tid: int = 100, cat: str = "cpu_op") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": T0 + ts, "dur": dur}
+
+
+def _hand_rank(rank: int) -> dict:
+    a, h, b, c = HAND[rank]
+    arrive1 = a + 1
+    b0 = E1 + h
+    launch2 = b0 + b
+    end = E2 + c
+    ann = "user_annotation"
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": 1,
+            "tid": 200,
+            "args": {"name": "thread 200 (pt_gloo_runloop)"},
+        },
+        _x("ProfilerStep#1", 0, end, cat=ann),
+        _x("fsdpbench::forward::layers.0", 0, E1, cat=ann),
+        _x("aten::mm", 0, a),
+        _x("c10d::allreduce_", a, 1),
+        _x("gloo:all_reduce", arrive1, E1 - arrive1, tid=200, cat=ann),
+        _x("fsdpbench::forward::layers.1", E1, E2 - E1, cat=ann),
+        _x("aten::mm", b0, b),
+        _x("c10d::allreduce_", launch2, 1),
+        _x("gloo:all_reduce", launch2 + 1, E2 - launch2 - 1, tid=200, cat=ann),
+        _x("fsdpbench::backward::layers.1", E2, c, cat=ann),
+        _x("aten::mm", E2, c),
+    ]
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 3},
+        "traceEvents": ev,
+    }
+
+
+@pytest.fixture(scope="module")
+def hand_traces(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hand3")
+    for r in HAND:
+        (out / f"rank{r}.trace.json").write_text(json.dumps(_hand_rank(r)))
+    return out
+
+
+def _replay(paths: list[Path], *edits: str) -> dict:
+    from fsdpbench.analysis import analyze
+
+    res = analyze([str(p) for p in paths], workers=1, what_if=list(edits))
+    assert res.replay is not None, res.replay_note
+    return res.replay
+
+
+def test_hand_built_identity_path_and_slack(hand_traces):
+    rp = _replay([hand_traces])
+    steps = {r["rank"]: (r["measured_us"], r["replayed_us"]) for r in rp["ranks"]}
+    assert steps == {0: (222.0, 222.0), 1: (202.0, 202.0), 2: (219.0, 219.0)}
+    assert rp["error_pct"] == {"median": 0.0, "max": 0.0}
+    assert rp["unexplained_slack_us"] == 0.0
+    got = {(x["rank"], x["unit"], x["phase"], x["kind"]): x["us"] for x in rp["critical"]}
+    assert got == pytest.approx(EXPECTED_CRITICAL)
+    assert [x["us"] for x in rp["critical"]] == sorted((x["us"] for x in rp["critical"]), reverse=True)
+    assert sum(got.values()) == pytest.approx(rp["figure"]["step_us"]) == pytest.approx(222.0)
+    slack = {(x["rank"], x["unit"], x["phase"], x["kind"]): x["slack_us"] for x in rp["slack"]}
+    for key, value in EXPECTED_SLACK.items():
+        assert slack[key] == pytest.approx(value), key
+    for key in EXPECTED_CRITICAL:
+        assert slack[key] == 0.0
+    near = {(x["rank"], x["unit"], x["phase"], x["kind"]) for x in rp["near_critical"]}
+    assert (2, "layers.1", "backward", "compute") in near
+    assert not near & set(EXPECTED_CRITICAL)
+    assert all(x["slack_us"] < 0.02 * 222 for x in rp["near_critical"])
+    # the rendezvous: #1's last arrival is rank 0, #2's rank 2, transfers start there
+    rv = rp["figure"]["rendezvous"]
+    assert [x["last_rank"] for x in rv] == [0, 2]
+    assert [x["transfer_start_us"] for x in rv] == [101.0, 182.0]
+    assert [x["transfer_end_us"] for x in rv] == [111.0, 192.0]
+    by_phase = {p["phase"]: p["us"] for p in rp["by_phase"]}
+    assert by_phase == pytest.approx({"forward": 192.0, "backward": 30.0})
+
+
+def test_hand_built_what_ifs(hand_traces):
+    # halving every all_reduce: #1 ends at 106, #2 arrivals 127, 167, 177 → ends 182; C_0 → 212
+    # removing rank 2's 50 µs host gap: #2 arrivals 132, 172, 132 → rank 1 now last: 172 + 10 + 30 = 212,
+    #   10 µs saved, not 50 (the others' slack masks the rest)
+    # a 40 µs delay on rank 1 at layers.1 forward: #2 arrives 212 → ends 222, C_0 ends 252
+    rp = _replay(
+        [hand_traces],
+        "scale:all_reduce:0.5",
+        "delay:2:layers.1:forward:-0.05",
+        "delay:1:layers.1:forward:0.04",
+    )
+    pred = [w["predicted_step_us"] for w in rp["what_if"]]
+    assert pred == pytest.approx([212.0, 212.0, 252.0])
+    assert all(w["source"] == "replay" for w in rp["what_if"])
+    changed = {
+        (c["rank"], c["unit"], c["phase"], c["kind"]): c["delta_us"] for c in rp["what_if"][1]["changed"]
+    }
+    assert changed[(2, "layers.1", "forward", "host_gap")] == pytest.approx(-50.0)
+
+
+def test_bad_edit_is_a_clear_error(hand_traces):
+    proc = run_cli("analyze", str(hand_traces), "--what-if", "scale:all_gather")
+    assert proc.returncode != 0
+    assert "--what-if 'scale:all_gather'" in proc.stderr
+    proc = run_cli("analyze", str(hand_traces), "--what-if", "delay:7:layers.0:forward:5")
+    assert proc.returncode != 0 and "no rank 7" in proc.stderr
+
+
+def test_critical_path_cli_and_perfetto_trace(hand_traces, tmp_path):
+    out = tmp_path / "r.json"
+    trace = tmp_path / "replay.perfetto.json"
+    proc = run_cli(
+        "analyze", str(hand_traces), "--critical-path", "--replay-trace", str(trace), "--json", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Critical path per phase" in proc.stdout and "Top places on the critical path" in proc.stdout
+    doc = json.loads(trace.read_text())["traceEvents"]
+    flows = [e for e in doc if e.get("cat") == "critical_path"]
+    assert flows[0]["ph"] == "s" and flows[-1]["ph"] == "f"
+    tasks = [e for e in doc if e.get("ph") == "X"]
+    assert {e["args"]["kind"] for e in tasks} >= {"compute", "transfer", "host_gap"}
+    on = sum(e["dur"] for e in tasks if e["args"]["on_path"])
+    assert on == pytest.approx(222.0 - 2.0)  # the path's tasks; the two launch latencies are edges
+    assert json.loads(out.read_text())["replay"]["error_pct"]["max"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------ profiled runs
+def _gloo_ends(path: Path) -> list[int]:
+    """Plain-Python reading of a Kineto CPU trace: the ends (ns) of its top-level gloo:* spans by start."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    spans = [e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith("gloo:")]
+    spans.sort(key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    top, reach = [], {}
+    for e in spans:
+        if e["ts"] >= reach.get(e["tid"], -1.0):
+            top.append(e)
+            reach[e["tid"]] = e["ts"] + e["dur"]
+    top.sort(key=lambda e: e["ts"])
+    return [round(e["ts"] * 1000) + round(e["dur"] * 1000) for e in top]
+
+
+def _check_identity(folder: Path) -> dict:
+    from fsdpbench.analysis import analyze
+
+    res = analyze([str(folder)], workers=1)
+    rp = res.replay
+    assert rp is not None, res.replay_note
+    errs = [abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] for r in rp["ranks"]]
+    assert statistics.median(errs) <= 0.02 and max(errs) <= 0.05, rp["ranks"]
+    step_ns = rp["figure"]["step_us"] * 1000
+    total = sum(r["measured_us"] for r in rp["ranks"])
+    assert rp["unexplained_slack_us"] <= 0.05 * total
+    g, s, _ = res._replay
+    for i, gr in enumerate(g.graphs):
+        src = next(Path(r.source) for r in res.ranks if r.rank == gr.rank)
+        raw = _gloo_ends(src)
+        window = [e for e in raw if gr.ws_ns <= e <= gr.we_ns + 1]
+        mine = sorted(int(x) for x in gr.c_end.tolist())
+        assert mine == window
+        replayed = s.end[gr.c_xfer + g.offset[i]] + g.offset_ns[i]  # back on the rank's own clock
+        measured = gr.c_end
+        assert (abs(replayed - measured) <= 0.01 * step_ns).all()
+    return rp
+
+
+def test_identity_replay_two_ranks(profiled_ab_run):
+    for arm in sorted((profiled_ab_run / "profiles").iterdir()):
+        _check_identity(arm)
+
+
+@pytest.fixture(scope="module")
+def four_rank_run(tmp_path_factory) -> Path:
+    from helpers import run_profiled_ab
+
+    out = tmp_path_factory.mktemp("replay4")
+    return run_profiled_ab(out, "torch,torch:unit=module", "replay4", 500, "--nproc", "4")
+
+
+def test_identity_replay_four_ranks(four_rank_run):
+    for arm in sorted((four_rank_run / "profiles").iterdir()):
+        rp = _check_identity(arm)
+        assert len(rp["ranks"]) == 4
+
+
+def _shifted_copy(src: Path, dst: Path, shifts_us: dict[int, float]) -> None:
+    for f in sorted(src.rglob("*.json.gz")):
+        with gzip.open(f, "rt") as fh:
+            doc = json.load(fh)
+        rank = doc["distributedInfo"]["rank"]
+        for e in doc["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] = e["ts"] + shifts_us[rank]
+        out = dst / f.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(out, "wt") as fh:
+            json.dump(doc, fh)
+
+
+def test_clock_invariance(four_rank_run, tmp_path):
+    from fsdpbench.analysis import analyze
+
+    src = four_rank_run / "profiles" / "torch"
+    shifts = {0: 0.0, 1: -17_000.0, 2: 4_000.0, 3: 19_500.0}  # µs
+    _shifted_copy(src, tmp_path / "shifted", shifts)
+    a = analyze([str(src)], workers=1).replay
+    b = analyze([str(tmp_path / "shifted")], workers=1).replay
+    assert b["figure"]["step_us"] == pytest.approx(a["figure"]["step_us"], rel=1e-3)
+    for x, y in zip(a["ranks"], b["ranks"], strict=True):
+        assert y["replayed_us"] == pytest.approx(x["replayed_us"], rel=1e-3)
+    ca = {(x["rank"], x["unit"], x["phase"], x["kind"]): x["us"] for x in a["critical"]}
+    cb = {(x["rank"], x["unit"], x["phase"], x["kind"]): x["us"] for x in b["critical"]}
+    assert ca.keys() == cb.keys()
+    step = a["figure"]["step_us"]
+    for k, v in ca.items():
+        assert abs(cb[k] - v) <= 1e-3 * step, k
+    path_a = [(p[0], p[1]) for p in a["figure"]["path"]]
+    path_b = [(p[0], p[1]) for p in b["figure"]["path"]]
+    assert path_a == path_b
