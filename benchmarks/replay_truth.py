@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("check", choices=["delays", "regrouping"])
     parser.add_argument("--runs", type=int, default=10, help="interleaved runs to make (default 10)")
     parser.add_argument("--out", type=Path, default=Path("results/replay_truth"), help="where runs go")
-    parser.add_argument("--reuse", type=Path, nargs="*", help="analyse these run folders instead of running")
+    parser.add_argument("--reuse", type=Path, nargs="+", help="analyse these run folders instead of running")
     parser.add_argument("--delays", default="5,20,50", help="delays in ms, comma-separated (default 5,20,50)")
     parser.add_argument(
         "--place",
