@@ -68,17 +68,31 @@ def replay_of(run: Path, arm: str, edits: list[str]) -> dict[str, Any] | None:
 def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> dict[str, Any] | None:
     """``analyze`` of ``paths`` in this process with the single edits as ``--what-if``s, plus one what-if
     per ``+``-joined group of edits, applied together to the same graph (``replay.apply_edit`` in turn,
-    then one replay): ``analyze --what-if`` replays each edit on its own."""
+    then one replay): ``analyze --what-if`` replays each edit on its own. An edit the replay refuses (e.g.
+    one it does not have yet) gets a what-if with no prediction and the replay's message as its note."""
     from fsdpbench.analysis import replay as rp
     from fsdpbench.analysis.pipeline import analyze
+    from fsdpbench.errors import ConfigError
 
-    singles = [e for e in edits if "+" not in e]
+    refused: dict[str, str] = {}
+    for text in edits:
+        for part in text.split("+"):
+            try:
+                rp.parse_edit(part)
+            except ConfigError as exc:
+                refused[text] = str(exc)
+    singles = [e for e in edits if "+" not in e and e not in refused]
     res = analyze([str(p) for p in paths], workers=1, what_if=singles)
     if res.replay is None:
         print(f"{what}: no replay ({res.replay_note})", file=sys.stderr)
         return None
     graph = res._replay[0]
-    for text in [e for e in edits if "+" in e]:
+    for text in edits:
+        if text in refused:
+            res.replay["what_if"].append({"edit": text, "predicted_step_us": None, "note": refused[text]})
+            continue
+        if "+" not in text:
+            continue
         edited = graph
         for part in text.split("+"):
             edited = rp.apply_edit(edited, rp.parse_edit(part))
@@ -169,6 +183,8 @@ def check_regrouping(run: Path) -> dict[str, Any]:
         None if found is None or replayed is None else (float(found["predicted_step_us"]) - replayed) / 1e3
     )
     error = calibration.error_pct(predicted, measured)
+    if found is not None and found.get("note"):
+        print(f"{run.name} {edit}: {found['note']}", file=sys.stderr)
     return {
         "run": str(run),
         "subject": subject,
