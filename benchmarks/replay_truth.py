@@ -180,7 +180,9 @@ def check_regrouping(run: Path) -> dict[str, Any]:
     timed = {label: summary["arms"][label]["median_ms"] for label in arms}
     measured = timed[other] - timed[subject]
     predicted = (
-        None if found is None or replayed is None else (float(found["predicted_step_us"]) - replayed) / 1e3
+        None
+        if found is None or replayed is None or found.get("predicted_step_us") is None
+        else (float(found["predicted_step_us"]) - replayed) / 1e3
     )
     error = calibration.error_pct(predicted, measured)
     if found is not None and found.get("note"):
