@@ -1,6 +1,6 @@
 """The step replay (analysis/replay.py, docs/replay.md) against independent references: a hand-built 3-rank
 CPU/gloo trace whose critical path, slacks and what-ifs are worked out by hand below; identity replay and
-clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: one launch here),
+clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: one `run` launch here),
 each collective's replayed end checked against its gloo span's end read from the raw trace."""
 
 from __future__ import annotations
@@ -232,10 +232,16 @@ def test_identity_replay_two_ranks(profiled_ab_run):
 
 @pytest.fixture(scope="module")
 def four_rank_run(tmp_path_factory) -> Path:
-    from helpers import run_profiled_ab
+    from helpers import free_port
 
     out = tmp_path_factory.mktemp("replay4")
-    return run_profiled_ab(out, "torch,torch:unit=module", "replay4", 500, "--nproc", "4")
+    proc = run_cli(
+        "run", "--arm", "torch", "--rounds", "1", "--warmup", "1", "--steps", "2", "--profile", "--nproc", "4",
+        "--seq-len", "128", "--out", str(out), "--name", "replay4", "--master-port", str(free_port()), "--no-report",
+        timeout=500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return sorted(out.glob("replay4_*"))[-1]
 
 
 def test_identity_replay_four_ranks(four_rank_run):
@@ -278,3 +284,112 @@ def test_clock_invariance(four_rank_run, tmp_path):
     path_a = [(p[0], p[1]) for p in a["figure"]["path"]]
     path_b = [(p[0], p[1]) for p in b["figure"]["path"]]
     assert path_a == path_b
+
+
+# ------------------------------------------------------------------------------------------ real fixtures
+# (fixture, error median %, max % at most, unexplained slack at most this share of Σ steps); measured figures
+# in docs/replay.md. The Ascend server export has device tasks only, far apart on one stream with no host
+# call to explain them: the replay compresses them and must say so (a large error and unexplained slack).
+REAL = [
+    ("ascend/msinsight_pt_text_level1", 2.0, 5.0, 0.15),
+    ("ascend/msinsight_pt_db_level2", 2.0, 5.0, 0.15),
+    ("kineto/trace_diff_test", 2.0, 5.0, 0.2),
+]
+LOCAL = [("ascend_level0", 2.0, 5.0, 0.4), ("hta_ddp_step", 2.0, 5.0, 0.05)]
+
+
+@pytest.mark.parametrize(("name", "median", "most", "unexplained"), REAL)
+def test_identity_replay_on_shared_fixtures(shared_fixtures, name, median, most, unexplained):
+    rp = _replay([shared_fixtures / "fixtures" / name])
+    _within(rp, median, most, unexplained)
+
+
+@pytest.mark.parametrize(("name", "median", "most", "unexplained"), LOCAL)
+def test_identity_replay_on_repo_fixtures(name, median, most, unexplained):
+    rp = _replay([Path(__file__).parent / "fixtures" / name])
+    _within(rp, median, most, unexplained)
+
+
+def _within(rp: dict, median: float, most: float, unexplained: float) -> None:
+    errs = [abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] * 100 for r in rp["ranks"]]
+    assert rp["error_pct"]["median"] == pytest.approx(statistics.median(errs))
+    assert statistics.median(errs) <= median and max(errs) <= most, rp["ranks"]
+    assert rp["unexplained_slack_us"] <= unexplained * sum(r["measured_us"] for r in rp["ranks"])
+
+
+def test_replay_says_what_it_cannot_explain():
+    rp = _replay([Path(__file__).parent / "fixtures" / "ascend_server_2rank"])
+    assert rp["error_pct"]["max"] > 50.0
+    assert rp["unexplained_slack_us"] > 0.5 * sum(r["measured_us"] for r in rp["ranks"])
+
+
+def test_regroup_and_prefetch_edits_replay(four_rank_run):
+    """The regroup and prefetch edits replay on a real 4-rank profile and say what they did (their accuracy is
+    the calibration's to judge: docs/replay.md)."""
+    rp = _replay([four_rank_run / "profiles" / "torch"], "regroup:all:unit", "prefetch:layers.2:1")
+    regroup, prefetch = rp["what_if"]
+    assert regroup["source"] == prefetch["source"] == "replay"
+    step = rp["figure"]["step_us"]
+    assert 0 < regroup["predicted_step_us"] <= step * 1.01  # merging never adds waiting here
+    assert "extra memory kept live" in prefetch["note"] and "MiB per rank" in prefetch["note"]
+    assert prefetch["predicted_step_us"] > 0
+
+
+# ------------------------------------------------------------------------------------------ regroup by hand
+# Two ranks, three all_reduces in layers.0's forward, issued one after the other (each launch waits for the
+# previous one: gloo blocks), of 1000, 2000 and 4000 floats (4, 8, 16 kB) taking 14, 18 and 26 µs: exactly
+# α + β·bytes with α = 10 µs, β = 0.001 µs/B. Rank 0 computes 100 µs first, rank 1 60; #1: arrivals 101, 61
+# → ends 115; #2 launched at 115, arrives 116, ends 134; #3 launched at 134, arrives 135, ends 161; then C
+# (layers.0 backward): rank 0 10 µs → 171, rank 1 30 µs → 191.
+# regroup:all_reduce:unit merges the three into one of 10 + 0.001 × 28,000 = 38 µs. The threads no longer
+# block between members: rank 0 launches at 100, 101, 102 (each launch 1 µs), arrives 101, 102, 103; rank 1
+# at 61, 62, 63. The merged transfer starts at the last arrival, 103, ends 141: C_0 141 → 151, C_1 → 171.
+SIZES = (1000, 2000, 4000)
+XFER = (14, 18, 26)
+
+
+def _regroup_rank(rank: int) -> dict:
+    a, c = (100, 10) if rank == 0 else (60, 30)
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": 1,
+            "tid": 200,
+            "args": {"name": "thread 200 (pt_gloo_runloop)"},
+        },
+        _x("aten::mm", 0, a),
+    ]
+    launch, arrive = a, a + 1
+    last = {0: 101}  # the last arrival of each all_reduce (rank 0 first, then both at once)
+    end = 0
+    for k, (n, x) in enumerate(zip(SIZES, XFER, strict=True)):
+        start = last.get(k, arrive)
+        end = start + x
+        op = _x("c10d::allreduce_", launch, 1)
+        op["args"] = {"Input Dims": [[n]], "Input type": ["float"]}
+        ev += [op, _x("gloo:all_reduce", arrive, end - arrive, tid=200, cat="user_annotation")]
+        launch, arrive = end, end + 1
+    ev += [_x("fsdpbench::backward::layers.0", end, c, cat="user_annotation"), _x("aten::mm", end, c)]
+    ev += [
+        _x("ProfilerStep#1", 0, end + c, cat="user_annotation"),
+        _x("fsdpbench::forward::layers.0", 0, end, cat="user_annotation"),
+    ]
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_regroup_by_hand(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_regroup_rank(r)))
+    rp = _replay([tmp_path], "regroup:all_reduce:unit")
+    assert {r["rank"]: r["measured_us"] for r in rp["ranks"]} == {0: 171.0, 1: 191.0}
+    assert rp["error_pct"]["max"] == 0.0
+    w = rp["what_if"][0]
+    assert w["predicted_step_us"] == pytest.approx(171.0)
+    assert "3 all_reduce collectives merged into 1" in w["note"]
+    assert "10.0 µs" in w["note"]

@@ -153,15 +153,6 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     ce = collective_events(sel)
     units, places, units_source, prefetch = _units(trace, ev, chosen)
     ce.update(rank_marks(sel, by_order=trace.mode == "cpu", places=places))
-    from fsdpbench.analysis.replay_graph import build_rank_graph
-
-    try:  # the rank's part of the step replay's graph: small arrays, shipped back instead of the table
-        graph = build_rank_graph(trace, chosen)
-    except Exception as exc:  # noqa: BLE001 - the replay must never take the rank's metrics down with it
-        graph = None
-        trace.warnings.append(
-            f"rank {trace.rank}: its replay graph could not be built ({type(exc).__name__}: {exc})"
-        )
     dur = all_ev.end_ns - all_ev.start_ns
     all_dev_ns = int(dur[all_ev.device].sum())
     orphan_ns = int(dur[orphans].sum())
@@ -187,7 +178,6 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         units_source=units_source,
         prefetch=prefetch,
         _events=all_ev,
-        replay_graph=graph,
     )
 
 
@@ -300,12 +290,12 @@ class _Job:
     """:func:`_analyze_one` of one ``(index, source)`` of ``analyze``'s ranks, as a :class:`fanout.Fanout`
     item (the step and cache keys shared by all)."""
 
-    def __init__(self, step: int | None, keys: list[CacheKeys | None]) -> None:
-        self.step, self.keys = step, keys
+    def __init__(self, step: int | None, keys: list[CacheKeys | None], graph: bool = True) -> None:
+        self.step, self.keys, self.graph = step, keys, graph
 
     def __call__(self, item: tuple[int, Source]) -> RankOutcome:
         i, source = item
-        return _analyze_one(source, self.step, False, self.keys[i])
+        return _analyze_one(source, self.step, False, self.keys[i], self.graph)
 
 
 def _lost(item: tuple[int, Source], why: str) -> RankOutcome:
@@ -360,8 +350,28 @@ class RankOutcome(NamedTuple):
     """Why the rank could not be read or measured (None: it could)."""
 
 
+def _rank_graph(trace: RankTrace, metrics: RankMetrics) -> Any:
+    """The rank's part of the step replay's graph (:func:`fsdpbench.analysis.replay_graph.build_rank_graph`):
+    small arrays, shipped back from the worker instead of the table; None (and a warning) when it cannot
+    be built: the replay must never take the rank's metrics down with it."""
+    from fsdpbench.analysis.replay_graph import build_rank_graph
+
+    steps = [s.step for s in metrics.steps if s.step is not None]
+    try:
+        return build_rank_graph(trace, steps)
+    except Exception as exc:  # noqa: BLE001
+        trace.warnings.append(
+            f"rank {trace.rank}: its replay graph could not be built ({type(exc).__name__}: {exc})"
+        )
+        return None
+
+
 def _analyze_one(
-    source: Source, step: int | None, keep_events: bool = True, keys: CacheKeys | None = None
+    source: Source,
+    step: int | None,
+    keep_events: bool = True,
+    keys: CacheKeys | None = None,
+    graph: bool = True,
 ) -> RankOutcome:
     """Read and measure one rank (runs in a worker process). Reads the event-table cache and writes the
     table and result caches under ``keys`` (:func:`_cache_keys`, taken before reading; None: the
@@ -374,8 +384,12 @@ def _analyze_one(
         metrics = rank_metrics(trace, step)
     except FsdpbenchError as exc:
         return RankOutcome(True, trace.rank, trace.warnings, None, str(exc))
+    if graph:  # the step replay's part of this rank (not built when the replay is not asked for)
+        metrics.replay_graph = _rank_graph(trace, metrics)
     if keys is not None:
         result_cache.store(Path(source.path), keys.result, trace.rank, trace.warnings, metrics)
+        if metrics.replay_graph is not None:
+            result_cache.store_graph(Path(source.path), keys.result, metrics.replay_graph)
     if not keep_events:
         metrics._events = None  # the bulk of the memory: read again on first use
     return RankOutcome(True, trace.rank, trace.warnings, metrics, None)
@@ -488,6 +502,10 @@ def analyze(
     for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
         k = keys[i]
         hit = None if k is None else result_cache.load(Path(s.path), step, k.result)
+        if (
+            hit is not None and (replay or what_if) and k is not None
+        ):  # its replay graph, cached beside it (else rebuilt)
+            hit[2].replay_graph = result_cache.load_graph(Path(s.path), k.result)
         if hit is not None:
             results[i] = RankOutcome(True, hit[0], hit[1], hit[2], None)
     cached = [
@@ -509,20 +527,23 @@ def analyze(
 
             # forked: this process is one of the workers (fanout's docstring says why)
             if fanout.available() and len(todo) <= fanout.MAX_ITEMS:
-                job = _Job(step, keys)
+                job = _Job(step, keys, replay or bool(what_if))
                 fan = stack.enter_context(fanout.Fanout(job, [(i, sources[i]) for i in todo], workers, _lost))
             else:
                 from concurrent.futures import ProcessPoolExecutor  # not imported when every rank is cached
                 from concurrent.futures.process import BrokenProcessPool
 
                 pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
-                futures = {pool.submit(_analyze_one, sources[i], step, False, keys[i]): i for i in todo}
+                futures = {
+                    pool.submit(_analyze_one, sources[i], step, False, keys[i], replay or bool(what_if)): i
+                    for i in todo
+                }
         advance = stack.enter_context(_progress_bar(n, progress))
         for i in range(n):
             if results[i] is not None:
                 advance()
             elif not parallel or cached[i]:  # cached ranks: here, while the workers decode the others
-                results[i] = _analyze_one(sources[i], step, keep, keys[i])
+                results[i] = _analyze_one(sources[i], step, keep, keys[i], replay or bool(what_if))
                 advance()
         if fan is not None:
             for i, outcome in zip(todo, fan.results(advance), strict=True):

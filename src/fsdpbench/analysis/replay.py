@@ -20,13 +20,14 @@ waits are what the replay computes.
 
 from __future__ import annotations
 
+import array
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.replay_graph import K_GAP, K_LAUNCH, K_TRANSFER, K_WAIT, KINDS, RankGraph
+from fsdpbench.analysis.replay_graph import K_GAP, K_LAUNCH, K_SYNC, K_TRANSFER, K_WAIT, KINDS, RankGraph
 from fsdpbench.errors import ConfigError
 
 NEAR_CRITICAL = 0.02
@@ -68,14 +69,11 @@ class StepGraph:
     notes: list[str] = field(default_factory=list)
 
     def copy(self) -> StepGraph:
+        """A copy whose durations, edges and notes an edit may change (the rest shared)."""
         return replace(
-            self,
-            dur=self.dur.copy(),
-            esrc=self.esrc.copy(),
-            edst=self.edst.copy(),
-            ew=self.ew.copy(),
-            ekind=self.ekind.copy(),
-        )
+            self, dur=self.dur.copy(), esrc=self.esrc.copy(), edst=self.edst.copy(), ew=self.ew.copy(),
+            ekind=self.ekind.copy(), notes=list(self.notes),
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -110,15 +108,24 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
     rv = []
     r_src, r_dst = [], []
     extra = 0
-    for k, holders in by_key.items():
+    for k, all_holders in by_key.items():
         task = n + extra
         extra += 1
+        # several tasks of one rank with one key (a coalesced collective's kernels): the rank arrives with
+        # its first; every one of them ends with the transfer
+        seen: set[int] = set()
+        holders = [h for h in all_holders if not (h[0] in seen or seen.add(h[0]))]
+        extra_x = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in all_holders if (i, j) not in set(holders)]
+        extra_e = [
+            int(graphs[i].c_end[j]) - offset_ns[i] for i, j in all_holders if (i, j) not in set(holders)
+        ]
         arr = [int(offset[i] + graphs[i].c_arrive[j]) for i, j in holders]
         xf = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in holders]
         a_meas = [int(graphs[i].c_start[j]) - offset_ns[i] for i, j in holders]
         e_meas = [int(graphs[i].c_end[j]) - offset_ns[i] for i, j in holders]
         last = max(a_meas)
-        for x, e in zip(xf, e_meas, strict=True):
+        xf += extra_x
+        for x, e in zip(xf, e_meas + extra_e, strict=True):
             dur[x] = max(e - last, 0)
             meas[x] = last
         r_src += arr
@@ -126,8 +133,11 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         r_src += [task] * len(xf)
         r_dst += xf
         i0, j0 = holders[0]
+        cb = graphs[i0].c_bytes
+        nbytes = float(cb[j0]) if cb is not None and j0 < len(cb) and cb[j0] == cb[j0] else None
         rv.append({"key": k, "type": graphs[i0].c_type[j0], "task": task, "arrivals": arr, "xfers": xf,
-                   "ranks": [i for i, _ in holders], "measured_last": last})  # fmt: skip
+                   "ranks": [i for i, _ in holders], "measured_last": last, "bytes": nbytes})  # fmt: skip
+
     nrv = len(rv)
     rank = np.concatenate([rank, np.full(nrv, -1, np.int64)])
     local = np.concatenate([local, np.full(nrv, -1, np.int64)])
@@ -159,60 +169,123 @@ class Schedule:
     end: np.ndarray
     binding: np.ndarray
     order: np.ndarray
+    chains: Any = None
+    """The contracted graph replayed (:class:`Chains`) and its nodes' topological order."""
+    node_order: Any = None
 
 
 class CycleError(ValueError):
     """The graph has a cycle (collectives matched wrongly, or an edit that makes a task wait for itself)."""
 
 
-def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray) -> np.ndarray:
-    """A topological order: the tasks sorted by ``hint`` (measured start) when every edge goes forward
-    in it (the usual case, checked at numpy speed), else Kahn's algorithm."""
-    order = np.lexsort((np.arange(n), hint))
+def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray, tier: np.ndarray) -> np.ndarray:
+    """A topological order: the tasks sorted by ``hint`` (measured start), then ``tier`` (zero-length
+    tasks, then rendezvous, then transfers, at one instant), when every edge goes forward in it (the usual
+    case, checked at numpy speed); else Kahn's algorithm."""
+    order = np.lexsort((np.arange(n), tier, hint))
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
     if esrc.size == 0 or bool((pos[esrc] < pos[edst]).all()):
         return order
-    indeg = np.bincount(edst, minlength=n).astype(np.int64)
-    by_src = np.argsort(esrc, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(esrc, minlength=n))])
-    dst_sorted = edst[by_src].tolist()
-    ptr_l = ptr.tolist()
-    deg = indeg.tolist()
-    import heapq
+    from collections import deque
 
-    hint_l = hint.tolist()
-    ready = [(hint_l[v], v) for v in np.flatnonzero(indeg == 0).tolist()]
-    heapq.heapify(ready)
+    deg = np.bincount(edst, minlength=n).tolist()
+    by_src = np.argsort(esrc, kind="stable")
+    ptr_l = np.concatenate([[0], np.cumsum(np.bincount(esrc, minlength=n))]).tolist()
+    dst_sorted = edst[by_src].tolist()
+    ready = deque(v for v in order.tolist() if deg[v] == 0)
     out = []
+    pop, push = ready.popleft, ready.append
     while ready:
-        _, v = heapq.heappop(ready)
+        v = pop()
         out.append(v)
         for k in range(ptr_l[v], ptr_l[v + 1]):
             d = dst_sorted[k]
             deg[d] -= 1
             if deg[d] == 0:
-                heapq.heappush(ready, (hint_l[d], d))
+                push(d)
     if len(out) != n:
         raise CycleError(f"{n - len(out)} tasks are on a cycle")
     return np.array(out, dtype=np.int64)
 
 
+@dataclass
+class Chains:
+    """The graph with its chains contracted: a task whose one predecessor is the task before it (an edge of
+    no latency) and which is that task's one successor is merged into it. Exact for the replay (such a
+    task starts when the one before it ends, whatever the edit), and it leaves one node per run of host
+    tasks between forks and joins: the replay's Python loop runs over nodes, not tasks."""
+
+    node: np.ndarray
+    """Per task: its node."""
+    offset: np.ndarray
+    """Per task: Σ length of the tasks before it in its node (ns)."""
+    dur: np.ndarray
+    base: np.ndarray
+    meas: np.ndarray
+    tier: np.ndarray
+    """Per node: its place among nodes of one measured start (:func:`_topo_order`)."""
+    esrc: np.ndarray
+    edst: np.ndarray
+    ew: np.ndarray
+    eid: np.ndarray
+    """Per node edge: the task edge it stands for."""
+    chain_edge: np.ndarray
+    """Per task: the edge from the task before it in its node (-1 for a node's first task)."""
+
+
+def contract(g: StepGraph) -> Chains:
+    """The chains of ``g`` contracted (:class:`Chains`)."""
+    n = g.dur.size
+    indeg = np.bincount(g.edst, minlength=n)
+    outdeg = np.bincount(g.esrc, minlength=n)
+    chain = (g.edst == g.esrc + 1) & (g.ew == 0) & (indeg[g.edst] == 1) & (outdeg[g.esrc] == 1)
+    chain &= g.rank[g.esrc] == g.rank[g.edst]
+    merged = np.zeros(n, dtype=bool)
+    merged[g.edst[chain]] = True
+    chain_edge = np.full(n, -1, dtype=np.int64)
+    chain_edge[g.edst[chain]] = np.flatnonzero(chain)
+    node = np.cumsum(~merged) - 1
+    nn = int(node[-1]) + 1 if n else 0
+    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
+    csum = np.cumsum(g.dur) - g.dur  # exclusive prefix over all tasks
+    heads = np.flatnonzero(~merged)
+    offset = csum - csum[heads][node]
+    keep = np.flatnonzero(~chain)
+    tier = np.where(dur > 0, 3, 0).astype(np.int8)
+    tier[node[[x["task"] for x in g.rendezvous]]] = 1
+    xf = [t for x in g.rendezvous for t in x["xfers"]]
+    tier[node[xf]] = np.where(dur[node[xf]] > 0, 3, 2)
+    return Chains(
+        node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier,
+        esrc=node[g.esrc[keep]], edst=node[g.edst[keep]], ew=g.ew[keep], eid=keep, chain_edge=chain_edge,
+    )  # fmt: skip
+
+
+def _q(a: np.ndarray) -> array.array:
+    """An int64 numpy array as an ``array.array('q')`` (a copy)."""
+    out = array.array("q")
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return out
+
+
 def schedule(g: StepGraph) -> Schedule:
     """Replay ``g``: every task starts when the last of its predecessors has ended (plus the edge's
-    latency), and not before its earliest start."""
-    n = g.dur.size
-    order = _topo_order(n, g.esrc, g.edst, g.meas)
-    by_dst = np.argsort(g.edst, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(g.edst, minlength=n))]).tolist()
-    src_l = g.esrc[by_dst].tolist()
-    w_l = g.ew[by_dst].tolist()
-    eid_l = by_dst.tolist()
-    dur_l = g.dur.tolist()
-    start = g.base.tolist()
-    end = [0] * n
-    bind = [-1] * n
-    for v in order.tolist():
+    latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
+    c = contract(g)
+    n = c.dur.size
+    order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
+    by_dst = np.argsort(c.edst, kind="stable")
+    # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed)
+    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]))
+    src_l = _q(c.esrc[by_dst])
+    w_l = _q(c.ew[by_dst])
+    eid_l = _q(c.eid[by_dst])
+    dur_l = _q(c.dur)
+    start = _q(c.base)
+    end = _q(np.zeros(n, dtype=np.int64))
+    bind = _q(np.full(n, -1, dtype=np.int64))
+    for v in _q(order):
         s = start[v]
         b = -1
         for k in range(ptr[v], ptr[v + 1]):
@@ -223,22 +296,30 @@ def schedule(g: StepGraph) -> Schedule:
         start[v] = s
         bind[v] = b
         end[v] = s + dur_l[v]
-    return Schedule(
-        np.array(start, dtype=np.int64), np.array(end, dtype=np.int64), np.array(bind, dtype=np.int64), order
-    )
+    n_start = np.frombuffer(start, dtype=np.int64)
+    t_start = n_start[c.node] + c.offset
+    binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    t_order = np.lexsort((np.arange(g.dur.size), pos[c.node]))
+    return Schedule(t_start, t_start + g.dur, binding, t_order, c, order)
 
 
 def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     """Per task the latest start that does not delay the step's end past ``deadline``."""
-    n = g.dur.size
-    by_src = np.argsort(g.esrc, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(g.esrc, minlength=n))]).tolist()
-    dst_l = g.edst[by_src].tolist()
-    w_l = g.ew[by_src].tolist()
-    dur_l = g.dur.tolist()
-    lf = [deadline] * n
-    ls = [0] * n
-    for v in s.order[::-1].tolist():
+    c: Chains = s.chains if s.chains is not None else contract(g)
+    order = s.node_order
+    n = c.dur.size
+    if order is None:
+        order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
+    by_src = np.argsort(c.esrc, kind="stable")
+    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.esrc, minlength=n))]))
+    dst_l = _q(c.edst[by_src])
+    w_l = _q(c.ew[by_src])
+    dur_l = _q(c.dur)
+    lf = _q(np.full(n, deadline, dtype=np.int64))
+    ls = _q(np.zeros(n, dtype=np.int64))
+    for v in _q(order[::-1]):
         f = lf[v]
         for k in range(ptr[v], ptr[v + 1]):
             x = ls[dst_l[k]] - w_l[k]
@@ -246,7 +327,7 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
                 f = x
         lf[v] = f
         ls[v] = f - dur_l[v]
-    return np.array(ls, dtype=np.int64)
+    return np.frombuffer(ls, dtype=np.int64)[c.node] + c.offset
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -259,21 +340,21 @@ def _rank_ends(g: StepGraph, s: Schedule) -> np.ndarray:
     return out
 
 
-def critical_path(g: StepGraph, s: Schedule) -> list[tuple[int, int, int, int]]:
-    """The critical path from the step's end back to a rank's start: ``(task, edge kind or -1, edge
-    latency, edge's destination)`` per step back; the task ending last starts it; each task's binding
-    predecessor (at a rendezvous, the last rank to arrive) gives the next."""
-    real = g.rank >= 0
-    v = int(np.flatnonzero(real)[np.argmax(s.end[real])])
-    path = []
+def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """The critical path from the step's end back to a rank's start, as (tasks, binding edges; -1 at the
+    origin), from the end backwards: the task ending last starts it; each task's binding predecessor (at a
+    rendezvous, the last rank to arrive) gives the next."""
+    real = np.flatnonzero(g.rank >= 0)
+    v = int(real[np.argmax(s.end[real])])
+    bind = s.binding.tolist()
+    src = g.esrc.tolist()
+    tasks, edges = [], []
     while v >= 0:
-        e = int(s.binding[v])
-        if e < 0:
-            path.append((v, -1, 0, v))
-            break
-        path.append((v, int(g.ekind[e]), int(g.ew[e]), v))
-        v = int(g.esrc[e])
-    return path
+        e = bind[v]
+        tasks.append(v)
+        edges.append(e)
+        v = src[e] if e >= 0 else -1
+    return np.array(tasks, dtype=np.int64), np.array(edges, dtype=np.int64)
 
 
 def unexplained(g: StepGraph) -> np.ndarray:
@@ -300,12 +381,13 @@ class Reading:
     slack: list[dict[str, Any]]
     near_critical: list[dict[str, Any]]
     on_path: np.ndarray
-    path: list[tuple[int, int, int, int]]
+    path: list[tuple[int, int]]
+    """(task, binding edge) from the end back to the origin."""
     place_us: dict[tuple[int, str, str, str], float]
 
 
-def read(g: StepGraph, s: Schedule) -> Reading:
-    """The figures of one replay of ``g``."""
+def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
+    """The figures of one replay of ``g`` (``slack``: also every place's slack)."""
     ends = _rank_ends(g, s)
     starts = np.array([gr.ws_ns - o for gr, o in zip(g.graphs, g.offset_ns, strict=True)], dtype=np.int64)
     step_start = int(starts.min())
@@ -319,23 +401,32 @@ def read(g: StepGraph, s: Schedule) -> Reading:
         }
         for i, gr in enumerate(g.graphs)
     ]
-    path = critical_path(g, s)
+    p_tasks, p_edges = critical_path(g, s)
     on_path = np.zeros(g.dur.size, dtype=bool)
+    on_path[p_tasks] = True
+    nk = len(KINDS)
+    # time on the path per (place, kind): the tasks' lengths, and the edges' latencies (launch kind)
+    mine = p_tasks[g.rank[p_tasks] >= 0]
+    keys = [g.place[mine] * nk + g.kind[mine].astype(np.int64)]
+    weights = [(s.end[mine] - s.start[mine]).astype(np.float64)]
+    he = p_edges >= 0
+    lat_e, lat_t = p_edges[he], p_tasks[he]
+    lat = (g.ew[lat_e] > 0) & (g.rank[lat_t] >= 0)
+    lat_e, lat_t = lat_e[lat], lat_t[lat]
+    ek = g.ekind[lat_e]
+    lk = np.where(np.isin(ek, [K_GAP, K_SYNC]), ek, K_LAUNCH).astype(np.int64)
+    keys.append(g.place[lat_t] * nk + lk)
+    weights.append(g.ew[lat_e].astype(np.float64))
+    key_all = np.concatenate(keys)
+    w_all = np.concatenate(weights)
     acc: dict[tuple[int, str, str, str], int] = {}
-    for v, ek, w, _ in path:
-        on_path[v] = True
-        r = int(g.rank[v])
-        if r < 0:
-            continue
-        rk, unit, phase = g.places[int(g.place[v])]
-        d = int(s.end[v] - s.start[v])
-        if d:
-            key = (rk, unit, phase, KINDS[int(g.kind[v])])
-            acc[key] = acc.get(key, 0) + d
-        if ek >= 0 and w:
-            kname = KINDS[ek] if ek in (K_LAUNCH, K_GAP) else "launch"
-            key = (rk, unit, phase, kname)
-            acc[key] = acc.get(key, 0) + w
+    if key_all.size:
+        uk, inv = np.unique(key_all, return_inverse=True)
+        tot = np.bincount(inv, weights=w_all)
+        for k, v in zip(uk.tolist(), tot.tolist(), strict=True):
+            if v > 0:
+                rk, unit, phase = g.places[k // nk]
+                acc[(rk, unit, phase, KINDS[k % nk])] = int(round(v))
     critical = sorted(
         ({"rank": k[0], "unit": k[1], "phase": k[2], "kind": k[3], "us": v / 1000.0} for k, v in acc.items()),
         key=lambda x: (-x["us"], x["rank"], x["unit"], x["phase"], x["kind"]),
@@ -348,6 +439,12 @@ def read(g: StepGraph, s: Schedule) -> Reading:
         {"phase": p, "us": sum(kk.values()), "kinds": dict(sorted(kk.items(), key=lambda x: -x[1]))}
         for p, kk in sorted(phases.items(), key=lambda x: -sum(x[1].values()))
     ]
+    path = list(zip(p_tasks.tolist(), p_edges.tolist(), strict=True))
+    if not slack:
+        return Reading(
+            step_us=step_ns / 1000.0, ranks=ranks, critical=critical, by_phase=by_phase, slack=[],
+            near_critical=[], on_path=on_path, path=path, place_us={k: v / 1000.0 for k, v in acc.items()},
+        )  # fmt: skip
     ls = latest_starts(g, s, step_end)
     slack_t = ls - s.start
     real = (g.rank >= 0) & (g.dur > 0) & (g.kind != K_WAIT)  # waits are computed: they have no slack
@@ -363,9 +460,9 @@ def read(g: StepGraph, s: Schedule) -> Reading:
             best[k] = v
     slack = []
     path_keys = {(k[0], k[1], k[2], k[3]) for k in acc}
+    place_code = {p: i for i, p in enumerate(g.places)}
     for k in path_keys:  # a place on the path only through an edge's latency has no task of its own
-        code = g.places.index(k[:3]) * len(KINDS) + KINDS.index(k[3])
-        best.setdefault(code, 0)
+        best.setdefault(place_code[k[:3]] * len(KINDS) + KINDS.index(k[3]), 0)
     near = []
     for k, v in best.items():
         rk, unit, phase = g.places[k // len(KINDS)]
@@ -464,9 +561,16 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     seg_e = s.end[tasks].copy()
     nxt_same = np.zeros(tasks.size, dtype=bool)
     nxt_same[:-1] = keys[1:] == keys[:-1]
-    wait = (g.kind[tasks] == K_WAIT) & nxt_same
-    idx = np.flatnonzero(wait)
+    # an arrival's wait: from it to its transfer's start; a blocked thread's: from its previous task's end
+    wait = g.kind[tasks] == K_WAIT
+    arrival = np.zeros(tasks.size, dtype=bool)
+    arrival[:-1] = wait[:-1] & nxt_same[:-1] & (g.kind[tasks[1:]] == K_TRANSFER)
+    idx = np.flatnonzero(arrival)
     seg_e[idx] = np.maximum(seg_e[idx], s.start[tasks[idx + 1]])
+    prv_same = np.zeros(tasks.size, dtype=bool)
+    prv_same[1:] = nxt_same[:-1]
+    idx = np.flatnonzero(wait & ~arrival & prv_same)
+    seg_s[idx] = np.minimum(seg_s[idx], s.end[tasks[idx - 1]])
     keep = seg_e > seg_s
     tasks, keys, seg_s, seg_e = tasks[keep], keys[keep], seg_s[keep], seg_e[keep]
     kinds = g.kind[tasks].astype(np.int64)
@@ -494,15 +598,27 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     ):
         lanes[lane_of[k]]["segments"].append([(a - t0) / 1000.0, (b - t0) / 1000.0, kd, p])
     path_rows = []
-    for v, *_ in reversed(rd.path):
-        r = int(g.rank[v])
-        if r < 0 or s.end[v] <= s.start[v]:
-            continue
-        k = r * 100_000 + int(g.graphs[r].lane[int(g.local[v])])
-        if k in lane_of:
-            path_rows.append(
-                [g.graphs[r].rank, lane_of[k], (int(s.start[v]) - t0) / 1000.0, (int(s.end[v]) - t0) / 1000.0]
-            )
+    pv = np.array([v for v, _ in reversed(rd.path)], dtype=np.int64)
+    pv = pv[(g.rank[pv] >= 0) & (s.end[pv] > s.start[pv])]
+    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
+    pk = g.rank[pv] * 100_000 + all_lanes[pv]
+    if pv.size:  # consecutive path tasks on one lane: one row
+        cut = np.ones(pv.size, dtype=bool)
+        cut[1:] = pk[1:] != pk[:-1]
+        at = np.flatnonzero(cut)
+        p_s = np.minimum.reduceat(s.start[pv], at)
+        p_e = np.maximum.reduceat(s.end[pv], at)
+        p_r, p_k = g.rank[pv][at], pk[at]
+        if at.size > MAX_SEGMENTS:  # the longest stretches
+            top = np.sort(np.argsort(-(p_e - p_s), kind="stable")[:MAX_SEGMENTS])
+            p_s, p_e, p_r, p_k = p_s[top], p_e[top], p_r[top], p_k[top]
+        ranks_of = [gr.rank for gr in g.graphs]
+        for r, k, a, b in zip(p_r.tolist(), p_k.tolist(), p_s.tolist(), p_e.tolist(), strict=True):
+            if k not in lane_of:  # a lane whose segments were all capped away
+                i, ln = divmod(k, 100_000)
+                lane_of[k] = len(lanes)
+                lanes.append({"rank": g.graphs[i].rank, "lane": g.graphs[i].lanes[ln], "segments": []})
+            path_rows.append([ranks_of[r], lane_of[k], (a - t0) / 1000.0, (b - t0) / 1000.0])
     rvs = []
     for x in g.rendezvous[:MAX_RENDEZVOUS]:
         arr = [
@@ -565,8 +681,8 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
 
 # ------------------------------------------------------------------------------------------ what-ifs
 EDIT_HELP = (
-    "scale:<collective type, kind or op regex>:<factor>, straggler:remove[:RANK], delay:RANK:UNIT:PHASE:MS "
-    "(negative MS removes a delay)"
+    "scale:<collective type, kind or op regex>:<factor>, straggler:remove[:RANK], regroup:<type|all>:<count>|unit, "
+    "prefetch:<unit>:<k>, delay:RANK:UNIT:PHASE:MS (negative MS removes a delay)"
 )
 
 
@@ -613,12 +729,18 @@ def parse_edit(text: str) -> Edit:
             return Edit(text, "straggler", rank=int(parts[2]) if len(parts) == 3 else None)
         if parts[0] == "delay" and len(parts) == 5:
             return Edit(text, "delay", rank=int(parts[1]), unit=parts[2], phase=parts[3], ms=float(parts[4]))
+        if parts[0] == "regroup" and len(parts) == 3:
+            if parts[2] != "unit" and int(parts[2]) < 1:
+                raise ConfigError(f"--what-if {text!r}: the count must be at least 1 (or 'unit')")
+            return Edit(
+                text, "regroup", target=parts[1], factor=0.0 if parts[2] == "unit" else float(int(parts[2]))
+            )
+        if parts[0] == "prefetch" and len(parts) == 3:
+            if int(parts[2]) < 1:
+                raise ConfigError(f"--what-if {text!r}: k must be at least 1")
+            return Edit(text, "prefetch", unit=parts[1], factor=float(int(parts[2])))
     except ValueError:
         raise bad from None
-    if parts[0] in ("regroup", "prefetch"):
-        raise ConfigError(
-            f"--what-if {text!r}: the {parts[0]} edit is not in the replay yet (docs/replay.md)"
-        )
     raise bad
 
 
@@ -702,7 +824,8 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
         sel = np.flatnonzero(on_main & np.isin(out.place, pl))
         ns = int(round(edit.ms * 1e6))
         if ns >= 0:
-            first = sel[np.argmin(out.meas[sel])]
+            gaps = sel[out.kind[sel] == K_GAP]  # a sleep is host time between operators: its first such task
+            first = gaps[np.argmin(out.meas[gaps])] if gaps.size else sel[np.argmin(out.meas[sel])]
             out.dur[first] += ns
             return out
         # remove: host time (host gaps first, the longest first) at that place
@@ -717,7 +840,179 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
                     return out
         out.notes.append(f"{edit.text}: only {(-ns - left) / 1e6:.3f} ms of host time found there to remove")
         return out
+    if edit.op == "regroup":
+        return _regroup(out, edit)
+    if edit.op == "prefetch":
+        return _prefetch(out, edit)
     raise ConfigError(f"--what-if {edit.text!r}: unknown edit")
+
+
+def _rv_place(g: StepGraph, x: dict[str, Any]) -> tuple[str, str]:
+    """The (unit, phase) of a rendezvous: its first holder's arrival's."""
+    _, unit, phase = g.places[int(g.place[x["arrivals"][0]])]
+    return unit, phase
+
+
+def _drop_and_add(g: StepGraph, keep: np.ndarray, add: list[tuple[int, int, int, int]]) -> None:
+    """Keep the edges where ``keep`` and append ``add`` ((src, dst, latency, kind) each)."""
+    a = np.array(add, dtype=np.int64).reshape(-1, 4)
+    g.esrc = np.concatenate([g.esrc[keep], a[:, 0]])
+    g.edst = np.concatenate([g.edst[keep], a[:, 1]])
+    g.ew = np.concatenate([g.ew[keep], a[:, 2]])
+    g.ekind = np.concatenate([g.ekind[keep], a[:, 3].astype(np.int8)])
+
+
+def _lane_key(g: StepGraph) -> np.ndarray:
+    """Per task: rank position × 100,000 + lane (rendezvous: -1)."""
+    lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
+    lanes = np.concatenate([lanes, np.zeros(g.dur.size - lanes.size, dtype=np.int64)])
+    return np.where(g.rank >= 0, g.rank * 100_000 + lanes, -1)
+
+
+def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
+    """Merge each (unit, phase)'s collectives of one type into ``count`` (or one per unit and phase): every
+    member's transfer starts when the last member's last rank has arrived and lasts α + β Σ bytes (the
+    type's fit, analysis/whatif.py); a launching thread no longer blocks between members, and a queue lane
+    runs a member's successors once the member has arrived."""
+    from fsdpbench.analysis.whatif import fit_alpha_beta
+
+    if edit.target == "all":  # every type, each merged on its own
+        for ctype in sorted({x["type"] for x in g.rendezvous}):
+            g = _regroup(g, replace(edit, target=ctype))
+        return g
+    inst = [x for x in g.rendezvous if x["type"] == edit.target]
+    if not inst:
+        raise ConfigError(f"--what-if {edit.text!r}: the profiles have no {edit.target} collective")
+    xfer_us = [max(int(g.dur[t]) for t in x["xfers"]) / 1000.0 for x in inst]
+    fit = fit_alpha_beta([x["bytes"] for x in inst], xfer_us)
+    by_place: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for x in inst:
+        by_place.setdefault(_rv_place(g, x), []).append(x)
+    chunks: list[list[dict[str, Any]]] = []
+    for members in by_place.values():
+        n = 1 if edit.factor == 0 else min(int(edit.factor), len(members))
+        for c in np.array_split(np.arange(len(members)), n):
+            if len(c) > 1:
+                chunks.append([members[i] for i in c.tolist()])
+    if not chunks:
+        g.notes.append(f"{edit.text}: no place holds more {edit.target} collectives than the count asked")
+        return g
+    priced = fit.status == "ok"
+    if not priced:
+        g.notes.append(
+            f"{edit.text}: the {edit.target} fit is {fit.status}: a merged collective lasts the sum of its "
+            "members' transfers (no fixed cost saved)"
+        )
+    add: list[tuple[int, int, int, int]] = []
+    x_set: dict[int, int] = {}  # a merged member's transfer task → the chunk's last member's on its rank
+    a_of: dict[int, int] = {}  # a member's transfer task → its arrival task
+    for chunk in chunks:
+        last = chunk[-1]
+        last_x = {int(g.rank[t]): t for t in last["xfers"]}
+        if priced:
+            b = sum(x["bytes"] or 0.0 for x in chunk)
+            merged_ns = int(round((fit.alpha_us + fit.beta_us_per_byte * b) * 1000))  # type: ignore[operator]
+        else:
+            merged_ns = int(sum(max(int(g.dur[t]) for t in x["xfers"]) for x in chunk))
+        for m in chunk:
+            for a in m["arrivals"]:
+                add.append((a, last["task"], 0, K_WAIT))
+            for t in m["xfers"]:
+                add.append((last["task"], t, 0, K_WAIT))
+                g.dur[t] = merged_ns
+            if m is not last:
+                for a, t in zip(m["arrivals"], m["xfers"][: len(m["arrivals"])], strict=True):
+                    x_set[t] = int(last_x.get(int(g.rank[t]), t))
+                    a_of[t] = a
+    keep = np.ones(g.esrc.size, dtype=bool)
+    if x_set:
+        lk = _lane_key(g)
+        from_x = np.flatnonzero(np.isin(g.esrc, list(x_set)))
+        for e in from_x.tolist():
+            t, d, w, kind = int(g.esrc[e]), int(g.edst[e]), int(g.ew[e]), int(g.ekind[e])
+            if lk[t] == lk[d]:  # the lane goes on once the member has arrived
+                add.append((a_of[t], d, w, kind))
+            elif kind != K_WAIT:  # work that waited for a member waits for the merged collective
+                add.append((x_set[t], d, w, kind))
+            # (a thread blocked on a member no longer blocks: the last member's join stays)
+            keep[e] = False
+    _drop_and_add(g, keep, add)
+    g.notes.append(
+        f"{edit.text}: {sum(len(c) for c in chunks)} {edit.target} collectives merged into {len(chunks)}"
+        + (
+            f", each α + β·bytes = {fit.alpha_us:.1f} µs + {fit.beta_us_per_byte * 2**20:.3f} µs/MiB"  # type: ignore[operator]
+            if priced
+            else ""
+        )
+        + "; the members' launch calls are kept"
+    )
+    return g
+
+
+def _prefetch(g: StepGraph, edit: Edit) -> StepGraph:
+    """Issue ``unit``'s all-gathers (in each phase where it has some) k units earlier: each rank's arrival at
+    them is launched from where the unit k places before it (that phase's order on the training thread)
+    begins, and leaves its queue lane's order; the thread still waits for it where it did. The extra
+    memory: the all-gathered bytes, live from that earlier unit's start."""
+    k = int(edit.factor)
+    ags = [x for x in g.rendezvous if x["type"] == "all_gather" and _rv_place(g, x)[0] == edit.unit]
+    if not ags:
+        raise ConfigError(f"--what-if {edit.text!r}: no all_gather is attributed to unit {edit.unit!r}")
+    lk = _lane_key(g)
+    into: dict[int, list[int]] = {}
+    for e, d in enumerate(g.edst.tolist()):
+        into.setdefault(d, []).append(e)
+    outof: dict[int, list[int]] = {}
+    for e, x in enumerate(g.esrc.tolist()):
+        outof.setdefault(x, []).append(e)
+    order_of: dict[tuple[int, str], list[str]] = {}  # per rank and phase, units in the order they begin
+    first_task: dict[tuple[int, str, str], int] = {}
+    for i, gr in enumerate(g.graphs):
+        lo = int(g.offset[i])
+        main = np.flatnonzero(gr.lane == gr.main_lane) + lo
+        main = main[np.argsort(g.meas[main], kind="stable")]
+        for v in main.tolist():
+            _, unit, phase = g.places[int(g.place[v])]
+            if (i, unit, phase) not in first_task:
+                first_task[(i, unit, phase)] = v
+                order_of.setdefault((i, phase), []).append(unit)
+    keep = np.ones(g.esrc.size, dtype=bool)
+    add: list[tuple[int, int, int, int]] = []
+    moved, moved_bytes = 0, 0.0
+    for x in ags:
+        _, phase = _rv_place(g, x)
+        for a, t in zip(x["arrivals"], x["xfers"][: len(x["arrivals"])], strict=True):
+            i = int(g.rank[a])
+            units = order_of.get((i, phase), [])
+            if edit.unit not in units or units.index(edit.unit) < k:
+                continue
+            first = first_task[(i, units[units.index(edit.unit) - k], phase)]
+            pred_lane = None
+            for e in into.get(a, []):
+                src = int(g.esrc[e])
+                if int(g.ekind[e]) == K_LAUNCH or (lk[src] == lk[a] and int(g.ekind[e]) != K_WAIT):
+                    keep[e] = False
+                    if lk[src] == lk[a]:
+                        pred_lane = src
+            for e in outof.get(t, []):
+                if lk[int(g.edst[e])] == lk[a]:  # the lane's order closes over the moved collective
+                    keep[e] = False
+                    if pred_lane is not None:
+                        add.append((pred_lane, int(g.edst[e]), 0, int(g.ekind[e])))
+            add.append((first, a, 0, K_LAUNCH))
+            moved += 1
+            moved_bytes += x["bytes"] or 0.0
+    if not moved:
+        raise ConfigError(
+            f"--what-if {edit.text!r}: unit {edit.unit!r} has fewer than {k} units before it in its phase"
+        )
+    _drop_and_add(g, keep, add)
+    g.notes.append(
+        f"{edit.text}: {edit.unit}'s all-gathers issued {k} unit(s) earlier ({moved} rank-instances); extra memory "
+        f"kept live: {moved_bytes / max(1, len(g.graphs)) / 2**20:.2f} MiB per rank of all-gathered parameters, "
+        f"from {k} unit(s) earlier (sizes the trace does not give count as 0)"
+    )
+    return g
 
 
 def what_if(g: StepGraph, base: Reading, edit: Edit) -> dict[str, Any]:
@@ -728,7 +1023,7 @@ def what_if(g: StepGraph, base: Reading, edit: Edit) -> dict[str, Any]:
     except CycleError as exc:
         return {"edit": edit.text, "predicted_step_us": None, "phases": {}, "changed": [], "source": SOURCE_REPLAY,
                 "note": f"the edited graph has a cycle ({exc})"}  # fmt: skip
-    rd = read(e, s)
+    rd = read(e, s, slack=False)
     keys = set(rd.place_us) | set(base.place_us)
     changed = []
     for k in keys:

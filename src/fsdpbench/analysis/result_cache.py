@@ -117,6 +117,42 @@ def store(
     table_cache.write_beside(trace, cache_path(trace), write)
 
 
+def graph_path(trace: Path) -> Path:
+    """Where the rank's step-replay graph is cached: a hidden file beside the trace (``.fsdpbench.replay``)."""
+    return trace.with_name(f".{trace.name}.fsdpbench.replay")
+
+
+def store_graph(trace: Path, want: dict[str, Any], graph: Any) -> None:
+    """Write the rank's replay graph (:mod:`fsdpbench.analysis.replay_graph`) under ``want`` beside ``trace``
+    (skipped quietly as :func:`store` is)."""
+    from fsdpbench.analysis.replay_graph import to_bytes
+
+    head = orjson.dumps(want)
+
+    def write(f: Any) -> None:
+        f.write(head + b"\n" + to_bytes(graph))
+
+    table_cache.write_beside(trace, graph_path(trace), write)
+
+
+def load_graph(trace: Path, want: dict[str, Any]) -> Any:
+    """The cached replay graph of ``trace`` when its key is ``want``, else None (missing, stale, damaged)."""
+    path = graph_path(trace)
+    if not table_cache.enabled() or not path.is_file():
+        return None
+    try:
+        raw = path.read_bytes()
+        cut = raw.index(b"\n")
+        if orjson.loads(raw[:cut]) != want:
+            return None
+        from fsdpbench.analysis.replay_graph import from_bytes
+
+        return from_bytes(raw[cut + 1 :])
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
+        log.debug("%s: replay graph cache not used (%s)", path, exc)
+        return None
+
+
 def cross_path(trace: Path) -> Path:
     """Where the cross-rank result (wait/transfer) of a rank set whose first rank is ``trace`` lives."""
     return trace.with_name(f".{trace.name}.fsdpbench.waits")

@@ -61,9 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="EDIT",
         help="replay the step with an edit of its graph (repeatable): scale:<collective type|kind|op regex>:"
-        "<factor> (e.g. scale:all_gather:0.5), straggler:remove[:RANK], delay:RANK:UNIT:PHASE:MS (negative "
-        "MS removes a delay); the predicted step, per phase, and what changed on the critical path "
-        "(docs/replay.md)",
+        "<factor> (e.g. scale:all_gather:0.5), straggler:remove[:RANK], regroup:<type|all>:<count>|unit "
+        "(merge each unit x phase's collectives, priced by the alpha-beta fit), prefetch:<unit>:<k> (issue its "
+        "all-gathers k units earlier), delay:RANK:UNIT:PHASE:MS (negative MS removes a delay); the predicted "
+        "step, per phase, and what changed on the critical path (docs/replay.md)",
+    )
+    parser.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="leave the step replay out of --json (its key is then null, with replay_note saying so): it costs "
+        "about 2 s of CPU for 4 ranks of 60k device events (docs/benchmarks.md); without --json, "
+        "--critical-path or --what-if it is not computed anyway",
     )
     parser.add_argument(
         "--replay-trace",
@@ -435,7 +443,14 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top must be at least 1 (got {args.top})")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
-    res = analyze(args.paths, step=args.step, workers=args.workers, what_if=args.what_if)
+    if args.no_replay and (args.critical_path or args.what_if):
+        raise ConfigError(
+            "--no-replay cannot be combined with --critical-path or --what-if (they are the replay)"
+        )
+    replay = bool(args.json or args.critical_path or args.what_if) and not args.no_replay
+    res = analyze(args.paths, step=args.step, workers=args.workers, replay=replay, what_if=args.what_if)
+    if args.no_replay:
+        res.replay_note = "not computed (--no-replay)"
     data = encode_analysis(res)
     trace_file = _write_replay_trace(res, args) if args.critical_path else None
     if args.json == "-":
