@@ -84,7 +84,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
             "--arms",
             help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
             "hyper; python=PATH runs an arm in another venv; fwd_prefetch=/bwd_prefetch=, fsdp=upstream|npu, "
-            "mem_cache=on|off, kw.NAME=VALUE, env.NAME=VALUE: docs/arms.md), e.g. torch,hyper:prefetch=2 (default: "
+            "mem_cache=on|off, kw.NAME=VALUE, env.NAME=VALUE, delay=RANK/UNIT/PHASE/MS (repeatable): docs/arms.md), "
+            "e.g. torch,hyper:prefetch=2 (default: "
             "torch,fsdp1, plus deepspeed and hyper when importable)",
         )
     else:

@@ -228,6 +228,18 @@ class RunConfig(Record):
             raise ConfigError(f"arm labels must be unique, got {labels}")
         for arm in self.arms:
             arm.mesh_shape(self.world_size)
+            for d in arm.delays():
+                if d.rank >= self.world_size:
+                    raise ConfigError(
+                        f"arm {arm.label!r}: delay={d.spec()} names rank {d.rank}, but the world has "
+                        f"{self.world_size} ranks (0..{self.world_size - 1})"
+                    )
+                if d.layer is not None and d.layer >= self.model.num_hidden_layers:
+                    raise ConfigError(
+                        f"arm {arm.label!r}: delay={d.spec()} names {d.unit}, but the model has "
+                        f"{self.model.num_hidden_layers} decoder layers (layers.0..layers."
+                        f"{self.model.num_hidden_layers - 1}) or root"
+                    )
             optional = OPTIONAL_BACKENDS.get(arm.backend)
             if optional and not arm.python and not optional[0]():  # python= arms: probed in their interpreter
                 raise ConfigError(f"arm {arm.label!r} needs {optional[1]}, or drop the {arm.backend} arm")

@@ -38,6 +38,7 @@ from fsdpbench.errors import ConfigError
 from fsdpbench.results import run_folder
 from fsdpbench.results.phases import MARKED_PHASES
 from fsdpbench.run import memory
+from fsdpbench.run.delays import UnitDelays
 from fsdpbench.run.environment import arm_runtime, environment_facts
 from fsdpbench.run.phase_marks import PhaseMarks
 from fsdpbench.run.process_exit import exit_without_teardown
@@ -258,6 +259,9 @@ class StepRunner:
     """The host clock of the phase marks on CPU (tests pass a fake one)."""
     profile_marks: ProfileMarks | None = None
     """The named unit, phase and collective ranges of the profiled step (``run_steps`` installs them)."""
+    delays: UnitDelays | None = None
+    """The arm's ``delay=`` sleeps on this rank, hooked for the whole launch (``run``); the root's backward
+    one is called from ``train``."""
 
     def __post_init__(self) -> None:
         self.params = list(self.model.parameters())
@@ -308,6 +312,8 @@ class StepRunner:
         if marks:
             marks.mark(1)
         with ranges.backward() if ranges else contextlib.nullcontext():
+            if self.delays:
+                self.delays.root_backward()
             self.backend.backward(loss)
         if marks:
             marks.mark(2)
@@ -616,6 +622,11 @@ def run(spec: dict[str, Any]) -> None:
         counter = CollectiveCounter() if cfg.count_collectives else None
         if counter:
             counter.install()
+        # the arm's delay= sleeps: hooked before any step, so every timed and profiled step has them
+        delays = UnitDelays(arm.delays(), rank)
+        if delays:
+            delays.install(model, decoder_units(model))
+            log.info("delay on this rank: %s", ", ".join(d.spec() for d in delays.delays))
         runner = StepRunner(
             cfg=cfg,
             arm=arm,
@@ -634,6 +645,7 @@ def run(spec: dict[str, Any]) -> None:
             profile_marks=ProfileMarks(model, decoder_units(model))
             if profile and cfg.profile_ranges
             else None,
+            delays=delays or None,
         )
         n_timed = 0 if profile_launch else cfg.warmup + cfg.steps
         gc.collect()
@@ -666,6 +678,7 @@ def run(spec: dict[str, Any]) -> None:
                 run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
         if counter:
             counter.uninstall()
+        delays.remove()
         dist.barrier()
     finally:
         try:
