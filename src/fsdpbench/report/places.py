@@ -107,16 +107,12 @@ def _arm_blocks(arm: str, data: Mapping[str, Any], index: int) -> list[Block]:
     note = plc.units_note(data)
     if note:
         blocks.append(Para(note[0].upper() + note[1:] + "."))
+    seen = seen_text((data.get("waits") or {}).get("ranks_seen"))  # --profile-ranks: k of N ranks
+    if seen:
+        blocks.append(Para(f"Waits and transfers over {seen}: the last arrival may be a rank outside."))
     top = plc.top_collectives(data, n=10)
     if top:
-        seen = seen_text((data.get("waits") or {}).get("ranks_seen"))  # --profile-ranks: k of N ranks
-        blocks.append(
-            Para(
-                f"Slowest collectives of `{arm}` (largest wait + transfer over its ranks"
-                + (f"; {seen}: the last arrival may be outside" if seen else "")
-                + "):"
-            )
-        )
+        blocks.append(Para(f"Slowest collectives of `{arm}` (largest wait + transfer over its ranks):"))
         blocks.append(_top_table(top))
     return blocks
 
