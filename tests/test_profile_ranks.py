@@ -186,3 +186,22 @@ def test_a_4_rank_run_profiles_ranks_0_and_2_only_and_its_analysis_says_2_of_4_r
     assert f"waits and stragglers cover {said}" in md
     assert f"Waits and transfers over {said}" in md
     assert f"replayed over {said}" in md
+
+
+def test_a_sweep_tree_started_before_the_option_resumes_and_a_changed_spec_is_refused(tmp_path):
+    """sweep.json written before ``profile_ranks`` existed (the key absent) is the default ``all``: it resumes;
+    a sweep file that now sets another spec is a different configuration."""
+    from fsdpbench.run.sweep import STATE_FILE, load_sweep, run_sweep
+    from helpers import TINY_SWEEP, FakeRunAb, write_sweep_file
+
+    sweep = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path)
+    run_sweep(sweep, run_ab=FakeRunAb(), write_index=False)
+    state_path = sweep.tree / STATE_FILE
+    state = json.loads(state_path.read_text())
+    for cell in state["cells"]:
+        del cell["config"]["profile_ranks"]
+    state_path.write_text(json.dumps(state))
+    run_sweep(load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path), run_ab=FakeRunAb())
+    changed = TINY_SWEEP.replace("[base]\n", '[base]\nprofile_ranks = "0"\n')
+    with pytest.raises(ConfigError, match=r"different configuration \(profile_ranks: 'all' → '0'\)"):
+        run_sweep(load_sweep(write_sweep_file(tmp_path, changed), out=tmp_path), run_ab=FakeRunAb())
