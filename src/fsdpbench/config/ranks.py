@@ -54,17 +54,3 @@ def _integer(text: str, spec: str, why: str) -> int:
     if not text.isdigit():
         raise ConfigError(f"{OPTION} {spec!r}: {why}; give e.g. 0-7, 0,8,16 or per-node:2")
     return int(text)
-
-
-def ranks_text(ranks: list[int]) -> str:
-    """``0-3,8,10-11``: ``ranks`` (sorted, unique) as the shortest spec that names them."""
-    parts: list[str] = []
-    start = prev = None
-    for r in [*ranks, None]:
-        if start is not None and (r is None or r != prev + 1):  # type: ignore[operator]
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = None
-        if r is not None and start is None:
-            start = r
-        prev = r
-    return ",".join(parts)
