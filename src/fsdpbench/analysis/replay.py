@@ -658,6 +658,12 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         res.replay_note = f"the graph has a cycle ({exc}): collectives matched wrongly?"
         return None
     rd = read(g, s)
+    from fsdpbench.analysis.groups import ranks_seen, seen_text
+
+    seen = ranks_seen([r for r in res.ranks if r.device_span_ns])  # the ranks build_step_graph joined
+    said = seen_text(seen)
+    if said:  # --profile-ranks: the others are not in the graph
+        g.notes.append(f"replayed over {said}: a collective's last arrival may be a rank outside")
     errs = [
         abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] * 100
         for r in rd.ranks
@@ -674,6 +680,7 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         "what_if": [what_if(g, rd, e) for e in parsed],
         "figure": _figure(g, s, rd),
         "notes": g.notes,
+        "ranks_seen": seen,
     }
     res._replay = (g, s, rd)
     return out

@@ -30,6 +30,7 @@ RUN_FLAGS = (
     "separate_profile",
     "profile_step",
     "profile_ranges",
+    "profile_ranks",
     "out",
     "name",
     "seed",
@@ -205,6 +206,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--profile-step",
         type=int,
         help="with --separate-profile: the step its launch records, >= 1 (default 3)",
+    )
+    o.add_argument(
+        "--profile-ranks",
+        metavar="SPEC",
+        help="which ranks run the profiler: all (default), ranks and ranges (0-7, 0,8,16) or per-node:K "
+        "(the first K ranks of every node); the others train the same steps unprofiled, and the analysis "
+        'says "k of N ranks" (env PROFILE_RANKS; docs/multi-node.md)',
     )
     o.add_argument(
         "--no-ranges",

@@ -436,7 +436,9 @@ def render(res, top: int = 15, console=None, wide: bool = False) -> None:  # noq
         _render_waits(con, res.waits)
     if len(res.ranks) > 1:
         strag = ", ".join(f"rank {d['rank']} (+{d['skew_us']:.1f} µs)" for d in res.stragglers) or "none"
-        covers = coverage_text((res.waits or {}).get("partial_groups") or [])
+        covers = coverage_text(
+            (res.waits or {}).get("partial_groups") or [], (res.waits or {}).get("ranks_seen")
+        )
         con.print(
             f"slowest rank: {res.slowest_rank}; stragglers by collective start skew: {strag}"
             + (f" ({covers})" if covers else ""),
@@ -468,7 +470,7 @@ def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
 
     from fsdpbench.analysis.groups import coverage_text
 
-    covers = coverage_text(w.get("partial_groups") or [])
+    covers = coverage_text(w.get("partial_groups") or [], w.get("ranks_seen"))
     t = Table(
         title=f"Waiting vs transferring ({w['instances']} collectives matched by {w['match']}"
         + (f"; {covers}" if covers else "")
@@ -598,10 +600,13 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
     if rp is None:
         con.print(f"[yellow]no step replay:[/yellow] {res.replay_note or 'not computed'}", highlight=False)
         return
+    from fsdpbench.analysis.groups import seen_text
+
     err = rp["error_pct"]
+    over = seen_text(rp.get("ranks_seen")) or f"{len(rp['ranks'])} ranks"
     con.print(
         f"Step replay: replayed vs measured step {fmt(err['median'], 3)} % median, {fmt(err['max'], 3)} % max "
-        f"over {len(rp['ranks'])} ranks; unexplained slack {_ms(rp['unexplained_slack_us'])} ms",
+        f"over {over}; unexplained slack {_ms(rp['unexplained_slack_us'])} ms",
         highlight=False,
     )
     if critical:
