@@ -233,3 +233,34 @@ def test_sweep_overview_shows_every_cell_whole(tmp_path, monkeypatch, width):
     for name, row in test_study.EXPECTED_ROWS.items():
         assert set(row[1:-1]) <= set(cells[name]), name
         assert all(whole(text, word) for word in row[-1].split()), name
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_real_profile_analysed_with_units_and_replay_shows_every_number_whole(profiled_ab_run, width):
+    """The shared profiled gloo run (2 ranks, fsdpbench's own ranges): ``analyze``'s tables, the unit ×
+    phase rows, the waiting vs transferring split and the replay's critical path, whole at every width."""
+    from fsdpbench.analysis import analyze
+    from fsdpbench.report.terminal.analyze import render_analysis
+    from fsdpbench.report.terminal.replay import REPLAY_TOP, render_replay
+    from fsdpbench.report.terminal.units import render_units
+
+    arm = sorted((profiled_ab_run / "profiles").iterdir())[0]
+    res = analyze([arm], workers=1, replay=True)
+
+    def draw(con: Console) -> None:
+        render_analysis(res, console=con)
+        render_units(res, con)
+        render_replay(res, con)
+
+    text = drawn(draw, width)
+    assert_fits(text, width, _op_name_shortened)
+    data = _json(res)
+    numbers = analyze_numbers(data, wide=False)
+    for r in data["ranks"]:
+        numbers += [ms3(row[k]) for row in r["units"] for k in ("compute_us", "comm_us", "exposed_us")]
+    replay = data["replay"]
+    numbers += [ms3(p["us"]) for p in replay["by_phase"]]
+    numbers += [ms3(x["us"]) for x in replay["critical"][:REPLAY_TOP]]
+    assert len(numbers) > 40 and not missing_numbers(text, numbers)
+    units = {row["unit"] for r in data["ranks"] for row in r["units"]}
+    assert all(whole(text, u) for u in units)

@@ -28,18 +28,28 @@ def natural_width(table: Any) -> int:
     return Measurement.get(wide, wide.options, table).maximum
 
 
-def _cut_free(table: Any, width: int) -> bool:
-    """Whether rich draws ``table`` within ``width`` columns with no cell or header cut to "…"."""
+def _column_widths(table: Any) -> list[tuple[int, int]]:
+    """``(fewest, most)`` columns each column of ``table`` needs, padding included: a column that may not
+    wrap needs its widest cell whatever happens, one that may needs its longest word."""
     from rich.console import Console
-    from rich.measure import Measurement
 
     wide = Console(width=10_000)
-    measured = Measurement.get(wide, wide.options, table)
-    if measured.maximum <= width:
-        return True
-    if measured.minimum > width:
-        return False
-    # between the two only some wrapping columns narrow: draw it and look for a "…" rich added
+    out = []
+    for col in table.columns:
+        m = table._measure_column(wide, wide.options, col)  # rich's own measure, as its layout uses it
+        out.append((m.maximum if col.no_wrap else m.minimum, m.maximum))
+    return out
+
+
+def _frame(table: Any, count: int) -> int:
+    """The columns the borders of a table of ``count`` columns take."""
+    return (2 if table.box and table.show_edge else 0) + (count - 1 if table.box else 0)
+
+
+def _drawn_whole(table: Any, width: int) -> bool:
+    """Whether rich draws ``table`` within ``width`` columns with no cell or header cut to "…"."""
+    from rich.console import Console
+
     out = io.StringIO()
     Console(file=out, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(table)
     cells = [str(c) for col in table.columns for c in [col.header, *col._cells]]
@@ -47,6 +57,20 @@ def _cut_free(table: Any, width: int) -> bool:
     return drawn.count("…") == sum(c.count("…") for c in cells) and all(
         len(line) <= width for line in drawn.splitlines()
     )
+
+
+def _fits(
+    table: Any, keep: list[int], widths: list[tuple[int, int]], width: int, wrap: Collection[str]
+) -> bool:
+    frame = _frame(table, len(keep))
+    if sum(widths[i][1] for i in keep) + frame <= width:
+        return True
+    if sum(widths[i][0] for i in keep) + frame > width:
+        return False
+    if sum(str(table.columns[i].header) in wrap for i in keep) <= 1:
+        return True  # the one wrapping column gets what the others leave, at least its longest word
+    # rich narrows several wrapping columns alike, maybe one below its longest word: draw it and look
+    return _drawn_whole(_part(table, keep, wrap, None, None), width)
 
 
 def _part(table: Any, keep: list[int], wrap: Collection[str], title: Any, caption: Any) -> Any:
@@ -82,12 +106,13 @@ def fitted_parts(table: Any, width: int, *, labels: int = 1, wrap: Collection[st
     """
     count = len(table.columns)
     whole = _part(table, list(range(count)), wrap, table.title, table.caption)
-    if count <= labels or _cut_free(whole, width):
+    widths = _column_widths(whole)
+    if count <= labels or _fits(table, list(range(count)), widths, width, wrap):
         return [whole]
     label_cols = list(range(labels))
     parts: list[list[int]] = [[]]
     for i in range(labels, count):
-        if parts[-1] and not _cut_free(_part(table, label_cols + parts[-1] + [i], wrap, None, None), width):
+        if parts[-1] and not _fits(table, label_cols + parts[-1] + [i], widths, width, wrap):
             parts.append([])
         parts[-1].append(i)
     title = table.title
