@@ -10,6 +10,7 @@ and no cell ends in "…" (only an op type's kernel name may be shortened in its
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from collections.abc import Callable
@@ -59,10 +60,12 @@ def assert_fits(text: str, width: int, shortened_ok: Callable[[str], bool] = lam
     assert not cut, "cut cells:\n" + "\n".join(cut)
 
 
-def _analysis(paths: list[Path]):  # noqa: ANN202
+@functools.cache
+def _analysis(paths: tuple[Path, ...], replay: bool = False):  # noqa: ANN202
+    """The analysis of ``paths``, once per module (drawing it does not change it)."""
     from fsdpbench.analysis import analyze
 
-    return analyze(paths, workers=1)
+    return analyze(list(paths), workers=1, replay=replay)
 
 
 def _json(res) -> dict:  # noqa: ANN001
@@ -97,7 +100,7 @@ def _op_name_shortened(line: str) -> bool:
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
-@pytest.mark.parametrize("paths", [[GLOO_MIN], [LEVEL0]], ids=["kineto", "ascend-2-ranks"])
+@pytest.mark.parametrize("paths", [(GLOO_MIN,), (LEVEL0,)], ids=["kineto", "ascend-2-ranks"])
 def test_analyze_shows_every_number_whole(paths, wide, width):
     from fsdpbench.report.terminal.analyze import render_analysis
 
@@ -127,7 +130,7 @@ def test_analyze_units_keeps_numbers_and_unit_names_whole(fsdp2_long_names, widt
     phase, whole; in a narrow console the table is split and every part labels its rows."""
     from fsdpbench.report.terminal.units import render_units
 
-    res = _analysis([fsdp2_long_names])
+    res = _analysis((fsdp2_long_names,))
     text = drawn(lambda con: render_units(res, con), width)
     assert_fits(text, width)
     rows = _json(res)["ranks"][0]["units"]
@@ -239,13 +242,12 @@ def test_sweep_overview_shows_every_cell_whole(tmp_path, monkeypatch, width):
 def test_a_real_profile_analysed_with_units_and_replay_shows_every_number_whole(profiled_ab_run, width):
     """The shared profiled gloo run (2 ranks, fsdpbench's own ranges): ``analyze``'s tables, the unit ×
     phase rows, the waiting vs transferring split and the replay's critical path, whole at every width."""
-    from fsdpbench.analysis import analyze
     from fsdpbench.report.terminal.analyze import render_analysis
     from fsdpbench.report.terminal.replay import REPLAY_TOP, render_replay
     from fsdpbench.report.terminal.units import render_units
 
     arm = sorted((profiled_ab_run / "profiles").iterdir())[0]
-    res = analyze([arm], workers=1, replay=True)
+    res = _analysis((arm,), replay=True)
 
     def draw(con: Console) -> None:
         render_analysis(res, console=con)
