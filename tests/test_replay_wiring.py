@@ -14,7 +14,7 @@ import pytest
 from fsdpbench.analysis.replay_edits import wanted_edits
 from fsdpbench.analysis.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY
 from fsdpbench.report import write_report
-from test_replay import _regroup_rank
+from test_replay import _regroup_rank, _x
 
 
 def _unit_row(unit: str, phase: str, calls: dict[str, int], **figures: float) -> dict:
@@ -155,3 +155,62 @@ def test_run_folder_findings_take_the_replays_numbers(profiled_ab_run, tmp_path)
         assert est["step_time_delta_us"] == pytest.approx(row["predicted_step_us"] - step)
         assert f"[edit `{est['edit']}` replayed]" in md
     assert {f["id"] for f, _ in replayed} & {"low_overlap", "straggler"}
+
+
+# Host work per call, by hand. Two identical ranks; forward places layers.0, layers.1, layers.2 hold 1, 2 and 3
+# all_reduces. Each place: aten::mm 20 µs, then per call a 10 µs host gap, the c10d::allreduce_ call (1 µs) and
+# the gloo transfer (5 µs, the thread waiting for it), so the host gaps per place are 10 × calls: the fit is
+# a = 0, b = 10 µs per call, R² 1 over the 3 places × 2 ranks. Measured: layers.0 0 → 36, layers.1 36 → 88,
+# layers.2 88 → 156, then head's aten::mm (no collective) 156 → 176, the step.
+# regroup:all_reduce:unit (equal sizes: no α–β fit, a merged transfer lasts its members' sum) merges layers.1's
+# two into one of 10 µs and layers.2's three into one of 15 µs; the calls merged away (1 and 2) take 10 µs each
+# off their place's host gaps (20 → 10: each gap × 1/2; 30 → 10: × 1/3) and their launch calls (1 µs) go:
+# layers.1: mm 36 → 56, gaps 5 + 5 → 66, the last call 66 → 67, its arrival 67, merged transfer 67 → 77;
+# layers.2: mm 77 → 97, gaps 3 × 3.333 → 107, call → 108, transfer 108 → 123; head 123 → 143: the predicted
+# step 143 µs.
+CALLS = {"layers.0": 1, "layers.1": 2, "layers.2": 3}
+
+
+def _host_rank(rank: int) -> dict:
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": 1,
+            "tid": 200,
+            "args": {"name": "thread 200 (pt_gloo_runloop)"},
+        },
+    ]
+    t = 0
+    for unit, n in CALLS.items():
+        start = t
+        ev.append(_x("aten::mm", t, 20))
+        t += 20
+        for _ in range(n):
+            op = _x("c10d::allreduce_", t + 10, 1)
+            op["args"] = {"Input Dims": [[1000]], "Input type": ["float"]}
+            ev += [op, _x("gloo:all_reduce", t + 11, 5, tid=200, cat="user_annotation")]
+            t += 16
+        ev.append(_x(f"fsdpbench::forward::{unit}", start, t - start, cat="user_annotation"))
+    ev += [_x("aten::mm", t, 20), _x("fsdpbench::forward::head", t, 20, cat="user_annotation")]
+    ev.append(_x("ProfilerStep#1", 0, t + 20, cat="user_annotation"))
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_regroup_prices_the_merged_calls_host_gaps_and_launch_calls_by_hand(tmp_path):
+    from fsdpbench.analysis import analyze
+
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_host_rank(r)))
+    res = analyze([str(tmp_path)], workers=1, what_if=["regroup:all_reduce:unit"])
+    assert {r["rank"]: r["measured_us"] for r in res.replay["ranks"]} == {0: 176.0, 1: 176.0}
+    w = res.replay["what_if"][0]
+    assert w["source"] == SOURCE_REPLAY
+    assert w["predicted_step_us"] == pytest.approx(143.0, abs=0.01)
+    assert "5 all_reduce collectives merged into 2" in w["note"]  # the members of the two merged calls
+    assert "host_gap 10.0 µs per call (0.0 µs + 10.0 µs × calls per place over 6 places, R² 1.00" in w["note"]
