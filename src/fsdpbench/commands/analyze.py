@@ -68,10 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="EDIT",
         help="replay the step with an edit of its graph (repeatable): scale:<collective type|kind|op regex>:"
-        "<factor> (e.g. scale:all_gather:0.5), straggler:remove[:RANK], regroup:<type|all>:<count>|unit "
-        "(merge each unit x phase's collectives, priced by the alpha-beta fit), prefetch:<unit>:<k> (issue its "
+        "<factor> (e.g. scale:all_gather:0.5), straggler:remove[:RANK], regroup:<type[,type]|all>:<count>|unit "
+        "(merge each unit x phase's collectives, priced by the alpha-beta fit, one launch call each), prefetch:<unit>:<k> (issue its "
         "all-gathers k units earlier), delay:RANK:UNIT:PHASE:MS (negative MS removes a delay); the predicted "
-        "step, per phase, and what changed on the critical path (docs/replay.md)",
+        "step, per phase, and what changed on the critical path; an edit the graph cannot apply is answered "
+        "by the closed form, labelled (docs/replay.md)",
     )
     parser.add_argument(
         "--no-replay",
