@@ -230,9 +230,52 @@ def ensure_analysis(
             continue
         if step is None:
             new[arm] = out[arm]
+    for arm in _replay_wanted(run_dir, out, step, failed):
+        if step is None:
+            new[arm] = out[arm]
     if new:
         write_atomic(path, encode_analysis_file({**fresh, **new}))
     return out
+
+
+def _replay_wanted(
+    run_dir: Path, out: dict[str, Analysis], step: int | None, failed: dict[str, Exception] | None
+) -> list[str]:
+    """Replay on each arm of ``out`` the what-ifs its findings read (``replay_edits.wanted_edits``: the
+    straggler, the regroupings at the other arms' granularity, the prefetch of the most exposed unit) that
+    its ``replay.what_if`` lacks; an arm read back from analysis.json without them (written before, or the
+    other arms changed) is analysed again from its profiles, which keeps the joined graph. Returns the arms
+    whose analyses changed (``out`` updated in place)."""
+    from fsdpbench.analysis import replay_edits
+
+    manifest = read_json_if_readable(run_dir / MANIFEST) or {}
+    arms = {a.get("label"): a for a in manifest.get("arms") or [] if isinstance(a, Mapping)}
+    wanted = replay_edits.wanted_for_arms(out, arms)
+    changed = []
+    for arm, all_edits in wanted.items():
+        edits = replay_edits.missing_edits(out[arm], all_edits)
+        if not edits:
+            continue
+        if getattr(out[arm], "_replay", None) is None:
+            folder = profile_dir(run_dir, arm)
+            if not folder.is_dir() or _newest_mtime(folder) == 0.0:
+                continue  # an analysis.json kept alone: its what-ifs stay as they are
+            from fsdpbench.analysis import analyze
+
+            try:
+                out[arm] = analyze([folder], step=step)
+            except Exception as exc:
+                if failed is None:
+                    raise
+                log.debug("analysis of %s failed", folder, exc_info=True)
+                failed[arm] = exc
+                out.pop(arm)
+                continue
+            edits = replay_edits.missing_edits(out[arm], all_edits)
+        log.debug("arm %s: replaying %s", arm, ", ".join(edits))
+        replay_edits.add_what_ifs(out[arm], edits)
+        changed.append(arm)
+    return changed
 
 
 def write_diffs(

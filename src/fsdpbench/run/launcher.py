@@ -407,7 +407,7 @@ class Run:
             error = failures.explain(ldir, rc, node=self.cfg.node_rank, nodes=self.cfg.nnodes > 1)
         if error is None and seen < expected and self.cfg.node_rank == 0:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
-        if profile and error is None and self._device_type(ldir) == "npu":
+        if profile and error is None and self._device_type(ldir) == "npu" and self._local_profiled_ranks():
             # after torchrun has exited and outside --timeout: msprof's parse takes minutes per rank
             # with the memory step's own torch_npu profile (worker.record_memory_step), whose failed parse
             # leaves the arm's memory_timeline an error, not the launch
@@ -415,7 +415,7 @@ class Run:
                 arm_interpreter(arm_cfg),
                 run_folder.profile_dir(self.run_dir, arm),
                 run_folder.memory_step_npu_dir(self.run_dir, arm, 0).parent,
-                self._local_ranks(),
+                self._local_profiled_ranks(),
                 env,
                 ldir,
                 self.cfg.ascend_parse_timeout,
@@ -479,6 +479,11 @@ class Run:
     def _local_ranks(self) -> range:
         first = self.cfg.node_rank * self.cfg.nproc
         return range(first, first + self.cfg.nproc)
+
+    def _local_profiled_ranks(self) -> list[int]:
+        """This node's ranks that ``--profile-ranks`` profiles (the only ones with a profile to parse)."""
+        profiled = set(self.cfg.profiled_ranks)
+        return [r for r in self._local_ranks() if r in profiled]
 
     def _write_status(
         self,
@@ -721,6 +726,7 @@ def run_ab(
             "interpreters": interpreters,
             "launches": [],
             "profiles": {},
+            "profiled_ranks": cfg.profiled_ranks if cfg.profile else [],
         }
         if cfg.rounds_auto:
             manifest["verdict_plan"] = verdict_plan(cfg)
