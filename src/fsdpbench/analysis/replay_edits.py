@@ -25,7 +25,7 @@ from typing import Any
 
 from fsdpbench.analysis import whatif_units
 from fsdpbench.analysis.findings.thresholds import FRAGMENTATION_COUNT_RATIO, SIMILAR_BYTES, STRAGGLER_SKEW
-from fsdpbench.analysis.whatif import finite_or_none
+from fsdpbench.records import finite
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ def _type_means(data: Mapping[str, Any]) -> dict[str, tuple[float, float | None]
     sizes: dict[str, list[float]] = {}
     for r in ranks:
         for kind, c in (r.get("collectives") or {}).items():
-            out.setdefault(kind, []).append(finite_or_none((c or {}).get("count")) or 0.0)
-            b = finite_or_none((c or {}).get("bytes"))
+            out.setdefault(kind, []).append(finite((c or {}).get("count")) or 0.0)
+            b = finite((c or {}).get("bytes"))
             if b is not None:
                 sizes.setdefault(kind, []).append(b)
     n = max(len(ranks), 1)
@@ -49,12 +49,8 @@ def straggler_rank(data: Mapping[str, Any]) -> int | None:
     """The rank the straggler rule names in ``data``: the largest skew of its compute (else step time) over
     the median of the other ranks', when at least ``STRAGGLER_SKEW``; None otherwise."""
     ranks = [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
-    key = (
-        "compute_us"
-        if all(finite_or_none(r.get("compute_us")) is not None for r in ranks)
-        else "step_time_us"
-    )
-    values = [(r.get("rank", i), finite_or_none(r.get(key))) for i, r in enumerate(ranks)]
+    key = "compute_us" if all(finite(r.get("compute_us")) is not None for r in ranks) else "step_time_us"
+    values = [(r.get("rank", i), finite(r.get(key))) for i, r in enumerate(ranks)]
     known = [(rank, v) for rank, v in values if v is not None]
     if len(known) < 2:
         return None
@@ -256,12 +252,8 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
     if edit.op == "delay":
         return edit.ms * 1000.0, "the delay adds to (or comes off) the step in full"
     if edit.op == "straggler":
-        key = (
-            "compute_us"
-            if all(finite_or_none(r.get("compute_us")) is not None for r in ranks)
-            else "step_time_us"
-        )
-        values = {int(r.get("rank", i)): finite_or_none(r.get(key)) for i, r in enumerate(ranks)}
+        key = "compute_us" if all(finite(r.get("compute_us")) is not None for r in ranks) else "step_time_us"
+        values = {int(r.get("rank", i)): finite(r.get(key)) for i, r in enumerate(ranks)}
         known = {k: v for k, v in values.items() if v is not None}
         if len(known) < 2:
             return None, "one rank: no other rank to take the median of"
@@ -277,10 +269,9 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
         if edit.target not in types:
             return None, f"no closed form for scaling {edit.target!r} (only collective types)"
         times = [
-            finite_or_none(((r.get("collectives") or {}).get(edit.target) or {}).get("time_us")) or 0.0
-            for r in ranks
+            finite(((r.get("collectives") or {}).get(edit.target) or {}).get("time_us")) or 0.0 for r in ranks
         ]
-        comm, exposed = finite_or_none(mean.get("comm_us")), finite_or_none(mean.get("exposed_comm_us"))
+        comm, exposed = finite(mean.get("comm_us")), finite(mean.get("exposed_comm_us"))
         share = exposed / comm if comm and exposed is not None else 1.0
         delta = (edit.factor - 1.0) * (sum(times) / max(len(times), 1)) * share
         return delta, f"the {edit.target} time × {edit.factor:g}, exposed in the step's exposed share of comm"
@@ -291,9 +282,7 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
         targets = {}
         for t in types:
             count, _ = _type_means(data)[t]
-            time_us = [
-                finite_or_none(((r.get("collectives") or {}).get(t) or {}).get("time_us")) for r in ranks
-            ]
+            time_us = [finite(((r.get("collectives") or {}).get(t) or {}).get("time_us")) for r in ranks]
             known_t = [v for v in time_us if v is not None]
             per_type[t] = (count, sum(known_t) / len(known_t) if known_t else None)
             places = [k for k in counts if k[2] == t]
@@ -305,11 +294,11 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
             per_type,
             targets,
             fit_for,
-            step_time_us=finite_or_none(mean.get("step_time_us")),
-            compute_us=finite_or_none(mean.get("compute_us")),
-            comm_us=finite_or_none(mean.get("comm_us")),
-            exposed_comm_us=finite_or_none(mean.get("exposed_comm_us")),
-            free_us=finite_or_none(mean.get("free_us")),
+            step_time_us=finite(mean.get("step_time_us")),
+            compute_us=finite(mean.get("compute_us")),
+            comm_us=finite(mean.get("comm_us")),
+            exposed_comm_us=finite(mean.get("exposed_comm_us")),
+            free_us=finite(mean.get("free_us")),
             waits=whatif.step_waits(data),
         )
         return est.step_time_delta_us, "each removed call saves the α of its type's fit (analysis/whatif.py)"
