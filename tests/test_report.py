@@ -193,6 +193,7 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
                 "step": np.full(n, 3),
             }
             self.ranks = [types.SimpleNamespace(rank=0, step=None, events=events, source=str(path))]
+            self.replay = None  # no step replay: derived.ensure_analysis asks for none
 
         def record(self, fit_events=False):
             rank = copy.deepcopy(source)
@@ -200,8 +201,11 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
                 rank["collective_events"] = {"type": [], "bytes": [], "start_ns": [], "end_ns": []}
             return convert({"schema_version": 1, "warnings": [], "ranks": [rank]}, AnalysisRecord, "fake")
 
+    import fsdpbench.analysis.replay_edits as replay_edits
+
     fake = types.ModuleType("fsdpbench.analysis")
     fake.analyze = lambda paths, step=None: FakeAnalysis(paths[0])
+    fake.replay_edits = replay_edits  # derived asks it which edits to replay (none: no replay here)
     monkeypatch.setitem(sys.modules, "fsdpbench.analysis", fake)
 
     def failing_diff(*args, **kwargs):
