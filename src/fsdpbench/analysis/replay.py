@@ -373,8 +373,8 @@ def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
     rendezvous, the last rank to arrive) gives the next."""
     real = np.flatnonzero(g.rank >= 0)
     v = int(real[np.argmax(s.end[real])])
-    bind = s.binding.tolist()
-    src = g.esrc.tolist()
+    bind = _q(s.binding)  # typed arrays: a copy of 8 bytes an entry, not a list of Python ints
+    src = _q(g.esrc)
     tasks, edges = [], []
     while v >= 0:
         e = bind[v]
