@@ -158,7 +158,7 @@ def _host_segments(
     :func:`_host_segments_loop` (the reference; used where they do not): a segment starts at an event's
     start or end t where the class before t differs from the class of the events open across t, after t,
     or of a zero-length event at t (the loop's intermediate states there), and takes the state after t."""
-    if (ends < starts).any():
+    if (ends < starts).any() or (starts.size and int(starts.min()) < lo):
         return _host_segments_loop(starts, ends, cls, op, lo, hi)
     nz = ends > starts
     s, e, c, o = starts[nz], ends[nz], cls[nz], op[nz]
