@@ -209,56 +209,67 @@ def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray, ti
     return np.array(out, dtype=np.int64)
 
 
+_NO_BASE = np.iinfo(np.int64).min // 4
+"""``StepGraph.base`` of a task that has no earliest start of its own."""
+
+
 @dataclass
 class Chains:
-    """The graph with its chains contracted: a task whose one predecessor is the task before it (an edge of
-    no latency) and which is that task's one successor is merged into it. Exact for the replay (such a
-    task starts when the one before it ends, whatever the edit), and it leaves one node per run of host
-    tasks between forks and joins: the replay's Python loop runs over nodes, not tasks."""
+    """The graph contracted for the forward replay: a task whose one predecessor is the task before it (same
+    rank, any latency) is merged into that task's node, whatever else depends on the task before it. Exact
+    for the replay (such a task starts when the one before it ends, plus the latency, whatever the edit), so
+    every task's start is its node's start plus a constant (``offset``) and an edge may leave a node from any
+    of its tasks. A host thread between two joins is one node, its launches included: the replay's Python
+    loop runs over nodes (heads of such runs), not tasks."""
 
     node: np.ndarray
     """Per task: its node."""
     offset: np.ndarray
-    """Per task: Σ length of the tasks before it in its node (ns)."""
+    """Per task: its start minus its node's start (Σ length + latency of the tasks before it in its node, ns)."""
     dur: np.ndarray
+    """Per node: Σ length of its tasks (ns; the topological order's tie-break only)."""
     base: np.ndarray
     meas: np.ndarray
     tier: np.ndarray
     """Per node: its place among nodes of one measured start (:func:`_topo_order`)."""
     esrc: np.ndarray
+    """Per edge between nodes: its source node, its target node, the source task's end minus its node's start
+    plus the latency (``src_end``: the target may start at ``start[esrc] + src_end``), the task edge."""
     edst: np.ndarray
-    ew: np.ndarray
+    src_end: np.ndarray
     eid: np.ndarray
-    """Per node edge: the task edge it stands for."""
     chain_edge: np.ndarray
     """Per task: the edge from the task before it in its node (-1 for a node's first task)."""
 
 
 def contract(g: StepGraph) -> Chains:
-    """The chains of ``g`` contracted (:class:`Chains`)."""
+    """The forward contraction of ``g`` (:class:`Chains`)."""
     n = g.dur.size
     indeg = np.bincount(g.edst, minlength=n)
-    outdeg = np.bincount(g.esrc, minlength=n)
-    chain = (g.edst == g.esrc + 1) & (g.ew == 0) & (indeg[g.edst] == 1) & (outdeg[g.esrc] == 1)
-    chain &= g.rank[g.esrc] == g.rank[g.edst]
+    chain = (g.edst == g.esrc + 1) & (indeg[g.edst] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
+    chain &= g.base[g.edst] <= _NO_BASE
     merged = np.zeros(n, dtype=bool)
     merged[g.edst[chain]] = True
     chain_edge = np.full(n, -1, dtype=np.int64)
     chain_edge[g.edst[chain]] = np.flatnonzero(chain)
     node = np.cumsum(~merged) - 1
     nn = int(node[-1]) + 1 if n else 0
-    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
-    csum = np.cumsum(g.dur) - g.dur  # exclusive prefix over all tasks
     heads = np.flatnonzero(~merged)
+    step = np.zeros(n, dtype=np.int64)  # a merged task starts this long after the one before it starts
+    into = g.edst[chain]
+    step[into] = g.dur[into - 1] + g.ew[chain]
+    csum = np.cumsum(step)
     offset = csum - csum[heads][node]
+    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
     keep = np.flatnonzero(~chain)
+    src = g.esrc[keep]
     tier = np.where(dur > 0, 3, 0).astype(np.int8)
     tier[node[[x["task"] for x in g.rendezvous]]] = 1
     xf = [t for x in g.rendezvous for t in x["xfers"]]
     tier[node[xf]] = np.where(dur[node[xf]] > 0, 3, 2)
     return Chains(
-        node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier,
-        esrc=node[g.esrc[keep]], edst=node[g.edst[keep]], ew=g.ew[keep], eid=keep, chain_edge=chain_edge,
+        node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier, esrc=node[src],
+        edst=node[g.edst[keep]], src_end=offset[src] + g.dur[src] + g.ew[keep], eid=keep, chain_edge=chain_edge,
     )  # fmt: skip
 
 
@@ -273,29 +284,26 @@ def schedule(g: StepGraph) -> Schedule:
     """Replay ``g``: every task starts when the last of its predecessors has ended (plus the edge's
     latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
     c = contract(g)
-    n = c.dur.size
+    n = c.base.size
     order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
     by_dst = np.argsort(c.edst, kind="stable")
     # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed)
     ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]))
     src_l = _q(c.esrc[by_dst])
-    w_l = _q(c.ew[by_dst])
+    w_l = _q(c.src_end[by_dst])
     eid_l = _q(c.eid[by_dst])
-    dur_l = _q(c.dur)
     start = _q(c.base)
-    end = _q(np.zeros(n, dtype=np.int64))
     bind = _q(np.full(n, -1, dtype=np.int64))
     for v in _q(order):
         s = start[v]
         b = -1
         for k in range(ptr[v], ptr[v + 1]):
-            x = end[src_l[k]] + w_l[k]
+            x = start[src_l[k]] + w_l[k]
             if x > s or (x == s and b >= 0):
                 s = x
                 b = eid_l[k]
         start[v] = s
         bind[v] = b
-        end[v] = s + dur_l[v]
     n_start = np.frombuffer(start, dtype=np.int64)
     t_start = n_start[c.node] + c.offset
     binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
@@ -306,28 +314,47 @@ def schedule(g: StepGraph) -> Schedule:
 
 
 def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
-    """Per task the latest start that does not delay the step's end past ``deadline``."""
-    c: Chains = s.chains if s.chains is not None else contract(g)
-    order = s.node_order
-    n = c.dur.size
-    if order is None:
-        order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
-    by_src = np.argsort(c.esrc, kind="stable")
-    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.esrc, minlength=n))]))
-    dst_l = _q(c.edst[by_src])
-    w_l = _q(c.ew[by_src])
-    dur_l = _q(c.dur)
-    lf = _q(np.full(n, deadline, dtype=np.int64))
-    ls = _q(np.zeros(n, dtype=np.int64))
-    for v in _q(order[::-1]):
-        f = lf[v]
+    """Per task the latest start that does not delay the step's end past ``deadline``.
+
+    On the backward contraction: a task whose one successor is the task after it (same rank) is merged into
+    that task's node (its latest start is the next one's minus its length and the latency: exact where no
+    length or latency is negative; else nothing is merged); the Python loop runs over the nodes' last tasks,
+    in reverse topological order (``s.order``)."""
+    n = g.dur.size
+    outdeg = np.bincount(g.esrc, minlength=n)
+    chain = (g.edst == g.esrc + 1) & (outdeg[g.esrc] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
+    if (g.dur < 0).any() or (g.ew < 0).any():
+        chain[:] = False
+    merged = np.zeros(n, dtype=bool)
+    merged[g.esrc[chain]] = True
+    tails = np.flatnonzero(~merged)
+    node = np.searchsorted(tails, np.arange(n))  # a task's node: the first tail at or after it
+    step = np.zeros(n, dtype=np.int64)  # a merged task's latest start is the next one's minus this
+    out_of = g.esrc[chain]
+    step[out_of] = g.dur[out_of] + g.ew[chain]
+    csum = np.cumsum(step)
+    before = csum[tails][node] - csum + step  # Σ step from the task to its node's tail
+    keep = np.flatnonzero(~chain)
+    dst = g.edst[keep]
+    pos = np.empty(n, dtype=np.int64)
+    pos[s.order] = np.arange(n)
+    t_order = tails[np.argsort(-pos[tails], kind="stable")]
+    nt = tails.size
+    src_n = node[g.esrc[keep]]
+    by_src = np.argsort(src_n, kind="stable")
+    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(src_n, minlength=nt))]))
+    dst_l = _q(node[dst][by_src])
+    w_l = _q((before[dst] + g.ew[keep])[by_src])
+    dur_l = _q(g.dur[tails])
+    ls = _q(np.zeros(nt, dtype=np.int64))
+    for v in _q(node[t_order]):
+        f = deadline
         for k in range(ptr[v], ptr[v + 1]):
             x = ls[dst_l[k]] - w_l[k]
             if x < f:
                 f = x
-        lf[v] = f
         ls[v] = f - dur_l[v]
-    return np.frombuffer(ls, dtype=np.int64)[c.node] + c.offset
+    return np.frombuffer(ls, dtype=np.int64)[node] - before
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -346,8 +373,8 @@ def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
     rendezvous, the last rank to arrive) gives the next."""
     real = np.flatnonzero(g.rank >= 0)
     v = int(real[np.argmax(s.end[real])])
-    bind = s.binding.tolist()
-    src = g.esrc.tolist()
+    bind = _q(s.binding)  # typed arrays: a copy of 8 bytes an entry, not a list of Python ints
+    src = _q(g.esrc)
     tasks, edges = [], []
     while v >= 0:
         e = bind[v]
