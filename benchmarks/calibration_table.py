@@ -8,6 +8,9 @@ per estimate and each arm's profiled/timed step ratio::
 
     fsdpbench ab --arms torch,torch:unit=module,torch:prefetch=1 --profile --nproc 2 --rounds 3 --seq-len 128
     python benchmarks/calibration_table.py results/<run> [--json FILE]
+
+A run with arms that differ in ``delay=`` alone also gets the replay's "remove/add the delay" table
+(``replay_truth.check_delays``: the step replay's what-ifs against the other arm's timed step).
 """
 
 from __future__ import annotations
@@ -196,8 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{arm}: profiled/timed step = {_fmt(ratio, '.2f')}")
     for w in out["distortion"]["warnings"]:
         print(f"warning: {w}")
+    if calibration.delay_pairs(arms):  # known delays: the replay's remove/add against the other arm
+        from replay_truth import check_delays, print_delays
+
+        checked = check_delays(args.run)
+        out["delays"] = checked
+        print()
+        print_delays([checked])
     if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+        args.json.write_text(json.dumps(out, indent=1, default=str))
     return 0
 
 

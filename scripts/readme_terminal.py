@@ -62,10 +62,11 @@ def _printed(draw, *args: Any) -> str:  # noqa: ANN001
 def render(sample: dict[str, Any]) -> str:
     """The README block's text: the end of `fsdpbench ab`'s output for ``sample``, cut as described above."""
     from fsdpbench.report.console import print_summary
+    from fsdpbench.report.terminal.summary import print_phase_table
     from fsdpbench.results import phases
 
     full = _printed(print_summary, sample)
-    table = _printed(phases.print_phase_table, sample)
+    table = _printed(print_phase_table, sample)
     verdicts = _printed(phases.print_phase_verdicts, sample)
     head, _, rest = full.partition(table)
     middle = rest.removesuffix(verdicts)

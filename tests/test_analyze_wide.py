@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fsdpbench.commands.analyze import RANK_COLUMNS
+from fsdpbench.report.terminal.analyze import RANK_COLUMNS
 
 LEVEL0 = Path(__file__).parent / "fixtures" / "ascend_level0"
 

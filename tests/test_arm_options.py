@@ -399,7 +399,7 @@ def test_torch_npus_forward_prefetch_survives_every_step(tmp_path):
         # layer i prefetches layer i+1 in every step's forward: (layers - 1) per step
         assert forward == [f"model.layers.{i}" for i in range(1, layers)] * STEPS, (rank, forward)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["arm_runtime"][arm]["prefetch_verified_after_warmup"] is True
+    assert manifest["arm_runtime"][arm]["prefetch_verified_after_steps"] is True
     assert manifest["backends"][arm]["torch_npu_skip_custom_post_forward"] == [
         f"model.layers.{i}" for i in range(layers - 1)
     ]

@@ -640,7 +640,7 @@ def test_explain_lists_each_window_with_the_ranges_that_opened_and_closed_it(tmp
     all-gather and its compute; its backward closes with the reduce inside the callback; on the CLI,
     an unknown unit names the units there are."""
     from fsdpbench.analysis import analyze
-    from fsdpbench.commands.analyze import explain_rows
+    from fsdpbench.report.terminal.units import explain_rows
 
     path = _torchtitan_step(Labels("2.5")).write(tmp_path / "rank0.json")
     rows = explain_rows(analyze([path], workers=1), "tok_embeddings")
@@ -659,7 +659,7 @@ def test_explain_lists_each_window_with_the_ranges_that_opened_and_closed_it(tmp
 
 def test_explain_says_a_window_closed_without_its_post_forward(tmp_path):
     from fsdpbench.analysis import analyze
-    from fsdpbench.commands.analyze import explain_rows
+    from fsdpbench.report.terminal.units import explain_rows
 
     path = _npu_skip_step(Labels("2.5")).write(tmp_path / "rank0.json")
     rows = explain_rows(analyze([path], workers=1), "layers.0")

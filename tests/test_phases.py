@@ -334,10 +334,11 @@ def test_real_two_rank_run_phases_sum_to_each_ranks_step_and_summary_medians(pro
             assert entry["phases"]["rank0"][phase] == pytest.approx(want_r0, rel=1e-12)
     from rich.console import Console
 
+    from fsdpbench.report.terminal.summary import print_phase_table
     from fsdpbench.results import phases
 
     console = Console(file=io.StringIO(), width=200)
-    phases.print_phase_table(console, summary)
+    print_phase_table(console, summary)
     phases.print_phase_verdicts(console, summary)
     text = console.file.getvalue()
     first = next(iter(summary["arms"]))

@@ -90,10 +90,10 @@ def test_the_group_and_its_size_come_from_the_profilers_files_and_a_partial_grou
     assert f"waits and stragglers cover {said}" in result.warnings  # the diff shows the warnings too
     from rich.console import Console
 
-    from fsdpbench.commands.analyze import render
+    from fsdpbench.report.terminal.analyze import render_analysis
 
     console = Console(width=80, record=True)
-    render(result, console=console)
+    render_analysis(result, console=console)
     text = " ".join(console.export_text().split())
     assert f"matched by group_seq; {said})" in text  # the waits table's title
     skew = result.collective_skew_us[0]

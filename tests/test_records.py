@@ -485,3 +485,28 @@ def test_a_mapping_key_is_named_only_where_one_key_leads_to_the_wrong_value():
     fits["base"]["all_gather"]["n"] = 1
     with pytest.raises(InputError, match=r': \$\.fits\.base\["all reduce"\]\.n: expected `int`, got `str`$'):
         DiffResult.from_dict({**DIFF, "findings": [], "fits": fits})
+
+
+def test_one_finite_number_check_for_json_values():
+    """``records.finite`` is the one check (the findings, the what-ifs and the places share it): a finite int
+    or float as a float, anything else (bool, NaN, ±inf, text, None) as None."""
+    import math
+
+    from fsdpbench.analysis import places, whatif
+    from fsdpbench.analysis.findings import records as finding_records
+    from fsdpbench.records import finite
+
+    assert [finite(v) for v in (3, 2.5, -0.0, True, math.nan, math.inf, -math.inf, "1", None)] == [
+        3.0,
+        2.5,
+        -0.0,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]
+    assert type(finite(3)) is float
+    assert finding_records.finite is finite
+    assert not hasattr(whatif, "finite_or_none") and not hasattr(places, "_num")

@@ -341,9 +341,10 @@ def test_regroup_and_prefetch_edits_replay(four_rank_run):
 # α + β·bytes with α = 10 µs, β = 0.001 µs/B. Rank 0 computes 100 µs first, rank 1 60; #1: arrivals 101, 61
 # → ends 115; #2 launched at 115, arrives 116, ends 134; #3 launched at 134, arrives 135, ends 161; then C
 # (layers.0 backward): rank 0 10 µs → 171, rank 1 30 µs → 191.
-# regroup:all_reduce:unit merges the three into one of 10 + 0.001 × 28,000 = 38 µs. The threads no longer
-# block between members: rank 0 launches at 100, 101, 102 (each launch 1 µs), arrives 101, 102, 103; rank 1
-# at 61, 62, 63. The merged transfer starts at the last arrival, 103, ends 141: C_0 141 → 151, C_1 → 171.
+# regroup:all_reduce:unit merges the three into one of 10 + 0.001 × 28,000 = 38 µs, launched by one call: the
+# merged-away members' launch calls (1 µs each) go, and the threads no longer block between members. Rank 0
+# launches all three at 100 (the last call 100 → 101), each arriving 1 µs after its launch point: 101; rank 1
+# at 61. The merged transfer starts at the last arrival, 101, ends 139: C_0 139 → 149, C_1 → 169.
 SIZES = (1000, 2000, 4000)
 XFER = (14, 18, 26)
 
@@ -390,6 +391,7 @@ def test_regroup_by_hand(tmp_path):
     assert {r["rank"]: r["measured_us"] for r in rp["ranks"]} == {0: 171.0, 1: 191.0}
     assert rp["error_pct"]["max"] == 0.0
     w = rp["what_if"][0]
-    assert w["predicted_step_us"] == pytest.approx(171.0)
+    assert w["predicted_step_us"] == pytest.approx(169.0)
     assert "3 all_reduce collectives merged into 1" in w["note"]
+    assert "launch calls removed (0.0 ms per rank)" in w["note"]  # 2 µs per rank
     assert "10.0 µs" in w["note"]

@@ -193,6 +193,7 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
                 "step": np.full(n, 3),
             }
             self.ranks = [types.SimpleNamespace(rank=0, step=None, events=events, source=str(path))]
+            self.replay = None  # no step replay: derived.ensure_analysis asks for none
 
         def record(self, fit_events=False):
             rank = copy.deepcopy(source)
@@ -200,8 +201,11 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
                 rank["collective_events"] = {"type": [], "bytes": [], "start_ns": [], "end_ns": []}
             return convert({"schema_version": 1, "warnings": [], "ranks": [rank]}, AnalysisRecord, "fake")
 
+    import fsdpbench.analysis.replay_edits as replay_edits
+
     fake = types.ModuleType("fsdpbench.analysis")
     fake.analyze = lambda paths, step=None: FakeAnalysis(paths[0])
+    fake.replay_edits = replay_edits  # derived asks it which edits to replay (none: no replay here)
     monkeypatch.setitem(sys.modules, "fsdpbench.analysis", fake)
 
     def failing_diff(*args, **kwargs):
@@ -339,3 +343,19 @@ def test_report_of_a_real_profiled_run_has_profile_figures_and_timeline(profiled
     assert f"Measured: exposed comm {fmt_us(measured, signed=True)}" in md
     assert "None" not in md and "None" not in (run / "diff.md").read_text()
     assert not [line for line in md.splitlines() if "Measured" in line and "not a measurement" in line]
+
+
+def test_a_report_of_a_run_with_a_fresh_analysis_decodes_analysis_json_once(tmp_path, monkeypatch):
+    """load_run decodes analysis.json; the freshness check of the analysis reuses that decoding."""
+    from fsdpbench.results import run_folder
+
+    run = make_run(tmp_path)
+    reads = []
+    real = run_folder.read_json_file
+    monkeypatch.setattr(
+        run_folder, "read_json_file", lambda path: reads.append(Path(path).name) or real(path)
+    )
+    before = (run / "analysis.json").read_bytes()
+    write_report(run)
+    assert (run / "analysis.json").read_bytes() == before  # reused, not written again
+    assert reads.count("analysis.json") == 1

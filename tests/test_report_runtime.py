@@ -7,9 +7,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from fsdpbench.report import load_run
+from fsdpbench.report import load_run, write_report
 from fsdpbench.report.blocks import Table, blocks_html, blocks_markdown
 from fsdpbench.report.build import RUNTIME_HEADER, _configuration
+from helpers import make_run
 
 
 def _runtime_table(blocks: list) -> Table:
@@ -36,7 +37,7 @@ def test_runtime_table_shows_each_arms_dtype_optimizer_experts_and_environment()
                 "npu_k_grouped_probe_dtype": "bfloat16",
                 "deltanet_impl": "chunked PyTorch, float32",
                 "npu_matmul_allow_hf32": False,
-                "prefetch_verified_after_warmup": True,
+                "prefetch_verified_after_steps": True,
                 "environment": {"ACL_OP_INIT_MODE": "1", "MULTI_STREAM_MEMORY_REUSE": "2"},
             },
             "hyper": {  # a manifest from before npu_k_grouped_matmul; a launch that died before its steps
@@ -115,7 +116,7 @@ def test_runtime_table_of_a_real_profiled_run_matches_its_manifest(profiled_ab_r
         assert facts["npu_matmul_allow_hf32"] is None and facts["npu_k_grouped_probe_dtype"] is None
         assert row["gated deltanet"] == facts["deltanet_impl"] == "chunked PyTorch, float32"  # no fla on CPU
         assert (
-            facts["prefetch_verified_after_warmup"] is True
+            facts["prefetch_verified_after_steps"] is True
         )  # torch arms: FSDP2's lists read after the steps
         assert row["prefetch lists"] == "as set (checked after the steps)"
         assert facts["npu_k_grouped_matmul"] is None and row["K-grouped mm"] == "—"  # CPU: no NPU check
@@ -130,3 +131,24 @@ def test_runtime_table_of_a_real_profiled_run_matches_its_manifest(profiled_ab_r
     assert "| " + " | ".join(RUNTIME_HEADER) + " |" in markdown
     first = next(iter(runtime))
     assert f"<td>{rows[first]['optimizer']}</td>" in page
+
+
+def test_a_schema_1_manifest_reads_its_prefetch_check_under_the_schema_2_name(tmp_path):
+    """Schema 1 named the check made after all the steps ``prefetch_verified_after_warmup``; it reads as
+    ``prefetch_verified_after_steps``, and the report shows it."""
+    run = make_run(tmp_path, profiled=False)
+    manifest = orjson.loads((run / "manifest.json").read_bytes())
+    assert manifest["schema_version"] == 1
+    manifest["arm_runtime"] = {
+        "torch": {"param_dtype": "float32", "prefetch_verified_after_warmup": True},
+        "hyper": {"param_dtype": "float32", "prefetch_verified_after_warmup": None},
+    }
+    (run / "manifest.json").write_bytes(orjson.dumps(manifest))
+    runtime = load_run(run).manifest["arm_runtime"]
+    assert runtime == {
+        "torch": {"param_dtype": "float32", "prefetch_verified_after_steps": True},
+        "hyper": {"param_dtype": "float32", "prefetch_verified_after_steps": None},
+    }
+    write_report(run)
+    md = (run / "report.md").read_text()
+    assert "as set (checked after the steps)" in md and "| not checked |" in md

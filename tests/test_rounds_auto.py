@@ -323,11 +323,11 @@ def test_resume_decides_when_the_run_ended_between_a_round_and_its_check(tmp_pat
     calls = []
     real = launcher.Run.next_auto_round
 
-    def interrupted_once(self, console):
+    def interrupted_once(self, console, summary):
         if not calls:
             calls.append(1)
             raise KeyboardInterrupt
-        return real(self, console)
+        return real(self, console, summary)
 
     monkeypatch.setattr(launcher.Run, "next_auto_round", interrupted_once)
     with pytest.raises(KeyboardInterrupt):
@@ -336,3 +336,22 @@ def test_resume_decides_when_the_run_ended_between_a_round_and_its_check(tmp_pat
     launcher.run_ab(cfg, resume=run_dir)
     summary = _summary(run_dir)
     assert (summary["rounds_auto"]["reason"], summary["rounds_auto"]["rounds"]) == (rounds.STOP_SETTLED, 11)
+
+
+def test_rounds_auto_writes_the_summary_once_per_launch_and_once_at_the_end(tmp_path, monkeypatch):
+    """Equal arms settle at the first look: 4 rounds × 2 arms = 8 launches, each followed by one summary write,
+    and one more at the end with the decision (the decision after round 4 reads the summary just written)."""
+    from fsdpbench.results.summary import Summary
+
+    writes = []
+    real_write = Summary.write
+    monkeypatch.setattr(Summary, "write", lambda self, path: writes.append(path) or real_write(self, path))
+    _fake(monkeypatch, {"torch": [100.0], "torch-prefetch1": [100.0]})
+    run_dir = launcher.run_ab(_auto(tmp_path, "torch,torch:prefetch=1"))
+    assert len(writes) == 8 + 1
+    assert _summary(run_dir)["rounds_auto"] == {
+        "rounds": 4,
+        "stopped": True,
+        "reason": rounds.STOP_SETTLED,
+        "why": _summary(run_dir)["rounds_auto"]["why"],
+    }

@@ -297,7 +297,7 @@ def test_a_cells_analysis_or_diff_of_the_wrong_kind_is_left_out_of_its_conclusio
 def test_the_sweep_prints_the_overview_in_the_terminal(tmp_path, study):
     from rich.console import Console
 
-    from fsdpbench.commands.sweep import print_overview
+    from fsdpbench.report.terminal.sweep import print_overview
 
     tree = _study_tree(tmp_path, study)
     console = Console(record=True, width=400)

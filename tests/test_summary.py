@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fsdpbench.errors import InputError
-from fsdpbench.results.summary import ArmComparison, ArmSummary, Summary
+from fsdpbench.results.summary import ArmComparison, ArmSummary, RoundsCheck, Summary
 from fsdpbench.run import summarize
 
 MISSING_ARM = {
@@ -167,3 +167,15 @@ def test_a_new_summary_records_the_rule_of_each_comparison():
     assert (c.method, c.decision, c.stop, c.level) == ("paired t", "slower", True, 0.95)
     assert "look" not in c.to_dict() and c.to_dict()["method"] == "paired t"
     assert s.verdict.startswith("hyper is 1.10× slower than torch (+10.0%; 95 % CI (paired t, 3 rounds) ")
+
+
+def test_rounds_auto_reads_as_a_typed_decision_and_writes_back_the_same_object():
+    decision = {"rounds": 6, "stopped": True, "reason": "max_rounds", "why": "stopped after 6 rounds: max"}
+    summary = Summary.from_dict({"schema_version": 2, "rounds_auto": decision})
+    assert summary.rounds_auto == RoundsCheck(
+        rounds=6, stopped=True, reason="max_rounds", why=decision["why"]
+    )
+    assert summary.to_dict()["rounds_auto"] == decision
+    assert Summary.from_dict({"schema_version": 2}).rounds_auto is None
+    with pytest.raises(InputError, match=r"\$\.rounds_auto\.rounds"):
+        Summary.from_dict({"schema_version": 2, "rounds_auto": {**decision, "rounds": "six"}}, "summary.json")

@@ -182,3 +182,23 @@ param_dtype = "float32"
     cell = load_sweep(write_sweep_file(tmp_path, text), out=tmp_path).cells[0]
     arm = cell.config.arms[0]
     assert (arm.param_dtype, arm.reshard_after_forward) == ("float32", False)
+
+
+def test_index_says_which_cells_analysis_json_it_could_not_read(tmp_path):
+    """A cell whose analysis.json is not JSON, and one whose arm entry does not decode: the index still
+    shows both cells and names each file it left out (it used to skip them silently)."""
+    from fsdpbench.report import write_index
+
+    sweep = load_sweep(write_sweep_file(tmp_path, TINY_SWEEP), out=tmp_path)
+    run_sweep(sweep, run_ab=FakeRunAb())
+    state = orjson.loads((sweep.tree / "sweep.json").read_bytes())
+    done = {c["name"]: sweep.tree / c["run_dir"] for c in state["cells"] if c.get("run_dir")}
+    (done["a-s128"] / "analysis.json").write_text("{not json")
+    (done["a-s64"] / "analysis.json").write_bytes(orjson.dumps({"torch": {"ranks": "not a list"}}))
+    write_index(sweep.tree)
+    md = (sweep.tree / "index.md").read_text()
+    (banner,) = [line for line in md.splitlines() if "could not be read and are left out" in line]
+    assert banner.startswith("> ⚠️ **WARNING**: 2 analysis file(s)")
+    assert "cell a-s128: `analysis.json` is not a JSON object of arms" in banner
+    assert "cell a-s64: arm `torch` of `analysis.json` does not decode (" in banner
+    assert "| a-s128 | done | 128 |" in md and "| a-s64 | done | 64 |" in md  # the cells are still shown

@@ -82,10 +82,10 @@ def _analysis_with_a_long_kernel_name():
 
 
 def test_analyze_fits_80_columns_with_whole_headers_and_middle_shortened_names():
-    from fsdpbench.commands.analyze import render
+    from fsdpbench.report.terminal.analyze import render_analysis
 
     console = _console()
-    render(_analysis_with_a_long_kernel_name(), console=console)
+    render_analysis(_analysis_with_a_long_kernel_name(), console=console)
     lines = console.export_text().splitlines()
     assert max(len(line) for line in lines) <= 80
     header = next(line for line in lines if "compute" in line)
@@ -107,10 +107,10 @@ def test_analyze_fits_80_columns_with_whole_headers_and_middle_shortened_names()
 
 
 def test_analyze_wide_adds_the_remaining_per_rank_columns():
-    from fsdpbench.commands.analyze import render
+    from fsdpbench.report.terminal.analyze import render_analysis
 
     console = Console(width=160, record=True, file=io.StringIO(), color_system=None)
-    render(_analysis_with_a_long_kernel_name(), console=console, wide=True)
+    render_analysis(_analysis_with_a_long_kernel_name(), console=console, wide=True)
     header = next(line for line in console.export_text().splitlines() if "compute" in line)
     assert [h.strip() for h in header.strip("┃").split("┃")][2:] == [
         "time",

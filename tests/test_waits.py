@@ -417,7 +417,7 @@ def test_a_delay_applies_to_its_arm_round_and_rank_only(monkeypatch):
 def test_analyze_prints_the_split_per_rank_and_the_slowest_collectives(tmp_path):
     from rich.console import Console
 
-    from fsdpbench.commands.analyze import render
+    from fsdpbench.report.terminal.analyze import render_analysis
 
     paths = []
     for r, doc in enumerate(
@@ -426,7 +426,7 @@ def test_analyze_prints_the_split_per_rank_and_the_slowest_collectives(tmp_path)
         paths.append(tmp_path / f"rank{r}.json")
         paths[-1].write_text(json.dumps(doc))
     con = Console(record=True, width=130)
-    render(analyze(paths, workers=1), console=con)
+    render_analysis(analyze(paths, workers=1), console=con)
     text = con.export_text()
     assert "Waiting vs transferring (2 collectives matched by c10d_ranges)" in text
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]

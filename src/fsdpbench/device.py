@@ -36,10 +36,6 @@ PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
     ("910B3", {"bfloat16": 294.91e12}),
     ("910B4", {"bfloat16": 245.76e12}),
 )
-PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = tuple(
-    (name, peaks["bfloat16"]) for name, peaks in PEAK_FLOPS if "bfloat16" in peaks
-)
-"""The bf16 column of ``PEAK_FLOPS`` (kept for callers of ``peak_bf16_flops``)."""
 
 
 def peak_flops(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,17 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
 """orjson's options for the indented JSON every run folder file is written in."""
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else ``None``.
+
+    The one check of numbers read from JSON (summary, analysis and diff files), applied where JSON enters:
+    the analysis reading an Analysis dict, the findings, the report.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 class Record:

@@ -31,14 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.unit_ranges import (
-    FSDP2_PREFIXES,
-    PREFETCH_NAME,
-    ROOT,
-    Ranges,
-    find_ranges,
-    host_rows,
-)
+from fsdpbench.analysis.unit_ranges import FSDP2_PREFIXES, PREFETCH_NAME, find_ranges
+from fsdpbench.analysis.windows import ROOT, Ranges, host_rows
 from fsdpbench.trace import intervals as iv
 from fsdpbench.trace.table import EventTable, as_table
 

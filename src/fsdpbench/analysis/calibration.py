@@ -18,6 +18,10 @@ estimate                    from                                         counter
                             finding fired                                least as far in both directions,
                                                                          further in one (exact); none
                                                                          when neither arm has comm
+``remove_delay`` /          the replay's ``what_if`` of the subject's    the same options but ``delay``
+``add_delay``               profile (``delay:RANK:UNIT:PHASE:MS``, one   (``delay=RANK/UNIT/PHASE/MS``):
+                            edit per place whose delay differs;          the ground truth of a known
+                            ``delay_entry``; not in diffs' own lists)    delay, measured in the same run
 ==========================  ===========================================  ===================================
 
 Straggler estimates ("rank r computes like the others") have no counterfactual arm in one run: removing a
@@ -373,3 +377,168 @@ def calibrate_run(
             profiled.setdefault(d[side], _us_to_ms((means.get(side) or {}).get("step_time_us")))
     entries = [e for d in diffs for e in calibrate_diff(d, arms, timed)]
     return {"entries": entries, "distortion": distortion(timed, profiled)}
+
+
+# ------------------------------------------------------------------------------------ known delays
+DELAY_TOLERANCE_OF_DELAY = 0.10
+"""A delay prediction passes within this share of the delay (issue 39's causality check) ..."""
+DELAY_TOLERANCE_OF_STEP = 0.02
+"""... or within this share of the measured step, whichever is larger."""
+
+
+def _arm_delays(arm: Mapping[str, Any]) -> dict[tuple[int, str, str], float]:
+    """{(rank, unit, phase): ms} of a manifest arm dict's ``delay`` texts (none: {})."""
+    from fsdpbench.config.arms import parse_delays
+
+    return {d.place: d.ms for d in parse_delays(arm.get("delay") or [])}
+
+
+def delay_counterfactual(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two manifest arms differ in their ``delay`` option alone (a known-delay pair)."""
+    return arm_differences({**a, "delay": a.get("delay") or []}, {**b, "delay": b.get("delay") or []}) == {
+        "delay"
+    }
+
+
+def delay_edits(subject: Mapping[str, Any], counterfactual: Mapping[str, Any]) -> list[str]:
+    """The replay edits that turn the subject arm's delays into the counterfactual's:
+    ``delay:RANK:UNIT:PHASE:MS`` per place whose delay differs (MS = counterfactual − subject; negative
+    removes), in (rank, unit, phase) order."""
+    mine, theirs = _arm_delays(subject), _arm_delays(counterfactual)
+    edits = []
+    for place in sorted(set(mine) | set(theirs)):
+        change = theirs.get(place, 0.0) - mine.get(place, 0.0)
+        if change:
+            rank, unit, phase = place
+            edits.append(f"delay:{rank}:{unit}:{phase}:{change:g}")
+    return edits
+
+
+def replay_step_us(replay: Mapping[str, Any] | None) -> float | None:
+    """The replayed (unmodified) step of an analysis's ``replay`` object, on the clock its what-ifs'
+    ``predicted_step_us`` use: ``figure.step_us`` (first rank's start to last rank's end, aligned clocks),
+    else the longest rank's ``replayed_us``; None without a replay."""
+    step = ((replay or {}).get("figure") or {}).get("step_us")
+    if step is not None:
+        return float(step)
+    ranks = (replay or {}).get("ranks") or []
+    values = [float(r["replayed_us"]) for r in ranks if r.get("replayed_us") is not None]
+    return max(values) if values else None
+
+
+def find_what_if(replay: Mapping[str, Any] | None, edits: Sequence[str]) -> Mapping[str, Any] | None:
+    """The ``replay.what_if`` entry of exactly ``edits`` applied together (``edit`` holds them as given to
+    ``analyze --what-if``, several joined by ``+``: ``joint_edit``); None when the replay has none."""
+    wanted = joint_edit(edits)
+    for entry in (replay or {}).get("what_if") or []:
+        if entry.get("edit") == wanted:
+            return entry
+    return None
+
+
+def joint_edit(edits: Sequence[str]) -> str:
+    """One ``--what-if`` text for several edits applied together: joined by ``+``."""
+    return "+".join(edits)
+
+
+def delay_entry(
+    subject: str,
+    counterfactual: str,
+    arms: Mapping[str, Mapping[str, Any]],
+    timed_ms: Mapping[str, float | None],
+    replay: Mapping[str, Any] | None,
+    profiled_ms: Mapping[str, float | None] | None = None,
+) -> dict[str, Any] | None:
+    """The check of a known delay: the subject arm's replay, edited by ``delay_edits`` (remove its delay,
+    add the counterfactual's), against the counterfactual arm's measured step in the same run.
+
+    Args:
+        subject, counterfactual: arm labels that differ in ``delay`` alone (``delay_counterfactual``).
+        arms: manifest arm dicts by label.
+        timed_ms: timed median step (ms) by label (summary.json): the judge.
+        replay: the subject's analysis ``replay`` object with the edit in ``what_if`` (``find_what_if``).
+        profiled_ms: each arm's profiled step (ms), for the same comparison on the profiled clock.
+
+    Returns:
+        ``{estimate: remove_delay|add_delay|change_delay, subject, counterfactual, match, edits, source,
+        predicted_ms, predicted_step_ms, replayed_step_ms, measured_ms, error_pct, measured_profiled_ms,
+        error_profiled_pct, delay_ms, tolerance_ms, within, label, note}``: ``predicted_ms`` = the edited
+        replay's step − the unedited replay's (so the replay's own error cancels), ``measured_ms`` =
+        timed(counterfactual) − timed(subject); ``tolerance_ms`` = max(10 % of the largest delay change,
+        2 % of the counterfactual's timed step), ``within`` whether |predicted − measured| is inside it.
+        None when the arms are not a delay pair.
+    """
+    if not delay_counterfactual(arms[subject], arms[counterfactual]):
+        return None
+    edits = delay_edits(arms[subject], arms[counterfactual])
+    changes = [float(e.rsplit(":", 1)[1]) for e in edits]
+    name = (
+        "add_delay"
+        if all(c > 0 for c in changes)
+        else "remove_delay"
+        if all(c < 0 for c in changes)
+        else "change_delay"
+    )
+    found = find_what_if(replay, edits)
+    replayed = replay_step_us(replay)
+    predicted_step = (
+        None if found is None or found.get("predicted_step_us") is None else float(found["predicted_step_us"])
+    )
+    predicted = None if predicted_step is None or replayed is None else (predicted_step - replayed) / 1e3
+    measured = _delta_ms(timed_ms.get(counterfactual), timed_ms.get(subject))
+    prof = profiled_ms or {}
+    measured_prof = _delta_ms(prof.get(counterfactual), prof.get(subject))
+    delay = max((abs(c) for c in changes), default=0.0)
+    step = timed_ms.get(counterfactual)
+    tolerance = max(DELAY_TOLERANCE_OF_DELAY * delay, DELAY_TOLERANCE_OF_STEP * step if step else 0.0)
+    if replay is None:
+        note = "the subject's analysis has no replay"
+    elif found is None:
+        note = f"the replay has no what-if {joint_edit(edits)!r}"
+    else:
+        note = str(found.get("note") or "")
+    return {
+        "estimate": name,
+        "subject": subject,
+        "counterfactual": counterfactual,
+        "match": "exact",
+        "edits": edits,
+        "source": None if found is None else found.get("source"),
+        "predicted_ms": predicted,
+        "predicted_step_ms": _us_to_ms(predicted_step),
+        "replayed_step_ms": _us_to_ms(replayed),
+        "measured_ms": measured,
+        "error_pct": error_pct(predicted, measured),
+        "measured_profiled_ms": measured_prof,
+        "error_profiled_pct": error_pct(predicted, measured_prof),
+        "delay_ms": delay,
+        "tolerance_ms": tolerance,
+        "within": None if predicted is None or measured is None else abs(predicted - measured) <= tolerance,
+        "label": "estimate vs measured",
+        "note": note,
+    }
+
+
+def delay_pairs(arms: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Every ordered pair (subject, counterfactual) of arm labels that differ in ``delay`` alone: both
+    directions (one removes what the other adds)."""
+    labels = list(arms)
+    return [(x, y) for x in labels for y in labels if x != y and delay_counterfactual(arms[x], arms[y])]
+
+
+def calibrate_delays(
+    manifest: Mapping[str, Any],
+    summary: Mapping[str, Any],
+    replays: Mapping[str, Mapping[str, Any] | None],
+    profiled_ms: Mapping[str, float | None] | None = None,
+) -> list[dict[str, Any]]:
+    """``delay_entry`` of every delay pair of a run (``delay_pairs``), from its manifest.json, summary.json
+    and each arm's analysis ``replay`` object (by label; with the pair's edits in ``what_if``)."""
+    arms = {a["label"]: a for a in manifest.get("arms") or []}
+    timed = {label: (summary.get("arms") or {}).get(label, {}).get("median_ms") for label in arms}
+    out = []
+    for subject, counterfactual in delay_pairs(arms):
+        entry = delay_entry(subject, counterfactual, arms, timed, replays.get(subject), profiled_ms)
+        if entry is not None:
+            out.append(entry)
+    return out

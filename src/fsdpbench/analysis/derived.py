@@ -142,13 +142,14 @@ def _has_fit_events(entry: AnalysisRecord) -> bool:
     return all(r.collective_events is not None for r in entry.ranks)
 
 
-def read_analysis_json(path: Path) -> dict[str, AnalysisRecord]:
+def read_analysis_json(path: Path, decoded: Mapping[str, Any] | None = None) -> dict[str, AnalysisRecord]:
     """A run folder's analysis.json as arm → its record; ``InputError`` naming the file and the field
-    (and how to get a good one) when it is not JSON or not such a file."""
-    from fsdpbench.analysis.result import decode_analysis_file
+    (and how to get a good one) when it is not JSON or not such a file. ``decoded``: the file's JSON as the
+    caller already read it (``result.read_analysis_arms``), typed without reading the file again."""
+    from fsdpbench.analysis.result import analysis_records, decode_analysis_file
 
     try:
-        return decode_analysis_file(path)
+        return decode_analysis_file(path) if decoded is None else analysis_records(decoded, path)
     except InputError as exc:
         raise InputError(f"{exc} ({BROKEN_ANALYSIS_HINT})") from None
 
@@ -160,6 +161,7 @@ def ensure_analysis(
     step: int | None = None,
     reanalyze: bool = False,
     failed: dict[str, Exception] | None = None,
+    decoded: Mapping[str, Any] | None = None,
 ) -> dict[str, Analysis]:
     """Each arm's analysis: its ``analysis.json`` entry when fresh, else a new analysis of its profiles.
 
@@ -177,6 +179,8 @@ def ensure_analysis(
             no profiles to analyse again.
         failed: when given, an arm whose profiles are missing or cannot be analysed is put here and left
             out of the result; when None the error propagates.
+        decoded: ``analysis.json`` as the caller already decoded it (the report's ``load_run``): typed from
+            that, not read again (None: read the file, when there is one).
     Returns:
         arm → its ``Analysis`` (read back from ``analysis.json``, or analysed now), in ``arms`` order.
     Raises:
@@ -189,7 +193,7 @@ def ensure_analysis(
     arms = profiled_arms(run_dir) if arms is None else list(arms)
     path = run_dir / ANALYSIS
     saved_at = _mtime(path)
-    cached = read_analysis_json(path) if saved_at is not None else {}
+    cached = read_analysis_json(path, decoded) if saved_at is not None else {}
     newest = {arm: _newest_mtime(profile_dir(run_dir, arm)) for arm in cached}
     fresh = {
         arm: entry
@@ -226,9 +230,52 @@ def ensure_analysis(
             continue
         if step is None:
             new[arm] = out[arm]
+    for arm in _replay_wanted(run_dir, out, step, failed):
+        if step is None:
+            new[arm] = out[arm]
     if new:
         write_atomic(path, encode_analysis_file({**fresh, **new}))
     return out
+
+
+def _replay_wanted(
+    run_dir: Path, out: dict[str, Analysis], step: int | None, failed: dict[str, Exception] | None
+) -> list[str]:
+    """Replay on each arm of ``out`` the what-ifs its findings read (``replay_edits.wanted_edits``: the
+    straggler, the regroupings at the other arms' granularity, the prefetch of the most exposed unit) that
+    its ``replay.what_if`` lacks; an arm read back from analysis.json without them (written before, or the
+    other arms changed) is analysed again from its profiles, which keeps the joined graph. Returns the arms
+    whose analyses changed (``out`` updated in place)."""
+    from fsdpbench.analysis import replay_edits
+
+    manifest = read_json_if_readable(run_dir / MANIFEST) or {}
+    arms = {a.get("label"): a for a in manifest.get("arms") or [] if isinstance(a, Mapping)}
+    wanted = replay_edits.wanted_for_arms(out, arms)
+    changed = []
+    for arm, all_edits in wanted.items():
+        edits = replay_edits.missing_edits(out[arm], all_edits)
+        if not edits:
+            continue
+        if getattr(out[arm], "_replay", None) is None:
+            folder = profile_dir(run_dir, arm)
+            if not folder.is_dir() or _newest_mtime(folder) == 0.0:
+                continue  # an analysis.json kept alone: its what-ifs stay as they are
+            from fsdpbench.analysis import analyze
+
+            try:
+                out[arm] = analyze([folder], step=step)
+            except Exception as exc:
+                if failed is None:
+                    raise
+                log.debug("analysis of %s failed", folder, exc_info=True)
+                failed[arm] = exc
+                out.pop(arm)
+                continue
+            edits = replay_edits.missing_edits(out[arm], all_edits)
+        log.debug("arm %s: replaying %s", arm, ", ".join(edits))
+        replay_edits.add_what_ifs(out[arm], edits)
+        changed.append(arm)
+    return changed
 
 
 def write_diffs(

@@ -24,7 +24,11 @@ A group's size comes from the trace where it says one (NCCL ``Process Group Rank
 communication matrix; ``?`` from the ranks' ``distributedInfo`` world size when no collective names a
 group). A named group of which fewer ranks were analysed is ``unknown`` (its layout cannot be told from
 part of it), and :func:`partial_groups` lists it: waits and stragglers over it cover part of the group,
-and say so (:func:`coverage_text`).
+and say so (:func:`coverage_text`). When the analysis saw part of the world (``--profile-ranks``, or traces
+left out; :func:`ranks_seen` from the traces' ``distributedInfo.world_size``), a group whose ranks the trace
+does not say is ``unknown`` (rule ``analysed ranks, part of the world``), except the default group ``0``,
+which is the whole world (rule :data:`DEFAULT_GROUP_RULE`); the waits, stragglers and the step replay then
+cover the analysed ranks only and say "k of N ranks".
 """
 
 from __future__ import annotations
@@ -191,6 +195,8 @@ def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
     common ``world_size`` (then ``world``, rule :data:`WORLD_SIZE_RULE`). A named group of which fewer
     ranks were analysed than its size is ``unknown`` (rule ``analysed ranks, part of the group``)."""
     world = len(ranks) or None
+    seen = ranks_seen(ranks)
+    partial_world = seen["world_size"] if _partial(seen) else None  # --profile-ranks: part of the world
     said: dict[str, list[int]] = {}
     desc: dict[str, str | None] = {}
     size: dict[str, int] = {}
@@ -223,6 +229,11 @@ def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
                 "ranks": said[name],
                 "rule": "trace ranks",
             }
+        elif partial_world and not n and name == DEFAULT_GROUP:  # the default group: the whole world
+            out[name] = {"kind": "world", "ranks": list(range(partial_world)), "rule": DEFAULT_GROUP_RULE}
+            n = partial_world
+        elif partial_world and not n:  # part of the world analysed: the group's size and layout unknown
+            out[name] = {"kind": "unknown", "ranks": got, "rule": "analysed ranks, part of the world"}
         elif n and n > len(got):  # part of the group analysed: its layout cannot be told
             out[name] = {"kind": "unknown", "ranks": got, "rule": "analysed ranks, part of the group"}
         elif len(got) > 1 or world == 1:
@@ -238,6 +249,46 @@ def group_kinds(ranks: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
 
 WORLD_SIZE_RULE = "distributedInfo world_size (the trace names no group)"
+DEFAULT_GROUP = "0"
+"""c10d's name of the default process group (every rank of the world)."""
+DEFAULT_GROUP_RULE = "default group 0: distributedInfo world_size"
+
+
+def ranks_seen(ranks: Sequence[Any]) -> dict[str, Any]:
+    """``{"analysed": [ranks], "world_size": N}``: the ranks the analysis saw and the world they ran in (the
+    traces' common ``distributedInfo.world_size``; None where no trace says one or they disagree). Fewer
+    analysed than ``world_size`` (``--profile-ranks``, or traces left out): the others are not seen."""
+    worlds = {getattr(r, "world_size", None) for r in ranks} - {None}
+    return {
+        "analysed": sorted(int(r.rank) for r in ranks),
+        "world_size": int(worlds.pop()) if len(worlds) == 1 else None,
+    }
+
+
+def _partial(seen: dict[str, Any] | None) -> bool:
+    return bool(seen and seen.get("world_size") and len(seen.get("analysed") or []) < seen["world_size"])
+
+
+def compact_ranks(ranks: Sequence[int]) -> str:
+    """``0-3,8,10-11``: sorted unique ``ranks`` with runs of consecutive ranks as ranges."""
+    parts: list[str] = []
+    rs = sorted(set(int(r) for r in ranks))
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def seen_text(seen: dict[str, Any] | None) -> str | None:
+    """``"2 of 4 ranks (0,2)"`` when the analysis saw part of the world (None when all, or unknown)."""
+    if not _partial(seen):
+        return None
+    got = seen["analysed"]  # type: ignore[index]
+    return f"{len(got)} of {seen['world_size']} ranks ({compact_ranks(got)})"  # type: ignore[index]
 
 
 def partial_groups(kinds: dict[str, dict[str, Any]], ranks: Sequence[Any]) -> list[dict[str, Any]]:
@@ -254,13 +305,21 @@ def partial_groups(kinds: dict[str, dict[str, Any]], ranks: Sequence[Any]) -> li
     return out
 
 
-def coverage_text(partial: Sequence[dict[str, Any]]) -> str | None:
-    """``"2 of 8 ranks: the last arrival may be outside"`` for the partial groups (None when none)."""
-    if not partial:
+def coverage_text(partial: Sequence[dict[str, Any]], seen: dict[str, Any] | None = None) -> str | None:
+    """``"2 of 8 ranks: the last arrival may be outside"`` for the partial groups, led by the world's
+    ``"2 of 4 ranks (0,2)"`` (:func:`seen_text`) when the analysis saw part of it (None when neither). A
+    group of the world's size with the same ranks analysed is not said twice."""
+    world = seen_text(seen)
+    n_seen = len((seen or {}).get("analysed") or [])
+    if world:
+        size = seen["world_size"]  # type: ignore[index]
+        partial = [p for p in partial if not (p["size"] == size and len(p["analysed"]) == n_seen)]
+    if not partial and not world:
         return None
-    parts = [
+    parts = [world] if world else []
+    parts += [
         f"{len(p['analysed'])} of {p['size']} ranks"
-        + (f" of group {p['group']}" if len(partial) > 1 or p["group"] != UNKNOWN else "")
+        + (f" of group {p['group']}" if len(partial) > 1 or p["group"] != UNKNOWN or world else "")
         for p in partial
     ]
     return "; ".join(parts) + ": the last arrival may be outside"

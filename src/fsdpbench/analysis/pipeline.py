@@ -669,10 +669,11 @@ def analyze(
             res.collective_skew_us = {int(k): float(v) for k, v in skew.items()}
             res.stragglers = stragglers(res.collective_skew_us)
         if res.waits:
-            from fsdpbench.analysis.groups import coverage_text, partial_groups
+            from fsdpbench.analysis.groups import coverage_text, partial_groups, ranks_seen
 
             res.waits["partial_groups"] = partial_groups(res.process_groups, timed)
-            covers = coverage_text(res.waits["partial_groups"])
+            res.waits["ranks_seen"] = ranks_seen(timed)  # k of N ranks (--profile-ranks)
+            covers = coverage_text(res.waits["partial_groups"], res.waits["ranks_seen"])
             if covers:  # said here too, so that the diff's wait lines carry it
                 warnings.append(f"waits and stragglers cover {covers}")
         if res.format == "ascend" and row_split is not None:  # the profiler's own split, beside ours

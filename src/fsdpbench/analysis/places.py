@@ -11,13 +11,12 @@ Torch-free on purpose.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fsdpbench.fmt import fmt_pct, fmt_us
-from fsdpbench.records import Record
+from fsdpbench.records import Record, finite
 
 PLACE_FIELDS = ("compute_us", "comm_us", "exposed_us", "exposed_wait_us", "exposed_transfer_us")
 """The per-(unit, phase) figures, µs, mean over the arm's ranks."""
@@ -27,12 +26,6 @@ TOP_WAITS = 5
 """Slowest exposed collectives shown in diff.md and the terminal."""
 
 Place = tuple[str, str]
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def _ranks(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -61,7 +54,7 @@ def arm_places(data: Mapping[str, Any]) -> dict[Place, dict[str, float | None]]:
                 (str(row.get("unit")), str(row.get("phase"))), dict.fromkeys(PLACE_FIELDS, 0.0)
             )
             for f in ("compute_us", "comm_us", "exposed_us"):
-                acc[f] += _num(row.get(f)) or 0.0
+                acc[f] += finite(row.get(f)) or 0.0
     waits = data.get("waits") or {}
     wait_rows = waits.get("units") or []
     n_wait_ranks = len({int(k) for w in wait_rows for k in (w.get("ranks") or {})}) or len(ranks)
@@ -69,7 +62,7 @@ def arm_places(data: Mapping[str, Any]) -> dict[Place, dict[str, float | None]]:
         acc = sums.setdefault((str(w.get("unit")), str(w.get("phase"))), dict.fromkeys(PLACE_FIELDS, 0.0))
         for split in (w.get("ranks") or {}).values():
             for f in ("exposed_wait_us", "exposed_transfer_us"):
-                acc[f] += (_num(split.get(f)) or 0.0) * len(ranks) / n_wait_ranks
+                acc[f] += (finite(split.get(f)) or 0.0) * len(ranks) / n_wait_ranks
     n = len(ranks)
     out: dict[Place, dict[str, float | None]] = {}
     for place, acc in sums.items():
@@ -111,7 +104,7 @@ def waited_for(data: Mapping[str, Any], place: Place) -> int | None:
     by_rank: dict[int, float] = {}
     for e in (data.get("waits") or {}).get("top") or []:
         if (str(e.get("unit")), str(e.get("phase"))) == place and isinstance(e.get("last_rank"), int):
-            by_rank[e["last_rank"]] = by_rank.get(e["last_rank"], 0.0) + (_num(e.get("wait_us")) or 0.0)
+            by_rank[e["last_rank"]] = by_rank.get(e["last_rank"], 0.0) + (finite(e.get("wait_us")) or 0.0)
     if not by_rank or max(by_rank.values()) <= 0:
         return None
     return max(by_rank, key=lambda k: (by_rank[k], -k))
@@ -125,7 +118,9 @@ def collective_types(data: Mapping[str, Any], place: Place) -> dict[str, float]:
         for row in r["units"]:
             if (str(row.get("unit")), str(row.get("phase"))) == place:
                 for kind, c in (row.get("collectives") or {}).items():
-                    counts[kind] = counts.get(kind, 0.0) + (_num((c or {}).get("count")) or 0.0) / len(ranks)
+                    counts[kind] = counts.get(kind, 0.0) + (finite((c or {}).get("count")) or 0.0) / len(
+                        ranks
+                    )
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 

@@ -209,56 +209,67 @@ def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray, ti
     return np.array(out, dtype=np.int64)
 
 
+_NO_BASE = np.iinfo(np.int64).min // 4
+"""``StepGraph.base`` of a task that has no earliest start of its own."""
+
+
 @dataclass
 class Chains:
-    """The graph with its chains contracted: a task whose one predecessor is the task before it (an edge of
-    no latency) and which is that task's one successor is merged into it. Exact for the replay (such a
-    task starts when the one before it ends, whatever the edit), and it leaves one node per run of host
-    tasks between forks and joins: the replay's Python loop runs over nodes, not tasks."""
+    """The graph contracted for the forward replay: a task whose one predecessor is the task before it (same
+    rank, any latency) is merged into that task's node, whatever else depends on the task before it. Exact
+    for the replay (such a task starts when the one before it ends, plus the latency, whatever the edit), so
+    every task's start is its node's start plus a constant (``offset``) and an edge may leave a node from any
+    of its tasks. A host thread between two joins is one node, its launches included: the replay's Python
+    loop runs over nodes (heads of such runs), not tasks."""
 
     node: np.ndarray
     """Per task: its node."""
     offset: np.ndarray
-    """Per task: Σ length of the tasks before it in its node (ns)."""
+    """Per task: its start minus its node's start (Σ length + latency of the tasks before it in its node, ns)."""
     dur: np.ndarray
+    """Per node: Σ length of its tasks (ns; the topological order's tie-break only)."""
     base: np.ndarray
     meas: np.ndarray
     tier: np.ndarray
     """Per node: its place among nodes of one measured start (:func:`_topo_order`)."""
     esrc: np.ndarray
+    """Per edge between nodes: its source node, its target node, the source task's end minus its node's start
+    plus the latency (``src_end``: the target may start at ``start[esrc] + src_end``), the task edge."""
     edst: np.ndarray
-    ew: np.ndarray
+    src_end: np.ndarray
     eid: np.ndarray
-    """Per node edge: the task edge it stands for."""
     chain_edge: np.ndarray
     """Per task: the edge from the task before it in its node (-1 for a node's first task)."""
 
 
 def contract(g: StepGraph) -> Chains:
-    """The chains of ``g`` contracted (:class:`Chains`)."""
+    """The forward contraction of ``g`` (:class:`Chains`)."""
     n = g.dur.size
     indeg = np.bincount(g.edst, minlength=n)
-    outdeg = np.bincount(g.esrc, minlength=n)
-    chain = (g.edst == g.esrc + 1) & (g.ew == 0) & (indeg[g.edst] == 1) & (outdeg[g.esrc] == 1)
-    chain &= g.rank[g.esrc] == g.rank[g.edst]
+    chain = (g.edst == g.esrc + 1) & (indeg[g.edst] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
+    chain &= g.base[g.edst] <= _NO_BASE
     merged = np.zeros(n, dtype=bool)
     merged[g.edst[chain]] = True
     chain_edge = np.full(n, -1, dtype=np.int64)
     chain_edge[g.edst[chain]] = np.flatnonzero(chain)
     node = np.cumsum(~merged) - 1
     nn = int(node[-1]) + 1 if n else 0
-    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
-    csum = np.cumsum(g.dur) - g.dur  # exclusive prefix over all tasks
     heads = np.flatnonzero(~merged)
+    step = np.zeros(n, dtype=np.int64)  # a merged task starts this long after the one before it starts
+    into = g.edst[chain]
+    step[into] = g.dur[into - 1] + g.ew[chain]
+    csum = np.cumsum(step)
     offset = csum - csum[heads][node]
+    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
     keep = np.flatnonzero(~chain)
+    src = g.esrc[keep]
     tier = np.where(dur > 0, 3, 0).astype(np.int8)
     tier[node[[x["task"] for x in g.rendezvous]]] = 1
     xf = [t for x in g.rendezvous for t in x["xfers"]]
     tier[node[xf]] = np.where(dur[node[xf]] > 0, 3, 2)
     return Chains(
-        node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier,
-        esrc=node[g.esrc[keep]], edst=node[g.edst[keep]], ew=g.ew[keep], eid=keep, chain_edge=chain_edge,
+        node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier, esrc=node[src],
+        edst=node[g.edst[keep]], src_end=offset[src] + g.dur[src] + g.ew[keep], eid=keep, chain_edge=chain_edge,
     )  # fmt: skip
 
 
@@ -273,29 +284,26 @@ def schedule(g: StepGraph) -> Schedule:
     """Replay ``g``: every task starts when the last of its predecessors has ended (plus the edge's
     latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
     c = contract(g)
-    n = c.dur.size
+    n = c.base.size
     order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
     by_dst = np.argsort(c.edst, kind="stable")
     # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed)
     ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]))
     src_l = _q(c.esrc[by_dst])
-    w_l = _q(c.ew[by_dst])
+    w_l = _q(c.src_end[by_dst])
     eid_l = _q(c.eid[by_dst])
-    dur_l = _q(c.dur)
     start = _q(c.base)
-    end = _q(np.zeros(n, dtype=np.int64))
     bind = _q(np.full(n, -1, dtype=np.int64))
     for v in _q(order):
         s = start[v]
         b = -1
         for k in range(ptr[v], ptr[v + 1]):
-            x = end[src_l[k]] + w_l[k]
+            x = start[src_l[k]] + w_l[k]
             if x > s or (x == s and b >= 0):
                 s = x
                 b = eid_l[k]
         start[v] = s
         bind[v] = b
-        end[v] = s + dur_l[v]
     n_start = np.frombuffer(start, dtype=np.int64)
     t_start = n_start[c.node] + c.offset
     binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
@@ -306,28 +314,47 @@ def schedule(g: StepGraph) -> Schedule:
 
 
 def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
-    """Per task the latest start that does not delay the step's end past ``deadline``."""
-    c: Chains = s.chains if s.chains is not None else contract(g)
-    order = s.node_order
-    n = c.dur.size
-    if order is None:
-        order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
-    by_src = np.argsort(c.esrc, kind="stable")
-    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.esrc, minlength=n))]))
-    dst_l = _q(c.edst[by_src])
-    w_l = _q(c.ew[by_src])
-    dur_l = _q(c.dur)
-    lf = _q(np.full(n, deadline, dtype=np.int64))
-    ls = _q(np.zeros(n, dtype=np.int64))
-    for v in _q(order[::-1]):
-        f = lf[v]
+    """Per task the latest start that does not delay the step's end past ``deadline``.
+
+    On the backward contraction: a task whose one successor is the task after it (same rank) is merged into
+    that task's node (its latest start is the next one's minus its length and the latency: exact where no
+    length or latency is negative; else nothing is merged); the Python loop runs over the nodes' last tasks,
+    in reverse topological order (``s.order``)."""
+    n = g.dur.size
+    outdeg = np.bincount(g.esrc, minlength=n)
+    chain = (g.edst == g.esrc + 1) & (outdeg[g.esrc] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
+    if (g.dur < 0).any() or (g.ew < 0).any():
+        chain[:] = False
+    merged = np.zeros(n, dtype=bool)
+    merged[g.esrc[chain]] = True
+    tails = np.flatnonzero(~merged)
+    node = np.searchsorted(tails, np.arange(n))  # a task's node: the first tail at or after it
+    step = np.zeros(n, dtype=np.int64)  # a merged task's latest start is the next one's minus this
+    out_of = g.esrc[chain]
+    step[out_of] = g.dur[out_of] + g.ew[chain]
+    csum = np.cumsum(step)
+    before = csum[tails][node] - csum + step  # Σ step from the task to its node's tail
+    keep = np.flatnonzero(~chain)
+    dst = g.edst[keep]
+    pos = np.empty(n, dtype=np.int64)
+    pos[s.order] = np.arange(n)
+    t_order = tails[np.argsort(-pos[tails], kind="stable")]
+    nt = tails.size
+    src_n = node[g.esrc[keep]]
+    by_src = np.argsort(src_n, kind="stable")
+    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(src_n, minlength=nt))]))
+    dst_l = _q(node[dst][by_src])
+    w_l = _q((before[dst] + g.ew[keep])[by_src])
+    dur_l = _q(g.dur[tails])
+    ls = _q(np.zeros(nt, dtype=np.int64))
+    for v in _q(node[t_order]):
+        f = deadline
         for k in range(ptr[v], ptr[v + 1]):
             x = ls[dst_l[k]] - w_l[k]
             if x < f:
                 f = x
-        lf[v] = f
         ls[v] = f - dur_l[v]
-    return np.frombuffer(ls, dtype=np.int64)[c.node] + c.offset
+    return np.frombuffer(ls, dtype=np.int64)[node] - before
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -346,8 +373,8 @@ def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
     rendezvous, the last rank to arrive) gives the next."""
     real = np.flatnonzero(g.rank >= 0)
     v = int(real[np.argmax(s.end[real])])
-    bind = s.binding.tolist()
-    src = g.esrc.tolist()
+    bind = _q(s.binding)  # typed arrays: a copy of 8 bytes an entry, not a list of Python ints
+    src = _q(g.esrc)
     tasks, edges = [], []
     while v >= 0:
         e = bind[v]
@@ -658,6 +685,12 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         res.replay_note = f"the graph has a cycle ({exc}): collectives matched wrongly?"
         return None
     rd = read(g, s)
+    from fsdpbench.analysis.groups import ranks_seen, seen_text
+
+    seen = ranks_seen([r for r in res.ranks if r.device_span_ns])  # the ranks build_step_graph joined
+    said = seen_text(seen)
+    if said:  # --profile-ranks: the others are not in the graph
+        g.notes.append(f"replayed over {said}: a collective's last arrival may be a rank outside")
     errs = [
         abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] * 100
         for r in rd.ranks
@@ -671,9 +704,10 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         "near_critical": rd.near_critical,
         "slack": rd.slack,
         "by_phase": rd.by_phase,
-        "what_if": [what_if(g, rd, e) for e in parsed],
+        "what_if": [what_if_row(res, g, rd, e) for e in parsed],
         "figure": _figure(g, s, rd),
         "notes": g.notes,
+        "ranks_seen": seen,
     }
     res._replay = (g, s, rd)
     return out
@@ -681,7 +715,7 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
 
 # ------------------------------------------------------------------------------------------ what-ifs
 EDIT_HELP = (
-    "scale:<collective type, kind or op regex>:<factor>, straggler:remove[:RANK], regroup:<type|all>:<count>|unit, "
+    "scale:<collective type, kind or op regex>:<factor>, straggler:remove[:RANK], regroup:<type[,type]|all>:<count>|unit, "
     "prefetch:<unit>:<k>, delay:RANK:UNIT:PHASE:MS (negative MS removes a delay)"
 )
 
@@ -870,16 +904,117 @@ def _lane_key(g: StepGraph) -> np.ndarray:
 
 
 def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
-    """Merge each (unit, phase)'s collectives of one type into ``count`` (or one per unit and phase): every
-    member's transfer starts when the last member's last rank has arrived and lasts α + β Σ bytes (the
-    type's fit, analysis/whatif.py); a launching thread no longer blocks between members, and a queue lane
-    runs a member's successors once the member has arrived."""
+    """Merge each (unit, phase)'s collectives of one type (a list ``a,b``, or ``all``: each type on its own)
+    into ``count`` (or one per unit and phase) (:func:`_merge_type`), then price the host work of the calls
+    merged away (:func:`_price_host_work`)."""
+    if edit.target == "all":
+        types = sorted({x["type"] for x in g.rendezvous})
+    else:
+        types = edit.target.split(",")
+    host = host_per_call(g)  # fitted on the graph before the merge
+    removed: dict[tuple[int, int], int] = {}
+    for ctype in types:
+        g = _merge_type(g, replace(edit, target=ctype), removed)
+    return _price_host_work(g, edit, host, removed)
+
+
+HOST_KINDS = (K_GAP,)
+"""The host work a collective call brings on its launching thread (FSDP's hooks and copy bookkeeping between
+operators, the dispatch and launch calls): priced per call and kind by :func:`host_per_call`."""
+
+
+@dataclass(frozen=True)
+class HostFit:
+    """One kind of the training threads' host work per (rank, unit, phase) fitted as ``a + b · calls`` (µs)
+    over the graph's places that hold a collective (non-negative least squares, as analysis/whatif.py fits α
+    and β)."""
+
+    kind: int
+    a_us: float
+    b_us: float
+    r2: float | None
+    places: int
+
+
+def _host_points(g: StepGraph, kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per place of ``g`` (index into ``g.places``): its collective calls, and the time of ``kind`` tasks on
+    its rank's training thread (ns); and the mask of those tasks."""
+    n_places = len(g.places)
+    calls = np.zeros(n_places, dtype=np.float64)
+    for x in g.rendezvous:
+        for a in x["arrivals"]:
+            calls[int(g.place[a])] += 1
+    on_main = np.zeros(g.dur.size, dtype=bool)
+    for i, gr in enumerate(g.graphs):
+        lo, hi = int(g.offset[i]), int(g.offset[i + 1])
+        on_main[lo:hi] = gr.lane == gr.main_lane
+    host = on_main & (g.kind == kind) & (g.place >= 0)
+    work = np.bincount(g.place[host], weights=g.dur[host], minlength=n_places).astype(np.float64)
+    return calls, work, host
+
+
+def host_per_call(g: StepGraph) -> list[HostFit]:
+    """Per kind of :data:`HOST_KINDS`, the training threads' host work per collective call (:class:`HostFit`),
+    over the places that hold a collective; none with fewer than 3 such places or no spread in their calls."""
+    from fsdpbench.analysis.whatif import _nnls2
+
+    out = []
+    for kind in HOST_KINDS:
+        calls, work, _ = _host_points(g, kind)
+        sel = calls > 0
+        if sel.sum() < 3 or np.ptp(calls[sel]) == 0:
+            continue
+        x, y = calls[sel], work[sel] / 1000.0
+        (a, b), _ = _nnls2(np.column_stack([np.ones_like(x), x]), y)
+        ss_tot = float(((y - y.mean()) ** 2).sum())
+        ss_res = float(((y - (a + b * x)) ** 2).sum())
+        r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
+        out.append(HostFit(kind, float(a), float(b), r2, int(sel.sum())))
+    return out
+
+
+def _price_host_work(
+    g: StepGraph, edit: Edit, fits: list[HostFit], removed: dict[tuple[int, int], int]
+) -> StepGraph:
+    """Per host kind, take ``b`` (µs per call, :func:`host_per_call`) × the calls merged away at each place
+    off that kind's time at the place on its training thread (its tasks scaled alike; never below 0)."""
+    if not removed:
+        return g
+    priced = [f for f in fits if f.b_us > 0]
+    if not priced:
+        g.notes.append(
+            f"{edit.text}: no host work per call could be fitted; the members' launch work is kept"
+        )
+        return g
+    parts = []
+    for fit in priced:
+        _, work, host = _host_points(g, fit.kind)
+        factor = np.ones(len(g.places))
+        saved = 0.0
+        for (_, place), n in removed.items():
+            if work[place] > 0:
+                cut = min(fit.b_us * 1000.0 * n, work[place])
+                factor[place] = 1.0 - cut / work[place]
+                saved += cut
+        sel = np.flatnonzero(host)
+        g.dur[sel] = np.rint(g.dur[sel] * factor[g.place[sel]]).astype(np.int64)
+        r2 = "" if fit.r2 is None else f", R² {fit.r2:.2f}"
+        parts.append(
+            f"{KINDS[fit.kind]} {fit.b_us:.1f} µs per call ({fit.a_us:.1f} µs + {fit.b_us:.1f} µs × calls per "
+            f"place over {fit.places} places{r2}; {saved / 1e6 / max(1, len(g.graphs)):.1f} ms per rank removed)"
+        )
+    g.notes.append(f"{edit.text}: the merged calls' host work on the training threads: " + "; ".join(parts))
+    return g
+
+
+def _merge_type(g: StepGraph, edit: Edit, removed: dict[tuple[int, int], int]) -> StepGraph:
+    """Merge each (unit, phase)'s collectives of ``edit.target`` (one type) into ``count`` (or one per unit and
+    phase): every member's transfer starts when the last member's last rank has arrived and lasts α + β Σ bytes
+    (the type's fit, analysis/whatif.py); a launching thread no longer blocks between members, and a queue lane
+    runs a member's successors once the member has arrived. Counts the calls merged away per (rank, place) in
+    ``removed``."""
     from fsdpbench.analysis.whatif import fit_alpha_beta
 
-    if edit.target == "all":  # every type, each merged on its own
-        for ctype in sorted({x["type"] for x in g.rendezvous}):
-            g = _regroup(g, replace(edit, target=ctype))
-        return g
     inst = [x for x in g.rendezvous if x["type"] == edit.target]
     if not inst:
         raise ConfigError(f"--what-if {edit.text!r}: the profiles have no {edit.target} collective")
@@ -904,6 +1039,7 @@ def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
             "members' transfers (no fixed cost saved)"
         )
     add: list[tuple[int, int, int, int]] = []
+    merged_away: list[int] = []  # the arrivals of the members merged into a later one
     x_set: dict[int, int] = {}  # a merged member's transfer task → the chunk's last member's on its rank
     a_of: dict[int, int] = {}  # a member's transfer task → its arrival task
     for chunk in chunks:
@@ -924,6 +1060,9 @@ def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
                 for a, t in zip(m["arrivals"], m["xfers"][: len(m["arrivals"])], strict=True):
                     x_set[t] = int(last_x.get(int(g.rank[t]), t))
                     a_of[t] = a
+                    key = (int(g.rank[a]), int(g.place[a]))
+                    removed[key] = removed.get(key, 0) + 1
+                    merged_away.append(a)
     keep = np.ones(g.esrc.size, dtype=bool)
     if x_set:
         lk = _lane_key(g)
@@ -937,6 +1076,7 @@ def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
             # (a thread blocked on a member no longer blocks: the last member's join stays)
             keep[e] = False
     _drop_and_add(g, keep, add)
+    dropped_ns = _drop_launch_calls(g, merged_away)
     g.notes.append(
         f"{edit.text}: {sum(len(c) for c in chunks)} {edit.target} collectives merged into {len(chunks)}"
         + (
@@ -944,9 +1084,26 @@ def _regroup(g: StepGraph, edit: Edit) -> StepGraph:
             if priced
             else ""
         )
-        + "; the members' launch calls are kept"
+        + f"; the merged-away members' launch calls removed ({dropped_ns / 1e6 / max(1, len(g.graphs)):.1f} ms per rank)"
     )
     return g
+
+
+def _drop_launch_calls(g: StepGraph, arrivals: list[int]) -> int:
+    """Set to 0 the launch call of each collective arrival in ``arrivals`` (the ``launch`` task on the launching
+    thread right after the host task its launch edge leaves from): one call launches a merged collective.
+    Returns the host time removed (ns)."""
+    if not arrivals:
+        return 0
+    lk = _lane_key(g)
+    sel = np.isin(g.edst, arrivals) & (g.ekind == K_LAUNCH)
+    calls = g.esrc[sel] + 1
+    calls = calls[calls < g.dur.size]
+    calls = calls[(lk[calls] == lk[calls - 1]) & (g.kind[calls] == K_LAUNCH)]
+    calls = np.unique(calls)
+    removed = int(g.dur[calls].sum())
+    g.dur[calls] = 0
+    return removed
 
 
 def _prefetch(g: StepGraph, edit: Edit) -> StepGraph:
@@ -959,19 +1116,21 @@ def _prefetch(g: StepGraph, edit: Edit) -> StepGraph:
     if not ags:
         raise ConfigError(f"--what-if {edit.text!r}: no all_gather is attributed to unit {edit.unit!r}")
     lk = _lane_key(g)
+    # only the edges into the moved arrivals and out of their transfers (numpy: not a loop over every edge)
     into: dict[int, list[int]] = {}
-    for e, d in enumerate(g.edst.tolist()):
-        into.setdefault(d, []).append(e)
+    for e in np.flatnonzero(np.isin(g.edst, [a for x in ags for a in x["arrivals"]])).tolist():
+        into.setdefault(int(g.edst[e]), []).append(e)
     outof: dict[int, list[int]] = {}
-    for e, x in enumerate(g.esrc.tolist()):
-        outof.setdefault(x, []).append(e)
+    for e in np.flatnonzero(np.isin(g.esrc, [t for x in ags for t in x["xfers"]])).tolist():
+        outof.setdefault(int(g.esrc[e]), []).append(e)
     order_of: dict[tuple[int, str], list[str]] = {}  # per rank and phase, units in the order they begin
     first_task: dict[tuple[int, str, str], int] = {}
     for i, gr in enumerate(g.graphs):
         lo = int(g.offset[i])
         main = np.flatnonzero(gr.lane == gr.main_lane) + lo
         main = main[np.argsort(g.meas[main], kind="stable")]
-        for v in main.tolist():
+        _, first = np.unique(g.place[main], return_index=True)  # each place's first task on the thread
+        for v in main[np.sort(first)].tolist():
             _, unit, phase = g.places[int(g.place[v])]
             if (i, unit, phase) not in first_task:
                 first_task[(i, unit, phase)] = v
@@ -1039,3 +1198,22 @@ def what_if(g: StepGraph, base: Reading, edit: Edit) -> dict[str, Any]:
         "source": SOURCE_REPLAY,
         "note": "; ".join(e.notes[len(g.notes) :]) or None,
     }
+
+
+def what_if_row(res: Any, g: StepGraph, base: Reading, edit: Edit | str) -> dict[str, Any]:
+    """:func:`what_if` of ``edit`` on ``res``'s joined graph; where the graph refuses the edit (a rank, unit or
+    collective it does not have) or its replay fails (a cycle), the closed form answers instead, with
+    ``source: "closed form"`` and a ``note`` saying why (:func:`fsdpbench.analysis.replay_edits.closed_form_row`).
+    A malformed edit, or one naming a rank the profiles do not hold, still raises ConfigError."""
+    from fsdpbench.analysis.replay_edits import closed_form_row
+
+    parsed = parse_edit(edit) if isinstance(edit, str) else edit
+    if parsed.rank is not None:
+        _rank_pos(g, parsed.rank, parsed)  # no closed form answers for a rank that is not there
+    try:
+        row = what_if(g, base, parsed)
+    except ConfigError as exc:
+        return closed_form_row(res, parsed, f"the replay cannot apply it ({exc})", base.step_us)
+    if row["predicted_step_us"] is None:
+        return closed_form_row(res, parsed, f"its replay gave no step ({row['note']})", base.step_us)
+    return row

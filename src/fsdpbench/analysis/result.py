@@ -584,10 +584,16 @@ def decode_analysis_file(path: str | Path) -> dict[str, AnalysisRecord]:
         InputError: naming the file and the field (``…/analysis.json: $.torch.ranks[1].step_time_us:
             expected `float`, got `str```), as :func:`decode_analysis`.
     """
-    arms = {
-        arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}")
-        for arm, doc in read_analysis_arms(path).items()
-    }
+    return analysis_records(read_analysis_arms(path), path)
+
+
+def analysis_records(arms_json: Mapping[str, Any], path: str | Path) -> dict[str, AnalysisRecord]:
+    """analysis.json already decoded (:func:`read_analysis_arms`) as arm → :class:`AnalysisRecord`.
+
+    Raises:
+        InputError: as :func:`decode_analysis_file`.
+    """
+    arms = {arm: convert(doc, AnalysisRecord, str(path), f"$.{arm}") for arm, doc in arms_json.items()}
     for arm, rec in arms.items():
         problem = _problem(rec)
         if problem:

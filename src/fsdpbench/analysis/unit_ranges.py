@@ -30,23 +30,21 @@ DeepSpeed ZeRO-3 and hyper_parallel record no range that names or nests a unit, 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from fsdpbench.analysis import phase_ranges
+from fsdpbench.analysis.windows import ALL_UNITS, Ranges, host_rows
+from fsdpbench.analysis.windows import ROOT as ROOT  # re-exported: the name callers know
+from fsdpbench.analysis.windows import SOURCE_NONE as SOURCE_NONE
+from fsdpbench.analysis.windows import empty as _empty
 from fsdpbench.trace.table import EventTable
 
 PREFIX = "fsdpbench::"
-ALL_UNITS = "(all)"
-"""Unit of the optimizer phase (the optimizer step is not per unit)."""
-ROOT = "root"
-"""Unit name of the root module (fsdpbench's own name for it; FSDP2's root group has the FQN "")."""
-
 SOURCE_OWN = "fsdpbench ranges"
 SOURCE_FSDP2 = "FSDP2 ranges"
 SOURCE_PHASES = phase_ranges.SOURCE
-SOURCE_NONE = "none"
 SOURCE_REPLICATE = "replicate() ranges"
 """FSDP2's hook ranges written by ``replicate()`` (DDP on FSDP2's code, torch ≥ 2.9): the same windows."""
 
@@ -72,33 +70,6 @@ _MODULE = "nn.Module: "
 """The profiler's range around a module's forward (``with_stack``/``with_modules``): ``nn.Module: <type>_<n>``."""
 
 
-@dataclass(frozen=True)
-class Ranges:
-    """The (unit, phase) windows of a trace: per window its lane code, start, end, unit, phase, and
-    the source they all came from (``fsdpbench ranges``, ``FSDP2 ranges``, ``none``)."""
-
-    lane: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    unit: list[str]
-    phase: list[str]
-    source: str = SOURCE_NONE
-    opened_by: list[str] | None = None
-    """Per window the range that opened it, as ``--explain`` lists it (None: the window is a range)."""
-    closed_by: list[str] | None = None
-    """Per window the range (or the rule) that closed it."""
-    notes: tuple[str, ...] = ()
-    """What the output must say about how the windows were made (unnamed units, skipped post-forwards)."""
-
-    def __len__(self) -> int:
-        return len(self.unit)
-
-
-def _empty(source: str = SOURCE_NONE) -> Ranges:
-    none = np.empty(0, np.int64)
-    return Ranges(none, none.copy(), none.copy(), [], [], source)
-
-
 def _parse_own(name: str) -> tuple[str, str] | None:
     """(unit, phase) of an fsdpbench unit/phase range name, None for any other name."""
     if not name.startswith(PREFIX):
@@ -110,19 +81,6 @@ def _parse_own(name: str) -> tuple[str, str] | None:
         if rest.startswith(phase + "::"):
             return rest[len(phase) + 2 :], phase
     return None  # c10d ranges and anything else
-
-
-def host_rows(t: EventTable, codes: list[int]) -> np.ndarray:
-    """Host rows of ``t`` whose name code is among ``codes``, leaving out the device-side projections of
-    host ranges (``gpu_user_annotation``: labels, never windows) by their lane: a stream, which holds
-    device events launched from another lane."""
-    if not codes:
-        return np.empty(0, np.int64)
-    rows = np.flatnonzero(np.isin(t.name.codes, codes) & ~t.device)
-    linked = t.device & (t.launch_lane != t.lane.codes)
-    if rows.size and linked.any():
-        rows = rows[~np.isin(t.lane.codes[rows], t.lane.codes[linked])]
-    return rows
 
 
 def own_ranges(t: EventTable) -> Ranges:

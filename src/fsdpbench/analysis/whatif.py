@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pandas as pd
 
-from fsdpbench.records import Record
+from fsdpbench.records import Record, finite
 
 BASIS_UNITS = "units"
 """``Estimate.basis``: computed per (unit, phase) from the ranks' ``units`` rows (and ``waits.units``)."""
@@ -311,34 +311,21 @@ class StepWaits:
     calls: float
 
 
-def finite_or_none(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a bool), else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
 def step_waits(data: Mapping[str, Any]) -> StepWaits | None:
     """:class:`StepWaits` of an Analysis JSON (``waits.ranks`` and each rank's ``collectives``); None
     without a wait/transfer split (one rank) or without calls."""
-    split = [
-        r
-        for r in (data.get("waits") or {}).get("ranks") or []
-        if finite_or_none(r.get("wait_us")) is not None
-    ]
+    split = [r for r in (data.get("waits") or {}).get("ranks") or [] if finite(r.get("wait_us")) is not None]
     ranks = [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
     if not split or not ranks:
         return None
     calls = sum(
-        finite_or_none((c or {}).get("count")) or 0.0
-        for r in ranks
-        for c in (r.get("collectives") or {}).values()
+        finite((c or {}).get("count")) or 0.0 for r in ranks for c in (r.get("collectives") or {}).values()
     ) / len(ranks)
     if calls <= 0:
         return None
     return StepWaits(
-        wait_us=sum(finite_or_none(r.get("wait_us")) or 0.0 for r in split) / len(split),
-        exposed_wait_us=sum(finite_or_none(r.get("exposed_wait_us")) or 0.0 for r in split) / len(split),
+        wait_us=sum(finite(r.get("wait_us")) or 0.0 for r in split) / len(split),
+        exposed_wait_us=sum(finite(r.get("exposed_wait_us")) or 0.0 for r in split) / len(split),
         calls=calls,
     )
 

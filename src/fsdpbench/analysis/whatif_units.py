@@ -11,10 +11,10 @@ from fsdpbench.analysis.whatif import (
     AlphaBetaFit,
     Estimate,
     TypeSaving,
-    finite_or_none,
     idle_time_delta,
     priced_alpha,
 )
+from fsdpbench.records import finite
 
 # ---- per (unit, phase): the estimates on the Analysis JSON's ``units`` rows (docs/attribution.md) ----
 
@@ -54,11 +54,9 @@ def _split_of(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str
 def _transfer(row: Mapping[str, Any], split: Mapping[str, Any] | None) -> tuple[float, float]:
     """``(transfer_us, exposed_transfer_us)`` of a unit row: the cross-rank split's where the analysis
     has it for this place and rank, else the row's whole communication (no split: one rank)."""
-    if split is not None and finite_or_none(split.get("transfer_us")) is not None:
-        return finite_or_none(split.get("transfer_us")) or 0.0, finite_or_none(
-            split.get("exposed_transfer_us")
-        ) or 0.0
-    return finite_or_none(row.get("comm_us")) or 0.0, finite_or_none(row.get("exposed_us")) or 0.0
+    if split is not None and finite(split.get("transfer_us")) is not None:
+        return finite(split.get("transfer_us")) or 0.0, finite(split.get("exposed_transfer_us")) or 0.0
+    return finite(row.get("comm_us")) or 0.0, finite(row.get("exposed_us")) or 0.0
 
 
 def _wait_saved(
@@ -66,14 +64,12 @@ def _wait_saved(
 ) -> tuple[float, float]:
     """``(wait_us, exposed_wait_us)`` of a unit row's split × the share of the row's calls (all types)
     that ``removed`` calls are; ``(0, 0)`` without a split (one rank) or without calls."""
-    calls = sum(
-        finite_or_none((c or {}).get("count")) or 0.0 for c in (row.get("collectives") or {}).values()
-    )
+    calls = sum(finite((c or {}).get("count")) or 0.0 for c in (row.get("collectives") or {}).values())
     if split is None or calls <= 0 or removed <= 0:
         return 0.0, 0.0
     share = min(removed / calls, 1.0)
-    return (finite_or_none(split.get("wait_us")) or 0.0) * share, (
-        finite_or_none(split.get("exposed_wait_us")) or 0.0
+    return (finite(split.get("wait_us")) or 0.0) * share, (
+        finite(split.get("exposed_wait_us")) or 0.0
     ) * share
 
 
@@ -83,10 +79,10 @@ def _type_share(row: Mapping[str, Any], kind: str) -> float:
     colls = row.get("collectives") or {}
     if kind not in colls:
         return 0.0
-    nbytes = {k: finite_or_none((c or {}).get("bytes")) for k, c in colls.items()}
+    nbytes = {k: finite((c or {}).get("bytes")) for k, c in colls.items()}
     if all(b is not None for b in nbytes.values()) and sum(nbytes.values()) > 0:  # type: ignore[arg-type]
         return float(nbytes[kind] or 0.0) / float(sum(nbytes.values()))  # type: ignore[arg-type]
-    counts = {k: finite_or_none((c or {}).get("count")) or 0.0 for k, c in colls.items()}
+    counts = {k: finite((c or {}).get("count")) or 0.0 for k, c in colls.items()}
     return counts[kind] / sum(counts.values()) if sum(counts.values()) else 0.0
 
 
@@ -99,7 +95,7 @@ def unit_counts(data: Mapping[str, Any]) -> dict[tuple[str, str, str], float]:
         for row in r["units"]:
             for kind, c in (row.get("collectives") or {}).items():
                 key = (str(row.get("unit")), str(row.get("phase")), str(kind))
-                out[key] = out.get(key, 0.0) + (finite_or_none((c or {}).get("count")) or 0.0) / len(ranks)
+                out[key] = out.get(key, 0.0) + (finite((c or {}).get("count")) or 0.0) / len(ranks)
     return out
 
 
@@ -167,8 +163,8 @@ def estimate_prefetch_units(
                     },
                     len(ranks),
                 )
-                compute = finite_or_none(row.get("compute_us")) or 0.0
-                prev_slack = max(compute - (finite_or_none(row.get("overlapped_us")) or 0.0), 0.0)
+                compute = finite(row.get("compute_us")) or 0.0
+                prev_slack = max(compute - (finite(row.get("overlapped_us")) or 0.0), 0.0)
     out = Estimate(
         basis=BASIS_UNITS,
         scenario="prefetch one unit further ahead: each unit's exposed all-gather transfer runs under the "
@@ -250,7 +246,7 @@ def estimate_regrouping_units(
             transfer, exposed_transfer = _transfer(row, place_split)
             saved = count_row = target_row = 0.0
             for kind, c in (row.get("collectives") or {}).items():
-                count = finite_or_none((c or {}).get("count")) or 0.0
+                count = finite((c or {}).get("count")) or 0.0
                 key = (unit, phase, str(kind))
                 if (wanted is not None and kind not in wanted) or not count:
                     continue

@@ -31,6 +31,7 @@ RUN_FLAGS = (
     "separate_profile",
     "profile_step",
     "profile_ranges",
+    "profile_ranks",
     "out",
     "name",
     "seed",
@@ -85,7 +86,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
             "--arms",
             help="comma-separated BACKEND[:key=value...] items (backends torch, fsdp1, deepspeed, "
             "hyper; python=PATH runs an arm in another venv; fwd_prefetch=/bwd_prefetch=, fsdp=upstream|npu, "
-            "mem_cache=on|off, kw.NAME=VALUE, env.NAME=VALUE: docs/arms.md), e.g. torch,hyper:prefetch=2 (default: "
+            "mem_cache=on|off, kw.NAME=VALUE, env.NAME=VALUE, delay=RANK/UNIT/PHASE/MS (repeatable): docs/arms.md), "
+            "e.g. torch,hyper:prefetch=2 (default: "
             "torch,fsdp1, plus deepspeed and hyper when importable)",
         )
     else:
@@ -213,6 +215,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--profile-step",
         type=int,
         help="with --separate-profile: the step its launch records, >= 1 (default 3)",
+    )
+    o.add_argument(
+        "--profile-ranks",
+        metavar="SPEC",
+        help="which ranks run the profiler: all (default), ranks and ranges (0-7, 0,8,16) or per-node:K "
+        "(the first K ranks of every node); the others train the same steps unprofiled, and the analysis "
+        'says "k of N ranks" (env PROFILE_RANKS; docs/multi-node.md)',
     )
     o.add_argument(
         "--no-ranges",

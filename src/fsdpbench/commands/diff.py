@@ -97,6 +97,17 @@ def _run_arm(path: Path) -> tuple[dict[str, Any], float | None] | None:
     return None
 
 
+def _replay_wanted(sides: dict[str, Any], arms: dict[str, dict[str, Any]]) -> None:
+    """Replay on each side analysed now the what-ifs its findings read (``replay_edits.replay_wanted``); a
+    side read from an analysis JSON keeps the what-ifs it has."""
+    from fsdpbench.analysis import replay_edits
+    from fsdpbench.analysis.result import Analysis
+
+    analysed = {lab: res for lab, res in sides.items() if isinstance(res, Analysis)}
+    if len(analysed) == len(sides):  # the wanted edits compare the two sides
+        replay_edits.replay_wanted(analysed, arms)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the diff, print the tables and write the requested files; 0 on success."""
     from rich.console import Console
@@ -140,6 +151,7 @@ def main(args: argparse.Namespace) -> int:
         test = _load_side(paths[1], "TEST", args.step)
         sides = [_run_arm(p) for p in paths]
         arms = {lab: side[0] for lab, side in zip(labels, sides, strict=True) if side is not None}
+        _replay_wanted(dict(zip(labels, (base, test), strict=True)), arms)
         result = diff_analyses(
             base,
             test,

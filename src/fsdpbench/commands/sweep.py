@@ -1,6 +1,6 @@
 """``fsdpbench sweep --config FILE.toml``: a grid of ab runs in one results tree, resumable, with an
 index report (index.md / index.html) comparing the cells; the study's overview table (docs/sweeps.md) is
-printed at the end."""
+printed at the end (by :mod:`fsdpbench.report.terminal.sweep`)."""
 
 from __future__ import annotations
 
@@ -40,28 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def print_overview(console, tree: Path, title: str) -> None:
-    """The study's overview table of the tree (the one in index.md) in the terminal."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from fsdpbench.report.index import overview
-
-    table_data = overview(tree)
-    if not table_data.rows:
-        return
-    table = Table(title=title)
-    for header in table_data.headers:
-        table.add_column(header, overflow="fold", ratio=3 if header == "conclusion" else None)
-    for row in table_data.rows:
-        table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
-
-
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from fsdpbench.report.terminal.sweep import print_overview
     from fsdpbench.run import sweep as sweep_mod
 
     console = Console()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from fsdpbench.config.types import Ac, Backend, Dtype, coerce, field_types
 from fsdpbench.errors import ConfigError
@@ -61,11 +61,86 @@ SHARDING_CALLS: dict[str, str] = {
 ``*args, **kwargs`` and passes them on to torch's, so the torch arm is checked against torch's)."""
 BACKEND_SET_ENV: dict[str, dict[str, str]] = {"hyper": {"HYPER_PARALLEL_PLATFORM": "torch"}}
 """Variables a backend's worker always sets (``env.`` may not set another value)."""
+DELAY_PHASES: tuple[str, ...] = ("forward", "backward")
+"""The phases a ``delay=`` can sit at: each unit's forward and backward (docs/phases.md)."""
+ROOT_UNIT = "root"
+"""The root unit's name (the model itself, around the decoder layers), as the profiled step's ranges name it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """One ``delay=RANK/UNIT/PHASE/MS``: rank ``rank`` sleeps ``ms`` on the host at the start of ``unit``'s
+    ``phase`` in every timed and profiled step of the arm (``run/delays.py``)."""
+
+    rank: int
+    unit: str
+    """``layers.<i>`` (a decoder layer, counted from 0) or ``root``."""
+    phase: str
+    """``forward`` or ``backward``."""
+    ms: float
+
+    @property
+    def place(self) -> tuple[int, str, str]:
+        """(rank, unit, phase)."""
+        return self.rank, self.unit, self.phase
+
+    @property
+    def layer(self) -> int | None:
+        """The decoder layer index of a ``layers.<i>`` unit; None for the root."""
+        return None if self.unit == ROOT_UNIT else int(self.unit.split(".", 1)[1])
+
+    def spec(self) -> str:
+        """The canonical text ``RANK/UNIT/PHASE/MS`` (MS with ``%g``)."""
+        return f"{self.rank}/{self.unit}/{self.phase}/{self.ms:g}"
+
+    @classmethod
+    def parse(cls, text: str, what: str = "arm option delay") -> Delay:
+        """Parse ``RANK/UNIT/PHASE/MS`` (e.g. ``2/layers.1/backward/40``); ``ConfigError`` naming ``what``."""
+        parts = [p.strip() for p in str(text).strip().split("/")]
+        form = "delay=RANK/UNIT/PHASE/MS, e.g. delay=2/layers.1/backward/40"
+        if len(parts) != 4:
+            raise ConfigError(f"{what} {text!r} is not {form}")
+        rank, unit, phase, ms = parts
+        if not rank.isdigit():
+            raise ConfigError(f"{what} {text!r}: RANK must be an integer >= 0, got {rank!r} ({form})")
+        index = unit.split(".", 1)[1] if unit.startswith("layers.") else ""
+        if unit != ROOT_UNIT and not index.isdigit():
+            raise ConfigError(
+                f"{what} {text!r}: UNIT must be a decoder layer layers.<i> (from 0) or root, got {unit!r}"
+            )
+        if phase not in DELAY_PHASES:
+            raise ConfigError(f"{what} {text!r}: PHASE must be forward or backward, got {phase!r}")
+        try:
+            value = float(ms)
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise ConfigError(f"{what} {text!r}: MS must be a number of milliseconds > 0, got {ms!r}")
+        unit = ROOT_UNIT if unit == ROOT_UNIT else f"layers.{int(index)}"
+        return cls(rank=int(rank), unit=unit, phase=phase, ms=value)
+
+
+def parse_delays(items: Any, what: str = "arm option delay") -> list[Delay]:
+    """The delays of an arm from its ``delay`` value(s): a list of specs, each ``RANK/UNIT/PHASE/MS`` or
+    several joined by ``+``. ``ConfigError`` when one is malformed or two share a (rank, unit, phase)."""
+    texts = [items] if isinstance(items, str) else list(items or [])
+    delays = [Delay.parse(t, what) for text in texts for t in str(text).split("+") if t.strip()]
+    seen: set[tuple[int, str, str]] = set()
+    for d in delays:
+        if d.place in seen:
+            raise ConfigError(
+                f"{what}: two delays at rank {d.rank}, {d.unit}, {d.phase}; give one delay per place "
+                "(their sum, if that is what you mean)"
+            )
+        seen.add(d.place)
+    return delays
 
 
 @dataclass(kw_only=True)
 class Arm(Record):
     """One FSDP implementation plus its options. The same option names hold for every backend."""
+
+    _omit_if_empty: ClassVar[frozenset[str]] = frozenset({"delay"})
 
     backend: Backend
     """``torch`` (PyTorch FSDP2 ``fully_shard``), ``fsdp1`` (PyTorch ``FullyShardedDataParallel``),
@@ -109,11 +184,17 @@ class Arm(Record):
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     """``env.NAME=VALUE``: environment variables of this arm's launches only (they win over the shell's
     and over the launcher's defaults; see docs/arms.md)."""
+    delay: list[str] = dataclasses.field(default_factory=list)
+    """``delay=RANK/UNIT/PHASE/MS`` (repeatable, or several joined by ``+``): rank RANK sleeps MS ms on the
+    host at the start of UNIT's PHASE in every timed and profiled step (``run/delays.py``; docs/arms.md).
+    Stored as canonical ``RANK/UNIT/PHASE/MS`` texts; written to the manifest only when set."""
     label: str = ""
     """Unique name of the arm in results and reports (derived from the spec when empty)."""
 
     def __post_init__(self) -> None:
         self._normalize_prefetch()
+        what = f"arm {self.label or self.backend!r} option delay"
+        self.delay = [d.spec() for d in parse_delays(self.delay, what)]
         self.validate()
         if not self.label:
             self.label = self.default_label()
@@ -150,6 +231,10 @@ class Arm(Record):
                 )
             else:
                 raise ConfigError(f"{what}: {name}={value!r}; use default, none or a depth N >= 1")
+
+    def delays(self) -> list[Delay]:
+        """The arm's delays, parsed (``Delay``); empty for an arm without ``delay=``."""
+        return parse_delays(self.delay)
 
     def prefetch_directions(self) -> tuple[Depth, Depth]:
         """(forward, backward) prefetch as run: ``"default"``, ``"none"`` or a depth N >= 1."""
@@ -288,6 +373,9 @@ class Arm(Record):
         for name in ARM_OPTION_FIELDS:
             if name in ("python", "label"):  # the interpreter is named below; the label is what this builds
                 continue
+            if name == "delay":  # a folder name: no slashes (rank, unit, phase, ms joined by dashes)
+                parts += [f"delay{d.rank}-{d.unit}-{d.phase}-{d.ms:g}ms" for d in self.delays()]
+                continue
             value = getattr(self, name)
             if name == "fwd_prefetch" and same and value:
                 parts.append(f"prefetch{value}")  # prefetch=none|default, both directions
@@ -346,6 +434,7 @@ ARM_OPTION_FIELDS = (
     "comm_fusion",
     "ac",
     "python",
+    "delay",
     "label",
 )
 
@@ -493,6 +582,10 @@ def parse_arm(spec: str, shared: dict[str, Any] | None = None) -> Arm:
             values[prefix] = {**values.get(prefix, {}), name.strip(): raw.strip()}
             continue
         key = key.strip().replace("-", "_")
+        if key == "delay":  # repeatable: each delay= adds its delays (a shared one comes first)
+            prior = values.get("delay") or []
+            values["delay"] = [*([prior] if isinstance(prior, str) else prior), raw.strip()]
+            continue
         own = BACKEND_OPTIONS.get(backend, {})
         if key in own:
             knobs = values.setdefault("backend_options", {})

@@ -1,7 +1,7 @@
 """``RunConfig``: everything one ``fsdpbench run``/``ab`` needs, resolved from its sources.
 
 Values are resolved in this order (later wins): preset → TOML file → study environment names
-(``SEQ_LEN``, ``NUM_LAYERS``, ``ENABLE_PROFILER``, ``PREFETCH``) → command-line flags.
+(``SEQ_LEN``, ``NUM_LAYERS``, ``ENABLE_PROFILER``, ``PREFETCH``, ``PROFILE_RANKS``) → command-line flags.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from fsdpbench.config.arms import (
     parse_arms,
 )
 from fsdpbench.config.model import ModelConfig, model_fields, model_preset, preset_tiny
+from fsdpbench.config.ranks import profiled_ranks
 from fsdpbench.config.types import Device, Dtype, Optimizer, OptimizerImpl, Order, coerce, field_types
 from fsdpbench.errors import ConfigError
 from fsdpbench.records import Record
@@ -39,6 +40,7 @@ ENV_NAMES = {
     "NUM_LAYERS": "layers",
     "ENABLE_PROFILER": "profile",
     "PREFETCH": "prefetch",
+    "PROFILE_RANKS": "profile_ranks",
 }
 """The original study's environment names and the option each one sets (a default below flags)."""
 
@@ -100,6 +102,10 @@ class RunConfig(Record):
     profile_ranges: bool = True
     """fsdpbench's own ranges in the profiled step (``--no-ranges`` leaves them out, so the units come from
     the implementation's own ranges, e.g. FSDP2's: docs/attribution.md "Sources of units")."""
+    profile_ranks: str = "all"
+    """Which ranks run the profiler in the profiled step (and the memory step): ``all``, ranks and ranges
+    (``0-7``, ``0,8,16``) or ``per-node:K`` (``config.ranks``); the others train the same steps unprofiled.
+    The manifest's ``profiled_ranks`` lists them; the analysis treats the others as not seen."""
     out: str = "results"
     seed: int = 0
     """Seeds the initial weights and the synthetic tokens (identical for every arm and round)."""
@@ -140,6 +146,11 @@ class RunConfig(Record):
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+    @property
+    def profiled_ranks(self) -> list[int]:
+        """The global ranks ``profile_ranks`` names (``config.ranks.profiled_ranks``)."""
+        return profiled_ranks(self.profile_ranks, self.world_size, self.nproc)
 
     @property
     def separate_launches(self) -> bool:
@@ -218,6 +229,7 @@ class RunConfig(Record):
             if getattr(self, name) not in allowed:
                 flag = name.replace("_", "-")
                 raise ConfigError(f"--{flag} {getattr(self, name)!r}; choose one of: {', '.join(allowed)}")
+        self.profiled_ranks  # noqa: B018 - raises ConfigError naming --profile-ranks on a bad spec
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         if not self.timeout > 0:
@@ -231,6 +243,18 @@ class RunConfig(Record):
             raise ConfigError(f"arm labels must be unique, got {labels}")
         for arm in self.arms:
             arm.mesh_shape(self.world_size)
+            for d in arm.delays():
+                if d.rank >= self.world_size:
+                    raise ConfigError(
+                        f"arm {arm.label!r}: delay={d.spec()} names rank {d.rank}, but the world has "
+                        f"{self.world_size} ranks (0..{self.world_size - 1})"
+                    )
+                if d.layer is not None and d.layer >= self.model.num_hidden_layers:
+                    raise ConfigError(
+                        f"arm {arm.label!r}: delay={d.spec()} names {d.unit}, but the model has "
+                        f"{self.model.num_hidden_layers} decoder layers (layers.0..layers."
+                        f"{self.model.num_hidden_layers - 1}) or root"
+                    )
             optional = OPTIONAL_BACKENDS.get(arm.backend)
             if optional and not arm.python and not optional[0]():  # python= arms: probed in their interpreter
                 raise ConfigError(f"arm {arm.label!r} needs {optional[1]}, or drop the {arm.backend} arm")
@@ -255,7 +279,8 @@ class RunConfig(Record):
             toml_path: a TOML file with run fields at the top level (``arms`` a list or a comma
                 string), shared arm options (``prefetch``, ``mesh``, ...) at the top level or in an
                 ``[arm]`` table, ``layers``, and model field overrides in a ``[model]`` table.
-            env: environment to read ``SEQ_LEN``, ``NUM_LAYERS``, ``ENABLE_PROFILER``, ``PREFETCH`` from
+            env: environment to read ``SEQ_LEN``, ``NUM_LAYERS``, ``ENABLE_PROFILER``, ``PREFETCH``,
+                ``PROFILE_RANKS`` from
                 (``os.environ`` when None; pass ``{}`` to ignore it).
             overrides: the same keys as the TOML top level (e.g. parsed command-line flags); ``None``
                 values are ignored.
@@ -293,6 +318,8 @@ class RunConfig(Record):
             if key == "rounds" and isinstance(value, str) and value.strip().lower() == AUTO:
                 values["rounds_auto"], values["rounds"] = True, AUTO_MIN_ROUNDS
                 continue
+            if key == "profile_ranks" and isinstance(value, list | int) and not isinstance(value, bool):
+                value = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # TOML [0, 8]
             if key in ARM_OPTION_FIELDS and key != "label":
                 shared[key] = coerce(value, ARM_TYPES[key], f"option {key}")
             elif key in fields and key not in ("model", "arms", "preset", "param_dtype_set"):

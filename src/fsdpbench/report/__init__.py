@@ -8,7 +8,26 @@ named in the report's "Missing pieces" section; the rest is still shown. :mod:`f
 reads a run folder, :mod:`fsdpbench.report.build` turns it into blocks.
 """
 
-from fsdpbench.report.load import RunData, load_run
-from fsdpbench.report.write import render, timeline_from_analysis, write_index, write_report
+from __future__ import annotations
 
-__all__ = ["RunData", "load_run", "render", "timeline_from_analysis", "write_index", "write_report"]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "RunData": "load",
+    "load_run": "load",
+    "render": "write",
+    "timeline_from_analysis": "write",
+    "write_index": "write",
+    "write_report": "write",
+}
+"""Names loaded on first use: the terminal room (``report.terminal``) is imported by ``fsdpbench analyze``,
+which must not pay for the report's pandas and figures."""
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -191,11 +191,16 @@ def blocks_html(title: str, blocks: list[Block]) -> str:
     )
 
 
+def anchor(heading: str) -> str:
+    """The ``id`` the HTML page gives a heading of this text (``torch-prefetch1 vs torch`` →
+    ``torch-prefetch1-vs-torch``; markdown viewers such as GitHub's make the same of such labels)."""
+    return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")
+
+
 def _block_html(block: Block) -> str:
     if isinstance(block, Heading):
         level = min(max(block.level, 2), 4)
-        anchor = re.sub(r"[^a-z0-9]+", "-", block.text.lower()).strip("-")
-        return f'<h{level} id="{anchor}">{inline_html(block.text)}</h{level}>'
+        return f'<h{level} id="{anchor(block.text)}">{inline_html(block.text)}</h{level}>'
     if isinstance(block, Para):
         return f"<p>{inline_html(block.text)}</p>"
     if isinstance(block, Banner):

@@ -31,6 +31,8 @@ from fsdpbench.report.load import RunData
 from fsdpbench.report.phases import phase_section
 from fsdpbench.report.profile import profile_section
 from fsdpbench.report.replay import replay_section
+from fsdpbench.report.top_findings import top_findings_section
+from fsdpbench.results import run_folder
 from fsdpbench.results.summary import ArmSummary
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ def build_report(data: RunData) -> tuple[str, list[Block]]:
     title = f"fsdpbench report — {name}"
     sections: list[tuple[str, Callable[[RunData], list[Block]]]] = [
         ("verdict", _verdict),
+        ("top findings", top_findings_section),
+        ("verdict notes", _verdict_notes),
         ("step times", _step_times),
         ("phase times", phase_section),
         ("throughput", _throughput),
@@ -62,7 +66,8 @@ def build_report(data: RunData) -> tuple[str, list[Block]]:
             log.warning("report section %s failed", label, exc_info=True)
             data.missing.append(f"the {label} section could not be built ({type(exc).__name__}: {exc}).")
             built.append([])
-    blocks = built[0] + _missing(data) + [b for part in built[1:] for b in part]
+    # the first screen: the verdict and its CI, the top findings, then the verdict's notes and what is missing
+    blocks = built[0] + built[1] + built[2] + _missing(data) + [b for part in built[3:] for b in part]
     return title, blocks
 
 
@@ -110,6 +115,7 @@ def _glance(data: RunData) -> Para:
 
 
 def _verdict(data: RunData) -> list[Block]:
+    """The header line, the parity-failed banner, the verdict and its table of ratios and CIs."""
     blocks: list[Block] = [_glance(data), Heading("Verdict")]
     summary = data.summary
     parity = summary.parity if summary else None
@@ -165,6 +171,16 @@ def _verdict(data: RunData) -> list[Block]:
                 rows,
             )
         )
+    return blocks
+
+
+def _verdict_notes(data: RunData) -> list[Block]:
+    """Under the top findings: how the ratio is made, the parity result, the run's time and the warnings."""
+    blocks: list[Block] = []
+    summary = data.summary
+    parity = summary.parity if summary else None
+    comparisons = summary.comparisons if summary else []
+    if comparisons:
         blocks.append(
             Para(
                 "Ratio = exp of the crossover mean of the per-round log ratios log(test / base): both arms launch "
@@ -213,8 +229,8 @@ def _run_time(data: RunData) -> list[Block]:
     summary = data.summary
     blocks: list[Block] = []
     auto = summary.rounds_auto if summary else None
-    if auto and auto.get("stopped"):
-        blocks.append(Para(f"`--rounds auto` {auto.get('why')}."))
+    if auto and auto.stopped:
+        blocks.append(Para(f"`--rounds auto` {auto.why}."))
     line = launch_time_line(summary.launch_time if summary else None)
     if line and summary and summary.launch_time:
         parts = summary.launch_time.get("parts_s") or {}
@@ -618,7 +634,7 @@ def _runtime_table(runtime: dict[str, Any]) -> Table | None:
         if facts.get("npu_matmul_allow_hf32") is not None:
             fp32 += f", HF32 {'on' if facts['npu_matmul_allow_hf32'] else 'off'}"
         lists = {True: "as set (checked after the steps)", None: "not checked"}.get(
-            facts.get("prefetch_verified_after_warmup"), MISSING
+            facts.get(run_folder.PREFETCH_VERIFIED), MISSING
         )
         environment = facts.get("environment")
         rows.append(
@@ -630,7 +646,7 @@ def _runtime_table(runtime: dict[str, Any]) -> Table | None:
                 k_grouped,
                 str(facts.get("deltanet_impl", MISSING)),
                 fp32,
-                lists if "prefetch_verified_after_warmup" in facts else MISSING,
+                lists if run_folder.PREFETCH_VERIFIED in facts else MISSING,
                 _option_text(environment) if isinstance(environment, dict) and environment else "—",
             ]
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsdpbench.report.terminal.summary import print_phase_table
 from fsdpbench.results import phases, run_folder, stats
 from fsdpbench.results.summary import RatioSummary
 
@@ -29,7 +30,7 @@ def print_summary(console: Any, summary: dict[str, Any]) -> None:
         for label, a in summary["arms"].items()
     }
     console.print(summary_table(rows, console.width))
-    phases.print_phase_table(console, summary)
+    print_phase_table(console, summary)
     for c in summary["comparisons"]:
         ci = "—" if c["ci95"] is None else f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}"
         need = c["rounds_needed_1pct"]

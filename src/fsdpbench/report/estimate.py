@@ -36,7 +36,7 @@ def _deltas(est: Estimate) -> list[str]:
     return parts
 
 
-def _place_gain(row: Mapping[str, object]) -> float:
+def place_gain(row: Mapping[str, object]) -> float:
     """A per-unit row's exposed gain: regrouping's exposed transfer and wait saved, prefetch's hidden."""
     if "exposed_saved_us" in row:
         return float(row.get("exposed_saved_us") or 0.0) + float(row.get("exposed_wait_saved_us") or 0.0)
@@ -143,8 +143,8 @@ def estimate_lines(
             "last rank (every call is a rendezvous)"
         )
     if est.basis == "units":  # whatif.BASIS_UNITS; the places that carry the estimate
-        top = sorted(est.per_unit, key=lambda u: -_place_gain(u))[:3]
-        places = ", ".join(f"{u['unit']} {u['phase']} {fmt_us(_place_gain(u))}" for u in top)
+        top = sorted(est.per_unit, key=lambda u: -place_gain(u))[:3]
+        places = ", ".join(f"{u['unit']} {u['phase']} {fmt_us(place_gain(u))}" for u in top)
         lines.append("computed per unit and phase" + (f" (most: {places})" if places else ""))
     elif est.basis is not None:
         lines.append(f"computed from {est.basis} (the trace has no fsdpbench unit ranges)")

@@ -6,7 +6,6 @@ torch. The overview (``overview``) is also what ``fsdpbench sweep`` prints at th
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -135,6 +134,8 @@ class CellResults:
     summary: Summary
     analyses: dict[str, Analysis]
     diffs: list[DiffResult]
+    skipped: list[str] = field(default_factory=list)
+    """Why a piece of the cell's files was left out: an analysis.json (or an arm of it) that does not decode."""
 
     @classmethod
     def read(cls, run_dir: Path | None) -> CellResults:
@@ -144,11 +145,17 @@ class CellResults:
             summary = Summary.from_dict(raw if isinstance(raw, dict) else {})
         except InputError:
             summary = Summary.from_dict({})
-        raw = read_json_if_readable(run_dir / run_folder.ANALYSIS) if run_dir else None
+        path = run_dir / run_folder.ANALYSIS if run_dir else None
+        raw = read_json_if_readable(path) if path else None
         analyses = {}
+        skipped = []
+        if path is not None and path.is_file() and not isinstance(raw, dict):
+            skipped.append(f"`{run_folder.ANALYSIS}` is not a JSON object of arms")
         for arm, doc in (raw if isinstance(raw, dict) else {}).items():
-            with contextlib.suppress(InputError):
+            try:
                 analyses[str(arm)] = convert_analysis(doc, run_folder.ANALYSIS, f"$.{arm}")
+            except InputError as exc:
+                skipped.append(f"arm `{arm}` of `{run_folder.ANALYSIS}` does not decode ({exc})")
         diffs = (
             diffs_from_json(
                 run_folder.diff_list(read_json_if_readable(run_dir / run_folder.DIFF_JSON)),
@@ -158,7 +165,7 @@ class CellResults:
             if run_dir
             else []
         )
-        return cls(summary, analyses, diffs)
+        return cls(summary, analyses, diffs, skipped)
 
 
 def overview(tree: Path, state: Mapping[str, Any] | None = None) -> Overview:
@@ -317,6 +324,8 @@ class CellTable:
     cis: list[tuple[float, float] | None] = field(default_factory=list)
     invalid: list[Any] = field(default_factory=list)
     """The names of cells whose parity failed."""
+    skipped: list[str] = field(default_factory=list)
+    """``cell <name>: <why>`` for each piece of a cell's files left out (``CellResults.skipped``)."""
 
 
 def _comparison_verdict(comp: ArmComparison | None, summary: Summary, cell: Mapping[str, Any]) -> str:
@@ -347,6 +356,7 @@ def cell_table(tree: Path, cells: list[dict[str, Any]]) -> CellTable:
         run_rel = c.get("run_dir")
         run_dir = tree / run_rel if run_rel else None
         results = CellResults.read(run_dir)
+        table.skipped += [f"cell {c.get('name')}: {why}" for why in results.skipped]
         summary = results.summary
         arms = summary.arms
         params = c.get("params") or {}
@@ -449,6 +459,16 @@ def build_index(tree: Path) -> tuple[str, list[Block]]:
             )
         )
     blocks += _status_blocks(tree, state, cells)
+    if table.skipped:
+        blocks.append(
+            Banner(
+                "warning",
+                f"{len(table.skipped)} analysis file(s) of the cells could not be read and are left out (their "
+                "overlap and conclusion show less; `fsdpbench report <cell>` analyses the profiles again): "
+                + "; ".join(table.skipped)
+                + ".",
+            )
+        )
     blocks += [
         Heading("Overview"),
         Table(overview_table.headers, overview_table.rows, numeric=False),

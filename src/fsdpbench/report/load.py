@@ -207,7 +207,9 @@ def load_run(run_dir: Path) -> RunData:
     if not is_run_dir(run_dir):
         raise not_a_run_error(run_dir)
     data = RunData(run_dir=run_dir)
-    data.manifest = load_optional_json(run_dir / run_folder.MANIFEST, data, "the manifest")
+    data.manifest = run_folder.upgrade_manifest(
+        load_optional_json(run_dir / run_folder.MANIFEST, data, "the manifest")
+    )
     if data.manifest is None:
         data.missing.append(
             "`manifest.json` is missing: configuration, environment and commands are unknown."

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.analysis import places as plc
+from fsdpbench.analysis.groups import seen_text
 from fsdpbench.fmt import MISSING, fmt_bytes, fmt_us_as_ms
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Block, Figure, Heading, Para, Table
@@ -106,6 +107,9 @@ def _arm_blocks(arm: str, data: Mapping[str, Any], index: int) -> list[Block]:
     note = plc.units_note(data)
     if note:
         blocks.append(Para(note[0].upper() + note[1:] + "."))
+    seen = seen_text((data.get("waits") or {}).get("ranks_seen"))  # --profile-ranks: k of N ranks
+    if seen:
+        blocks.append(Para(f"Waits and transfers over {seen}: the last arrival may be a rank outside."))
     top = plc.top_collectives(data, n=10)
     if top:
         blocks.append(Para(f"Slowest collectives of `{arm}` (largest wait + transfer over its ranks):"))

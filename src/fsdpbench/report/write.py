@@ -31,7 +31,9 @@ def _ensure_analysis(data: RunData, written: list[Path]) -> dict[str, Any]:
     path = data.run_dir / run_folder.ANALYSIS
     before = path.stat().st_mtime_ns if path.is_file() else None
     failed: dict[str, Exception] = {}
-    analyses = derived.ensure_analysis(data.run_dir, list(data.profile_dirs()), failed=failed)
+    analyses = derived.ensure_analysis(
+        data.run_dir, list(data.profile_dirs()), failed=failed, decoded=data.analysis
+    )  # the analysis.json load_run decoded: not decoded again
     for arm, exc in failed.items():
         log.warning("analysis of arm %s failed: %s", arm, exc)
         data.missing.append(

@@ -21,7 +21,13 @@ from fsdpbench.errors import InputError
 from fsdpbench.records import JSON_OPTIONS, read_bytes
 
 SCHEMA_VERSION = 2
-"""2: the paired verdict (``comparisons[].method`` …); 1: the unpaired bootstrap verdict."""
+"""2: the paired verdict (``comparisons[].method`` …) and manifest ``arm_runtime[arm].prefetch_verified_after_steps``;
+1: the unpaired bootstrap verdict, and that key named ``prefetch_verified_after_warmup``."""
+
+PREFETCH_VERIFIED = "prefetch_verified_after_steps"
+"""manifest.json ``arm_runtime[arm]``: whether the arm's prefetch lists were still the plan's after all its steps."""
+PREFETCH_VERIFIED_SCHEMA_1 = "prefetch_verified_after_warmup"
+"""The same key in schema-1 manifests (it was always set after all the steps, not after the warm-up)."""
 
 # ---- names in a run folder (docs/DATA.md) -------------------------------------------------------------------
 MANIFEST = "manifest.json"
@@ -298,3 +304,16 @@ def profiled_arms(run_dir: str | Path) -> list[str]:
     manifest = read_json_if_readable(Path(run_dir) / MANIFEST)
     order = [a.get("label") for a in (manifest or {}).get("arms") or [] if isinstance(a, dict)]
     return [a for a in order if a in found] + [a for a in found if a not in order]
+
+
+def upgrade_manifest(manifest: Any) -> Any:
+    """A manifest as read, with the keys of older schemas under their schema-2 names (changed in place; anything
+    that is not a manifest object is returned as is): ``arm_runtime[arm].prefetch_verified_after_warmup`` of a
+    schema-1 file (and of schema-2 files written before the rename was released) reads as
+    ``prefetch_verified_after_steps``."""
+    runtime = manifest.get("arm_runtime") if isinstance(manifest, dict) else None
+    for facts in (runtime or {}).values() if isinstance(runtime, dict) else ():
+        if isinstance(facts, dict) and PREFETCH_VERIFIED_SCHEMA_1 in facts:
+            old = facts.pop(PREFETCH_VERIFIED_SCHEMA_1)
+            facts.setdefault(PREFETCH_VERIFIED, old)
+    return manifest

@@ -136,6 +136,19 @@ class MissingLaunch(Record):
     why: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RoundsCheck(Record):
+    """``--rounds auto``'s decision after ``rounds`` complete rounds: go on, or stop and why (``run.rounds.check``;
+    manifest.json and summary.json ``rounds_auto``)."""
+
+    rounds: int | None = None
+    stopped: bool = False
+    reason: str | None = None
+    """``settled``, ``max_rounds``, ``max_time`` or ``parity_failed`` when ``stopped``; None otherwise."""
+    why: str | None = None
+    """One line for the terminal, the summary and the report."""
+
+
 @dataclass(kw_only=True, slots=True)
 class Summary(Record):
     """The whole ``summary.json`` of a run (docs/DATA.md)."""
@@ -158,8 +171,8 @@ class Summary(Record):
     """What the other nodes sent to node 0 (None on one node)."""
     launch_time: dict[str, Any] | None = None
     """Where the launches' wall time went (``run_folder.launch_time``); None before any launch has parts."""
-    rounds_auto: dict[str, Any] | None = None
-    """``--rounds auto``'s last decision (``rounds.RoundsCheck.to_dict``); None without it."""
+    rounds_auto: RoundsCheck | None = None
+    """``--rounds auto``'s last decision; None without it."""
 
     def __post_init__(self) -> None:
         # an empty "parity" object is no parity result, as summaries have always read it

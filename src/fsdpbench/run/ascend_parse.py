@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def _write_log(path: Path, parses: list[FolderParse], timeout_s: float) -> None:
             log.write(p.output)
 
 
-def rank_folders(parent: Path, ranks: range) -> list[Path]:
+def rank_folders(parent: Path, ranks: Sequence[int]) -> list[Path]:
     """``parent/rank<k>`` for the local ranks that have one."""
     return [parent / f"rank{rank}" for rank in ranks if (parent / f"rank{rank}").is_dir()]
 
@@ -152,7 +153,7 @@ def parse_launch_profiles(
     python: str,
     profile_dir: Path,
     memory_dir: Path,
-    ranks: range,
+    ranks: Sequence[int],
     env: dict[str, str],
     launch_dir: Path,
     timeout_s: float,
@@ -183,7 +184,7 @@ def parse_launch_profiles(
     return missing_ascend_output(profile_dir, ranks)
 
 
-def missing_ascend_output(profile_dir: Path, ranks: range) -> str | None:
+def missing_ascend_output(profile_dir: Path, ranks: Sequence[int]) -> str | None:
     """None when every rank's parsed Ascend profile is there, else one line naming what is missing
     and how to get it (torch_npu writes no done marker: the parsed files are the evidence)."""
     missing = []

@@ -13,6 +13,7 @@ import torch
 import fsdpbench.device as dev
 from fsdpbench.backends import Backend
 from fsdpbench.config import Arm, RunConfig
+from fsdpbench.results import run_folder
 
 
 def environment_facts(device_type: str, backend: Backend, world: int) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def arm_runtime(
 ) -> dict[str, Any]:
     """What this arm actually runs with, for the manifest (``arm_runtime``): the parameter and reduce
     dtypes after the device default, the optimizer's ``foreach`` setting (``optimizer_ran``, the path its
-    first step took, and ``prefetch_verified_after_warmup`` are added after the steps), the float32 matmul
+    first step took, and ``prefetch_verified_after_steps`` are added after the steps), the float32 matmul
     precision (and torch_npu's HF32 switch), the experts' and the gated deltanet's kernels with the K-grouped
     probe's answer and dtype, and the NPU/GPU environment variables that change numerics or scheduling
     (``device.behaviour_environment``)."""
@@ -73,7 +74,7 @@ def arm_runtime(
         "experts_impl": experts,
         **k_grouped_probe(experts, device, getattr(torch, arm.param_dtype)),
         "deltanet_impl": deltanet_path(device_type, getattr(torch, arm.param_dtype)),
-        "prefetch_verified_after_warmup": None,
+        run_folder.PREFETCH_VERIFIED: None,
         "environment": dev.behaviour_environment(),
     }
 

@@ -9,11 +9,8 @@ Torch-free (the ranks import torch, not this process).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import random
-import socket
 import subprocess
 import sys
 import time
@@ -21,10 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from fsdpbench.config import RunConfig
-from fsdpbench.config.run import AUTO_MIN_ROUNDS
 from fsdpbench.errors import ConfigError, FsdpbenchError, InputError, LaunchError
 from fsdpbench.report.console import print_summary
 from fsdpbench.results import run_folder
@@ -32,6 +26,18 @@ from fsdpbench.run import collect, failures, summarize
 from fsdpbench.run import rounds as rounds_rule
 from fsdpbench.run.ascend_parse import npu_profile_path_problem, parse_launch_profiles
 from fsdpbench.run.interpreters import arm_interpreter, interpreter_environment, probe_arms
+from fsdpbench.run.plan import (
+    PLAN_FINGERPRINT_IGNORES,
+    extend_plan,
+    free_port,
+    interleaved_order,
+    launch_plan,
+    plan_fingerprint,
+    plan_ports,
+    rendezvous_address,
+    torchrun_command,
+    verdict_plan,
+)
 from fsdpbench.run.process_exit import kill_process_group
 
 log = logging.getLogger(__name__)
@@ -40,96 +46,8 @@ POLL_S = 0.2
 
 
 # --------------------------------------------------------------------------------------------
-# plan
+# the ranks' environment (the plan itself: run/plan.py)
 # --------------------------------------------------------------------------------------------
-
-
-def interleaved_order(labels: list[str], rounds: int, order: str, seed: int) -> list[dict[str, Any]]:
-    """The launch order, counterbalanced so that every even number of rounds is balanced (each arm runs
-    before each other arm in half of them): ``alternate`` gives A B, B A, A B, … (ABBA blocks of launches);
-    ``shuffle`` a seeded permutation in each even round and its reverse in the round after."""
-    rng = random.Random(seed)
-    out = []
-    seq = list(labels)
-    for r in range(rounds):
-        if order == "shuffle":
-            if r % 2 == 0:
-                seq = list(labels)
-                rng.shuffle(seq)
-            else:
-                seq = list(reversed(seq))
-        else:
-            seq = list(labels) if r % 2 == 0 else list(reversed(labels))
-        out.extend({"round": r, "arm": a} for a in seq)
-    return out
-
-
-def free_port() -> int:
-    """A TCP port that is free right now on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun_command(
-    cfg: RunConfig,
-    spec_path: Path,
-    log_dir: Path,
-    port: int | None = None,
-    python: str | None = None,
-    *,
-    module: str = "fsdpbench.run.worker",
-    nproc: int | None = None,
-) -> list[str]:
-    """``python -m torch.distributed.run ... -m MODULE SPEC`` for one launch, run by ``python`` (the
-    arm's interpreter; the launcher's own when None).
-
-    Multi-node runs (or any run given ``--rdzv-endpoint``) use static rendezvous on the endpoint's host
-    and ``port`` (``plan_ports``: a function of the run's plan, the same on every node); single-node
-    runs use loopback on ``--master-port`` or a free port. ``nproc`` overrides the ranks per node (the
-    collect step runs one process per node).
-    """
-    cmd = [
-        python or sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc or cfg.nproc}",
-        f"--nnodes={cfg.nnodes}",
-        f"--node-rank={cfg.node_rank}",
-        "--rdzv-backend=static",
-        f"--log-dir={log_dir}",
-        "--redirects=3",
-        "--max-restarts=0",
-    ]
-    if cfg.nnodes > 1 or cfg.rdzv_endpoint:
-        host, base = rendezvous_address(cfg)
-        cmd.append(f"--rdzv-endpoint={host}:{base if port is None else port}")
-    else:
-        cmd += ["--master-addr=127.0.0.1", f"--master-port={cfg.master_port or free_port()}"]
-    return cmd + ["-m", module, str(spec_path)]
-
-
-def rendezvous_address(cfg: RunConfig) -> tuple[str, int]:
-    """Node 0's host and the base port: ``--rdzv-endpoint``'s, its port replaced by ``--master-port``
-    when given."""
-    host, _, port = cfg.rdzv_endpoint.rpartition(":")
-    return host, cfg.master_port or int(port)
-
-
-def launch_plan(order: list[dict[str, Any]], arms: list[str], profile: bool) -> list[tuple[str, int]]:
-    """Every launch of the run, in plan order: the interleaved timed rounds, then, with ``profile`` (a
-    separate profile launch per arm, ``--separate-profile``), one profile launch per arm."""
-    return [(i["arm"], i["round"]) for i in order] + (
-        [(a, run_folder.PROFILE_ROUND) for a in arms] if profile else []
-    )
-
-
-def plan_ports(base: int, plan: list[tuple[str, int]], arm: str, round_: int) -> tuple[int, int]:
-    """``(launch port, collect port)`` of one launch: ``base + 1 + 2i`` and ``base + 2 + 2i`` for the
-    plan's i-th launch (``base`` itself is the plan step's). Every node derives the same ports from the
-    same plan, whatever it ran before, so a rerun or ``--resume`` cannot join the wrong launch."""
-    i = plan.index((arm, round_))
-    return base + 1 + 2 * i, base + 2 + 2 * i
 
 
 RECORDED_ENV_PREFIXES = (
@@ -283,10 +201,10 @@ class Run:
         summary.write(self.run_dir / run_folder.SUMMARY)
         return summary.to_dict()
 
-    def next_auto_round(self, console: Any) -> list[tuple[str, int]]:
-        """``--rounds auto``, after a complete round: the launches of one more interleaved round, added to
-        the plan and the manifest, or none (the decision is then the manifest's ``rounds_auto``)."""
-        summary = self.write_summary()
+    def next_auto_round(self, console: Any, summary: dict[str, Any]) -> list[tuple[str, int]]:
+        """``--rounds auto``, after a complete round (``summary``: the one just written, not written again): the
+        launches of one more interleaved round, added to the plan and the manifest, or none (the decision is then
+        the manifest's ``rounds_auto``)."""
         launches = self.manifest.get("launches") or []
         rounds = self.cfg.rounds
         decision = rounds_rule.check(
@@ -407,7 +325,7 @@ class Run:
             error = failures.explain(ldir, rc, node=self.cfg.node_rank, nodes=self.cfg.nnodes > 1)
         if error is None and seen < expected and self.cfg.node_rank == 0:
             error = f"only {seen} of {expected} step records were written (is node 0's rank 0 on this host?)"
-        if profile and error is None and self._device_type(ldir) == "npu":
+        if profile and error is None and self._device_type(ldir) == "npu" and self._local_profiled_ranks():
             # after torchrun has exited and outside --timeout: msprof's parse takes minutes per rank
             # with the memory step's own torch_npu profile (worker.record_memory_step), whose failed parse
             # leaves the arm's memory_timeline an error, not the launch
@@ -415,7 +333,7 @@ class Run:
                 arm_interpreter(arm_cfg),
                 run_folder.profile_dir(self.run_dir, arm),
                 run_folder.memory_step_npu_dir(self.run_dir, arm, 0).parent,
-                self._local_ranks(),
+                self._local_profiled_ranks(),
                 env,
                 ldir,
                 self.cfg.ascend_parse_timeout,
@@ -512,6 +430,11 @@ class Run:
     def _local_ranks(self) -> range:
         first = self.cfg.node_rank * self.cfg.nproc
         return range(first, first + self.cfg.nproc)
+
+    def _local_profiled_ranks(self) -> list[int]:
+        """This node's ranks that ``--profile-ranks`` profiles (the only ones with a profile to parse)."""
+        profiled = set(self.cfg.profiled_ranks)
+        return [r for r in self._local_ranks() if r in profiled]
 
     def _write_status(
         self,
@@ -686,26 +609,6 @@ def _run_to_end(
             raise
 
 
-PLAN_FINGERPRINT_IGNORES = (
-    "out",
-    "name",
-    "node_rank",
-    "rdzv_endpoint",
-    "master_port",
-    "collect_traces",
-    "report",
-    "timeout",
-)
-"""Options that may differ between the nodes of one run."""
-
-
-def plan_fingerprint(manifest: dict[str, Any]) -> str:
-    """A digest of what the run launches (config, arms, order), the same on every node of one run."""
-    config = {k: v for k, v in manifest["config"].items() if k not in PLAN_FINGERPRINT_IGNORES}
-    payload = {"config": config, "arms": manifest["arms"], "order": manifest["order"]}
-    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
 def _environment_stub(cfg: RunConfig) -> dict[str, Any]:
     return {"world_size": cfg.world_size, "nnodes": cfg.nnodes, "nproc_per_node": cfg.nproc}
 
@@ -763,6 +666,7 @@ def run_ab(
             "interpreters": interpreters,
             "launches": [],
             "profiles": {},
+            "profiled_ranks": cfg.profiled_ranks if cfg.profile else [],
         }
         if cfg.rounds_auto:
             manifest["verdict_plan"] = verdict_plan(cfg)
@@ -789,13 +693,13 @@ def run_ab(
         if resume is not None:
             console.print(f"resuming: {len(todo)} launch(es) left")
         if cfg.rounds_auto and not todo and not (manifest.get("rounds_auto") or {}).get("stopped"):
-            todo = run.next_auto_round(console)  # every round ran, but the run ended before deciding
+            todo = run.next_auto_round(console, run.write_summary())  # the run ended before deciding
         with _Progress(console, len(todo)) as progress:
             while todo:
                 for arm, round_ in todo:
                     run.launch(arm, round_, progress)
-                    run.write_summary()
-                todo = run.next_auto_round(console) if cfg.rounds_auto else []
+                    summary = run.write_summary()  # once per launch: the decision below reads it
+                todo = run.next_auto_round(console, summary) if cfg.rounds_auto else []
                 progress.add(len(todo))
     finally:
         if not manifest.get("environment"):
@@ -804,47 +708,6 @@ def run_ab(
         summary = run.write_summary()
     print_summary(console, summary)
     return run_dir
-
-
-def verdict_plan(cfg: RunConfig) -> dict[str, Any]:
-    """The manifest's ``verdict_plan`` of a ``--rounds auto`` run: the group-sequential test it is judged by
-    (boundaries on the paired t for looks 3..``max_rounds``), fixed when the run starts."""
-    from fsdpbench.results import sequential
-
-    return {
-        "method": f"group-sequential paired t, Wang–Tsiatis shape {sequential.BOUNDARY_SHAPE:g}",
-        "first_look": sequential.FIRST_LOOK,
-        "max_rounds": cfg.max_rounds,
-        "boundaries": [round(c, 4) for c in sequential.boundaries(cfg.max_rounds)],
-        "continued_after": None,
-    }
-
-
-def extend_plan(manifest: dict[str, Any], cfg: RunConfig, max_rounds: int, console: Any) -> None:
-    """``--resume --max-rounds N`` on a ``--rounds auto`` run: raise its limit to N. Rounds past the
-    group-sequential plan (its ``max_rounds``, or the round a finished run had stopped at) are judged by the
-    anytime-valid confidence sequence: the plan's boundaries did not foresee them (``verdict_plan``
-    ``continued_after``). Changes ``manifest`` and ``cfg`` in place."""
-    where = f"--resume with --max-rounds {max_rounds}"
-    if not cfg.rounds_auto:
-        raise ConfigError(f"{where}: only a --rounds auto run has a round limit to raise")
-    if max_rounds < AUTO_MIN_ROUNDS:
-        raise ConfigError(f"{where}: must be >= {AUTO_MIN_ROUNDS}")
-    if max_rounds == cfg.max_rounds:
-        return
-    plan = manifest.setdefault("verdict_plan", verdict_plan(cfg))  # a run from before plans were recorded
-    state = manifest.get("rounds_auto") or {}
-    if state.get("stopped") and max_rounds > int(state.get("rounds") or 0):
-        done = int(state.get("rounds") or 0)
-        plan["continued_after"] = min(done, int(plan.get("continued_after") or done))
-        manifest["rounds_auto"] = {**state, "stopped": False, "reason": None}
-    cfg.max_rounds = manifest["config"]["max_rounds"] = max_rounds
-    past = min(int(plan["max_rounds"]), int(plan.get("continued_after") or plan["max_rounds"]))
-    if max_rounds > past:
-        console.print(
-            f"--max-rounds {max_rounds}: rounds past {past} are judged by an anytime-valid confidence sequence "
-            f"(the group-sequential plan covered {past}); the verdict will say so"
-        )
 
 
 def write_report_safely(run_dir: Path, console: Any) -> None:
@@ -868,4 +731,17 @@ def write_report_safely(run_dir: Path, console: Any) -> None:
         )
 
 
-__all__ = ["run_ab", "interleaved_order", "torchrun_command", "write_report_safely"]
+__all__ = [
+    "PLAN_FINGERPRINT_IGNORES",
+    "extend_plan",
+    "free_port",
+    "interleaved_order",
+    "launch_plan",
+    "plan_fingerprint",
+    "plan_ports",
+    "rendezvous_address",
+    "run_ab",
+    "torchrun_command",
+    "verdict_plan",
+    "write_report_safely",
+]

@@ -11,28 +11,14 @@ comparison (docs/methodology.md). The run stops when every comparison may stop, 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from fsdpbench.records import Record
+from fsdpbench.results.summary import RoundsCheck
 
 STOP_SETTLED = "settled"
 STOP_MAX_ROUNDS = "max_rounds"
 STOP_MAX_TIME = "max_time"
 STOP_PARITY = "parity_failed"
-
-
-@dataclass(frozen=True, slots=True)
-class RoundsCheck(Record):
-    """The decision after ``rounds`` complete rounds: go on, or stop and why (manifest.json and
-    summary.json ``rounds_auto``)."""
-
-    rounds: int
-    stopped: bool
-    reason: str | None
-    """``settled``, ``max_rounds``, ``max_time`` or ``parity_failed`` when ``stopped``; None otherwise."""
-    why: str
-    """One line for the terminal, the summary and the report."""
 
 
 def ci_width_pct(ratio: float, ci95: Sequence[float]) -> float:

@@ -11,9 +11,17 @@ from typing import Any
 
 from fsdpbench.device import peak_bf16_flops, peak_flops
 from fsdpbench.results import phases, stats
-from fsdpbench.results.run_folder import PROFILE_ROUND, PROFILES, SCHEMA_VERSION, launch_time
+from fsdpbench.results.run_folder import MANIFEST, PROFILE_ROUND, PROFILES, SCHEMA_VERSION, launch_time
 from fsdpbench.results.stats import with_memory_ratio
-from fsdpbench.results.summary import ArmComparison, ArmSummary, MissingLaunch, Parity, RoundMedian, Summary
+from fsdpbench.results.summary import (
+    ArmComparison,
+    ArmSummary,
+    MissingLaunch,
+    Parity,
+    RoundMedian,
+    RoundsCheck,
+    Summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +156,9 @@ def summarize_run(
         failures=_failures(manifest, done),
         collected=_collected(manifest),
         launch_time=launch_time(manifest.get("launches") or []),
-        rounds_auto=manifest.get("rounds_auto"),
+        rounds_auto=RoundsCheck.from_dict(manifest["rounds_auto"], MANIFEST, "$.rounds_auto")
+        if manifest.get("rounds_auto")
+        else None,
     )
 
 

@@ -319,6 +319,13 @@ def write_state(sweep: Sweep, command: list[str] | None = None) -> Path:
     return run_folder.write_json(sweep.tree / STATE_FILE, payload)
 
 
+_NONE = object()
+_FIELD_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING
+}
+"""RunConfig's plain field defaults (what a sweep tree started before a field existed ran with)."""
+
+
 def check_against_state(sweep: Sweep) -> None:
     """Refuse to resume a tree made from a different configuration of the same cell names."""
     state = read_state(sweep.tree)
@@ -330,8 +337,12 @@ def check_against_state(sweep: Sweep) -> None:
         if not old or old.get("config") is None:
             continue
         new = orjson.loads(orjson.dumps(comparable_config(cell.config)))
-        if old["config"] != new:
-            changed = sorted(k for k in set(new) | set(old["config"]) if new.get(k) != old["config"].get(k))
+        # a field added since the tree was started (e.g. profile_ranks) that keeps its default changes nothing
+        added = {k for k, v in new.items() if k not in old["config"] and v == _FIELD_DEFAULTS.get(k, _NONE)}
+        changed = sorted(
+            k for k in (set(new) | set(old["config"])) - added if new.get(k) != old["config"].get(k)
+        )
+        if changed:
             detail = ", ".join(f"{k}: {old['config'].get(k)!r} → {new.get(k)!r}" for k in changed[:4])
             raise ConfigError(
                 f"{sweep.tree} holds cell {cell.name!r} run with a different configuration ({detail}); "

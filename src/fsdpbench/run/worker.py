@@ -38,6 +38,7 @@ from fsdpbench.errors import ConfigError
 from fsdpbench.results import run_folder
 from fsdpbench.results.phases import MARKED_PHASES
 from fsdpbench.run import memory
+from fsdpbench.run.delays import UnitDelays
 from fsdpbench.run.environment import arm_runtime, environment_facts
 from fsdpbench.run.phase_marks import PhaseMarks
 from fsdpbench.run.process_exit import exit_without_teardown
@@ -258,6 +259,9 @@ class StepRunner:
     """The host clock of the phase marks on CPU (tests pass a fake one)."""
     profile_marks: ProfileMarks | None = None
     """The named unit, phase and collective ranges of the profiled step (``run_steps`` installs them)."""
+    delays: UnitDelays | None = None
+    """The arm's ``delay=`` sleeps on this rank, hooked for the whole launch (``run``); the root's backward
+    one is called from ``train``."""
 
     def __post_init__(self) -> None:
         self.params = list(self.model.parameters())
@@ -308,6 +312,8 @@ class StepRunner:
         if marks:
             marks.mark(1)
         with ranges.backward() if ranges else contextlib.nullcontext():
+            if self.delays:
+                self.delays.root_backward()
             self.backend.backward(loss)
         if marks:
             marks.mark(2)
@@ -431,12 +437,14 @@ def run_steps(
     recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
     bookkeeping on every step except the profiled one, where it comes right after ``train``: the
     recorded window opens after ``record(P-1)`` and closes before ``record(P)``. The runner's
-    ``profile_marks`` are installed around ``train(P)`` only. Returns each step's end (``time.time()``,
-    after its bookkeeping), for the launch's timing.
+    ``profile_marks`` are installed around ``train(P)`` only (also when ``prof`` is None: a rank that
+    ``--profile-ranks`` leaves out trains step P as the profiled ranks do, without the profiler). Returns
+    each step's end (``time.time()``, after its bookkeeping), for the launch's timing.
     """
     ended: dict[int, float] = {}
     for step in range(first, n_steps):
-        ranges = runner.profile_marks if prof is not None and step == profile_step else None
+        # an unprofiled rank (``--profile-ranks``) runs the profiled step with the same ranges, without ``prof``
+        ranges = runner.profile_marks if step == profile_step else None
         if ranges is None:
             outcome = runner.train(step)
         else:  # the named ranges exist in the profiled step only
@@ -487,14 +495,18 @@ def live_at_start(runner: StepRunner) -> dict[str, int]:
     return out
 
 
-def record_memory_step(runner: StepRunner, step: int, run_dir: Path) -> None:
+def record_memory_step(runner: StepRunner, step: int, run_dir: Path, profiled: bool = True) -> None:
     """One more step after the profiled one, recorded with ``profile_memory=True`` and fsdpbench's ranges
     (docs/memory.md): its Chrome trace and the bytes live at its start go to ``run_folder.memory_step_files``;
     on npu torch_npu's profile goes to ``run_folder.memory_step_npu_dir`` instead of the Chrome trace. Not timed, not in steps.jsonl; the gradients are freed before it, so no tensor live at its start is
-    freed inside it (the CPU events cannot see those frees)."""
+    freed inside it (the CPU events cannot see those frees). A rank that ``--profile-ranks`` leaves out
+    (``profiled`` False) trains the step unrecorded and writes nothing: the other ranks' collectives need it."""
     from torch.profiler import ProfilerActivity, profile
 
     runner.optimizer.zero_grad(set_to_none=True)
+    if not profiled:
+        runner.train(step)
+        return
     live = live_at_start(runner)
     trace, live_path = run_folder.memory_step_files(run_dir, runner.arm.label, runner.rank)
     trace.parent.mkdir(parents=True, exist_ok=True)
@@ -616,6 +628,11 @@ def run(spec: dict[str, Any]) -> None:
         counter = CollectiveCounter() if cfg.count_collectives else None
         if counter:
             counter.install()
+        # the arm's delay= sleeps: hooked before any step, so every timed and profiled step has them
+        delays = UnitDelays(arm.delays(), rank)
+        if delays:
+            delays.install(model, decoder_units(model))
+            log.info("delay on this rank: %s", ", ".join(d.spec() for d in delays.delays))
         runner = StepRunner(
             cfg=cfg,
             arm=arm,
@@ -634,6 +651,7 @@ def run(spec: dict[str, Any]) -> None:
             profile_marks=ProfileMarks(model, decoder_units(model))
             if profile and cfg.profile_ranges
             else None,
+            delays=delays or None,
         )
         n_timed = 0 if profile_launch else cfg.warmup + cfg.steps
         gc.collect()
@@ -647,25 +665,31 @@ def run(spec: dict[str, Any]) -> None:
             if rank == 0:
                 torch.save(full, launch_dir / "final_params.pt")
             del full
+        # --profile-ranks: the launch's other ranks train the profiled and memory steps without a profiler
+        profiled_here = profile and rank in cfg.profiled_ranks
         if profile:
             # after the timed steps, which ran without a profiler (docs/methodology.md); a profile launch of
             # its own records step profile_step, a profiled round the second of two steps after its timed ones
             profile_at = cfg.profile_step if profile_launch else n_timed + run_folder.PROFILE_AFTER_TIMED - 1
-            with make_profiler(device_type, profile_dir, rank, profile_at - n_timed) as prof:
-                run_steps(runner, profile_at + 1, prof, profile_at, first=n_timed)
+            if profiled_here:
+                with make_profiler(device_type, profile_dir, rank, profile_at - n_timed) as prof:
+                    run_steps(runner, profile_at + 1, prof, profile_at, first=n_timed)
+            else:
+                run_steps(runner, profile_at + 1, None, profile_at, first=n_timed)
         verified = backend.verify_prefetch()  # raises when a patch of the library changed the chains
         if profile:  # on npu: a torch_npu profile of its own (docs/memory.md)
-            record_memory_step(runner, profile_at + 1, run_dir)
+            record_memory_step(runner, profile_at + 1, run_dir, profiled=profiled_here)
         stamps["profile"] = time.time()
         gc.enable()
         if local_rank == 0:
             facts["arm_runtime"]["optimizer_ran"] = runner.optimizer_ran
-            facts["arm_runtime"]["prefetch_verified_after_warmup"] = verified
+            facts["arm_runtime"][run_folder.PREFETCH_VERIFIED] = verified
             run_folder.write_json(launch_dir / run_folder.LAUNCH_NODE_ENVIRONMENT.format(node=node), facts)
             if rank == 0:
                 run_folder.write_json(launch_dir / run_folder.LAUNCH_ENVIRONMENT, facts)
         if counter:
             counter.uninstall()
+        delays.remove()
         dist.barrier()
     finally:
         try:

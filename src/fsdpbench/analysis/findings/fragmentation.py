@@ -45,19 +45,37 @@ def _bucket_summary(estimate: Estimate, target_counts: dict[str, int], basis: st
 
 
 def _from_replay(
-    data: Mapping[str, object], hits: list[CollectiveRow], side: Side, other: Side, closed: Estimate
+    data: Mapping[str, object],
+    data_o: Mapping[str, object],
+    hits: list[CollectiveRow],
+    side: Side,
+    other: Side,
+    closed: Estimate,
 ) -> Estimate:
-    """The replay's regrouping (``regroup:<type>:<count>``, preferring the most costly type at the other arm's
-    count) where the arm's replay has it, else ``closed`` labelled as the closed-form fallback; the same for
-    the one-bucket-per-unit scenario (``regroup:<type>:unit``)."""
+    """The replay's regrouping (``regroup:<types>:<count>``: every fragmented type at the other arm's count
+    per (unit, phase), ``replay_edits.regroup_edits``; else the most costly type's) where the arm's replay has
+    it, else ``closed`` labelled as the closed-form fallback; the same for the one-bucket-per-unit scenario
+    (``regroup:<types>:unit``)."""
+    from fsdpbench.analysis.replay_edits import regroup_edits
+
     ordered = sorted(hits, key=lambda r: -(r[side].time_us or 0.0))
     types = [r.type for r in ordered]
     top = ordered[0]
-    wanted = f"regroup:{top.type}:{round(top[other].count or 0)}"
+    # the edit merges each (unit, phase)'s calls into <count>: the other arm's count per place, every
+    # fragmented type in one edit where they share it (replay_edits.regroup_edits)
+    edits = regroup_edits(data, data_o, types)
+    wanted = edits[0] if len(edits) > 1 else f"regroup:{top.type}:{round(top[other].count or 0)}"
 
-    def pick(rows):  # the most costly type first, at the other arm's count where the replay has it
+    def pick(rows):  # the wanted edit, else the one covering most types, the most costly type first
         rank = {t: i for i, t in enumerate(types)}
-        return min(rows, key=lambda w: (rank[w["edit"].split(":")[1]], w["edit"] != wanted))
+        return min(
+            rows,
+            key=lambda w: (
+                w["edit"] != wanted,
+                -len(w["edit"].split(":")[1].split(",")),
+                min(rank[t] for t in w["edit"].split(":")[1].split(",")),
+            ),
+        )
 
     bucket = closed.one_bucket_per_layer
     estimate = rp.replay_or_closed_form(
@@ -65,9 +83,12 @@ def _from_replay(
     )
     per_unit = [w for w in rp.what_ifs(data) if rp.is_regroup(w["edit"], types, per_unit=True)]
     if per_unit:
+        wanted = edits[-1] if edits else wanted  # regroup:<types>:unit
         estimate.one_bucket_per_layer = rp.estimate_from_what_if(data, pick(per_unit), "one call per unit")
     elif bucket is not None:
-        estimate.one_bucket_per_layer = rp.closed_form(bucket, data, f"regroup:{top.type}:unit")
+        estimate.one_bucket_per_layer = rp.closed_form(
+            bucket, data, edits[-1] if edits else f"regroup:{top.type}:unit"
+        )
     return estimate
 
 
@@ -147,7 +168,7 @@ def rule_fragmentation(x: RuleInput) -> list[Finding]:
                 waits=step_waits,
             )
             estimate.one_bucket_per_layer = _bucket_summary(per_layer, layer, whatif.BASIS_STEP)
-        estimate = _from_replay(data, hits, side, other, estimate)
+        estimate = _from_replay(data, data_o, hits, side, other, estimate)
         frag_time = sum(r[side].time_us or 0.0 for r in hits)
         share = safe_ratio(frag_time, m.step_time_us)
         severity = "high" if share is not None and share >= FRAGMENTATION_HIGH_SHARE else "medium"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
@@ -13,21 +12,10 @@ from fsdpbench.analysis.findings.thresholds import COLLECTIVE_NAMES, SAME_BYTES_
 from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, manifest_prefetch
 from fsdpbench.fmt import fmt_count, fmt_x
-from fsdpbench.records import Record
+from fsdpbench.records import Record, finite
 
 Side = Literal["base", "test"]
 T = TypeVar("T")
-
-
-def finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a bool), else ``None``.
-
-    The one check of numbers read from JSON, applied where JSON enters: ``compare`` on an Analysis dict
-    (so every typed value below is a float or ``None``) and the report on summary/analysis JSON.
-    """
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def safe_ratio(a: float | None, b: float | None) -> float | None:

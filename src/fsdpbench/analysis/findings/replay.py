@@ -126,10 +126,10 @@ def replay_or_closed_form(
 
 
 def is_regroup(edit: str, types: Mapping[str, Any] | Sequence[str], *, per_unit: bool = False) -> bool:
-    """Whether ``edit`` regroups one of ``types``: ``regroup:<type>:<count>``, or (``per_unit``)
-    ``regroup:<type>:unit``."""
+    """Whether ``edit`` regroups some of ``types`` (and no other): ``regroup:<type>[,<type>…]:<count>``, or
+    (``per_unit``) ``regroup:<type>[,<type>…]:unit``."""
     parts = edit.split(":")
-    if len(parts) != 3 or parts[0] != "regroup" or parts[1] not in types:
+    if len(parts) != 3 or parts[0] != "regroup" or not all(t in types for t in parts[1].split(",")):
         return False
     return (parts[2] == "unit") == per_unit
 

@@ -16,25 +16,18 @@ from fsdpbench.report.diff_md import (
     place_lines,
 )
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
+from fsdpbench.report.terminal.fit import natural_width, print_fitted
 
 OPS_IN_TERMINAL = 10
 SEVERITY_COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "blue"}
-
-
-def _natural_width(table: Any) -> int:
-    """The width ``table`` takes when nothing is wrapped or cut."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    wide = Console(width=10_000)
-    return Measurement.get(wide, wide.options, table).maximum
 
 
 def render_diff(result: DiffResult, console: Any = None) -> None:
     """Print rich tables: the side by side, collectives, top op deltas, syncs, then the findings.
 
     The tables fit the console's width: the two sides' labels head the columns when they fit, else
-    "base" and "test" do and the caption names them; op type names are shortened in the middle.
+    "base" and "test" do and the caption names them; op type names are shortened in the middle; a table
+    still too wide is split in parts that repeat its first column (:mod:`fsdpbench.report.terminal.fit`).
     """
     from rich.console import Console
     from rich.table import Table
@@ -53,7 +46,7 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
         """``build(base_header, test_header)``, with the labels as headers when that fits."""
         nonlocal short
         tab = build(b, t)
-        if not short and _natural_width(tab) <= console.width:
+        if not short and natural_width(tab) <= console.width:
             return tab
         if not short:  # from here on every table says base/test
             console.print(f"base = {b}; test = {t}", highlight=False)
@@ -71,7 +64,7 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
             side.add_row(METRIC_NAMES[key], *metric_cells(key, base, test, sbs.delta(key)))
         return side
 
-    console.print(fitted(side_table))
+    print_fitted(console, fitted(side_table))
     distortion = distortion_text(result)
     if distortion:
         console.print(distortion, highlight=False)
@@ -95,7 +88,7 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
                 )
             return coll
 
-        console.print(fitted(coll_table))
+        print_fitted(console, fitted(coll_table))
     where = place_lines(result)
     if where:  # lines, not a table: they fit any width
         console.print("[bold]where: units × phases, largest exposed-comm Δ first; slowest collectives[/]")
@@ -125,8 +118,8 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
 
         # the names get what the numbers leave (at least 16 characters), shortened in the middle
         numbers = fitted(lambda hb, ht: ops_table(hb, ht, name_width=len("op type")))
-        spare = console.width - _natural_width(numbers) + len("op type")
-        console.print(fitted(lambda hb, ht: ops_table(hb, ht, name_width=max(16, spare))))
+        spare = console.width - natural_width(numbers) + len("op type")
+        print_fitted(console, fitted(lambda hb, ht: ops_table(hb, ht, name_width=max(16, spare))))
     sync_rows = [r for r in result.sync if r.base or r.test]
     if sync_rows:
 
@@ -136,7 +129,7 @@ def render_diff(result: DiffResult, console: Any = None) -> None:
                 sync.add_row(r.label, fmt_count(r.base), fmt_count(r.test), fmt_count(r.delta, signed=True))
             return sync
 
-        console.print(fitted(sync_table))
+        print_fitted(console, fitted(sync_table))
     for i, f in enumerate(result.findings, 1):
         console.print(f"{i}. [{SEVERITY_COLOURS.get(f.severity, 'white')}]{f.severity}[/] [bold]{f.title}[/]")
         console.print(f"   evidence: {f.evidence}", highlight=False)

@@ -1,0 +1,304 @@
+"""Ground truth for the step replay (issue 39): interleaved runs whose counterfactual is measured in the same
+run, and the replay's predictions of it.
+
+``delays``: each run is one ``fsdpbench ab --profile`` of ``torch``, ``torch`` with D ms on one rank at one
+unit and phase for each D (default 5, 20, 50 ms on rank 2 at layers.1's backward, 4 ranks), and the masking
+arm (the largest D there plus 20 ms on rank 1 at the same place). Per run and D it checks:
+
+* causality: the top place of the delayed arm's critical path (``replay.critical[0]``) is the delayed one;
+* "remove the delay" (``--what-if delay:R:U:P:-D`` on the delayed arm's profile) and "add the delay" (on the
+  clean arm's) against the other arm's timed median, within max(10 % of D, 2 % of the step)
+  (``calibration.delay_entry``);
+* masking: both delays added to the clean arm's profile in one what-if, against the masking arm's timed
+  median (within 10 % of the larger delay); the per-rank sum (D + 20) is printed beside it.
+
+``regrouping``: each run is ``fsdpbench ab --profile --arms torch:unit=module,torch`` (2 ranks, as
+docs/calibration.md's table); the replay's regroup edit on the unit=module arm's profile against the measured
+timed change (within 10 %).
+
+    python benchmarks/replay_truth.py delays --runs 10 --out results/truth
+    python benchmarks/replay_truth.py regrouping --runs 3 --out results/truth
+    python benchmarks/replay_truth.py delays --reuse results/truth/delays_*   # analyse runs already made
+
+The figures go to docs/calibration.md ("The replay against known delays").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fsdpbench.analysis import calibration
+from fsdpbench.results import run_folder
+
+PLACE = (2, "layers.1", "backward")
+"""The delayed place by default: (rank, unit, phase)."""
+MASK_RANK, MASK_MS = 1, 20.0
+"""The masking arm's second delay: this rank, this many ms, at the same unit and phase."""
+REGROUP_EDITS = ("regroup:all:unit",)
+"""The replay edit that turns the unit=module arm's collectives into one per unit and phase (every type), as
+the layer-unit arm issues them (docs/replay.md)."""
+TOLERANCE_REGROUP = 0.10
+
+
+def _ab(
+    arms: list[str], out: Path, name: str, nproc: int, rounds: int, extra: list[str], timeout: float
+) -> Path:
+    cmd = [sys.executable, "-m", "fsdpbench", "ab", "--arms", ",".join(arms), "--profile"]
+    cmd += ["--nproc", str(nproc), "--rounds", str(rounds), "--out", str(out), "--name", name, "--no-report"]
+    cmd += extra
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return sorted(out.glob(f"{name}_*"))[-1]
+
+
+def replay_of(run: Path, arm: str, edits: list[str]) -> dict[str, Any] | None:
+    """The ``replay`` object of ``arm``'s profiles with a ``what_if`` entry per text of ``edits``; a text of
+    several edits joined by ``+`` (``calibration.joint_edit``) is one what-if with all of them applied
+    (``replay_with_edits``). None (with the note printed) when the analysis has none."""
+    return replay_with_edits([run_folder.profile_dir(run, arm)], edits, what=f"{run.name} {arm}")
+
+
+def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> dict[str, Any] | None:
+    """``analyze`` of ``paths`` in this process with the single edits as ``--what-if``s, plus one what-if
+    per ``+``-joined group of edits, applied together to the same graph (``replay.apply_edit`` in turn,
+    then one replay): ``analyze --what-if`` replays each edit on its own. An edit the replay refuses (e.g.
+    one it does not have yet) gets a what-if with no prediction and the replay's message as its note."""
+    from fsdpbench.analysis import replay as rp
+    from fsdpbench.analysis.pipeline import analyze
+    from fsdpbench.errors import ConfigError
+
+    refused: dict[str, str] = {}
+    for text in edits:
+        for part in text.split("+"):
+            try:
+                rp.parse_edit(part)
+            except ConfigError as exc:
+                refused[text] = str(exc)
+    singles = [e for e in edits if "+" not in e and e not in refused]
+    res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+    if res.replay is None:
+        print(f"{what}: no replay ({res.replay_note})", file=sys.stderr)
+        return None
+    graph = res._replay[0]
+    for text in edits:
+        if text in refused:
+            res.replay["what_if"].append({"edit": text, "predicted_step_us": None, "note": refused[text]})
+            continue
+        if "+" not in text:
+            continue
+        edited = graph
+        for part in text.split("+"):
+            edited = rp.apply_edit(edited, rp.parse_edit(part))
+        reading = rp.read(edited, rp.schedule(edited))
+        res.replay["what_if"].append(
+            {
+                "edit": text,
+                "predicted_step_us": reading.step_us,
+                "phases": {p["phase"]: p["us"] for p in reading.by_phase},
+                "source": "replay",
+                "note": "; ".join(edited.notes[len(graph.notes) :]) or None,
+            }
+        )
+    return res.replay
+
+
+def _top(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
+    critical = (replay or {}).get("critical") or []
+    return (
+        (int(critical[0]["rank"]), str(critical[0]["unit"]), str(critical[0]["phase"])) if critical else None
+    )
+
+
+def _delay_arms(delays: list[float], place: tuple[int, str, str]) -> dict[str, list[str]]:
+    """{arm spec: delay texts} of a delays run: clean, one arm per D, the masking arm."""
+    rank, unit, phase = place
+    arms = {"torch": []}
+    for d in delays:
+        arms[f"torch:delay={rank}/{unit}/{phase}/{d:g}"] = [f"{rank}/{unit}/{phase}/{d:g}"]
+    big = max(delays)
+    masked = [f"{rank}/{unit}/{phase}/{big:g}", f"{MASK_RANK}/{unit}/{phase}/{MASK_MS:g}"]
+    arms[f"torch:delay={masked[0]}:delay={masked[1]}"] = masked
+    return arms
+
+
+def check_delays(run: Path) -> dict[str, Any]:
+    """The delay checks of one run folder (see the module docstring)."""
+    manifest = run_folder.read_json_file(run / run_folder.MANIFEST)
+    summary = run_folder.read_json_file(run / run_folder.SUMMARY)
+    arms = {a["label"]: a for a in manifest["arms"]}
+    # nested pairs only: one arm's delays are a subset of the other's (clean ↔ delayed, 50 ↔ 50 + 20)
+    pairs = [
+        (s, c)
+        for s, c in calibration.delay_pairs(arms)
+        if set(arms[s].get("delay") or []) <= set(arms[c].get("delay") or [])
+        or set(arms[c].get("delay") or []) <= set(arms[s].get("delay") or [])
+    ]
+    edits: dict[str, list[str]] = {label: [] for label in arms}
+    for subject, counterfactual in pairs:
+        edits[subject].append(
+            calibration.joint_edit(calibration.delay_edits(arms[subject], arms[counterfactual]))
+        )
+    replays = {label: replay_of(run, label, sorted(set(e))) for label, e in edits.items()}
+    profiled = {
+        label: (max(r["measured_us"] for r in rp["ranks"]) / 1e3 if rp and rp.get("ranks") else None)
+        for label, rp in replays.items()
+    }
+    wanted = set(pairs)
+    entries = [
+        e
+        for e in calibration.calibrate_delays(manifest, summary, replays, profiled)
+        if (e["subject"], e["counterfactual"]) in wanted
+    ]
+    tops = {}
+    for label, arm in arms.items():
+        places = [tuple(d.split("/")[:3]) for d in arm.get("delay") or []]
+        if places:  # the largest delay's place should top the path
+            big = max(arm["delay"], key=lambda d: float(d.split("/")[3]))
+            want = (int(big.split("/")[0]), *big.split("/")[1:3])
+            tops[label] = {"top": _top(replays[label]), "delayed": want, "hit": _top(replays[label]) == want}
+    return {"run": str(run), "entries": entries, "tops": tops}
+
+
+def check_regrouping(run: Path) -> dict[str, Any]:
+    """The replay's regrouping of the unit=module arm against the measured change to the torch arm."""
+    manifest = run_folder.read_json_file(run / run_folder.MANIFEST)
+    summary = run_folder.read_json_file(run / run_folder.SUMMARY)
+    arms = {a["label"]: a for a in manifest["arms"]}
+    subject = next(label for label, a in arms.items() if a.get("unit") == "module")
+    other = next(label for label, a in arms.items() if a.get("unit", "layer") == "layer")
+    edit = calibration.joint_edit(list(REGROUP_EDITS))
+    replay = replay_of(run, subject, [edit])
+    found = calibration.find_what_if(replay, list(REGROUP_EDITS))
+    replayed = calibration.replay_step_us(replay)
+    timed = {label: summary["arms"][label]["median_ms"] for label in arms}
+    measured = timed[other] - timed[subject]
+    predicted = (
+        None
+        if found is None or replayed is None or found.get("predicted_step_us") is None
+        else (float(found["predicted_step_us"]) - replayed) / 1e3
+    )
+    error = calibration.error_pct(predicted, measured)
+    if found is not None and found.get("note"):
+        print(f"{run.name} {edit}: {found['note']}", file=sys.stderr)
+    other_step = calibration.replay_step_us(replay_of(run, other, []))
+    measured_prof = None if other_step is None or replayed is None else (other_step - replayed) / 1e3
+    return {
+        "run": str(run),
+        "subject": subject,
+        "counterfactual": other,
+        "edit": edit,
+        "source": None if found is None else found.get("source"),
+        "predicted_ms": predicted,
+        "measured_ms": measured,
+        "error_pct": error,
+        "within": None if error is None else abs(error) <= TOLERANCE_REGROUP * 100,
+        "measured_profiled_ms": measured_prof,
+        "error_profiled_pct": calibration.error_pct(predicted, measured_prof),
+    }
+
+
+def _fmt(v: Any, spec: str = ".1f") -> str:
+    return "—" if v is None else format(v, spec) if isinstance(v, float) else str(v)
+
+
+def print_delays(results: list[dict[str, Any]]) -> None:
+    print(
+        "| run | check | edits | source | predicted ms | measured ms (timed) | measured ms (profiled) | "
+        "tolerance ms | within |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(results):
+        for e in r["entries"]:
+            print(
+                f"| {i} | {e['estimate']} | {' + '.join(e['edits'])} | {_fmt(e['source'])} | "
+                f"{_fmt(e['predicted_ms'])} | {_fmt(e['measured_ms'])} | {_fmt(e['measured_profiled_ms'])} | "
+                f"{_fmt(e['tolerance_ms'])} | {_fmt(e['within'])} |"
+            )
+    print()
+    by_arm: dict[str, list[bool]] = {}
+    for r in results:
+        for label, t in r["tops"].items():
+            by_arm.setdefault(label, []).append(bool(t["hit"]))
+    for label, hits in by_arm.items():
+        print(f"top critical place is the delayed one: {sum(hits)}/{len(hits)} runs ({label})")
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in results:
+        for e in r["entries"]:
+            groups.setdefault((e["estimate"], f"{e['subject']} → {e['counterfactual']}"), []).append(e)
+    for (name, pair), es in groups.items():
+        ok = [e for e in es if e["within"]]
+        errs = [abs(e["predicted_ms"] - e["measured_ms"]) for e in es if e["predicted_ms"] is not None]
+        med = statistics.median(errs) if errs else None
+        print(f"{name} {pair}: within {len(ok)}/{len(es)} runs; median |predicted − measured| {_fmt(med)} ms")
+
+
+def print_regrouping(results: list[dict[str, Any]]) -> None:
+    print(
+        "| run | subject → counterfactual | edit | source | predicted ms | measured ms (timed) | error | "
+        "within 10 % | measured ms (profiled) | error |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(results):
+        print(
+            f"| {i} | {r['subject']} → {r['counterfactual']} | {r['edit']} | {_fmt(r['source'])} | "
+            f"{_fmt(r['predicted_ms'])} | {_fmt(r['measured_ms'])} | {_fmt(r['error_pct'], '+.0f')} % | "
+            f"{_fmt(r['within'])} | {_fmt(r['measured_profiled_ms'])} | {_fmt(r['error_profiled_pct'], '+.0f')} % |"
+        )
+    print(f"within 10 %: {sum(bool(r['within']) for r in results)}/{len(results)} runs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("check", choices=["delays", "regrouping"])
+    parser.add_argument("--runs", type=int, default=10, help="interleaved runs to make (default 10)")
+    parser.add_argument("--out", type=Path, default=Path("results/replay_truth"), help="where runs go")
+    parser.add_argument("--reuse", type=Path, nargs="+", help="analyse these run folders instead of running")
+    parser.add_argument("--delays", default="5,20,50", help="delays in ms, comma-separated (default 5,20,50)")
+    parser.add_argument(
+        "--place",
+        default="/".join(map(str, PLACE)),
+        help="RANK/UNIT/PHASE of the delays (default 2/layers.1/backward)",
+    )
+    parser.add_argument("--nproc", type=int, help="ranks (default 4 for delays, 2 for regrouping)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per arm per run (default 3)")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--device", help="fsdpbench ab --device (default: its own, auto)")
+    parser.add_argument("--layers", type=int, help="fsdpbench ab --layers (default: the preset's)")
+    parser.add_argument("--json", type=Path, help="also write every check here")
+    args = parser.parse_args(argv)
+    results = []
+    if args.reuse:
+        runs: list[Path] = list(args.reuse)
+    else:
+        runs = []
+        args.out.mkdir(parents=True, exist_ok=True)
+        for i in range(args.runs):
+            if args.check == "delays":
+                rank, unit, phase = args.place.split("/")
+                specs = _delay_arms([float(d) for d in args.delays.split(",")], (int(rank), unit, phase))
+                arms, nproc = list(specs), args.nproc or 4
+            else:
+                arms, nproc = ["torch:unit=module", "torch"], args.nproc or 2
+            extra = ["--seq-len", str(args.seq_len)]
+            extra += ["--device", args.device] if args.device else []
+            extra += ["--layers", str(args.layers)] if args.layers else []
+            run = _ab(arms, args.out, f"{args.check}{i}", nproc, args.rounds, extra, timeout=3600)
+            print(f"run {i}: {run}", file=sys.stderr)
+            runs.append(run)
+    for run in runs:
+        results.append(check_delays(run) if args.check == "delays" else check_regrouping(run))
+    (print_delays if args.check == "delays" else print_regrouping)(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""``fsdpbench analyze --critical-path`` and ``--what-if`` in the terminal: the replay's error, the critical
+path per phase, the top places with their slack, and the replayed what-ifs (docs/replay.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fsdpbench.fmt import fmt, fmt_us_as_ms
+from fsdpbench.report.terminal.fit import print_fitted
+
+
+def _ms(us: float | None) -> str:
+    return fmt_us_as_ms(us, 3)
+
+
+REPLAY_TOP = 10
+
+
+def render_replay(res, con, critical: bool = True, trace_file: Path | None = None) -> None:  # noqa: ANN001
+    """The replay's terminal view: its error, the path per phase, the top places with their slack, and
+    the what-ifs (docs/replay.md)."""
+    from rich.table import Table
+
+    rp = res.replay
+    if rp is None:
+        con.print(f"[yellow]no step replay:[/yellow] {res.replay_note or 'not computed'}", highlight=False)
+        return
+    from fsdpbench.analysis.groups import seen_text
+
+    err = rp["error_pct"]
+    over = seen_text(rp.get("ranks_seen")) or f"{len(rp['ranks'])} ranks"
+    con.print(
+        f"Step replay: replayed vs measured step {fmt(err['median'], 3)} % median, {fmt(err['max'], 3)} % max "
+        f"over {over}; unexplained slack {_ms(rp['unexplained_slack_us'])} ms",
+        highlight=False,
+    )
+    if critical:
+        step = rp["figure"]["step_us"]
+        kinds = [k for k in ("compute", "transfer", "wait", "host_gap", "launch", "sync")
+                 if any(k in p["kinds"] for p in rp["by_phase"])]  # fmt: skip
+        t = Table(title=f"Critical path per phase (step {_ms(step)} ms)", title_justify="left",
+                  caption="ms on the cross-rank critical path, by kind of task", caption_justify="left")  # fmt: skip
+        for col in ("phase", "path", *kinds):
+            t.add_column(col, justify="left" if col == "phase" else "right", no_wrap=True)
+        for p in rp["by_phase"]:
+            t.add_row(
+                p["phase"], _ms(p["us"]), *[_ms(p["kinds"].get(k)) if k in p["kinds"] else "" for k in kinds]
+            )
+        print_fitted(con, t, labels=1)
+        slack = {(x["rank"], x["unit"], x["phase"], x["kind"]): x["slack_us"] for x in rp["slack"]}
+        top = Table(title="Top places on the critical path", title_justify="left",
+                    caption="ms; slack: how much the place could grow before the step grows (0 on the path)",
+                    caption_justify="left")  # fmt: skip
+        for col in ("rank", "unit", "phase", "kind", "critical", "slack"):
+            top.add_column(
+                col, justify="right" if col in ("rank", "critical", "slack") else "left", no_wrap=True
+            )
+        for x in rp["critical"][:REPLAY_TOP]:
+            key = (x["rank"], x["unit"], x["phase"], x["kind"])
+            top.add_row(str(x["rank"]), x["unit"], x["phase"], x["kind"], _ms(x["us"]), _ms(slack.get(key)))
+        print_fitted(con, top, labels=4)
+        near = rp["near_critical"]
+        if near:
+            con.print(
+                f"near-critical (off the path, slack < 2 % of the step): {len(near)} places, e.g. "
+                + ", ".join(
+                    f"rank {x['rank']} {x['unit']} {x['phase']} {x['kind']} ({_ms(x['slack_us'])} ms)"
+                    for x in near[:3]
+                ),
+                highlight=False,
+            )
+        if trace_file is not None:
+            con.print(
+                f"replayed step with its critical path: {trace_file} (open in ui.perfetto.dev)",
+                highlight=False,
+            )
+    if rp["what_if"]:
+        w = Table(title="What-ifs (replayed)", title_justify="left", caption="ms", caption_justify="left")
+        for col in ("edit", "predicted step", "change", "source", "largest change on the path"):
+            w.add_column(
+                col, justify="left" if col in ("edit", "source", "largest change on the path") else "right"
+            )
+        step = rp["figure"]["step_us"]
+        for x in rp["what_if"]:
+            c = x["changed"][0] if x["changed"] else None
+            change = (
+                f"rank {c['rank']} {c['unit']} {c['phase']} {c['kind']} {c['delta_us'] / 1000:+.3f}"
+                if c
+                else "—"
+            )
+            pred = x["predicted_step_us"]
+            w.add_row(
+                x["edit"],
+                _ms(pred),
+                "" if pred is None else f"{(pred - step) / 1000:+.3f}",
+                x["source"],
+                change,
+            )
+        print_fitted(con, w, labels=1, wrap={"largest change on the path"})

@@ -1,0 +1,189 @@
+"""Issue 39's known-delay checks on one real interleaved run (CPU/gloo, 4 ranks, tiny, one `ab` launch per
+arm): ``torch``, ``torch`` with D ms on rank 2 at layers.1's backward, and the same plus D2 ms on rank 1 at
+the same place (the masking arm).
+
+References, each independent of fsdpbench's analysis: the delays injected (D, D2); the profiler's own
+Chrome traces read as plain JSON; the worker's host-clock phase times. The replay's checks (the top
+critical place, "remove"/"add the delay" and masking predicted from the traces) run once the replay
+exists (``fsdpbench.analysis.replay``, issue 39 points 1-4); the full statistics over many runs with the
+5/20/50 ms delays and the timed step as the judge are ``benchmarks/replay_truth.py`` (docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from helpers import REPO, free_port, run_cli
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+
+D_MS, D2_MS = 150.0, 60.0
+"""Large against the scheduling noise of a loaded 2-core machine running 4 ranks (tens of ms per step)."""
+RANK, UNIT, PHASE, RANK2 = 2, "layers.1", "backward", 1
+CLEAN, DELAYED, MASKED = (
+    "torch",
+    f"torch-delay{RANK}-{UNIT}-{PHASE}-{D_MS:g}ms",
+    f"torch-delay{RANK}-{UNIT}-{PHASE}-{D_MS:g}ms-delay{RANK2}-{UNIT}-{PHASE}-{D2_MS:g}ms",
+)
+HAS_REPLAY = importlib.util.find_spec("fsdpbench.analysis.replay") is not None
+REPLAY_PLACES_A_GAP_AT_ITS_START = pytest.mark.xfail(
+    strict=False,
+    reason="the replay (replay_graph.py, host segments) gives a host segment the place where it starts: the "
+    "sleep, which begins before the unit's range opens (inside the backward pre-hook's autograd node, or "
+    "in the host gap before the forward range), is charged to the previous place, so the top place is "
+    "not the delayed one and 'remove' finds ~0 ms there; cutting the segments at the lane's range starts "
+    "and ends fixes it (docs/calibration.md, 'The replay against known delays'). Drop this mark then.",
+)
+
+
+@pytest.fixture(scope="module")
+def delay_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("delay_truth")
+    place = f"{RANK}/{UNIT}/{PHASE}"
+    arms = f"torch,torch:delay={place}/{D_MS:g},torch:delay={place}/{D_MS:g}:delay={RANK2}/{UNIT}/{PHASE}/{D2_MS:g}"
+    proc = run_cli(
+        *(
+            "ab",
+            "--arms",
+            arms,
+            "--nproc",
+            "4",
+            "--rounds",
+            "1",
+            "--warmup",
+            "1",
+            "--steps",
+            "2",
+            "--layers",
+            "2",
+        ),
+        *("--profile", "--seq-len", "128", "--no-report", "--name", "truth", "--out", str(out)),
+        *("--master-port", str(free_port())),
+        timeout=560,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = out.glob("truth_*")
+    return run
+
+
+def _records(run: Path, arm: str, kind: str) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["arm"] == arm and r["kind"] == kind]
+
+
+def _range_gap_us(run: Path, arm: str, rank: int, name: str) -> tuple[float, float]:
+    """(range start → first operator inside it, range duration) in µs for range ``name`` on ``rank``,
+    from the profiler's own trace (plain JSON)."""
+    (path,) = (run / "profiles" / arm / f"rank{rank}").glob("*.pt.trace.json*")
+    raw = path.read_bytes()
+    events = [e for e in orjson.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)["traceEvents"]]
+    complete = [e for e in events if e.get("ph") == "X"]
+    (rng,) = [e for e in complete if e["name"] == name]
+    start, end = float(rng["ts"]), float(rng["ts"]) + float(rng["dur"])
+    first = min(
+        float(e["ts"])
+        for e in complete
+        if e.get("cat") == "cpu_op" and e["tid"] == rng["tid"] and start < float(e["ts"]) < end
+    )
+    return first - start, float(rng["dur"])
+
+
+def test_the_manifest_records_each_arms_delays(delay_run):
+    arms = {a["label"]: a for a in orjson.loads((delay_run / "manifest.json").read_bytes())["arms"]}
+    assert "delay" not in arms[CLEAN]
+    assert arms[DELAYED]["delay"] == [f"{RANK}/{UNIT}/{PHASE}/{D_MS:g}"]
+    assert arms[MASKED]["delay"] == [f"{RANK}/{UNIT}/{PHASE}/{D_MS:g}", f"{RANK2}/{UNIT}/{PHASE}/{D2_MS:g}"]
+
+
+@pytest.mark.parametrize("kind", ["warmup", "timed", "profile"])
+def test_every_step_of_a_delayed_arm_holds_the_delay_in_every_ranks_backward(delay_run, kind):
+    """The delayed rank sleeps D in its backward; the others wait for it at layers.1's collectives, so every
+    rank's backward (host clock, steps.jsonl) lasts at least about D, in the timed steps as in the
+    profiled ones."""
+    for arm in (DELAYED, MASKED):
+        rows = _records(delay_run, arm, kind)
+        assert rows, (arm, kind)
+        for r in rows:
+            backward = r["phases_ms"]["backward"]
+            assert backward[RANK] >= D_MS, (arm, r["step"], backward)
+            assert min(backward) >= 0.8 * D_MS, (arm, r["step"], backward)
+
+
+def test_in_the_profiled_step_the_sleep_opens_the_delayed_ranks_unit_range(delay_run):
+    name = f"fsdpbench::{PHASE}::{UNIT}"
+    gap, _ = _range_gap_us(delay_run, DELAYED, RANK, name)
+    assert gap >= 0.95 * D_MS * 1e3
+    gap, _ = _range_gap_us(delay_run, MASKED, RANK2, name)
+    assert gap >= 0.95 * D2_MS * 1e3
+    for rank in (0, 1, 3):  # no sleep where none was asked
+        gap, _ = _range_gap_us(delay_run, DELAYED, rank, name)
+        assert gap < 0.5 * D2_MS * 1e3, (rank, gap)
+    gap, _ = _range_gap_us(delay_run, CLEAN, RANK, name)
+    assert gap < 0.5 * D2_MS * 1e3
+
+
+# ------------------------------------------------------------------------------------ the replay
+def _replay(run: Path, arm: str, *edits: str) -> dict:
+    """The arm's replay with each edit as a what-if (several joined by ``+``: applied together), through
+    the benchmark's helper (benchmarks/replay_truth.py ``replay_with_edits``)."""
+    spec = importlib.util.spec_from_file_location("replay_truth", REPO / "benchmarks" / "replay_truth.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    replay = bench.replay_with_edits([run / "profiles" / arm], list(edits), what=arm)
+    assert replay, f"no replay for {arm}"
+    return replay
+
+
+def _predicted_change_ms(replay: dict, edit: str) -> float:
+    (entry,) = [w for w in replay["what_if"] if w["edit"] == edit]
+    return (entry["predicted_step_us"] - replay["figure"]["step_us"]) / 1e3
+
+
+def _within(predicted_ms: float, truth_ms: float, step_ms: float) -> bool:
+    """Issue 39's bound: max(10 % of the delay, 2 % of the step)."""
+    return abs(predicted_ms - truth_ms) <= max(0.10 * abs(truth_ms), 0.02 * step_ms)
+
+
+@pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
+@REPLAY_PLACES_A_GAP_AT_ITS_START
+def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_adding_it(delay_run):
+    place = (RANK, UNIT, PHASE)
+    remove, add = f"delay:{RANK}:{UNIT}:{PHASE}:-{D_MS:g}", f"delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
+    delayed = _replay(delay_run, DELAYED, remove)
+    top = delayed["critical"][0]
+    assert (top["rank"], top["unit"], top["phase"]) == place, delayed["critical"][:3]
+    step = max(r["measured_us"] for r in delayed["ranks"]) / 1e3
+    removed = _predicted_change_ms(delayed, remove)
+    assert _within(removed, -D_MS, step), removed
+    clean = _replay(delay_run, CLEAN, add)
+    added = _predicted_change_ms(clean, add)
+    assert _within(added, D_MS, step), added
+
+
+@pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
+@REPLAY_PLACES_A_GAP_AT_ITS_START
+def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
+    """D on rank 2 and D2 on rank 1 at one place cost D, not D + D2: predicted by adding both to the clean
+    arm's trace, and measured (the lowest of each arm's timed and profiled steps, the least disturbed by
+    the machine's load) closer to D than to D + D2."""
+    both = f"delay:{RANK2}:{UNIT}:{PHASE}:{D2_MS:g}+delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
+    clean = _replay(delay_run, CLEAN, both)
+    step = max(r["measured_us"] for r in clean["ranks"]) / 1e3
+    predicted = _predicted_change_ms(clean, both)
+    assert _within(predicted, D_MS, step), predicted
+
+    def lowest(arm: str) -> float:
+        return min(r["time_ms"] for kind in ("timed", "profile") for r in _records(delay_run, arm, kind))
+
+    measured = lowest(MASKED) - lowest(CLEAN)
+    assert abs(measured - D_MS) < abs(measured - D_MS - D2_MS), measured
+    masked = _replay(delay_run, MASKED, f"delay:{RANK2}:{UNIT}:{PHASE}:-{D2_MS:g}")
+    top = masked["critical"][0]
+    assert (top["rank"], top["unit"], top["phase"]) == (RANK, UNIT, PHASE)
+    assert abs(_predicted_change_ms(masked, f"delay:{RANK2}:{UNIT}:{PHASE}:-{D2_MS:g}")) <= 0.10 * D_MS

@@ -1,0 +1,170 @@
+"""The replay engine's fast paths (analysis/replay.py's contracted schedule and latest starts,
+analysis/replay_graph.py's vectorised host segments) against plain references: a task-by-task longest path
+in index order, written out below, and host segments worked out by hand (and the one-event-at-a-time stack
+on random nestings)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fsdpbench.analysis import replay as R
+from fsdpbench.analysis import replay_graph as RG
+
+NO_BASE = np.iinfo(np.int64).min // 4
+
+
+def _graph(rng: np.random.Generator, n_per_rank: int, ranks: int, negative: bool) -> R.StepGraph:
+    """Random ranks of lanes (chains in index order) with random forward edges between any tasks (launches,
+    joins, rendezvous-like fan-ins across ranks); every edge goes forward in index order."""
+    n = n_per_rank * ranks
+    rank = np.repeat(np.arange(ranks), n_per_rank)
+    dur = rng.integers(0, 50, n)
+    dur[rng.random(n) < 0.2] = 0
+    src, dst = [], []
+    for r in range(ranks):
+        lo = r * n_per_rank
+        cut = np.sort(rng.choice(np.arange(lo + 1, lo + n_per_rank), size=3, replace=False))
+        for a, b in zip([lo, *cut.tolist()], [*cut.tolist(), lo + n_per_rank], strict=True):
+            src += list(range(a, b - 1))
+            dst += list(range(a + 1, b))
+            if a != lo:
+                src.append(lo)  # every lane released from its rank's start
+                dst.append(a)
+    for _ in range(n):  # forks and joins, within and across ranks
+        a, b = sorted(rng.choice(n, size=2, replace=False).tolist())
+        src.append(a)
+        dst.append(b)
+    esrc = np.array(src, dtype=np.int64)
+    edst = np.array(dst, dtype=np.int64)
+    ew = rng.integers(0, 5, esrc.size) * (rng.random(esrc.size) < 0.3)
+    if negative:
+        ew[rng.random(esrc.size) < 0.05] = -3
+    base = np.full(n, NO_BASE, dtype=np.int64)
+    base[np.arange(ranks) * n_per_rank] = rng.integers(0, 20, ranks)
+    meas = np.arange(n, dtype=np.int64) * 10
+    if rng.random() < 0.5:  # a measured order that is no topological order: Kahn's algorithm
+        meas = rng.permutation(meas)
+    z = np.zeros(n, dtype=np.int64)
+    return R.StepGraph(
+        rank=rank, local=z, dur=dur.astype(np.int64), meas=meas, kind=np.zeros(n, np.int8), place=z,
+        places=[], esrc=esrc, edst=edst, ew=ew.astype(np.int64), ekind=np.zeros(esrc.size, np.int8), base=base,
+        graphs=[], offset_ns=[], offset=np.arange(ranks + 1) * n_per_rank,
+    )  # fmt: skip
+
+
+def _reference(g: R.StepGraph, deadline: int | None) -> tuple[list[int], list[int], list[int]]:
+    """Start, binding edge and latest start of every task, one task at a time in index order (every edge goes
+    forward in it): a task starts at the latest of its earliest start and its predecessors' ends plus the
+    latencies; the binding edge is the last edge (in edge order) reaching that start, none where the
+    earliest start alone does; the latest start is the earliest of the deadline and the successors' latest
+    starts less the latencies, less its length."""
+    n = g.dur.size
+    into: list[list[int]] = [[] for _ in range(n)]
+    out: list[list[int]] = [[] for _ in range(n)]
+    for e, (a, b) in enumerate(zip(g.esrc.tolist(), g.edst.tolist(), strict=True)):
+        into[b].append(e)
+        out[a].append(e)
+    start, bind, end = [0] * n, [-1] * n, [0] * n
+    for v in range(n):
+        s, b = int(g.base[v]), -1
+        for e in into[v]:
+            x = end[int(g.esrc[e])] + int(g.ew[e])
+            if x > s or (x == s and b >= 0):
+                s, b = x, e
+        start[v], bind[v], end[v] = s, b, s + int(g.dur[v])
+    dl = max(end) if deadline is None else deadline
+    ls = [0] * n
+    for v in reversed(range(n)):
+        f = dl
+        for e in out[v]:
+            f = min(f, ls[int(g.edst[e])] - int(g.ew[e]))
+        ls[v] = f - int(g.dur[v])
+    return start, bind, ls
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path(seed):
+    rng = np.random.default_rng(seed)
+    g = _graph(
+        rng, n_per_rank=int(rng.integers(5, 60)), ranks=int(rng.integers(1, 4)), negative=seed % 3 == 2
+    )
+    s = R.schedule(g)
+    start, bind, _ = _reference(g, None)
+    assert s.start.tolist() == start
+    assert s.binding.tolist() == bind
+    assert (s.end - s.start).tolist() == g.dur.tolist()
+    deadline = int(s.end.max())
+    _, _, ls = _reference(g, deadline)
+    assert R.latest_starts(g, s, deadline).tolist() == ls
+    pos = np.empty(g.dur.size, dtype=np.int64)
+    pos[s.order] = np.arange(g.dur.size)
+    assert (pos[g.esrc] < pos[g.edst]).all()  # the order is topological
+
+
+# ------------------------------------------------------------------------------------------ host segments
+C_NONE, C_OP, C_COMPUTE, C_LAUNCH, C_SYNC = range(5)
+
+
+def _segments(events: list[tuple[int, int, int, int]], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    ev = sorted(events, key=lambda x: (x[0], -x[1]))
+    arr = [np.array([x[i] for x in ev], dtype=np.int64) for i in range(4)]
+    s, c, o = RG._host_segments(arr[0], arr[1], arr[2].astype(np.int8), arr[3], lo, hi)
+    return list(zip(s.tolist(), c.tolist(), o.tolist(), strict=True))
+
+
+def test_host_segments_by_hand():
+    # compute op 7 [0, 100) holding a launch [10, 20) and a nested compute op 8 [30, 60); a sync [120, 150)
+    # with a zero-length compute at 130; a host gap to hi = 200
+    ev = [(0, 100, C_COMPUTE, 7), (10, 20, C_LAUNCH, -1), (30, 60, C_COMPUTE, 8), (120, 150, C_SYNC, -1),
+          (130, 130, C_COMPUTE, 9)]  # fmt: skip
+    assert _segments(ev, 0, 200) == [
+        (0, C_COMPUTE, 7),  # the outermost compute op names the time, not the nested one
+        (10, C_LAUNCH, -1),
+        (20, C_COMPUTE, 7),
+        (100, C_NONE, -1),
+        (120, C_SYNC, -1),  # the zero-length event inside the sync changes nothing
+        (150, C_NONE, -1),
+    ]
+    # two launch calls back to back: the second starts a segment of its own (the stack closes the first, then
+    # opens the second at 20: two tasks, one per call, as the loop has always cut them)
+    assert _segments([(10, 20, C_LAUNCH, -1), (20, 30, C_LAUNCH, -1)], 0, 40) == [
+        (0, C_NONE, -1), (10, C_LAUNCH, -1), (20, C_LAUNCH, -1), (30, C_NONE, -1),
+    ]  # fmt: skip
+    # a zero-length sync inside a host gap: a segment at its time, back to the gap's state
+    assert _segments([(10, 10, C_SYNC, -1)], 0, 40) == [(0, C_NONE, -1), (10, C_NONE, -1)]
+
+
+def _random_nesting(rng: np.random.Generator, laminar: bool) -> list[tuple[int, int, int, int]]:
+    events: list[tuple[int, int, int, int]] = []
+
+    def fill(a: int, b: int, depth: int) -> None:
+        t = a
+        while t < b and depth < 4:
+            s = int(rng.integers(t, b + 1))
+            e = int(rng.integers(s, b + 1)) if rng.random() < 0.9 else s
+            cls = int(rng.integers(1, 5))
+            events.append((s, e, cls, int(rng.integers(0, 3)) if cls == C_COMPUTE else -1))
+            if e > s:
+                fill(s, e, depth + 1)
+            t = e + int(rng.integers(0, 3))
+
+    fill(0, 200, 0)
+    if not laminar:  # a few calls overlapping their neighbours
+        for _ in range(3):
+            s = int(rng.integers(0, 190))
+            events.append((s, s + int(rng.integers(1, 30)), int(rng.integers(1, 5)), -1))
+    return events
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_vectorised_host_segments_equal_the_stack(seed):
+    rng = np.random.default_rng(seed)
+    ev = sorted(_random_nesting(rng, laminar=seed % 4 != 0), key=lambda x: (x[0], -x[1]))
+    arr = [np.array([x[i] for x in ev], dtype=np.int64) for i in range(4)]
+    lo = int(rng.integers(-5, 20))  # an event may start before the lane's first instant (the stack's rule)
+    args = (arr[0], arr[1], arr[2].astype(np.int8), arr[3], lo, 220)
+    fast = RG._host_segments(*args)
+    loop = RG._host_segments_loop(*args)
+    for a, b in zip(fast, loop, strict=True):
+        assert a.tolist() == b.tolist()
