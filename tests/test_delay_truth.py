@@ -32,14 +32,6 @@ CLEAN, DELAYED, MASKED = (
     f"torch-delay{RANK}-{UNIT}-{PHASE}-{D_MS:g}ms-delay{RANK2}-{UNIT}-{PHASE}-{D2_MS:g}ms",
 )
 HAS_REPLAY = importlib.util.find_spec("fsdpbench.analysis.replay") is not None
-REPLAY_PLACES_A_GAP_AT_ITS_START = pytest.mark.xfail(
-    strict=False,
-    reason="the replay (replay_graph.py, host segments) gives a host segment the place where it starts: the "
-    "sleep, which begins before the unit's range opens (inside the backward pre-hook's autograd node, or "
-    "in the host gap before the forward range), is charged to the previous place, so the top place is "
-    "not the delayed one and 'remove' finds ~0 ms there; cutting the segments at the lane's range starts "
-    "and ends fixes it (docs/calibration.md, 'The replay against known delays'). Drop this mark then.",
-)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +143,6 @@ def _within(predicted_ms: float, truth_ms: float, step_ms: float) -> bool:
 
 
 @pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
-@REPLAY_PLACES_A_GAP_AT_ITS_START
 def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_adding_it(delay_run):
     place = (RANK, UNIT, PHASE)
     remove, add = f"delay:{RANK}:{UNIT}:{PHASE}:-{D_MS:g}", f"delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
@@ -167,7 +158,6 @@ def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_addi
 
 
 @pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
-@REPLAY_PLACES_A_GAP_AT_ITS_START
 def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     """D on rank 2 and D2 on rank 1 at one place cost D, not D + D2: predicted by adding both to the clean
     arm's trace, and measured (the lowest of each arm's timed and profiled steps, the least disturbed by
