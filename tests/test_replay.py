@@ -231,23 +231,15 @@ def test_identity_replay_two_ranks(profiled_ab_run):
 
 
 @pytest.fixture(scope="module")
-def four_rank_run(tmp_path_factory) -> Path:
-    from helpers import free_port
-
-    out = tmp_path_factory.mktemp("replay4")
-    proc = run_cli(
-        "run", "--arm", "torch", "--rounds", "1", "--warmup", "1", "--steps", "2", "--profile", "--nproc", "4",
-        "--seq-len", "128", "--out", str(out), "--name", "replay4", "--master-port", str(free_port()), "--no-report",
-        timeout=500,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return sorted(out.glob("replay4_*"))[-1]
+def four_rank_run(delay_ab_run) -> Path:
+    """A profiled 4-rank gloo run: the session's known-delay A/B (conftest's ``delay_ab_run``, tiny, 2
+    layers), whose clean arm ``torch`` these checks read."""
+    return delay_ab_run
 
 
 def test_identity_replay_four_ranks(four_rank_run):
-    for arm in sorted((four_rank_run / "profiles").iterdir()):
-        rp = _check_identity(arm)
-        assert len(rp["ranks"]) == 4
+    rp = _check_identity(four_rank_run / "profiles" / "torch")
+    assert len(rp["ranks"]) == 4
 
 
 def _shifted_copy(src: Path, dst: Path, shifts_us: dict[int, float]) -> None:
@@ -326,7 +318,7 @@ def test_replay_says_what_it_cannot_explain():
 def test_regroup_and_prefetch_edits_replay(four_rank_run):
     """The regroup and prefetch edits replay on a real 4-rank profile and say what they did (their accuracy is
     the calibration's to judge: docs/replay.md)."""
-    rp = _replay([four_rank_run / "profiles" / "torch"], "regroup:all:unit", "prefetch:layers.2:1")
+    rp = _replay([four_rank_run / "profiles" / "torch"], "regroup:all:unit", "prefetch:layers.1:1")
     regroup, prefetch = rp["what_if"]
     assert regroup["source"] == prefetch["source"] == "replay"
     step = rp["figure"]["step_us"]
