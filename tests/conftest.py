@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SHARED, run_profiled_ab
+from helpers import SHARED, run_delay_ab, run_profiled_ab
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +57,11 @@ def plain_fsdp2_profiles(tmp_path_factory) -> Path:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
+
+
+@pytest.fixture(scope="session")
+def delay_ab_run(tmp_path_factory) -> Path:
+    """One profiled 4-rank gloo A/B of a clean arm and two arms with known delays (``helpers.DELAY_ARMS``,
+    tiny, 2 layers), shared by the delay checks (test_delay_truth.py) and the 4-rank replay checks
+    (test_replay.py: the clean arm ``torch``). Returns the run folder."""
+    return run_delay_ab(tmp_path_factory.mktemp("delay_ab"))

@@ -115,6 +115,40 @@ def run_profiled_ab(out: Path, arms: str, name: str, timeout: float = 500, *extr
     return runs[-1]
 
 
+# The known-delay 4-rank A/B (conftest's ``delay_ab_run``): its arms, and the delays they inject
+DELAY_MS, DELAY2_MS = 150.0, 60.0
+"""Large against the scheduling noise of a loaded 2-core machine running 4 ranks (tens of ms per step)."""
+DELAY_RANK, DELAY_UNIT, DELAY_PHASE, DELAY_RANK2 = 2, "layers.1", "backward", 1
+_PLACE = f"{DELAY_RANK}/{DELAY_UNIT}/{DELAY_PHASE}"
+DELAY_ARMS = (
+    "torch",
+    f"torch:delay={_PLACE}/{DELAY_MS:g}",
+    f"torch:delay={_PLACE}/{DELAY_MS:g}:delay={DELAY_RANK2}/{DELAY_UNIT}/{DELAY_PHASE}/{DELAY2_MS:g}",
+)
+"""The clean arm, D ms on rank 2 at layers.1's backward, and that plus D2 ms on rank 1 at the same place."""
+DELAY_LABELS = (
+    "torch",
+    f"torch-delay{DELAY_RANK}-{DELAY_UNIT}-{DELAY_PHASE}-{DELAY_MS:g}ms",
+    f"torch-delay{DELAY_RANK}-{DELAY_UNIT}-{DELAY_PHASE}-{DELAY_MS:g}ms"
+    f"-delay{DELAY_RANK2}-{DELAY_UNIT}-{DELAY_PHASE}-{DELAY2_MS:g}ms",
+)
+"""The labels (and ``profiles/`` folders) of :data:`DELAY_ARMS`."""
+
+
+def run_delay_ab(out: Path, timeout: float = 560) -> Path:
+    """``fsdpbench ab --profile`` of :data:`DELAY_ARMS` on 4 gloo ranks (tiny, ``--layers 2``, 1 round of 1
+    warm-up + 2 timed steps, seq 128, no report) into ``out``; returns the run folder."""
+    proc = run_cli(
+        *("ab", "--arms", ",".join(DELAY_ARMS), "--nproc", "4", "--rounds", "1", "--warmup", "1"),
+        *("--steps", "2", "--layers", "2", "--profile", "--seq-len", "128", "--no-report"),
+        *("--name", "truth", "--out", str(out), "--master-port", str(free_port())),
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = out.glob("truth_*")
+    return run
+
+
 def processes_mentioning(text: str) -> list[int]:
     """PIDs of live processes whose command line contains ``text`` (read from /proc; Linux)."""
     pids = []

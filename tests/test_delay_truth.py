@@ -1,6 +1,7 @@
 """Issue 39's known-delay checks on one real interleaved run (CPU/gloo, 4 ranks, tiny, one `ab` launch per
 arm): ``torch``, ``torch`` with D ms on rank 2 at layers.1's backward, and the same plus D2 ms on rank 1 at
-the same place (the masking arm).
+the same place (the masking arm). The run is conftest's ``delay_ab_run``, whose clean arm test_replay.py's
+4-rank checks read too (one 4-rank launch per arm in the whole suite).
 
 References, each independent of fsdpbench's analysis: the delays injected (D, D2); the profiler's own
 Chrome traces read as plain JSON; the worker's host-clock phase times. The replay's checks (the top
@@ -19,57 +20,29 @@ from pathlib import Path
 import orjson
 import pytest
 
-from helpers import REPO, free_port, run_cli
+from helpers import (
+    DELAY2_MS,
+    DELAY_LABELS,
+    DELAY_MS,
+    DELAY_PHASE,
+    DELAY_RANK,
+    DELAY_RANK2,
+    DELAY_UNIT,
+    REPO,
+)
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 
-D_MS, D2_MS = 150.0, 60.0
-"""Large against the scheduling noise of a loaded 2-core machine running 4 ranks (tens of ms per step)."""
-RANK, UNIT, PHASE, RANK2 = 2, "layers.1", "backward", 1
-CLEAN, DELAYED, MASKED = (
-    "torch",
-    f"torch-delay{RANK}-{UNIT}-{PHASE}-{D_MS:g}ms",
-    f"torch-delay{RANK}-{UNIT}-{PHASE}-{D_MS:g}ms-delay{RANK2}-{UNIT}-{PHASE}-{D2_MS:g}ms",
-)
+D_MS, D2_MS = DELAY_MS, DELAY2_MS
+RANK, UNIT, PHASE, RANK2 = DELAY_RANK, DELAY_UNIT, DELAY_PHASE, DELAY_RANK2
+CLEAN, DELAYED, MASKED = DELAY_LABELS
 HAS_REPLAY = importlib.util.find_spec("fsdpbench.analysis.replay") is not None
-REPLAY_PLACES_A_GAP_AT_ITS_START = pytest.mark.xfail(
-    strict=False,
-    reason="the replay (replay_graph.py, host segments) gives a host segment the place where it starts: the "
-    "sleep, which begins before the unit's range opens (inside the backward pre-hook's autograd node, or "
-    "in the host gap before the forward range), is charged to the previous place, so the top place is "
-    "not the delayed one and 'remove' finds ~0 ms there; cutting the segments at the lane's range starts "
-    "and ends fixes it (docs/calibration.md, 'The replay against known delays'). Drop this mark then.",
-)
 
 
 @pytest.fixture(scope="module")
-def delay_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("delay_truth")
-    place = f"{RANK}/{UNIT}/{PHASE}"
-    arms = f"torch,torch:delay={place}/{D_MS:g},torch:delay={place}/{D_MS:g}:delay={RANK2}/{UNIT}/{PHASE}/{D2_MS:g}"
-    proc = run_cli(
-        *(
-            "ab",
-            "--arms",
-            arms,
-            "--nproc",
-            "4",
-            "--rounds",
-            "1",
-            "--warmup",
-            "1",
-            "--steps",
-            "2",
-            "--layers",
-            "2",
-        ),
-        *("--profile", "--seq-len", "128", "--no-report", "--name", "truth", "--out", str(out)),
-        *("--master-port", str(free_port())),
-        timeout=560,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run,) = out.glob("truth_*")
-    return run
+def delay_run(delay_ab_run) -> Path:
+    """The session's known-delay A/B (conftest's ``delay_ab_run``, shared with test_replay.py)."""
+    return delay_ab_run
 
 
 def _records(run: Path, arm: str, kind: str) -> list[dict]:
@@ -151,7 +124,6 @@ def _within(predicted_ms: float, truth_ms: float, step_ms: float) -> bool:
 
 
 @pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
-@REPLAY_PLACES_A_GAP_AT_ITS_START
 def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_adding_it(delay_run):
     place = (RANK, UNIT, PHASE)
     remove, add = f"delay:{RANK}:{UNIT}:{PHASE}:-{D_MS:g}", f"delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
@@ -167,7 +139,6 @@ def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_addi
 
 
 @pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
-@REPLAY_PLACES_A_GAP_AT_ITS_START
 def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     """D on rank 2 and D2 on rank 1 at one place cost D, not D + D2: predicted by adding both to the clean
     arm's trace, and measured (the lowest of each arm's timed and profiled steps, the least disturbed by

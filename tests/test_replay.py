@@ -1,7 +1,8 @@
 """The step replay (analysis/replay.py, docs/replay.md) against independent references: a hand-built 3-rank
 CPU/gloo trace whose critical path, slacks and what-ifs are worked out by hand below; identity replay and
-clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: one `run` launch here),
-each collective's replayed end checked against its gloo span's end read from the raw trace."""
+clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: the clean arm of the
+session's known-delay A/B, conftest's ``delay_ab_run``), each collective's replayed end checked against its gloo
+span's end read from the raw trace; a hand-built sleep where a unit's range opens, charged to that unit."""
 
 from __future__ import annotations
 
@@ -231,23 +232,15 @@ def test_identity_replay_two_ranks(profiled_ab_run):
 
 
 @pytest.fixture(scope="module")
-def four_rank_run(tmp_path_factory) -> Path:
-    from helpers import free_port
-
-    out = tmp_path_factory.mktemp("replay4")
-    proc = run_cli(
-        "run", "--arm", "torch", "--rounds", "1", "--warmup", "1", "--steps", "2", "--profile", "--nproc", "4",
-        "--seq-len", "128", "--out", str(out), "--name", "replay4", "--master-port", str(free_port()), "--no-report",
-        timeout=500,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return sorted(out.glob("replay4_*"))[-1]
+def four_rank_run(delay_ab_run) -> Path:
+    """A profiled 4-rank gloo run: the session's known-delay A/B (conftest's ``delay_ab_run``, tiny, 2
+    layers), whose clean arm ``torch`` these checks read."""
+    return delay_ab_run
 
 
 def test_identity_replay_four_ranks(four_rank_run):
-    for arm in sorted((four_rank_run / "profiles").iterdir()):
-        rp = _check_identity(arm)
-        assert len(rp["ranks"]) == 4
+    rp = _check_identity(four_rank_run / "profiles" / "torch")
+    assert len(rp["ranks"]) == 4
 
 
 def _shifted_copy(src: Path, dst: Path, shifts_us: dict[int, float]) -> None:
@@ -326,7 +319,7 @@ def test_replay_says_what_it_cannot_explain():
 def test_regroup_and_prefetch_edits_replay(four_rank_run):
     """The regroup and prefetch edits replay on a real 4-rank profile and say what they did (their accuracy is
     the calibration's to judge: docs/replay.md)."""
-    rp = _replay([four_rank_run / "profiles" / "torch"], "regroup:all:unit", "prefetch:layers.2:1")
+    rp = _replay([four_rank_run / "profiles" / "torch"], "regroup:all:unit", "prefetch:layers.1:1")
     regroup, prefetch = rp["what_if"]
     assert regroup["source"] == prefetch["source"] == "replay"
     step = rp["figure"]["step_us"]
@@ -395,3 +388,66 @@ def test_regroup_by_hand(tmp_path):
     assert "3 all_reduce collectives merged into 1" in w["note"]
     assert "launch calls removed (0.0 ms per rank)" in w["note"]  # 2 µs per rank
     assert "10.0 µs" in w["note"]
+
+
+# ------------------------------------------------------------------------------------------ a sleep where a range opens
+# Two ranks; rank 1 sleeps where a unit's range opens, as fsdpbench's delay= does (tests/test_delay_truth.py): in
+# forward in the host gap before layers.1's first operator (the gap [90, 150) starts before the range opens at
+# 100), in backward inside autograd's hook node [181, 227) (the range opens at 186, 5 µs into it; the node is no
+# operator to the replay: host gap). Per rank (µs after T0): mm [0, 90); forward layers.0 = [0, 100), layers.1 =
+# [100, 181); backward layers.1 = [186, 268), ending with mm [258, 268).
+#   rank 0: mm [100, 120), launch [120, 121), arrives 121; hook [181, 187), mm [187, 207), launch, arrives 208
+#   rank 1: mm [150, 170), launch [170, 171), arrives 171; hook [181, 227), mm [227, 247), launch, arrives 248
+# all_reduce #1: last arrival rank 1 (171), 10 µs → 181; #2: last rank 1 (248), 10 µs → 258; the last mm → 268.
+# Critical path through rank 1 up to #2: mm 90 (layers.0 fwd) ← gap [90, 100) 10 (layers.0 fwd) ← sleep
+# [100, 150) 50 (layers.1 fwd, host gap) ← mm 20, latency 1, transfer 10 (layers.1 fwd) ← [181, 186) 5 (in no
+# range) ← hook [186, 227) 41 (layers.1 bwd, host gap) ← mm 20, latency 1, transfer 10 (layers.1 bwd).
+# Before the cut at the range starts: 60 µs of host gap at layers.0 forward and 46 outside, none in layers.1.
+# Removing the forward sleep: rank 1 arrives at #1 at 121 with rank 0 → ends 131; backward: rank 0 arrives
+# 131 + 6 + 20 + 1 = 158, rank 1 131 + 5 + 41 + 20 + 1 = 198 → 208, step 218: −50. Removing 40 µs of rank 1's
+# host gap at layers.1 backward: #2's arrivals 208 and 208 → 218, step 228: −40.
+def _sleep_rank(rank: int) -> dict:
+    mm1, hook_end = (100, 187) if rank == 0 else (150, 227)
+    ann = "user_annotation"
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 200, "args": {"name": "thread 200 (pt_gloo_runloop)"}},
+        _x("ProfilerStep#1", 0, 268, cat=ann),
+        _x("fsdpbench::forward::layers.0", 0, 100, cat=ann),
+        _x("aten::mm", 0, 90),
+        _x("fsdpbench::forward::layers.1", 100, 81, cat=ann),
+        _x("aten::mm", mm1, 20),
+        _x("c10d::allreduce_", mm1 + 20, 1),
+        _x("gloo:all_reduce", mm1 + 21, 181 - mm1 - 21, tid=200, cat=ann),
+        _x("autograd::engine::evaluate_function: BackwardHookFunctionBackward", 181, hook_end - 181),
+        _x("fsdpbench::backward::layers.1", 186, 82, cat=ann),
+        _x("aten::mm", hook_end, 20),
+        _x("c10d::allreduce_", hook_end + 20, 1),
+        _x("gloo:all_reduce", hook_end + 21, 258 - hook_end - 21, tid=200, cat=ann),
+        _x("aten::mm", 258, 10),
+    ]  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_a_sleep_where_a_range_opens_is_charged_to_that_range(tmp_path):
+    """The host task that runs across a range's start is cut there (replay_graph.py): the sleep is the unit's, so
+    the critical path names it and "remove the delay" finds it (before the cut: no host gap at layers.1 on the
+    path, and the removals found none to remove)."""
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_sleep_rank(r)))
+    fwd, bwd = "delay:1:layers.1:forward:-0.05", "delay:1:layers.1:backward:-0.04"
+    rp = _replay([tmp_path], fwd, bwd)
+    assert rp["figure"]["step_us"] == pytest.approx(268.0)
+    crit = {(c["rank"], c["unit"], c["phase"], c["kind"]): c["us"] for c in rp["critical"]}
+    assert crit[(1, "layers.0", "forward", "compute")] == pytest.approx(90.0)
+    assert crit[(1, "layers.0", "forward", "host_gap")] == pytest.approx(10.0)
+    assert crit[(1, "layers.1", "forward", "host_gap")] == pytest.approx(50.0)
+    assert crit[(1, "layers.1", "backward", "host_gap")] == pytest.approx(41.0)
+    assert crit[(1, "layers.1", "backward", "compute")] == pytest.approx(20.0)
+    predicted = {w["edit"]: w["predicted_step_us"] for w in rp["what_if"]}
+    assert predicted[fwd] == pytest.approx(218.0)
+    assert predicted[bwd] == pytest.approx(228.0)

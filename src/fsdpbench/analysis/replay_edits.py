@@ -25,24 +25,10 @@ from typing import Any
 
 from fsdpbench.analysis import whatif_units
 from fsdpbench.analysis.findings.thresholds import FRAGMENTATION_COUNT_RATIO, SIMILAR_BYTES, STRAGGLER_SKEW
+from fsdpbench.analysis.replay_whatif import _type_means
 from fsdpbench.records import finite
 
 log = logging.getLogger(__name__)
-
-
-def _type_means(data: Mapping[str, Any]) -> dict[str, tuple[float, float | None]]:
-    """``{type: (calls, bytes)}`` per rank (mean over ranks; a type a rank lacks counts as 0 there)."""
-    ranks = [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
-    out: dict[str, list[float]] = {}
-    sizes: dict[str, list[float]] = {}
-    for r in ranks:
-        for kind, c in (r.get("collectives") or {}).items():
-            out.setdefault(kind, []).append(finite((c or {}).get("count")) or 0.0)
-            b = finite((c or {}).get("bytes"))
-            if b is not None:
-                sizes.setdefault(kind, []).append(b)
-    n = max(len(ranks), 1)
-    return {k: (sum(v) / n, sum(sizes[k]) / n if k in sizes else None) for k, v in out.items()}
 
 
 def straggler_rank(data: Mapping[str, Any]) -> int | None:
@@ -173,7 +159,7 @@ def add_what_ifs(res: Any, edits: Sequence[str]) -> bool:
     """Replay ``edits`` on ``res``'s joined graph (kept by the analysis that replayed it) and append their
     ``what_if`` rows (a refused edit answers in closed form, ``replay.what_if_row``). False when ``res`` kept
     no graph (an analysis read back from analysis.json: analyse its profiles again)."""
-    from fsdpbench.analysis.replay import what_if_row
+    from fsdpbench.analysis.replay_whatif import what_if_row
 
     kept = getattr(res, "_replay", None)
     if not isinstance(res.replay, Mapping) or kept is None:
@@ -239,97 +225,3 @@ def replay_wanted(
         if missing and add_what_ifs(analyses[label], missing):
             done.append(label)
     return done
-
-
-# ---------------------------------------------------------------------------------- the closed-form fallback
-def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[float | None, str]:
-    """The closed form's step-time change (µs) for ``edit`` (a parsed :class:`~fsdpbench.analysis.replay.Edit`)
-    and what it assumes; ``(None, why)`` where there is none."""
-    from fsdpbench.analysis import whatif
-
-    mean = data.get("mean") or {}
-    ranks = [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
-    if edit.op == "delay":
-        return edit.ms * 1000.0, "the delay adds to (or comes off) the step in full"
-    if edit.op == "straggler":
-        key = "compute_us" if all(finite(r.get("compute_us")) is not None for r in ranks) else "step_time_us"
-        values = {int(r.get("rank", i)): finite(r.get(key)) for i, r in enumerate(ranks)}
-        known = {k: v for k, v in values.items() if v is not None}
-        if len(known) < 2:
-            return None, "one rank: no other rank to take the median of"
-        rank = edit.rank if edit.rank is not None else max(known, key=lambda k: known[k])
-        if rank not in known:
-            return None, f"no rank {rank} in the analysis"
-        others = median(v for k, v in known.items() if k != rank)
-        return -max(
-            known[rank] - others, 0.0
-        ), f"rank {rank}'s {key[:-3]} becomes the median of the other ranks'"
-    if edit.op == "scale":
-        types = _type_means(data)
-        if edit.target not in types:
-            return None, f"no closed form for scaling {edit.target!r} (only collective types)"
-        times = [
-            finite(((r.get("collectives") or {}).get(edit.target) or {}).get("time_us")) or 0.0 for r in ranks
-        ]
-        comm, exposed = finite(mean.get("comm_us")), finite(mean.get("exposed_comm_us"))
-        share = exposed / comm if comm and exposed is not None else 1.0
-        delta = (edit.factor - 1.0) * (sum(times) / max(len(times), 1)) * share
-        return delta, f"the {edit.target} time × {edit.factor:g}, exposed in the step's exposed share of comm"
-    if edit.op == "regroup":
-        counts = whatif_units.unit_counts(data)
-        types = [t for t in _type_means(data) if edit.target in ("all", t)]
-        per_type = {}
-        targets = {}
-        for t in types:
-            count, _ = _type_means(data)[t]
-            time_us = [finite(((r.get("collectives") or {}).get(t) or {}).get("time_us")) for r in ranks]
-            known_t = [v for v in time_us if v is not None]
-            per_type[t] = (count, sum(known_t) / len(known_t) if known_t else None)
-            places = [k for k in counts if k[2] == t]
-            per_place = 1 if edit.factor == 0 else int(edit.factor)
-            targets[t] = float(sum(min(per_place, counts[k]) for k in places)) if places else float(per_place)
-        fits = whatif.fit_ranks([getattr(r, "collective_events", None) for r in res.ranks])
-        fit_for = {t: ("this arm", fits[t]) for t in types if t in fits and fits[t].ok}
-        est = whatif.estimate_regrouping(
-            per_type,
-            targets,
-            fit_for,
-            step_time_us=finite(mean.get("step_time_us")),
-            compute_us=finite(mean.get("compute_us")),
-            comm_us=finite(mean.get("comm_us")),
-            exposed_comm_us=finite(mean.get("exposed_comm_us")),
-            free_us=finite(mean.get("free_us")),
-            waits=whatif.step_waits(data),
-        )
-        return est.step_time_delta_us, "each removed call saves the α of its type's fit (analysis/whatif.py)"
-    if edit.op == "prefetch":
-        est = whatif_units.estimate_prefetch_units(data)
-        rows = [r for r in (est.per_unit if est is not None else []) if r.get("unit") == edit.unit]
-        if not rows:
-            return None, f"no per-unit rows for unit {edit.unit!r}"
-        return -sum(r.get("hidden_us") or 0.0 for r in rows), (
-            f"{edit.unit}'s exposed all-gather hidden under the previous unit's free compute "
-            "(analysis/whatif_units.py)"
-        )
-    return None, f"no closed form for {edit.op}"
-
-
-def closed_form_row(res: Any, edit: Any, why: str, step_us: float | None) -> dict[str, Any]:
-    """A ``what_if`` row answered by the closed form (``source: "closed form"``) because the replay could not
-    price ``edit``: ``why`` says why, then what the closed form assumes. ``predicted_step_us`` is ``step_us``
-    (the replayed step) plus the closed form's change; None where there is no closed form for the edit."""
-    from fsdpbench.analysis.replay import SOURCE_CLOSED
-
-    try:
-        delta, how = _closed_form_delta(res, res.record().to_dict(), edit)
-    except Exception as exc:  # noqa: BLE001 - a fallback must not take the analysis down
-        log.debug("closed form of %s failed", edit.text, exc_info=True)
-        delta, how = None, f"its closed form failed ({type(exc).__name__}: {exc})"
-    return {
-        "edit": edit.text,
-        "predicted_step_us": None if delta is None or step_us is None else step_us + delta,
-        "phases": {},
-        "changed": [],
-        "source": SOURCE_CLOSED,
-        "note": f"{why}; closed form: {how}",
-    }

@@ -13,7 +13,8 @@ What a rank's graph holds (times are the rank's own clock, ns):
   CPU compute operator), ``sync`` (inside a stream/device/event synchronise call), ``launch`` (inside a
   kernel/collective launch call or any other operator: the host's dispatch work), ``host_gap`` (no
   operator open: Python, the framework, a ``time.sleep``). Tasks are cut where a device task was
-  launched and where a blocking call returned.
+  launched, where a blocking call returned, and where one of the lane's (unit, phase) ranges opens or
+  closes (each task has one place: the range it runs in).
 * **Queue lanes** (CUDA/NPU streams; gloo's worker threads on CPU): their outermost device tasks in
   lane order, each after its launch (the host task that ended where the launch call began; a launch
   latency on that edge where the lane was idle at the launch) and after the lane's previous task. A
@@ -421,7 +422,13 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
             [launch_t.get(lane, np.empty(0, np.int64)), np.array(join_t.get(lane, []), np.int64)]
         )
         cuts = cuts[(cuts > ss[0]) & (cuts < hi)]
-        b = _unique_sorted(np.concatenate([ss, cuts]))
+        # the lane's (unit, phase) range starts and ends: a segment running across one (a host gap, or an
+        # operator such as autograd's backward-hook node, in which a unit's range opens) is cut there, so
+        # the time after it is charged to the range's place, not to the place where the segment began
+        on_lane = ranges.lane == lane
+        edges = np.concatenate([ranges.start_ns[on_lane], ranges.end_ns[on_lane]]).astype(np.int64)
+        edges = edges[(edges > ss[0]) & (edges < hi)]
+        b = _unique_sorted(np.concatenate([ss, cuts, edges]))
         j = np.searchsorted(ss, b, side="right") - 1
         c, o = sc[j], so[j]
         pl = places_of(np.full(b.size, lane), b)
