@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from fsdpbench.analysis import analyze
-from fsdpbench.analysis.pipeline import analyze_ranks, launcher_share, parse_ranks
+from fsdpbench.analysis.ranks_only import analyze_ranks, launcher_share, parse_ranks
 from fsdpbench.errors import ConfigError, InputError
 from fsdpbench.trace.synthetic import make_trace, write_trace
 from helpers import run_cli

@@ -174,7 +174,7 @@ def _ranks_only(args: argparse.Namespace) -> int:
     """``--ranks-only``: write the selected ranks' compact results, one line each; 1 if any failed."""
     from rich.console import Console
 
-    from fsdpbench.analysis.pipeline import analyze_ranks
+    from fsdpbench.analysis.ranks_only import analyze_ranks
     from fsdpbench.fmt import fmt_bytes, fmt_pct
 
     con = Console(highlight=False)

@@ -405,7 +405,9 @@ class Run:
         folders = [profiles / f"rank{r}" for r in self._local_ranks() if (profiles / f"rank{r}").is_dir()]
         if not folders:
             return
-        from fsdpbench.analysis.pipeline import analyze_ranks  # the analysis side: only on a profiled launch
+        from fsdpbench.analysis.ranks_only import (
+            analyze_ranks,  # the analysis side: only on a profiled launch
+        )
 
         t0 = time.monotonic()
         try:
