@@ -240,15 +240,16 @@ def test_stored_columns_come_back_exactly_with_their_type(key, values):
 
 
 def test_the_caches_are_smaller_than_the_trace_and_read_back_equal(tmp_path):
-    """A 20k-event GPU-like rank: the table and result caches together stay under the gzipped trace
-    (os.stat), and an analysis from them writes the JSON a --no-cache one does."""
+    """A 20k-event GPU-like rank: the table, result and replay-graph caches together stay under the gzipped
+    trace (os.stat), and an analysis from them writes the JSON a --no-cache one does."""
     path = write_trace(tmp_path / "rank0.json.gz", make_trace(device_events=20_000, seed=5))
     on = {table_cache.NO_CACHE_ENV: ""}
     for out in ("first.json", "cached.json"):
         proc = run_cli("analyze", str(path), "--json", str(tmp_path / out), timeout=120, env=on)
         assert proc.returncode == 0, proc.stderr
     caches = [p for p in tmp_path.iterdir() if p.name.startswith(f".{path.name}.fsdpbench.")]
-    assert len(caches) == 2  # the event table and the result
+    suffixes = sorted(p.name.removeprefix(f".{path.name}") for p in caches)
+    assert suffixes == [".fsdpbench.metrics", ".fsdpbench.npz", ".fsdpbench.replay"]  # table, result, graph
     assert sum(os.stat(p).st_size for p in caches) <= os.stat(path).st_size
     proc = run_cli("analyze", str(path), "--no-cache", "--json", str(tmp_path / "fresh.json"), timeout=120)
     assert proc.returncode == 0, proc.stderr

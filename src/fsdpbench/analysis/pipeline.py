@@ -534,15 +534,15 @@ def analyze(
             results[i] = RankOutcome(False, None, [], None, f"{s.path}: no such file or folder")
     # each trace hashed once, whichever cache uses it
     keys = [None if results[i] is not None else _cache_keys(s, step) for i, s in enumerate(sources)]
+    deferred_graphs: list[tuple[RankMetrics, Path, dict[str, Any]]] = []
     for i, s in enumerate(sources):  # ranks whose result is cached: neither their table nor their metrics
         if results[i] is not None:
             continue
         k = keys[i]
         hit = None if k is None else result_cache.load(Path(s.path), step, k.result)
-        if (
-            hit is not None and (replay or what_if) and k is not None
-        ):  # its replay graph, cached beside it (else rebuilt)
-            hit[2].replay_graph = result_cache.load_graph(Path(s.path), k.result)
+        if hit is not None and (replay or what_if) and k is not None:
+            # its replay graph, cached beside it, read only if the replay's own result is not cached
+            deferred_graphs.append((hit[2], Path(s.path), k.result))
         if hit is not None:
             results[i] = RankOutcome(True, hit[0], hit[1], hit[2], None)
     cached = [
@@ -693,23 +693,46 @@ def analyze(
                 res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
                 warnings.extend(ascend_warnings)
     if replay or what_if:
-        _replay(res, what_if)
+        _replay(res, what_if, [origin[id(r)] for r in timed] if len(timed) > 1 else [], deferred_graphs)
     return res
 
 
-def _replay(res: Analysis, what_if: Sequence[str]) -> None:
+def _replay(
+    res: Analysis,
+    what_if: Sequence[str],
+    origin: list[tuple[Path, dict[str, Any] | None]] = (),
+    deferred_graphs: Sequence[tuple[RankMetrics, Path, dict[str, Any]]] = (),
+) -> None:
     """Set ``res.replay`` (or ``res.replay_note``): a replay that fails on a trace it does not understand
-    says so there and in the warnings, and leaves the rest of the analysis standing."""
-    from fsdpbench.analysis.replay import parse_edit, replay_step
+    says so there and in the warnings, and leaves the rest of the analysis standing. Taken from the replay
+    cache beside the first rank's trace when every rank's result cache key and the edits match."""
+    if what_if:
+        from fsdpbench.analysis.replay import parse_edit
 
-    for e in what_if:
-        parse_edit(e)  # a bad edit is the user's error: raised before any work
+        for e in what_if:
+            parse_edit(e)  # a bad edit is the user's error: raised before any work
+    want = None
+    if origin and all(k is not None for _, k in origin):
+        want = {"ranks": [k for _, k in origin], "what_if": list(what_if)}
+        hit = result_cache.load_replayed(origin[0][0], want)
+        if hit is not None:
+            res.replay, res.replay_note = hit["replay"], hit["replay_note"]
+            if res.replay is None and res.replay_note:
+                res.warnings.append(f"no step replay: {res.replay_note}")
+            return
+    from fsdpbench.analysis.replay import replay_step
+
+    for metrics, trace, key in deferred_graphs:  # cached rank graphs (else rebuilt)
+        metrics.replay_graph = result_cache.load_graph(trace, key)
     try:
         res.replay = replay_step(res, list(what_if))
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the replay must never take the analysis down with it
         res.replay, res.replay_note = None, f"the replay failed: {type(exc).__name__}: {exc}"
+    else:
+        if want is not None:
+            result_cache.store_replayed(origin[0][0], want, res.replay, res.replay_note)
     if res.replay is None and res.replay_note:
         res.warnings.append(f"no step replay: {res.replay_note}")
 

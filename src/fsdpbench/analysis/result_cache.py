@@ -209,3 +209,35 @@ def store_cross(trace: Path, want: dict[str, Any], data: dict[str, Any], transfe
         return
     tail = int64_bytes([c for c in transfer if c is not None])
     table_cache.write_beside(trace, cross_path(trace), lambda f: f.write(_packed(b"%b\n%b" % (blob, tail))))
+
+
+def replayed_path(trace: Path) -> Path:
+    """Where the step replay's result (the Analysis JSON's ``replay``) of a rank set whose first rank is
+    ``trace`` lives, beside the cross-rank waits."""
+    return trace.with_name(f".{trace.name}.fsdpbench.replayed")
+
+
+def load_replayed(trace: Path, want: dict[str, Any]) -> dict[str, Any] | None:
+    """The replay's result stored beside ``trace`` under ``want`` (every rank's :func:`key` and the
+    what-if edits): ``{"replay", "replay_note"}``, or None when the cache is off, missing, damaged or
+    stale. A second ``analyze --json`` of unchanged traces then neither replays nor imports numpy."""
+    path = replayed_path(trace)
+    if not table_cache.enabled() or not path.is_file():
+        return None
+    try:
+        data = orjson.loads(_unpacked(path.read_bytes()))
+        return data if data.get("key") == want else None
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
+        log.debug("%s: replay cache not used (%s)", path, exc)
+        return None
+
+
+def store_replayed(trace: Path, want: dict[str, Any], replay: Any, note: str | None) -> None:
+    """Write the replay's result beside ``trace`` under ``want``, only when it reads back equal (JSON keeps
+    every value it holds), atomically; skip quietly otherwise."""
+    doc = {"key": want, "replay": replay, "replay_note": note}
+    blob = orjson.dumps(doc)
+    if orjson.loads(blob) != doc:
+        log.debug("%s: replay result does not survive JSON; not cached", replayed_path(trace))
+        return
+    table_cache.write_beside(trace, replayed_path(trace), lambda f: f.write(_packed(blob)))

@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import pandas as pd
 
 from fsdpbench.records import Record, finite
+
+if TYPE_CHECKING:  # pandas only where a fit reads a frame: the replay prices edits without it
+    import pandas as pd
 
 BASIS_UNITS = "units"
 """``Estimate.basis``: computed per (unit, phase) from the ranks' ``units`` rows (and ``waits.units``)."""
@@ -172,6 +174,24 @@ def _nnls2(design: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, bool]:
     return best, True
 
 
+def _floats(values: Any) -> np.ndarray:
+    """``values`` as floats, NaN where one is missing or not a number (pandas' ``to_numeric(errors="coerce")``
+    without importing pandas)."""
+
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        pass
+
+    def one(v: Any) -> float:
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return math.nan
+
+    return np.array([one(v) for v in values], dtype=float)
+
+
 def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
     """Non-negative least-squares fit of ``dur_us = alpha_us + beta_us_per_byte * nbytes``
     (``alpha_us, beta_us_per_byte >= 0``; ``constrained`` says when a bound was active).
@@ -183,8 +203,8 @@ def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
     Returns:
         The fit, with ``status`` saying honestly when it could not be made (see ``AlphaBetaFit``).
     """
-    b = pd.to_numeric(pd.Series(nbytes, dtype="object"), errors="coerce").to_numpy(dtype=float)
-    t = pd.to_numeric(pd.Series(dur_us, dtype="object"), errors="coerce").to_numpy(dtype=float)
+    b = _floats(nbytes)
+    t = _floats(dur_us)
     if b.shape != t.shape:
         raise ValueError(f"fit_alpha_beta: {b.size} byte counts but {t.size} durations")
     t_ok = np.isfinite(t)
@@ -222,6 +242,8 @@ def fit_events(events: pd.DataFrame | None) -> dict[str, AlphaBetaFit]:
     ):  # the cross-rank split's transfer time: waiting is not the link's cost
         transfer = events["transfer_ns"].astype(float) / 1e3
         dur_us = transfer.where(transfer.notna(), dur_us)
+    import pandas as pd
+
     frame = pd.DataFrame({"type": events["type"].astype(str), "bytes": events["bytes"], "dur_us": dur_us})
     return {
         str(kind): fit_alpha_beta(group["bytes"].to_numpy(), group["dur_us"].to_numpy())
@@ -234,6 +256,8 @@ def fit_ranks(event_tables: list[pd.DataFrame | None]) -> dict[str, AlphaBetaFit
     tables = [e for e in event_tables if e is not None and len(e)]
     if not tables:
         return {}
+    import pandas as pd
+
     return fit_events(pd.concat(tables, ignore_index=True))
 
 
@@ -246,10 +270,7 @@ def fit_aggregates(counts: Any, nbytes: Any, time_us: Any) -> AlphaBetaFit:
     squares (``constrained`` says when a bound was active); ``r2`` is the coefficient of determination of
     the (constrained) model around the mean total time.
     """
-    n_arr, b_arr, t_arr = (
-        pd.to_numeric(pd.Series(v, dtype="object"), errors="coerce").to_numpy(dtype=float)
-        for v in (counts, nbytes, time_us)
-    )
+    n_arr, b_arr, t_arr = (_floats(v) for v in (counts, nbytes, time_us))
     keep = np.isfinite(n_arr) & np.isfinite(b_arr) & np.isfinite(t_arr) & (n_arr > 0)
     n_arr, b_arr, t_arr = n_arr[keep], b_arr[keep], t_arr[keep]
     npts = int(n_arr.size)

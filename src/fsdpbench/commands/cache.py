@@ -4,7 +4,7 @@ beside traces (docs/caches.md).
 Every cache is a hidden file in the trace's own folder, named after the trace: ``.rank0.json.gz`` +
 ``.fsdpbench.npz`` (the event table), ``.fsdpbench.metrics`` (the rank's analysis result) and, beside a
 rank set's first trace, ``.fsdpbench.waits`` (the cross-rank waits), ``.fsdpbench.replay`` (the rank's
-step-replay graph); ``.fsdpbench-*.tmp`` is one a
+step-replay graph), ``.fsdpbench.replayed`` (the replay's result, beside a rank set's first trace); ``.fsdpbench-*.tmp`` is one a
 write left behind. Removing them is always safe: the next analysis reads the traces again.
 """
 
@@ -31,6 +31,7 @@ def cache_suffixes() -> tuple[str, ...]:
         result_cache.cache_path(probe),
         result_cache.cross_path(probe),
         result_cache.graph_path(probe),
+        result_cache.replayed_path(probe),
     )
     return tuple(p.name.removeprefix(".t") for p in paths)
 
@@ -77,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "analyze, diff and report keep their caches as hidden files beside each trace T (a Kineto file or "
         "an Ascend rank folder): .T.fsdpbench.npz (event table), .T.fsdpbench.metrics (analysis result), "
-        ".T.fsdpbench.waits (cross-rank waits, beside a rank set's first trace), .T.fsdpbench.replay (the rank's "
+        ".T.fsdpbench.waits (cross-rank waits, beside a rank set's first trace), .T.fsdpbench.replayed (the replay's result), .T.fsdpbench.replay (the rank's "
         "step-replay graph). Removing them is safe: "
         "the next analysis reads the traces again. --no-cache on analyze/diff/report neither reads nor "
         "writes them. Details: docs/caches.md"
