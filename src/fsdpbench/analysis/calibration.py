@@ -24,6 +24,10 @@ estimate                    from                                         counter
                             ``delay_entry``; not in diffs' own lists)    delay, measured in the same run
 ==========================  ===========================================  ===================================
 
+The fragmentation finding's estimate is the replay's ``regroup`` what-if where the subject's replay has
+it, else the closed form (``source``; a replayed estimate has no ``per_type``): both are calibrated, the
+entry carrying the estimate's ``source``, and the subject is the finding's ``subject`` arm.
+
 Straggler estimates ("rank r computes like the others") have no counterfactual arm in one run: removing a
 slow rank means another placement or machine, which is not an arm option. They are never calibrated here.
 
@@ -109,8 +113,15 @@ def _us_to_ms(value: Any) -> float | None:
     return None if value is None else float(value) / 1e3
 
 
-def _subject_of_fragmentation(diff: Mapping[str, Any], estimate: Mapping[str, Any]) -> str | None:
-    """The side whose call counts the estimate priced (its ``per_type`` counts are that side's)."""
+def _subject_of_fragmentation(diff: Mapping[str, Any], finding: Mapping[str, Any]) -> str | None:
+    """The side the fragmentation finding's estimate is about: the finding's ``subject`` label where it names
+    one of the diff's arms (a replayed estimate carries no ``per_type``), else (diff.json files written
+    before findings named their subject) the side whose call counts the estimate's ``per_type`` priced."""
+    subject = finding.get("subject")
+    for side in ("base", "test"):
+        if subject is not None and diff.get(side) == subject:
+            return side
+    estimate = finding.get("estimate") or {}
     per_type = estimate.get("per_type") or {}
     rows = {r.get("type"): r for r in diff.get("collectives") or []}
     for side in ("base", "test"):
@@ -238,7 +249,7 @@ def calibrate_diff(
         if f.get("id") != "fragmentation" or not f.get("estimate"):
             continue
         est = f["estimate"]
-        side = _subject_of_fragmentation(diff, est)
+        side = _subject_of_fragmentation(diff, f)
         if side is None:
             continue
         other = "test" if side == "base" else "base"
@@ -252,18 +263,19 @@ def calibrate_diff(
         if per_layer and arms[labels[other]].get("unit", "layer") == "layer":
             estimates.append(("one_bucket_per_layer", per_layer))
         for name, e in estimates:
-            entries.append(
-                _entry(
-                    name,
-                    diff,
-                    side,
-                    e.get("step_time_delta_us"),
-                    basis=e.get("basis") or est.get("basis"),
-                    component=("comm_us", e.get("comm_delta_us")),
-                    comm_only_us=_comm_only(e),
-                    **common,
-                )
+            entry = _entry(
+                name,
+                diff,
+                side,
+                e.get("step_time_delta_us"),
+                basis=e.get("basis") or est.get("basis"),
+                component=("comm_us", e.get("comm_delta_us")),
+                comm_only_us=_comm_only(e),
+                **common,
             )
+            if e.get("source"):
+                entry["source"] = e["source"]
+            entries.append(entry)
     entries += _prefetch_entries(diff, arms, labels, findings, timed_ms)
     return entries
 
