@@ -20,7 +20,6 @@ without it, only while the code and step do.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import lzma
 import os
@@ -37,87 +36,6 @@ from fsdpbench.trace.discover import RANK_RESULT_SUFFIX
 log = logging.getLogger(__name__)
 
 FORMAT = 1
-_RELATIVE = {"edst": "esrc"}
-"""Graph arrays stored as differences from another (an edge's target lies near its source)."""
-
-
-def _narrowest(a: Any) -> Any:
-    import numpy as np
-
-    if a.size == 0:
-        return a
-    lo, hi = int(a.min()), int(a.max())
-    for t in (np.int8, np.int16, np.int32):
-        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
-            return a.astype(t)
-    return a.astype(np.int64)
-
-
-def pack_graph(graph: Any) -> bytes:
-    """A rank's replay graph (:class:`fsdpbench.analysis.replay_graph.RankGraph`) in few bytes, to be
-    shipped: each integer array as differences (from the element before, or from ``_RELATIVE``'s array)
-    when that narrows it, in the narrowest integer type, its bytes split into byte planes, the whole
-    LZMA-compressed: about a quarter of the ``.npz`` cache's bytes (docs/DATA.md)."""
-    import numpy as np
-
-    meta: dict[str, Any] = {}
-    arrays: list[list[Any]] = []  # [name, how, dtype, count, first value (diff)]
-    blobs: list[bytes] = []
-    for f in dataclasses.fields(graph):
-        value = getattr(graph, f.name)
-        if not isinstance(value, np.ndarray):
-            meta[f.name] = value
-            continue
-        how, out, first = "raw", value, 0
-        if value.dtype.kind in "iu" and value.size:
-            out = _narrowest(value)
-            base = _RELATIVE.get(f.name)
-            first = int(value[0])
-            cands = [("diff", np.diff(value.astype(np.int64), prepend=np.int64(first)))]
-            if (
-                base is not None
-                and getattr(graph, base) is not None
-                and getattr(graph, base).size == value.size
-            ):
-                cands.append(("rel", value.astype(np.int64) - getattr(graph, base).astype(np.int64)))
-            for name, cand in cands:
-                cand = _narrowest(cand)
-                if cand.itemsize < out.itemsize:
-                    how, out = name, cand
-        out = np.ascontiguousarray(out)
-        arrays.append([f.name, how, out.dtype.str, int(out.size), first])
-        blobs.append(out.view(np.uint8).reshape(-1, out.itemsize).T.tobytes())
-    head = orjson.dumps({"meta": meta, "arrays": arrays, "dtypes": {
-        n: getattr(graph, n).dtype.str for n, *_ in arrays}})  # fmt: skip
-    return lzma.compress(head + b"\n" + b"".join(blobs), preset=6)
-
-
-def unpack_graph(data: bytes) -> Any:
-    """The :class:`RankGraph` that :func:`pack_graph` packed."""
-    import numpy as np
-
-    from fsdpbench.analysis.replay_graph import RankGraph
-
-    raw = lzma.decompress(data)
-    cut = raw.index(b"\n")
-    head = orjson.loads(raw[:cut])
-    pos = cut + 1
-    values: dict[str, Any] = {}
-    for name, how, dtype, count, first in head["arrays"]:
-        dt = np.dtype(dtype)
-        size = dt.itemsize * count
-        planes = np.frombuffer(raw, np.uint8, size, pos).reshape(dt.itemsize, count)
-        pos += size
-        a = np.ascontiguousarray(planes.T).view(dt).reshape(count).astype(np.dtype(head["dtypes"][name]))
-        if how == "diff":
-            a = (np.cumsum(a.astype(np.int64)) + first).astype(a.dtype)
-        elif how == "rel":
-            a = (a.astype(np.int64) + values[_RELATIVE[name]].astype(np.int64)).astype(a.dtype)
-        values[name] = a
-    meta = head["meta"]
-    if "places" in meta:
-        meta["places"] = [tuple(p) for p in meta["places"]]
-    return RankGraph(**meta, **values)
 
 
 def result_path(trace: Path) -> Path:
@@ -166,7 +84,9 @@ def write(
         InputError: the folder is not writable (the message names the file).
     """
     body = lzma.compress(result_cache.entry_bytes({}, trace_rank, warnings, metrics, packed=False), preset=6)
-    tail = b"" if graph is None else pack_graph(graph)
+    from fsdpbench.analysis.replay_graph import to_bytes  # numpy: only where a graph is packed
+
+    tail = b"" if graph is None else to_bytes(graph)
     header = {
         **_code_key(step),
         "trace": {
@@ -238,7 +158,9 @@ def load(trace: Path, step: int | None, graph: bool) -> tuple[int | None, list[s
             raise ValueError("no result in it")
         hit[2].rank = int(header["rank"])  # the header names the rank the result stands for
         if graph and len(raw) > mid:
-            hit[2].replay_graph = unpack_graph(raw[mid:])
+            from fsdpbench.analysis.replay_graph import from_bytes
+
+            hit[2].replay_graph = from_bytes(raw[mid:])
             hit[2].replay_graph.rank = hit[2].rank
         return hit
     except Exception as exc:  # noqa: BLE001 - a damaged result is read again from its trace, or named

@@ -35,10 +35,13 @@ What a rank's graph holds (times are the rank's own clock, ns):
 
 from __future__ import annotations
 
+import dataclasses
+import lzma
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from fsdpbench.trace.table import EventTable
 
@@ -610,30 +613,76 @@ _ARRAYS = ("dur", "start", "kind", "lane", "place", "op", "esrc", "edst", "ew", 
            "c_start", "c_end", "c_bytes")  # fmt: skip
 
 
-def to_bytes(g: RankGraph) -> bytes:
-    """``g`` as an ``.npz`` (no pickled objects): its arrays, and its lists and numbers as one JSON array."""
-    import io
+_RELATIVE = {"edst": "esrc"}
+"""Graph arrays stored as differences from another (an edge's target lies near its source)."""
 
-    import orjson
 
-    meta = {
-        "rank": g.rank, "ws_ns": g.ws_ns, "we_ns": g.we_ns, "lanes": g.lanes, "places": g.places, "ops": g.ops,
-        "c_type": g.c_type, "main_lane": g.main_lane, "notes": g.notes,
-    }  # fmt: skip
-    buf = io.BytesIO()
-    arrays = {k: getattr(g, k) for k in _ARRAYS if getattr(g, k) is not None}
-    np.savez_compressed(buf, meta=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
-    return buf.getvalue()
+def _narrowest(a: Any) -> Any:
+    if a.size == 0:
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    for t in (np.int8, np.int16, np.int32):
+        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+            return a.astype(t)
+    return a.astype(np.int64)
+
+
+def to_bytes(graph: RankGraph) -> bytes:
+    """A rank's replay graph in few bytes, for its cache beside the trace and the compact rank result that
+    a node ships: each integer array as differences (from the element before, or from ``_RELATIVE``'s array)
+    when that narrows it, in the narrowest integer type, its bytes split into byte planes, the whole
+    LZMA-compressed: about a quarter of an ``.npz`` of the same arrays (docs/DATA.md)."""
+    meta: dict[str, Any] = {}
+    arrays: list[list[Any]] = []  # [name, how, dtype, count, first value (diff)]
+    blobs: list[bytes] = []
+    for f in dataclasses.fields(graph):
+        value = getattr(graph, f.name)
+        if not isinstance(value, np.ndarray):
+            meta[f.name] = value
+            continue
+        how, out, first = "raw", value, 0
+        if value.dtype.kind in "iu" and value.size:
+            out = _narrowest(value)
+            base = _RELATIVE.get(f.name)
+            first = int(value[0])
+            cands = [("diff", np.diff(value.astype(np.int64), prepend=np.int64(first)))]
+            if (
+                base is not None
+                and getattr(graph, base) is not None
+                and getattr(graph, base).size == value.size
+            ):
+                cands.append(("rel", value.astype(np.int64) - getattr(graph, base).astype(np.int64)))
+            for name, cand in cands:
+                cand = _narrowest(cand)
+                if cand.itemsize < out.itemsize:
+                    how, out = name, cand
+        out = np.ascontiguousarray(out)
+        arrays.append([f.name, how, out.dtype.str, int(out.size), first])
+        blobs.append(out.view(np.uint8).reshape(-1, out.itemsize).T.tobytes())
+    head = orjson.dumps({"meta": meta, "arrays": arrays, "dtypes": {
+        n: getattr(graph, n).dtype.str for n, *_ in arrays}})  # fmt: skip
+    return lzma.compress(head + b"\n" + b"".join(blobs), preset=6)
 
 
 def from_bytes(data: bytes) -> RankGraph:
-    """The inverse of :func:`to_bytes` (ValueError/KeyError on a file that is not one)."""
-    import io
-
-    import orjson
-
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        meta = orjson.loads(z["meta"].tobytes())
-        arrays = {k: z[k] for k in _ARRAYS if k in z.files}
-    meta["places"] = [tuple(p) for p in meta["places"]]
-    return RankGraph(**meta, **arrays)
+    """The :class:`RankGraph` that :func:`to_bytes` packed (ValueError/KeyError/LZMAError on bytes that are not one)."""
+    raw = lzma.decompress(data)
+    cut = raw.index(b"\n")
+    head = orjson.loads(raw[:cut])
+    pos = cut + 1
+    values: dict[str, Any] = {}
+    for name, how, dtype, count, first in head["arrays"]:
+        dt = np.dtype(dtype)
+        size = dt.itemsize * count
+        planes = np.frombuffer(raw, np.uint8, size, pos).reshape(dt.itemsize, count)
+        pos += size
+        a = np.ascontiguousarray(planes.T).view(dt).reshape(count).astype(np.dtype(head["dtypes"][name]))
+        if how == "diff":
+            a = (np.cumsum(a.astype(np.int64)) + first).astype(a.dtype)
+        elif how == "rel":
+            a = (a.astype(np.int64) + values[_RELATIVE[name]].astype(np.int64)).astype(a.dtype)
+        values[name] = a
+    meta = head["meta"]
+    if "places" in meta:
+        meta["places"] = [tuple(p) for p in meta["places"]]
+    return RankGraph(**meta, **values)
