@@ -1,5 +1,5 @@
 """The calibration table of a profiled run with more columns than diff.md's: each what-if estimate next to
-the change its counterfactual arm measured (analysis/calibration.py), and with ``--reanalyze`` the
+the change its counterfactual arm measured (analysis/compare/calibration.py), and with ``--reanalyze`` the
 regrouping estimate priced with other α–β fits (the subject's own per-call fits, with and without the
 idle-time term, and the fastest rank's calls), to see which model calibrates best.
 
@@ -21,8 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fsdpbench.analysis import calibration, derived, whatif, whatif_units
-from fsdpbench.analysis.diff import diff_analyses
+from fsdpbench.analysis import derived
+from fsdpbench.analysis.compare import calibration
+from fsdpbench.analysis.compare.diff import diff_analyses
+from fsdpbench.analysis.estimate import whatif, whatif_units
 from fsdpbench.results import run_folder
 
 

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fsdpbench.analysis import calibration
+from fsdpbench.analysis.compare import calibration
 from fsdpbench.results import run_folder
 
 PLACE = (2, "layers.1", "backward")
@@ -70,7 +70,7 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
     per ``+``-joined group of edits, applied together to the same graph (``replay.apply_edit`` in turn,
     then one replay): ``analyze --what-if`` replays each edit on its own. An edit the replay refuses (e.g.
     one it does not have yet) gets a what-if with no prediction and the replay's message as its note."""
-    from fsdpbench.analysis import replay as rp
+    from fsdpbench.analysis.crossrank import replay as rp
     from fsdpbench.analysis.pipeline import analyze
     from fsdpbench.errors import ConfigError
 

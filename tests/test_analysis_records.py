@@ -1,4 +1,4 @@
-"""The Analysis JSON as typed records (analysis/result_records.py): every fixture's analysis decodes and
+"""The Analysis JSON as typed records (analysis/output/result_records.py): every fixture's analysis decodes and
 encodes to the same bytes, as ``analyze --json`` and as a run folder's analysis.json (with the collective
 events), through the records alone and through the in-memory objects built from them; ``top`` cuts every
 window's ops; the file is the records' fields in order. References: the bytes as written and the file as
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fsdpbench.analysis import analyze
-from fsdpbench.analysis.result import (
+from fsdpbench.analysis.output.result import (
     SCALARS,
     Analysis,
     decode_analysis,
@@ -21,7 +21,7 @@ from fsdpbench.analysis.result import (
     encode_analysis,
     encode_analysis_file,
 )
-from fsdpbench.analysis.result_records import RankRecord, StepRecord
+from fsdpbench.analysis.output.result_records import RankRecord, StepRecord
 from fsdpbench.trace import cache as table_cache
 from helpers import REPO, SHARED
 

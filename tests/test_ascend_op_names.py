@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fsdpbench.analysis.diff import diff_analyses
+from fsdpbench.analysis.compare.diff import diff_analyses
 from fsdpbench.trace.ascend_ops import DIGIT_OP_TYPES, OP_ALIASES, canonical_op_type, op_type_from_name
 
 

@@ -1,4 +1,4 @@
-"""Units × phases (analysis/attribution.py): a hand-built CPU/gloo trace with hand-computed interval
+"""Units × phases (analysis/rank/attribution.py): a hand-built CPU/gloo trace with hand-computed interval
 unions per bucket, the share rule against a brute-force sweep, and the exact partition of the step's
 totals on real profiled runs (totals recomputed by the test from the raw trace JSON)."""
 
@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpbench.analysis import analyze, attribution, rank_metrics
+from fsdpbench.analysis import analyze, rank_metrics
+from fsdpbench.analysis.rank import attribution
 from fsdpbench.trace.kineto import read_kineto
 from helpers import raw_cpu_totals, run_profiled_ab
 
@@ -203,9 +204,9 @@ def test_unit_phase_rows_partition_the_step_exactly_for_every_arm(other_arms_run
 def test_fsdp1_units_by_nesting_match_fsdpbenchs_own_ranges(other_arms_run):
     """The fsdp1 arm's real profiles: FSDP1's ``FullyShardedDataParallel.forward`` ranges nest (a plain
     reading of the raw JSON: one outermost per forward, the 4 layers' directly inside it, in order), and
-    every collective lands in the same place by FSDP1's ranges alone (analysis/fsdp1_units.py, ``#k``) as
+    every collective lands in the same place by FSDP1's ranges alone (analysis/rank/fsdp1_units.py, ``#k``) as
     by fsdpbench's own (``layers.k``)."""
-    from fsdpbench.analysis import fsdp1_units, unit_ranges
+    from fsdpbench.analysis.rank import fsdp1_units, unit_ranges
     from helpers import raw_ns, raw_x_events
 
     traces = sorted((other_arms_run / "profiles" / "fsdp1").rglob("*.json*"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from fsdpbench.analysis import calibration as cal
+from fsdpbench.analysis.compare import calibration as cal
 from fsdpbench.analysis.derived import diff_run
 from fsdpbench.report.diff_md import CALIBRATION_HEADER, calibration_rows
 from helpers import run_cli, run_profiled_ab

@@ -9,7 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fsdpbench.analysis import analyze, whatif
+from fsdpbench.analysis import analyze
+from fsdpbench.analysis.estimate import whatif
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 # (name, launch µs, device start µs, device end µs, stream); steps: #1 [0,100], #2 [100,200], #3 [200,300]

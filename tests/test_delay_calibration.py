@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench.analysis import calibration as cal
+from fsdpbench.analysis.compare import calibration as cal
 
 
 def _arm(label: str, *delay: str, **options) -> dict:

@@ -6,7 +6,7 @@ the same place (the masking arm). The run is conftest's ``delay_ab_run``, whose 
 References, each independent of fsdpbench's analysis: the delays injected (D, D2); the profiler's own
 Chrome traces read as plain JSON; the worker's host-clock phase times. The replay's checks (the top
 critical place, "remove"/"add the delay" and masking predicted from the traces) run once the replay
-exists (``fsdpbench.analysis.replay``, issue 39 points 1-4); the full statistics over many runs with the
+exists (``fsdpbench.analysis.crossrank.replay``, issue 39 points 1-4); the full statistics over many runs with the
 5/20/50 ms delays and the timed step as the judge are ``benchmarks/replay_truth.py`` (docs/calibration.md).
 """
 
@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 D_MS, D2_MS = DELAY_MS, DELAY2_MS
 RANK, UNIT, PHASE, RANK2 = DELAY_RANK, DELAY_UNIT, DELAY_PHASE, DELAY_RANK2
 CLEAN, DELAYED, MASKED = DELAY_LABELS
-HAS_REPLAY = importlib.util.find_spec("fsdpbench.analysis.replay") is not None
+HAS_REPLAY = importlib.util.find_spec("fsdpbench.analysis.crossrank.replay") is not None
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,9 @@ def _within(predicted_ms: float, truth_ms: float, step_ms: float) -> bool:
     return abs(predicted_ms - truth_ms) <= max(0.10 * abs(truth_ms), 0.02 * step_ms)
 
 
-@pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
+@pytest.mark.skipif(
+    not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.crossrank.replay, branch replay)"
+)
 def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_adding_it(delay_run):
     place = (RANK, UNIT, PHASE)
     remove, add = f"delay:{RANK}:{UNIT}:{PHASE}:-{D_MS:g}", f"delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
@@ -138,7 +140,9 @@ def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_addi
     assert _within(added, D_MS, step), added
 
 
-@pytest.mark.skipif(not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.replay, branch replay)")
+@pytest.mark.skipif(
+    not HAS_REPLAY, reason="needs the step replay (fsdpbench.analysis.crossrank.replay, branch replay)"
+)
 def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     """D on rank 2 and D2 on rank 1 at one place cost D, not D + D2: predicted by adding both to the clean
     arm's trace, and measured (the lowest of each arm's timed and profiled steps, the least disturbed by

@@ -7,8 +7,8 @@ import json
 import orjson
 import pytest
 
+from fsdpbench.analysis.compare.diff import diff_analyses
 from fsdpbench.analysis.derived import diff_run
-from fsdpbench.analysis.diff import diff_analyses
 from fsdpbench.errors import InputError
 from fsdpbench.report.diff_md import diff_markdown
 from helpers import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench.analysis.diff import diff_analyses
+from fsdpbench.analysis.compare.diff import diff_analyses
 from fsdpbench.report.diff_md import collective_lines
 from helpers import ALPHA_US, BETA_US_PER_BYTE, synthetic_analysis
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench.analysis.diff import add_calibration, diff_analyses
+from fsdpbench.analysis.compare.diff import add_calibration, diff_analyses
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.analysis.findings import Finding
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.report.diff_md import diff_markdown
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 from helpers import analysis

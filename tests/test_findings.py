@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from fsdpbench.analysis import findings as fnd
-from fsdpbench.analysis.diff import diff_analyses
+from fsdpbench.analysis.compare.diff import diff_analyses
 from helpers import REPO, analysis, fragmented, low_overlap, rank
 
 

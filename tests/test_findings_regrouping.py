@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench.analysis import calibration as cal
-from fsdpbench.analysis.diff import diff_analyses
-from fsdpbench.analysis.whatif import Estimate
+from fsdpbench.analysis.compare import calibration as cal
+from fsdpbench.analysis.compare.diff import diff_analyses
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.fmt import fmt_us
 from fsdpbench.report.diff_md import calibration_rows
 from fsdpbench.report.estimate import estimate_lines

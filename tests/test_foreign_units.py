@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fsdpbench.analysis import unit_ranges
+from fsdpbench.analysis.rank import unit_ranges
 from fsdpbench.trace.kineto import read_kineto
 from helpers import (
     raw_cpu_totals,
@@ -219,7 +219,7 @@ def test_fsdp2_and_own_ranges_agree_within_their_edges(profiled_ab_run):
     """On one trace of a normal profiled run (both sources in it), per decoder layer and pass: the same
     collectives, and the compute differs by exactly the operators that start between the two windows'
     edges (fsdpbench's range opens before FSDP2's hook and closes after it), read from the raw JSON."""
-    from fsdpbench.analysis import attribution
+    from fsdpbench.analysis.rank import attribution
 
     for path in _profiles(profiled_ab_run, "torch"):
         evs = raw_x_events(path)
@@ -311,7 +311,7 @@ def test_places_match_the_units_both_arms_name_and_list_the_rest():
     """Base wraps blocks.0/blocks.1, test names blocks.1 and a grouped "blocks.0, blocks.2": blocks.1 and the
     root are compared (hand deltas), the rest has no delta and is listed; a place of a shared unit that
     one arm lacks counts as 0 there; the JSON round trip keeps it so."""
-    from fsdpbench.analysis import places as plc
+    from fsdpbench.analysis.findings import places as plc
 
     base = _analysis({("blocks.0", "forward"): 5.0, ("blocks.1", "forward"): 7.0, ("root", "backward"): 3.0})
     test = _analysis(
@@ -353,7 +353,7 @@ def test_the_report_names_the_source_of_units_and_the_prefetch_chain():
 def test_device_side_projections_of_fsdp2_ranges_are_not_windows(tmp_path):
     """A CUDA-style trace: FSDP2's ranges on the host thread, and their gpu_user_annotation projections on
     the stream (labels, never windows): one window, one prefetch edge, the kernels in layers.0's forward."""
-    from fsdpbench.analysis import attribution
+    from fsdpbench.analysis.rank import attribution
 
     def launch(ts: float, corr: int) -> dict:
         return {**_x("cudaLaunchKernel", ts, 0.5, cat="cuda_runtime"), "args": {"correlation": corr}}

@@ -33,7 +33,7 @@ import numpy as np
 import orjson
 import pytest
 
-from fsdpbench.analysis import attribution, unit_ranges
+from fsdpbench.analysis.rank import attribution, unit_ranges
 from fsdpbench.trace.kineto import read_kineto
 from helpers import raw_ns, raw_outermost, raw_training_ops, raw_x_events, run_cli
 
@@ -675,7 +675,7 @@ def test_torch_2_15_finalize_backward_ends_the_roots_backward_like_the_callback(
     finalization API with a unit's pending post-backward inside it: the unit's backward window runs to
     its reduce's end, the root's (no parameters of its own) from the first backward range to the
     finalization's end. Times in ns, written by hand."""
-    from fsdpbench.analysis import fsdp2_windows as fw
+    from fsdpbench.analysis.rank import fsdp2_windows as fw
 
     def hook(kind: str, fqn: str | None, start: int, end: int) -> fw.Hook:
         return fw.Hook(kind, fqn, 0, start, end, f"FSDP::{kind}")

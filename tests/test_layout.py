@@ -19,14 +19,23 @@ ROOM_ORDER: tuple[frozenset[str], ...] = (
     frozenset({"model", "device"}),
     frozenset({"report"}),
     frozenset({"analysis"}),
+    frozenset({"analysis.compare"}),
+    frozenset({"analysis.findings"}),
+    frozenset({"analysis.crossrank"}),
+    frozenset({"analysis.estimate"}),
+    frozenset({"analysis.rank"}),
+    frozenset({"analysis.output"}),
     frozenset({"trace"}),
     frozenset({"config", "results"}),
     frozenset({"fmt", "errors", "records", "__init__"}),
 )
 """Rooms from the top (the face) to the bottom; a module imports only from its own room or a lower one.
 ``config`` is plain data (arms, shapes, the run's options; no torch) that the analysis reads, so it sits low;
-``records`` (the JSON records' one encode/decode, when it exists) sits with the other leaves."""
+``records`` (the JSON records' one encode/decode, when it exists) sits with the other leaves.
+``analysis.<sub>`` are the rooms inside analysis/ (its top level, the pipeline and its caches,
+is ``analysis``): a module of analysis/<sub>/ is in that room."""
 
+ALL_ROOMS: frozenset[str] = frozenset().union(*ROOM_ORDER)
 MAX_LINES = 800
 
 
@@ -72,9 +81,26 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 def room(module: str) -> str:
-    """The room of ``fsdpbench.<room>...``; a top-level module is its own room."""
+    """The room of ``fsdpbench.<room>...``, or ``<room>.<sub>`` where ROOM_ORDER names that sub-room
+    (analysis/ holds rooms of its own); a top-level module is its own room."""
     parts = module.split(".")
+    if len(parts) > 2 and f"{parts[1]}.{parts[2]}" in ALL_ROOMS:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_folder_of_a_room_with_sub_rooms_is_a_room() -> None:
+    """A room that holds rooms (analysis/) holds no folder that ROOM_ORDER does not name: a new folder there
+    would otherwise count as its parent's top, unchecked."""
+    parents = {r.split(".")[0] for r in ALL_ROOMS if "." in r}
+    folders = {
+        f"{p.parent.parent.name}.{p.parent.name}"
+        for r in parents
+        for p in (PACKAGE / r).glob("*/__init__.py")
+    }
+    assert not folders - ALL_ROOMS, (
+        f"folders that are not rooms: {sorted(folders - ALL_ROOMS)}: add to ROOM_ORDER"
+    )
 
 
 def rank(room_name: str) -> int:

@@ -1,4 +1,4 @@
-"""Memory timeline of an Ascend export joined with fsdpbench's ranges (``analysis.ascend_memory_timeline``).
+"""Memory timeline of an Ascend export joined with fsdpbench's ranges (``analysis.rank.ascend_memory_timeline``).
 
 References: the real torch_npu exports' memory_record.csv / MEMORY_RECORD and operator_memory.csv / OP_MEMORY
 read here with csv / sqlite3 / Decimal; a hand-built export (text and db, in the real files' column layouts
@@ -19,7 +19,12 @@ import orjson
 import pytest
 
 from fsdpbench.analysis import derived
-from fsdpbench.analysis.ascend_memory_timeline import ascend_step_timeline, read_db, read_export, read_text
+from fsdpbench.analysis.rank.ascend_memory_timeline import (
+    ascend_step_timeline,
+    read_db,
+    read_export,
+    read_text,
+)
 from fsdpbench.errors import InputError
 from fsdpbench.results import run_folder
 from helpers import ASCEND_FIXTURES, ascend_output
@@ -384,7 +389,7 @@ def test_run_folder_reads_the_npu_memory_step_and_chooses_the_rank(shared_fixtur
 
 
 def test_report_draws_an_ascend_timeline_and_the_diff_takes_it(shared_fixtures, tmp_path):
-    from fsdpbench.analysis.diff import diff_analyses
+    from fsdpbench.analysis.compare.diff import diff_analyses
     from fsdpbench.report.blocks import Figure
     from fsdpbench.report.load import RunData
     from fsdpbench.report.profile import _memory_timeline

@@ -7,7 +7,7 @@ import gzip
 import orjson
 import pytest
 
-from fsdpbench.analysis.memory_timeline import step_timeline, where
+from fsdpbench.analysis.rank.memory_timeline import step_timeline, where
 from fsdpbench.errors import InputError
 from fsdpbench.results import run_folder
 
@@ -150,7 +150,7 @@ def test_profiled_run_records_the_memory_step_with_its_ranges(profiled_ab_run):
 
 def test_diff_and_finding_name_where_the_peaks_differ():
     """Two hand-built timelines: the test arm's backward of layers.0 holds 1000 bytes more at the peak."""
-    from fsdpbench.analysis.diff import diff_analyses
+    from fsdpbench.analysis.compare.diff import diff_analyses
     from fsdpbench.report.diff_md import diff_markdown, memory_lines
     from helpers import analysis
 

@@ -109,7 +109,7 @@ def test_profiled_run_records_every_ranks_peak_resident_set(profiled_ab_run):
 
 
 def _compare_with_peaks(base_bytes, test_bytes, measure_test="peak resident set (process)", **arms):
-    from fsdpbench.analysis.diff import diff_analyses
+    from fsdpbench.analysis.compare.diff import diff_analyses
     from helpers import analysis
 
     context = {

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from fsdpbench.analysis import places as plc
-from fsdpbench.analysis.diff import diff_analyses
+from fsdpbench.analysis.compare.diff import diff_analyses
+from fsdpbench.analysis.findings import places as plc
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Figure, Table
 from fsdpbench.report.diff_md import diff_markdown, place_lines

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench.analysis import calibration as cal
-from fsdpbench.analysis.diff import diff_analyses
+from fsdpbench.analysis.compare import calibration as cal
+from fsdpbench.analysis.compare.diff import diff_analyses
 from fsdpbench.config.arms import Arm, manifest_prefetch
 from helpers import low_overlap
 

@@ -13,7 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from fsdpbench.analysis.groups import compact_ranks, coverage_text, group_kinds, partial_groups, ranks_seen
+from fsdpbench.analysis.crossrank.groups import (
+    compact_ranks,
+    coverage_text,
+    group_kinds,
+    partial_groups,
+    ranks_seen,
+)
 from fsdpbench.config import RunConfig
 from fsdpbench.config.ranks import profiled_ranks
 from fsdpbench.errors import ConfigError

@@ -217,7 +217,7 @@ def test_a_rank_whose_clock_is_offset_is_no_straggler(tmp_path):
 
 
 def test_a_kineto_trace_naming_no_group_takes_its_size_from_distributed_info(tmp_path):
-    from fsdpbench.analysis.groups import WORLD_SIZE_RULE
+    from fsdpbench.analysis.crossrank.groups import WORLD_SIZE_RULE
 
     doc = make_trace(rank=1, world_size=2, device_events=200, seed=1)
     for e in doc["traceEvents"]:

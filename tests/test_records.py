@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from fsdpbench import records
-from fsdpbench.analysis.diff import DiffResult
+from fsdpbench.analysis.compare.diff import DiffResult
 from fsdpbench.config.run import RunConfig
 from fsdpbench.errors import InputError
 from fsdpbench.results.summary import Summary
@@ -174,7 +174,7 @@ def test_the_summary_and_diff_of_a_real_run_encode_to_the_files_bytes(profiled_a
 
 def _assert_diff_file_reencodes(path: Path) -> None:
     """diff.json (one object or a list) decoded and written again gives the file's bytes."""
-    from fsdpbench.analysis.diff import diffs_from_json
+    from fsdpbench.analysis.compare.diff import diffs_from_json
     from fsdpbench.results.run_folder import diff_list
 
     raw = orjson.loads(path.read_bytes())
@@ -389,7 +389,7 @@ def test_a_diff_file_decodes_and_encodes_to_the_same_bytes(tmp_path):
     """diff.json of two test arms (a list) reads through the one decode and writes the same bytes; the computed
     keys come out as computed by hand above, and what the file does not hold (a side's rank, whether a place is
     compared) is told again."""
-    from fsdpbench.analysis.diff import diffs_from_json
+    from fsdpbench.analysis.compare.diff import diffs_from_json
     from fsdpbench.results.run_folder import write_json
 
     second = {k: v for k, v in DIFF_OBJECT.items() if k != "memory_timeline"} | {"test": "fsdp1"}
@@ -492,7 +492,8 @@ def test_one_finite_number_check_for_json_values():
     or float as a float, anything else (bool, NaN, ±inf, text, None) as None."""
     import math
 
-    from fsdpbench.analysis import places, whatif
+    from fsdpbench.analysis.estimate import whatif
+    from fsdpbench.analysis.findings import places
     from fsdpbench.analysis.findings import records as finding_records
     from fsdpbench.records import finite
 

@@ -1,4 +1,4 @@
-"""The step replay (analysis/replay.py, docs/replay.md) against independent references: a hand-built 3-rank
+"""The step replay (analysis/crossrank/replay.py, docs/replay.md) against independent references: a hand-built 3-rank
 CPU/gloo trace whose critical path, slacks and what-ifs are worked out by hand below; identity replay and
 clock invariance on profiled CPU/gloo runs (2 ranks: the session's A/B run; 4 ranks: the clean arm of the
 session's known-delay A/B, conftest's ``delay_ab_run``), each collective's replayed end checked against its gloo

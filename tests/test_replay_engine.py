@@ -1,5 +1,5 @@
-"""The replay engine's fast paths (analysis/replay.py's contracted schedule and latest starts,
-analysis/replay_graph.py's vectorised host segments) against plain references: a task-by-task longest path
+"""The replay engine's fast paths (analysis/crossrank/replay.py's contracted schedule and latest starts,
+analysis/crossrank/replay_graph.py's vectorised host segments) against plain references: a task-by-task longest path
 in index order, written out below, and host segments worked out by hand (and the one-event-at-a-time stack
 on random nestings)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fsdpbench.analysis import replay as R
-from fsdpbench.analysis import replay_graph as RG
+from fsdpbench.analysis.crossrank import replay as R
+from fsdpbench.analysis.crossrank import replay_graph as RG
 
 NO_BASE = np.iinfo(np.int64).min // 4
 

@@ -11,8 +11,8 @@ import statistics
 import orjson
 import pytest
 
-from fsdpbench.analysis.replay_edits import wanted_edits
-from fsdpbench.analysis.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY
+from fsdpbench.analysis.estimate.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY
+from fsdpbench.analysis.findings.replay_edits import wanted_edits
 from fsdpbench.report import write_report
 from test_replay import _regroup_rank, _x
 

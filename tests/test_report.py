@@ -15,8 +15,8 @@ import numpy as np
 import orjson
 import pytest
 
-from fsdpbench.analysis.result_records import AnalysisRecord
-from fsdpbench.analysis.whatif import Estimate, TypeSaving
+from fsdpbench.analysis.estimate.whatif import Estimate, TypeSaving
+from fsdpbench.analysis.output.result_records import AnalysisRecord
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import fmt_us
 from fsdpbench.records import convert
@@ -201,7 +201,7 @@ def test_stale_analysis_is_recomputed_with_the_analysis_module(tmp_path, monkeyp
                 rank["collective_events"] = {"type": [], "bytes": [], "start_ns": [], "end_ns": []}
             return convert({"schema_version": 1, "warnings": [], "ranks": [rank]}, AnalysisRecord, "fake")
 
-    import fsdpbench.analysis.replay_edits as replay_edits
+    import fsdpbench.analysis.findings.replay_edits as replay_edits
 
     fake = types.ModuleType("fsdpbench.analysis")
     fake.analyze = lambda paths, step=None: FakeAnalysis(paths[0])

@@ -18,8 +18,8 @@ import numpy as np
 import orjson
 import pytest
 
-from fsdpbench.analysis.diff import diff_analyses
-from fsdpbench.analysis.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY
+from fsdpbench.analysis.compare.diff import diff_analyses
+from fsdpbench.analysis.estimate.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY
 from fsdpbench.report import load_run, write_report
 from fsdpbench.report.build import build_report
 from fsdpbench.report.estimate import estimate_lines

@@ -92,7 +92,7 @@ def test_second_run_equals_a_no_cache_run_without_reading_or_measuring(tmp_path,
 
 
 def test_diff_fits_from_cached_results_equal_recomputed_ones(tmp_path, monkeypatch):
-    from fsdpbench.analysis import whatif
+    from fsdpbench.analysis.estimate import whatif
 
     _ranks(tmp_path)
     ref = _reference(tmp_path, monkeypatch)
@@ -123,7 +123,7 @@ def test_analysis_hash_covers_the_analysis_and_table_sources():
 
     here = Path(result_cache.__file__).parent
     # the hash is over these files' bytes: a change to any of them changes it
-    assert (here / "overlap.py").is_file() and (here.parent / "trace" / "table.py").is_file()
+    assert (here / "rank" / "overlap.py").is_file() and (here.parent / "trace" / "table.py").is_file()
     result_cache.analysis_hash.cache_clear()
     h = result_cache.analysis_hash()
     assert len(h) == 32 and h == result_cache.analysis_hash()
@@ -283,7 +283,7 @@ def test_a_trace_copied_with_its_cache_reports_where_it_is_now(tmp_path, monkeyp
 
 def _spy_wait_transfer(monkeypatch) -> list[int]:
     """Count calls of the cross-rank wait/transfer computation."""
-    from fsdpbench.analysis import waits
+    from fsdpbench.analysis.crossrank import waits
 
     calls: list[int] = []
     real = waits.wait_transfer

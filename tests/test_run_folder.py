@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from fsdpbench.analysis import Analysis, derived
-from fsdpbench.analysis.result import convert_analysis
+from fsdpbench.analysis.output.result import convert_analysis
 from fsdpbench.errors import InputError
 from fsdpbench.results import run_folder
 from fsdpbench.run.sweep import run_status

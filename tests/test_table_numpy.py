@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsdpbench.analysis.collectives import collective_events, summarize
-from fsdpbench.analysis.ops import KERNEL_CATEGORIES, kernel_time_us, op_stats
-from fsdpbench.analysis.sync import sync_counts
+from fsdpbench.analysis.rank.collectives import collective_events, summarize
+from fsdpbench.analysis.rank.ops import KERNEL_CATEGORIES, kernel_time_us, op_stats
+from fsdpbench.analysis.rank.sync import sync_counts
 from fsdpbench.trace import TASKS, find_all, read_rank
 from fsdpbench.trace.kineto_cpu import outermost
 from fsdpbench.trace.synthetic import make_trace, write_trace

@@ -69,7 +69,7 @@ def _analysis(paths: tuple[Path, ...], replay: bool = False):  # noqa: ANN202
 
 
 def _json(res) -> dict:  # noqa: ANN001
-    from fsdpbench.analysis.result import encode_analysis
+    from fsdpbench.analysis.output.result import encode_analysis
 
     return orjson.loads(encode_analysis(res))
 

@@ -135,7 +135,7 @@ def test_shorten_middle_keeps_both_ends_and_the_width():
 
 def test_diff_fits_80_columns_with_long_labels_and_kernel_names():
     from fsdpbench.analysis import analyze
-    from fsdpbench.analysis.diff import diff_analyses
+    from fsdpbench.analysis.compare.diff import diff_analyses
     from fsdpbench.report.terminal import render_diff
 
     base, test = _analysis_with_a_long_kernel_name(), analyze([GLOO_MIN], workers=1)
@@ -156,7 +156,7 @@ def test_diff_fits_80_columns_with_long_labels_and_kernel_names():
 
 def test_diff_keeps_short_labels_as_headers():
     from fsdpbench.analysis import analyze
-    from fsdpbench.analysis.diff import diff_analyses
+    from fsdpbench.analysis.compare.diff import diff_analyses
     from fsdpbench.report.terminal import render_diff
 
     res = analyze([GLOO_MIN], workers=1)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from fsdpbench.analysis import analyze
-from fsdpbench.analysis.overlap import breakdown
+from fsdpbench.analysis.rank.overlap import breakdown
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend import read_ascend
 from fsdpbench.trace.ascend_ops import op_type_from_name

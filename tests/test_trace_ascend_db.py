@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fsdpbench.analysis import analyze
-from fsdpbench.analysis.overlap import breakdown
+from fsdpbench.analysis.rank.overlap import breakdown
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend import read_ascend
 from helpers import ASCEND_FIXTURES, sql_rows

@@ -82,7 +82,7 @@ def test_a_header_only_kernel_details_warns_clearly_and_no_clock_offset(tmp_path
 def test_a_diff_across_profiler_levels_shows_no_phantom_added_or_removed_ops(level0, shared_fixtures):
     """Level1 and Level0 of the same model and step run the same ops: the diff may change their
     times, but must not list Conv2D1… as added and Conv2D as deleted."""
-    from fsdpbench.analysis.diff import diff_analyses
+    from fsdpbench.analysis.compare.diff import diff_analyses
 
     d = diff_analyses(analyze([LEVEL1], workers=1), level0, base_label="level1", test_label="level0")
     assert len(d.ops) == 33

@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from fsdpbench.analysis import Analysis, analyze
-from fsdpbench.analysis.diff import DiffResult, diff_analyses
-from fsdpbench.analysis.result import convert_analysis
+from fsdpbench.analysis.compare.diff import DiffResult, diff_analyses
+from fsdpbench.analysis.output.result import convert_analysis
 from fsdpbench.errors import InputError
 from fsdpbench.trace.ascend_db import AscendDbTables, read_tables
 from fsdpbench.trace.synthetic import make_trace, write_trace

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pytest
 
-from fsdpbench.analysis import attribution, phase_ranges, unit_ranges
+from fsdpbench.analysis.rank import attribution, phase_ranges, unit_ranges
 from fsdpbench.trace.kineto import read_kineto
 from helpers import SHARED
 
@@ -514,7 +514,7 @@ def test_fsdp1_hooks_that_do_not_match_the_forward_give_phases_only(tmp_path):
     autograd/optimizer phases instead."""
     events = [*fsdp1_213(), _r("FullyShardedDataParallel._pre_backward_hook", 124.0, 1.0)]
     events += [_r("FullyShardedDataParallel._pre_backward_hook", 125.0, 1.0)]
-    from fsdpbench.analysis import fsdp1_units
+    from fsdpbench.analysis.rank import fsdp1_units
 
     t = read_kineto(_write(tmp_path / "rank0.json", events)).table
     assert not len(fsdp1_units.fsdp1_ranges(t))

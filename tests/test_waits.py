@@ -1,4 +1,4 @@
-"""Waiting vs transferring (analysis/waits.py) against hand-computed references."""
+"""Waiting vs transferring (analysis/crossrank/waits.py) against hand-computed references."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fsdpbench.analysis import analyze
-from fsdpbench.analysis.waits import wait_transfer
+from fsdpbench.analysis.crossrank.waits import wait_transfer
 
 OFFSET_NS = 100_000  # rank 1's clock runs this far ahead
 
@@ -205,7 +205,7 @@ def test_a_cuda_trace_gets_unit_and_phase_of_each_collective_from_its_launching_
 def test_the_alpha_beta_fit_uses_transfer_time_not_wait_plus_transfer():
     import pandas as pd
 
-    from fsdpbench.analysis import whatif
+    from fsdpbench.analysis.estimate import whatif
 
     alpha_us, beta_us_per_byte = 20.0, 0.001
     sizes = np.array([1e4, 5e4, 1e5, 5e5, 1e6, 2e6])
@@ -327,7 +327,7 @@ def test_the_late_ranks_wait_agrees_with_the_profilers_synchronization_on_the_te
 
 
 def test_the_plain_python_interval_helpers_agree_with_a_brute_force_count():
-    from fsdpbench.analysis import waits
+    from fsdpbench.analysis.crossrank import waits
 
     rng = np.random.default_rng(7)
     for _ in range(200):
@@ -344,7 +344,7 @@ def test_the_plain_python_interval_helpers_agree_with_a_brute_force_count():
 
 
 def test_the_exposed_overlap_by_running_length_agrees_with_a_brute_force_count():
-    from fsdpbench.analysis import waits
+    from fsdpbench.analysis.crossrank import waits
 
     rng = np.random.default_rng(11)
     for _ in range(200):
@@ -363,7 +363,7 @@ def test_the_exposed_overlap_by_running_length_agrees_with_a_brute_force_count()
 
 
 def test_the_numpy_split_equals_the_plain_python_one_and_a_brute_force_count():
-    from fsdpbench.analysis import waits
+    from fsdpbench.analysis.crossrank import waits
 
     rng = np.random.default_rng(5)
     for _ in range(200):
@@ -465,7 +465,7 @@ def _random_ranks(
 ) -> tuple[list[dict[str, Any]], list[tuple[list[int], list[int]]]]:
     """Random collectives of 2–4 ranks: repeated keys (coalesced kernels), keys on one rank only, clock
     offsets, unknown sizes, units and phases; and each rank's exposed intervals."""
-    from fsdpbench.analysis import waits
+    from fsdpbench.analysis.crossrank import waits
 
     events, exposed = [], []
     for r in range(int(rng.integers(2, 5))):
@@ -499,7 +499,7 @@ def _random_ranks(
 def test_the_numpy_cross_rank_path_equals_the_plain_python_one(monkeypatch, how):
     """A fresh analysis (numpy loaded) and one from result caches (plain Python) must give the same
     numbers: random rank sets through both paths of wait_transfer, compared whole (row split included)."""
-    from fsdpbench.analysis import waits
+    from fsdpbench.analysis.crossrank import waits
 
     rng = np.random.default_rng(17)
     seen = set()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis.estimate import whatif
 
 
 def test_fit_recovers_alpha_beta_from_noisy_synthetic_collectives():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis.estimate import whatif
 
 
 def _estimate(free_us):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis.estimate import whatif
 
 try:
     from scipy import optimize

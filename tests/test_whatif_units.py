@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from fsdpbench.analysis import calibration as cal
-from fsdpbench.analysis import derived, whatif, whatif_units
-from fsdpbench.analysis.diff import diff_analyses
-from fsdpbench.analysis.result import RankMetrics
+from fsdpbench.analysis import derived
+from fsdpbench.analysis.compare import calibration as cal
+from fsdpbench.analysis.compare.diff import diff_analyses
+from fsdpbench.analysis.estimate import whatif, whatif_units
+from fsdpbench.analysis.output.result import RankMetrics
 from fsdpbench.report.estimate import estimate_lines
 from fsdpbench.results import run_folder
 from helpers import analysis, rank

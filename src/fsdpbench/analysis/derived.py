@@ -35,9 +35,9 @@ from fsdpbench.results.run_folder import (
 from fsdpbench.results.stats import peak_memory_figure
 
 if TYPE_CHECKING:
-    from fsdpbench.analysis.diff import DiffResult
-    from fsdpbench.analysis.result import Analysis
-    from fsdpbench.analysis.result_records import AnalysisRecord
+    from fsdpbench.analysis.compare.diff import DiffResult
+    from fsdpbench.analysis.output.result import Analysis
+    from fsdpbench.analysis.output.result_records import AnalysisRecord
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,11 @@ BROKEN_ANALYSIS_HINT = "remove it: fsdpbench analyzes the profiles again"
 
 def memory_timelines(run_dir: str | Path, labels: list[str], rank: int = 0) -> dict[str, Any]:
     """``{arm: memory_timeline}`` of ``rank`` for the arms whose memory step was recorded
-    (``analysis.memory_timeline.step_timeline``; on NPU ``analysis.ascend_memory_timeline``); an arm whose
+    (``analysis.rank.memory_timeline.step_timeline``; on NPU ``analysis.rank.ascend_memory_timeline``); an arm whose
     files cannot be read gets ``{"error": why}``."""
     import gzip
 
-    from fsdpbench.analysis.memory_timeline import step_timeline
+    from fsdpbench.analysis.rank.memory_timeline import step_timeline
 
     out: dict[str, Any] = {}
     for arm in labels:
@@ -94,7 +94,7 @@ def memory_timelines_of_rank(run_dir: str | Path, summary: Mapping[str, Any], ra
 
 def _ascend_memory_timeline(npu_dir: Path, live: Path, rank: int) -> dict[str, Any]:
     """The memory timeline of one rank's parsed torch_npu memory step (``*_ascend_pt`` under ``npu_dir``)."""
-    from fsdpbench.analysis.ascend_memory_timeline import ascend_step_timeline, read_export
+    from fsdpbench.analysis.rank.ascend_memory_timeline import ascend_step_timeline, read_export
 
     folders = sorted(npu_dir.glob("*_ascend_pt"))
     if not folders:
@@ -146,7 +146,7 @@ def read_analysis_json(path: Path, decoded: Mapping[str, Any] | None = None) -> 
     """A run folder's analysis.json as arm → its record; ``InputError`` naming the file and the field
     (and how to get a good one) when it is not JSON or not such a file. ``decoded``: the file's JSON as the
     caller already read it (``result.read_analysis_arms``), typed without reading the file again."""
-    from fsdpbench.analysis.result import analysis_records, decode_analysis_file
+    from fsdpbench.analysis.output.result import analysis_records, decode_analysis_file
 
     try:
         return decode_analysis_file(path) if decoded is None else analysis_records(decoded, path)
@@ -187,7 +187,7 @@ def ensure_analysis(
         InputError: analysis.json is not JSON or not an analysis file (naming the field); (``failed``
             None) an arm has no profiles, or its analysis failed.
     """
-    from fsdpbench.analysis.result import Analysis, encode_analysis_file
+    from fsdpbench.analysis.output.result import Analysis, encode_analysis_file
 
     run_dir = Path(run_dir)
     arms = profiled_arms(run_dir) if arms is None else list(arms)
@@ -246,7 +246,7 @@ def _replay_wanted(
     its ``replay.what_if`` lacks; an arm read back from analysis.json without them (written before, or the
     other arms changed) is analysed again from its profiles, which keeps the joined graph. Returns the arms
     whose analyses changed (``out`` updated in place)."""
-    from fsdpbench.analysis import replay_edits
+    from fsdpbench.analysis.findings import replay_edits
 
     manifest = read_json_if_readable(run_dir / MANIFEST) or {}
     arms = {a.get("label"): a for a in manifest.get("arms") or [] if isinstance(a, Mapping)}
@@ -309,8 +309,8 @@ def _run_manifest(run_dir: Path) -> dict[str, Any]:
 def _diff_arms(
     run_dir: Path, manifest: dict[str, Any], analyses: Mapping[str, Any], memory_rank: int = 0
 ) -> list[DiffResult]:
-    from fsdpbench.analysis.calibration import calibration_pairs
-    from fsdpbench.analysis.diff import add_calibration, diff_analyses
+    from fsdpbench.analysis.compare.calibration import calibration_pairs
+    from fsdpbench.analysis.compare.diff import add_calibration, diff_analyses
 
     summary = read_json_file(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
     arms = {a["label"]: a for a in manifest["arms"]}

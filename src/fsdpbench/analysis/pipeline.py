@@ -1,7 +1,7 @@
 """The analysis pipeline: find the rank profiles, read and measure each rank (in worker processes, or from
 its caches), then the cross-rank numbers (skew, stragglers, waiting vs transferring).
 
-``analyze(paths)`` returns an :class:`~fsdpbench.analysis.result.Analysis`; ``rank_metrics(trace)``
+``analyze(paths)`` returns an :class:`~fsdpbench.analysis.output.result.Analysis`; ``rank_metrics(trace)``
 measures one rank read by :func:`fsdpbench.trace.read_rank`. Re-exported by :mod:`fsdpbench.analysis`.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fsdpbench.analysis import rank_result, result_cache
-from fsdpbench.analysis.result import Analysis, RankMetrics, StepMetrics
-from fsdpbench.analysis.result_records import from_record
-from fsdpbench.analysis.stragglers import clock_offset_warning, stragglers
+from fsdpbench.analysis.crossrank.stragglers import clock_offset_warning, stragglers
+from fsdpbench.analysis.output.result import Analysis, RankMetrics, StepMetrics
+from fsdpbench.analysis.output.result_records import from_record
 from fsdpbench.errors import ConfigError, FsdpbenchError, InputError
 from fsdpbench.trace import RankTrace, Source, find_all, read_rank
 from fsdpbench.trace import cache as table_cache
@@ -86,10 +86,10 @@ def _metrics(
     busy_all: Any = None,
     unions: Any = None,
 ) -> StepMetrics:
-    from fsdpbench.analysis.collectives import collective_events, summarize
-    from fsdpbench.analysis.ops import kernel_time_us, op_stats
-    from fsdpbench.analysis.overlap import breakdown
-    from fsdpbench.analysis.sync import sync_counts
+    from fsdpbench.analysis.rank.collectives import collective_events, summarize
+    from fsdpbench.analysis.rank.ops import kernel_time_us, op_stats
+    from fsdpbench.analysis.rank.overlap import breakdown
+    from fsdpbench.analysis.rank.sync import sync_counts
 
     window = _window(trace, events, steps) if steps else None
     b = breakdown(events, window=window, busy_all=busy_all, unions=unions)
@@ -123,7 +123,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
     """
     import numpy as np
 
-    from fsdpbench.analysis.collectives import collective_events
+    from fsdpbench.analysis.rank.collectives import collective_events
 
     all_ev = trace.table
     orphans = all_ev.orphan & all_ev.device
@@ -141,7 +141,7 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         chosen = [step]
     else:
         chosen = known
-    from fsdpbench.analysis.overlap import category_union
+    from fsdpbench.analysis.rank.overlap import category_union
     from fsdpbench.trace import intervals as iv
 
     # every step's device work (what is not free inside a step's window): ∪ compute ∪ comm of the whole
@@ -160,14 +160,14 @@ def rank_metrics(trace: RankTrace, step: int | None = None) -> RankMetrics:
         else [total]
     )
     trace.warnings.extend(_fallback_window_warnings(trace, chosen, per_step, total))
-    from fsdpbench.analysis.groups import group_metrics
+    from fsdpbench.analysis.crossrank.groups import group_metrics
 
     by_group, group_warning = group_metrics(sel, compute=unions[0])
     if group_warning:
         trace.warnings.append(f"rank {trace.rank}: {group_warning}")
     dev = ev.device
     span = (int(ev.start_ns[dev].min()), int(ev.end_ns[dev].max())) if dev.any() else None
-    from fsdpbench.analysis.waits import rank_marks
+    from fsdpbench.analysis.crossrank.waits import rank_marks
 
     ce = collective_events(sel)
     units, places, units_source, prefetch = _units(trace, ev, chosen)
@@ -237,7 +237,7 @@ def _units(
     the profiler links to each device task (:mod:`fsdpbench.trace.ascend_launch`)."""
     import numpy as np
 
-    from fsdpbench.analysis import attribution, unit_ranges
+    from fsdpbench.analysis.rank import attribution, unit_ranges
 
     if trace.format not in ("kineto", "ascend"):
         return None, None, unit_ranges.SOURCE_NONE, None
@@ -262,14 +262,14 @@ def _units(
 def _prepare_workers() -> None:
     """Import what reading and measuring a rank needs (numpy, the decoder, the metric modules), so
     that worker processes forked afterwards inherit them instead of each importing them again."""
-    import fsdpbench.analysis.attribution
-    import fsdpbench.analysis.collectives
-    import fsdpbench.analysis.groups
-    import fsdpbench.analysis.ops
-    import fsdpbench.analysis.overlap
-    import fsdpbench.analysis.replay_graph
-    import fsdpbench.analysis.sync
-    import fsdpbench.analysis.waits
+    import fsdpbench.analysis.crossrank.groups
+    import fsdpbench.analysis.crossrank.replay_graph
+    import fsdpbench.analysis.crossrank.waits
+    import fsdpbench.analysis.rank.attribution
+    import fsdpbench.analysis.rank.collectives
+    import fsdpbench.analysis.rank.ops
+    import fsdpbench.analysis.rank.overlap
+    import fsdpbench.analysis.rank.sync
     import fsdpbench.trace.intervals
     import fsdpbench.trace.kineto  # noqa: F401 - the decoder (msgspec) and the table
 
@@ -373,10 +373,10 @@ class RankOutcome(NamedTuple):
 
 
 def _rank_graph(trace: RankTrace, metrics: RankMetrics) -> Any:
-    """The rank's part of the step replay's graph (:func:`fsdpbench.analysis.replay_graph.build_rank_graph`):
+    """The rank's part of the step replay's graph (:func:`fsdpbench.analysis.crossrank.replay_graph.build_rank_graph`):
     small arrays, shipped back from the worker instead of the table; None (and a warning) when it cannot
     be built: the replay must never take the rank's metrics down with it."""
-    from fsdpbench.analysis.replay_graph import build_rank_graph
+    from fsdpbench.analysis.crossrank.replay_graph import build_rank_graph
 
     steps = [s.step for s in metrics.steps if s.step is not None]
     try:
@@ -508,8 +508,8 @@ def analyze(
             1 = in-process).
         top: how many op types each rank lists in its JSON (``Analysis.record``; None: all).
         progress: a progress bar on stderr; None: when more than 4 ranks are read and stderr is a terminal.
-        replay: replay the step (``Analysis.replay``, :mod:`fsdpbench.analysis.replay`).
-        what_if: edits replayed beside it (:func:`fsdpbench.analysis.replay.parse_edit`; ``replay.what_if``).
+        replay: replay the step (``Analysis.replay``, :mod:`fsdpbench.analysis.crossrank.replay`).
+        what_if: edits replayed beside it (:func:`fsdpbench.analysis.crossrank.replay.parse_edit`; ``replay.what_if``).
     Returns:
         The :class:`Analysis`; ranks that could not be read are left out and named in ``warnings``.
     Raises:
@@ -646,7 +646,7 @@ def analyze(
             + ", ".join(f"rank {k}: {list(v)}" for k, v in step_sets.items())
             + "); per-rank figures are valid, cross-rank comparisons mix steps"
         )
-    from fsdpbench.analysis.groups import group_kinds
+    from fsdpbench.analysis.crossrank.groups import group_kinds
 
     res = Analysis(
         sources=[str(p) for p in paths],
@@ -669,7 +669,7 @@ def analyze(
             res.collective_skew_us = {int(k): float(v) for k, v in skew.items()}
             res.stragglers = stragglers(res.collective_skew_us)
         if res.waits:
-            from fsdpbench.analysis.groups import coverage_text, partial_groups, ranks_seen
+            from fsdpbench.analysis.crossrank.groups import coverage_text, partial_groups, ranks_seen
 
             res.waits["partial_groups"] = partial_groups(res.process_groups, timed)
             res.waits["ranks_seen"] = ranks_seen(timed)  # k of N ranks (--profile-ranks)
@@ -707,7 +707,7 @@ def _replay(
     says so there and in the warnings, and leaves the rest of the analysis standing. Taken from the replay
     cache beside the first rank's trace when every rank's result cache key and the edits match."""
     if what_if:
-        from fsdpbench.analysis.replay import parse_edit
+        from fsdpbench.analysis.crossrank.replay import parse_edit
 
         for e in what_if:
             parse_edit(e)  # a bad edit is the user's error: raised before any work
@@ -720,7 +720,7 @@ def _replay(
             if res.replay is None and res.replay_note:
                 res.warnings.append(f"no step replay: {res.replay_note}")
             return
-    from fsdpbench.analysis.replay import replay_step
+    from fsdpbench.analysis.crossrank.replay import replay_step
 
     for metrics, trace, key in deferred_graphs:  # cached rank graphs (else rebuilt)
         metrics.replay_graph = result_cache.load_graph(trace, key)
@@ -749,7 +749,7 @@ def _waits(
     res: Analysis, timed: list[RankMetrics], origin: list[tuple[Path, dict[str, Any] | None]]
 ) -> list[dict[int, tuple[float, float]]] | None:
     """Set ``res.waits`` (and its warnings) and each rank's ``transfer_ns`` column from
-    :func:`fsdpbench.analysis.waits.wait_transfer`, or from the cross-rank cache beside the first rank's
+    :func:`fsdpbench.analysis.crossrank.waits.wait_transfer`, or from the cross-rank cache beside the first rank's
     trace when every rank's result cache key and id match: a second analyze of unchanged traces then
     neither matches the collectives again nor imports numpy. Returns the per-rank row split of a fresh
     computation (None from the cache, which is not used for Ascend exports: their profiler's own split
@@ -766,7 +766,7 @@ def _waits(
                 if col is not None:
                     r.set_transfer_column(col)
             return None
-    from fsdpbench.analysis.waits import ROW_SPLIT, wait_transfer
+    from fsdpbench.analysis.crossrank.waits import ROW_SPLIT, wait_transfer
 
     if len(timed) >= NUMPY_WAITS_MIN_RANKS:
         import numpy  # noqa: F401 - wait_transfer takes its vectorised path when numpy is loaded

@@ -84,7 +84,7 @@ def write(
         InputError: the folder is not writable (the message names the file).
     """
     body = lzma.compress(result_cache.entry_bytes({}, trace_rank, warnings, metrics, packed=False), preset=6)
-    from fsdpbench.analysis.replay_graph import to_bytes  # numpy: only where a graph is packed
+    from fsdpbench.analysis.crossrank.replay_graph import to_bytes  # numpy: only where a graph is packed
 
     tail = b"" if graph is None else to_bytes(graph)
     header = {
@@ -158,7 +158,7 @@ def load(trace: Path, step: int | None, graph: bool) -> tuple[int | None, list[s
             raise ValueError("no result in it")
         hit[2].rank = int(header["rank"])  # the header names the rank the result stands for
         if graph and len(raw) > mid:
-            from fsdpbench.analysis.replay_graph import from_bytes
+            from fsdpbench.analysis.crossrank.replay_graph import from_bytes
 
             hit[2].replay_graph = from_bytes(raw[mid:])
             hit[2].replay_graph.rank = hit[2].rank

@@ -10,11 +10,11 @@ then a newline and the exposed-communication intervals as bytes (:meth:`RankMetr
 whole zlib-compressed when under 128 KiB (:func:`_packed`, docs/caches.md). It is used
 only while its key matches: the event-table cache's key of the trace (size, mtime, head hash, reader
 source hash; :func:`fsdpbench.trace.cache.trace_key`), the step selection, and a hash of the analysis
-code (``analysis/*.py`` and ``trace/table.py``), so any change to the analysis recomputes it. It obeys
+code (``analysis/**/*.py`` and ``trace/table.py``), so any change to the analysis recomputes it. It obeys
 ``FSDPBENCH_NO_CACHE`` / ``--no-cache`` as the table cache does, and is skipped quietly in a folder
 that is not writable.
 
-The cross-rank wait/transfer result (analysis/waits.py) of a Kineto rank set is cached likewise beside its
+The cross-rank wait/transfer result (analysis/crossrank/waits.py) of a Kineto rank set is cached likewise beside its
 first rank's trace (``.rank0.json.gz.fsdpbench.waits``: :func:`load_cross`, :func:`store_cross`), keyed by
 every rank's key above and id, so a fully cached analyze neither matches collectives again nor imports numpy.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from fsdpbench.analysis.result_records import RankCacheRecord, ResultCacheEntry, from_plain
+from fsdpbench.analysis.output.result_records import RankCacheRecord, ResultCacheEntry, from_plain
 from fsdpbench.trace import cache as table_cache
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,9 @@ def cache_path(trace: Path) -> Path:
 
 @functools.cache
 def analysis_hash() -> str:
-    """BLAKE2b of the analysis code's source: every ``analysis/*.py`` and ``trace/table.py``."""
+    """BLAKE2b of the analysis code's source: every ``analysis/**/*.py`` and ``trace/table.py``."""
     here = Path(__file__).parent
-    return table_cache.source_hash(_FORMAT, [*sorted(here.glob("*.py")), here.parent / "trace" / "table.py"])
+    return table_cache.source_hash(_FORMAT, [*sorted(here.rglob("*.py")), here.parent / "trace" / "table.py"])
 
 
 def key(trace: Path, step: int | None, table_key: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def entry_from_bytes(
     entry: ResultCacheEntry = orjson.loads(memoryview(raw)[:cut] if cut >= 0 else raw)
     if want is not None and entry.get("key") != want:
         return None
-    from fsdpbench.analysis.result import RankMetrics
+    from fsdpbench.analysis.output.result import RankMetrics
 
     record = from_plain(RankCacheRecord, entry["metrics"])
     metrics = RankMetrics.from_cache_record(record, raw[cut + 1 :] if cut >= 0 else b"")
@@ -140,9 +140,9 @@ def graph_path(trace: Path) -> Path:
 
 
 def store_graph(trace: Path, want: dict[str, Any], graph: Any) -> None:
-    """Write the rank's replay graph (:mod:`fsdpbench.analysis.replay_graph`) under ``want`` beside ``trace``
+    """Write the rank's replay graph (:mod:`fsdpbench.analysis.crossrank.replay_graph`) under ``want`` beside ``trace``
     (skipped quietly as :func:`store` is)."""
-    from fsdpbench.analysis.replay_graph import to_bytes
+    from fsdpbench.analysis.crossrank.replay_graph import to_bytes
 
     head = orjson.dumps(want)
 
@@ -162,7 +162,7 @@ def load_graph(trace: Path, want: dict[str, Any]) -> Any:
         cut = raw.index(b"\n")
         if orjson.loads(raw[:cut]) != want:
             return None
-        from fsdpbench.analysis.replay_graph import from_bytes
+        from fsdpbench.analysis.crossrank.replay_graph import from_bytes
 
         return from_bytes(raw[cut + 1 :])
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
@@ -188,7 +188,7 @@ def load_cross(trace: Path, want: dict[str, Any]) -> tuple[dict[str, Any], list[
         data = orjson.loads(memoryview(raw)[:cut])
         if data.get("key") != want:
             return None
-        from fsdpbench.analysis.result import int64_columns
+        from fsdpbench.analysis.output.result import int64_columns
 
         return data, int64_columns(raw[cut + 1 :], data["transfer_counts"])
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal
@@ -200,7 +200,7 @@ def store_cross(trace: Path, want: dict[str, Any], data: dict[str, Any], transfe
     """Write the cross-rank result ``data`` and the ranks' ``transfer_ns`` columns (None: none) beside
     ``trace`` under ``want``, only when ``data`` reads back equal (JSON keeps every value it holds: no
     tuple, NaN or int key), atomically; skip quietly otherwise."""
-    from fsdpbench.analysis.result import int64_bytes
+    from fsdpbench.analysis.output.result import int64_bytes
 
     doc = {"key": want, **data, "transfer_counts": [None if c is None else len(c) for c in transfer]}
     blob = orjson.dumps(doc)

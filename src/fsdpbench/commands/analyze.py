@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the analysis, print it, optionally write JSON; 0 on success."""
     from fsdpbench.analysis import analyze
-    from fsdpbench.analysis.result import encode_analysis
+    from fsdpbench.analysis.output.result import encode_analysis
 
     if args.top is not None and args.top < 1:
         raise ConfigError(f"--top must be at least 1 (got {args.top})")
@@ -209,7 +209,7 @@ def _write_replay_trace(res, args: argparse.Namespace) -> Path | None:  # noqa: 
     g = getattr(res, "_replay", None)
     if g is None:
         return None
-    from fsdpbench.analysis.replay_trace import write_trace
+    from fsdpbench.analysis.crossrank.replay_trace import write_trace
 
     if args.replay_trace:
         out = Path(args.replay_trace)

@@ -70,7 +70,7 @@ def _load_side(path: Path, what: str, step: int | None) -> Any:
             except InputError as exc:
                 raise InputError(f"{what} {exc}") from None
             if isinstance(data, dict) and "ranks" in data and "schema_version" in data:
-                from fsdpbench.analysis.result import convert_analysis
+                from fsdpbench.analysis.output.result import convert_analysis
 
                 return convert_analysis(data, f"{what} {path}")
     from fsdpbench.analysis import analyze
@@ -100,8 +100,8 @@ def _run_arm(path: Path) -> tuple[dict[str, Any], float | None] | None:
 def _replay_wanted(sides: dict[str, Any], arms: dict[str, dict[str, Any]]) -> None:
     """Replay on each side analysed now the what-ifs its findings read (``replay_edits.replay_wanted``); a
     side read from an analysis JSON keeps the what-ifs it has."""
-    from fsdpbench.analysis import replay_edits
-    from fsdpbench.analysis.result import Analysis
+    from fsdpbench.analysis.findings import replay_edits
+    from fsdpbench.analysis.output.result import Analysis
 
     analysed = {lab: res for lab, res in sides.items() if isinstance(res, Analysis)}
     if len(analysed) == len(sides):  # the wanted edits compare the two sides
@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from fsdpbench.analysis import derived
-    from fsdpbench.analysis.diff import add_calibration, diff_analyses
+    from fsdpbench.analysis.compare.diff import add_calibration, diff_analyses
     from fsdpbench.report.diff_md import diff_markdown
     from fsdpbench.report.terminal import render_diff
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fsdpbench.analysis import memory_timeline as mt
-from fsdpbench.analysis import places as plc
-from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
+from fsdpbench.analysis.compare.diff import METRIC_NAMES, METRICS, DiffResult
+from fsdpbench.analysis.estimate.whatif import AlphaBetaFit
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding, SideMetrics, collective_phrase
-from fsdpbench.analysis.whatif import AlphaBetaFit
+from fsdpbench.analysis.findings import places as plc
+from fsdpbench.analysis.rank import memory_timeline as mt
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_count, fmt_pct, fmt_points, fmt_us, fmt_x
 from fsdpbench.report.estimate import estimate_lines, subject_timed_scale
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from fsdpbench.analysis.estimate.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY, Estimate
 from fsdpbench.analysis.findings import COLLECTIVE_NAMES, Finding
 from fsdpbench.analysis.findings.replay import place_text
-from fsdpbench.analysis.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY, Estimate
 from fsdpbench.fmt import fmt, fmt_count, fmt_pct, fmt_us
 
 

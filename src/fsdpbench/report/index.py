@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdpbench.analysis.diff import DiffResult, diffs_from_json
+from fsdpbench.analysis.compare.diff import DiffResult, diffs_from_json
 from fsdpbench.analysis.findings import finite
-from fsdpbench.analysis.result import Analysis, convert_analysis
+from fsdpbench.analysis.output.result import Analysis, convert_analysis
 from fsdpbench.errors import InputError
 from fsdpbench.fmt import MISSING, fmt, fmt_pct, speed_text
 from fsdpbench.report import figures

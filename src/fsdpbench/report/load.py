@@ -21,8 +21,8 @@ from fsdpbench.results.run_folder import RUN_MARKERS, is_run_dir
 from fsdpbench.results.summary import Summary
 
 if TYPE_CHECKING:
-    from fsdpbench.analysis.diff import DiffResult
-    from fsdpbench.analysis.result import Analysis
+    from fsdpbench.analysis.compare.diff import DiffResult
+    from fsdpbench.analysis.output.result import Analysis
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,13 @@ class RunData:
 
     @property
     def analyses(self) -> dict[str, Analysis]:
-        """arm label → the arm's :class:`~fsdpbench.analysis.result.Analysis` read from ``analysis``.
+        """arm label → the arm's :class:`~fsdpbench.analysis.output.result.Analysis` read from ``analysis``.
 
         Raises:
             InputError: an arm's JSON is not an Analysis object, naming the file and the field
                 (``analysis.json: $.torch.ranks[1].step_time_us: expected `float`, got `str```).
         """
-        from fsdpbench.analysis.result import convert_analysis
+        from fsdpbench.analysis.output.result import convert_analysis
 
         what = str(self.run_dir / run_folder.ANALYSIS)
 
@@ -75,9 +75,9 @@ class RunData:
 
     @property
     def diff_results(self) -> list[DiffResult]:
-        """``diffs`` as :class:`~fsdpbench.analysis.diff.DiffResult` objects; one that is not a Diff JSON
+        """``diffs`` as :class:`~fsdpbench.analysis.compare.diff.DiffResult` objects; one that is not a Diff JSON
         object is left out and named in ``missing``."""
-        from fsdpbench.analysis.diff import diffs_from_json
+        from fsdpbench.analysis.compare.diff import diffs_from_json
 
         def parse(raw: list[dict[str, Any]]) -> list[DiffResult]:
             return diffs_from_json(
@@ -175,7 +175,7 @@ def read_analysis_json(path: Path) -> dict[str, Any] | None:
         InputError: it is not JSON or not an object of arms, naming the file (its fields are checked
             by :attr:`RunData.analyses`).
     """
-    from fsdpbench.analysis.result import read_analysis_arms
+    from fsdpbench.analysis.output.result import read_analysis_arms
 
     if not path.is_file():
         return None

@@ -1,5 +1,5 @@
 """The report's "where" section: per arm and per pair (test − base) a unit × phase table and heatmap of
-exposed communication and compute, and the slowest exposed collectives (``fsdpbench.analysis.places``)."""
+exposed communication and compute, and the slowest exposed collectives (``fsdpbench.analysis.findings.places``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis import places as plc
-from fsdpbench.analysis.groups import seen_text
+from fsdpbench.analysis.crossrank.groups import seen_text
+from fsdpbench.analysis.findings import places as plc
 from fsdpbench.fmt import MISSING, fmt_bytes, fmt_us_as_ms
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Block, Figure, Heading, Para, Table

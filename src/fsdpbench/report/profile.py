@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis import memory_timeline as mt
-from fsdpbench.analysis.diff import DiffResult
+from fsdpbench.analysis.compare.diff import DiffResult
 from fsdpbench.analysis.findings import finite
-from fsdpbench.analysis.result import RankMetrics
+from fsdpbench.analysis.output.result import RankMetrics
+from fsdpbench.analysis.rank import memory_timeline as mt
 from fsdpbench.fmt import fmt, fmt_bytes, fmt_pct, fmt_us_as_ms
 from fsdpbench.report import figures
 from fsdpbench.report.blocks import Banner, Block, Figure, Heading, Para, Table
@@ -358,7 +358,7 @@ def _rank_timeline(data: RunData) -> list[Block]:
 
 def _group_table(data: RunData) -> list[Block]:
     """Communication per process group and arm (mean over the group's ranks), when an arm has several."""
-    from fsdpbench.analysis.groups import summary_rows
+    from fsdpbench.analysis.crossrank.groups import summary_rows
 
     analysis = data.analysis or {}
     rows = []

@@ -1,7 +1,7 @@
 """The profiled step of every rank of an arm on one time axis: compute and communication per rank, the
 communication coloured by process group (HSDP: shard = intra-node, replicate = inter-node).
 
-Clocks: the analysis' clock check (:func:`fsdpbench.analysis.stragglers.clock_offset_warning`) tells
+Clocks: the analysis' clock check (:func:`fsdpbench.analysis.crossrank.stragglers.clock_offset_warning`) tells
 whether the ranks' clocks can be compared. When they can, every rank is drawn on the common clock from the
 earliest rank's step start, so a rank that starts or waits late is seen late; when they cannot (traces from
 hosts whose clocks differ), each rank is drawn from its own step start and the caption says so.
@@ -50,7 +50,7 @@ class RankTimeline:
 
 def _rank_row(table: Any, windows: Any, step: int | None) -> tuple[RankRow, int, tuple[int, int]] | None:
     """(row with absolute times, its step start, its device span) of one rank's table."""
-    from fsdpbench.analysis.groups import UNKNOWN, event_groups
+    from fsdpbench.analysis.crossrank.groups import UNKNOWN, event_groups
 
     dev = table.device & ((table.step == step) if step is not None else True)
     if not np.any(dev):
@@ -71,8 +71,8 @@ def _rank_row(table: Any, windows: Any, step: int | None) -> tuple[RankRow, int,
 
 def build(arm: str, folder: Path) -> RankTimeline | None:
     """The aligned timeline of the last profiled step of every rank under ``folder`` (None: no events)."""
-    from fsdpbench.analysis.groups import group_kinds
-    from fsdpbench.analysis.stragglers import clock_offset_warning
+    from fsdpbench.analysis.crossrank.groups import group_kinds
+    from fsdpbench.analysis.crossrank.stragglers import clock_offset_warning
     from fsdpbench.trace import find_all, read_rank
 
     found = find_all([folder])

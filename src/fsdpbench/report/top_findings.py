@@ -8,10 +8,10 @@ left out: the verdict above already says both.
 
 from __future__ import annotations
 
-from fsdpbench.analysis.diff import DiffResult
+from fsdpbench.analysis.compare.diff import DiffResult
+from fsdpbench.analysis.estimate.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY, Estimate
 from fsdpbench.analysis.findings import Finding
 from fsdpbench.analysis.findings.replay import place_text
-from fsdpbench.analysis.whatif import SOURCE_CLOSED_FORM, SOURCE_REPLAY, Estimate
 from fsdpbench.fmt import MISSING, fmt_us
 from fsdpbench.report.blocks import Block, Bullets, Heading, Para, anchor
 from fsdpbench.report.estimate import place_gain

@@ -16,7 +16,7 @@ Sources:
   ``OP_MEMORY`` and ``NPU_MODULE_MEM`` (bytes and ns; names through ``STRING_IDS``).
 
 These readers give the timelines and their peaks; the phase and unit boundaries and the attribution
-of the peak to them are in ``fsdpbench.analysis.memory_timeline`` (Kineto, the worker's memory step).
+of the peak to them are in ``fsdpbench.analysis.rank.memory_timeline`` (Kineto, the worker's memory step).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every rule is one row of ``RULES`` (``registry``): id, when it fires, severity, 
 that checks it; each rule (or family of rules) is one module here, beside its row. The thresholds are the
 constants of ``thresholds``; docs/diagnosis.md ("Findings: the rules") carries the same table. Rules read the
 rank-mean metrics of both arms (``base`` = control, ``test``), the collective/op/sync comparison rows
-built by ``fsdpbench.analysis.diff`` and the α–β fits of ``fsdpbench.analysis.whatif``; ``ranking.evaluate``
+built by ``fsdpbench.analysis.compare.diff`` and the α–β fits of ``fsdpbench.analysis.estimate.whatif``; ``ranking.evaluate``
 runs them all and orders what they find.
 
 Torch-free on purpose.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.analysis.findings.records import Finding, OpSide, RuleInput, Side
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import COLLECTIVE_NAMES, HCCL_AVG_RE, OP_DELTA_SHARE
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt_count, fmt_us
 
 

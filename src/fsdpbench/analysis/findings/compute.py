@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from statistics import median
 
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.analysis.findings import replay as rp
 from fsdpbench.analysis.findings.records import Finding, RuleInput
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import OP_DELTA_SHARE, OP_MAX_LISTED, STRAGGLER_SKEW
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt_count, fmt_pct, fmt_us
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fsdpbench.analysis import whatif, whatif_units
+from fsdpbench.analysis.estimate import whatif, whatif_units
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.analysis.findings import replay as rp
 from fsdpbench.analysis.findings.records import (
     CollectiveRow,
@@ -20,7 +21,6 @@ from fsdpbench.analysis.findings.thresholds import (
     FRAGMENTATION_HIGH_SHARE,
     SIMILAR_BYTES,
 )
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt_pct, fmt_us, fmt_x
 
 
@@ -56,7 +56,7 @@ def _from_replay(
     per (unit, phase), ``replay_edits.regroup_edits``; else the most costly type's) where the arm's replay has
     it, else ``closed`` labelled as the closed-form fallback; the same for the one-bucket-per-unit scenario
     (``regroup:<types>:unit``)."""
-    from fsdpbench.analysis.replay_edits import regroup_edits
+    from fsdpbench.analysis.findings.replay_edits import regroup_edits
 
     ordered = sorted(hits, key=lambda r: -(r[side].time_us or 0.0))
     types = [r.type for r in ordered]

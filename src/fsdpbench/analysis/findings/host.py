@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.analysis.findings.records import Finding, RuleInput, Side
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import (
@@ -12,7 +13,6 @@ from fsdpbench.analysis.findings.thresholds import (
     SYNC_MIN_DELTA,
     SYNC_RATIO,
 )
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import fmt_count, fmt_pct, fmt_us
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fsdpbench.analysis import memory_timeline
 from fsdpbench.analysis.findings.records import Finding, RuleInput
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import PEAK_MEMORY_RATIO
+from fsdpbench.analysis.rank import memory_timeline
 from fsdpbench.fmt import fmt_bytes
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fsdpbench.analysis import places as plc
-from fsdpbench.analysis import whatif, whatif_units
+from fsdpbench.analysis.estimate import whatif, whatif_units
+from fsdpbench.analysis.findings import places as plc
 from fsdpbench.analysis.findings import replay as rp
 from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, safe_delta
 from fsdpbench.analysis.findings.rule import Rule

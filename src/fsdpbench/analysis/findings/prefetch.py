@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.analysis.findings.records import Finding, RuleInput, Side, safe_delta
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.text import capital
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, prefetch_units
 from fsdpbench.fmt import fmt_pct, fmt_points, fmt_us
 

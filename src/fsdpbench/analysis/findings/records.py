@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from fsdpbench.analysis import places as plc
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis.estimate import whatif
+from fsdpbench.analysis.estimate.whatif import Estimate
+from fsdpbench.analysis.findings import places as plc
 from fsdpbench.analysis.findings.thresholds import COLLECTIVE_NAMES, SAME_BYTES_TOL, SYNC_NAMES
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.config.arms import Depth, manifest_prefetch
 from fsdpbench.fmt import fmt_count, fmt_x
 from fsdpbench.records import Record, finite
@@ -327,7 +327,7 @@ class RuleInput:
     memory_peaks: Pair[dict[str, Any] | None] = field(default_factory=lambda: Pair(None, None))
     """The memory step's peaks (``memory_timeline.peak_summary``), where the run recorded one."""
     places: list[plc.PlaceRow] = field(default_factory=list)
-    """Both arms per (unit, phase) (``analysis.places.compare_places``); ``[]`` without units."""
+    """Both arms per (unit, phase) (``analysis.findings.places.compare_places``); ``[]`` without units."""
     analysis: Pair[Mapping[str, Any]] = field(default_factory=lambda: Pair({}, {}))
     """Both arms' Analysis JSON (the places' collective types and the ranks waited for)."""
 

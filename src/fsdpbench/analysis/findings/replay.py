@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis.estimate import whatif
+from fsdpbench.analysis.estimate.whatif import Estimate
 from fsdpbench.analysis.findings.records import Finding, RuleInput, finite
 from fsdpbench.analysis.findings.rule import Rule
 from fsdpbench.analysis.findings.thresholds import CRITICAL_MAX_LISTED, NEAR_CRITICAL_MANY
-from fsdpbench.analysis.whatif import Estimate
 from fsdpbench.fmt import MISSING, fmt_pct, fmt_us
 
 CHANGED_MAX_LISTED = 5

@@ -87,7 +87,7 @@ def _group_table(res, con) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Communication per process group (shard = intra-node, replicate = inter-node), mean over its ranks."""
     from rich.table import Table
 
-    from fsdpbench.analysis.groups import WORLD_SIZE_RULE, summary_rows
+    from fsdpbench.analysis.crossrank.groups import WORLD_SIZE_RULE, summary_rows
 
     kinds = getattr(res, "process_groups", None) or {}
     rows = summary_rows(res.ranks, kinds)
@@ -203,7 +203,7 @@ def render_analysis(res, top: int = 15, console=None, wide: bool = False) -> Non
             s.add_row(str(r.rank), *["n/r" if v is None else str(v) for v in r.sync.values()])
         print_fitted(con, s, labels=1)
 
-    from fsdpbench.analysis.groups import coverage_text
+    from fsdpbench.analysis.crossrank.groups import coverage_text
 
     if res.waits:
         _render_waits(con, res.waits)
@@ -241,7 +241,7 @@ def _render_waits(con, w: dict) -> None:  # noqa: ANN001 (rich types kept lazy)
     """Waiting vs transferring: per rank, bandwidth per type, the slowest collectives."""
     from rich.table import Table
 
-    from fsdpbench.analysis.groups import coverage_text
+    from fsdpbench.analysis.crossrank.groups import coverage_text
 
     covers = coverage_text(w.get("partial_groups") or [], w.get("ranks_seen"))
     t = Table(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpbench.analysis.diff import METRIC_NAMES, METRICS, DiffResult
+from fsdpbench.analysis.compare.diff import METRIC_NAMES, METRICS, DiffResult
 from fsdpbench.fmt import fmt_bytes, fmt_count, fmt_us, fmt_x, shorten_unique
 from fsdpbench.report.diff_md import (
     CALIBRATION_NOTE,

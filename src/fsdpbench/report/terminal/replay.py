@@ -25,7 +25,7 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
     if rp is None:
         con.print(f"[yellow]no step replay:[/yellow] {res.replay_note or 'not computed'}", highlight=False)
         return
-    from fsdpbench.analysis.groups import seen_text
+    from fsdpbench.analysis.crossrank.groups import seen_text
 
     err = rp["error_pct"]
     over = seen_text(rp.get("ranks_seen")) or f"{len(rp['ranks'])} ranks"

@@ -25,7 +25,7 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
     """One unit × phase table per rank (``--units``); ranks without rows are named once."""
     from rich.table import Table
 
-    from fsdpbench.analysis import places as plc
+    from fsdpbench.analysis.findings import places as plc
 
     missing = [r.rank for r in res.ranks if r.units is None]
     for r in res.ranks:
@@ -79,14 +79,14 @@ def render_units(res, console) -> None:  # noqa: ANN001 (rich types kept lazy)
 
 
 def explain_rows(res, unit: str, step: int | None = None) -> list[dict]:  # noqa: ANN001 (Analysis)
-    """Per rank the windows ``unit`` got (:func:`fsdpbench.analysis.unit_ranges.find_ranges`, as the
+    """Per rank the windows ``unit`` got (:func:`fsdpbench.analysis.rank.unit_ranges.find_ranges`, as the
     analysis found them): ``{rank, phase, thread, start_ms, end_ms, opened_by, closed_by, events}`` in
     start order, times from the start of the rank's first profiler step (else of its first event); ``events`` counts the compute and communication events placed in the window (of the
     profiled steps, or of ``step``). A rank without such a window gives one row with ``phase`` None and
     its units in ``opened_by``."""
     import numpy as np
 
-    from fsdpbench.analysis import attribution, unit_ranges, windows
+    from fsdpbench.analysis.rank import attribution, unit_ranges, windows
     from fsdpbench.trace import Source, read_rank
 
     out: list[dict] = []

@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fsdpbench.analysis import whatif
+from fsdpbench.analysis.estimate import whatif
 from fsdpbench.analysis.findings import prefetch_deeper_side
 from fsdpbench.config.arms import manifest_prefetch
 

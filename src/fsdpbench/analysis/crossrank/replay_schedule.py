@@ -1,10 +1,10 @@
-"""The joined step graph and its replay: every rank's graph (:mod:`fsdpbench.analysis.replay_graph`) joined
+"""The joined step graph and its replay: every rank's graph (:mod:`fsdpbench.analysis.crossrank.replay_graph`) joined
 by one rendezvous per collective instance, replayed as a list schedule, and read: the cross-rank critical
-path, slack, and the figure's data (docs/replay.md). The public face is :mod:`fsdpbench.analysis.replay`;
-the what-ifs (edits of this graph) are :mod:`fsdpbench.analysis.replay_whatif`.
+path, slack, and the figure's data (docs/replay.md). The public face is :mod:`fsdpbench.analysis.crossrank.replay`;
+the what-ifs (edits of this graph) are :mod:`fsdpbench.analysis.crossrank.replay_whatif`.
 
 The rendezvous: collective instance c (matched across ranks by (group, seq), else fsdpbench's c10d
-ranges, else order in its group: the same keys as analysis/waits.py) has an arrival task on each rank
+ranges, else order in its group: the same keys as analysis/crossrank/waits.py) has an arrival task on each rank
 holding it; its transfer starts when the last of them has arrived (on the aligned clocks), and rank r's
 part lasts ``max(e_r - L, 0)``, its measured end after the measured last arrival ``L`` (aligned). The
 waits are what the replay computes.
@@ -18,7 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.replay_graph import K_GAP, K_LAUNCH, K_SYNC, K_TRANSFER, K_WAIT, KINDS, RankGraph
+from fsdpbench.analysis.crossrank.replay_graph import (
+    K_GAP,
+    K_LAUNCH,
+    K_SYNC,
+    K_TRANSFER,
+    K_WAIT,
+    KINDS,
+    RankGraph,
+)
 
 NEAR_CRITICAL = 0.02
 """Places off the critical path with slack below this share of the step are near-critical."""
@@ -509,7 +517,7 @@ def _rank_graph(r: Any) -> RankGraph | None:
         return g
     if not r.source:
         return None
-    from fsdpbench.analysis.replay_graph import build_rank_graph
+    from fsdpbench.analysis.crossrank.replay_graph import build_rank_graph
     from fsdpbench.trace import Source, read_rank
 
     trace = read_rank(Source(__import__("pathlib").Path(r.source), r.format))
@@ -518,8 +526,8 @@ def _rank_graph(r: Any) -> RankGraph | None:
 
 
 def _keys(ranks: list[Any], graphs: list[RankGraph]) -> tuple[list[list[Any]], str]:
-    """Each graph collective's cross-rank key (analysis/waits.py's keys, one method for all ranks)."""
-    from fsdpbench.analysis import waits
+    """Each graph collective's cross-rank key (analysis/crossrank/waits.py's keys, one method for all ranks)."""
+    from fsdpbench.analysis.crossrank import waits
 
     cols = [r.collective_columns() for r in ranks]
     first = [waits._keys(c) for c in cols]

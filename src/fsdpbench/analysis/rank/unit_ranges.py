@@ -8,7 +8,7 @@ preference (the first that has any window in the trace is used, alone):
 * ``fsdpbench ranges``: fsdpbench's own ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>``
   and ``fsdpbench::optimizer`` host ranges (:mod:`fsdpbench.run.profile_marks`), each a window as is;
 * ``FSDP2 ranges``: PyTorch FSDP2's own hook ranges (torch 2.3 and later, and torch_npu's
-  ``fully_shard``, which keeps them), cut into windows by :mod:`fsdpbench.analysis.fsdp2_windows`: a
+  ``fully_shard``, which keeps them), cut into windows by :mod:`fsdpbench.analysis.rank.fsdp2_windows`: a
   unit's forward from its ``FSDP::pre_forward (<fqn>)`` to its ``FSDP::post_forward (<fqn>)``, its
   backward from its ``FSDP::pre_backward (<fqn>)`` to its last ``FSDP::post_backward_*``; each root's
   forward from ``FSDP::root_pre_forward`` to the last forward range before the next root or the
@@ -18,9 +18,9 @@ preference (the first that has any window in the trace is used, alone):
   (``phase_ranges.OPTIMIZER``, the same rule as the phases-only source); named ``replicate() ranges``
   when :func:`is_replicate` (DDP on FSDP2's code writes the same labels);
 * ``FSDP1 ranges (units by nesting)``: FSDP1's units numbered by the nesting of its
-  ``FullyShardedDataParallel.forward`` ranges (:mod:`fsdpbench.analysis.fsdp1_units`);
+  ``FullyShardedDataParallel.forward`` ranges (:mod:`fsdpbench.analysis.rank.fsdp1_units`);
 * ``autograd/optimizer ranges``: phases alone, unit ``(all)``, from the autograd engine's and the
-  optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.phase_ranges`);
+  optimizer's ranges that every PyTorch trace records (:mod:`fsdpbench.analysis.rank.phase_ranges`);
 * none: no window (every event is ``(outside)``).
 
 DeepSpeed ZeRO-3 and hyper_parallel record no range that names or nests a unit, so they give phases only
@@ -34,11 +34,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from fsdpbench.analysis import phase_ranges
-from fsdpbench.analysis.windows import ALL_UNITS, Ranges, host_rows
-from fsdpbench.analysis.windows import ROOT as ROOT  # re-exported: the name callers know
-from fsdpbench.analysis.windows import SOURCE_NONE as SOURCE_NONE
-from fsdpbench.analysis.windows import empty as _empty
+from fsdpbench.analysis.rank import phase_ranges
+from fsdpbench.analysis.rank.windows import ALL_UNITS, Ranges, host_rows
+from fsdpbench.analysis.rank.windows import ROOT as ROOT  # re-exported: the name callers know
+from fsdpbench.analysis.rank.windows import SOURCE_NONE as SOURCE_NONE
+from fsdpbench.analysis.rank.windows import empty as _empty
 from fsdpbench.trace.table import EventTable
 
 PREFIX = "fsdpbench::"
@@ -101,11 +101,11 @@ def own_ranges(t: EventTable) -> Ranges:
 
 
 def fsdp2_ranges(t: EventTable) -> Ranges:
-    """FSDP2's (unit, phase) windows of ``t`` from its hook ranges (:mod:`fsdpbench.analysis.fsdp2_windows`:
+    """FSDP2's (unit, phase) windows of ``t`` from its hook ranges (:mod:`fsdpbench.analysis.rank.fsdp2_windows`:
     sessions of each root, named or numbered units, the root's windows from what the trace has, several
     roots told apart, torch_npu's skipped ``post_forward``), and the optimizer windows from
     ``Optimizer.step#…`` and ``Optimizer.zero_grad#…``; empty when ``t`` holds no FSDP2 hook range."""
-    from fsdpbench.analysis import fsdp2_windows as fw
+    from fsdpbench.analysis.rank import fsdp2_windows as fw
 
     kinds: dict[int, tuple[str, str | None]] = {}  # name code → (kind, FQN of the label)
     optimizer: list[int] = []
@@ -195,7 +195,7 @@ def find_ranges(t: EventTable) -> Ranges:
             if found.source == SOURCE_FSDP2 and is_replicate(t):
                 found = replace(found, source=SOURCE_REPLICATE)
             return found
-    from fsdpbench.analysis import fsdp1_units  # here: it imports this module
+    from fsdpbench.analysis.rank import fsdp1_units  # here: it imports this module
 
     found = fsdp1_units.fsdp1_ranges(t)
     if len(found):

@@ -4,7 +4,7 @@ and the collectives by type, partitioning the step's totals exactly (docs/attrib
 
 torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns.
 
-* **Windows**: :func:`fsdpbench.analysis.unit_ranges.find_ranges`: fsdpbench's own host ranges
+* **Windows**: :func:`fsdpbench.analysis.rank.unit_ranges.find_ranges`: fsdpbench's own host ranges
   ``fsdpbench::forward::<unit>``, ``fsdpbench::backward::<unit>`` and ``fsdpbench::optimizer``
   (:mod:`fsdpbench.run.profile_marks`, docs/DATA.md "Ranges in the profiled step"), else windows built
   from FSDP2's own hook ranges (``FSDP::pre_forward (<fqn>)`` …); ``Ranges.source`` says which.
@@ -20,7 +20,7 @@ torch-free: numpy on the :class:`~fsdpbench.trace.table.EventTable` columns.
   ``[max(start, furthest end of the events that started before it), end)``. A bucket's compute
   (communication) is the length of its events' shares; its overlapped time is the part of its
   communication shares that lies in the union of *all* compute (any bucket): communication hidden by
-  some compute, as in :mod:`fsdpbench.analysis.overlap`; exposed = communication − overlapped. Summed
+  some compute, as in :mod:`fsdpbench.analysis.rank.overlap`; exposed = communication − overlapped. Summed
   over buckets these give |∪compute|, |∪comm|, |∪comm ∩ ∪compute| and the exposed time exactly.
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.unit_ranges import FSDP2_PREFIXES, PREFETCH_NAME, find_ranges
-from fsdpbench.analysis.windows import ROOT, Ranges, host_rows
+from fsdpbench.analysis.rank.unit_ranges import FSDP2_PREFIXES, PREFETCH_NAME, find_ranges
+from fsdpbench.analysis.rank.windows import ROOT, Ranges, host_rows
 from fsdpbench.trace import intervals as iv
 from fsdpbench.trace.table import EventTable, as_table
 
@@ -231,7 +231,7 @@ def collective_places(
 ) -> dict[str, Any]:
     """Each communication event's (unit, phase), for the wait/transfer split per unit and phase.
 
-    Returns columns sorted by start as :func:`fsdpbench.analysis.collectives.collective_events` is
+    Returns columns sorted by start as :func:`fsdpbench.analysis.rank.collectives.collective_events` is
     (the same events, in the same order, for the same ``select``): ``start_ns``, ``end_ns``, ``type``,
     ``unit``, ``phase``.
     """

@@ -1,20 +1,20 @@
-"""Step replay: every rank's graph (:mod:`fsdpbench.analysis.replay_graph`) joined by one rendezvous per
+"""Step replay: every rank's graph (:mod:`fsdpbench.analysis.crossrank.replay_graph`) joined by one rendezvous per
 collective instance, replayed as a list schedule; the cross-rank critical path, slack, and what-ifs as
 edits of the graph (docs/replay.md). This module is the face: :func:`replay_step`, and the public names of
-:mod:`~fsdpbench.analysis.replay_schedule` (join, schedule, read, the figure's data) and
-:mod:`~fsdpbench.analysis.replay_whatif` (the edits and their closed-form fallback) re-exported.
+:mod:`~fsdpbench.analysis.crossrank.replay_schedule` (join, schedule, read, the figure's data) and
+:mod:`~fsdpbench.analysis.crossrank.replay_whatif` (the edits and their closed-form fallback) re-exported.
 
 Public entry points (documented in docs/replay.md):
 
 * :func:`replay_step` — ``replay_step(res, edits=()) -> dict | None``: the ``replay`` object of
-  docs/DATA.md for an :class:`~fsdpbench.analysis.result.Analysis` (None, with the reason in
+  docs/DATA.md for an :class:`~fsdpbench.analysis.output.result.Analysis` (None, with the reason in
   ``res.replay_note``, when its traces lack what the graph needs);
 * :func:`parse_edit` — ``parse_edit("scale:all_gather:0.5") -> Edit``;
 * :func:`apply_edit` — ``apply_edit(graph, edit) -> StepGraph``: a copy of the joined graph with the
   edit applied (replay it with :func:`schedule`).
 
 The rendezvous: collective instance c (matched across ranks by (group, seq), else fsdpbench's c10d
-ranges, else order in its group: the same keys as analysis/waits.py) has an arrival task on each rank
+ranges, else order in its group: the same keys as analysis/crossrank/waits.py) has an arrival task on each rank
 holding it; its transfer starts when the last of them has arrived (on the aligned clocks), and rank r's
 part lasts ``max(e_r - L, 0)``, its measured end after the measured last arrival ``L`` (aligned). The
 waits are what the replay computes.
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.replay_schedule import (
+from fsdpbench.analysis.crossrank.replay_schedule import (
     MAX_RENDEZVOUS,
     MAX_SEGMENTS,
     NEAR_CRITICAL,
@@ -45,7 +45,7 @@ from fsdpbench.analysis.replay_schedule import (
     schedule,
     unexplained,
 )
-from fsdpbench.analysis.replay_whatif import (
+from fsdpbench.analysis.crossrank.replay_whatif import (
     EDIT_HELP,
     SOURCE_CLOSED,
     SOURCE_REPLAY,
@@ -88,7 +88,7 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         res.replay_note = f"the graph has a cycle ({exc}): collectives matched wrongly?"
         return None
     rd = read(g, s)
-    from fsdpbench.analysis.groups import ranks_seen, seen_text
+    from fsdpbench.analysis.crossrank.groups import ranks_seen, seen_text
 
     seen = ranks_seen([r for r in res.ranks if r.device_span_ns])  # the ranks build_step_graph joined
     said = seen_text(seen)

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
-from fsdpbench.analysis import whatif_units
+from fsdpbench.analysis.crossrank.replay_whatif import _type_means
+from fsdpbench.analysis.estimate import whatif_units
 from fsdpbench.analysis.findings.thresholds import FRAGMENTATION_COUNT_RATIO, SIMILAR_BYTES, STRAGGLER_SKEW
-from fsdpbench.analysis.replay_whatif import _type_means
 from fsdpbench.records import finite
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def add_what_ifs(res: Any, edits: Sequence[str]) -> bool:
     """Replay ``edits`` on ``res``'s joined graph (kept by the analysis that replayed it) and append their
     ``what_if`` rows (a refused edit answers in closed form, ``replay.what_if_row``). False when ``res`` kept
     no graph (an analysis read back from analysis.json: analyse its profiles again)."""
-    from fsdpbench.analysis.replay_whatif import what_if_row
+    from fsdpbench.analysis.crossrank.replay_whatif import what_if_row
 
     kept = getattr(res, "_replay", None)
     if not isinstance(res.replay, Mapping) or kept is None:
@@ -199,7 +199,7 @@ def wanted_for_arms(
     """Per arm with a replay, the edits its findings read (:func:`wanted_edits`, against every other arm).
 
     Args:
-        analyses: arm label → its :class:`~fsdpbench.analysis.result.Analysis`.
+        analyses: arm label → its :class:`~fsdpbench.analysis.output.result.Analysis`.
         arms: arm label → its manifest entry (the prefetch depth), where known.
     """
     data = {

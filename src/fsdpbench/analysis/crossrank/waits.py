@@ -9,7 +9,7 @@ wait = ``min(max(L - s_r, 0), e_r - s_r)``, transfer = ``e_r - s_r - wait`` (= `
 intervals ``[s_r + wait, e_r)`` (on the rank's own clock) are unioned: ``transfer_us`` = |∪ transfer|,
 ``wait_us`` = |∪ wait \\ ∪ transfer| (a collective waiting while another moves bytes counts as
 transferring), so ``wait_us + transfer_us`` = ``comm_us``. The exposed communication ``E`` (∪ comm minus
-∪ compute, analysis/overlap.py) splits the same way: ``exposed_transfer_us`` = |∪ transfer ∩ E|,
+∪ compute, analysis/rank/overlap.py) splits the same way: ``exposed_transfer_us`` = |∪ transfer ∩ E|,
 ``exposed_wait_us`` = |(∪ wait \\ ∪ transfer) ∩ E|.
 
 Clock offsets: the ranks of a collective finish it together (the last arrival releases them all), so
@@ -90,7 +90,7 @@ def rank_marks(
     The k-th c10d range (by start) names the k-th collective, as the CPU reader pairs launches with
     gloo's worker spans; used only when the counts agree and ``by_order`` (CPU traces: on a device,
     kernels on several streams need not start in launch order), else the marks are None/-1.
-    ``places``: :func:`fsdpbench.analysis.attribution.collective_places` of the same collectives (the
+    ``places``: :func:`fsdpbench.analysis.rank.attribution.collective_places` of the same collectives (the
     (unit, phase) of the fsdpbench range that launched each one, on CPU and device traces alike:
     docs/attribution.md); ignored when its length differs.
     """
@@ -123,7 +123,7 @@ def rank_marks(
 
 def exposed_intervals(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """∪ communication minus ∪ compute of ``t`` (the exposed communication, as intervals)."""
-    from fsdpbench.analysis.overlap import category_union
+    from fsdpbench.analysis.rank.overlap import category_union
     from fsdpbench.trace import intervals as iv
 
     return iv.difference(category_union(t, "comm"), category_union(t, "compute"))

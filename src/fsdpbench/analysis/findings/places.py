@@ -2,7 +2,7 @@
 exposed part split into waiting and transferring, their deltas, and the slowest exposed collectives.
 
 Reads the Analysis JSON of docs/DATA.md: each rank's ``units`` rows (docs/attribution.md) and
-``waits.units`` / ``waits.top``. The diff (``fsdpbench.analysis.diff``), its findings
+``waits.units`` / ``waits.top``. The diff (``fsdpbench.analysis.compare.diff``), its findings
 (``exposed_place``), diff.md, the terminal and the report all use these rows.
 
 Torch-free on purpose.

@@ -1,7 +1,7 @@
 """Result objects of the analysis: per step, per rank, across ranks, and the Analysis JSON's one encode
 and decode (docs/DATA.md).
 
-``StepMetrics`` and ``RankMetrics`` derive from the file's records (analysis/result_records.py), so each
+``StepMetrics`` and ``RankMetrics`` derive from the file's records (analysis/output/result_records.py), so each
 metric is declared once there; they add the tables (DataFrames built on first use from what a result cache
 or a file read). ``Analysis.record`` / ``Analysis.from_record`` turn a whole analysis into its record and
 back (``result_records.to_record`` / ``from_record``, generic over the fields); :func:`encode_analysis`,
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from fsdpbench.analysis.result_records import (
+from fsdpbench.analysis.output.result_records import (
     SCHEMA_VERSION,
     AcrossRanks,
     AnalysisRecord,
@@ -50,7 +50,7 @@ in its order."""
 
 
 def _op_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """``op_stats``'s DataFrame from the ``ops`` rows (dtypes as ``analysis.ops.op_stats`` gives them)."""
+    """``op_stats``'s DataFrame from the ``ops`` rows (dtypes as ``analysis.rank.ops.op_stats`` gives them)."""
     import numpy as np
     import pandas as pd
 
@@ -161,7 +161,7 @@ class _OpRows:
 @dataclass(kw_only=True)
 class StepMetrics(StepRecord):
     """The study's numbers for one window (a profiler step, or all profiled steps of a rank): the fields
-    of :class:`~fsdpbench.analysis.result_records.StepRecord`, which also is its JSON object.
+    of :class:`~fsdpbench.analysis.output.result_records.StepRecord`, which also is its JSON object.
 
     Times in µs (floats from exact ns), ratios in 0–1, ``overlap_ratio`` None without communication;
     a ``sync`` count is None where the trace cannot record that task kind. ``free_us`` is window time
@@ -184,7 +184,7 @@ StepMetrics.ops = _OpRows()  # type: ignore[assignment]  # after the dataclass: 
 
 @dataclass(kw_only=True)
 class RankMetrics(StepMetrics, RankRecord):
-    """One rank: the fields of :class:`~fsdpbench.analysis.result_records.RankRecord` (its JSON object:
+    """One rank: the fields of :class:`~fsdpbench.analysis.output.result_records.RankRecord` (its JSON object:
     the metrics over its profiled step(s), each step, its groups and units) and its tables.
 
     Attributes beyond the record:
@@ -193,7 +193,7 @@ class RankMetrics(StepMetrics, RankRecord):
         device_span_ns: first device event start and last end (the rank's clock), or None;
         collective_events: DataFrame ``type, bytes, start_ns, end_ns, group, seq, dtype, in_bytes,
             out_bytes`` (one row per collective; group None and seq -1 where the trace does not say) and
-            ``mark_group, mark_index, unit, phase`` from fsdpbench's ranges (analysis/waits.py
+            ``mark_group, mark_index, unit, phase`` from fsdpbench's ranges (analysis/crossrank/waits.py
             ``rank_marks``; None/-1 without);
         exposed_comm_ns: ∪ communication minus ∪ compute as (starts, ends), for the wait/transfer split;
         cross_check: the profiler's own step numbers when it wrote them (Ascend), else None.
@@ -201,10 +201,10 @@ class RankMetrics(StepMetrics, RankRecord):
     The record's fields (docs/DATA.md): groups ``{name: {description, ranks, size}}`` of the process
     groups the trace names; world_size: the trace's ``distributedInfo.world_size`` (Kineto), None where it
     has none; by_group: per process group, ``{comm_us, exposed_us, count, bytes, algbw_gbps,
-    collectives}`` (:mod:`fsdpbench.analysis.groups`; ``?``: group unknown); units: the unit × phase rows
-    (``analysis.attribution.unit_phase_rows``), None where they cannot be told; units_source: ``fsdpbench
+    collectives}`` (:mod:`fsdpbench.analysis.crossrank.groups`; ``?``: group unknown); units: the unit × phase rows
+    (``analysis.rank.attribution.unit_phase_rows``), None where they cannot be told; units_source: ``fsdpbench
     ranges``, ``FSDP2 ranges``, ``autograd/optimizer ranges`` or ``none``
-    (``analysis.unit_ranges.find_ranges``); prefetch: FSDP2's prefetch edges ``[{pass, unit, target,
+    (``analysis.rank.unit_ranges.find_ranges``); prefetch: FSDP2's prefetch edges ``[{pass, unit, target,
     start_us}]`` in issue order, None without FSDP2 ranges; orphan_events, orphan_us, orphan_share: device
     work launched before the trace begins (count, Σ duration, share of the rank's Σ device-event time),
     left out of every other number, as HTA leaves it out.
@@ -221,7 +221,7 @@ class RankMetrics(StepMetrics, RankRecord):
     the wait/transfer split)."""
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
     replay_graph: Any = field(default=None, repr=False)
-    """The rank's part of the step's graph (:class:`fsdpbench.analysis.replay_graph.RankGraph`), built
+    """The rank's part of the step's graph (:class:`fsdpbench.analysis.crossrank.replay_graph.RankGraph`), built
     where the rank was measured; None from a result cache (the replay builds it again from the trace)."""
 
     @property
@@ -391,7 +391,7 @@ def int64_columns(data: bytes, counts: list[int | None]) -> list[array.array | N
 
 _MARK_UNSET = {"mark_group": None, "mark_index": -1, "unit": None, "phase": None}
 """``rank_marks``' columns and their value where a collective has none: a cache leaves out a column
-that holds only that value, and its reader (``_collective_frame``, analysis/waits.py) fills it in again."""
+that holds only that value, and its reader (``_collective_frame``, analysis/crossrank/waits.py) fills it in again."""
 
 
 def _ints(values: Any) -> Any:
@@ -445,7 +445,7 @@ class Analysis:
         collective_skew_us: median lateness of each rank at collectives (µs);
         stragglers: ``[{rank, skew_us}]``, latest first;
         process_groups: ``{group: {kind, ranks, rule}}``: shard / replicate / world / other / unknown
-            (:func:`fsdpbench.analysis.groups.group_kinds`).
+            (:func:`fsdpbench.analysis.crossrank.groups.group_kinds`).
     """
 
     sources: list[str]
@@ -457,9 +457,9 @@ class Analysis:
     top: int | None = None
     process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     waits: dict[str, Any] = field(default_factory=dict)
-    """Waiting vs transferring across ranks (analysis/waits.py); empty with one rank."""
+    """Waiting vs transferring across ranks (analysis/crossrank/waits.py); empty with one rank."""
     replay: dict[str, Any] | None = None
-    """The step replay (analysis/replay.py, docs/replay.md): None until asked for, or when the traces lack
+    """The step replay (analysis/crossrank/replay.py, docs/replay.md): None until asked for, or when the traces lack
     what its graph needs (``replay_note`` says why)."""
     replay_note: str | None = None
     compact_ranks: int = 0

@@ -20,10 +20,9 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from fsdpbench.analysis import calibration, whatif, whatif_units
 from fsdpbench.analysis import findings as fnd
-from fsdpbench.analysis import memory_timeline as mt
-from fsdpbench.analysis import places as plc
+from fsdpbench.analysis.compare import calibration
+from fsdpbench.analysis.estimate import whatif, whatif_units
 from fsdpbench.analysis.findings import (
     METRICS,
     CollectiveRow,
@@ -37,7 +36,9 @@ from fsdpbench.analysis.findings import (
     safe_delta,
     safe_ratio,
 )
-from fsdpbench.analysis.result import FIT_EVENT_COLUMNS, Analysis
+from fsdpbench.analysis.findings import places as plc
+from fsdpbench.analysis.output.result import FIT_EVENT_COLUMNS, Analysis
+from fsdpbench.analysis.rank import memory_timeline as mt
 from fsdpbench.errors import InputError
 from fsdpbench.records import Record
 
@@ -275,14 +276,14 @@ class DiffResult(Record):
     findings: list[fnd.Finding] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     calibration: list[dict[str, Any]] = field(default_factory=list)
-    """Estimates checked against their counterfactual arm (``fsdpbench.analysis.calibration`` entries)."""
+    """Estimates checked against their counterfactual arm (``fsdpbench.analysis.compare.calibration`` entries)."""
     distortion: dict[str, Any] | None = None
     """Each arm's profiled/timed step ratio (``calibration.distortion``); ``None`` without timed medians."""
     memory_timeline: dict[str, Any] | None = None
     """``{"base", "test", "difference"}``: the memory step's peaks (``memory_timeline.peak_summary``) and
     ``peak_difference``; ``None`` unless both arms have a memory timeline."""
     places: list[plc.PlaceRow] = field(default_factory=list)
-    """Both arms per (unit, phase) (``analysis.places``); ``[]`` when neither trace has fsdpbench's ranges."""
+    """Both arms per (unit, phase) (``analysis.findings.places``); ``[]`` when neither trace has fsdpbench's ranges."""
     top_waits: Pair[list[plc.TopCollective]] = field(default_factory=_no_waits)
     """Each arm's slowest matched collectives (``places.top_collectives``)."""
     prefetch_estimates: Pair[whatif.Estimate | None] = field(default_factory=_no_estimates)

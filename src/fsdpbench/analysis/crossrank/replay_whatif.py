@@ -1,10 +1,10 @@
-"""What-ifs as edits of the joined step graph (:mod:`fsdpbench.analysis.replay_schedule`), replayed
+"""What-ifs as edits of the joined step graph (:mod:`fsdpbench.analysis.crossrank.replay_schedule`), replayed
 (docs/replay.md "What-ifs"): :func:`parse_edit`, :func:`apply_edit` (scale, straggler, regroup with the
 α–β fits and the host work's per-call price, prefetch, delay), :func:`what_if` / :func:`what_if_row`, and
 the closed-form fallback (:func:`closed_form_row`) that answers where the graph refuses an edit.
 
 Imports go one way: ``replay_edits`` → this module → ``replay_schedule``; the facade
-:mod:`fsdpbench.analysis.replay` imports both.
+:mod:`fsdpbench.analysis.crossrank.replay` imports both.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis import whatif_units
-from fsdpbench.analysis.replay_graph import K_GAP, K_LAUNCH, K_TRANSFER, K_WAIT, KINDS
-from fsdpbench.analysis.replay_schedule import CycleError, Reading, StepGraph, read, schedule
+from fsdpbench.analysis.crossrank.replay_graph import K_GAP, K_LAUNCH, K_TRANSFER, K_WAIT, KINDS
+from fsdpbench.analysis.crossrank.replay_schedule import CycleError, Reading, StepGraph, read, schedule
+from fsdpbench.analysis.estimate import whatif_units
 from fsdpbench.errors import ConfigError
 from fsdpbench.records import finite
 
@@ -242,7 +242,7 @@ operators, the dispatch and launch calls): priced per call and kind by :func:`ho
 @dataclass(frozen=True)
 class HostFit:
     """One kind of the training threads' host work per (rank, unit, phase) fitted as ``a + b · calls`` (µs)
-    over the graph's places that hold a collective (non-negative least squares, as analysis/whatif.py fits α
+    over the graph's places that hold a collective (non-negative least squares, as analysis/estimate/whatif.py fits α
     and β)."""
 
     kind: int
@@ -272,7 +272,7 @@ def _host_points(g: StepGraph, kind: int) -> tuple[np.ndarray, np.ndarray, np.nd
 def host_per_call(g: StepGraph) -> list[HostFit]:
     """Per kind of :data:`HOST_KINDS`, the training threads' host work per collective call (:class:`HostFit`),
     over the places that hold a collective; none with fewer than 3 such places or no spread in their calls."""
-    from fsdpbench.analysis.whatif import _nnls2
+    from fsdpbench.analysis.estimate.whatif import _nnls2
 
     out = []
     for kind in HOST_KINDS:
@@ -326,10 +326,10 @@ def _price_host_work(
 def _merge_type(g: StepGraph, edit: Edit, removed: dict[tuple[int, int], int]) -> StepGraph:
     """Merge each (unit, phase)'s collectives of ``edit.target`` (one type) into ``count`` (or one per unit and
     phase): every member's transfer starts when the last member's last rank has arrived and lasts α + β Σ bytes
-    (the type's fit, analysis/whatif.py); a launching thread no longer blocks between members, and a queue lane
+    (the type's fit, analysis/estimate/whatif.py); a launching thread no longer blocks between members, and a queue lane
     runs a member's successors once the member has arrived. Counts the calls merged away per (rank, place) in
     ``removed``."""
-    from fsdpbench.analysis.whatif import fit_alpha_beta
+    from fsdpbench.analysis.estimate.whatif import fit_alpha_beta
 
     inst = [x for x in g.rendezvous if x["type"] == edit.target]
     if not inst:
@@ -552,7 +552,7 @@ def _type_means(data: Mapping[str, Any]) -> dict[str, tuple[float, float | None]
 def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[float | None, str]:
     """The closed form's step-time change (µs) for ``edit`` (a parsed :class:`Edit`)
     and what it assumes; ``(None, why)`` where there is none."""
-    from fsdpbench.analysis import whatif
+    from fsdpbench.analysis.estimate import whatif
 
     mean = data.get("mean") or {}
     ranks = [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
@@ -608,7 +608,10 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
             free_us=finite(mean.get("free_us")),
             waits=whatif.step_waits(data),
         )
-        return est.step_time_delta_us, "each removed call saves the α of its type's fit (analysis/whatif.py)"
+        return (
+            est.step_time_delta_us,
+            "each removed call saves the α of its type's fit (analysis/estimate/whatif.py)",
+        )
     if edit.op == "prefetch":
         est = whatif_units.estimate_prefetch_units(data)
         rows = [r for r in (est.per_unit if est is not None else []) if r.get("unit") == edit.unit]
@@ -616,7 +619,7 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
             return None, f"no per-unit rows for unit {edit.unit!r}"
         return -sum(r.get("hidden_us") or 0.0 for r in rows), (
             f"{edit.unit}'s exposed all-gather hidden under the previous unit's free compute "
-            "(analysis/whatif_units.py)"
+            "(analysis/estimate/whatif_units.py)"
         )
     return None, f"no closed form for {edit.op}"
 

@@ -1,12 +1,12 @@
 """What-if estimates per (unit, phase), on the Analysis JSON's ``units`` rows (docs/attribution.md): prefetch and
-regrouping priced unit by unit with the fits and records of :mod:`fsdpbench.analysis.whatif`."""
+regrouping priced unit by unit with the fits and records of :mod:`fsdpbench.analysis.estimate.whatif`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from fsdpbench.analysis.whatif import (
+from fsdpbench.analysis.estimate.whatif import (
     BASIS_UNITS,
     AlphaBetaFit,
     Estimate,
@@ -27,7 +27,7 @@ previous unit's compute."""
 def _unit_ranks(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The ranks of an Analysis JSON that have ``units`` rows naming units (phases alone, from the
     autograd/optimizer ranges, have no neighbouring unit to prefetch from or regroup)."""
-    from fsdpbench.analysis.phase_ranges import SOURCE as PHASES_ONLY
+    from fsdpbench.analysis.rank.phase_ranges import SOURCE as PHASES_ONLY
 
     return [
         r

@@ -45,10 +45,10 @@ _STEP = "ProfilerStep#"
 
 def _rows(t: EventTable, prefixes: tuple[str, ...]) -> np.ndarray:
     """Host rows whose name starts with one of ``prefixes``, by start; not the device-side copies of host
-    ranges (:func:`~fsdpbench.analysis.windows.host_rows`)."""
+    ranges (:func:`~fsdpbench.analysis.rank.windows.host_rows`)."""
     import numpy as np
 
-    from fsdpbench.analysis.windows import host_rows
+    from fsdpbench.analysis.rank.windows import host_rows
 
     rows = host_rows(t, [i for i, c in enumerate(t.name.categories) if str(c).startswith(prefixes)])
     return rows[np.argsort(t.start_ns[rows], kind="stable")]

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fsdpbench.analysis import phase_ranges
-from fsdpbench.analysis.windows import ALL_UNITS, ROOT, Ranges, host_rows
+from fsdpbench.analysis.rank import phase_ranges
+from fsdpbench.analysis.rank.windows import ALL_UNITS, ROOT, Ranges, host_rows
 from fsdpbench.trace.table import EventTable
 
 SOURCE = "FSDP1 ranges (units by nesting)"

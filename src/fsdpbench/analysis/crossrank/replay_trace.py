@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from fsdpbench.analysis.replay_graph import KINDS
+from fsdpbench.analysis.crossrank.replay_graph import KINDS
 
 
 def trace_events(g: Any, s: Any, rd: Any) -> list[dict[str, Any]]:
     """The events of the trace (``g``, ``s``, ``rd``: the joined graph, its schedule, its reading)."""
-    from fsdpbench.analysis.replay_schedule import latest_starts
+    from fsdpbench.analysis.crossrank.replay_schedule import latest_starts
 
     t0 = min(gr.ws_ns - o for gr, o in zip(g.graphs, g.offset_ns, strict=True))
     end = int(s.end[g.rank >= 0].max())

@@ -34,7 +34,7 @@ parsed hook ranges of one trace (:class:`Hook`) and returns :class:`Window` s. T
   or inside ``root_post_backward_callback`` (which post-backwards the groups whose inputs need no grad,
   root first) the first opened in forward order.
 
-Windows are assigned to events by containment (:func:`fsdpbench.analysis.attribution.innermost`).
+Windows are assigned to events by containment (:func:`fsdpbench.analysis.rank.attribution.innermost`).
 """
 
 from __future__ import annotations

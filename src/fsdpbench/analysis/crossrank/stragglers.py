@@ -1,7 +1,7 @@
 """Across-rank timing: straggler ranks from the skew of collective start times, and clock checks.
 
 The skew itself (each rank's median lateness at the collectives it shares with others) is measured by
-:func:`fsdpbench.analysis.waits.wait_transfer` on the collectives it matches and the clocks it aligns, so
+:func:`fsdpbench.analysis.crossrank.waits.wait_transfer` on the collectives it matches and the clocks it aligns, so
 that stragglers and waits read the same instances on the same clocks."""
 
 from __future__ import annotations

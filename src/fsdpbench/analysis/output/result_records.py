@@ -4,7 +4,7 @@ a run folder's ``analysis.json``) and the per-rank result cache (analysis/result
 Each record is a dataclass whose fields are the file's keys in the file's order; msgspec decodes it and
 checks every field's type (an error names the file and the field: ``analysis.json: $.torch.ranks[1].
 step_time_us: expected float, got str``), orjson encodes it as it is (no per-key code, fast on the long
-collective-event columns). The in-memory result objects of analysis/result.py derive from these records
+collective-event columns). The in-memory result objects of analysis/output/result.py derive from these records
 (``StepMetrics`` from :class:`StepRecord`, ``RankMetrics`` from :class:`RankRecord`), so a metric is
 declared once: add a field here and it is computed, written, read back and cached.
 
@@ -33,7 +33,7 @@ class _FileRecord(Record):
     """Base of the records here: dataclasses made with ``init=False, repr=False, eq=False``, which share
     this one ``__init__`` (keyword arguments, the fields' defaults) instead of a generated one each. A
     cached ``analyze`` imports them all; generating their methods cost it ~2 ms (msgspec builds them without
-    ``__init__``; the in-memory classes of analysis/result.py generate their own)."""
+    ``__init__``; the in-memory classes of analysis/output/result.py generate their own)."""
 
     __slots__ = ()
 

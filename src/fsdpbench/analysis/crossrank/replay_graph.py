@@ -3,7 +3,7 @@
 Built where the rank is measured (the per-rank worker, :func:`fsdpbench.analysis.pipeline.rank_metrics`)
 and shipped back as a :class:`RankGraph`: numpy arrays of tasks and zero-or-latency edges, no event
 table. The cross-rank part (one rendezvous per collective instance) and the replay are in
-:mod:`fsdpbench.analysis.replay`.
+:mod:`fsdpbench.analysis.crossrank.replay`.
 
 What a rank's graph holds (times are the rank's own clock, ns):
 
@@ -289,9 +289,9 @@ def _step_window(t: EventTable, windows: Any, chosen: list[int]) -> tuple[int, i
 
 def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankGraph | None:
     """The graph of one rank (``trace``: a :class:`fsdpbench.trace.RankTrace`) over the chosen steps'
-    window; ``ranges``: its (unit, phase) windows (:func:`fsdpbench.analysis.unit_ranges.find_ranges`).
+    window; ``ranges``: its (unit, phase) windows (:func:`fsdpbench.analysis.rank.unit_ranges.find_ranges`).
     None when the table has no event in the window."""
-    from fsdpbench.analysis import attribution, unit_ranges
+    from fsdpbench.analysis.rank import attribution, unit_ranges
     from fsdpbench.trace.kineto_cpu import _is_operator, outermost
 
     t: EventTable = trace.table

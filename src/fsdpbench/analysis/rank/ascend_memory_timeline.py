@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from fsdpbench.analysis.memory_timeline import PREFIX, range_fields, timeline_object
+from fsdpbench.analysis.rank.memory_timeline import PREFIX, range_fields, timeline_object
 from fsdpbench.errors import InputError
 from fsdpbench.trace import memory as tm
 from fsdpbench.trace.table import us_strings_to_ns, us_to_ns

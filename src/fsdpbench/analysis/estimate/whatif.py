@@ -6,7 +6,7 @@ one call (launch, synchronisation, protocol latency); ``beta`` the inverse bandw
 bytes in fewer calls saves ``alpha`` per call removed, which is what bucketing per module buys.
 
 Every number this module produces is an *estimate* and is labelled so. The fits use each collective's
-transfer time where the analysis split it from the waiting for the slowest peer (analysis/waits.py),
+transfer time where the analysis split it from the waiting for the slowest peer (analysis/crossrank/waits.py),
 its duration otherwise (then ``alpha`` absorbs skew). The regrouping and prefetch estimates are made per
 (unit, phase) where the trace has fsdpbench's unit ranges (``estimate_regrouping_units``,
 ``estimate_prefetch_units``: docs/calibration.md), from whole-step totals otherwise (``estimate_regrouping``,
@@ -229,7 +229,7 @@ def fit_alpha_beta(nbytes: Any, dur_us: Any) -> AlphaBetaFit:
 
 def fit_events(events: pd.DataFrame | None) -> dict[str, AlphaBetaFit]:
     """One fit per collective type from an events table (columns ``type, bytes, start_ns, end_ns``); on
-    each collective's transfer time (``transfer_ns``, analysis/waits.py) where the table has it, else on
+    each collective's transfer time (``transfer_ns``, analysis/crossrank/waits.py) where the table has it, else on
     its duration."""
     if events is None or len(events) == 0:
         return {}
