@@ -111,31 +111,6 @@ def table_rows(arms: Mapping[str, Mapping[str, Any]], view: str = "max_over_rank
     return rows
 
 
-def print_phase_table(console: Any, summary: Mapping[str, Any]) -> None:
-    """``ab``'s phase table: per arm one row for the slowest rank and one for rank 0; nothing when no arm
-    has phase times."""
-    from rich.table import Table
-
-    arms = summary.get("arms") or {}
-    if not any(a.get("phases") for a in arms.values()):
-        return
-    table = Table(
-        title="phase times per arm (ms)",
-        caption="median of per-round medians of the timed steps; max: per phase the slowest rank (does not "
-        "sum to the step); rank 0: its own split (sums to its step time)",
-        caption_justify="left",
-    )
-    table.add_column("arm", no_wrap=True)
-    table.add_column("ranks", no_wrap=True)
-    for p in PHASES:
-        table.add_column(p, justify="right", no_wrap=True)
-    slowest, rank0 = table_rows(arms), table_rows(arms, "rank0")
-    for label in arms:
-        table.add_row(label, "max", *slowest[label])
-        table.add_row("", "rank 0", *rank0[label], end_section=True)
-    console.print(table)
-
-
 def print_phase_verdicts(console: Any, summary: Mapping[str, Any]) -> None:
     """The per-phase verdicts of every comparison, one indented line each, under ``ab``'s verdict."""
     for comp in summary.get("comparisons") or []:
