@@ -430,7 +430,7 @@ def test_report_of_a_real_run_has_a_replay_figure_per_arm_and_the_measured_steps
             for line in part.splitlines()
             if line.startswith("|")
         ]
-        for trace in sorted((run / "profiles" / arm).glob("rank*/*.json*")):
+        for trace in sorted((run / "profiles" / arm).glob("rank*/[!.]*.json*")):  # not the hidden caches
             steps = [e for e in raw_x_events(trace) if str(e.get("name", "")).startswith("ProfilerStep#")]
             rank = trace.parent.name.removeprefix("rank")
             measured = f"{steps[-1]['dur'] / 1000:,.2f}"

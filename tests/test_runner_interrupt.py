@@ -45,6 +45,9 @@ def test_ctrl_c_kills_the_launch_and_keeps_a_summary(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell's background job inherits SIGINT ignored, and Python then installs no KeyboardInterrupt:
+        # the run gets the disposition a terminal gives it, however this test was started
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 150
