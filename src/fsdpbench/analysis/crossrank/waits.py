@@ -323,6 +323,24 @@ def _split(
     return out
 
 
+def _clamped_offset(est: float, lo: float, hi: float, rank: Any, ref: Any, warnings: list[str]) -> int:
+    """The clock offset (ns) of ``rank`` to ``ref``: the median ``est`` clamped to ``[lo, hi]``, the bounds
+    within which neither rank ends a shared collective before the other arrived; the median itself, with a
+    warning, when no offset satisfies them all."""
+    if lo <= hi:
+        est = min(max(est, lo), hi)
+    else:
+        warnings.append(
+            f"rank {rank}: no single clock offset to rank {ref} lets every shared collective end "
+            "after both ranks arrived (clock drift, or collectives matched wrongly); the median is used"
+        )
+    return int(round(est))
+
+
+def _no_shared_collective(rank: Any, ref: Any) -> str:
+    return f"rank {rank} shares no collective with rank {ref}: its clock offset is unknown (0 used)"
+
+
 def wait_transfer(
     ranks: Sequence[int],
     events: Sequence[Any],
@@ -388,20 +406,11 @@ def wait_transfer(
             # causality: neither rank ends a collective before the other arrived
             lo = max(v[2] - w[3] for v, w in shared)
             hi = min(v[3] - w[2] for v, w in shared)
-            if lo <= hi:
-                est = min(max(est, lo), hi)
-            else:
-                warnings.append(
-                    f"rank {ranks[i]}: no single clock offset to rank {ranks[0]} lets every shared collective end "
-                    "after both ranks arrived (clock drift, or collectives matched wrongly); the median is used"
-                )
-            off_ns[i] = int(round(est))
+            off_ns[i] = _clamped_offset(est, lo, hi, ranks[i], ranks[0], warnings)
             offsets[int(ranks[i])] = off_ns[i] / 1000.0
         else:
             offsets[int(ranks[i])] = None
-            warnings.append(
-                f"rank {ranks[i]} shares no collective with rank {ranks[0]}: its clock offset is unknown (0 used)"
-            )
+            warnings.append(_no_shared_collective(ranks[i], ranks[0]))
     all_keys: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for i, d in enumerate(per_rank):
         for k in d:
@@ -562,20 +571,11 @@ def _wait_transfer_arrays(
             est = statistics.median((end[shared, i] - end[shared, 0]).tolist())
             lo = int((start[shared, i] - end[shared, 0]).max())
             hi = int((end[shared, i] - start[shared, 0]).min())
-            if lo <= hi:
-                est = min(max(est, lo), hi)
-            else:
-                warnings.append(
-                    f"rank {ranks[i]}: no single clock offset to rank {ranks[0]} lets every shared collective end "
-                    "after both ranks arrived (clock drift, or collectives matched wrongly); the median is used"
-                )
-            off_ns[i] = int(round(est))
+            off_ns[i] = _clamped_offset(est, lo, hi, ranks[i], ranks[0], warnings)
             offsets[int(ranks[i])] = off_ns[i] / 1000.0
         else:
             offsets[int(ranks[i])] = None
-            warnings.append(
-                f"rank {ranks[i]} shares no collective with rank {ranks[0]}: its clock offset is unknown (0 used)"
-            )
+            warnings.append(_no_shared_collective(ranks[i], ranks[0]))
     off = np.array(off_ns, dtype=np.int64)
     count = have.sum(axis=1)
     matched = count >= 2
