@@ -41,9 +41,11 @@ from fsdpbench.analysis.crossrank.replay_schedule import (
     critical_path,
     join_graphs,
     latest_starts,
+    queue_gap_us,
     read,
     schedule,
     unexplained,
+    unexplained_split,
 )
 from fsdpbench.analysis.crossrank.replay_whatif import (
     EDIT_HELP,
@@ -63,7 +65,8 @@ __all__ = [
     "EDIT_HELP", "MAX_RENDEZVOUS", "MAX_SEGMENTS", "NEAR_CRITICAL", "SOURCE_CLOSED", "SOURCE_REPLAY", "Chains",
     "CycleError", "Edit", "HostFit", "Reading", "Schedule", "StepGraph", "apply_edit", "build_step_graph",
     "closed_form_row", "contract", "critical_path", "host_per_call", "join_graphs", "latest_starts",
-    "parse_edit", "read", "replay_step", "schedule", "unexplained", "what_if", "what_if_row",
+    "parse_edit", "queue_gap_us", "read", "replay_step", "schedule", "unexplained", "unexplained_split",
+    "what_if", "what_if_row",
 ]  # fmt: skip
 """The replay's public names, wherever they live (``replay_schedule``: the joined graph, its schedule and
 reading; ``replay_whatif``: the edits), importable from here as before the split."""
@@ -92,6 +95,7 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
 
     seen = ranks_seen([r for r in res.ranks if r.device_span_ns])  # the ranks build_step_graph joined
     said = seen_text(seen)
+    partial = {str(x["group"]) for x in (getattr(res, "waits", None) or {}).get("partial_groups") or []}
     if said:  # --profile-ranks: the others are not in the graph
         g.notes.append(f"replayed over {said}: a collective's last arrival may be a rank outside")
     errs = [
@@ -103,6 +107,8 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         "error_pct": {"median": float(np.median(errs)) if errs else None, "max": max(errs) if errs else None},
         "ranks": rd.ranks,
         "unexplained_slack_us": float(unexplained(g).sum()) / 1000.0,
+        "unexplained_slack_split_us": unexplained_split(g, bool(said), frozenset(partial)),
+        "queue_gap_us": queue_gap_us(g),
         "critical": rd.critical,
         "near_critical": rd.near_critical,
         "slack": rd.slack,

@@ -17,7 +17,9 @@ What a rank's graph holds (times are the rank's own clock, ns):
   closes (each task has one place: the range it runs in).
 * **Queue lanes** (CUDA/NPU streams; gloo's worker threads on CPU): their outermost device tasks in
   lane order, each after its launch (the host task that ended where the launch call began; a launch
-  latency on that edge where the lane was idle at the launch) and after the lane's previous task. A
+  latency on that edge where the lane was idle at the launch) and after the lane's previous task (with
+  the measured gap as a fixed latency, kind ``queue_gap``, where the lane was busy at the launch and
+  the gap is under :data:`QUEUE_GAP_NS` and no inferred cross-lane wait explains the start). A
   collective is two tasks: its *arrival* (length 0) and its *transfer* (its length is set across ranks:
   the instance's measured transfer on this rank).
 * **Blocking waits**: a host thread that waits for a collective (CPU/gloo: the host task in progress on
@@ -45,9 +47,9 @@ import orjson
 
 from fsdpbench.trace.table import EventTable
 
-KINDS = ["compute", "transfer", "wait", "host_gap", "launch", "sync"]
-"""Task kinds, in the order of their codes."""
-K_COMPUTE, K_TRANSFER, K_WAIT, K_GAP, K_LAUNCH, K_SYNC = range(6)
+KINDS = ["compute", "transfer", "wait", "host_gap", "launch", "sync", "queue_gap"]
+"""Task kinds, in the order of their codes (``queue_gap`` is an edge's only: no task has it)."""
+K_COMPUTE, K_TRANSFER, K_WAIT, K_GAP, K_LAUNCH, K_SYNC, K_QUEUE_GAP = range(7)
 _NOT_OPS = ("fsdpbench::", "ProfilerStep#", "Optimizer.")
 """Ranges that mark where the program is, not operators (their own time is host time between operators)."""
 _SYNC_TASKS = ("device_synchronize", "stream_synchronize", "event_synchronize")
@@ -57,6 +59,13 @@ _C_NONE, _C_OP, _C_COMPUTE, _C_LAUNCH, _C_SYNC = range(5)
 INFER_WINDOW_NS = 50_000
 """A device task that starts later than its launch and its lane explain, within this much after a task on
 another lane of its rank ended, is taken to have waited for that task (an inferred edge)."""
+QUEUE_GAP_NS = 1_500_000
+"""A device task that starts later than its launch explains, less than this after its queue lane's previous
+task ended, and not explained by an inferred cross-lane wait, keeps that gap as a fixed latency on its
+lane-order edge (kind ``queue_gap``: the stream's dispatch gap). HTA's critical path keeps the same gap as a
+``KERNEL_KERNEL_DELAY`` edge below ``KERNEL_KERNEL_DELAY_THRESHOLD_US`` = 1,500 µs ("anything beyond 1.5ms
+probably indicates an unrecognized dependency"; hta/analyzers/critical_path_analysis.py, commit ce386f4,
+July 2025; HTA 0.5.0 keeps it unbounded)."""
 _CLASS_KIND = np.array([K_GAP, K_LAUNCH, K_COMPUTE, K_LAUNCH, K_SYNC], dtype=np.int8)
 
 
@@ -511,10 +520,12 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
         # lane order
         qlanes = lane_codes[q]
         same = np.flatnonzero(qlanes[1:] == qlanes[:-1])
+        lane_w = np.zeros(same.size, dtype=np.int64)  # the queue gaps kept below (filled in place)
+        lane_k = np.full(same.size, K_COMPUTE, dtype=np.int8)
         esrc.append(last[same])
         edst.append(first[same + 1])
-        ew.append(np.zeros(same.size, dtype=np.int64))
-        ek.append(np.full(same.size, K_COMPUTE, dtype=np.int8))
+        ew.append(lane_w)
+        ek.append(lane_k)
         prev_end = np.full(nq, np.iinfo(np.int64).min)
         prev_end[same + 1] = t.end_ns[q[same]]
         # launch: from the host task that ended where the launch call began
@@ -558,6 +569,13 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
             edst.append(first[late[ok]])
             ew.append(q_start[late[ok]] - cand[ok])
             ek.append(np.full(int(ok.sum()), K_SYNC, dtype=np.int8))
+            # the rest, less than QUEUE_GAP_NS after the lane's previous task (its ready time: a launch
+            # edge carries no latency where the lane was busy at the launch): the lane's dispatch gap
+            rest = late[~ok]
+            rest = rest[~first_on_lane[rest] & (q_start[rest] - prev_end[rest] < QUEUE_GAP_NS)]
+            pos = np.searchsorted(same + 1, rest)  # its lane-order edge
+            lane_w[pos] = q_start[rest] - prev_end[rest]
+            lane_k[pos] = K_QUEUE_GAP
         # joins: the host task starting at the join point waits for the queue task's end
         for lane, e, k in joins:
             b, ids = host_nodes[lane]

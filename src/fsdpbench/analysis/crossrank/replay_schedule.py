@@ -21,6 +21,7 @@ import numpy as np
 from fsdpbench.analysis.crossrank.replay_graph import (
     K_GAP,
     K_LAUNCH,
+    K_QUEUE_GAP,
     K_SYNC,
     K_TRANSFER,
     K_WAIT,
@@ -380,17 +381,53 @@ def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
     return np.array(tasks, dtype=np.int64), np.array(edges, dtype=np.int64)
 
 
-def unexplained(g: StepGraph) -> np.ndarray:
-    """Per rank: Σ over its tasks of how much later it started (measured) than its predecessors' measured
-    ends (plus latencies) explain (ns)."""
+def unexplained_gaps(g: StepGraph) -> np.ndarray:
+    """Per task: how much later it started (measured) than its predecessors' measured ends (plus the edges'
+    latencies) explain (ns; 0 for the rendezvous)."""
     meas_end = g.meas + g.dur
     x = meas_end[g.esrc] + g.ew
     ready = np.full(g.dur.size, np.iinfo(np.int64).min // 4, dtype=np.int64)
     np.maximum.at(ready, g.edst, x)
     ready = np.maximum(ready, g.base)
     gap = np.maximum(g.meas - ready, 0)
+    gap[g.rank < 0] = 0
+    return gap
+
+
+def unexplained(g: StepGraph) -> np.ndarray:
+    """Per rank: Σ over its tasks of :func:`unexplained_gaps` (ns)."""
+    gap = unexplained_gaps(g)
     real = g.rank >= 0
     return np.bincount(g.rank[real], weights=gap[real], minlength=len(g.graphs))
+
+
+def unexplained_split(
+    g: StepGraph, world_partial: bool = False, partial_groups: frozenset[str] = frozenset()
+) -> dict[str, float]:
+    """The unexplained slack (µs) split by where it is: ``peers_outside`` (at the arrival or transfer of a
+    collective some of whose ranks are not in the input: ``world_partial``, the replay holds part of the
+    job's ranks, or the instance's group is in ``partial_groups``), ``collectives`` (at the other
+    collectives' arrivals and transfers) and ``other``. The parts sum to ``unexplained_slack_us``."""
+    gap = unexplained_gaps(g)
+    coll = np.zeros(gap.size, dtype=bool)
+    outside = np.zeros(gap.size, dtype=bool)
+    for x in g.rendezvous:
+        key = x["key"]
+        group = key[0] if isinstance(key, tuple) and key and isinstance(key[0], str) else None
+        mark = outside if world_partial or group in partial_groups else coll
+        mark[x["arrivals"]] = True
+        mark[x["xfers"]] = True
+    return {
+        "peers_outside": float(gap[outside].sum()) / 1000.0,
+        "collectives": float(gap[coll & ~outside].sum()) / 1000.0,
+        "other": float(gap[~coll & ~outside].sum()) / 1000.0,
+    }
+
+
+def queue_gap_us(g: StepGraph) -> float:
+    """Σ of the queue gaps the graph keeps as latencies on lane-order edges (µs): the late starts their
+    queue lane explains (:data:`fsdpbench.analysis.crossrank.replay_graph.QUEUE_GAP_NS`)."""
+    return float(g.ew[g.ekind == K_QUEUE_GAP].sum()) / 1000.0
 
 
 @dataclass
@@ -428,7 +465,8 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
     on_path = np.zeros(g.dur.size, dtype=bool)
     on_path[p_tasks] = True
     nk = len(KINDS)
-    # time on the path per (place, kind): the tasks' lengths, and the edges' latencies (launch kind)
+    # time on the path per (place, kind): the tasks' lengths, and the edges' latencies (their own kind where
+    # host_gap, sync or queue_gap; launch otherwise) at the place of the task they delay
     mine = p_tasks[g.rank[p_tasks] >= 0]
     keys = [g.place[mine] * nk + g.kind[mine].astype(np.int64)]
     weights = [(s.end[mine] - s.start[mine]).astype(np.float64)]
@@ -437,7 +475,7 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
     lat = (g.ew[lat_e] > 0) & (g.rank[lat_t] >= 0)
     lat_e, lat_t = lat_e[lat], lat_t[lat]
     ek = g.ekind[lat_e]
-    lk = np.where(np.isin(ek, [K_GAP, K_SYNC]), ek, K_LAUNCH).astype(np.int64)
+    lk = np.where(np.isin(ek, [K_GAP, K_SYNC, K_QUEUE_GAP]), ek, K_LAUNCH).astype(np.int64)
     keys.append(g.place[lat_t] * nk + lk)
     weights.append(g.ew[lat_e].astype(np.float64))
     key_all = np.concatenate(keys)

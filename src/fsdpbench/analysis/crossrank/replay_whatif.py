@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.crossrank.replay_graph import K_GAP, K_LAUNCH, K_TRANSFER, K_WAIT, KINDS
+from fsdpbench.analysis.crossrank.replay_graph import K_GAP, K_LAUNCH, K_QUEUE_GAP, K_TRANSFER, K_WAIT, KINDS
 from fsdpbench.analysis.crossrank.replay_schedule import CycleError, Reading, StepGraph, read, schedule
 from fsdpbench.analysis.estimate import whatif_units
 from fsdpbench.errors import ConfigError
@@ -111,6 +111,12 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
     if edit.op == "scale":
         from fsdpbench.trace.table import COLLECTIVE_TYPES
 
+        if edit.target == "queue_gap":  # an edge latency, not a task: the lanes' kept dispatch gaps × f
+            qg = out.ekind == K_QUEUE_GAP
+            if not qg.any():
+                raise ConfigError(f"--what-if {edit.text!r}: the graph keeps no queue gap")
+            out.ew[qg] = np.rint(out.ew[qg] * edit.factor).astype(np.int64)
+            return out
         if edit.target in COLLECTIVE_TYPES:
             sel = np.zeros(out.dur.size, dtype=bool)
             for x in out.rendezvous:
@@ -473,7 +479,7 @@ def _prefetch(g: StepGraph, edit: Edit) -> StepGraph:
                 if lk[int(g.edst[e])] == lk[a]:  # the lane's order closes over the moved collective
                     keep[e] = False
                     if pred_lane is not None:
-                        add.append((pred_lane, int(g.edst[e]), 0, int(g.ekind[e])))
+                        add.append((pred_lane, int(g.edst[e]), int(g.ew[e]), int(g.ekind[e])))
             add.append((first, a, 0, K_LAUNCH))
             moved += 1
             moved_bytes += x["bytes"] or 0.0
