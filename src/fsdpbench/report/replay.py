@@ -18,12 +18,13 @@ from fsdpbench.fmt import MISSING, fmt, fmt_pct, fmt_us, fmt_us_as_ms
 from fsdpbench.report.blocks import Banner, Block, Details, Figure, Heading, Para, Table
 from fsdpbench.report.load import RunData
 from fsdpbench.report.replay_figure import replay_lanes
+from fsdpbench.report.terminal.replay import REPLAY_KINDS, slack_parts
 
 TOP_PLACES = 10
 """Rows of the top-places and near-critical tables."""
 ERROR_WARN_PCT = 5.0
 """A replay whose largest per-rank error exceeds this (%) gets a warning: read its path with care."""
-KIND_ORDER = ("compute", "transfer", "wait", "host_gap", "launch", "sync")
+KIND_ORDER = REPLAY_KINDS
 """The replay's task kinds in table order (others follow in the order met)."""
 
 
@@ -118,6 +119,7 @@ def _error(arm: str, replay: Mapping[str, Any], step: float | None) -> list[Bloc
         share = f", {fmt_pct(slack / step)} of the replayed step" if step else ""
         line += (
             f"; unexplained slack {fmt_us(slack)} (time tasks started later than the graph explains{share})"
+            + slack_parts(dict(replay))
         )
     notes = [str(n) for n in replay.get("notes") or [] if n] if isinstance(replay.get("notes"), list) else []
     if notes:  # the replay's own remarks (how collectives were matched, what an edit could not do)

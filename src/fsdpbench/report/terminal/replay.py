@@ -14,6 +14,23 @@ def _ms(us: float | None) -> str:
 
 
 REPLAY_TOP = 10
+REPLAY_KINDS = ("compute", "transfer", "wait", "host_gap", "launch", "sync", "queue_gap")
+"""The replay's kinds in table order (``queue_gap``: a queue lane's kept dispatch gap, an edge latency)."""
+
+
+def slack_parts(rp: dict) -> str:
+    """What the unexplained slack holds and what the queue lanes explain, as a clause (``""`` when the
+    replay JSON predates the split): ``"; of it 49.0 ms at collectives whose peers are not in the input;
+    65.2 ms of queue gaps kept as lane latencies"``."""
+    parts = []
+    split = rp.get("unexplained_slack_split_us") or {}
+    outside = split.get("peers_outside") or 0.0
+    if outside > 0:
+        parts.append(f"of it {_ms(outside)} ms at collectives whose peers are not in the input")
+    gap = rp.get("queue_gap_us") or 0.0
+    if gap > 0:
+        parts.append(f"{_ms(gap)} ms of queue gaps kept as lane latencies")
+    return "".join(f"; {p}" for p in parts)
 
 
 def render_replay(res, con, critical: bool = True, trace_file: Path | None = None) -> None:  # noqa: ANN001
@@ -31,13 +48,12 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
     over = seen_text(rp.get("ranks_seen")) or f"{len(rp['ranks'])} ranks"
     con.print(
         f"Step replay: replayed vs measured step {fmt(err['median'], 3)} % median, {fmt(err['max'], 3)} % max "
-        f"over {over}; unexplained slack {_ms(rp['unexplained_slack_us'])} ms",
+        f"over {over}; unexplained slack {_ms(rp['unexplained_slack_us'])} ms{slack_parts(rp)}",
         highlight=False,
     )
     if critical:
         step = rp["figure"]["step_us"]
-        kinds = [k for k in ("compute", "transfer", "wait", "host_gap", "launch", "sync")
-                 if any(k in p["kinds"] for p in rp["by_phase"])]  # fmt: skip
+        kinds = [k for k in REPLAY_KINDS if any(k in p["kinds"] for p in rp["by_phase"])]
         t = Table(title=f"Critical path per phase (step {_ms(step)} ms)", title_justify="left",
                   caption="ms on the cross-rank critical path, by kind of task", caption_justify="left")  # fmt: skip
         for col in ("phase", "path", *kinds):
