@@ -21,7 +21,6 @@ REPLAY_KIND_COLORS = {
     "host_gap": "#BDBDBD",
     "launch": "#8172B3",
     "sync": "#C44E52",
-    "queue_gap": "#937860",
 }
 """The replay's task kinds (``replay.figure.kinds``); an unknown kind is drawn grey."""
 REPLAY_SEGMENT_CAP = 2000
