@@ -577,3 +577,12 @@ def test_a_sleep_where_a_range_opens_is_charged_to_that_range(tmp_path):
     predicted = {w["edit"]: w["predicted_step_us"] for w in rp["what_if"]}
     assert predicted[fwd] == pytest.approx(218.0)
     assert predicted[bwd] == pytest.approx(228.0)
+
+
+def test_terminal_shows_the_queue_gaps(tmp_path):
+    proc = run_cli("analyze", str(_cuda_hand(tmp_path / "cuda")), "--critical-path", "--replay-trace",
+                   str(tmp_path / "r.perfetto.json"), "--no-cache")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "unexplained slack 0.000 ms; 0.007 ms of queue gaps kept as lane latencies" in text
+    assert "queue_gap" in text  # a column of the path per phase

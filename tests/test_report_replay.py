@@ -316,6 +316,19 @@ def test_report_shows_the_replay_error_path_per_phase_and_top_places(tmp_path):
     assert "critical path" in svg and "last to arrive" in svg and "replayed step 100.00 ms" in svg
 
 
+def test_report_says_the_slack_at_collectives_with_peers_outside_and_the_queue_gaps(tmp_path):
+    rp = {**hand_replay(), "queue_gap_us": 3_019.0,
+          "unexplained_slack_split_us": {"peers_outside": 250.0, "collectives": 0.0, "other": 150.0}}  # fmt: skip
+    run = replay_run(tmp_path, hand_replay(), rp)
+    write_report(run)
+    hyper = (run / "report.md").read_text().split("### `hyper`")[1]
+    assert (
+        "unexplained slack 400 µs (time tasks started later than the graph explains, 0.4% of the replayed "
+        "step); of it 0.250 ms at collectives whose peers are not in the input; 3.019 ms of queue gaps kept as "
+        "lane latencies"
+    ) in " ".join(hyper.split())
+
+
 def test_report_says_why_an_arm_has_no_replay_and_that_its_what_ifs_are_closed_forms(tmp_path):
     run = replay_run(tmp_path, None, hand_replay())
     write_report(run)
