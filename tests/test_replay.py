@@ -451,3 +451,97 @@ def test_a_sleep_where_a_range_opens_is_charged_to_that_range(tmp_path):
     predicted = {w["edit"]: w["predicted_step_us"] for w in rp["what_if"]}
     assert predicted[fwd] == pytest.approx(218.0)
     assert predicted[bwd] == pytest.approx(228.0)
+
+
+# ------------------------------------------------------------------------------------------ which place determines the step
+# The hand-built 3-rank step above, per (rank, unit, phase) on the path; per kind: the rank's task time there,
+# the median of the other two ranks' at the same unit, phase and kind, and the path's time (waits left out):
+#   (2, layers.1, forward): host gap 50 vs median(0, 0) = 0, on the path 50 → 50; compute 20 vs median(20, 60)
+#     = 40 → 0; launch call 1 vs 1 → 0; transfer 10 vs 10 → 0. Excess 50 (own 81, peers 0+40+1+10 = 51).
+#   (0, layers.0, forward): compute 100 vs median(50, 70) = 60, on the path 100 → 40; the rest equal → 40.
+#   (0, layers.1, backward): compute 30 vs median(10, 27) = 18.5, on the path 30 → 11.5.
+#   (0, layers.1, forward) and (2, layers.0, forward): only their transfers (10, as every rank's) on the path → 0.
+# The largest (rank, unit, phase, kind) on the path is rank 0's compute at layers.0 (100 µs, EXPECTED_CRITICAL);
+# the place that holds the others up most is rank 2's host gap at layers.1 forward.
+EXPECTED_EXCESS = [
+    ((2, "layers.1", "forward"), 50.0, 71.0, 81.0, 51.0),
+    ((0, "layers.0", "forward"), 40.0, 101.0, 111.0, 71.0),
+    ((0, "layers.1", "backward"), 11.5, 30.0, 30.0, 18.5),
+    ((0, "layers.1", "forward"), 0.0, 10.0, 31.0, 76.0),
+    ((2, "layers.0", "forward"), 0.0, 10.0, 81.0, 86.0),
+]
+
+
+def test_hand_built_place_that_determines_the_step(hand_traces):
+    rp = _replay([hand_traces])
+    got = [
+        ((x["rank"], x["unit"], x["phase"]), x["excess_us"], x["critical_us"], x["own_us"], x["peers_us"])
+        for x in rp["critical_excess"]
+    ]
+    assert [g[0] for g in got] == [e[0] for e in EXPECTED_EXCESS]
+    for g, e in zip(got, EXPECTED_EXCESS, strict=True):
+        assert g[1:] == pytest.approx(e[1:]), g[0]
+    # every place with time on the path is listed once, with all its kinds' time
+    on_path: dict[tuple, float] = {}
+    for c in rp["critical"]:
+        on_path[(c["rank"], c["unit"], c["phase"])] = (
+            on_path.get((c["rank"], c["unit"], c["phase"]), 0.0) + c["us"]
+        )
+    assert {g[0]: g[2] for g in got} == pytest.approx(on_path)
+
+
+def test_one_rank_has_no_peers_its_excess_is_its_time_on_the_path(hand_traces, tmp_path):
+    """With no other rank to compare with, a place's excess is its time on the path (waits left out)."""
+    (tmp_path / "rank0.trace.json").write_text((hand_traces / "rank0.trace.json").read_text())
+    rp = _replay([tmp_path])
+    waits: dict[tuple, float] = {}
+    for c in rp["critical"]:
+        if c["kind"] == "wait":
+            waits[(c["rank"], c["unit"], c["phase"])] = c["us"]
+    assert rp["critical_excess"]
+    for x in rp["critical_excess"]:
+        assert x["peers_us"] == 0.0
+        key = (x["rank"], x["unit"], x["phase"])
+        assert x["excess_us"] == pytest.approx(x["critical_us"] - waits.get(key, 0.0)), key
+
+
+# ------------------------------------------------------------------------------------------ remove is add's inverse
+def _two_gap_rank(rank: int) -> dict:
+    """2 ranks, one place (layers.0 forward): rank 0 computes 100 µs; rank 1 has a 10 µs host gap where the
+    range opens, 20 µs compute, a 60 µs host gap, 10 µs compute; both then all-reduce (10 µs) and compute
+    10 µs outside the range."""
+    ann = "user_annotation"
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 200, "args": {"name": "thread 200 (pt_gloo_runloop)"}},
+        _x("ProfilerStep#1", 0, 121, cat=ann),
+        _x("fsdpbench::forward::layers.0", 0, 111, cat=ann),
+        *([_x("aten::mm", 0, 100)] if rank == 0 else [_x("aten::mm", 10, 20), _x("aten::mm", 90, 10)]),
+        _x("c10d::allreduce_", 100, 1),
+        _x("gloo:all_reduce", 101, 10, tid=200, cat=ann),
+        _x("aten::mm", 111, 10),
+    ]  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_removing_a_delay_takes_it_where_adding_puts_it(tmp_path):
+    """ "add" puts a delay in the place's first host gap (where a delay at the start of a unit's phase
+    sleeps); "remove" takes host time from there first, so removing what was added gives back the very
+    graph, not a graph with the place's longest gap (here 60 µs) shortened instead."""
+    import numpy as np
+
+    from fsdpbench.analysis import analyze
+    from fsdpbench.analysis.crossrank import replay
+
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_two_gap_rank(r)))
+    res = analyze([str(tmp_path)], workers=1)
+    g = res._replay[0]
+    added = replay.apply_edit(g, replay.parse_edit("delay:1:layers.0:forward:0.04"))
+    assert int(added.dur.sum() - g.dur.sum()) == 40_000
+    back = replay.apply_edit(added, replay.parse_edit("delay:1:layers.0:forward:-0.04"))
+    assert np.array_equal(back.dur, g.dur)

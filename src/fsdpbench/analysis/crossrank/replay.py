@@ -2,7 +2,9 @@
 collective instance, replayed as a list schedule; the cross-rank critical path, slack, and what-ifs as
 edits of the graph (docs/replay.md). This module is the face: :func:`replay_step`, and the public names of
 :mod:`~fsdpbench.analysis.crossrank.replay_schedule` (join, schedule, read, the figure's data) and
-:mod:`~fsdpbench.analysis.crossrank.replay_whatif` (the edits and their closed-form fallback) re-exported.
+:mod:`~fsdpbench.analysis.crossrank.replay_whatif` (the edits and their closed-form fallback) and
+:func:`~fsdpbench.analysis.crossrank.replay_excess.critical_excess` (which place determines the step)
+re-exported.
 
 Public entry points (documented in docs/replay.md):
 
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis.crossrank.replay_excess import critical_excess
 from fsdpbench.analysis.crossrank.replay_schedule import (
     MAX_RENDEZVOUS,
     MAX_SEGMENTS,
@@ -62,8 +65,8 @@ from fsdpbench.analysis.crossrank.replay_whatif import (
 __all__ = [
     "EDIT_HELP", "MAX_RENDEZVOUS", "MAX_SEGMENTS", "NEAR_CRITICAL", "SOURCE_CLOSED", "SOURCE_REPLAY", "Chains",
     "CycleError", "Edit", "HostFit", "Reading", "Schedule", "StepGraph", "apply_edit", "build_step_graph",
-    "closed_form_row", "contract", "critical_path", "host_per_call", "join_graphs", "latest_starts",
-    "parse_edit", "read", "replay_step", "schedule", "unexplained", "what_if", "what_if_row",
+    "closed_form_row", "contract", "critical_excess", "critical_path", "host_per_call", "join_graphs",
+    "latest_starts", "parse_edit", "read", "replay_step", "schedule", "unexplained", "what_if", "what_if_row",
 ]  # fmt: skip
 """The replay's public names, wherever they live (``replay_schedule``: the joined graph, its schedule and
 reading; ``replay_whatif``: the edits), importable from here as before the split."""
@@ -104,6 +107,7 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         "ranks": rd.ranks,
         "unexplained_slack_us": float(unexplained(g).sum()) / 1000.0,
         "critical": rd.critical,
+        "critical_excess": critical_excess(g, rd.place_us),
         "near_critical": rd.near_critical,
         "slack": rd.slack,
         "by_phase": rd.by_phase,
