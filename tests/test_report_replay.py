@@ -469,3 +469,11 @@ def test_the_place_that_determines_the_step_comes_first():
     assert not any(
         "Which place" in getattr(b, "text", "") for b in arm_blocks("x", {"replay": hand_replay()})
     )
+    f = diff_analyses(analysis(), with_replay(analysis(), replay), test_label="hyper").finding(
+        "critical_path"
+    )
+    assert "the place that determines the step: rank 1 layers.0 forward, 15.0 ms on the path" in f.evidence
+    f = diff_analyses(analysis(), with_replay(analysis(), hand_replay()), test_label="hyper").finding(
+        "critical_path"
+    )
+    assert "determines the step" not in f.evidence
