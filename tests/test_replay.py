@@ -454,15 +454,19 @@ def test_a_sleep_where_a_range_opens_is_charged_to_that_range(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ which place determines the step
-# The hand-built 3-rank step above, per (rank, unit, phase) on the path; per kind: the rank's task time there,
-# the median of the other two ranks' at the same unit, phase and kind, and the path's time (waits left out):
-#   (2, layers.1, forward): host gap 50 vs median(0, 0) = 0, on the path 50 → 50; compute 20 vs median(20, 60)
-#     = 40 → 0; launch call 1 vs 1 → 0; transfer 10 vs 10 → 0. Excess 50 (own 81, peers 0+40+1+10 = 51).
+# The hand-built 3-rank step above, per (rank, unit, phase) on the path; per segment (cut at the rank's arrivals
+# at the place's collectives) and kind: the rank's task time there, the median of the other two ranks' in the
+# same segment, and the path's time (waits left out). Each place here has one collective: segment 0 before
+# its arrival, segment 1 (the transfer) after.
+#   (2, layers.1, forward): segment 0: host gap 50 vs median(0, 0) = 0, on the path 50 → 50; compute 20 vs
+#     median(20, 60) = 40 → 0; launch call 1 vs 1 → 0; segment 1: transfer 10 vs 10 → 0. Excess 50 (own 81,
+#     peers 0+40+1+10 = 51).
 #   (0, layers.0, forward): compute 100 vs median(50, 70) = 60, on the path 100 → 40; the rest equal → 40.
 #   (0, layers.1, backward): compute 30 vs median(10, 27) = 18.5, on the path 30 → 11.5.
 #   (0, layers.1, forward) and (2, layers.0, forward): only their transfers (10, as every rank's) on the path → 0.
 # The largest (rank, unit, phase, kind) on the path is rank 0's compute at layers.0 (100 µs, EXPECTED_CRITICAL);
-# the place that holds the others up most is rank 2's host gap at layers.1 forward.
+# the place that holds the others up most is rank 2's host gap at layers.1 forward. ``critical_us`` is the
+# place's time in ``critical`` (with the path's 1 µs launch latencies, which are edges, not tasks).
 EXPECTED_EXCESS = [
     ((2, "layers.1", "forward"), 50.0, 71.0, 81.0, 51.0),
     ((0, "layers.0", "forward"), 40.0, 101.0, 111.0, 71.0),
@@ -490,19 +494,73 @@ def test_hand_built_place_that_determines_the_step(hand_traces):
     assert {g[0]: g[2] for g in got} == pytest.approx(on_path)
 
 
-def test_one_rank_has_no_peers_its_excess_is_its_time_on_the_path(hand_traces, tmp_path):
-    """With no other rank to compare with, a place's excess is its time on the path (waits left out)."""
+def test_one_rank_has_no_peers_its_excess_is_its_tasks_time_on_the_path(hand_traces, tmp_path):
+    """Rank 0 of the hand-built step alone: nothing to compare with, so a place's excess is its tasks' time on
+    the path: layers.0 forward 100 compute + 10 transfer = 110 (the 1 µs launch latency is an edge of the
+    path, counted in ``critical`` but no task); layers.1 forward 20 compute + 60 transfer (alone, #2's gloo
+    span from rank 0's own arrival at 132 to 192 is all transfer) = 80; layers.1 backward 30."""
     (tmp_path / "rank0.trace.json").write_text((hand_traces / "rank0.trace.json").read_text())
     rp = _replay([tmp_path])
-    waits: dict[tuple, float] = {}
-    for c in rp["critical"]:
-        if c["kind"] == "wait":
-            waits[(c["rank"], c["unit"], c["phase"])] = c["us"]
-    assert rp["critical_excess"]
-    for x in rp["critical_excess"]:
-        assert x["peers_us"] == 0.0
-        key = (x["rank"], x["unit"], x["phase"])
-        assert x["excess_us"] == pytest.approx(x["critical_us"] - waits.get(key, 0.0)), key
+    got = {(x["rank"], x["unit"], x["phase"]): x["excess_us"] for x in rp["critical_excess"]}
+    assert got == pytest.approx(
+        {
+            (0, "layers.0", "forward"): 110.0,
+            (0, "layers.1", "forward"): 80.0,
+            (0, "layers.1", "backward"): 30.0,
+        }
+    )
+    assert all(x["peers_us"] == 0.0 for x in rp["critical_excess"])
+
+
+# Segments, not whole places: 2 ranks, one place (layers.0 forward, [0, 122)), two all-reduces.
+#   rank 0: host gap [0, 30) (a sleep where the range opens), compute [30, 40), launch #1 [40, 41), transfer
+#     #1 [41, 51), compute [51, 61), launch #2 [61, 62), waits, transfer #2 [102, 112), compute [112, 122).
+#   rank 1: compute [0, 10), launch #1 [10, 11), waits, transfer #1 [41, 51), host gap [51, 91), compute
+#     [91, 101), launch #2 [101, 102), transfer #2 [102, 112), compute [112, 122).
+# #1: last arrival rank 0 at 41; #2: rank 1 at 102. Path from 122: rank 0's compute (10) ← transfer #2 (10) ←
+# rank 1's launch latency (1) ← its launch call (1), compute (10), host gap (40) ← transfer #1 (10) ← rank
+# 0's launch latency (1) ← its launch call (1), compute (10), host gap (30). Whole place: rank 0 has 30 µs of
+# host gap against rank 1's 40 (excess 0), rank 1 40 against 30 (10). Per segment: rank 0's segment 0 has
+# host gap 30 against 0 → 30; rank 1's segment 1 host gap 40 against 0 → 40 (compute, launch calls and
+# transfers equal). Both are what removing each gap saves (30: #1 then ends at 21 for rank 1's chain, the
+# step at 92; 40: #2's arrivals both at 62, the step at 82).
+SEG = {
+    0: [("gap", 0, 30), ("aten::mm", 30, 10), ("c10d::allreduce_", 40, 1), ("gloo:all_reduce", 41, 10),
+        ("aten::mm", 51, 10), ("c10d::allreduce_", 61, 1), ("gloo:all_reduce", 62, 50), ("aten::mm", 112, 10)],
+    1: [("aten::mm", 0, 10), ("c10d::allreduce_", 10, 1), ("gloo:all_reduce", 11, 40), ("gap", 51, 40),
+        ("aten::mm", 91, 10), ("c10d::allreduce_", 101, 1), ("gloo:all_reduce", 102, 10), ("aten::mm", 112, 10)],
+}  # fmt: skip
+
+
+def _seg_rank(rank: int) -> dict:
+    ann = "user_annotation"
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 200, "args": {"name": "thread 200 (pt_gloo_runloop)"}},
+        _x("ProfilerStep#1", 0, 122, cat=ann),
+        _x("fsdpbench::forward::layers.0", 0, 122, cat=ann),
+    ]  # fmt: skip
+    for name, ts, dur in SEG[rank]:
+        if name.startswith("gloo:"):
+            ev.append(_x(name, ts, dur, tid=200, cat=ann))
+        elif name != "gap":
+            ev.append(_x(name, ts, dur))
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_excess_is_compared_segment_by_segment(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_seg_rank(r)))
+    rp = _replay([tmp_path], "delay:0:layers.0:forward:-0.03", "delay:1:layers.0:forward:-0.04")
+    assert rp["figure"]["step_us"] == pytest.approx(122.0)
+    got = {(x["rank"], x["unit"], x["phase"]): x["excess_us"] for x in rp["critical_excess"]}
+    assert got == pytest.approx({(1, "layers.0", "forward"): 40.0, (0, "layers.0", "forward"): 30.0})
+    assert [x["rank"] for x in rp["critical_excess"]] == [1, 0]
+    assert [w["predicted_step_us"] for w in rp["what_if"]] == pytest.approx([92.0, 82.0])
 
 
 # ------------------------------------------------------------------------------------------ remove is add's inverse

@@ -209,8 +209,8 @@ def _excess(replay: Mapping[str, Any], step: float | None) -> list[Block]:
     return [
         Para(
             "**Which place determines the step**: per (rank, unit, phase) on the critical path, the time the rank "
-            "spends there beyond the other ranks' median at the same unit and phase (kind by kind), as far as "
-            "it lies on the path. The top row is the rank and place that holds the others up; what removing "
+            "spends there beyond the other ranks' median at the same point of the program (between the same "
+            "collectives, kind by kind), as far as it lies on the path. The top row is the rank and place that holds the others up; what removing "
             "it would save is a what-if's to say (`delay:RANK:UNIT:PHASE:-MS`, `straggler:remove:RANK`)."
         ),
         Table(

@@ -33,8 +33,8 @@ def _print_excess(con, rows: list[dict]) -> None:  # noqa: ANN001
     t = Table(
         title="Which place determines the step",
         title_justify="left",
-        caption="ms; excess: per kind of task, the rank's time at the place above the other ranks' median "
-        "there, as far as it lies on the path",
+        caption="ms; excess: the rank's time at the place above the other ranks' median at the same point "
+        "(between the same collectives, per kind of task), as far as it lies on the path",
         caption_justify="left",
     )
     for col in ("rank", "unit", "phase", "excess", "on path", "this rank", "others (median)"):
