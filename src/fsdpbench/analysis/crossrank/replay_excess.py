@@ -38,14 +38,13 @@ def _segments(g: Any) -> np.ndarray:
         return seg
     lo = int(g.meas[real].min())
     span = int(g.meas[real].max()) - lo + 1
-    n_places = max(len(g.places), 1)
 
-    def keys(t: np.ndarray) -> np.ndarray:  # (rank, place) major, measured start minor
-        return (g.rank[t] * n_places + g.place[t]) * span + (g.meas[t] - lo)
+    def keys(t: np.ndarray) -> np.ndarray:  # place (a rank's own) major, measured start minor
+        return g.place[t] * span + (g.meas[t] - lo)
 
     arr_keys = np.sort(keys(arrivals)) if arrivals.size else np.zeros(0, dtype=np.int64)
     task_keys = keys(real)
-    group_start = (g.rank[real] * n_places + g.place[real]) * span
+    group_start = g.place[real] * span
     seg[real] = np.searchsorted(arr_keys, task_keys, side="right") - np.searchsorted(
         arr_keys, group_start, side="left"
     )
@@ -71,11 +70,15 @@ def critical_excess(
         crit_place[(rk, unit, phase)] = crit_place.get((rk, unit, phase), 0.0) + us
     if not real.size or not crit_place:
         return []
-    seg = _segments(g)[real]
     cells: dict[tuple[str, str], int] = {}
     up = np.array([cells.setdefault((u, ph), len(cells)) for _, u, ph in g.places], dtype=np.int64)
+    # only the (unit, phase)s the path visits are compared: a row per rank, a column per cell of theirs
+    visited = np.array(sorted({cells[(u, ph)] for _, u, ph in crit_place}), dtype=np.int64)
+    real = real[np.isin(up[g.place[real]], visited)]
+    seg = _segments(g)[real]
+    n_seg = int(seg.max()) + 1 if seg.size else 1
     # a cell: (unit, phase) × segment × kind, the same on every rank
-    cell_raw = (up[g.place[real]] * (int(seg.max()) + 1) + seg) * nk + g.kind[real].astype(np.int64)
+    cell_raw = (up[g.place[real]] * n_seg + seg) * nk + g.kind[real].astype(np.int64)
     cell_ids, cell = np.unique(cell_raw, return_inverse=True)
     own = np.zeros((n_ranks, cell_ids.size), dtype=np.float64)
     np.add.at(own, (g.rank[real], cell), g.dur[real].astype(np.float64) / 1000.0)
@@ -83,7 +86,7 @@ def critical_excess(
     onp = np.zeros_like(own)
     np.add.at(onp, (g.rank[real][path], cell[path]), (s.end[real][path] - s.start[real][path]) / 1000.0)
     rk_pos = {gr.rank: i for i, gr in enumerate(g.graphs)}
-    place_of_cell = cell_ids // nk // (int(seg.max()) + 1)  # the (unit, phase) code of each cell
+    place_of_cell = cell_ids // nk // n_seg  # the (unit, phase) code of each cell
     out = []
     for (rk, unit, phase), crit in crit_place.items():
         i = rk_pos[rk]
