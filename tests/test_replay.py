@@ -175,6 +175,15 @@ def test_critical_path_cli_and_perfetto_trace(hand_traces, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "Critical path per phase" in proc.stdout and "Top places on the critical path" in proc.stdout
+    # the place that determines the step first: rank 2's layers.1 forward, 50 µs beyond the others (0.050 ms)
+    first = proc.stdout.index("Which place determines the step")
+    assert first < proc.stdout.index("Critical path per phase")
+    rows = [line.split("│")[1:5] for line in proc.stdout[first:].splitlines() if line.startswith("│")][:3]
+    assert [[c.strip() for c in r] for r in rows] == [
+        ["2", "layers.1", "forward", "0.050"],
+        ["0", "layers.0", "forward", "0.040"],
+        ["0", "layers.1", "backward", "0.011"],
+    ]
     doc = json.loads(trace.read_text())["traceEvents"]
     flows = [e for e in doc if e.get("cat") == "critical_path"]
     assert flows[0]["ph"] == "s" and flows[-1]["ph"] == "f"

@@ -67,7 +67,8 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
     )
     if critical:
         step = rp["figure"]["step_us"]
-        _print_excess(con, rp.get("critical_excess") or [])
+        if "critical_excess" in rp:  # absent in replays made before it
+            _print_excess(con, rp["critical_excess"])
         kinds = [k for k in ("compute", "transfer", "wait", "host_gap", "launch", "sync")
                  if any(k in p["kinds"] for p in rp["by_phase"])]  # fmt: skip
         t = Table(title=f"Critical path per phase (step {_ms(step)} ms)", title_justify="left",
