@@ -147,7 +147,7 @@ def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_addi
 def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     """D on rank 2 and D2 on rank 1 at one place cost D, not D + D2: predicted by adding both to the clean
     arm's trace, and measured (the lowest of each arm's timed and profiled steps, the least disturbed by
-    the machine's load) closer to D than to D + D2."""
+    the machine's load): the masking arm's step closer to the delayed arm's than to it + D2."""
     both = f"delay:{RANK2}:{UNIT}:{PHASE}:{D2_MS:g}+delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
     clean = _replay(delay_run, CLEAN, both)
     step = max(r["measured_us"] for r in clean["ranks"]) / 1e3
@@ -157,8 +157,12 @@ def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     def lowest(arm: str) -> float:
         return min(r["time_ms"] for kind in ("timed", "profile") for r in _records(delay_run, arm, kind))
 
-    measured = lowest(MASKED) - lowest(CLEAN)
-    assert abs(measured - D_MS) < abs(measured - D_MS - D2_MS), measured
+    # judged against the delayed arm of the same run, not against D: on this CPU box a sleep costs the step
+    # more than itself (150 ms measured +178 to +191 ms here: the other ranks' waits compete for the cores
+    # when the sleeper wakes, docs/calibration.md), so D2 masked means the masking arm's step is the delayed
+    # arm's, not the delayed arm's + D2
+    added = lowest(MASKED) - lowest(DELAYED)
+    assert abs(added) < abs(added - D2_MS), (lowest(CLEAN), lowest(DELAYED), lowest(MASKED))
     masked = _replay(delay_run, MASKED, f"delay:{RANK2}:{UNIT}:{PHASE}:-{D2_MS:g}")
     top = masked["critical_excess"][0]
     assert (top["rank"], top["unit"], top["phase"]) == (RANK, UNIT, PHASE), masked["critical_excess"][:3]
