@@ -5,12 +5,19 @@ run, and the replay's predictions of it.
 unit and phase for each D (default 5, 20, 50 ms on rank 2 at layers.1's backward, 4 ranks), and the masking
 arm (the largest D there plus 20 ms on rank 1 at the same place). Per run and D it checks:
 
-* causality: the top place of the delayed arm's critical path (``replay.critical[0]``) is the delayed one;
+* causality: the place that determines the delayed arm's step (``replay.critical_excess[0]``: the (rank,
+  unit, phase) whose time on the critical path most exceeds the other ranks' at the same unit and phase) is
+  the delayed one (``replay.critical[0]``'s place, the largest (rank, unit, phase, kind) on the path, is
+  printed beside it);
 * "remove the delay" (``--what-if delay:R:U:P:-D`` on the delayed arm's profile) and "add the delay" (on the
   clean arm's) against the other arm's timed median, within max(10 % of D, 2 % of the step)
   (``calibration.delay_entry``);
 * masking: both delays added to the clean arm's profile in one what-if, against the masking arm's timed
   median (within 10 % of the larger delay); the per-rank sum (D + 20) is printed beside it.
+
+Each remove/add entry is also held against the injected change (``injected_ms``: at one unit and phase only
+the largest delay counts, as the ranks meet at its collectives; ``within_injected`` with the same
+tolerance): on a machine where the timed medians are noisier than the delays, that is the reference left.
 
 ``regrouping``: each run is ``fsdpbench ab --profile --arms torch:unit=module,torch`` (2 ranks, as
 docs/calibration.md's table); the replay's regroup edit on the unit=module arm's profile against the measured
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -73,6 +81,7 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
     from fsdpbench.analysis.crossrank import replay as rp
     from fsdpbench.analysis.pipeline import analyze
     from fsdpbench.errors import ConfigError
+    from fsdpbench.trace import cache
 
     refused: dict[str, str] = {}
     for text in edits:
@@ -83,15 +92,22 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
                 refused[text] = str(exc)
     singles = [e for e in edits if "+" not in e and e not in refused]
     res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+    if getattr(res, "_replay", None) is None and any("+" in e for e in edits):
+        # the replay came from its cache beside the traces (no graph kept): replay again
+        os.environ[cache.NO_CACHE_ENV] = "1"
+        try:
+            res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+        finally:
+            del os.environ[cache.NO_CACHE_ENV]
     if res.replay is None:
         print(f"{what}: no replay ({res.replay_note})", file=sys.stderr)
         return None
-    graph = res._replay[0]
+    graph = res._replay[0] if any("+" in e for e in edits) else None
     for text in edits:
         if text in refused:
             res.replay["what_if"].append({"edit": text, "predicted_step_us": None, "note": refused[text]})
             continue
-        if "+" not in text:
+        if "+" not in text or graph is None:
             continue
         edited = graph
         for part in text.split("+"):
@@ -110,10 +126,26 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
 
 
 def _top(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
+    """The place that determines the step: the first (rank, unit, phase) of ``replay.critical_excess`` (its
+    time on the critical path beyond the other ranks' at the same unit and phase; docs/replay.md)."""
+    rows = (replay or {}).get("critical_excess") or []
+    return (int(rows[0]["rank"]), str(rows[0]["unit"]), str(rows[0]["phase"])) if rows else None
+
+
+def _top_critical(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
+    """The place of ``replay.critical[0]``: the (rank, unit, phase, kind) with the most time on the path."""
     critical = (replay or {}).get("critical") or []
     return (
         (int(critical[0]["rank"]), str(critical[0]["unit"]), str(critical[0]["phase"])) if critical else None
     )
+
+
+def _excess_of(replay: dict[str, Any] | None, place: tuple[int, str, str]) -> tuple[float | None, int | None]:
+    """(excess in ms, 1-based position) of ``place`` in ``replay.critical_excess``; (None, None) if absent."""
+    for i, r in enumerate((replay or {}).get("critical_excess") or [], 1):
+        if (int(r["rank"]), str(r["unit"]), str(r["phase"])) == place:
+            return float(r["excess_us"]) / 1e3, i
+    return None, None
 
 
 def _delay_arms(delays: list[float], place: tuple[int, str, str]) -> dict[str, list[str]]:
@@ -126,6 +158,26 @@ def _delay_arms(delays: list[float], place: tuple[int, str, str]) -> dict[str, l
     masked = [f"{rank}/{unit}/{phase}/{big:g}", f"{MASK_RANK}/{unit}/{phase}/{MASK_MS:g}"]
     arms[f"torch:delay={masked[0]}:delay={masked[1]}"] = masked
     return arms
+
+
+def _injected_ms(subject: dict[str, Any], counterfactual: dict[str, Any]) -> float | None:
+    """The change the injected delays make if every rank is otherwise alike: at one (unit, phase) the ranks
+    meet at its collectives, so only the largest delay there counts (the others are masked): Σ over
+    places of (the counterfactual's largest − the subject's largest). None when the arms' delays are at
+    more than one (unit, phase)."""
+
+    def largest(arm: dict[str, Any]) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = {}
+        for d in arm.get("delay") or []:
+            _, unit, phase, ms = d.split("/")
+            out[(unit, phase)] = max(out.get((unit, phase), 0.0), float(ms))
+        return out
+
+    a, b = largest(subject), largest(counterfactual)
+    places = set(a) | set(b)
+    if len(places) > 1:
+        return None
+    return sum(b.get(p, 0.0) - a.get(p, 0.0) for p in places)
 
 
 def check_delays(run: Path) -> dict[str, Any]:
@@ -156,13 +208,31 @@ def check_delays(run: Path) -> dict[str, Any]:
         for e in calibration.calibrate_delays(manifest, summary, replays, profiled)
         if (e["subject"], e["counterfactual"]) in wanted
     ]
+    for e in entries:
+        e["injected_ms"] = _injected_ms(arms[e["subject"]], arms[e["counterfactual"]])
+        e["within_injected"] = (
+            None
+            if e["predicted_ms"] is None or e["injected_ms"] is None
+            else abs(e["predicted_ms"] - e["injected_ms"]) <= e["tolerance_ms"]
+        )
     tops = {}
     for label, arm in arms.items():
         places = [tuple(d.split("/")[:3]) for d in arm.get("delay") or []]
         if places:  # the largest delay's place should top the path
             big = max(arm["delay"], key=lambda d: float(d.split("/")[3]))
             want = (int(big.split("/")[0]), *big.split("/")[1:3])
-            tops[label] = {"top": _top(replays[label]), "delayed": want, "hit": _top(replays[label]) == want}
+            excess, position = _excess_of(replays[label], want)
+            top_rows = (replays[label] or {}).get("critical_excess") or []
+            tops[label] = {
+                "top": _top(replays[label]),
+                "top_excess_ms": float(top_rows[0]["excess_us"]) / 1e3 if top_rows else None,
+                "delayed": want,
+                "delayed_excess_ms": excess,
+                "delayed_position": position,
+                "hit": _top(replays[label]) == want,
+                "top_critical": _top_critical(replays[label]),
+                "hit_critical": _top_critical(replays[label]) == want,
+            }
     return {"run": str(run), "entries": entries, "tops": tops}
 
 
@@ -211,32 +281,51 @@ def _fmt(v: Any, spec: str = ".1f") -> str:
 def print_delays(results: list[dict[str, Any]]) -> None:
     print(
         "| run | check | edits | source | predicted ms | measured ms (timed) | measured ms (profiled) | "
-        "tolerance ms | within |"
+        "tolerance ms | within | injected ms | within (injected) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(results):
         for e in r["entries"]:
             print(
                 f"| {i} | {e['estimate']} | {' + '.join(e['edits'])} | {_fmt(e['source'])} | "
                 f"{_fmt(e['predicted_ms'])} | {_fmt(e['measured_ms'])} | {_fmt(e['measured_profiled_ms'])} | "
-                f"{_fmt(e['tolerance_ms'])} | {_fmt(e['within'])} |"
+                f"{_fmt(e['tolerance_ms'])} | {_fmt(e['within'])} | {_fmt(e['injected_ms'])} | "
+                f"{_fmt(e['within_injected'])} |"
             )
     print()
-    by_arm: dict[str, list[bool]] = {}
-    for r in results:
+    print("| run | arm | top place (critical_excess[0]) | its excess ms | delayed place's excess ms (position) "
+          "| critical[0]'s place |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    by_arm: dict[str, list[tuple[bool, bool]]] = {}
+    for i, r in enumerate(results):
         for label, t in r["tops"].items():
-            by_arm.setdefault(label, []).append(bool(t["hit"]))
+            by_arm.setdefault(label, []).append((bool(t["hit"]), bool(t["hit_critical"])))
+            top = "/".join(map(str, t["top"] or ()))
+            print(
+                f"| {i} | {label} | {top} | {_fmt(t['top_excess_ms'])} | {_fmt(t['delayed_excess_ms'])} "
+                f"({_fmt(t['delayed_position'])}) | {'/'.join(map(str, t['top_critical'] or ()))} |"
+            )
+    print()
     for label, hits in by_arm.items():
-        print(f"top critical place is the delayed one: {sum(hits)}/{len(hits)} runs ({label})")
+        print(
+            f"the delayed place determines the step (critical_excess[0]): {sum(h for h, _ in hits)}/{len(hits)} "
+            f"runs; critical[0] at the delayed place: {sum(c for _, c in hits)}/{len(hits)} ({label})"
+        )
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
         for e in r["entries"]:
             groups.setdefault((e["estimate"], f"{e['subject']} → {e['counterfactual']}"), []).append(e)
     for (name, pair), es in groups.items():
         ok = [e for e in es if e["within"]]
+        ok_inj = [e for e in es if e.get("within_injected")]
         errs = [abs(e["predicted_ms"] - e["measured_ms"]) for e in es if e["predicted_ms"] is not None]
         med = statistics.median(errs) if errs else None
-        print(f"{name} {pair}: within {len(ok)}/{len(es)} runs; median |predicted − measured| {_fmt(med)} ms")
+        pred = ", ".join(_fmt(e["predicted_ms"]) for e in es)
+        print(
+            f"{name} {pair}: within of the measured (timed) {len(ok)}/{len(es)} runs (median |predicted − "
+            f"measured| {_fmt(med)} ms); within of the injected {_fmt(es[0].get('injected_ms'))} ms "
+            f"{len(ok_inj)}/{len(es)}; predicted {pred}"
+        )
 
 
 def print_regrouping(results: list[dict[str, Any]]) -> None:

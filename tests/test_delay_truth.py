@@ -4,8 +4,8 @@ the same place (the masking arm). The run is conftest's ``delay_ab_run``, whose 
 4-rank checks read too (one 4-rank launch per arm in the whole suite).
 
 References, each independent of fsdpbench's analysis: the delays injected (D, D2); the profiler's own
-Chrome traces read as plain JSON; the worker's host-clock phase times. The replay's checks (the top
-critical place, "remove"/"add the delay" and masking predicted from the traces) run once the replay
+Chrome traces read as plain JSON; the worker's host-clock phase times. The replay's checks (the place
+that determines the step, ``replay.critical_excess[0]``, "remove"/"add the delay" and masking predicted from the traces) run once the replay
 exists (``fsdpbench.analysis.crossrank.replay``, issue 39 points 1-4); the full statistics over many runs with the
 5/20/50 ms delays and the timed step as the judge are ``benchmarks/replay_truth.py`` (docs/calibration.md).
 """
@@ -130,8 +130,9 @@ def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_addi
     place = (RANK, UNIT, PHASE)
     remove, add = f"delay:{RANK}:{UNIT}:{PHASE}:-{D_MS:g}", f"delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
     delayed = _replay(delay_run, DELAYED, remove)
-    top = delayed["critical"][0]
-    assert (top["rank"], top["unit"], top["phase"]) == place, delayed["critical"][:3]
+    top = delayed["critical_excess"][0]  # the place that determines the step (docs/replay.md)
+    assert (top["rank"], top["unit"], top["phase"]) == place, delayed["critical_excess"][:3]
+    assert top["excess_us"] >= 0.9 * D_MS * 1e3, top  # the sleep, which the other ranks do not have
     step = max(r["measured_us"] for r in delayed["ranks"]) / 1e3
     removed = _predicted_change_ms(delayed, remove)
     assert _within(removed, -D_MS, step), removed
@@ -146,7 +147,7 @@ def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_addi
 def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     """D on rank 2 and D2 on rank 1 at one place cost D, not D + D2: predicted by adding both to the clean
     arm's trace, and measured (the lowest of each arm's timed and profiled steps, the least disturbed by
-    the machine's load) closer to D than to D + D2."""
+    the machine's load): the masking arm's step closer to the delayed arm's than to it + D2."""
     both = f"delay:{RANK2}:{UNIT}:{PHASE}:{D2_MS:g}+delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
     clean = _replay(delay_run, CLEAN, both)
     step = max(r["measured_us"] for r in clean["ranks"]) / 1e3
@@ -156,9 +157,13 @@ def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     def lowest(arm: str) -> float:
         return min(r["time_ms"] for kind in ("timed", "profile") for r in _records(delay_run, arm, kind))
 
-    measured = lowest(MASKED) - lowest(CLEAN)
-    assert abs(measured - D_MS) < abs(measured - D_MS - D2_MS), measured
+    # judged against the delayed arm of the same run, not against D: on this CPU box a sleep costs the step
+    # more than itself (150 ms measured +178 to +191 ms here: the other ranks' waits compete for the cores
+    # when the sleeper wakes, docs/calibration.md), so D2 masked means the masking arm's step is the delayed
+    # arm's, not the delayed arm's + D2
+    added = lowest(MASKED) - lowest(DELAYED)
+    assert abs(added) < abs(added - D2_MS), (lowest(CLEAN), lowest(DELAYED), lowest(MASKED))
     masked = _replay(delay_run, MASKED, f"delay:{RANK2}:{UNIT}:{PHASE}:-{D2_MS:g}")
-    top = masked["critical"][0]
-    assert (top["rank"], top["unit"], top["phase"]) == (RANK, UNIT, PHASE)
+    top = masked["critical_excess"][0]
+    assert (top["rank"], top["unit"], top["phase"]) == (RANK, UNIT, PHASE), masked["critical_excess"][:3]
     assert abs(_predicted_change_ms(masked, f"delay:{RANK2}:{UNIT}:{PHASE}:-{D2_MS:g}")) <= 0.10 * D_MS

@@ -176,6 +176,15 @@ def test_critical_path_cli_and_perfetto_trace(hand_traces, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "Critical path per phase" in proc.stdout and "Top places on the critical path" in proc.stdout
+    # the place that determines the step first: rank 2's layers.1 forward, 50 µs beyond the others (0.050 ms)
+    first = proc.stdout.index("Which place determines the step")
+    assert first < proc.stdout.index("Critical path per phase")
+    rows = [line.split("│")[1:5] for line in proc.stdout[first:].splitlines() if line.startswith("│")][:3]
+    assert [[c.strip() for c in r] for r in rows] == [
+        ["2", "layers.1", "forward", "0.050"],
+        ["0", "layers.0", "forward", "0.040"],
+        ["0", "layers.1", "backward", "0.011"],
+    ]
     doc = json.loads(trace.read_text())["traceEvents"]
     flows = [e for e in doc if e.get("cat") == "critical_path"]
     assert flows[0]["ph"] == "s" and flows[-1]["ph"] == "f"
@@ -586,3 +595,155 @@ def test_terminal_shows_the_queue_gaps(tmp_path):
     text = " ".join(proc.stdout.split())
     assert "unexplained slack 0.000 ms; 0.007 ms of queue gaps kept as lane latencies" in text
     assert "queue_gap" in text  # a column of the path per phase
+
+
+# ------------------------------------------------------------------------------------------ which place determines the step
+# The hand-built 3-rank step above, per (rank, unit, phase) on the path; per segment (cut at the rank's arrivals
+# at the place's collectives) and kind: the rank's task time there, the median of the other two ranks' in the
+# same segment, and the path's time (waits left out). Each place here has one collective: segment 0 before
+# its arrival, segment 1 (the transfer) after.
+#   (2, layers.1, forward): segment 0: host gap 50 vs median(0, 0) = 0, on the path 50 → 50; compute 20 vs
+#     median(20, 60) = 40 → 0; launch call 1 vs 1 → 0; segment 1: transfer 10 vs 10 → 0. Excess 50 (own 81,
+#     peers 0+40+1+10 = 51).
+#   (0, layers.0, forward): compute 100 vs median(50, 70) = 60, on the path 100 → 40; the rest equal → 40.
+#   (0, layers.1, backward): compute 30 vs median(10, 27) = 18.5, on the path 30 → 11.5.
+#   (0, layers.1, forward) and (2, layers.0, forward): only their transfers (10, as every rank's) on the path → 0.
+# The largest (rank, unit, phase, kind) on the path is rank 0's compute at layers.0 (100 µs, EXPECTED_CRITICAL);
+# the place that holds the others up most is rank 2's host gap at layers.1 forward. ``critical_us`` is the
+# place's time in ``critical`` (with the path's 1 µs launch latencies, which are edges, not tasks).
+EXPECTED_EXCESS = [
+    ((2, "layers.1", "forward"), 50.0, 71.0, 81.0, 51.0),
+    ((0, "layers.0", "forward"), 40.0, 101.0, 111.0, 71.0),
+    ((0, "layers.1", "backward"), 11.5, 30.0, 30.0, 18.5),
+    ((0, "layers.1", "forward"), 0.0, 10.0, 31.0, 76.0),
+    ((2, "layers.0", "forward"), 0.0, 10.0, 81.0, 86.0),
+]
+
+
+def test_hand_built_place_that_determines_the_step(hand_traces):
+    rp = _replay([hand_traces])
+    got = [
+        ((x["rank"], x["unit"], x["phase"]), x["excess_us"], x["critical_us"], x["own_us"], x["peers_us"])
+        for x in rp["critical_excess"]
+    ]
+    assert [g[0] for g in got] == [e[0] for e in EXPECTED_EXCESS]
+    for g, e in zip(got, EXPECTED_EXCESS, strict=True):
+        assert g[1:] == pytest.approx(e[1:]), g[0]
+    # every place with time on the path is listed once, with all its kinds' time
+    on_path: dict[tuple, float] = {}
+    for c in rp["critical"]:
+        on_path[(c["rank"], c["unit"], c["phase"])] = (
+            on_path.get((c["rank"], c["unit"], c["phase"]), 0.0) + c["us"]
+        )
+    assert {g[0]: g[2] for g in got} == pytest.approx(on_path)
+
+
+def test_one_rank_has_no_peers_its_excess_is_its_tasks_time_on_the_path(hand_traces, tmp_path):
+    """Rank 0 of the hand-built step alone: nothing to compare with, so a place's excess is its tasks' time on
+    the path: layers.0 forward 100 compute + 10 transfer = 110 (the 1 µs launch latency is an edge of the
+    path, counted in ``critical`` but no task); layers.1 forward 20 compute + 60 transfer (alone, #2's gloo
+    span from rank 0's own arrival at 132 to 192 is all transfer) = 80; layers.1 backward 30."""
+    (tmp_path / "rank0.trace.json").write_text((hand_traces / "rank0.trace.json").read_text())
+    rp = _replay([tmp_path])
+    got = {(x["rank"], x["unit"], x["phase"]): x["excess_us"] for x in rp["critical_excess"]}
+    assert got == pytest.approx(
+        {
+            (0, "layers.0", "forward"): 110.0,
+            (0, "layers.1", "forward"): 80.0,
+            (0, "layers.1", "backward"): 30.0,
+        }
+    )
+    assert all(x["peers_us"] == 0.0 for x in rp["critical_excess"])
+
+
+# Segments, not whole places: 2 ranks, one place (layers.0 forward, [0, 122)), two all-reduces.
+#   rank 0: host gap [0, 30) (a sleep where the range opens), compute [30, 40), launch #1 [40, 41), transfer
+#     #1 [41, 51), compute [51, 61), launch #2 [61, 62), waits, transfer #2 [102, 112), compute [112, 122).
+#   rank 1: compute [0, 10), launch #1 [10, 11), waits, transfer #1 [41, 51), host gap [51, 91), compute
+#     [91, 101), launch #2 [101, 102), transfer #2 [102, 112), compute [112, 122).
+# #1: last arrival rank 0 at 41; #2: rank 1 at 102. Path from 122: rank 0's compute (10) ← transfer #2 (10) ←
+# rank 1's launch latency (1) ← its launch call (1), compute (10), host gap (40) ← transfer #1 (10) ← rank
+# 0's launch latency (1) ← its launch call (1), compute (10), host gap (30). Whole place: rank 0 has 30 µs of
+# host gap against rank 1's 40 (excess 0), rank 1 40 against 30 (10). Per segment: rank 0's segment 0 has
+# host gap 30 against 0 → 30; rank 1's segment 1 host gap 40 against 0 → 40 (compute, launch calls and
+# transfers equal). Both are what removing each gap saves (30: #1 then ends at 21 for rank 1's chain, the
+# step at 92; 40: #2's arrivals both at 62, the step at 82).
+SEG = {
+    0: [("gap", 0, 30), ("aten::mm", 30, 10), ("c10d::allreduce_", 40, 1), ("gloo:all_reduce", 41, 10),
+        ("aten::mm", 51, 10), ("c10d::allreduce_", 61, 1), ("gloo:all_reduce", 62, 50), ("aten::mm", 112, 10)],
+    1: [("aten::mm", 0, 10), ("c10d::allreduce_", 10, 1), ("gloo:all_reduce", 11, 40), ("gap", 51, 40),
+        ("aten::mm", 91, 10), ("c10d::allreduce_", 101, 1), ("gloo:all_reduce", 102, 10), ("aten::mm", 112, 10)],
+}  # fmt: skip
+
+
+def _seg_rank(rank: int) -> dict:
+    ann = "user_annotation"
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 200, "args": {"name": "thread 200 (pt_gloo_runloop)"}},
+        _x("ProfilerStep#1", 0, 122, cat=ann),
+        _x("fsdpbench::forward::layers.0", 0, 122, cat=ann),
+    ]  # fmt: skip
+    for name, ts, dur in SEG[rank]:
+        if name.startswith("gloo:"):
+            ev.append(_x(name, ts, dur, tid=200, cat=ann))
+        elif name != "gap":
+            ev.append(_x(name, ts, dur))
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_excess_is_compared_segment_by_segment(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_seg_rank(r)))
+    rp = _replay([tmp_path], "delay:0:layers.0:forward:-0.03", "delay:1:layers.0:forward:-0.04")
+    assert rp["figure"]["step_us"] == pytest.approx(122.0)
+    got = {(x["rank"], x["unit"], x["phase"]): x["excess_us"] for x in rp["critical_excess"]}
+    assert got == pytest.approx({(1, "layers.0", "forward"): 40.0, (0, "layers.0", "forward"): 30.0})
+    assert [x["rank"] for x in rp["critical_excess"]] == [1, 0]
+    assert [w["predicted_step_us"] for w in rp["what_if"]] == pytest.approx([92.0, 82.0])
+
+
+# ------------------------------------------------------------------------------------------ remove is add's inverse
+def _two_gap_rank(rank: int) -> dict:
+    """2 ranks, one place (layers.0 forward): rank 0 computes 100 µs; rank 1 has a 10 µs host gap where the
+    range opens, 20 µs compute, a 60 µs host gap, 10 µs compute; both then all-reduce (10 µs) and compute
+    10 µs outside the range."""
+    ann = "user_annotation"
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 200, "args": {"name": "thread 200 (pt_gloo_runloop)"}},
+        _x("ProfilerStep#1", 0, 121, cat=ann),
+        _x("fsdpbench::forward::layers.0", 0, 111, cat=ann),
+        *([_x("aten::mm", 0, 100)] if rank == 0 else [_x("aten::mm", 10, 20), _x("aten::mm", 90, 10)]),
+        _x("c10d::allreduce_", 100, 1),
+        _x("gloo:all_reduce", 101, 10, tid=200, cat=ann),
+        _x("aten::mm", 111, 10),
+    ]  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "traceEvents": ev,
+    }
+
+
+def test_removing_a_delay_takes_it_where_adding_puts_it(tmp_path):
+    """ "add" puts a delay in the place's first host gap (where a delay at the start of a unit's phase
+    sleeps); "remove" takes host time from there first, so removing what was added gives back the very
+    graph, not a graph with the place's longest gap (here 60 µs) shortened instead."""
+    import numpy as np
+
+    from fsdpbench.analysis import analyze
+    from fsdpbench.analysis.crossrank import replay
+
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(_two_gap_rank(r)))
+    res = analyze([str(tmp_path)], workers=1)
+    g = res._replay[0]
+    added = replay.apply_edit(g, replay.parse_edit("delay:1:layers.0:forward:0.04"))
+    assert int(added.dur.sum() - g.dur.sum()) == 40_000
+    back = replay.apply_edit(added, replay.parse_edit("delay:1:layers.0:forward:-0.04"))
+    assert np.array_equal(back.dur, g.dur)

@@ -448,3 +448,45 @@ def test_report_of_a_real_run_has_a_replay_figure_per_arm_and_the_measured_steps
             rank = trace.parent.name.removeprefix("rank")
             measured = f"{steps[-1]['dur'] / 1000:,.2f}"
             assert any(row[:2] == [rank, measured] for row in rows), (arm, rank, measured)
+
+
+def test_the_place_that_determines_the_step_comes_first():
+    """``critical_excess`` of the step above: rank 1's forward compute 55 000 against rank 0's 40 000, all on the
+    path → 15 000 (its transfer, 10 000 on both ranks, adds none); rank 0's backward compute 35 000 against
+    30 000 → 5 000. Shown right after the replay's error, before the figure, rank 1 first."""
+    from fsdpbench.report.blocks import Figure, Table
+
+    replay = hand_replay()
+    replay["critical_excess"] = [
+        {"rank": 1, "unit": "layers.0", "phase": "forward", "excess_us": 15_000.0, "critical_us": 65_000.0,
+         "own_us": 65_000.0, "peers_us": 50_000.0},
+        {"rank": 0, "unit": "layers.0", "phase": "backward", "excess_us": 5_000.0, "critical_us": 35_000.0,
+         "own_us": 35_000.0, "peers_us": 30_000.0},
+    ]  # fmt: skip
+    blocks = arm_blocks("x", {"replay": replay}, heading=False)
+    texts = [getattr(b, "text", "") for b in blocks]
+    at = next(i for i, t in enumerate(texts) if "Which place determines the step" in t)
+    table = blocks[at + 1]
+    assert isinstance(table, Table)
+    figure = next(i for i, b in enumerate(blocks) if isinstance(b, Figure))
+    assert at < figure
+    assert all(
+        "critical" not in t.lower() or "error" in t.lower() or "replay" in t.lower() for t in texts[:at]
+    )
+    assert [row[1:5] for row in table.rows] == [
+        ["1", "layers.0", "forward", "15.00"],
+        ["0", "layers.0", "backward", "5.00"],
+    ]
+    assert table.rows[0][5] == "15.0%"
+    # a replay made before critical_excess existed: no block
+    assert not any(
+        "Which place" in getattr(b, "text", "") for b in arm_blocks("x", {"replay": hand_replay()})
+    )
+    f = diff_analyses(analysis(), with_replay(analysis(), replay), test_label="hyper").finding(
+        "critical_path"
+    )
+    assert "the place that determines the step: rank 1 layers.0 forward, 15.0 ms on the path" in f.evidence
+    f = diff_analyses(analysis(), with_replay(analysis(), hand_replay()), test_label="hyper").finding(
+        "critical_path"
+    )
+    assert "determines the step" not in f.evidence

@@ -1,6 +1,7 @@
 """The report's critical-path section, from each arm's step replay (the Analysis JSON's ``replay``).
 
-Per arm: the replay's error against the measured step (always, first), the figure of every rank's lanes with
+Per arm: the replay's error against the measured step (always, first), the places that determine the step
+(their excess over the other ranks, on the critical path), the figure of every rank's lanes with
 the critical path and the rendezvous, the critical path per phase, the top places by critical time with their
 slack, the near-critical places ("many almost-equal paths" when several are), and the replayed what-ifs. An arm
 without a replay says why, and that its findings' what-ifs are closed forms.
@@ -83,6 +84,7 @@ def arm_blocks(arm: str, data: Mapping[str, Any], heading: bool = True) -> list[
         return blocks
     step = rp.replayed_step_us(replay)
     blocks.extend(_error(arm, replay, step))
+    blocks.extend(_excess(replay, step))
     figure = replay.get("figure")
     if isinstance(figure, Mapping) and _rows(figure.get("lanes")):
         name = f"replay_{_safe(arm)}"
@@ -178,6 +180,55 @@ def _by_phase(replay: Mapping[str, Any], step: float | None) -> list[Block]:
     return [
         Para("**The critical path per phase** (by the kind of task it runs through):"),
         Table(headers, rows),
+    ]
+
+
+def _excess(replay: Mapping[str, Any], step: float | None) -> list[Block]:
+    """Which place determines the step: ``replay.critical_excess`` (absent in replays made before it: no
+    block), the places with an excess first."""
+    rows_in = [r for r in _rows(replay.get("critical_excess")) if (finite(r.get("excess_us")) or 0.0) > 0]
+    if "critical_excess" not in replay:
+        return []
+    if not rows_in:
+        return [Para("**Which place determines the step:** no rank spends more than the others at any place on the "
+                     "critical path (its time is the places' own, shared by every rank).")]  # fmt: skip
+    rows = []
+    for i, r in enumerate(rows_in[:TOP_PLACES], 1):
+        us = finite(r.get("excess_us"))
+        rows.append(
+            [
+                str(i),
+                _text(r.get("rank")),
+                _text(r.get("unit")),
+                _text(r.get("phase")),
+                fmt_us_as_ms(us),
+                fmt_pct(us / step if us is not None and step else None),
+                fmt_us_as_ms(finite(r.get("critical_us"))),
+                fmt_us_as_ms(finite(r.get("own_us"))),
+                fmt_us_as_ms(finite(r.get("peers_us"))),
+            ]
+        )
+    return [
+        Para(
+            "**Which place determines the step**: per (rank, unit, phase) on the critical path, the time the rank "
+            "spends there beyond the other ranks' median at the same point of the program (between the same "
+            "collectives, kind by kind), as far as it lies on the path. The top row is the rank and place that holds the others up; what removing "
+            "it would save is a what-if's to say (`delay:RANK:UNIT:PHASE:-MS`, `straggler:remove:RANK`)."
+        ),
+        Table(
+            [
+                "#",
+                "rank",
+                "unit",
+                "phase",
+                "excess (ms)",
+                "of the step",
+                "on the path (ms)",
+                "this rank (ms)",
+                "other ranks, median (ms)",
+            ],
+            rows,
+        ),  # fmt: skip
     ]
 
 

@@ -2,7 +2,9 @@
 collective instance, replayed as a list schedule; the cross-rank critical path, slack, and what-ifs as
 edits of the graph (docs/replay.md). This module is the face: :func:`replay_step`, and the public names of
 :mod:`~fsdpbench.analysis.crossrank.replay_schedule` (join, schedule, read, the figure's data) and
-:mod:`~fsdpbench.analysis.crossrank.replay_whatif` (the edits and their closed-form fallback) re-exported.
+:mod:`~fsdpbench.analysis.crossrank.replay_whatif` (the edits and their closed-form fallback) and
+:func:`~fsdpbench.analysis.crossrank.replay_excess.critical_excess` (which place determines the step)
+re-exported.
 
 Public entry points (documented in docs/replay.md):
 
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis.crossrank.replay_excess import critical_excess
 from fsdpbench.analysis.crossrank.replay_schedule import (
     MAX_RENDEZVOUS,
     MAX_SEGMENTS,
@@ -64,9 +67,9 @@ from fsdpbench.analysis.crossrank.replay_whatif import (
 __all__ = [
     "EDIT_HELP", "MAX_RENDEZVOUS", "MAX_SEGMENTS", "NEAR_CRITICAL", "SOURCE_CLOSED", "SOURCE_REPLAY", "Chains",
     "CycleError", "Edit", "HostFit", "Reading", "Schedule", "StepGraph", "apply_edit", "build_step_graph",
-    "closed_form_row", "contract", "critical_path", "host_per_call", "join_graphs", "latest_starts",
-    "parse_edit", "queue_gap_us", "read", "replay_step", "schedule", "unexplained", "unexplained_split",
-    "what_if", "what_if_row",
+    "closed_form_row", "contract", "critical_excess", "critical_path", "host_per_call", "join_graphs",
+    "latest_starts", "parse_edit", "queue_gap_us", "read", "replay_step", "schedule", "unexplained",
+    "unexplained_split", "what_if", "what_if_row",
 ]  # fmt: skip
 """The replay's public names, wherever they live (``replay_schedule``: the joined graph, its schedule and
 reading; ``replay_whatif``: the edits), importable from here as before the split."""
@@ -110,6 +113,7 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
         "unexplained_slack_split_us": unexplained_split(g, bool(said), frozenset(partial)),
         "queue_gap_us": queue_gap_us(g),
         "critical": rd.critical,
+        "critical_excess": critical_excess(g, s, rd.on_path, rd.place_us),
         "near_critical": rd.near_critical,
         "slack": rd.slack,
         "by_phase": rd.by_phase,

@@ -184,11 +184,18 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
             first = gaps[np.argmin(out.meas[gaps])] if gaps.size else sel[np.argmin(out.meas[sel])]
             out.dur[first] += ns
             return out
-        # remove: host time (host gaps first, the longest first) at that place
+        # remove: host time at that place, where "add" puts it first (the place's first host gap: a delay
+        # at the start of the unit's phase, docs/replay.md), then the other host gaps, the longest first,
+        # then launch calls
         left = -ns
+        gaps = sel[out.kind[sel] == K_GAP]
+        first = gaps[np.argmin(out.meas[gaps])] if gaps.size else None
         for kind in (K_GAP, K_LAUNCH):
             cand = sel[out.kind[sel] == kind]
-            for v in cand[np.argsort(-out.dur[cand], kind="stable")].tolist():
+            cand = cand[np.argsort(-out.dur[cand], kind="stable")]
+            if kind == K_GAP and first is not None:
+                cand = np.concatenate([[first], cand[cand != first]])
+            for v in cand.tolist():
                 take = min(left, int(out.dur[v]))
                 out.dur[v] -= take
                 left -= take

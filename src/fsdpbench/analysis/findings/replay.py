@@ -174,6 +174,18 @@ def rule_critical_path(x: RuleInput) -> list[Finding]:
             f" of the replayed step {fmt_us(step)} (replay error median "
             f"{_pct_text(error.get('median'))}, max {_pct_text(error.get('max'))} over ranks)"
         )
+        excess = [
+            e
+            for e in replay.get("critical_excess") or []
+            if isinstance(e, Mapping) and (finite(e.get("excess_us")) or 0.0) > 0
+        ]
+        if excess:  # the rank and place that holds the others up (docs/replay.md)
+            e = excess[0]
+            evidence += (
+                f"; the place that determines the step: rank {e.get('rank')} {e.get('unit')} {e.get('phase')}, "
+                f"{fmt_us(finite(e.get('excess_us')))} on the path beyond the other ranks' median there "
+                "(`replay.critical_excess`)"
+            )
         many = len(near) >= NEAR_CRITICAL_MANY
         if near:
             evidence += f"; {len(near)} place(s) off the path are near-critical (slack < 2% of the step)"

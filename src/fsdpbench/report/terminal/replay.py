@@ -1,5 +1,6 @@
-"""``fsdpbench analyze --critical-path`` and ``--what-if`` in the terminal: the replay's error, the critical
-path per phase, the top places with their slack, and the replayed what-ifs (docs/replay.md)."""
+"""``fsdpbench analyze --critical-path`` and ``--what-if`` in the terminal: the replay's error, the places that
+determine the step (their excess over the other ranks), the critical path per phase, the top places with
+their slack, and the replayed what-ifs (docs/replay.md)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,38 @@ def slack_parts(rp: dict) -> str:
     return "".join(f"; {p}" for p in parts)
 
 
+EXCESS_TOP = 5
+
+
+def _print_excess(con, rows: list[dict]) -> None:  # noqa: ANN001
+    """The places that determine the step (``replay.critical_excess``): a rank's time at a place beyond the
+    other ranks' there, on the critical path; shown first (docs/replay.md)."""
+    from rich.table import Table
+
+    rows = [x for x in rows if x["excess_us"] > 0]
+    if not rows:
+        con.print(
+            "Which place determines the step: no rank spends more than the others at any place on the path",
+            highlight=False,
+        )
+        return
+    t = Table(
+        title="Which place determines the step",
+        title_justify="left",
+        caption="ms; excess: the rank's time at the place above the other ranks' median at the same point "
+        "(between the same collectives, per kind of task), as far as it lies on the path",
+        caption_justify="left",
+    )
+    for col in ("rank", "unit", "phase", "excess", "on path", "this rank", "others (median)"):
+        t.add_column(col, justify="left" if col in ("unit", "phase") else "right", no_wrap=True)
+    for x in rows[:EXCESS_TOP]:
+        t.add_row(
+            str(x["rank"]), x["unit"], x["phase"], _ms(x["excess_us"]), _ms(x["critical_us"]),
+            _ms(x["own_us"]), _ms(x["peers_us"]),
+        )  # fmt: skip
+    print_fitted(con, t, labels=3)
+
+
 def render_replay(res, con, critical: bool = True, trace_file: Path | None = None) -> None:  # noqa: ANN001
     """The replay's terminal view: its error, the path per phase, the top places with their slack, and
     the what-ifs (docs/replay.md)."""
@@ -53,6 +86,8 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
     )
     if critical:
         step = rp["figure"]["step_us"]
+        if "critical_excess" in rp:  # absent in replays made before it
+            _print_excess(con, rp["critical_excess"])
         kinds = [k for k in REPLAY_KINDS if any(k in p["kinds"] for p in rp["by_phase"])]
         t = Table(title=f"Critical path per phase (step {_ms(step)} ms)", title_justify="left",
                   caption="ms on the cross-rank critical path, by kind of task", caption_justify="left")  # fmt: skip

@@ -1,0 +1,109 @@
+"""Which (rank, unit, phase) determines the step: the time a rank spends at a place beyond what the other ranks
+spend at the same point of the same (unit, phase), counted only where it lies on the critical path
+(docs/replay.md, "Which place determines the step").
+
+``replay.critical`` ranks (rank, unit, phase, kind) by time on the path. On a step of identical ranks the path
+runs through every unit's compute and transfers, so its largest entries are the largest places, not the
+rank that holds the others up: a rank sleeping 5 ms at one unit adds a 5 ms host gap to a place whose
+compute and transfers hold far more. The engineer's question is which rank's place made the step longer
+than its peers would have.
+
+The comparison is made per *segment*: a rank's tasks at a place are cut at its arrivals at the collectives
+it issues there (segment k of a place: after the place's k-th arrival on that rank, before the next), so
+that the same segment on every rank runs the same program between the same two collectives. Per segment
+and kind of task (waits left out: the replay computes them), ``min(the rank's time there on the path,
+max(the rank's time there − the median of the other ranks' time in the same segment, 0))``; a place's
+excess is the sum over its segments and kinds. A place where every rank spends the same has no excess
+however long it is; extra time the other ranks' slack absorbs is off the path and counts for nothing; and
+the other ranks' time elsewhere at the place (another segment) does not hide a rank's extra time in this one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fsdpbench.analysis.crossrank.replay_graph import K_WAIT, KINDS
+
+
+def _segments(g: Any) -> np.ndarray:
+    """Per task: its segment at its place (the number of its rank's arrivals at that place that start no
+    later than the task); -1 for rendezvous tasks."""
+    arrivals = np.array([a for x in g.rendezvous for a in x["arrivals"]], dtype=np.int64)
+    arrivals = arrivals[g.rank[arrivals] >= 0] if arrivals.size else arrivals
+    real = np.flatnonzero(g.rank >= 0)
+    seg = np.full(g.dur.size, -1, dtype=np.int64)
+    if not real.size:
+        return seg
+    lo = int(g.meas[real].min())
+    span = int(g.meas[real].max()) - lo + 1
+
+    def keys(t: np.ndarray) -> np.ndarray:  # place (a rank's own) major, measured start minor
+        return g.place[t] * span + (g.meas[t] - lo)
+
+    arr_keys = np.sort(keys(arrivals)) if arrivals.size else np.zeros(0, dtype=np.int64)
+    task_keys = keys(real)
+    group_start = g.place[real] * span
+    seg[real] = np.searchsorted(arr_keys, task_keys, side="right") - np.searchsorted(
+        arr_keys, group_start, side="left"
+    )
+    return seg
+
+
+def critical_excess(
+    g: Any, s: Any, on_path: np.ndarray, place_us: dict[tuple[int, str, str, str], float]
+) -> list[dict[str, Any]]:
+    """Per (rank, unit, phase) with time on the critical path: ``excess_us`` (see the module),
+    ``critical_us`` (its time on the path, every kind, as ``critical``), ``own_us`` (the rank's task time
+    there, waits left out) and ``peers_us`` (Σ over segments and kinds of the median of the other ranks'
+    time there; a rank without it counts 0, and with no other rank it is 0), sorted by ``excess_us`` then
+    ``critical_us`` descending.
+
+    ``g`` is the joined graph (``StepGraph``), ``s`` its replay (``Schedule``), ``on_path`` the reading's
+    per-task flag and ``place_us`` its time on the path per (rank, unit, phase, kind) in µs."""
+    nk = len(KINDS)
+    n_ranks = len(g.graphs)
+    real = np.flatnonzero((g.rank >= 0) & (g.kind != K_WAIT))
+    crit_place: dict[tuple[int, str, str], float] = {}
+    for (rk, unit, phase, _), us in place_us.items():
+        crit_place[(rk, unit, phase)] = crit_place.get((rk, unit, phase), 0.0) + us
+    if not real.size or not crit_place:
+        return []
+    cells: dict[tuple[str, str], int] = {}
+    up = np.array([cells.setdefault((u, ph), len(cells)) for _, u, ph in g.places], dtype=np.int64)
+    # only the (unit, phase)s the path visits are compared: a row per rank, a column per cell of theirs
+    visited = np.array(sorted({cells[(u, ph)] for _, u, ph in crit_place}), dtype=np.int64)
+    real = real[np.isin(up[g.place[real]], visited)]
+    seg = _segments(g)[real]
+    n_seg = int(seg.max()) + 1 if seg.size else 1
+    # a cell: (unit, phase) × segment × kind, the same on every rank
+    cell_raw = (up[g.place[real]] * n_seg + seg) * nk + g.kind[real].astype(np.int64)
+    cell_ids, cell = np.unique(cell_raw, return_inverse=True)
+    own = np.zeros((n_ranks, cell_ids.size), dtype=np.float64)
+    np.add.at(own, (g.rank[real], cell), g.dur[real].astype(np.float64) / 1000.0)
+    path = on_path[real]
+    onp = np.zeros_like(own)
+    np.add.at(onp, (g.rank[real][path], cell[path]), (s.end[real][path] - s.start[real][path]) / 1000.0)
+    rk_pos = {gr.rank: i for i, gr in enumerate(g.graphs)}
+    place_of_cell = cell_ids // nk // n_seg  # the (unit, phase) code of each cell
+    out = []
+    for (rk, unit, phase), crit in crit_place.items():
+        i = rk_pos[rk]
+        mine = np.flatnonzero(place_of_cell == cells.get((unit, phase), -1))
+        others = np.delete(own[:, mine], i, axis=0)
+        peers = np.median(others, axis=0) if others.shape[0] else np.zeros(mine.size)
+        excess = np.minimum(onp[i, mine], np.maximum(own[i, mine] - peers, 0.0)).sum()
+        out.append(
+            {
+                "rank": rk,
+                "unit": unit,
+                "phase": phase,
+                "excess_us": float(excess),
+                "critical_us": float(crit),
+                "own_us": float(own[i, mine].sum()),
+                "peers_us": float(peers.sum()),
+            }
+        )
+    out.sort(key=lambda x: (-x["excess_us"], -x["critical_us"], x["rank"], x["unit"], x["phase"]))
+    return out
