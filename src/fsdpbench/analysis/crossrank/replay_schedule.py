@@ -85,15 +85,17 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         m = np.array(
             [place_index.setdefault((g.rank, u, p), len(place_index)) for u, p in g.places], dtype=np.int64
         )
-        parts_place.append(m[g.place] if m.size else np.zeros(len(g), np.int64))
-    rank = np.concatenate([np.full(len(g), i, dtype=np.int64) for i, g in enumerate(graphs)])
-    local = np.concatenate([np.arange(len(g), dtype=np.int64) for g in graphs])
+        parts_place.append(m[g.place].astype(np.int32) if m.size else np.zeros(len(g), np.int32))
+    rank = np.concatenate([np.full(len(g), i, dtype=np.int32) for i, g in enumerate(graphs)])
+    local = np.concatenate([np.arange(len(g), dtype=np.int32) for g in graphs])
     dur = np.concatenate([g.dur for g in graphs]).astype(np.int64)
     meas = np.concatenate([g.start - o for g, o in zip(graphs, offset_ns, strict=True)])
     kind = np.concatenate([g.kind for g in graphs]).astype(np.int8)
     place = np.concatenate(parts_place)
-    esrc = [g.esrc + offset[i] for i, g in enumerate(graphs)]
-    edst = [g.edst + offset[i] for i, g in enumerate(graphs)]
+    # task indices (the rendezvous' included) as int32: half the edges' memory
+    idx = np.int32 if n + sum(len(k) for k in keys) < 2**31 else np.int64
+    esrc = [(g.esrc + offset[i]).astype(idx) for i, g in enumerate(graphs)]
+    edst = [(g.edst + offset[i]).astype(idx) for i, g in enumerate(graphs)]
     ew = [g.ew for g in graphs]
     ek = [g.ekind for g in graphs]
     # rendezvous
@@ -135,14 +137,14 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
                    "ranks": [i for i, _ in holders], "measured_last": last, "bytes": nbytes})  # fmt: skip
 
     nrv = len(rv)
-    rank = np.concatenate([rank, np.full(nrv, -1, np.int64)])
-    local = np.concatenate([local, np.full(nrv, -1, np.int64)])
+    rank = np.concatenate([rank, np.full(nrv, -1, np.int32)])
+    local = np.concatenate([local, np.full(nrv, -1, np.int32)])
     dur = np.concatenate([dur, np.zeros(nrv, np.int64)])
     meas = np.concatenate([meas, np.array([x["measured_last"] for x in rv], dtype=np.int64)])
     kind = np.concatenate([kind, np.full(nrv, K_WAIT, np.int8)])
-    place = np.concatenate([place, np.full(nrv, -1, np.int64)])
-    esrc.append(np.array(r_src, dtype=np.int64))
-    edst.append(np.array(r_dst, dtype=np.int64))
+    place = np.concatenate([place, np.full(nrv, -1, np.int32)])
+    esrc.append(np.array(r_src, dtype=idx))
+    edst.append(np.array(r_dst, dtype=idx))
     ew.append(np.zeros(len(r_src), dtype=np.int64))
     ek.append(np.full(len(r_src), K_WAIT, dtype=np.int8))
     base = np.full(n + nrv, np.iinfo(np.int64).min // 4, dtype=np.int64)
@@ -165,31 +167,22 @@ class Schedule:
     end: np.ndarray
     binding: np.ndarray
     order: np.ndarray
-    chains: Any = None
-    """The contracted graph replayed (:class:`Chains`) and its nodes' topological order."""
-    node_order: Any = None
 
 
 class CycleError(ValueError):
     """The graph has a cycle (collectives matched wrongly, or an edit that makes a task wait for itself)."""
 
 
-def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray, tier: np.ndarray) -> np.ndarray:
-    """A topological order: the tasks sorted by ``hint`` (measured start), then ``tier`` (zero-length
-    tasks, then rendezvous, then transfers, at one instant), when every edge goes forward in it (the usual
-    case, checked at numpy speed); else Kahn's algorithm."""
-    order = np.lexsort((np.arange(n), tier, hint))
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    if esrc.size == 0 or bool((pos[esrc] < pos[edst]).all()):
-        return order
+def _kahn(n: int, esrc: np.ndarray, edst: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """Kahn's algorithm (ready nodes taken in ``seed``'s order, then as they become ready): the nodes it
+    could order, all ``n`` unless some are on a cycle."""
     from collections import deque
 
     deg = np.bincount(edst, minlength=n).tolist()
     by_src = np.argsort(esrc, kind="stable")
     ptr_l = np.concatenate([[0], np.cumsum(np.bincount(esrc, minlength=n))]).tolist()
     dst_sorted = edst[by_src].tolist()
-    ready = deque(v for v in order.tolist() if deg[v] == 0)
+    ready = deque(v for v in seed.tolist() if deg[v] == 0)
     out = []
     pop, push = ready.popleft, ready.append
     while ready:
@@ -200,9 +193,81 @@ def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray, ti
             deg[d] -= 1
             if deg[d] == 0:
                 push(d)
-    if len(out) != n:
-        raise CycleError(f"{n - len(out)} tasks are on a cycle")
     return np.array(out, dtype=np.int64)
+
+
+def _forward(order: np.ndarray, esrc: np.ndarray, edst: np.ndarray) -> bool:
+    """Whether every edge goes forward in ``order``."""
+    pos = np.empty(order.size, dtype=np.int64)
+    pos[order] = np.arange(order.size)
+    return bool((pos[esrc] < pos[edst]).all())
+
+
+def _by_chunks(
+    order: np.ndarray, local: np.ndarray, esrc: np.ndarray, edst: np.ndarray, group: np.ndarray
+) -> np.ndarray | None:
+    """A topological order where only edges between groups (ranks; each rendezvous its own) go backward in
+    ``order``: each group's nodes in ``local``'s order (a permutation of the nodes), cut into chunks where
+    an edge from another group arrives, and the chunks (a few per collective, not per task) put in a
+    topological order by Kahn's algorithm, ready chunks taken in ``order``. None where an edge within a
+    group goes backward in ``local``, or the chunks do not order (a tie the cuts cannot separate)."""
+    n = order.size
+    og = local[np.argsort(group[local], kind="stable")]
+    gpos = np.empty(n, dtype=np.int64)
+    gpos[og] = np.arange(n)
+    inside = group[esrc] == group[edst]
+    if (gpos[esrc[inside]] >= gpos[edst[inside]]).any():
+        return None
+    cut = np.zeros(n, dtype=bool)
+    cut[0] = True
+    gs = group[og]
+    cut[1:] = gs[1:] != gs[:-1]
+    cut[gpos[edst[~inside]]] = True
+    chunk_at = np.cumsum(cut) - 1  # per position in og
+    chunk = chunk_at[gpos]
+    nc = int(chunk_at[-1]) + 1
+    firsts = np.flatnonzero(cut)
+    seq = np.flatnonzero(gs[firsts[1:]] == gs[firsts[:-1]])  # a group's chunks follow each other
+    c_src = np.concatenate([seq, chunk[esrc[~inside]]])
+    c_dst = np.concatenate([seq + 1, chunk[edst[~inside]]])
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    c_order = _kahn(nc, c_src, c_dst, np.argsort(pos[og[firsts]], kind="stable"))
+    if c_order.size < nc:
+        return None
+    c_pos = np.empty(nc, dtype=np.int64)
+    c_pos[c_order] = np.arange(nc)
+    return og[np.argsort(c_pos[chunk_at], kind="stable")]
+
+
+def _topo_order(
+    n: int,
+    esrc: np.ndarray,
+    edst: np.ndarray,
+    hint: np.ndarray,
+    tier: np.ndarray,
+    group: np.ndarray | None = None,
+    own: np.ndarray | None = None,
+) -> np.ndarray:
+    """A topological order: the tasks sorted by ``hint`` (measured start), then ``tier`` (zero-length
+    tasks, then rendezvous, then transfers, at one instant), when every edge goes forward in it (the usual
+    case, checked at numpy speed); else, where only edges between ``group``s (ranks; each rendezvous its own)
+    go backward when each group is sorted by ``own`` (a rank's own measured times: a transfer at its
+    arrival, not at the last rank's), the groups' orders joined chunk by chunk (:func:`_by_chunks`: the
+    ranks' clocks put one rank's end before another's arrival); else Kahn's algorithm. Every topological
+    order gives the same schedule."""
+    order = np.lexsort((np.arange(n), tier, hint))
+    if esrc.size == 0 or _forward(order, esrc, edst):
+        return order
+    if group is not None:
+        local = order if own is None else np.lexsort((np.arange(n), tier, own))
+        out = _by_chunks(order, local, esrc, edst, group)
+        if out is not None and _forward(out, esrc, edst):
+            return out
+    out = _kahn(n, esrc, edst, order)
+    if out.size < n:
+        raise CycleError(f"{n - out.size} tasks are on a cycle")
+    return out
 
 
 _NO_BASE = np.iinfo(np.int64).min // 4
@@ -236,6 +301,10 @@ class Chains:
     eid: np.ndarray
     chain_edge: np.ndarray
     """Per task: the edge from the task before it in its node (-1 for a node's first task)."""
+    group: np.ndarray | None = None
+    """Per node: its rank's position, or for a rendezvous a number of its own (:func:`_by_chunks`)."""
+    own: np.ndarray | None = None
+    """Per node: ``meas``, but a transfer's is its rank's arrival's (:func:`_topo_order`)."""
 
 
 def contract(g: StepGraph) -> Chains:
@@ -261,11 +330,19 @@ def contract(g: StepGraph) -> Chains:
     src = g.esrc[keep]
     tier = np.where(dur > 0, 3, 0).astype(np.int8)
     tier[node[[x["task"] for x in g.rendezvous]]] = 1
+    group = g.rank[heads].astype(np.int64)
+    lone = group < 0
+    group[lone] = len(g.offset) + np.arange(int(lone.sum()))  # a rendezvous: a group of its own
     xf = [t for x in g.rendezvous for t in x["xfers"]]
+    own = g.meas[heads]
+    xf_arr = np.array(xf, dtype=np.int64)
+    xf_arr = xf_arr[(xf_arr > 0) & (chain_edge[xf_arr] < 0)]  # transfers heading a node: after their arrival
+    own[node[xf_arr]] = g.meas[xf_arr - 1]
     tier[node[xf]] = np.where(dur[node[xf]] > 0, 3, 2)
     return Chains(
         node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier, esrc=node[src],
         edst=node[g.edst[keep]], src_end=offset[src] + g.dur[src] + g.ew[keep], eid=keep, chain_edge=chain_edge,
+        group=group, own=own,
     )  # fmt: skip
 
 
@@ -281,7 +358,7 @@ def schedule(g: StepGraph) -> Schedule:
     latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
     c = contract(g)
     n = c.base.size
-    order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
+    order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier, c.group, c.own)
     by_dst = np.argsort(c.edst, kind="stable")
     # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed)
     ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]))
@@ -303,10 +380,11 @@ def schedule(g: StepGraph) -> Schedule:
     n_start = np.frombuffer(start, dtype=np.int64)
     t_start = n_start[c.node] + c.offset
     binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    t_order = np.lexsort((np.arange(g.dur.size), pos[c.node]))
-    return Schedule(t_start, t_start + g.dur, binding, t_order, c, order)
+    # the tasks in their nodes' order (a node's tasks are consecutive, in index order)
+    heads = np.flatnonzero(c.chain_edge < 0)
+    size = np.diff(heads, append=g.dur.size)[order]
+    t_order = np.arange(g.dur.size) + np.repeat(heads[order] - (np.cumsum(size) - size), size)
+    return Schedule(t_start, t_start + g.dur, binding, t_order)
 
 
 def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
@@ -476,10 +554,12 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
     sel = np.flatnonzero(real)
     if sel.size:
         k_sel = key_t[sel]
-        o = np.lexsort((slack_t[sel], k_sel))
-        first = np.ones(o.size, dtype=bool)
-        first[1:] = k_sel[o][1:] != k_sel[o][:-1]
-        for k, v in zip(k_sel[o][first].tolist(), slack_t[sel][o][first].tolist(), strict=True):
+        small = k_sel.astype(np.uint16) if int(k_sel.max()) < 1 << 16 else k_sel  # a radix sort
+        o = np.argsort(small, kind="stable")
+        k_sel = k_sel[o]
+        at = np.flatnonzero(np.concatenate([[True], k_sel[1:] != k_sel[:-1]]))
+        low = np.minimum.reduceat(slack_t[sel][o], at)  # the least slack of each (place, kind)
+        for k, v in zip(k_sel[at].tolist(), low.tolist(), strict=True):
             best[k] = v
     slack = []
     path_keys = {(k[0], k[1], k[2], k[3]) for k in acc}
@@ -566,6 +646,10 @@ def build_step_graph(res: Any) -> tuple[StepGraph | None, str | None]:
     keys, method = _keys(ranks, graphs)
     sg = join_graphs(graphs, keys, off_ns)
     sg.notes.append(f"collectives matched by {method}")
+    # the joined arrays hold the ranks' tasks and edges again: keep one copy (a later join reads the traces)
+    sg.graphs = [gr.slim() for gr in graphs]
+    for r in ranks:
+        r.replay_graph = None
     return sg, None
 
 
@@ -576,8 +660,14 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     t0 = int(min(starts))
     real = np.flatnonzero(g.rank >= 0)
     # a wait is drawn from its start to the start of the task after it on its lane
-    lane_key = g.rank[real] * 100_000 + np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
-    o = np.lexsort((s.start[real], lane_key))
+    lane_key = g.rank[real].astype(np.int64) * 100_000 + np.concatenate([gr.lane for gr in g.graphs]).astype(
+        np.int64
+    )
+    o = np.argsort(lane_key, kind="stable")  # by lane, then start: a lane's tasks start in index order …
+    st = s.start[real][o]
+    k = lane_key[o]
+    if not bool(((st[1:] >= st[:-1]) | (k[1:] != k[:-1])).all()):
+        o = np.lexsort((s.start[real], lane_key))  # … unless an edit took a lane-order edge away
     tasks = real[o]
     keys = lane_key[o]
     seg_s = s.start[tasks].copy()
@@ -624,7 +714,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     pv = np.array([v for v, _ in reversed(rd.path)], dtype=np.int64)
     pv = pv[(g.rank[pv] >= 0) & (s.end[pv] > s.start[pv])]
     all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
-    pk = g.rank[pv] * 100_000 + all_lanes[pv]
+    pk = g.rank[pv].astype(np.int64) * 100_000 + all_lanes[pv]
     if pv.size:  # consecutive path tasks on one lane: one row
         cut = np.ones(pv.size, dtype=bool)
         cut[1:] = pk[1:] != pk[:-1]
