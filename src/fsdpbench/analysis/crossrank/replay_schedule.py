@@ -113,10 +113,10 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         # its first; every one of them ends with the transfer
         seen: set[int] = set()
         holders = [h for h in all_holders if not (h[0] in seen or seen.add(h[0]))]
-        extra_x = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in all_holders if (i, j) not in set(holders)]
-        extra_e = [
-            int(graphs[i].c_end[j]) - offset_ns[i] for i, j in all_holders if (i, j) not in set(holders)
-        ]
+        arriving = set(holders)
+        more = [h for h in all_holders if h not in arriving]  # once per key, not per holder (1,024 ranks)
+        extra_x = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in more]
+        extra_e = [int(graphs[i].c_end[j]) - offset_ns[i] for i, j in more]
         arr = [int(offset[i] + graphs[i].c_arrive[j]) for i, j in holders]
         xf = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in holders]
         a_meas = [int(graphs[i].c_start[j]) - offset_ns[i] for i, j in holders]
@@ -313,6 +313,7 @@ def contract(g: StepGraph) -> Chains:
     indeg = np.bincount(g.edst, minlength=n)
     chain = (g.edst == g.esrc + 1) & (indeg[g.edst] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
     chain &= g.base[g.edst] <= _NO_BASE
+    del indeg
     merged = np.zeros(n, dtype=bool)
     merged[g.edst[chain]] = True
     chain_edge = np.full(n, -1, dtype=np.int64)
@@ -320,11 +321,13 @@ def contract(g: StepGraph) -> Chains:
     node = np.cumsum(~merged) - 1
     nn = int(node[-1]) + 1 if n else 0
     heads = np.flatnonzero(~merged)
+    del merged
     step = np.zeros(n, dtype=np.int64)  # a merged task starts this long after the one before it starts
     into = g.edst[chain]
     step[into] = g.dur[into - 1] + g.ew[chain]
     csum = np.cumsum(step)
     offset = csum - csum[heads][node]
+    del step, csum, into
     dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
     keep = np.flatnonzero(~chain)
     src = g.esrc[keep]
@@ -365,6 +368,8 @@ def schedule(g: StepGraph) -> Schedule:
     src_l = _q(c.esrc[by_dst])
     w_l = _q(c.src_end[by_dst])
     eid_l = _q(c.eid[by_dst])
+    del by_dst
+    c.esrc = c.edst = c.src_end = c.eid = c.meas = c.own = None  # in the typed arrays now
     start = _q(c.base)
     bind = _q(np.full(n, -1, dtype=np.int64))
     for v in _q(order):
@@ -377,6 +382,7 @@ def schedule(g: StepGraph) -> Schedule:
                 b = eid_l[k]
         start[v] = s
         bind[v] = b
+    del ptr, src_l, w_l, eid_l
     n_start = np.frombuffer(start, dtype=np.int64)
     t_start = n_start[c.node] + c.offset
     binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
@@ -401,18 +407,21 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
         chain[:] = False
     merged = np.zeros(n, dtype=bool)
     merged[g.esrc[chain]] = True
-    tails = np.flatnonzero(~merged)
-    node = np.searchsorted(tails, np.arange(n))  # a task's node: the first tail at or after it
+    tail = ~merged
+    tails = np.flatnonzero(tail)
+    node = np.cumsum(tail) - tail  # a task's node: the first tail at or after it (the tails before it)
     step = np.zeros(n, dtype=np.int64)  # a merged task's latest start is the next one's minus this
     out_of = g.esrc[chain]
     step[out_of] = g.dur[out_of] + g.ew[chain]
+    del out_of
     csum = np.cumsum(step)
     before = csum[tails][node] - csum + step  # Σ step from the task to its node's tail
+    del csum, step
     keep = np.flatnonzero(~chain)
+    del chain
     dst = g.edst[keep]
-    pos = np.empty(n, dtype=np.int64)
-    pos[s.order] = np.arange(n)
-    t_order = tails[np.argsort(-pos[tails], kind="stable")]
+    back = s.order[::-1]
+    t_order = back[tail[back]]  # the tails in reverse topological order
     nt = tails.size
     src_n = node[g.esrc[keep]]
     by_src = np.argsort(src_n, kind="stable")
@@ -464,7 +473,9 @@ def unexplained(g: StepGraph) -> np.ndarray:
     meas_end = g.meas + g.dur
     x = meas_end[g.esrc] + g.ew
     ready = np.full(g.dur.size, np.iinfo(np.int64).min // 4, dtype=np.int64)
-    np.maximum.at(ready, g.edst, x)
+    one = np.bincount(g.edst, minlength=g.dur.size)[g.edst] == 1  # a task's only edge: no maximum to take
+    ready[g.edst[one]] = np.maximum(x[one], _NO_BASE)
+    np.maximum.at(ready, g.edst[~one], x[~one])
     ready = np.maximum(ready, g.base)
     gap = np.maximum(g.meas - ready, 0)
     real = g.rank >= 0
@@ -686,16 +697,14 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     seg_s[idx] = np.minimum(seg_s[idx], s.end[tasks[idx - 1]])
     keep = seg_e > seg_s
     tasks, keys, seg_s, seg_e = tasks[keep], keys[keep], seg_s[keep], seg_e[keep]
-    kinds = g.kind[tasks].astype(np.int64)
-    path = rd.on_path[tasks].astype(np.int64)
+    kinds = g.kind[tasks]
+    path = rd.on_path[tasks]
     # merge neighbours of one lane, kind and path flag
     cut = np.ones(tasks.size, dtype=bool)
     cut[1:] = (keys[1:] != keys[:-1]) | (kinds[1:] != kinds[:-1]) | (path[1:] != path[:-1])
-    grp = np.cumsum(cut) - 1
     m_s = np.minimum.reduceat(seg_s, np.flatnonzero(cut)) if tasks.size else seg_s
     m_e = np.maximum.reduceat(seg_e, np.flatnonzero(cut)) if tasks.size else seg_e
-    m_key, m_kind, m_path = keys[cut], kinds[cut], path[cut]
-    del grp
+    m_key, m_kind, m_path = keys[cut], kinds[cut].astype(np.int64), path[cut].astype(np.int64)
     if m_s.size > MAX_SEGMENTS:  # keep the path and the longest of the rest
         length = (m_e - m_s) + m_path * (1 << 50)
         top = np.sort(np.argsort(-length, kind="stable")[:MAX_SEGMENTS])
