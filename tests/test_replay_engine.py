@@ -83,8 +83,14 @@ def _reference(g: R.StepGraph, deadline: int | None) -> tuple[list[int], list[in
     return start, bind, ls
 
 
+@pytest.mark.parametrize("scan_min", [2, 64])
 @pytest.mark.parametrize("seed", range(12))
-def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path(seed):
+def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path(seed, scan_min, monkeypatch):
+    """``scan_min``: the shortest forward run that latest_starts reads by numpy scans (2: every run of the
+    random lanes; 64: almost none, the backward contraction alone)."""
+    from fsdpbench.analysis.crossrank import replay_schedule as RS
+
+    monkeypatch.setattr(RS, "SCAN_MIN", scan_min)
     rng = np.random.default_rng(seed)
     g = _graph(
         rng, n_per_rank=int(rng.integers(5, 60)), ranks=int(rng.integers(1, 4)), negative=seed % 3 == 2
@@ -103,13 +109,14 @@ def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_ranks_whose_clocks_disagree_are_ordered_chunk_by_chunk(seed):
+def test_ranks_whose_clocks_disagree_are_ordered_chunk_by_chunk(seed, monkeypatch):
     """Each rank's measured order is its index order, but the ranks' clocks are shifted so that edges across
     ranks go backward in the measured order (a rank's end before another's arrival): the schedule orders each
     rank's tasks as measured and only the chunks between arriving cross-rank edges by Kahn's algorithm
     (``_by_chunks``), and replays exactly what the task-by-task reference computes."""
     from fsdpbench.analysis.crossrank import replay_schedule as RS
 
+    monkeypatch.setattr(RS, "SCAN_MIN", 2 + seed % 4)
     rng = np.random.default_rng(100 + seed)
     ranks = int(rng.integers(2, 5))
     g = _graph(rng, n_per_rank=int(rng.integers(5, 60)), ranks=ranks, negative=seed % 3 == 2)

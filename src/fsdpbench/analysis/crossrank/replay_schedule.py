@@ -393,51 +393,105 @@ def schedule(g: StepGraph) -> Schedule:
     return Schedule(t_start, t_start + g.dur, binding, t_order)
 
 
+SCAN_MIN = 64
+"""A run of at least this many tasks each of which has one predecessor, the task before it (a host thread
+between two joins: the forward contraction's node), gets its latest starts by numpy scans in
+:func:`latest_starts`, not task by task."""
+
+
 def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     """Per task the latest start that does not delay the step's end past ``deadline``.
 
-    On the backward contraction: a task whose one successor is the task after it (same rank) is merged into
-    that task's node (its latest start is the next one's minus its length and the latency: exact where no
-    length or latency is negative; else nothing is merged); the Python loop runs over the nodes' last tasks,
-    in reverse topological order (``s.order``)."""
+    The Python loop runs in reverse topological order over two kinds of nodes. A *forward run* (the forward
+    contraction's node of at least :data:`SCAN_MIN` tasks: a host thread between joins, whose launches are
+    the edges out of it) is read by numpy: each task's latest start from the edges leaving the run, then the
+    run's own chain as a reverse running minimum (exact for any lengths and latencies). The other tasks are
+    contracted backward: a task whose one successor is the task after it (same rank) is merged into that
+    task's node (its latest start is the next one's minus its length and the latency: exact where no
+    length or latency is negative; else nothing is merged), and a node is one iteration. Nodes are ordered
+    by the schedule's task order (``s.order``): a backward node at its last task, a forward run at its first
+    (every edge into a forward run arrives at its first task, every edge out of a backward node leaves its
+    last)."""
     n = g.dur.size
-    outdeg = np.bincount(g.esrc, minlength=n)
-    chain = (g.edst == g.esrc + 1) & (outdeg[g.esrc] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
+    esrc, edst = g.esrc, g.edst
+    same = (edst == esrc + 1) & (g.rank[esrc] == g.rank[edst])
+    indeg = np.bincount(edst, minlength=n)
+    fchain = same & (indeg[edst] == 1) & (g.base[edst] <= _NO_BASE)  # contract's rule
+    del indeg
+    head = np.ones(n, dtype=bool)
+    head[edst[fchain]] = False
+    heads = np.flatnonzero(head)
+    del head
+    flen = np.diff(heads, append=n)
+    long = flen >= SCAN_MIN
+    in_run = np.repeat(long, flen)
+    inner = fchain & in_run[esrc]  # a forward run's own chain
+    del fchain
+    outdeg = np.bincount(esrc, minlength=n)
+    chain = same & (outdeg[esrc] == 1) & ~in_run[esrc] & ~in_run[edst]
+    del outdeg, same
     if (g.dur < 0).any() or (g.ew < 0).any():
         chain[:] = False
     merged = np.zeros(n, dtype=bool)
-    merged[g.esrc[chain]] = True
-    tail = ~merged
+    merged[esrc[chain]] = True
+    tail = ~merged  # a node's last task; every task of a forward run is a node of its own here
+    del merged
     tails = np.flatnonzero(tail)
     node = np.cumsum(tail) - tail  # a task's node: the first tail at or after it (the tails before it)
     step = np.zeros(n, dtype=np.int64)  # a merged task's latest start is the next one's minus this
-    out_of = g.esrc[chain]
+    out_of = esrc[chain]
     step[out_of] = g.dur[out_of] + g.ew[chain]
     del out_of
     csum = np.cumsum(step)
     before = csum[tails][node] - csum + step  # Σ step from the task to its node's tail
     del csum, step
-    keep = np.flatnonzero(~chain)
+    keep = np.flatnonzero(~chain & ~inner)
     del chain
-    dst = g.edst[keep]
-    back = s.order[::-1]
-    t_order = back[tail[back]]  # the tails in reverse topological order
+    lat = np.zeros(n, dtype=np.int64)  # a forward run's task: the latency to the task after it
+    lat[esrc[inner]] = g.ew[inner]
+    del inner
+    dst = edst[keep]
     nt = tails.size
-    src_n = node[g.esrc[keep]]
+    src_n = node[esrc[keep]]
     by_src = np.argsort(src_n, kind="stable")
-    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(src_n, minlength=nt))]))
-    dst_l = _q(node[dst][by_src])
-    w_l = _q((before[dst] + g.ew[keep])[by_src])
+    ptr_np = np.concatenate([[0], np.cumsum(np.bincount(src_n, minlength=nt))])
+    src_np = src_n[by_src]
+    dst_np = node[dst][by_src]
+    w_np = (before[dst] + g.ew[keep])[by_src]
+    del src_n, by_src, dst, keep
+    ptr, dst_l, w_l = _q(ptr_np), _q(dst_np), _q(w_np)
     dur_l = _q(g.dur[tails])
+    # the nodes in reverse topological order: backward nodes at their tail, forward runs at their first task
+    pos = np.empty(n, dtype=np.int64)
+    pos[s.order] = np.arange(n)
+    runs = heads[long]
+    items = np.concatenate([np.flatnonzero(tail & ~in_run), runs])
+    size = np.concatenate([np.zeros(items.size - runs.size, dtype=np.int64), flen[long]])
+    del in_run, tail
+    o = np.argsort(-pos[items], kind="stable")
+    del pos
     ls = _q(np.zeros(nt, dtype=np.int64))
-    for v in _q(node[t_order]):
-        f = deadline
-        for k in range(ptr[v], ptr[v + 1]):
-            x = ls[dst_l[k]] - w_l[k]
-            if x < f:
-                f = x
-        ls[v] = f - dur_l[v]
-    return np.frombuffer(ls, dtype=np.int64)[node] - before
+    ls_np = np.frombuffer(ls, dtype=np.int64)  # the same memory, for the runs' scans
+    for v, m in zip(_q(node[items[o]]), _q(size[o]), strict=True):
+        if not m:
+            f = deadline
+            for k in range(ptr[v], ptr[v + 1]):
+                x = ls[dst_l[k]] - w_l[k]
+                if x < f:
+                    f = x
+            ls[v] = f - dur_l[v]
+            continue
+        t = int(tails[v])  # a forward run: tasks t … t + m - 1, nodes v … v + m - 1
+        y = np.full(m, deadline, dtype=np.int64)
+        lo, hi = ptr[v], ptr[v + m]
+        if hi > lo:
+            np.minimum.at(y, src_np[lo:hi] - v, ls_np[dst_np[lo:hi]] - w_np[lo:hi])
+        d = g.dur[t : t + m]
+        c = d + lat[t : t + m]
+        q = np.cumsum(c) - c  # Σ (length + latency) of the run's tasks before each
+        # ls_i = min(y_i - d_i, ls_{i+1} - c_i): a reverse running minimum of y - d - q, plus q
+        ls_np[v : v + m] = np.minimum.accumulate((y - d - q)[::-1])[::-1] + q
+    return ls_np[node] - before
 
 
 # ------------------------------------------------------------------------------------------ reading
