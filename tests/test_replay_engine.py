@@ -143,6 +143,33 @@ def test_ranks_whose_clocks_disagree_are_ordered_chunk_by_chunk(seed, monkeypatc
         assert RS._forward(out, c.esrc, c.edst)
 
 
+@pytest.mark.parametrize("scan_min", [2, 64])
+def test_a_lane_run_keeps_the_loops_binding_rule(scan_min, monkeypatch):
+    """Tasks 2-5 are a lane run (each after task 0 and after the one before it); task 3 has an earliest start
+    (30) that its lane predecessor's end reaches exactly: the loop keeps no binding edge there (the earliest
+    start alone explains the start), and the run's numpy replay must do the same."""
+    from fsdpbench.analysis.crossrank import replay_schedule as RS
+
+    monkeypatch.setattr(RS, "SCAN_MIN", scan_min)
+    n = 6
+    base = np.full(n, NO_BASE, dtype=np.int64)
+    base[0], base[3] = 0, 30
+    esrc = np.array([0, 1, 2, 3, 4, 0, 0, 0, 0])
+    edst = np.array([1, 2, 3, 4, 5, 2, 3, 4, 5])
+    z = np.zeros(n, dtype=np.int64)
+    g = R.StepGraph(
+        rank=z, local=z, dur=np.full(n, 10, np.int64), meas=np.arange(n) * 10, kind=np.zeros(n, np.int8), place=z,
+        places=[], esrc=esrc, edst=edst, ew=np.zeros(esrc.size, np.int64), ekind=np.zeros(esrc.size, np.int8),
+        base=base, graphs=[], offset_ns=[], offset=np.array([0, n]),
+    )  # fmt: skip
+    s = R.schedule(g)
+    start, bind, _ = _reference(g, None)
+    assert start == [0, 10, 20, 30, 40, 50]
+    assert bind == [-1, 0, 1, -1, 3, 4]  # task 3: its earliest start, not the edge from task 2
+    assert s.start.tolist() == start
+    assert s.binding.tolist() == bind
+
+
 def test_a_cycle_is_still_an_error():
     """Two ranks, each waiting for the other's later task: no order exists, and the schedule says so."""
     z = np.zeros(4, dtype=np.int64)
@@ -223,3 +250,15 @@ def test_vectorised_host_segments_equal_the_stack(seed):
     loop = RG._host_segments_loop(*args)
     for a, b in zip(fast, loop, strict=True):
         assert a.tolist() == b.tolist()
+
+
+def test_the_figures_cap_keeps_what_a_stable_sort_keeps():
+    """The figure keeps its longest segments by a partition: the same positions as the first k of a stable
+    sort by decreasing length (ties to the earlier), on random lengths with many ties."""
+    from fsdpbench.analysis.crossrank.replay_schedule import _longest
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        x = rng.integers(0, 5, int(rng.integers(0, 50)))
+        k = int(rng.integers(1, 20))
+        assert _longest(x, k).tolist() == sorted(np.argsort(-x, kind="stable")[:k].tolist())

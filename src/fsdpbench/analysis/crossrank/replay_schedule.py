@@ -356,33 +356,95 @@ def _q(a: np.ndarray) -> array.array:
     return out
 
 
+def _lane_runs(c: Chains) -> np.ndarray:
+    """Per node of ``c``: 0, or for the last node of a *lane run* its length, or -1 for the run's other
+    nodes. A lane run is at least :data:`SCAN_MIN` consecutive one-task nodes each of whose tasks but the last
+    has one successor, the task after it (same rank): a device queue's kernels between two cross-lane
+    edges, each after its launch and after the one before it. (A one-task node's edges are its task's.)"""
+    nn = c.base.size
+    one = np.diff(np.flatnonzero(c.chain_edge < 0), append=c.chain_edge.size) == 1  # per node
+    outdeg = np.bincount(c.esrc, minlength=nn)
+    link = (c.edst == c.esrc + 1) & (outdeg[c.esrc] == 1)
+    del outdeg
+    src = c.esrc[link]
+    src = src[one[src] & one[src + 1] & (c.group[src] == c.group[src + 1])]
+    joined = np.zeros(nn, dtype=bool)  # node v + 1 continues node v's run
+    joined[src] = True
+    starts = np.flatnonzero(~np.concatenate([[False], joined[:-1]]))
+    length = np.diff(starts, append=nn)
+    mode = np.zeros(nn, dtype=np.int64)
+    long = length >= SCAN_MIN
+    mode[np.repeat(long, length)] = -1
+    mode[(starts + length - 1)[long]] = length[long]
+    return mode
+
+
 def schedule(g: StepGraph) -> Schedule:
     """Replay ``g``: every task starts when the last of its predecessors has ended (plus the edge's
-    latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
+    latency), and not before its earliest start (on the contracted graph, :func:`contract`).
+
+    The Python loop runs over the contracted graph's nodes in topological order, one iteration a node,
+    except for lane runs (:func:`_lane_runs`), each replayed at its last node by numpy: each task's latest
+    ready time over the edges into it from outside the run, then the run's own chain as a running maximum
+    (exact for any lengths and latencies). A run's binding edges are read afterwards: the last edge (in
+    edge order) reaching each task's start, none where the earliest start alone does, as the loop takes
+    them."""
     c = contract(g)
     n = c.base.size
     order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier, c.group, c.own)
+    mode = _lane_runs(c)
     by_dst = np.argsort(c.edst, kind="stable")
-    # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed)
+    # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed); numpy views of
+    # the same memory for the runs
     ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]))
     src_l = _q(c.esrc[by_dst])
     w_l = _q(c.src_end[by_dst])
     eid_l = _q(c.eid[by_dst])
+    dst_np = c.edst[by_dst]
     del by_dst
     c.esrc = c.edst = c.src_end = c.eid = c.meas = c.own = None  # in the typed arrays now
+    src_np = np.frombuffer(src_l, dtype=np.int64)
+    w_np = np.frombuffer(w_l, dtype=np.int64)
     start = _q(c.base)
+    start_np = np.frombuffer(start, dtype=np.int64)
     bind = _q(np.full(n, -1, dtype=np.int64))
-    for v in _q(order):
-        s = start[v]
-        b = -1
-        for k in range(ptr[v], ptr[v + 1]):
-            x = start[src_l[k]] + w_l[k]
-            if x > s or (x == s and b >= 0):
-                s = x
-                b = eid_l[k]
-        start[v] = s
-        bind[v] = b
-    del ptr, src_l, w_l, eid_l
+    for v, m in zip(_q(order), _q(mode[order]), strict=True):
+        if not m:
+            s = start[v]
+            b = -1
+            for k in range(ptr[v], ptr[v + 1]):
+                x = start[src_l[k]] + w_l[k]
+                if x > s or (x == s and b >= 0):
+                    s = x
+                    b = eid_l[k]
+            start[v] = s
+            bind[v] = b
+        elif m > 0:  # a lane run: nodes v - m + 1 … v
+            a = v - m + 1
+            lo, hi = ptr[a], ptr[v + 1]
+            src = src_np[lo:hi]
+            inside = (src >= a) & (src < v)  # the run's own chain: node i to i + 1
+            ready = c.base[a : v + 1].copy()
+            out = ~inside
+            np.maximum.at(ready, dst_np[lo:hi][out] - a, start_np[src[out]] + w_np[lo:hi][out])
+            step = np.zeros(m, dtype=np.int64)
+            step[src[inside] - a] = w_np[lo:hi][inside]  # length + latency to the next task
+            before = np.cumsum(step) - step
+            start_np[a : v + 1] = np.maximum.accumulate(ready - before) + before
+    del ptr
+    runs = np.flatnonzero(mode != 0)
+    if (
+        runs.size
+    ):  # the runs' binding edges: the last edge reaching the start, where the start is not the base
+        on = np.zeros(n, dtype=bool)
+        on[runs] = True
+        at = np.flatnonzero(on[dst_np])
+        d = dst_np[at]
+        hit = (start_np[src_np[at]] + w_np[at] == start_np[d]) & (start_np[d] > c.base[d])
+        bind_np = np.frombuffer(bind, dtype=np.int64)
+        bind_np[runs] = -1
+        np.maximum.at(bind_np, d[hit], np.frombuffer(eid_l, dtype=np.int64)[at[hit]])
+    del src_l, w_l, eid_l, src_np, w_np, dst_np
     n_start = np.frombuffer(start, dtype=np.int64)
     t_start = n_start[c.node] + c.offset
     binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
@@ -718,6 +780,16 @@ def build_step_graph(res: Any) -> tuple[StepGraph | None, str | None]:
     return sg, None
 
 
+def _longest(length: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the ``k`` largest of ``length``, ties to the earlier (a stable sort's first ``k``), in
+    ascending order: by a partition, not a sort."""
+    if length.size <= k:
+        return np.arange(length.size)
+    cut = np.partition(length, length.size - k)[length.size - k]  # the k-th largest
+    above = np.flatnonzero(length > cut)
+    return np.sort(np.concatenate([above, np.flatnonzero(length == cut)[: k - above.size]]))
+
+
 def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     """The ``figure`` block of docs/DATA.md: every rank's lanes over the replayed step (segments of one
     kind merged, short ones dropped past :data:`MAX_SEGMENTS`), the path, the rendezvous."""
@@ -761,7 +833,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     m_key, m_kind, m_path = keys[cut], kinds[cut].astype(np.int64), path[cut].astype(np.int64)
     if m_s.size > MAX_SEGMENTS:  # keep the path and the longest of the rest
         length = (m_e - m_s) + m_path * (1 << 50)
-        top = np.sort(np.argsort(-length, kind="stable")[:MAX_SEGMENTS])
+        top = _longest(length, MAX_SEGMENTS)
         m_s, m_e, m_key, m_kind, m_path = m_s[top], m_e[top], m_key[top], m_kind[top], m_path[top]
     lanes = []
     lane_of: dict[int, int] = {}
@@ -786,7 +858,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
         p_e = np.maximum.reduceat(s.end[pv], at)
         p_r, p_k = g.rank[pv][at], pk[at]
         if at.size > MAX_SEGMENTS:  # the longest stretches
-            top = np.sort(np.argsort(-(p_e - p_s), kind="stable")[:MAX_SEGMENTS])
+            top = _longest(p_e - p_s, MAX_SEGMENTS)
             p_s, p_e, p_r, p_k = p_s[top], p_e[top], p_r[top], p_k[top]
         ranks_of = [gr.rank for gr in g.graphs]
         for r, k, a, b in zip(p_r.tolist(), p_k.tolist(), p_s.tolist(), p_e.tolist(), strict=True):
