@@ -1,4 +1,5 @@
-"""The replay engine's fast paths (analysis/crossrank/replay.py's contracted schedule and latest starts,
+"""The replay engine's fast paths (analysis/crossrank/replay_passes.py's contracted schedule and latest starts,
+with their numpy runs, and its chunk-by-chunk topological order;
 analysis/crossrank/replay_graph.py's vectorised host segments) against plain references: a task-by-task longest path
 in index order, written out below, and host segments worked out by hand (and the one-event-at-a-time stack
 on random nestings)."""
@@ -88,7 +89,7 @@ def _reference(g: R.StepGraph, deadline: int | None) -> tuple[list[int], list[in
 def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path(seed, scan_min, monkeypatch):
     """``scan_min``: the shortest forward run that latest_starts reads by numpy scans (2: every run of the
     random lanes; 64: almost none, the backward contraction alone)."""
-    from fsdpbench.analysis.crossrank import replay_schedule as RS
+    from fsdpbench.analysis.crossrank import replay_passes as RS
 
     monkeypatch.setattr(RS, "SCAN_MIN", scan_min)
     rng = np.random.default_rng(seed)
@@ -114,7 +115,7 @@ def test_ranks_whose_clocks_disagree_are_ordered_chunk_by_chunk(seed, monkeypatc
     ranks go backward in the measured order (a rank's end before another's arrival): the schedule orders each
     rank's tasks as measured and only the chunks between arriving cross-rank edges by Kahn's algorithm
     (``_by_chunks``), and replays exactly what the task-by-task reference computes."""
-    from fsdpbench.analysis.crossrank import replay_schedule as RS
+    from fsdpbench.analysis.crossrank import replay_passes as RS
 
     monkeypatch.setattr(RS, "SCAN_MIN", 2 + seed % 4)
     rng = np.random.default_rng(100 + seed)
@@ -148,7 +149,7 @@ def test_a_lane_run_keeps_the_loops_binding_rule(scan_min, monkeypatch):
     """Tasks 2-5 are a lane run (each after task 0 and after the one before it); task 3 has an earliest start
     (30) that its lane predecessor's end reaches exactly: the loop keeps no binding edge there (the earliest
     start alone explains the start), and the run's numpy replay must do the same."""
-    from fsdpbench.analysis.crossrank import replay_schedule as RS
+    from fsdpbench.analysis.crossrank import replay_passes as RS
 
     monkeypatch.setattr(RS, "SCAN_MIN", scan_min)
     n = 6
