@@ -27,7 +27,6 @@ from fsdpbench.analysis.crossrank.replay_graph import (
     RankGraph,
 )
 from fsdpbench.analysis.crossrank.replay_passes import (  # noqa: F401 - re-exported: replay.py, replay_whatif.py
-    _NO_BASE,
     Chains,
     CycleError,
     Schedule,
@@ -162,9 +161,7 @@ def unexplained(g: StepGraph) -> np.ndarray:
     meas_end = g.meas + g.dur
     x = meas_end[g.esrc] + g.ew
     ready = np.full(g.dur.size, np.iinfo(np.int64).min // 4, dtype=np.int64)
-    one = np.bincount(g.edst, minlength=g.dur.size)[g.edst] == 1  # a task's only edge: no maximum to take
-    ready[g.edst[one]] = np.maximum(x[one], _NO_BASE)
-    np.maximum.at(ready, g.edst[~one], x[~one])
+    np.maximum.at(ready, g.edst, x)
     ready = np.maximum(ready, g.base)
     gap = np.maximum(g.meas - ready, 0)
     real = g.rank >= 0
