@@ -76,6 +76,14 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
             by_key.setdefault(k, []).append((i, j))
     rv = []
     r_src, r_dst = [], []
+    # each rank's collectives as Python ints once (tasks in the joined arrays, times on the aligned clock)
+    c_arrive = [(g.c_arrive + offset[i]).tolist() for i, g in enumerate(graphs)]
+    c_xfer = [(g.c_xfer + offset[i]).tolist() for i, g in enumerate(graphs)]
+    c_start = [(g.c_start - o).tolist() for g, o in zip(graphs, offset_ns, strict=True)]
+    c_end = [(g.c_end - o).tolist() for g, o in zip(graphs, offset_ns, strict=True)]
+    x_task: list[int] = []  # every transfer: its length and measured start, set once the loop is done
+    x_dur: list[int] = []
+    x_meas: list[int] = []
     extra = 0
     for k, all_holders in by_key.items():
         task = n + extra
@@ -86,17 +94,17 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         holders = [h for h in all_holders if not (h[0] in seen or seen.add(h[0]))]
         arriving = set(holders)
         more = [h for h in all_holders if h not in arriving]  # once per key, not per holder (1,024 ranks)
-        extra_x = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in more]
-        extra_e = [int(graphs[i].c_end[j]) - offset_ns[i] for i, j in more]
-        arr = [int(offset[i] + graphs[i].c_arrive[j]) for i, j in holders]
-        xf = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in holders]
-        a_meas = [int(graphs[i].c_start[j]) - offset_ns[i] for i, j in holders]
-        e_meas = [int(graphs[i].c_end[j]) - offset_ns[i] for i, j in holders]
+        extra_x = [c_xfer[i][j] for i, j in more]
+        extra_e = [c_end[i][j] for i, j in more]
+        arr = [c_arrive[i][j] for i, j in holders]
+        xf = [c_xfer[i][j] for i, j in holders]
+        a_meas = [c_start[i][j] for i, j in holders]
+        e_meas = [c_end[i][j] for i, j in holders]
         last = max(a_meas)
         xf += extra_x
-        for x, e in zip(xf, e_meas + extra_e, strict=True):
-            dur[x] = max(e - last, 0)
-            meas[x] = last
+        x_task += xf
+        x_dur += [max(e - last, 0) for e in e_meas + extra_e]
+        x_meas += [last] * len(xf)
         r_src += arr
         r_dst += [task] * len(arr)
         r_src += [task] * len(xf)
@@ -107,6 +115,9 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         rv.append({"key": k, "type": graphs[i0].c_type[j0], "task": task, "arrivals": arr, "xfers": xf,
                    "ranks": [i for i, _ in holders], "measured_last": last, "bytes": nbytes})  # fmt: skip
 
+    if x_task:
+        dur[x_task] = x_dur
+        meas[x_task] = x_meas
     nrv = len(rv)
     rank = np.concatenate([rank, np.full(nrv, -1, np.int32)])
     local = np.concatenate([local, np.full(nrv, -1, np.int32)])
