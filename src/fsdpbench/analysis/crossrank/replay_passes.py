@@ -98,6 +98,13 @@ def _forward(order: np.ndarray, esrc: np.ndarray, edst: np.ndarray) -> bool:
     return bool((pos[esrc] < pos[edst]).all())
 
 
+def _stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")``, as a radix sort where the keys fit 16 bits unsigned."""
+    if keys.size and 0 <= int(keys.min()) and int(keys.max()) < 1 << 16:
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
+
+
 def _by_chunks(
     order: np.ndarray, local: np.ndarray, esrc: np.ndarray, edst: np.ndarray, group: np.ndarray
 ) -> np.ndarray | None:
@@ -107,7 +114,7 @@ def _by_chunks(
     topological order by Kahn's algorithm, ready chunks taken in ``order``. None where an edge within a
     group goes backward in ``local``, or the chunks do not order (a tie the cuts cannot separate)."""
     n = order.size
-    og = local[np.argsort(group[local], kind="stable")]
+    og = local[_stable_argsort(group[local])]
     gpos = np.empty(n, dtype=np.int64)
     gpos[og] = np.arange(n)
     inside = group[esrc] == group[edst]
@@ -132,7 +139,7 @@ def _by_chunks(
         return None
     c_pos = np.empty(nc, dtype=np.int64)
     c_pos[c_order] = np.arange(nc)
-    return og[np.argsort(c_pos[chunk_at], kind="stable")]
+    return og[_stable_argsort(c_pos[chunk_at])]
 
 
 def _topo_order(
