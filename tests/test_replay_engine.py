@@ -1,4 +1,5 @@
-"""The replay engine's fast paths (analysis/crossrank/replay.py's contracted schedule and latest starts,
+"""The replay engine's fast paths (analysis/crossrank/replay_passes.py's contracted schedule and latest starts,
+with their numpy runs, and its chunk-by-chunk topological order;
 analysis/crossrank/replay_graph.py's vectorised host segments) against plain references: a task-by-task longest path
 in index order, written out below, and host segments worked out by hand (and the one-event-at-a-time stack
 on random nestings)."""
@@ -83,8 +84,14 @@ def _reference(g: R.StepGraph, deadline: int | None) -> tuple[list[int], list[in
     return start, bind, ls
 
 
+@pytest.mark.parametrize("scan_min", [2, 64])
 @pytest.mark.parametrize("seed", range(12))
-def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path(seed):
+def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path(seed, scan_min, monkeypatch):
+    """``scan_min``: the shortest forward run that latest_starts reads by numpy scans (2: every run of the
+    random lanes; 64: almost none, the backward contraction alone)."""
+    from fsdpbench.analysis.crossrank import replay_passes as RS
+
+    monkeypatch.setattr(RS, "SCAN_MIN", scan_min)
     rng = np.random.default_rng(seed)
     g = _graph(
         rng, n_per_rank=int(rng.integers(5, 60)), ranks=int(rng.integers(1, 4)), negative=seed % 3 == 2
@@ -100,6 +107,82 @@ def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path
     pos = np.empty(g.dur.size, dtype=np.int64)
     pos[s.order] = np.arange(g.dur.size)
     assert (pos[g.esrc] < pos[g.edst]).all()  # the order is topological
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ranks_whose_clocks_disagree_are_ordered_chunk_by_chunk(seed, monkeypatch):
+    """Each rank's measured order is its index order, but the ranks' clocks are shifted so that edges across
+    ranks go backward in the measured order (a rank's end before another's arrival): the schedule orders each
+    rank's tasks as measured and only the chunks between arriving cross-rank edges by Kahn's algorithm
+    (``_by_chunks``), and replays exactly what the task-by-task reference computes."""
+    from fsdpbench.analysis.crossrank import replay_passes as RS
+
+    monkeypatch.setattr(RS, "SCAN_MIN", 2 + seed % 4)
+    rng = np.random.default_rng(100 + seed)
+    ranks = int(rng.integers(2, 5))
+    g = _graph(rng, n_per_rank=int(rng.integers(5, 60)), ranks=ranks, negative=seed % 3 == 2)
+    shift = rng.permutation(ranks) * 10 * g.dur.size  # later ranks may run on an earlier clock
+    g.meas = np.arange(g.dur.size, dtype=np.int64) * 10 - shift[g.rank]
+    s = R.schedule(g)
+    start, bind, _ = _reference(g, None)
+    assert s.start.tolist() == start
+    assert s.binding.tolist() == bind
+    deadline = int(s.end.max())
+    assert R.latest_starts(g, s, deadline).tolist() == _reference(g, deadline)[2]
+    pos = np.empty(g.dur.size, dtype=np.int64)
+    pos[s.order] = np.arange(g.dur.size)
+    assert (pos[g.esrc] < pos[g.edst]).all()
+    # the chunk path itself (not Kahn's fallback) gives a topological order of the contracted graph
+    c = RS.contract(g)
+    n = c.base.size
+    order = np.lexsort((np.arange(n), c.tier, c.meas))
+    cross = c.group[c.esrc] != c.group[c.edst]
+    if cross.any() and not RS._forward(order, c.esrc, c.edst):
+        out = RS._by_chunks(order, np.lexsort((np.arange(n), c.tier, c.own)), c.esrc, c.edst, c.group)
+        assert out is not None
+        assert sorted(out.tolist()) == list(range(n))
+        assert RS._forward(out, c.esrc, c.edst)
+
+
+@pytest.mark.parametrize("scan_min", [2, 64])
+def test_a_lane_run_keeps_the_loops_binding_rule(scan_min, monkeypatch):
+    """Tasks 2-5 are a lane run (each after task 0 and after the one before it); task 3 has an earliest start
+    (30) that its lane predecessor's end reaches exactly: the loop keeps no binding edge there (the earliest
+    start alone explains the start), and the run's numpy replay must do the same."""
+    from fsdpbench.analysis.crossrank import replay_passes as RS
+
+    monkeypatch.setattr(RS, "SCAN_MIN", scan_min)
+    n = 6
+    base = np.full(n, NO_BASE, dtype=np.int64)
+    base[0], base[3] = 0, 30
+    esrc = np.array([0, 1, 2, 3, 4, 0, 0, 0, 0])
+    edst = np.array([1, 2, 3, 4, 5, 2, 3, 4, 5])
+    z = np.zeros(n, dtype=np.int64)
+    g = R.StepGraph(
+        rank=z, local=z, dur=np.full(n, 10, np.int64), meas=np.arange(n) * 10, kind=np.zeros(n, np.int8), place=z,
+        places=[], esrc=esrc, edst=edst, ew=np.zeros(esrc.size, np.int64), ekind=np.zeros(esrc.size, np.int8),
+        base=base, graphs=[], offset_ns=[], offset=np.array([0, n]),
+    )  # fmt: skip
+    s = R.schedule(g)
+    start, bind, _ = _reference(g, None)
+    assert start == [0, 10, 20, 30, 40, 50]
+    assert bind == [-1, 0, 1, -1, 3, 4]  # task 3: its earliest start, not the edge from task 2
+    assert s.start.tolist() == start
+    assert s.binding.tolist() == bind
+
+
+def test_a_cycle_is_still_an_error():
+    """Two ranks, each waiting for the other's later task: no order exists, and the schedule says so."""
+    z = np.zeros(4, dtype=np.int64)
+    base = np.array([0, NO_BASE, 0, NO_BASE])
+    g = R.StepGraph(
+        rank=np.array([0, 0, 1, 1]), local=z, dur=np.ones(4, np.int64), meas=np.array([0, 10, 5, 15]),
+        kind=np.zeros(4, np.int8), place=z, places=[], esrc=np.array([0, 2, 1, 3]), edst=np.array([1, 3, 2, 0]),
+        ew=np.zeros(4, np.int64), ekind=np.zeros(4, np.int8), base=base, graphs=[], offset_ns=[],
+        offset=np.array([0, 2, 4]),
+    )  # fmt: skip
+    with pytest.raises(R.CycleError):
+        R.schedule(g)
 
 
 # ------------------------------------------------------------------------------------------ host segments
@@ -168,3 +251,15 @@ def test_vectorised_host_segments_equal_the_stack(seed):
     loop = RG._host_segments_loop(*args)
     for a, b in zip(fast, loop, strict=True):
         assert a.tolist() == b.tolist()
+
+
+def test_the_figures_cap_keeps_what_a_stable_sort_keeps():
+    """The figure keeps its longest segments by a partition: the same positions as the first k of a stable
+    sort by decreasing length (ties to the earlier), on random lengths with many ties."""
+    from fsdpbench.analysis.crossrank.replay_schedule import _longest
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        x = rng.integers(0, 5, int(rng.integers(0, 50)))
+        k = int(rng.integers(1, 20))
+        assert _longest(x, k).tolist() == sorted(np.argsort(-x, kind="stable")[:k].tolist())

@@ -725,7 +725,8 @@ def _replay(
     for metrics, trace, key in deferred_graphs:  # cached rank graphs (else rebuilt)
         metrics.replay_graph = result_cache.load_graph(trace, key)
     try:
-        res.replay = replay_step(res, list(what_if))
+        with _gc_paused():  # the figure's and the readings' small objects hold no cycles
+            res.replay = replay_step(res, list(what_if))
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the replay must never take the analysis down with it

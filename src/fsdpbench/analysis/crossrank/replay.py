@@ -1,7 +1,8 @@
 """Step replay: every rank's graph (:mod:`fsdpbench.analysis.crossrank.replay_graph`) joined by one rendezvous per
 collective instance, replayed as a list schedule; the cross-rank critical path, slack, and what-ifs as
 edits of the graph (docs/replay.md). This module is the face: :func:`replay_step`, and the public names of
-:mod:`~fsdpbench.analysis.crossrank.replay_schedule` (join, schedule, read, the figure's data) and
+:mod:`~fsdpbench.analysis.crossrank.replay_schedule` (join, read, the figure's data; the schedule from
+:mod:`~fsdpbench.analysis.crossrank.replay_passes`),
 :mod:`~fsdpbench.analysis.crossrank.replay_whatif` (the edits and their closed-form fallback) and
 :func:`~fsdpbench.analysis.crossrank.replay_excess.critical_excess` (which place determines the step)
 re-exported.

@@ -110,7 +110,15 @@ class RankGraph:
     notes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.dur)
+        return len(self.lane)
+
+    def slim(self) -> RankGraph:
+        """A copy without the arrays that the joined graph holds again (lengths, starts, places, edges): what
+        the replay reads of a rank once it is joined (lanes, ops, kinds, collectives, names)."""
+        none = np.empty(0, dtype=np.int64)
+        return dataclasses.replace(
+            self, dur=none, start=none, place=none, esrc=none, edst=none, ew=none, ekind=none
+        )
 
 
 def _unique_sorted(x: np.ndarray) -> np.ndarray:

@@ -12,8 +12,7 @@ waits are what the replay computes.
 
 from __future__ import annotations
 
-import array
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,49 +27,21 @@ from fsdpbench.analysis.crossrank.replay_graph import (
     KINDS,
     RankGraph,
 )
+from fsdpbench.analysis.crossrank.replay_passes import (  # noqa: F401 - re-exported: replay.py, replay_whatif.py
+    Chains,
+    CycleError,
+    Schedule,
+    StepGraph,
+    _q,
+    contract,
+    latest_starts,
+    schedule,
+)
 
 NEAR_CRITICAL = 0.02
 """Places off the critical path with slack below this share of the step are near-critical."""
 MAX_SEGMENTS = 2000
 MAX_RENDEZVOUS = 300
-
-
-@dataclass
-class StepGraph:
-    """All ranks' tasks in one graph (aligned clock, ns), plus one rendezvous task per collective instance
-    (rank -1, length 0)."""
-
-    rank: np.ndarray
-    """Per task: position of its rank in ``graphs`` (-1: a rendezvous)."""
-    local: np.ndarray
-    """Per task: its index in its rank's graph (-1: a rendezvous)."""
-    dur: np.ndarray
-    meas: np.ndarray
-    """Per task: measured start on the aligned clock."""
-    kind: np.ndarray
-    place: np.ndarray
-    """Per task: index into ``places`` ((rank, unit, phase)); -1 for rendezvous."""
-    places: list[tuple[int, str, str]]
-    esrc: np.ndarray
-    edst: np.ndarray
-    ew: np.ndarray
-    ekind: np.ndarray
-    base: np.ndarray
-    """Per task: earliest start (each rank's step start for its node 0; very negative otherwise)."""
-    graphs: list[RankGraph]
-    offset_ns: list[int]
-    offset: np.ndarray
-    """Per rank: first task's position in the joined arrays."""
-    rendezvous: list[dict[str, Any]] = field(default_factory=list)
-    """Per instance: ``{key, type, task, arrivals: [task], xfers: [task], ranks: [rank position]}``."""
-    notes: list[str] = field(default_factory=list)
-
-    def copy(self) -> StepGraph:
-        """A copy whose durations, edges and notes an edit may change (the rest shared)."""
-        return replace(
-            self, dur=self.dur.copy(), esrc=self.esrc.copy(), edst=self.edst.copy(), ew=self.ew.copy(),
-            ekind=self.ekind.copy(), notes=list(self.notes),
-        )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -86,15 +57,17 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         m = np.array(
             [place_index.setdefault((g.rank, u, p), len(place_index)) for u, p in g.places], dtype=np.int64
         )
-        parts_place.append(m[g.place] if m.size else np.zeros(len(g), np.int64))
-    rank = np.concatenate([np.full(len(g), i, dtype=np.int64) for i, g in enumerate(graphs)])
-    local = np.concatenate([np.arange(len(g), dtype=np.int64) for g in graphs])
+        parts_place.append(m[g.place].astype(np.int32) if m.size else np.zeros(len(g), np.int32))
+    rank = np.concatenate([np.full(len(g), i, dtype=np.int32) for i, g in enumerate(graphs)])
+    local = np.concatenate([np.arange(len(g), dtype=np.int32) for g in graphs])
     dur = np.concatenate([g.dur for g in graphs]).astype(np.int64)
     meas = np.concatenate([g.start - o for g, o in zip(graphs, offset_ns, strict=True)])
     kind = np.concatenate([g.kind for g in graphs]).astype(np.int8)
     place = np.concatenate(parts_place)
-    esrc = [g.esrc + offset[i] for i, g in enumerate(graphs)]
-    edst = [g.edst + offset[i] for i, g in enumerate(graphs)]
+    # task indices (the rendezvous' included) as int32: half the edges' memory
+    idx = np.int32 if n + sum(len(k) for k in keys) < 2**31 else np.int64
+    esrc = [(g.esrc + offset[i]).astype(idx) for i, g in enumerate(graphs)]
+    edst = [(g.edst + offset[i]).astype(idx) for i, g in enumerate(graphs)]
     ew = [g.ew for g in graphs]
     ek = [g.ekind for g in graphs]
     # rendezvous
@@ -104,6 +77,14 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
             by_key.setdefault(k, []).append((i, j))
     rv = []
     r_src, r_dst = [], []
+    # each rank's collectives as Python ints once (tasks in the joined arrays, times on the aligned clock)
+    c_arrive = [(g.c_arrive + offset[i]).tolist() for i, g in enumerate(graphs)]
+    c_xfer = [(g.c_xfer + offset[i]).tolist() for i, g in enumerate(graphs)]
+    c_start = [(g.c_start - o).tolist() for g, o in zip(graphs, offset_ns, strict=True)]
+    c_end = [(g.c_end - o).tolist() for g, o in zip(graphs, offset_ns, strict=True)]
+    x_task: list[int] = []  # every transfer: its length and measured start, set once the loop is done
+    x_dur: list[int] = []
+    x_meas: list[int] = []
     extra = 0
     for k, all_holders in by_key.items():
         task = n + extra
@@ -112,19 +93,19 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         # its first; every one of them ends with the transfer
         seen: set[int] = set()
         holders = [h for h in all_holders if not (h[0] in seen or seen.add(h[0]))]
-        extra_x = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in all_holders if (i, j) not in set(holders)]
-        extra_e = [
-            int(graphs[i].c_end[j]) - offset_ns[i] for i, j in all_holders if (i, j) not in set(holders)
-        ]
-        arr = [int(offset[i] + graphs[i].c_arrive[j]) for i, j in holders]
-        xf = [int(offset[i] + graphs[i].c_xfer[j]) for i, j in holders]
-        a_meas = [int(graphs[i].c_start[j]) - offset_ns[i] for i, j in holders]
-        e_meas = [int(graphs[i].c_end[j]) - offset_ns[i] for i, j in holders]
+        arriving = set(holders)
+        more = [h for h in all_holders if h not in arriving]  # once per key, not per holder (1,024 ranks)
+        extra_x = [c_xfer[i][j] for i, j in more]
+        extra_e = [c_end[i][j] for i, j in more]
+        arr = [c_arrive[i][j] for i, j in holders]
+        xf = [c_xfer[i][j] for i, j in holders]
+        a_meas = [c_start[i][j] for i, j in holders]
+        e_meas = [c_end[i][j] for i, j in holders]
         last = max(a_meas)
         xf += extra_x
-        for x, e in zip(xf, e_meas + extra_e, strict=True):
-            dur[x] = max(e - last, 0)
-            meas[x] = last
+        x_task += xf
+        x_dur += [max(e - last, 0) for e in e_meas + extra_e]
+        x_meas += [last] * len(xf)
         r_src += arr
         r_dst += [task] * len(arr)
         r_src += [task] * len(xf)
@@ -135,15 +116,18 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         rv.append({"key": k, "type": graphs[i0].c_type[j0], "task": task, "arrivals": arr, "xfers": xf,
                    "ranks": [i for i, _ in holders], "measured_last": last, "bytes": nbytes})  # fmt: skip
 
+    if x_task:
+        dur[x_task] = x_dur
+        meas[x_task] = x_meas
     nrv = len(rv)
-    rank = np.concatenate([rank, np.full(nrv, -1, np.int64)])
-    local = np.concatenate([local, np.full(nrv, -1, np.int64)])
+    rank = np.concatenate([rank, np.full(nrv, -1, np.int32)])
+    local = np.concatenate([local, np.full(nrv, -1, np.int32)])
     dur = np.concatenate([dur, np.zeros(nrv, np.int64)])
     meas = np.concatenate([meas, np.array([x["measured_last"] for x in rv], dtype=np.int64)])
     kind = np.concatenate([kind, np.full(nrv, K_WAIT, np.int8)])
-    place = np.concatenate([place, np.full(nrv, -1, np.int64)])
-    esrc.append(np.array(r_src, dtype=np.int64))
-    edst.append(np.array(r_dst, dtype=np.int64))
+    place = np.concatenate([place, np.full(nrv, -1, np.int32)])
+    esrc.append(np.array(r_src, dtype=idx))
+    edst.append(np.array(r_dst, dtype=idx))
     ew.append(np.zeros(len(r_src), dtype=np.int64))
     ek.append(np.full(len(r_src), K_WAIT, dtype=np.int8))
     base = np.full(n + nrv, np.iinfo(np.int64).min // 4, dtype=np.int64)
@@ -154,204 +138,6 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         esrc=np.concatenate(esrc), edst=np.concatenate(edst), ew=np.concatenate(ew), ekind=np.concatenate(ek),
         base=base, graphs=graphs, offset_ns=list(offset_ns), offset=offset, rendezvous=rv,
     )  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------ replay
-@dataclass
-class Schedule:
-    """A replay of a :class:`StepGraph`: per task its start and end, the edge that bound its start
-    (-1: its earliest start), and the topological order used."""
-
-    start: np.ndarray
-    end: np.ndarray
-    binding: np.ndarray
-    order: np.ndarray
-    chains: Any = None
-    """The contracted graph replayed (:class:`Chains`) and its nodes' topological order."""
-    node_order: Any = None
-
-
-class CycleError(ValueError):
-    """The graph has a cycle (collectives matched wrongly, or an edit that makes a task wait for itself)."""
-
-
-def _topo_order(n: int, esrc: np.ndarray, edst: np.ndarray, hint: np.ndarray, tier: np.ndarray) -> np.ndarray:
-    """A topological order: the tasks sorted by ``hint`` (measured start), then ``tier`` (zero-length
-    tasks, then rendezvous, then transfers, at one instant), when every edge goes forward in it (the usual
-    case, checked at numpy speed); else Kahn's algorithm."""
-    order = np.lexsort((np.arange(n), tier, hint))
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    if esrc.size == 0 or bool((pos[esrc] < pos[edst]).all()):
-        return order
-    from collections import deque
-
-    deg = np.bincount(edst, minlength=n).tolist()
-    by_src = np.argsort(esrc, kind="stable")
-    ptr_l = np.concatenate([[0], np.cumsum(np.bincount(esrc, minlength=n))]).tolist()
-    dst_sorted = edst[by_src].tolist()
-    ready = deque(v for v in order.tolist() if deg[v] == 0)
-    out = []
-    pop, push = ready.popleft, ready.append
-    while ready:
-        v = pop()
-        out.append(v)
-        for k in range(ptr_l[v], ptr_l[v + 1]):
-            d = dst_sorted[k]
-            deg[d] -= 1
-            if deg[d] == 0:
-                push(d)
-    if len(out) != n:
-        raise CycleError(f"{n - len(out)} tasks are on a cycle")
-    return np.array(out, dtype=np.int64)
-
-
-_NO_BASE = np.iinfo(np.int64).min // 4
-"""``StepGraph.base`` of a task that has no earliest start of its own."""
-
-
-@dataclass
-class Chains:
-    """The graph contracted for the forward replay: a task whose one predecessor is the task before it (same
-    rank, any latency) is merged into that task's node, whatever else depends on the task before it. Exact
-    for the replay (such a task starts when the one before it ends, plus the latency, whatever the edit), so
-    every task's start is its node's start plus a constant (``offset``) and an edge may leave a node from any
-    of its tasks. A host thread between two joins is one node, its launches included: the replay's Python
-    loop runs over nodes (heads of such runs), not tasks."""
-
-    node: np.ndarray
-    """Per task: its node."""
-    offset: np.ndarray
-    """Per task: its start minus its node's start (Σ length + latency of the tasks before it in its node, ns)."""
-    dur: np.ndarray
-    """Per node: Σ length of its tasks (ns; the topological order's tie-break only)."""
-    base: np.ndarray
-    meas: np.ndarray
-    tier: np.ndarray
-    """Per node: its place among nodes of one measured start (:func:`_topo_order`)."""
-    esrc: np.ndarray
-    """Per edge between nodes: its source node, its target node, the source task's end minus its node's start
-    plus the latency (``src_end``: the target may start at ``start[esrc] + src_end``), the task edge."""
-    edst: np.ndarray
-    src_end: np.ndarray
-    eid: np.ndarray
-    chain_edge: np.ndarray
-    """Per task: the edge from the task before it in its node (-1 for a node's first task)."""
-
-
-def contract(g: StepGraph) -> Chains:
-    """The forward contraction of ``g`` (:class:`Chains`)."""
-    n = g.dur.size
-    indeg = np.bincount(g.edst, minlength=n)
-    chain = (g.edst == g.esrc + 1) & (indeg[g.edst] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
-    chain &= g.base[g.edst] <= _NO_BASE
-    merged = np.zeros(n, dtype=bool)
-    merged[g.edst[chain]] = True
-    chain_edge = np.full(n, -1, dtype=np.int64)
-    chain_edge[g.edst[chain]] = np.flatnonzero(chain)
-    node = np.cumsum(~merged) - 1
-    nn = int(node[-1]) + 1 if n else 0
-    heads = np.flatnonzero(~merged)
-    step = np.zeros(n, dtype=np.int64)  # a merged task starts this long after the one before it starts
-    into = g.edst[chain]
-    step[into] = g.dur[into - 1] + g.ew[chain]
-    csum = np.cumsum(step)
-    offset = csum - csum[heads][node]
-    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
-    keep = np.flatnonzero(~chain)
-    src = g.esrc[keep]
-    tier = np.where(dur > 0, 3, 0).astype(np.int8)
-    tier[node[[x["task"] for x in g.rendezvous]]] = 1
-    xf = [t for x in g.rendezvous for t in x["xfers"]]
-    tier[node[xf]] = np.where(dur[node[xf]] > 0, 3, 2)
-    return Chains(
-        node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier, esrc=node[src],
-        edst=node[g.edst[keep]], src_end=offset[src] + g.dur[src] + g.ew[keep], eid=keep, chain_edge=chain_edge,
-    )  # fmt: skip
-
-
-def _q(a: np.ndarray) -> array.array:
-    """An int64 numpy array as an ``array.array('q')`` (a copy)."""
-    out = array.array("q")
-    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
-    return out
-
-
-def schedule(g: StepGraph) -> Schedule:
-    """Replay ``g``: every task starts when the last of its predecessors has ended (plus the edge's
-    latency), and not before its earliest start (on the contracted graph, :func:`contract`)."""
-    c = contract(g)
-    n = c.base.size
-    order = _topo_order(n, c.esrc, c.edst, c.meas, c.tier)
-    by_dst = np.argsort(c.edst, kind="stable")
-    # typed arrays, not lists: 8 bytes an entry instead of ~36 (the loop is the same speed)
-    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(c.edst, minlength=n))]))
-    src_l = _q(c.esrc[by_dst])
-    w_l = _q(c.src_end[by_dst])
-    eid_l = _q(c.eid[by_dst])
-    start = _q(c.base)
-    bind = _q(np.full(n, -1, dtype=np.int64))
-    for v in _q(order):
-        s = start[v]
-        b = -1
-        for k in range(ptr[v], ptr[v + 1]):
-            x = start[src_l[k]] + w_l[k]
-            if x > s or (x == s and b >= 0):
-                s = x
-                b = eid_l[k]
-        start[v] = s
-        bind[v] = b
-    n_start = np.frombuffer(start, dtype=np.int64)
-    t_start = n_start[c.node] + c.offset
-    binding = np.where(c.chain_edge >= 0, c.chain_edge, np.frombuffer(bind, dtype=np.int64)[c.node])
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    t_order = np.lexsort((np.arange(g.dur.size), pos[c.node]))
-    return Schedule(t_start, t_start + g.dur, binding, t_order, c, order)
-
-
-def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
-    """Per task the latest start that does not delay the step's end past ``deadline``.
-
-    On the backward contraction: a task whose one successor is the task after it (same rank) is merged into
-    that task's node (its latest start is the next one's minus its length and the latency: exact where no
-    length or latency is negative; else nothing is merged); the Python loop runs over the nodes' last tasks,
-    in reverse topological order (``s.order``)."""
-    n = g.dur.size
-    outdeg = np.bincount(g.esrc, minlength=n)
-    chain = (g.edst == g.esrc + 1) & (outdeg[g.esrc] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
-    if (g.dur < 0).any() or (g.ew < 0).any():
-        chain[:] = False
-    merged = np.zeros(n, dtype=bool)
-    merged[g.esrc[chain]] = True
-    tails = np.flatnonzero(~merged)
-    node = np.searchsorted(tails, np.arange(n))  # a task's node: the first tail at or after it
-    step = np.zeros(n, dtype=np.int64)  # a merged task's latest start is the next one's minus this
-    out_of = g.esrc[chain]
-    step[out_of] = g.dur[out_of] + g.ew[chain]
-    csum = np.cumsum(step)
-    before = csum[tails][node] - csum + step  # Σ step from the task to its node's tail
-    keep = np.flatnonzero(~chain)
-    dst = g.edst[keep]
-    pos = np.empty(n, dtype=np.int64)
-    pos[s.order] = np.arange(n)
-    t_order = tails[np.argsort(-pos[tails], kind="stable")]
-    nt = tails.size
-    src_n = node[g.esrc[keep]]
-    by_src = np.argsort(src_n, kind="stable")
-    ptr = _q(np.concatenate([[0], np.cumsum(np.bincount(src_n, minlength=nt))]))
-    dst_l = _q(node[dst][by_src])
-    w_l = _q((before[dst] + g.ew[keep])[by_src])
-    dur_l = _q(g.dur[tails])
-    ls = _q(np.zeros(nt, dtype=np.int64))
-    for v in _q(node[t_order]):
-        f = deadline
-        for k in range(ptr[v], ptr[v + 1]):
-            x = ls[dst_l[k]] - w_l[k]
-            if x < f:
-                f = x
-        ls[v] = f - dur_l[v]
-    return np.frombuffer(ls, dtype=np.int64)[node] - before
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -514,10 +300,12 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
     sel = np.flatnonzero(real)
     if sel.size:
         k_sel = key_t[sel]
-        o = np.lexsort((slack_t[sel], k_sel))
-        first = np.ones(o.size, dtype=bool)
-        first[1:] = k_sel[o][1:] != k_sel[o][:-1]
-        for k, v in zip(k_sel[o][first].tolist(), slack_t[sel][o][first].tolist(), strict=True):
+        small = k_sel.astype(np.uint16) if int(k_sel.max()) < 1 << 16 else k_sel  # a radix sort
+        o = np.argsort(small, kind="stable")
+        k_sel = k_sel[o]
+        at = np.flatnonzero(np.concatenate([[True], k_sel[1:] != k_sel[:-1]]))
+        low = np.minimum.reduceat(slack_t[sel][o], at)  # the least slack of each (place, kind)
+        for k, v in zip(k_sel[at].tolist(), low.tolist(), strict=True):
             best[k] = v
     slack = []
     path_keys = {(k[0], k[1], k[2], k[3]) for k in acc}
@@ -604,7 +392,21 @@ def build_step_graph(res: Any) -> tuple[StepGraph | None, str | None]:
     keys, method = _keys(ranks, graphs)
     sg = join_graphs(graphs, keys, off_ns)
     sg.notes.append(f"collectives matched by {method}")
+    # the joined arrays hold the ranks' tasks and edges again: keep one copy (a later join reads the traces)
+    sg.graphs = [gr.slim() for gr in graphs]
+    for r in ranks:
+        r.replay_graph = None
     return sg, None
+
+
+def _longest(length: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the ``k`` largest of ``length``, ties to the earlier (a stable sort's first ``k``), in
+    ascending order: by a partition, not a sort."""
+    if length.size <= k:
+        return np.arange(length.size)
+    cut = np.partition(length, length.size - k)[length.size - k]  # the k-th largest
+    above = np.flatnonzero(length > cut)
+    return np.sort(np.concatenate([above, np.flatnonzero(length == cut)[: k - above.size]]))
 
 
 def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
@@ -614,8 +416,14 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     t0 = int(min(starts))
     real = np.flatnonzero(g.rank >= 0)
     # a wait is drawn from its start to the start of the task after it on its lane
-    lane_key = g.rank[real] * 100_000 + np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
-    o = np.lexsort((s.start[real], lane_key))
+    lane_key = g.rank[real].astype(np.int64) * 100_000 + np.concatenate([gr.lane for gr in g.graphs]).astype(
+        np.int64
+    )
+    o = np.argsort(lane_key, kind="stable")  # by lane, then start: a lane's tasks start in index order …
+    st = s.start[real][o]
+    k = lane_key[o]
+    if not bool(((st[1:] >= st[:-1]) | (k[1:] != k[:-1])).all()):
+        o = np.lexsort((s.start[real], lane_key))  # … unless an edit took a lane-order edge away
     tasks = real[o]
     keys = lane_key[o]
     seg_s = s.start[tasks].copy()
@@ -634,19 +442,17 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     seg_s[idx] = np.minimum(seg_s[idx], s.end[tasks[idx - 1]])
     keep = seg_e > seg_s
     tasks, keys, seg_s, seg_e = tasks[keep], keys[keep], seg_s[keep], seg_e[keep]
-    kinds = g.kind[tasks].astype(np.int64)
-    path = rd.on_path[tasks].astype(np.int64)
+    kinds = g.kind[tasks]
+    path = rd.on_path[tasks]
     # merge neighbours of one lane, kind and path flag
     cut = np.ones(tasks.size, dtype=bool)
     cut[1:] = (keys[1:] != keys[:-1]) | (kinds[1:] != kinds[:-1]) | (path[1:] != path[:-1])
-    grp = np.cumsum(cut) - 1
     m_s = np.minimum.reduceat(seg_s, np.flatnonzero(cut)) if tasks.size else seg_s
     m_e = np.maximum.reduceat(seg_e, np.flatnonzero(cut)) if tasks.size else seg_e
-    m_key, m_kind, m_path = keys[cut], kinds[cut], path[cut]
-    del grp
+    m_key, m_kind, m_path = keys[cut], kinds[cut].astype(np.int64), path[cut].astype(np.int64)
     if m_s.size > MAX_SEGMENTS:  # keep the path and the longest of the rest
         length = (m_e - m_s) + m_path * (1 << 50)
-        top = np.sort(np.argsort(-length, kind="stable")[:MAX_SEGMENTS])
+        top = _longest(length, MAX_SEGMENTS)
         m_s, m_e, m_key, m_kind, m_path = m_s[top], m_e[top], m_key[top], m_kind[top], m_path[top]
     lanes = []
     lane_of: dict[int, int] = {}
@@ -662,7 +468,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     pv = np.array([v for v, _ in reversed(rd.path)], dtype=np.int64)
     pv = pv[(g.rank[pv] >= 0) & (s.end[pv] > s.start[pv])]
     all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
-    pk = g.rank[pv] * 100_000 + all_lanes[pv]
+    pk = g.rank[pv].astype(np.int64) * 100_000 + all_lanes[pv]
     if pv.size:  # consecutive path tasks on one lane: one row
         cut = np.ones(pv.size, dtype=bool)
         cut[1:] = pk[1:] != pk[:-1]
@@ -671,7 +477,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
         p_e = np.maximum.reduceat(s.end[pv], at)
         p_r, p_k = g.rank[pv][at], pk[at]
         if at.size > MAX_SEGMENTS:  # the longest stretches
-            top = np.sort(np.argsort(-(p_e - p_s), kind="stable")[:MAX_SEGMENTS])
+            top = _longest(p_e - p_s, MAX_SEGMENTS)
             p_s, p_e, p_r, p_k = p_s[top], p_e[top], p_r[top], p_k[top]
         ranks_of = [gr.rank for gr in g.graphs]
         for r, k, a, b in zip(p_r.tolist(), p_k.tolist(), p_s.tolist(), p_e.tolist(), strict=True):

@@ -229,7 +229,7 @@ def _lane_key(g: StepGraph) -> np.ndarray:
     """Per task: rank position × 100,000 + lane (rendezvous: -1)."""
     lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
     lanes = np.concatenate([lanes, np.zeros(g.dur.size - lanes.size, dtype=np.int64)])
-    return np.where(g.rank >= 0, g.rank * 100_000 + lanes, -1)
+    return np.where(g.rank >= 0, g.rank.astype(np.int64) * 100_000 + lanes, -1)
 
 
 def _regroup(g: StepGraph, edit: Edit) -> StepGraph:

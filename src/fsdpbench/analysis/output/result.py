@@ -222,7 +222,8 @@ class RankMetrics(StepMetrics, RankRecord):
     _events: Any = field(default=None, repr=False)  # the EventTable, or its DataFrame once asked for
     replay_graph: Any = field(default=None, repr=False)
     """The rank's part of the step's graph (:class:`fsdpbench.analysis.crossrank.replay_graph.RankGraph`), built
-    where the rank was measured; None from a result cache (the replay builds it again from the trace)."""
+    where the rank was measured; None from a result cache (the replay builds it again from the trace), and once
+    the replay has joined it (the joined graph holds its tasks and edges)."""
 
     @property
     def events(self) -> pd.DataFrame:
