@@ -747,3 +747,27 @@ def test_removing_a_delay_takes_it_where_adding_puts_it(tmp_path):
     assert int(added.dur.sum() - g.dur.sum()) == 40_000
     back = replay.apply_edit(added, replay.parse_edit("delay:1:layers.0:forward:-0.04"))
     assert np.array_equal(back.dur, g.dur)
+
+
+def test_segments_on_a_long_step_with_many_places():
+    """The joined graph keeps places as int32; a segment key is place × span + start in ns, which passes
+    int32's range on any step longer than ~2 s / places (here 1.5 s and 12 places). Segments against a
+    plain count: a task's segment is the number of its rank's arrivals at its place that start no later."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fsdpbench.analysis.crossrank.replay_excess import _segments
+
+    rng = np.random.default_rng(3)
+    n = 400
+    place = rng.integers(0, 12, n).astype(np.int32)
+    meas = rng.integers(0, 1_500_000_000, n).astype(np.int64)
+    rank = np.zeros(n, dtype=np.int32)
+    arrivals = [int(i) for i in rng.choice(n, 40, replace=False)]
+    g = SimpleNamespace(
+        place=place, meas=meas, rank=rank, dur=np.ones(n), rendezvous=[{"arrivals": arrivals}]
+    )
+    got = _segments(g)
+    want = [sum(1 for a in arrivals if place[a] == place[t] and meas[a] <= meas[t]) for t in range(n)]
+    assert got.tolist() == want

@@ -40,11 +40,11 @@ def _segments(g: Any) -> np.ndarray:
     span = int(g.meas[real].max()) - lo + 1
 
     def keys(t: np.ndarray) -> np.ndarray:  # place (a rank's own) major, measured start minor
-        return g.place[t] * span + (g.meas[t] - lo)
+        return g.place[t].astype(np.int64) * span + (g.meas[t] - lo)  # places are int32: widen first
 
     arr_keys = np.sort(keys(arrivals)) if arrivals.size else np.zeros(0, dtype=np.int64)
     task_keys = keys(real)
-    group_start = g.place[real] * span
+    group_start = g.place[real].astype(np.int64) * span
     seg[real] = np.searchsorted(arr_keys, task_keys, side="right") - np.searchsorted(
         arr_keys, group_start, side="left"
     )
