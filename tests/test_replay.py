@@ -771,3 +771,30 @@ def test_segments_on_a_long_step_with_many_places():
     got = _segments(g)
     want = [sum(1 for a in arrivals if place[a] == place[t] and meas[a] <= meas[t]) for t in range(n)]
     assert got.tolist() == want
+
+
+@pytest.mark.parametrize("name", ["hta_ddp_step", "ascend_level0"])
+def test_the_graph_cache_gives_back_every_array_with_its_queue_gaps(name):
+    """The replay graph's cache (``to_bytes``) stores a kept queue gap as its difference from its edge's
+    destination start − source end (0 where the gap was taken from those very times); ``from_bytes`` gives
+    back every array exactly, the gaps included."""
+    import dataclasses
+
+    import numpy as np
+
+    from fsdpbench.analysis import analyze
+    from fsdpbench.analysis.crossrank import replay_graph as RG
+    from fsdpbench.analysis.crossrank.replay_schedule import _rank_graph
+
+    res = analyze([str(Path(__file__).parent / "fixtures" / name)], workers=1)
+    for r in res.ranks:
+        g = _rank_graph(r)  # built again from the rank's trace (the replay released the worker's)
+        qg = g.ekind == RG.K_QUEUE_GAP
+        assert qg.any() and (g.ew[qg] > 0).all() and (g.ew[qg] < RG.QUEUE_GAP_NS).all()
+        back = RG.from_bytes(RG.to_bytes(g))
+        for f in dataclasses.fields(g):
+            a, b = getattr(g, f.name), getattr(back, f.name)
+            if isinstance(a, np.ndarray):
+                assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), f.name
+            else:
+                assert a == b, f.name

@@ -653,6 +653,25 @@ def _narrowest(a: Any) -> Any:
     return a.astype(np.int64)
 
 
+def _queue_gap_fit(graph: RankGraph) -> np.ndarray | None:
+    """Per edge, its destination's start − its source's end (what a kept queue gap measures, so the cache
+    stores only its difference from it: 0 where the gap was taken from these very times); None where the
+    graph has no starts or lengths to take it from (a slimmed graph)."""
+    n = graph.dur.size
+    if not (
+        n
+        and graph.start.size == n
+        and graph.esrc.size == graph.edst.size == graph.ew.size == graph.ekind.size
+    ):
+        return None
+    src = graph.esrc.astype(np.int64)
+    return (
+        graph.start[graph.edst].astype(np.int64)
+        - graph.start[src].astype(np.int64)
+        - graph.dur[src].astype(np.int64)
+    )
+
+
 def to_bytes(graph: RankGraph) -> bytes:
     """A rank's replay graph in few bytes, for its cache beside the trace and the compact rank result that
     a node ships: each integer array as differences (from the element before, or from ``_RELATIVE``'s array)
@@ -661,11 +680,14 @@ def to_bytes(graph: RankGraph) -> bytes:
     meta: dict[str, Any] = {}
     arrays: list[list[Any]] = []  # [name, how, dtype, count, first value (diff)]
     blobs: list[bytes] = []
+    gap_fit = _queue_gap_fit(graph)
     for f in dataclasses.fields(graph):
         value = getattr(graph, f.name)
         if not isinstance(value, np.ndarray):
             meta[f.name] = value
             continue
+        if f.name == "ew" and gap_fit is not None:  # a queue gap is its lane's start − end before: 0 left
+            value = value - np.where(graph.ekind == K_QUEUE_GAP, gap_fit, 0)
         how, out, first = "raw", value, 0
         if value.dtype.kind in "iu" and value.size:
             out = _narrowest(value)
@@ -685,7 +707,7 @@ def to_bytes(graph: RankGraph) -> bytes:
         out = np.ascontiguousarray(out)
         arrays.append([f.name, how, out.dtype.str, int(out.size), first])
         blobs.append(out.view(np.uint8).reshape(-1, out.itemsize).T.tobytes())
-    head = orjson.dumps({"meta": meta, "arrays": arrays, "dtypes": {
+    head = orjson.dumps({"meta": meta, "arrays": arrays, "queue_gaps_relative": gap_fit is not None, "dtypes": {
         n: getattr(graph, n).dtype.str for n, *_ in arrays}})  # fmt: skip
     return lzma.compress(head + b"\n" + b"".join(blobs), preset=6)
 
@@ -708,6 +730,14 @@ def from_bytes(data: bytes) -> RankGraph:
         elif how == "rel":
             a = (a.astype(np.int64) + values[_RELATIVE[name]].astype(np.int64)).astype(a.dtype)
         values[name] = a
+    if head.get("queue_gaps_relative"):
+        g = RankGraph(**head["meta"], **values)
+        fit = _queue_gap_fit(g)
+        if fit is None:
+            raise ValueError("a replay graph packed with relative queue gaps has no starts, lengths or edges")
+        values["ew"] = (values["ew"] + np.where(values["ekind"] == K_QUEUE_GAP, fit, 0)).astype(
+            values["ew"].dtype
+        )
     meta = head["meta"]
     if "places" in meta:
         meta["places"] = [tuple(p) for p in meta["places"]]
