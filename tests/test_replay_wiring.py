@@ -77,8 +77,14 @@ def test_wanted_edits_name_the_straggler_the_other_arms_granularity_and_the_most
     ]
     # B: no straggler, nothing fragmented against A, and no exposed all-gather to prefetch
     assert wanted_edits(b, [a]) == []
-    # the prefetch depth the arm runs with: one unit further
-    assert wanted_edits(a, [b], prefetch_depth=1)[-1] == "prefetch:layers.1:2"
+    # the prefetch depth the arm runs with: one unit further. Two units ahead, layers.1 (one unit before it in
+    # its phase) cannot be moved by the replay, which would refuse the edit: none is asked for
+    assert not any(e.startswith("prefetch:") for e in wanted_edits(a, [b], prefetch_depth=1))
+    # with the root's forward before layers.0, layers.1 has two units before it
+    root = _unit_row("root", "forward", {}, compute_us=10.0, overlapped_us=0.0, exposed_us=0.0)
+    assert wanted_edits(_arm([100.0, 100.0, 130.0], [root, *a_units]), [b], prefetch_depth=1)[-1] == (
+        "prefetch:layers.1:2"
+    )
     # without a replay nothing is asked of it
     assert wanted_edits({**a, "replay": None}, [b]) == []
 

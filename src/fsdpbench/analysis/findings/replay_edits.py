@@ -102,18 +102,33 @@ def fragmented_types(data: Mapping[str, Any], other: Mapping[str, Any]) -> list[
 
 def prefetch_edit(data: Mapping[str, Any], depth: int | None) -> str | None:
     """``prefetch:<unit>:<depth + 1>`` for the unit whose exposed all-gather transfer the per-unit prefetch
-    estimate would hide most (else the largest exposed all-gather), on an arm whose all-gathers are exposed;
-    None otherwise."""
+    estimate would hide most (else the largest exposed all-gather), among the (unit, phase)s with at least
+    depth + 1 units before them in the phase (the units' rows' order) on some rank, on an arm whose
+    all-gathers are exposed; None otherwise."""
     if "all_gather" not in _type_means(data):
         return None
     est = whatif_units.estimate_prefetch_units(data)
     if est is None or not est.per_unit:
         return None
-    rows = [r for r in est.per_unit if (r.get("all_gather_exposed_transfer_us") or 0.0) > 0]
+    k = (depth or 0) + 1
+    # the step replay issues a unit's all-gathers where the unit k places before it begins: a unit with fewer
+    # than k units before it in its phase on every rank (a phase's first units) cannot be moved so far
+    far_enough = {
+        (unit, phase)
+        for r in data.get("ranks") or []
+        for phase in whatif_units.PREFETCH_PHASES
+        for unit in [str(row.get("unit")) for row in r.get("units") or [] if row.get("phase") == phase][k:]
+    }
+    rows = [
+        r
+        for r in est.per_unit
+        if (r.get("all_gather_exposed_transfer_us") or 0.0) > 0
+        and (r.get("unit"), r.get("phase")) in far_enough
+    ]
     if not rows:
         return None
     top = max(rows, key=lambda r: (r.get("hidden_us") or 0.0, r.get("all_gather_exposed_transfer_us") or 0.0))
-    return f"prefetch:{top['unit']}:{(depth or 0) + 1}"
+    return f"prefetch:{top['unit']}:{k}"
 
 
 def wanted_edits(
