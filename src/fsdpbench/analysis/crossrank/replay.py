@@ -16,11 +16,8 @@ Public entry points (documented in docs/replay.md):
 * :func:`apply_edit` — ``apply_edit(graph, edit) -> StepGraph``: a copy of the joined graph with the
   edit applied (replay it with :func:`schedule`).
 
-The rendezvous: collective instance c (matched across ranks by (group, seq), else fsdpbench's c10d
-ranges, else order in its group: the same keys as analysis/crossrank/waits.py) has an arrival task on each rank
-holding it; its transfer starts when the last of them has arrived (on the aligned clocks), and rank r's
-part lasts ``max(e_r - L, 0)``, its measured end after the measured last arrival ``L`` (aligned). The
-waits are what the replay computes.
+The rendezvous (one per collective instance, across ranks) and what the replay computes of it:
+:mod:`fsdpbench.analysis.crossrank.replay_schedule`.
 """
 
 from __future__ import annotations
