@@ -10,6 +10,7 @@ import html.parser
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -1265,3 +1266,28 @@ def write_npu_stand_in(root: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
     return root
+
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+"""Headless Chromium (Debian package ``chromium``), or None where it is not installed."""
+
+
+def headless_chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium on ``url`` with a throw-away profile under ``tmp_path`` and no background network,
+    doing ``args`` (``--screenshot=FILE``, ``--window-size=W,H``, ``--dump-dom``)."""
+    assert CHROMIUM is not None
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        *args,
+        url,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -23,7 +23,7 @@ from fsdpbench.records import convert
 from fsdpbench.report import load_run, write_report
 from fsdpbench.report.build import build_report
 from fsdpbench.report.estimate import estimate_lines
-from helpers import hand_rank, inspect_html, make_run
+from helpers import CHROMIUM, hand_rank, headless_chromium, inspect_html, make_run
 
 # --------------------------------------------------------------------------------------------
 # A realistic fake run folder, field for field as docs/DATA.md describes it
@@ -272,31 +272,14 @@ def test_report_side_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium (Debian package chromium) is not installed")
 def test_report_renders_in_headless_chromium(tmp_path):
     run = make_run(tmp_path)
     write_report(run)
     png = tmp_path / "report.png"
-    profile = tmp_path / "chromium-profile"
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        f"--screenshot={png}",
-        "--window-size=1400,3000",
-        (run / "report.html").resolve().as_uri(),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = headless_chromium(
+        tmp_path, (run / "report.html").resolve().as_uri(), f"--screenshot={png}", "--window-size=1400,3000"
+    )
     assert png.is_file(), proc.stderr[-2000:]
     from matplotlib.image import imread
 

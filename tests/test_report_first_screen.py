@@ -8,16 +8,14 @@ import html
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
 
 from fsdpbench.report import write_report
-from helpers import make_run
+from helpers import CHROMIUM, headless_chromium, make_run
 
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 VIEWPORT = (1400, 900)
 
 HEADLINE = {
@@ -179,21 +177,9 @@ def test_verdict_and_first_finding_are_inside_the_first_viewport_of_a_real_repor
             "</body>", RECTS_SCRIPT % json.dumps({"verdict": verdict, "first": first["title"]}) + "</body>"
         )
     )
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}",
-        "--dump-dom",
-        probe.resolve().as_uri(),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = headless_chromium(
+        tmp_path, probe.resolve().as_uri(), f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}", "--dump-dom"
+    )
     start = proc.stdout.find('<pre id="rects">')
     assert start >= 0, proc.stderr[-2000:]
     rects = json.loads(

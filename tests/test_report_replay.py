@@ -11,7 +11,6 @@ import copy
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,16 @@ from fsdpbench.report.build import build_report
 from fsdpbench.report.estimate import estimate_lines
 from fsdpbench.report.replay import arm_blocks
 from fsdpbench.report.replay_figure import REPLAY_KIND_COLORS, replay_lanes
-from helpers import analysis, fragmented, inspect_html, make_run, rank, raw_x_events
+from helpers import (
+    CHROMIUM,
+    analysis,
+    fragmented,
+    headless_chromium,
+    inspect_html,
+    make_run,
+    rank,
+    raw_x_events,
+)
 
 # --------------------------------------------------------------------------------------------
 # The hand-built replay of a 2-rank step (µs), one lane per rank (gloo: the main thread runs everything)
@@ -355,9 +363,6 @@ def test_a_report_without_replays_still_builds(tmp_path):
     assert "this analysis has no replay" in texts and not data.missing
 
 
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium (Debian package chromium) is not installed")
 def test_replay_figure_is_visible_at_1400_px_in_headless_chromium(tmp_path):
     """The figure alone at 1,400 px: its lanes, the black critical path and the red last arrival are drawn."""
@@ -365,21 +370,9 @@ def test_replay_figure_is_visible_at_1400_px_in_headless_chromium(tmp_path):
     svg = replay_lanes("hyper", hand_replay()["figure"], "replay_hyper")
     page.write_text(f"<!doctype html><html><body style='margin:0;background:#fff'>{svg}</body></html>")
     png = tmp_path / "figure.png"
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        f"--screenshot={png}",
-        "--window-size=1400,700",
-        page.resolve().as_uri(),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = headless_chromium(
+        tmp_path, page.resolve().as_uri(), f"--screenshot={png}", "--window-size=1400,700"
+    )
     assert png.is_file(), proc.stderr[-2000:]
     from matplotlib.image import imread
 
