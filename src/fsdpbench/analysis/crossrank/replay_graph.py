@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import lzma
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -655,22 +656,20 @@ def _narrowest(a: Any) -> Any:
     return a.astype(np.int64)
 
 
-def _queue_gap_fit(graph: RankGraph) -> np.ndarray | None:
-    """Per edge, its destination's start − its source's end (what a kept queue gap measures, so the cache
-    stores only its difference from it: 0 where the gap was taken from these very times); None where the
-    graph has no starts or lengths to take it from (a slimmed graph)."""
-    n = graph.dur.size
+def _queue_gap_fit(a: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Per edge, its destination's start − its source's end, from a graph's arrays by field name (what a kept
+    queue gap measures, so the cache stores only its difference from it: 0 where the gap was taken from these
+    very times); None where there are no starts or lengths to take it from (a slimmed graph)."""
+    n = a["dur"].size
     if not (
-        n
-        and graph.start.size == n
-        and graph.esrc.size == graph.edst.size == graph.ew.size == graph.ekind.size
+        n and a["start"].size == n and a["esrc"].size == a["edst"].size == a["ew"].size == a["ekind"].size
     ):
         return None
-    src = graph.esrc.astype(np.int64)
+    src = a["esrc"].astype(np.int64)
     return (
-        graph.start[graph.edst].astype(np.int64)
-        - graph.start[src].astype(np.int64)
-        - graph.dur[src].astype(np.int64)
+        a["start"][a["edst"]].astype(np.int64)
+        - a["start"][src].astype(np.int64)
+        - a["dur"][src].astype(np.int64)
     )
 
 
@@ -682,7 +681,7 @@ def to_bytes(graph: RankGraph) -> bytes:
     meta: dict[str, Any] = {}
     arrays: list[list[Any]] = []  # [name, how, dtype, count, first value (diff)]
     blobs: list[bytes] = []
-    gap_fit = _queue_gap_fit(graph)
+    gap_fit = _queue_gap_fit(vars(graph))
     for f in dataclasses.fields(graph):
         value = getattr(graph, f.name)
         if not isinstance(value, np.ndarray):
@@ -733,8 +732,7 @@ def from_bytes(data: bytes) -> RankGraph:
             a = (a.astype(np.int64) + values[_RELATIVE[name]].astype(np.int64)).astype(a.dtype)
         values[name] = a
     if head.get("queue_gaps_relative"):
-        g = RankGraph(**head["meta"], **values)
-        fit = _queue_gap_fit(g)
+        fit = _queue_gap_fit(values)
         if fit is None:
             raise ValueError("a replay graph packed with relative queue gaps has no starts, lengths or edges")
         values["ew"] = (values["ew"] + np.where(values["ekind"] == K_QUEUE_GAP, fit, 0)).astype(
