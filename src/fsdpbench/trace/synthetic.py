@@ -121,9 +121,14 @@ def make_trace(
     )
     # launches: 2-6 µs before the kernel's step-local start, clamped into its step
     launch = np.maximum(starts - rng.integers(2_000, 6_000, n), base + step_of * step_len)
+    # one host thread's calls follow each other: each lasts 1.5 µs or up to the next one's start
+    by_time = np.argsort(launch, kind="stable")
+    launch_dur = np.full(n, 1_500, dtype=np.int64)
+    launch_dur[by_time[:-1]] = np.minimum(np.diff(launch[by_time]), 1_500)
     ts_us = (starts / 1000).tolist()
     dur_us = (durs / 1000).tolist()
     launch_us = (launch / 1000).tolist()
+    launch_dur_us = (launch_dur / 1000).tolist()
     names_l, cats_l, lanes_l = names.tolist(), cats.tolist(), lanes.tolist()
     comm_set = set(range(n_comp, n_comp + n_comm))
     for i in range(n):
@@ -162,7 +167,7 @@ def make_trace(
                 "pid": 0,
                 "tid": 1,
                 "ts": launch_us[i],
-                "dur": 1.5,
+                "dur": launch_dur_us[i],
                 "args": {"correlation": corr},
             }
         )
