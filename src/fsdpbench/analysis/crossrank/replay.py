@@ -22,6 +22,8 @@ The rendezvous (one per collective instance, across ranks) and what the replay c
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,8 +46,10 @@ from fsdpbench.analysis.crossrank.replay_schedule import (
     latest_starts,
     queue_gap_us,
     read,
+    read_slack,
     schedule,
     unexplained,
+    unexplained_gaps,
     unexplained_split,
 )
 from fsdpbench.analysis.crossrank.replay_whatif import (
@@ -66,18 +70,24 @@ __all__ = [
     "EDIT_HELP", "MAX_RENDEZVOUS", "MAX_SEGMENTS", "NEAR_CRITICAL", "SOURCE_CLOSED", "SOURCE_REPLAY", "Chains",
     "CycleError", "Edit", "HostFit", "Reading", "Schedule", "StepGraph", "apply_edit", "build_step_graph",
     "closed_form_row", "contract", "critical_excess", "critical_path", "host_per_call", "join_graphs",
-    "latest_starts", "parse_edit", "queue_gap_us", "read", "replay_step", "schedule", "unexplained",
+    "latest_starts", "parse_edit", "queue_gap_us", "read", "read_slack", "replay_step", "schedule", "unexplained",
     "unexplained_split", "what_if", "what_if_row",
 ]  # fmt: skip
 """The replay's public names, wherever they live (``replay_schedule``: the joined graph, its schedule and
 reading; ``replay_whatif``: the edits), importable from here as before the split."""
 
 
-def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, Any] | None:
+def replay_step(
+    res: Any, edits: list[str] | tuple[str, ...] = (), processes: int = 1
+) -> dict[str, Any] | None:
     """The ``replay`` object of docs/DATA.md for ``res`` (an Analysis), with a ``what_if`` entry per edit
     (:func:`parse_edit`'s syntax). None, with ``res.replay_note`` saying why, when the traces lack what the
     graph needs. Also keeps the joined graph and its identity replay on ``res`` (``_replay``) for the
-    Perfetto trace."""
+    Perfetto trace.
+
+    ``processes`` > 1 (on Linux): once the schedule and the critical path are read, the passes that only
+    read them (the slack and the figure; the excess and the unexplained slack; each what-if) are shared
+    with a forked child (:func:`_shared`); the results are the same as with 1."""
     parsed = [parse_edit(e) for e in edits]
     try:
         g, why = build_step_graph(res)
@@ -91,7 +101,7 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
     except CycleError as exc:
         res.replay_note = f"the graph has a cycle ({exc}): collectives matched wrongly?"
         return None
-    rd = read(g, s)
+    rd = read(g, s, slack=False)
     from fsdpbench.analysis.crossrank.groups import ranks_seen, seen_text
 
     seen = ranks_seen([r for r in res.ranks if r.device_span_ns])  # the ranks build_step_graph joined
@@ -99,6 +109,24 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
     partial = {str(x["group"]) for x in (getattr(res, "waits", None) or {}).get("partial_groups") or []}
     if said:  # --profile-ranks: the others are not in the graph
         g.notes.append(f"replayed over {said}: a collective's last arrival may be a rank outside")
+
+    def slack_and_figure() -> tuple[Any, ...]:
+        sl, near = read_slack(g, s, rd)
+        return sl, near, _figure(g, s, rd)
+
+    def excess_and_unexplained() -> tuple[Any, ...]:
+        gap = unexplained_gaps(g)
+        return (
+            critical_excess(g, s, rd.on_path, rd.place_us),
+            float(unexplained(g, gap).sum()) / 1000.0,
+            unexplained_split(g, bool(said), frozenset(partial), gap),
+        )
+
+    jobs: list[Callable[[], Any]] = [slack_and_figure, excess_and_unexplained]
+    jobs += [functools.partial(what_if_row, res, g, rd, e) for e in parsed]
+    done = _shared(jobs, processes)
+    rd.slack, rd.near_critical, figure = done[0]
+    excess, unexplained_us, unexplained_parts = done[1]
     errs = [
         abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] * 100
         for r in rd.ranks
@@ -107,18 +135,36 @@ def replay_step(res: Any, edits: list[str] | tuple[str, ...] = ()) -> dict[str, 
     out: dict[str, Any] = {
         "error_pct": {"median": float(np.median(errs)) if errs else None, "max": max(errs) if errs else None},
         "ranks": rd.ranks,
-        "unexplained_slack_us": float(unexplained(g).sum()) / 1000.0,
-        "unexplained_slack_split_us": unexplained_split(g, bool(said), frozenset(partial)),
+        "unexplained_slack_us": unexplained_us,
+        "unexplained_slack_split_us": unexplained_parts,
         "queue_gap_us": queue_gap_us(g),
         "critical": rd.critical,
-        "critical_excess": critical_excess(g, s, rd.on_path, rd.place_us),
+        "critical_excess": excess,
         "near_critical": rd.near_critical,
         "slack": rd.slack,
         "by_phase": rd.by_phase,
-        "what_if": [what_if_row(res, g, rd, e) for e in parsed],
-        "figure": _figure(g, s, rd),
+        "what_if": done[2:],
+        "figure": figure,
         "notes": g.notes,
         "ranks_seen": seen,
     }
     res._replay = (g, s, rd)
     return out
+
+
+def _shared(jobs: list[Callable[[], Any]], processes: int) -> list[Any]:
+    """``[job() for job in jobs]``, shared between this process and a forked child (:mod:`fsdpbench.analysis.fanout`:
+    each takes the next job when done with its last) where ``processes`` > 1, there are two jobs or more and
+    the platform forks safely; a job whose child died is run here. The jobs only read what they share."""
+    if processes < 2 or len(jobs) < 2:
+        return [job() for job in jobs]
+    from fsdpbench.analysis import fanout
+
+    if not fanout.available():
+        return [job() for job in jobs]
+    with fanout.Fanout(_call, jobs, 2, lambda job, _why: job()) as fan:
+        return fan.results()
+
+
+def _call(job: Callable[[], Any]) -> Any:
+    return job()
