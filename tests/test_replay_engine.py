@@ -104,6 +104,8 @@ def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path
     deadline = int(s.end.max())
     _, _, ls = _reference(g, deadline)
     assert R.latest_starts(g, s, deadline).tolist() == ls
+    bare = R.Schedule(s.start, s.end, s.binding, s.order)  # the edge masks found again, not the schedule's
+    assert R.latest_starts(g, bare, deadline).tolist() == ls
     pos = np.empty(g.dur.size, dtype=np.int64)
     pos[s.order] = np.arange(g.dur.size)
     assert (pos[g.esrc] < pos[g.edst]).all()  # the order is topological

@@ -62,6 +62,11 @@ class Schedule:
     end: np.ndarray
     binding: np.ndarray
     order: np.ndarray
+    same: np.ndarray | None = None
+    """Per edge of the graph scheduled: it joins a task to the next one of its rank (from :func:`contract`,
+    for :func:`latest_starts` on the same graph; None: computed there)."""
+    merged: np.ndarray | None = None
+    """Per edge: the forward contraction merged its target into its source's node (likewise)."""
 
 
 class CycleError(ValueError):
@@ -207,15 +212,16 @@ class Chains:
     """Per node: its rank's position, or for a rendezvous a number of its own (:func:`_by_chunks`)."""
     own: np.ndarray | None = None
     """Per node: ``meas``, but a transfer's is its rank's arrival's (:func:`_topo_order`)."""
+    same: np.ndarray | None = None
+    """Per edge of the task graph: :func:`_same`; and whether it is merged (:func:`_merged`)."""
+    merged: np.ndarray | None = None
 
 
 def contract(g: StepGraph) -> Chains:
     """The forward contraction of ``g`` (:class:`Chains`)."""
     n = g.dur.size
-    indeg = np.bincount(g.edst, minlength=n)
-    chain = (g.edst == g.esrc + 1) & (indeg[g.edst] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
-    chain &= g.base[g.edst] <= _NO_BASE
-    del indeg
+    same = _same(g)
+    chain = _merged(g, same)
     merged = np.zeros(n, dtype=bool)
     merged[g.edst[chain]] = True
     chain_edge = np.full(n, -1, dtype=np.int64)
@@ -247,8 +253,29 @@ def contract(g: StepGraph) -> Chains:
     return Chains(
         node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier, esrc=node[src],
         edst=node[g.edst[keep]], src_end=offset[src] + g.dur[src] + g.ew[keep], eid=keep, chain_edge=chain_edge,
-        group=group, own=own,
+        group=group, own=own, same=same, merged=chain,
     )  # fmt: skip
+
+
+def _same(g: StepGraph) -> np.ndarray:
+    """Per edge: it joins a task to the next one of its rank (rendezvous tasks have no rank of their own but
+    share -1: no edge joins two)."""
+    same = g.edst == g.esrc + 1
+    at = np.flatnonzero(same)  # the ranks compared only there
+    same[at] = g.rank[g.esrc[at]] == g.rank[g.edst[at]]
+    return same
+
+
+def _merged(g: StepGraph, same: np.ndarray) -> np.ndarray:
+    """Per edge: the forward contraction merges its target into its source's node (:class:`Chains`): it joins
+    the task before to the next one of a rank, which has no other predecessor and no earliest start."""
+    indeg = np.bincount(g.edst, minlength=g.dur.size)
+    free = (indeg == 1) & (g.base <= _NO_BASE)  # per task
+    del indeg
+    chain = same.copy()
+    at = np.flatnonzero(chain)
+    chain[at] = free[g.edst[at]]
+    return chain
 
 
 def _q(a: np.ndarray) -> array.array:
@@ -354,7 +381,7 @@ def schedule(g: StepGraph) -> Schedule:
     heads = np.flatnonzero(c.chain_edge < 0)
     size = np.diff(heads, append=g.dur.size)[order]
     t_order = np.arange(g.dur.size) + np.repeat(heads[order] - (np.cumsum(size) - size), size)
-    return Schedule(t_start, t_start + g.dur, binding, t_order)
+    return Schedule(t_start, t_start + g.dur, binding, t_order, c.same, c.merged)
 
 
 SCAN_MIN = 64
@@ -378,10 +405,9 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     last)."""
     n = g.dur.size
     esrc, edst = g.esrc, g.edst
-    same = (edst == esrc + 1) & (g.rank[esrc] == g.rank[edst])
-    indeg = np.bincount(edst, minlength=n)
-    fchain = same & (indeg[edst] == 1) & (g.base[edst] <= _NO_BASE)  # contract's rule
-    del indeg
+    fresh = s.same is None or s.merged is None or s.same.size != esrc.size
+    same = _same(g) if fresh else s.same
+    fchain = _merged(g, same) if fresh else s.merged  # contract's rule
     head = np.ones(n, dtype=bool)
     head[edst[fchain]] = False
     heads = np.flatnonzero(head)
