@@ -86,7 +86,7 @@ def replay_step(
     Perfetto trace.
 
     ``processes`` > 1 (on Linux): once the schedule and the critical path are read, the passes that only
-    read them (the slack and the figure; the excess and the unexplained slack; each what-if) are shared
+    read them (the slack; the excess, the unexplained slack and the figure; each what-if) are shared
     with a forked child (:func:`_shared`); the results are the same as with 1."""
     parsed = [parse_edit(e) for e in edits]
     try:
@@ -110,23 +110,21 @@ def replay_step(
     if said:  # --profile-ranks: the others are not in the graph
         g.notes.append(f"replayed over {said}: a collective's last arrival may be a rank outside")
 
-    def slack_and_figure() -> tuple[Any, ...]:
-        sl, near = read_slack(g, s, rd)
-        return sl, near, _figure(g, s, rd)
-
-    def excess_and_unexplained() -> tuple[Any, ...]:
+    def the_rest() -> tuple[Any, ...]:
         gap = unexplained_gaps(g)
         return (
             critical_excess(g, s, rd.on_path, rd.place_us),
             float(unexplained(g, gap).sum()) / 1000.0,
             unexplained_split(g, bool(said), frozenset(partial), gap),
+            _figure(g, s, rd),
         )
 
-    jobs: list[Callable[[], Any]] = [slack_and_figure, excess_and_unexplained]
+    # about even halves (the slack's latest starts; the excess, the unexplained slack and the figure)
+    jobs: list[Callable[[], Any]] = [functools.partial(read_slack, g, s, rd), the_rest]
     jobs += [functools.partial(what_if_row, res, g, rd, e) for e in parsed]
     done = _shared(jobs, processes)
-    rd.slack, rd.near_critical, figure = done[0]
-    excess, unexplained_us, unexplained_parts = done[1]
+    rd.slack, rd.near_critical = done[0]
+    excess, unexplained_us, unexplained_parts, figure = done[1]
     errs = [
         abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] * 100
         for r in rd.ranks

@@ -163,11 +163,11 @@ def _topo_order(
     arrival, not at the last rank's), the groups' orders joined chunk by chunk (:func:`_by_chunks`: the
     ranks' clocks put one rank's end before another's arrival); else Kahn's algorithm. Every topological
     order gives the same schedule."""
-    order = np.lexsort((np.arange(n), tier, hint))
+    order = np.lexsort((tier, hint))  # a stable sort: ties stay in index order
     if esrc.size == 0 or _forward(order, esrc, edst):
         return order
     if group is not None:
-        local = order if own is None else np.lexsort((np.arange(n), tier, own))
+        local = order if own is None else np.lexsort((tier, own))
         out = _by_chunks(order, local, esrc, edst, group)
         if out is not None and _forward(out, esrc, edst):
             return out
@@ -337,7 +337,8 @@ def schedule(g: StepGraph) -> Schedule:
     start = _q(c.base)
     start_np = np.frombuffer(start, dtype=np.int64)
     bind = _q(np.full(n, -1, dtype=np.int64))
-    for v, m in zip(_q(order), _q(mode[order]), strict=True):
+    visit = order[mode[order] >= 0]  # a run's other nodes are replayed at its last
+    for v, m in zip(_q(visit), _q(mode[visit]), strict=True):
         if not m:
             s = start[v]
             b = -1
@@ -348,7 +349,7 @@ def schedule(g: StepGraph) -> Schedule:
                     b = eid_l[k]
             start[v] = s
             bind[v] = b
-        elif m > 0:  # a lane run: nodes v - m + 1 … v
+        else:  # a lane run: nodes v - m + 1 … v
             a = v - m + 1
             lo, hi = ptr[a], ptr[v + 1]
             src = src_np[lo:hi]
