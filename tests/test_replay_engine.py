@@ -268,9 +268,11 @@ def test_the_figures_cap_keeps_what_a_stable_sort_keeps():
 
 
 def test_shared_jobs_give_each_result_in_order_and_a_dead_childs_job_runs_here():
-    """replay.py's ``_shared`` (the reading passes beside a forked child): every job's result in the jobs'
+    """fanout.share (the replay's reading passes beside a forked child): every job's result in the jobs'
     order, whichever process ran it; a job whose process dies (here: any but this one) is run again here."""
     import os
+
+    from fsdpbench.analysis import fanout
 
     me = os.getpid()
 
@@ -280,8 +282,8 @@ def test_shared_jobs_give_each_result_in_order_and_a_dead_childs_job_runs_here()
         return "here"
 
     jobs = [lambda: 1, dies_elsewhere, lambda: [2, 3], dies_elsewhere, lambda: {"a": 4}]
-    assert R._shared(jobs, 2) == [1, "here", [2, 3], "here", {"a": 4}]
-    assert R._shared(jobs, 1) == [1, "here", [2, 3], "here", {"a": 4}]
+    assert fanout.share(jobs, 2) == [1, "here", [2, 3], "here", {"a": 4}]
+    assert fanout.share(jobs, 1) == [1, "here", [2, 3], "here", {"a": 4}]
 
 
 def test_replay_step_with_a_forked_child_equals_it_in_one_process(tmp_path):
@@ -291,6 +293,7 @@ def test_replay_step_with_a_forked_child_equals_it_in_one_process(tmp_path):
 
     import orjson
 
+    from fsdpbench.analysis import fanout
     from fsdpbench.analysis.pipeline import analyze
     from fsdpbench.trace.synthetic import make_trace, write_trace
 
@@ -300,7 +303,7 @@ def test_replay_step_with_a_forked_child_equals_it_in_one_process(tmp_path):
     res = analyze([tmp_path], workers=1, replay=False)  # the graphs are built from the traces by replay_step
     kept = pickle.dumps(res)
     edits = ["scale:all_gather:0.5", "straggler:remove"]
-    one = R.replay_step(pickle.loads(kept), edits, processes=1)
-    two = R.replay_step(pickle.loads(kept), edits, processes=2)
+    one = R.replay_step(pickle.loads(kept), edits)
+    two = R.replay_step(pickle.loads(kept), edits, share=lambda jobs: fanout.share(jobs, 2))
     assert one is not None and one["figure"]["lanes"] and one["slack"]
     assert orjson.dumps(one, option=orjson.OPT_SORT_KEYS) == orjson.dumps(two, option=orjson.OPT_SORT_KEYS)

@@ -8,6 +8,7 @@ measures one rank read by :func:`fsdpbench.trace.read_rank`. Re-exported by :mod
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -710,7 +711,7 @@ def _replay(
     """Set ``res.replay`` (or ``res.replay_note``): a replay that fails on a trace it does not understand
     says so there and in the warnings, and leaves the rest of the analysis standing. Taken from the replay
     cache beside the first rank's trace when every rank's result cache key and the edits match.
-    ``processes``: shared with a forked child when 2 (``replay_step``'s)."""
+    ``processes``: those sharing the replay's reading passes (:func:`fsdpbench.analysis.fanout.share`)."""
     if what_if:
         from fsdpbench.analysis.crossrank.replay import parse_edit
 
@@ -729,9 +730,12 @@ def _replay(
 
     for metrics, trace, key in deferred_graphs:  # cached rank graphs (else rebuilt)
         metrics.replay_graph = result_cache.load_graph(trace, key)
+    from fsdpbench.analysis import fanout
+
+    share = functools.partial(fanout.share, processes=processes) if processes > 1 else None
     try:
         with _gc_paused():  # the figure's and the readings' small objects hold no cycles
-            res.replay = replay_step(res, list(what_if), processes)
+            res.replay = replay_step(res, list(what_if), share)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the replay must never take the analysis down with it

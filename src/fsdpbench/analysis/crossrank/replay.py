@@ -78,16 +78,18 @@ reading; ``replay_whatif``: the edits), importable from here as before the split
 
 
 def replay_step(
-    res: Any, edits: list[str] | tuple[str, ...] = (), processes: int = 1
+    res: Any,
+    edits: list[str] | tuple[str, ...] = (),
+    share: Callable[[list[Callable[[], Any]]], list[Any]] | None = None,
 ) -> dict[str, Any] | None:
     """The ``replay`` object of docs/DATA.md for ``res`` (an Analysis), with a ``what_if`` entry per edit
     (:func:`parse_edit`'s syntax). None, with ``res.replay_note`` saying why, when the traces lack what the
     graph needs. Also keeps the joined graph and its identity replay on ``res`` (``_replay``) for the
     Perfetto trace.
 
-    ``processes`` > 1 (on Linux): once the schedule and the critical path are read, the passes that only
-    read them (the slack; the excess, the unexplained slack and the figure; each what-if) are shared
-    with a forked child (:func:`_shared`); the results are the same as with 1."""
+    Once the schedule and the critical path are read, the passes that only read them (the slack; the
+    excess, the unexplained slack and the figure; each what-if) are jobs given to ``share``, which returns
+    their results in order (:func:`fsdpbench.analysis.fanout.share`: beside forked children); None: run here."""
     parsed = [parse_edit(e) for e in edits]
     try:
         g, why = build_step_graph(res)
@@ -122,8 +124,9 @@ def replay_step(
     # about even halves (the slack's latest starts; the excess, the unexplained slack and the figure)
     jobs: list[Callable[[], Any]] = [functools.partial(read_slack, g, s, rd), the_rest]
     jobs += [functools.partial(what_if_row, res, g, rd, e) for e in parsed]
-    done = _shared(jobs, processes)
+    done = share(jobs) if share is not None else [job() for job in jobs]
     rd.slack, rd.near_critical = done[0]
+    s.same = s.merged = None  # the contraction's edge masks, kept for the latest starts: read
     excess, unexplained_us, unexplained_parts, figure = done[1]
     errs = [
         abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] * 100
@@ -148,21 +151,3 @@ def replay_step(
     }
     res._replay = (g, s, rd)
     return out
-
-
-def _shared(jobs: list[Callable[[], Any]], processes: int) -> list[Any]:
-    """``[job() for job in jobs]``, shared between this process and a forked child (:mod:`fsdpbench.analysis.fanout`:
-    each takes the next job when done with its last) where ``processes`` > 1, there are two jobs or more and
-    the platform forks safely; a job whose child died is run here. The jobs only read what they share."""
-    if processes < 2 or len(jobs) < 2:
-        return [job() for job in jobs]
-    from fsdpbench.analysis import fanout
-
-    if not fanout.available():
-        return [job() for job in jobs]
-    with fanout.Fanout(_call, jobs, 2, lambda job, _why: job()) as fan:
-        return fan.results()
-
-
-def _call(job: Callable[[], Any]) -> Any:
-    return job()
