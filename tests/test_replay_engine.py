@@ -286,7 +286,7 @@ def test_shared_jobs_give_each_result_in_order_and_a_dead_childs_job_runs_here()
     assert fanout.share(jobs, 1) == [1, "here", [2, 3], "here", {"a": 4}]
 
 
-def test_replay_step_with_a_forked_child_equals_it_in_one_process(tmp_path):
+def test_replay_step_with_a_forked_child_equals_it_in_one_process(tmp_path, monkeypatch):
     """The ``replay`` object (with what-ifs) is the same whether its reading passes ran beside a forked child
     or not (on two ranks of the synthetic GPU trace)."""
     import pickle
@@ -304,6 +304,11 @@ def test_replay_step_with_a_forked_child_equals_it_in_one_process(tmp_path):
     kept = pickle.dumps(res)
     edits = ["scale:all_gather:0.5", "straggler:remove"]
     one = R.replay_step(pickle.loads(kept), edits)
-    two = R.replay_step(pickle.loads(kept), edits, share=lambda jobs: fanout.share(jobs, 2))
+    monkeypatch.setattr(R, "SHARE_MIN_TASKS", 0)  # a small graph: shared all the same
+    forked: list[int] = []
+    two = R.replay_step(
+        pickle.loads(kept), edits, share=lambda jobs: forked.append(1) or fanout.share(jobs, 2)
+    )
+    assert forked
     assert one is not None and one["figure"]["lanes"] and one["slack"]
     assert orjson.dumps(one, option=orjson.OPT_SORT_KEYS) == orjson.dumps(two, option=orjson.OPT_SORT_KEYS)

@@ -77,6 +77,12 @@ __all__ = [
 reading; ``replay_whatif``: the edits), importable from here as before the split."""
 
 
+SHARE_MIN_TASKS = 200_000
+"""``replay_step`` gives its reading passes to ``share`` from this many tasks × (1 + what-ifs) (below, a fork
+costs more than it saves: ~0.05 CPU s and ~10 ms here for a 300 MB process, against passes of ~0.3 µs a
+task)."""
+
+
 def replay_step(
     res: Any,
     edits: list[str] | tuple[str, ...] = (),
@@ -89,7 +95,8 @@ def replay_step(
 
     Once the schedule and the critical path are read, the passes that only read them (the slack; the
     excess, the unexplained slack and the figure; each what-if) are jobs given to ``share``, which returns
-    their results in order (:func:`fsdpbench.analysis.fanout.share`: beside forked children); None: run here."""
+    their results in order (:func:`fsdpbench.analysis.fanout.share`: beside forked children), on graphs of
+    :data:`SHARE_MIN_TASKS` or more; else (and with None) they run here."""
     parsed = [parse_edit(e) for e in edits]
     try:
         g, why = build_step_graph(res)
@@ -124,7 +131,8 @@ def replay_step(
     # about even halves (the slack's latest starts; the excess, the unexplained slack and the figure)
     jobs: list[Callable[[], Any]] = [functools.partial(read_slack, g, s, rd), the_rest]
     jobs += [functools.partial(what_if_row, res, g, rd, e) for e in parsed]
-    done = share(jobs) if share is not None else [job() for job in jobs]
+    big = g.dur.size * (1 + len(parsed)) >= SHARE_MIN_TASKS
+    done = share(jobs) if share is not None and big else [job() for job in jobs]
     rd.slack, rd.near_critical = done[0]
     s.same = s.merged = None  # the contraction's edge masks, kept for the latest starts: read
     excess, unexplained_us, unexplained_parts, figure = done[1]
