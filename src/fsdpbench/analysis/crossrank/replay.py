@@ -120,13 +120,14 @@ def replay_step(
         g.notes.append(f"replayed over {said}: a collective's last arrival may be a rank outside")
 
     def the_rest() -> tuple[Any, ...]:
+        s.same = s.merged = None  # the contraction's edge masks (read_slack finds them again without)
         gap = unexplained_gaps(g)
-        return (
-            critical_excess(g, s, rd.on_path, rd.place_us),
+        parts = (
             float(unexplained(g, gap).sum()) / 1000.0,
             unexplained_split(g, bool(said), frozenset(partial), gap),
-            _figure(g, s, rd),
         )
+        del gap
+        return critical_excess(g, s, rd.on_path, rd.place_us), *parts, _figure(g, s, rd)
 
     # about even halves (the slack's latest starts; the excess, the unexplained slack and the figure)
     jobs: list[Callable[[], Any]] = [functools.partial(read_slack, g, s, rd), the_rest]
@@ -134,7 +135,7 @@ def replay_step(
     big = g.dur.size * (1 + len(parsed)) >= SHARE_MIN_TASKS
     done = share(jobs) if share is not None and big else [job() for job in jobs]
     rd.slack, rd.near_critical = done[0]
-    s.same = s.merged = None  # the contraction's edge masks, kept for the latest starts: read
+    s.same = s.merged = None
     excess, unexplained_us, unexplained_parts, figure = done[1]
     errs = [
         abs(r["replayed_us"] - r["measured_us"]) / r["measured_us"] * 100

@@ -438,6 +438,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
         o = np.lexsort((s.start[real], lane_key))  # … unless an edit took a lane-order edge away
     tasks = real[o]
     keys = lane_key[o]
+    del real, lane_key, o, st, k  # the figure's temporaries are the replay's peak: freed as they go
     seg_s = s.start[tasks].copy()
     seg_e = s.end[tasks].copy()
     nxt_same = np.zeros(tasks.size, dtype=bool)
@@ -453,6 +454,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     idx = np.flatnonzero(wait & ~arrival & prv_same)
     seg_s[idx] = np.minimum(seg_s[idx], s.end[tasks[idx - 1]])
     keep = seg_e > seg_s
+    del nxt_same, prv_same, wait, arrival, idx
     tasks, keys, seg_s, seg_e = tasks[keep], keys[keep], seg_s[keep], seg_e[keep]
     kinds = g.kind[tasks]
     path = rd.on_path[tasks]
