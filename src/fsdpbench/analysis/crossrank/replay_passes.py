@@ -451,6 +451,8 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     w_np = (before[dst] + g.ew[keep])[by_src]
     del src_n, by_src, dst, keep
     ptr, dst_l, w_l = _q(ptr_np), _q(dst_np), _q(w_np)
+    del ptr_np  # the runs read numpy views of the typed arrays' memory, not second copies
+    dst_np, w_np = np.frombuffer(dst_l, dtype=np.int64), np.frombuffer(w_l, dtype=np.int64)
     dur_l = _q(g.dur[tails])
     # the nodes in reverse topological order: backward nodes at their tail, forward runs at their first task
     pos = np.empty(n, dtype=np.int64)
