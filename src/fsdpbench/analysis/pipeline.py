@@ -506,7 +506,7 @@ def analyze(
             of ranks (e.g. ``results/<run>/profiles/<arm>``).
         step: only this profiler step (None: all profiled steps).
         workers: processes reading uncached ranks in parallel (default: min(uncached ranks, CPUs);
-            1 = in-process); the replay shares its reading passes with one forked child unless it is 1
+            1 = in-process); the replay shares its what-ifs with one forked child unless it is 1
             (or there is one CPU).
         top: how many op types each rank lists in its JSON (``Analysis.record``; None: all).
         progress: a progress bar on stderr; None: when more than 4 ranks are read and stderr is a terminal.

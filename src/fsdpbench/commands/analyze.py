@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         metavar="N",
-        help="processes reading ranks; 2 or more also share the step replay's reading passes with a forked "
-        "child (default: one per CPU)",
+        help="processes reading ranks; 2 or more also share the step replay's what-ifs with a forked child "
+        "(default: one per CPU)",
     )
     parser.add_argument(
         "--wide",

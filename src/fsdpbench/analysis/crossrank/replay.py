@@ -77,10 +77,11 @@ __all__ = [
 reading; ``replay_whatif``: the edits), importable from here as before the split."""
 
 
-SHARE_MIN_TASKS = 200_000
-"""``replay_step`` gives its reading passes to ``share`` from this many tasks × (1 + what-ifs) (below, a fork
-costs more than it saves: ~0.05 CPU s and ~10 ms here for a 300 MB process, against passes of ~0.3 µs a
-task)."""
+SHARE_MIN_TASKS = 100_000
+"""``replay_step`` gives its jobs to ``share`` when it has what-ifs (each a replay of the whole edited graph) on
+a graph of this many tasks or more. Without what-ifs it keeps them: the reading passes alone (~0.2 s on
+700k tasks) gain less from a forked child than it costs (~0.05–0.1 CPU s of fork and copy-on-write faults for
+a 300 MB process; docs/benchmarks.md, "The cost round")."""
 
 
 def replay_step(
@@ -95,8 +96,8 @@ def replay_step(
 
     Once the schedule and the critical path are read, the passes that only read them (the slack; the
     excess, the unexplained slack and the figure; each what-if) are jobs given to ``share``, which returns
-    their results in order (:func:`fsdpbench.analysis.fanout.share`: beside forked children), on graphs of
-    :data:`SHARE_MIN_TASKS` or more; else (and with None) they run here."""
+    their results in order (:func:`fsdpbench.analysis.fanout.share`: beside forked children) when there are
+    what-ifs and :data:`SHARE_MIN_TASKS` tasks or more; else (and with None) they run here."""
     parsed = [parse_edit(e) for e in edits]
     try:
         g, why = build_step_graph(res)
@@ -132,7 +133,7 @@ def replay_step(
     # about even halves (the slack's latest starts; the excess, the unexplained slack and the figure)
     jobs: list[Callable[[], Any]] = [functools.partial(read_slack, g, s, rd), the_rest]
     jobs += [functools.partial(what_if_row, res, g, rd, e) for e in parsed]
-    big = g.dur.size * (1 + len(parsed)) >= SHARE_MIN_TASKS
+    big = bool(parsed) and g.dur.size >= SHARE_MIN_TASKS
     done = share(jobs) if share is not None and big else [job() for job in jobs]
     rd.slack, rd.near_critical = done[0]
     s.same = s.merged = None
