@@ -1,7 +1,8 @@
 """How fast and lean is ``fsdpbench analyze`` next to HolisticTraceAnalysis and a bare JSON decode?
 
 Generates an 8-rank GPU-like Kineto trace (default 200k device events per rank, plus one
-``cudaLaunchKernel`` per kernel, gzipped) in a temporary folder, then times, each in its own fresh
+``cudaLaunchKernel`` per kernel, gzipped; ``--shape real``: ``--events`` events per rank in all, the
+host operators of a real trace around ~1/5.4 as many device events) in a temporary folder, then times, each in its own fresh
 subprocess:
 
 * ``fsdpbench analyze DIR`` (the CLI: discovery, parallel reading, all metrics, tables, JSON), cold
@@ -20,6 +21,7 @@ them) and, for reference, of RSS (shared pages counted in every process), sample
     python benchmarks/analyze_speed.py [--ranks 8] [--events 200000] [--keep DIR] [--skip-hta] [--repeat 2] [--json FILE]
     python benchmarks/analyze_speed.py --split [--ranks 4] [--events 60000] [--skip-hta]            # + main vs workers
     python benchmarks/analyze_speed.py --src /tmp/old/src [--ranks 4] [--events 60000] [--skip-hta] # + an older src
+    python benchmarks/analyze_speed.py --shape real --ranks 4 --events 60000 ...   # a real trace's host side
     python benchmarks/analyze_speed.py --decoders [--ranks 1] [--events 60000] [--repeat 3]   # decoders side by side
     python benchmarks/analyze_speed.py --decoders --trace FILE [--trace FILE …]               # … on these traces
 
@@ -126,16 +128,24 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, floa
     }
 
 
-def generate(folder: Path, ranks: int, events: int) -> int:
-    """Write the trace files; return the bytes written."""
-    from fsdpbench.trace.synthetic import make_trace, write_trace
+SHAPES = ("launches", "real")
+"""``--shape``: ``launches``, one ``cudaLaunchKernel`` per device event and nothing else on the host
+(``--events`` counts device events); ``real``, the host operators of a real trace around them
+(``trace/synthetic.py``'s ``host_ops``: ~4.4 host events per device event; ``--events`` counts every event)."""
 
+
+def generate(folder: Path, ranks: int, events: int, shape: str = "launches") -> int:
+    """Write the trace files (``shape``: :data:`SHAPES`); return the bytes written."""
+    from fsdpbench.trace.synthetic import device_events_for, make_trace, write_trace
+
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)} (got {shape!r})")
+    real = shape == "real"
+    device = device_events_for(events) if real else events
     total = 0
     for r in range(ranks):
-        path = write_trace(
-            folder / f"rank{r}.json.gz", make_trace(rank=r, world_size=ranks, device_events=events, seed=1)
-        )
-        total += path.stat().st_size
+        trace = make_trace(rank=r, world_size=ranks, device_events=device, seed=1, host_ops=real)
+        total += write_trace(folder / f"rank{r}.json.gz", trace).stat().st_size
     return total
 
 
@@ -334,7 +344,19 @@ def _print_decoders(paths: list[Path], repeat: int, json_path: Path | None, even
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--events", type=int, default=200_000, help="device events per rank")
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=200_000,
+        help="events per rank: device events (--shape launches), or all events (--shape real)",
+    )
+    ap.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="launches",
+        help="launches: one launch call per device event, nothing else on the host; real: the host "
+        "operators of a real trace around them (~4.4 host events per device event)",
+    )
     ap.add_argument("--keep", type=Path, help="generate into (or reuse) this folder instead of a temp one")
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument(
@@ -381,9 +403,10 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         if not sorted(folder.glob("*.json.gz")):
             t0 = time.perf_counter()
-            size = generate(folder, args.ranks, args.events)
+            size = generate(folder, args.ranks, args.events, args.shape)
+            what = "device events" if args.shape == "launches" else "events (real shape)"
             print(
-                f"generated {args.ranks} ranks × {args.events} device events ({size / 2**20:.0f} MB gzipped) "
+                f"generated {args.ranks} ranks × {args.events} {what} ({size / 2**20:.0f} MB gzipped) "
                 f"in {time.perf_counter() - t0:.1f} s → {folder}"
             )
         if args.decoders:
@@ -490,6 +513,7 @@ def main() -> int:
                 {
                     "ranks": args.ranks,
                     "events": args.events,
+                    "shape": args.shape,
                     "workers": workers,
                     "runs": runs,
                     "ratios": ratios,

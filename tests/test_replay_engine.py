@@ -104,6 +104,8 @@ def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path
     deadline = int(s.end.max())
     _, _, ls = _reference(g, deadline)
     assert R.latest_starts(g, s, deadline).tolist() == ls
+    bare = R.Schedule(s.start, s.end, s.binding, s.order)  # the edge masks found again, not the schedule's
+    assert R.latest_starts(g, bare, deadline).tolist() == ls
     pos = np.empty(g.dur.size, dtype=np.int64)
     pos[s.order] = np.arange(g.dur.size)
     assert (pos[g.esrc] < pos[g.edst]).all()  # the order is topological
@@ -263,3 +265,50 @@ def test_the_figures_cap_keeps_what_a_stable_sort_keeps():
         x = rng.integers(0, 5, int(rng.integers(0, 50)))
         k = int(rng.integers(1, 20))
         assert _longest(x, k).tolist() == sorted(np.argsort(-x, kind="stable")[:k].tolist())
+
+
+def test_shared_jobs_give_each_result_in_order_and_a_dead_childs_job_runs_here():
+    """fanout.share (the replay's reading passes beside a forked child): every job's result in the jobs'
+    order, whichever process ran it; a job whose process dies (here: any but this one) is run again here."""
+    import os
+
+    from fsdpbench.analysis import fanout
+
+    me = os.getpid()
+
+    def dies_elsewhere() -> str:
+        if os.getpid() != me:
+            os._exit(3)
+        return "here"
+
+    jobs = [lambda: 1, dies_elsewhere, lambda: [2, 3], dies_elsewhere, lambda: {"a": 4}]
+    assert fanout.share(jobs, 2) == [1, "here", [2, 3], "here", {"a": 4}]
+    assert fanout.share(jobs, 1) == [1, "here", [2, 3], "here", {"a": 4}]
+
+
+def test_replay_step_with_a_forked_child_equals_it_in_one_process(tmp_path, monkeypatch):
+    """The ``replay`` object (with what-ifs) is the same whether its reading passes ran beside a forked child
+    or not (on two ranks of the synthetic GPU trace)."""
+    import pickle
+
+    import orjson
+
+    from fsdpbench.analysis import fanout
+    from fsdpbench.analysis.pipeline import analyze
+    from fsdpbench.trace.synthetic import make_trace, write_trace
+
+    for r in range(2):
+        trace = make_trace(rank=r, world_size=2, device_events=600, seed=3, host_ops=True)
+        write_trace(tmp_path / f"rank{r}.json.gz", trace)
+    res = analyze([tmp_path], workers=1, replay=False)  # the graphs are built from the traces by replay_step
+    kept = pickle.dumps(res)
+    edits = ["scale:all_gather:0.5", "straggler:remove"]
+    one = R.replay_step(pickle.loads(kept), edits)
+    monkeypatch.setattr(R, "SHARE_MIN_TASKS", 0)  # a small graph: shared all the same
+    forked: list[int] = []
+    two = R.replay_step(
+        pickle.loads(kept), edits, share=lambda jobs: forked.append(1) or fanout.share(jobs, 2)
+    )
+    assert forked
+    assert one is not None and one["figure"]["lanes"] and one["slack"]
+    assert orjson.dumps(one, option=orjson.OPT_SORT_KEYS) == orjson.dumps(two, option=orjson.OPT_SORT_KEYS)

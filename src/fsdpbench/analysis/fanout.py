@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["MAX_ITEMS", "Fanout", "available"]
+__all__ = ["MAX_ITEMS", "Fanout", "available", "share"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -254,3 +254,19 @@ class Fanout:
         if self.drain is not None:  # it reads the pipes: done once the children are gone
             self.drain.join()
         self._close()
+
+
+def share(jobs: Sequence[Callable[[], R]], processes: int = 2) -> list[R]:
+    """``[job() for job in jobs]``, shared between this process and ``processes - 1`` forked children (a
+    :class:`Fanout`) where ``processes`` > 1, there are two jobs or more and the platform forks safely
+    (:func:`available`); a job whose child died is run again here. The jobs must only read what they
+    share (a child's writes stay in the child) and return what pickles."""
+    processes = min(processes, len(jobs))
+    if processes < 2 or not available() or len(jobs) > MAX_ITEMS:
+        return [job() for job in jobs]
+    with Fanout(_call, jobs, processes, lambda job, _why: job()) as fan:
+        return fan.results()
+
+
+def _call(job: Callable[[], R]) -> R:
+    return job()

@@ -8,6 +8,7 @@ measures one rank read by :func:`fsdpbench.trace.read_rank`. Re-exported by :mod
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -505,7 +506,8 @@ def analyze(
             of ranks (e.g. ``results/<run>/profiles/<arm>``).
         step: only this profiler step (None: all profiled steps).
         workers: processes reading uncached ranks in parallel (default: min(uncached ranks, CPUs);
-            1 = in-process).
+            1 = in-process); the replay shares its what-ifs with one forked child unless it is 1
+            (or there is one CPU).
         top: how many op types each rank lists in its JSON (``Analysis.record``; None: all).
         progress: a progress bar on stderr; None: when more than 4 ranks are read and stderr is a terminal.
         replay: replay the step (``Analysis.replay``, :mod:`fsdpbench.analysis.crossrank.replay`).
@@ -550,6 +552,7 @@ def analyze(
         for i, (s, k) in enumerate(zip(sources, keys, strict=True))
     ]
     todo = [i for i in range(n) if not cached[i]]
+    replay_processes = min(os.cpu_count() or 1, 2) if workers is None else max(1, min(workers, 2))
     workers = min(len(todo), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(todo)))
     if progress is None:
         progress = n > PROGRESS_MIN_RANKS and sys.stderr.isatty()
@@ -693,7 +696,8 @@ def analyze(
                 res.waits["profiler"], res.waits["profiler_ops"] = totals, ops
                 warnings.extend(ascend_warnings)
     if replay or what_if:
-        _replay(res, what_if, [origin[id(r)] for r in timed] if len(timed) > 1 else [], deferred_graphs)
+        origins = [origin[id(r)] for r in timed] if len(timed) > 1 else []
+        _replay(res, what_if, origins, deferred_graphs, replay_processes)
     return res
 
 
@@ -702,10 +706,12 @@ def _replay(
     what_if: Sequence[str],
     origin: list[tuple[Path, dict[str, Any] | None]] = (),
     deferred_graphs: Sequence[tuple[RankMetrics, Path, dict[str, Any]]] = (),
+    processes: int = 1,
 ) -> None:
     """Set ``res.replay`` (or ``res.replay_note``): a replay that fails on a trace it does not understand
     says so there and in the warnings, and leaves the rest of the analysis standing. Taken from the replay
-    cache beside the first rank's trace when every rank's result cache key and the edits match."""
+    cache beside the first rank's trace when every rank's result cache key and the edits match.
+    ``processes``: those sharing the replay's reading passes (:func:`fsdpbench.analysis.fanout.share`)."""
     if what_if:
         from fsdpbench.analysis.crossrank.replay import parse_edit
 
@@ -724,9 +730,12 @@ def _replay(
 
     for metrics, trace, key in deferred_graphs:  # cached rank graphs (else rebuilt)
         metrics.replay_graph = result_cache.load_graph(trace, key)
+    from fsdpbench.analysis import fanout
+
+    share = functools.partial(fanout.share, processes=processes) if processes > 1 else None
     try:
         with _gc_paused():  # the figure's and the readings' small objects hold no cycles
-            res.replay = replay_step(res, list(what_if))
+            res.replay = replay_step(res, list(what_if), share)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the replay must never take the analysis down with it

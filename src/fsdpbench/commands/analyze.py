@@ -30,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="op types shown in the terminal (default 15; the JSON lists them all)",
     )
     parser.add_argument(
-        "--workers", type=int, metavar="N", help="processes reading ranks (default: one per CPU)"
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes reading ranks; 2 or more also share the step replay's what-ifs with a forked child "
+        "(default: one per CPU)",
     )
     parser.add_argument(
         "--wide",

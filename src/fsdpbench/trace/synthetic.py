@@ -53,6 +53,7 @@ def make_trace(
     orphans: int = 0,
     categories: str = "current",
     ns_integers: bool = False,
+    host_ops: bool = False,
 ) -> dict[str, Any]:
     """A Kineto-shaped dict with about ``device_events`` device events over ``steps`` profiler steps.
 
@@ -61,7 +62,10 @@ def make_trace(
     ``async_kernels`` compute kernels are named ``void recat_copy_async_kernel<float>(…)``;
     ``orphans`` extra compute kernels run before the first step with no runtime event of their
     correlation id; ``categories="2021"`` writes ``Kernel``/``Memcpy``/``Runtime``/``Operator`` as
-    PyTorch 1.8–1.10 did; ``ns_integers`` writes ``ts``/``dur`` as integer nanoseconds of an epoch clock."""
+    PyTorch 1.8–1.10 did; ``ns_integers`` writes ``ts``/``dur`` as integer nanoseconds of an epoch clock;
+    ``host_ops`` adds the host operators a real trace holds around its launches (:func:`_host_ops`: about
+    4.4 host events per device event, as in ``tests/fixtures/hta_ddp_step``; :func:`device_events_for`
+    gives the device events of a trace of N events in all)."""
     rng = np.random.default_rng(seed + 1000 * rank)
     n_comm = max(device_events // 20, 1)
     n_mem = max(device_events // 50, 1)
@@ -124,7 +128,12 @@ def make_trace(
     # one host thread's calls follow each other: each lasts 1.5 µs or up to the next one's start
     by_time = np.argsort(launch, kind="stable")
     launch_dur = np.full(n, 1_500, dtype=np.int64)
-    launch_dur[by_time[:-1]] = np.minimum(np.diff(launch[by_time]), 1_500)
+    host_events: list[dict[str, Any]] = []
+    if host_ops:
+        step_open = base + step_of * step_len - 500  # ProfilerStep#N's start
+        launch, launch_dur, host_events = _host_ops(launch, by_time, starts, step_open, rng)
+    else:
+        launch_dur[by_time[:-1]] = np.minimum(np.diff(launch[by_time]), 1_500)
     ts_us = (starts / 1000).tolist()
     dur_us = (durs / 1000).tolist()
     launch_us = (launch / 1000).tolist()
@@ -171,6 +180,7 @@ def make_trace(
                 "args": {"correlation": corr},
             }
         )
+    events.extend(host_events)
     for k in range(orphans):  # device work launched before the profiler started: no runtime event
         events.append(
             {
@@ -204,6 +214,108 @@ def make_trace(
         "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
         "traceEvents": events,
     }
+
+
+HOST_PER_DEVICE = {"cpu_op": 2.54, "cuda_runtime": 1.90}
+"""Host events per device event in ``tests/fixtures/hta_ddp_step`` (one step of a real CUDA DDP trace: 11,336
+``cpu_op`` and 8,474 ``cuda_runtime`` events around 4,458 device events), which :func:`_host_ops` writes."""
+_LAUNCH_OPS = ["aten::addmm", "aten::mm", "aten::add", "aten::mul", "aten::fill_", "aten::copy_", "aten::sum"]
+_OUTER_OPS = ["aten::linear", "aten::zero_", "aten::clone", "aten::relu"]
+
+
+def device_events_for(events: int) -> int:
+    """The device events of a ``host_ops`` trace of about ``events`` events in all (device + host)."""
+    return max(round(events / (1 + sum(HOST_PER_DEVICE.values()))), 1)
+
+
+def _host_ops(
+    launch: np.ndarray,
+    by_time: np.ndarray,
+    kernel_start: np.ndarray,
+    step_open: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    """The host side of a real trace around the launches at ``launch`` (ns; ``by_time`` their order):
+    (launch starts, launch lengths, the host events). As in ``tests/fixtures/hta_ddp_step`` (per device
+    event 2.54 ``cpu_op`` and 1.90 ``cuda_runtime``): each launch inside an ``aten::`` operator (half of
+    them inside a second one, e.g. ``aten::linear`` > ``aten::addmm``), 27 % with a
+    ``cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`` call before it in that operator, and in the
+    time between operators ones that launch nothing (``aten::view``, ``aten::t`` > ``aten::transpose`` >
+    ``aten::as_strided``) and ``cudaEventQuery`` calls. Launches are at least 200 ns apart on their thread
+    (a launch moved later stays before its kernel) and last 1.5 µs or half the time to the next; the
+    operators share the time between launches, so nothing overlaps but the nesting, and none starts before
+    its launch's step (``step_open``: per device event). One host thread."""
+    n = launch.size
+    lt = launch[by_time].copy()
+    lt = np.maximum.accumulate(lt - 200 * np.arange(n)) + 200 * np.arange(n)  # ≥ 200 ns apart
+    lt = np.minimum(lt, kernel_start[by_time] - 1)
+    if (np.diff(lt) <= 0).any():
+        raise ValueError("host_ops: launches too dense to keep 200 ns apart before their kernels")
+    nxt = np.append(lt[1:], lt[-1] + 4_000)
+    ld = np.minimum(1_500, (nxt - lt) // 2)
+    gap = nxt - lt - ld  # free time after each launch, up to the next one's start
+    post = gap // 5  # the enclosing operators' end after the launch
+    pre = np.concatenate([[2_000], gap[:-1] // 5])  # … and their start before it, inside its step
+    pre = np.minimum(pre, lt - step_open[by_time] - 1)
+    mid_lo = lt + ld + post
+    mid = np.maximum(gap - post - np.append(pre[1:], 0), 0)  # the room for operators that launch nothing
+    outer = rng.random(n) < 0.5
+    occ = rng.random(n) < 0.27
+    # kernel-less items per launch: 0.44 one-op, 0.20 three-op (aten::t > transpose > as_strided), 0.63 queries
+    kinds = np.repeat([0, 1, 2], [round(0.44 * n), round(0.20 * n), round(0.63 * n)])
+    where = rng.choice(n, size=kinds.size, p=mid / mid.sum()) if mid.sum() else np.zeros(0, np.int64)
+    host: list[dict[str, Any]] = []
+
+    def ev(name: str, cat: str, t0: int, t1: int) -> None:
+        host.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": 0,
+                "tid": 1,
+                "ts": t0 / 1000,
+                "dur": (t1 - t0) / 1000,
+            }
+        )
+
+    names = rng.integers(0, len(_LAUNCH_OPS), n).tolist()
+    outer_names = rng.integers(0, len(_OUTER_OPS), n).tolist()
+    for i, (t, d, a, b) in enumerate(zip(lt.tolist(), ld.tolist(), pre.tolist(), post.tolist(), strict=True)):
+        ev(_LAUNCH_OPS[names[i]], "cpu_op", t - a * 4 // 5, t + d + b * 2 // 5)
+        if outer[i]:
+            ev(_OUTER_OPS[outer_names[i]], "cpu_op", t - a, t + d + b * 4 // 5)
+        if occ[i]:
+            ev(
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+                "cuda_runtime",
+                t - a * 3 // 5,
+                t - a // 5,
+            )
+    order = np.lexsort((kinds, where))
+    where, kinds = where[order], kinds[order]
+    count = np.bincount(where, minlength=n)
+    slot_of = np.arange(where.size) - np.repeat(np.cumsum(count) - count, count)
+    for i, k, j in zip(where.tolist(), kinds.tolist(), slot_of.tolist(), strict=True):
+        w = int(mid[i]) // int(count[i])
+        t0 = int(mid_lo[i]) + j * w + w // 10
+        t1 = t0 + w * 4 // 5
+        if t1 - t0 < 8:
+            continue  # no room: left out
+        if k == 0:
+            ev("aten::view", "cpu_op", t0, t1)
+        elif k == 1:
+            q = (t1 - t0) // 8
+            ev("aten::t", "cpu_op", t0, t1)
+            ev("aten::transpose", "cpu_op", t0 + q, t1 - q)
+            ev("aten::as_strided", "cpu_op", t0 + 2 * q, t1 - 2 * q)
+        else:
+            ev("cudaEventQuery", "cuda_runtime", t0, t1)
+    out_t = np.empty(n, dtype=np.int64)
+    out_d = np.empty(n, dtype=np.int64)
+    out_t[by_time] = lt
+    out_d[by_time] = ld
+    return out_t, out_d, host
 
 
 def write_trace(path: str | Path, trace: dict[str, Any]) -> Path:

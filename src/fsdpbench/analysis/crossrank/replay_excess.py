@@ -44,11 +44,31 @@ def _segments(g: Any) -> np.ndarray:
 
     arr_keys = np.sort(keys(arrivals)) if arrivals.size else np.zeros(0, dtype=np.int64)
     task_keys = keys(real)
-    group_start = g.place[real].astype(np.int64) * span
-    seg[real] = np.searchsorted(arr_keys, task_keys, side="right") - np.searchsorted(
-        arr_keys, group_start, side="left"
-    )
+    # the arrivals before each place's first instant: one search per place, not per task
+    n_places = int(g.place[real].max()) + 1
+    first = np.searchsorted(arr_keys, np.arange(n_places, dtype=np.int64) * span, side="left")
+    seg[real] = np.searchsorted(arr_keys, task_keys, side="right") - first[g.place[real]]
     return seg
+
+
+def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` for non-negative integers, by a table of the values present where
+    the largest is not far above the count (no sort)."""
+    top = int(x.max()) if x.size else -1
+    if x.size and int(x.min()) >= 0 and top < 4 * x.size + 4096:
+        present = np.zeros(top + 1, dtype=bool)
+        present[x] = True
+        ids = np.flatnonzero(present)
+        code = np.cumsum(present) - 1
+        return ids, code[x]
+    return np.unique(x, return_inverse=True)
+
+
+def _sum_at(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """``np.add.at(zeros(shape), (rows, cols), weights)`` (the same sums, added in the same order) by a
+    bincount."""
+    flat = rows.astype(np.int64) * shape[1] + cols
+    return np.bincount(flat, weights=weights, minlength=shape[0] * shape[1]).reshape(shape)
 
 
 def critical_excess(
@@ -73,18 +93,18 @@ def critical_excess(
     cells: dict[tuple[str, str], int] = {}
     up = np.array([cells.setdefault((u, ph), len(cells)) for _, u, ph in g.places], dtype=np.int64)
     # only the (unit, phase)s the path visits are compared: a row per rank, a column per cell of theirs
-    visited = np.array(sorted({cells[(u, ph)] for _, u, ph in crit_place}), dtype=np.int64)
-    real = real[np.isin(up[g.place[real]], visited)]
+    visited = np.zeros(len(cells), dtype=bool)
+    visited[[cells[(u, ph)] for _, u, ph in crit_place]] = True
+    real = real[visited[up[g.place[real]]]]
     seg = _segments(g)[real]
     n_seg = int(seg.max()) + 1 if seg.size else 1
     # a cell: (unit, phase) × segment × kind, the same on every rank
     cell_raw = (up[g.place[real]] * n_seg + seg) * nk + g.kind[real].astype(np.int64)
-    cell_ids, cell = np.unique(cell_raw, return_inverse=True)
-    own = np.zeros((n_ranks, cell_ids.size), dtype=np.float64)
-    np.add.at(own, (g.rank[real], cell), g.dur[real].astype(np.float64) / 1000.0)
+    cell_ids, cell = _unique_inverse(cell_raw)
+    shape = (n_ranks, cell_ids.size)
+    own = _sum_at(g.rank[real], cell, g.dur[real].astype(np.float64) / 1000.0, shape)
     path = on_path[real]
-    onp = np.zeros_like(own)
-    np.add.at(onp, (g.rank[real][path], cell[path]), (s.end[real][path] - s.start[real][path]) / 1000.0)
+    onp = _sum_at(g.rank[real][path], cell[path], (s.end[real][path] - s.start[real][path]) / 1000.0, shape)
     rk_pos = {gr.rank: i for i, gr in enumerate(g.graphs)}
     place_of_cell = cell_ids // nk // n_seg  # the (unit, phase) code of each cell
     out = []

@@ -163,6 +163,8 @@ def _laminar(starts: np.ndarray, ends: np.ndarray) -> bool:
     if depth.min() < 0:
         return False
     level = np.where(is_open, depth, depth + 1)
+    if int(depth.max()) < 1 << 15:
+        level = level.astype(np.uint16)  # the nesting depth: a radix sort
     ev = np.concatenate([i, i])[o]
     opens = ev[is_open][np.argsort(level[is_open], kind="stable")]
     closes = ev[~is_open][np.argsort(level[~is_open], kind="stable")]

@@ -62,6 +62,11 @@ class Schedule:
     end: np.ndarray
     binding: np.ndarray
     order: np.ndarray
+    same: np.ndarray | None = None
+    """Per edge of the graph scheduled: it joins a task to the next one of its rank (from :func:`contract`,
+    for :func:`latest_starts` on the same graph; None: computed there)."""
+    merged: np.ndarray | None = None
+    """Per edge: the forward contraction merged its target into its source's node (likewise)."""
 
 
 class CycleError(ValueError):
@@ -158,11 +163,11 @@ def _topo_order(
     arrival, not at the last rank's), the groups' orders joined chunk by chunk (:func:`_by_chunks`: the
     ranks' clocks put one rank's end before another's arrival); else Kahn's algorithm. Every topological
     order gives the same schedule."""
-    order = np.lexsort((np.arange(n), tier, hint))
+    order = np.lexsort((tier, hint))  # a stable sort: ties stay in index order
     if esrc.size == 0 or _forward(order, esrc, edst):
         return order
     if group is not None:
-        local = order if own is None else np.lexsort((np.arange(n), tier, own))
+        local = order if own is None else np.lexsort((tier, own))
         out = _by_chunks(order, local, esrc, edst, group)
         if out is not None and _forward(out, esrc, edst):
             return out
@@ -207,15 +212,16 @@ class Chains:
     """Per node: its rank's position, or for a rendezvous a number of its own (:func:`_by_chunks`)."""
     own: np.ndarray | None = None
     """Per node: ``meas``, but a transfer's is its rank's arrival's (:func:`_topo_order`)."""
+    same: np.ndarray | None = None
+    """Per edge of the task graph: :func:`_same`; and whether it is merged (:func:`_merged`)."""
+    merged: np.ndarray | None = None
 
 
 def contract(g: StepGraph) -> Chains:
     """The forward contraction of ``g`` (:class:`Chains`)."""
     n = g.dur.size
-    indeg = np.bincount(g.edst, minlength=n)
-    chain = (g.edst == g.esrc + 1) & (indeg[g.edst] == 1) & (g.rank[g.esrc] == g.rank[g.edst])
-    chain &= g.base[g.edst] <= _NO_BASE
-    del indeg
+    same = _same(g)
+    chain = _merged(g, same)
     merged = np.zeros(n, dtype=bool)
     merged[g.edst[chain]] = True
     chain_edge = np.full(n, -1, dtype=np.int64)
@@ -247,8 +253,29 @@ def contract(g: StepGraph) -> Chains:
     return Chains(
         node=node, offset=offset, dur=dur, base=g.base[heads], meas=g.meas[heads], tier=tier, esrc=node[src],
         edst=node[g.edst[keep]], src_end=offset[src] + g.dur[src] + g.ew[keep], eid=keep, chain_edge=chain_edge,
-        group=group, own=own,
+        group=group, own=own, same=same, merged=chain,
     )  # fmt: skip
+
+
+def _same(g: StepGraph) -> np.ndarray:
+    """Per edge: it joins a task to the next one of its rank (rendezvous tasks have no rank of their own but
+    share -1: no edge joins two)."""
+    same = g.edst == g.esrc + 1
+    at = np.flatnonzero(same)  # the ranks compared only there
+    same[at] = g.rank[g.esrc[at]] == g.rank[g.edst[at]]
+    return same
+
+
+def _merged(g: StepGraph, same: np.ndarray) -> np.ndarray:
+    """Per edge: the forward contraction merges its target into its source's node (:class:`Chains`): it joins
+    the task before to the next one of a rank, which has no other predecessor and no earliest start."""
+    indeg = np.bincount(g.edst, minlength=g.dur.size)
+    free = (indeg == 1) & (g.base <= _NO_BASE)  # per task
+    del indeg
+    chain = same.copy()
+    at = np.flatnonzero(chain)
+    chain[at] = free[g.edst[at]]
+    return chain
 
 
 def _q(a: np.ndarray) -> array.array:
@@ -310,7 +337,8 @@ def schedule(g: StepGraph) -> Schedule:
     start = _q(c.base)
     start_np = np.frombuffer(start, dtype=np.int64)
     bind = _q(np.full(n, -1, dtype=np.int64))
-    for v, m in zip(_q(order), _q(mode[order]), strict=True):
+    visit = order[mode[order] >= 0]  # a run's other nodes are replayed at its last
+    for v, m in zip(_q(visit), _q(mode[visit]), strict=True):
         if not m:
             s = start[v]
             b = -1
@@ -321,7 +349,7 @@ def schedule(g: StepGraph) -> Schedule:
                     b = eid_l[k]
             start[v] = s
             bind[v] = b
-        elif m > 0:  # a lane run: nodes v - m + 1 … v
+        else:  # a lane run: nodes v - m + 1 … v
             a = v - m + 1
             lo, hi = ptr[a], ptr[v + 1]
             src = src_np[lo:hi]
@@ -354,7 +382,7 @@ def schedule(g: StepGraph) -> Schedule:
     heads = np.flatnonzero(c.chain_edge < 0)
     size = np.diff(heads, append=g.dur.size)[order]
     t_order = np.arange(g.dur.size) + np.repeat(heads[order] - (np.cumsum(size) - size), size)
-    return Schedule(t_start, t_start + g.dur, binding, t_order)
+    return Schedule(t_start, t_start + g.dur, binding, t_order, c.same, c.merged)
 
 
 SCAN_MIN = 64
@@ -378,10 +406,9 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     last)."""
     n = g.dur.size
     esrc, edst = g.esrc, g.edst
-    same = (edst == esrc + 1) & (g.rank[esrc] == g.rank[edst])
-    indeg = np.bincount(edst, minlength=n)
-    fchain = same & (indeg[edst] == 1) & (g.base[edst] <= _NO_BASE)  # contract's rule
-    del indeg
+    fresh = s.same is None or s.merged is None or s.same.size != esrc.size
+    same = _same(g) if fresh else s.same
+    fchain = _merged(g, same) if fresh else s.merged  # contract's rule
     head = np.ones(n, dtype=bool)
     head[edst[fchain]] = False
     heads = np.flatnonzero(head)
@@ -424,6 +451,8 @@ def latest_starts(g: StepGraph, s: Schedule, deadline: int) -> np.ndarray:
     w_np = (before[dst] + g.ew[keep])[by_src]
     del src_n, by_src, dst, keep
     ptr, dst_l, w_l = _q(ptr_np), _q(dst_np), _q(w_np)
+    del ptr_np  # the runs read numpy views of the typed arrays' memory, not second copies
+    dst_np, w_np = np.frombuffer(dst_l, dtype=np.int64), np.frombuffer(w_l, dtype=np.int64)
     dur_l = _q(g.dur[tails])
     # the nodes in reverse topological order: backward nodes at their tail, forward runs at their first task
     pos = np.empty(n, dtype=np.int64)

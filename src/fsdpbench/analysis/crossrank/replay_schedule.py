@@ -180,21 +180,25 @@ def unexplained_gaps(g: StepGraph) -> np.ndarray:
     return gap
 
 
-def unexplained(g: StepGraph) -> np.ndarray:
-    """Per rank: Σ over its tasks of :func:`unexplained_gaps` (ns)."""
-    gap = unexplained_gaps(g)
+def unexplained(g: StepGraph, gap: np.ndarray | None = None) -> np.ndarray:
+    """Per rank: Σ over its tasks of :func:`unexplained_gaps` (ns; ``gap``: those gaps, if already read)."""
+    gap = unexplained_gaps(g) if gap is None else gap
     real = g.rank >= 0
     return np.bincount(g.rank[real], weights=gap[real], minlength=len(g.graphs))
 
 
 def unexplained_split(
-    g: StepGraph, world_partial: bool = False, partial_groups: frozenset[str] = frozenset()
+    g: StepGraph,
+    world_partial: bool = False,
+    partial_groups: frozenset[str] = frozenset(),
+    gap: np.ndarray | None = None,
 ) -> dict[str, float]:
     """The unexplained slack (µs) split by where it is: ``peers_outside`` (at the arrival or transfer of a
     collective some of whose ranks are not in the input: ``world_partial``, the replay holds part of the
     job's ranks, or the instance's group is in ``partial_groups``), ``collectives`` (at the other
-    collectives' arrivals and transfers) and ``other``. The parts sum to ``unexplained_slack_us``."""
-    gap = unexplained_gaps(g)
+    collectives' arrivals and transfers) and ``other``. The parts sum to ``unexplained_slack_us``.
+    ``gap``: :func:`unexplained_gaps`, if already read."""
+    gap = unexplained_gaps(g) if gap is None else gap
     coll = np.zeros(gap.size, dtype=bool)
     outside = np.zeros(gap.size, dtype=bool)
     for x in g.rendezvous:
@@ -287,13 +291,24 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
         for p, kk in sorted(phases.items(), key=lambda x: -sum(x[1].values()))
     ]
     path = list(zip(p_tasks.tolist(), p_edges.tolist(), strict=True))
-    if not slack:
-        return Reading(
-            step_us=step_ns / 1000.0, ranks=ranks, critical=critical, by_phase=by_phase, slack=[],
-            near_critical=[], on_path=on_path, path=path, place_us={k: v / 1000.0 for k, v in acc.items()},
-        )  # fmt: skip
+    rd = Reading(
+        step_us=step_ns / 1000.0, ranks=ranks, critical=critical, by_phase=by_phase, slack=[],
+        near_critical=[], on_path=on_path, path=path, place_us={k: v / 1000.0 for k, v in acc.items()},
+    )  # fmt: skip
+    if slack:
+        rd.slack, rd.near_critical = read_slack(g, s, rd)
+    return rd
+
+
+def read_slack(g: StepGraph, s: Schedule, rd: Reading) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(slack, near_critical)`` of :class:`Reading` for ``rd``, a reading of ``s`` without them
+    (``read(g, s, slack=False)``): every place's slack, from the latest starts, and the near-critical places."""
+    ends = _rank_ends(g, s)
+    step_end = int(ends.max())
+    step_ns = step_end - int(min(gr.ws_ns - o for gr, o in zip(g.graphs, g.offset_ns, strict=True)))
     ls = latest_starts(g, s, step_end)
     slack_t = ls - s.start
+    del ls
     real = (g.rank >= 0) & (g.dur > 0) & (g.kind != K_WAIT)  # waits are computed: they have no slack
     key_t = g.place * len(KINDS) + g.kind.astype(np.int64)
     best: dict[int, int] = {}
@@ -308,7 +323,7 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
         for k, v in zip(k_sel[at].tolist(), low.tolist(), strict=True):
             best[k] = v
     slack = []
-    path_keys = {(k[0], k[1], k[2], k[3]) for k in acc}
+    path_keys = set(rd.place_us)
     place_code = {p: i for i, p in enumerate(g.places)}
     for k in path_keys:  # a place on the path only through an edge's latency has no task of its own
         best.setdefault(place_code[k[:3]] * len(KINDS) + KINDS.index(k[3]), 0)
@@ -329,10 +344,7 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
             near.append(row)
     slack.sort(key=lambda x: (x["slack_us"], x["rank"], x["unit"], x["phase"], x["kind"]))
     near.sort(key=lambda x: (x["slack_us"], x["rank"], x["unit"], x["phase"], x["kind"]))
-    return Reading(
-        step_us=step_ns / 1000.0, ranks=ranks, critical=critical, by_phase=by_phase, slack=slack,
-        near_critical=near, on_path=on_path, path=path, place_us={k: v / 1000.0 for k, v in acc.items()},
-    )  # fmt: skip
+    return slack, near
 
 
 # ------------------------------------------------------------------------------------------ the analysis
@@ -426,6 +438,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
         o = np.lexsort((s.start[real], lane_key))  # … unless an edit took a lane-order edge away
     tasks = real[o]
     keys = lane_key[o]
+    del real, lane_key, o, st, k  # the figure's temporaries are the replay's peak: freed as they go
     seg_s = s.start[tasks].copy()
     seg_e = s.end[tasks].copy()
     nxt_same = np.zeros(tasks.size, dtype=bool)
@@ -441,6 +454,7 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     idx = np.flatnonzero(wait & ~arrival & prv_same)
     seg_s[idx] = np.minimum(seg_s[idx], s.end[tasks[idx - 1]])
     keep = seg_e > seg_s
+    del nxt_same, prv_same, wait, arrival, idx
     tasks, keys, seg_s, seg_e = tasks[keep], keys[keep], seg_s[keep], seg_e[keep]
     kinds = g.kind[tasks]
     path = rd.on_path[tasks]
