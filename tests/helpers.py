@@ -957,7 +957,7 @@ FAKE_LAUNCH = (
     FAKE_LAUNCH_FILES
     + """
 with open(run_dir / "steps.jsonl", "a") as f:
-    for step in range(spec["config"]["profile_step"] + 1):
+    for step in range(spec["config"]["profile_step"] + spec["config"].get("profile_steps", 1)):
         f.write(json.dumps({"arm": spec["arm"], "round": spec["round"], "step": step, "kind": "profile",
                             "time_ms": 1.0, "loss": 1.0}) + "\\n")
 """
