@@ -23,7 +23,7 @@ tolerance): on a machine where the timed medians are noisier than the delays, th
 docs/calibration.md's table); the replay's regroup edit on the unit=module arm's profile against the measured
 timed change (within 10 %).
 
-    python benchmarks/replay_truth.py delays --runs 10 --out results/truth
+    python benchmarks/replay_truth.py delays --runs 10 --out results/truth   # --profile-steps 3 by default
     python benchmarks/replay_truth.py regrouping --runs 3 --out results/truth
     python benchmarks/replay_truth.py delays --reuse results/truth/delays_*   # analyse runs already made
 
@@ -52,6 +52,9 @@ REGROUP_EDITS = ("regroup:all:unit",)
 """The replay edit that turns the unit=module arm's collectives into one per unit and phase (every type), as
 the layer-unit arm issues them (docs/replay.md)."""
 TOLERANCE_REGROUP = 0.10
+PROFILE_STEPS = 3
+"""Profiled steps per arm (``fsdpbench ab --profile-steps``): a delay is in every step, an OS stall of a rank that
+shares a core in one, so the median over 3 steps outvotes a stall that one step holds (docs/calibration.md)."""
 
 
 def _ab(
@@ -358,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc", type=int, help="ranks (default 4 for delays, 2 for regrouping)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per arm per run (default 3)")
     parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument(
+        "--profile-steps",
+        type=int,
+        default=PROFILE_STEPS,
+        help=f"fsdpbench ab --profile-steps: consecutive profiled steps per arm (default {PROFILE_STEPS}); the "
+        "replay takes each place's median excess over them and the delay edits per step",
+    )
     parser.add_argument("--device", help="fsdpbench ab --device (default: its own, auto)")
     parser.add_argument("--layers", type=int, help="fsdpbench ab --layers (default: the preset's)")
     parser.add_argument("--json", type=Path, help="also write every check here")
@@ -375,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                 arms, nproc = list(specs), args.nproc or 4
             else:
                 arms, nproc = ["torch:unit=module", "torch"], args.nproc or 2
-            extra = ["--seq-len", str(args.seq_len)]
+            extra = ["--seq-len", str(args.seq_len), "--profile-steps", str(args.profile_steps)]
             extra += ["--device", args.device] if args.device else []
             extra += ["--layers", str(args.layers)] if args.layers else []
             run = _ab(arms, args.out, f"{args.check}{i}", nproc, args.rounds, extra, timeout=3600)

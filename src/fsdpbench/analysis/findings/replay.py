@@ -40,7 +40,12 @@ def missing_why(data: Mapping[str, Any]) -> str:
 
 
 def replayed_step_us(replay: Mapping[str, Any]) -> float | None:
-    """The replayed step of the unedited graph (µs): the figure's ``step_us``, else the longest rank's."""
+    """The replayed step of the unedited graph (µs), per step as ``what_if``'s ``predicted_step_us``: the
+    replay's ``step_us`` (its window / ``steps``), else (replays made before it, one step) the figure's
+    ``step_us``, else the longest rank's."""
+    step = finite(replay.get("step_us"))
+    if step is not None:
+        return step
     figure = replay.get("figure")
     step = finite(figure.get("step_us")) if isinstance(figure, Mapping) else None
     if step is not None:
