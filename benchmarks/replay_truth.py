@@ -6,9 +6,9 @@ unit and phase for each D (default 5, 20, 50 ms on rank 2 at layers.1's backward
 arm (the largest D there plus 20 ms on rank 1 at the same place). Per run and D it checks:
 
 * causality: the place that determines the delayed arm's step (``replay.critical_excess[0]``: the (rank,
-  unit, phase) whose time on the critical path most exceeds the other ranks' at the same unit and phase) is
-  the delayed one (``replay.critical[0]``'s place, the largest (rank, unit, phase, kind) on the path, is
-  printed beside it);
+  unit, phase) whose time on the critical path most exceeds the other ranks' at the same unit and phase; over
+  ``--profile-steps`` K steps, the median of its per-step excess) is the delayed one (``replay.critical[0]``'s
+  place, the largest (rank, unit, phase, kind) on the path, is printed beside it);
 * "remove the delay" (``--what-if delay:R:U:P:-D`` on the delayed arm's profile) and "add the delay" (on the
   clean arm's) against the other arm's timed median, within max(10 % of D, 2 % of the step)
   (``calibration.delay_entry``);
@@ -143,12 +143,15 @@ def _top_critical(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
     )
 
 
-def _excess_of(replay: dict[str, Any] | None, place: tuple[int, str, str]) -> tuple[float | None, int | None]:
-    """(excess in ms, 1-based position) of ``place`` in ``replay.critical_excess``; (None, None) if absent."""
+def _excess_of(
+    replay: dict[str, Any] | None, place: tuple[int, str, str]
+) -> tuple[float | None, int | None, list[float]]:
+    """(excess in ms, 1-based position, per-step excess in ms: empty with one step) of ``place`` in
+    ``replay.critical_excess``; (None, None, []) if absent."""
     for i, r in enumerate((replay or {}).get("critical_excess") or [], 1):
         if (int(r["rank"]), str(r["unit"]), str(r["phase"])) == place:
-            return float(r["excess_us"]) / 1e3, i
-    return None, None
+            return float(r["excess_us"]) / 1e3, i, [x / 1e3 for x in r.get("excess_per_step_us") or []]
+    return None, None, []
 
 
 def _delay_arms(delays: list[float], place: tuple[int, str, str]) -> dict[str, list[str]]:
@@ -201,8 +204,12 @@ def check_delays(run: Path) -> dict[str, Any]:
             calibration.joint_edit(calibration.delay_edits(arms[subject], arms[counterfactual]))
         )
     replays = {label: replay_of(run, label, sorted(set(e))) for label, e in edits.items()}
-    profiled = {
-        label: (max(r["measured_us"] for r in rp["ranks"]) / 1e3 if rp and rp.get("ranks") else None)
+    profiled = {  # per step: the longest rank's window over the replay's steps (--profile-steps)
+        label: (
+            max(r["measured_us"] for r in rp["ranks"]) / 1e3 / (rp.get("steps") or 1)
+            if rp and rp.get("ranks")
+            else None
+        )
         for label, rp in replays.items()
     }
     wanted = set(pairs)
@@ -224,7 +231,7 @@ def check_delays(run: Path) -> dict[str, Any]:
         if places:  # the largest delay's place should top the path
             big = max(arm["delay"], key=lambda d: float(d.split("/")[3]))
             want = (int(big.split("/")[0]), *big.split("/")[1:3])
-            excess, position = _excess_of(replays[label], want)
+            excess, position, per_step = _excess_of(replays[label], want)
             top_rows = (replays[label] or {}).get("critical_excess") or []
             tops[label] = {
                 "top": _top(replays[label]),
@@ -232,6 +239,7 @@ def check_delays(run: Path) -> dict[str, Any]:
                 "delayed": want,
                 "delayed_excess_ms": excess,
                 "delayed_position": position,
+                "delayed_excess_per_step_ms": per_step,
                 "hit": _top(replays[label]) == want,
                 "top_critical": _top_critical(replays[label]),
                 "hit_critical": _top_critical(replays[label]) == want,
@@ -297,8 +305,8 @@ def print_delays(results: list[dict[str, Any]]) -> None:
             )
     print()
     print("| run | arm | top place (critical_excess[0]) | its excess ms | delayed place's excess ms (position) "
-          "| critical[0]'s place |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+          "| its excess per step ms | critical[0]'s place |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     by_arm: dict[str, list[tuple[bool, bool]]] = {}
     for i, r in enumerate(results):
         for label, t in r["tops"].items():
@@ -306,7 +314,8 @@ def print_delays(results: list[dict[str, Any]]) -> None:
             top = "/".join(map(str, t["top"] or ()))
             print(
                 f"| {i} | {label} | {top} | {_fmt(t['top_excess_ms'])} | {_fmt(t['delayed_excess_ms'])} "
-                f"({_fmt(t['delayed_position'])}) | {'/'.join(map(str, t['top_critical'] or ()))} |"
+                f"({_fmt(t['delayed_position'])}) | {', '.join(f'{x:.1f}' for x in t['delayed_excess_per_step_ms'])} "
+                f"| {'/'.join(map(str, t['top_critical'] or ()))} |"
             )
     print()
     for label, hits in by_arm.items():
