@@ -190,3 +190,24 @@ def test_the_graph_cache_carries_the_step_windows_and_refuses_a_pack_without_the
     with pytest.raises(ValueError, match="step windows"):
         replay_graph.from_bytes(old)
     assert dataclasses.fields(graph)  # a RankGraph, as built
+
+
+def test_a_findings_replayed_estimate_is_on_the_clock_of_the_analysis_totals():
+    """The replay's figures are per step (a window of 3 steps of 100 µs: ``step_us`` 100); the analysis's own
+    figures, the closed forms and the diff's deltas are totals over the 3 steps, so a finding's estimate from a
+    what-if predicting 90 µs a step is −10 × 3 = −30 µs; one step: −10."""
+    from fsdpbench.analysis.findings.replay import estimate_from_what_if
+
+    row = {"edit": "scale:all_gather:0.5", "predicted_step_us": 90.0, "changed": [], "source": "replay"}
+    three = {"replay": {"steps": 3, "step_us": 100.0, "figure": {"step_us": 300.0}, "what_if": [row]}}
+    assert estimate_from_what_if(three, row, "s").step_time_delta_us == pytest.approx(-30.0)
+    old = {"replay": {"figure": {"step_us": 100.0}, "what_if": [row]}}  # a replay from before `steps`
+    assert estimate_from_what_if(old, row, "s").step_time_delta_us == pytest.approx(-10.0)
+
+
+def test_the_report_says_how_many_steps_were_profiled():
+    from fsdpbench.report.build import _profiled
+
+    assert _profiled({"profile": True, "profile_steps": 3}) == ", 3 steps profiled"
+    assert _profiled({"profile": True}) == ", profiled"  # a run recorded before --profile-steps
+    assert _profiled({"profile": False, "profile_steps": 3}) == ""

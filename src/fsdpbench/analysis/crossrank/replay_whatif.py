@@ -556,11 +556,11 @@ def what_if_row(res: Any, g: StepGraph, base: Reading, edit: Edit | str) -> dict
     try:
         row = what_if(g, base, parsed)
     except ConfigError as exc:
-        return closed_form_row(res, parsed, f"the replay cannot apply it ({exc})", base.step_us / n_steps(g))
+        k = n_steps(g)
+        return closed_form_row(res, parsed, f"the replay cannot apply it ({exc})", base.step_us / k, k)
     if row["predicted_step_us"] is None:
-        return closed_form_row(
-            res, parsed, f"its replay gave no step ({row['note']})", base.step_us / n_steps(g)
-        )
+        k = n_steps(g)
+        return closed_form_row(res, parsed, f"its replay gave no step ({row['note']})", base.step_us / k, k)
     return row
 
 
@@ -655,15 +655,20 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
     return None, f"no closed form for {edit.op}"
 
 
-def closed_form_row(res: Any, edit: Any, why: str, step_us: float | None) -> dict[str, Any]:
+def closed_form_row(res: Any, edit: Any, why: str, step_us: float | None, steps: int = 1) -> dict[str, Any]:
     """A ``what_if`` row answered by the closed form (``source: "closed form"``) because the replay could not
     price ``edit``: ``why`` says why, then what the closed form assumes. ``predicted_step_us`` is ``step_us``
-    (the replayed step) plus the closed form's change; None where there is no closed form for the edit."""
+    (the replayed step, per step) plus the closed form's change per step (the analysis's totals over its
+    ``steps`` profiled steps / ``steps``; a delay's is per step already); None where there is no closed form
+    for the edit."""
     try:
         delta, how = _closed_form_delta(res, res.record().to_dict(), edit)
     except Exception as exc:  # noqa: BLE001 - a fallback must not take the analysis down
         log.debug("closed form of %s failed", edit.text, exc_info=True)
         delta, how = None, f"its closed form failed ({type(exc).__name__}: {exc})"
+    if delta is not None and edit.op != "delay" and steps > 1:
+        delta /= steps
+        how += f" (over {steps} profiled steps: per step, the total / {steps})"
     return {
         "edit": edit.text,
         "predicted_step_us": None if delta is None or step_us is None else step_us + delta,
