@@ -119,7 +119,7 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
         res.replay["what_if"].append(
             {
                 "edit": text,
-                "predicted_step_us": reading.step_us,
+                "predicted_step_us": reading.step_us / rp.n_steps(edited),  # per step, as analyze's what-ifs
                 "phases": {p["phase"]: p["us"] for p in reading.by_phase},
                 "source": "replay",
                 "note": "; ".join(edited.notes[len(graph.notes) :]) or None,

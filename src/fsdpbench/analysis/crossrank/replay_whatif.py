@@ -179,6 +179,11 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
         on_main = np.zeros(out.dur.size, dtype=bool)
         on_main[a : int(out.offset[i + 1])] = gr.lane == gr.main_lane
         at_place = np.flatnonzero(on_main & np.isin(out.place, pl))
+        if not at_place.size:
+            raise ConfigError(
+                f"--what-if {edit.text!r}: rank {gr.rank} has no task of its training thread at ({edit.unit}, "
+                f"{edit.phase})"
+            )
         # a delay= arm sleeps in every step: the edit adds or removes MS in each step of the window
         steps = task_steps(out)[at_place] if n_steps(out) > 1 else np.zeros(at_place.size, dtype=np.int64)
         ns = int(round(edit.ms * 1e6))
