@@ -26,6 +26,7 @@ timed change (within 10 %).
     python benchmarks/replay_truth.py delays --runs 10 --out results/truth   # --profile-steps 3 by default
     python benchmarks/replay_truth.py regrouping --runs 3 --out results/truth
     python benchmarks/replay_truth.py delays --reuse results/truth/delays_*   # analyse runs already made
+    python benchmarks/replay_truth.py delays --reuse results/truth/delays_* --analyze-step 2   # one step of them
 
 The figures go to docs/calibration.md ("The replay against known delays").
 """
@@ -69,6 +70,11 @@ def _ab(
     return sorted(out.glob(f"{name}_*"))[-1]
 
 
+STEP: int | None = None
+"""``--analyze-step N``: read only ``ProfilerStep#N`` of each profile (``analyze --step N``): the one-step reading
+of runs that profiled several steps, to compare with their median over steps on the same traces."""
+
+
 def replay_of(run: Path, arm: str, edits: list[str]) -> dict[str, Any] | None:
     """The ``replay`` object of ``arm``'s profiles with a ``what_if`` entry per text of ``edits``; a text of
     several edits joined by ``+`` (``calibration.joint_edit``) is one what-if with all of them applied
@@ -94,12 +100,12 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
             except ConfigError as exc:
                 refused[text] = str(exc)
     singles = [e for e in edits if "+" not in e and e not in refused]
-    res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+    res = analyze([str(p) for p in paths], workers=1, what_if=singles, step=STEP)
     if getattr(res, "_replay", None) is None and any("+" in e for e in edits):
         # the replay came from its cache beside the traces (no graph kept): replay again
         os.environ[cache.NO_CACHE_ENV] = "1"
         try:
-            res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+            res = analyze([str(p) for p in paths], workers=1, what_if=singles, step=STEP)
         finally:
             del os.environ[cache.NO_CACHE_ENV]
     if res.replay is None:
@@ -380,8 +386,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="fsdpbench ab --device (default: its own, auto)")
     parser.add_argument("--layers", type=int, help="fsdpbench ab --layers (default: the preset's)")
     parser.add_argument("--json", type=Path, help="also write every check here")
+    parser.add_argument(
+        "--analyze-step",
+        type=int,
+        metavar="N",
+        help="read only profiled step N of each arm (ProfilerStep#N, analyze --step N): with --reuse, the "
+        "one-step reading of runs made with several profiled steps",
+    )
     args = parser.parse_args(argv)
     results = []
+    global STEP
+    STEP = args.analyze_step
     if args.reuse:
         runs: list[Path] = list(args.reuse)
     else:
