@@ -141,6 +141,16 @@ def _top(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
     return (int(rows[0]["rank"]), str(rows[0]["unit"]), str(rows[0]["phase"])) if rows else None
 
 
+def _top_by_min(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
+    """The place whose smallest per-step excess is the largest (``excess_per_step_us``; one step: its
+    ``excess_us``): "holds the step up in every profiled step", a reading beside the replay's median."""
+    rows = (replay or {}).get("critical_excess") or []
+    if not rows:
+        return None
+    best = max(rows, key=lambda r: min(r.get("excess_per_step_us") or [r["excess_us"]]))
+    return int(best["rank"]), str(best["unit"]), str(best["phase"])
+
+
 def _top_critical(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
     """The place of ``replay.critical[0]``: the (rank, unit, phase, kind) with the most time on the path."""
     critical = (replay or {}).get("critical") or []
@@ -249,6 +259,7 @@ def check_delays(run: Path) -> dict[str, Any]:
                 "hit": _top(replays[label]) == want,
                 "top_critical": _top_critical(replays[label]),
                 "hit_critical": _top_critical(replays[label]) == want,
+                "hit_min": _top_by_min(replays[label]) == want,
             }
     return {"run": str(run), "entries": entries, "tops": tops}
 
@@ -313,10 +324,10 @@ def print_delays(results: list[dict[str, Any]]) -> None:
     print("| run | arm | top place (critical_excess[0]) | its excess ms | delayed place's excess ms (position) "
           "| its excess per step ms | critical[0]'s place |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    by_arm: dict[str, list[tuple[bool, bool]]] = {}
+    by_arm: dict[str, list[tuple[bool, bool, bool]]] = {}
     for i, r in enumerate(results):
         for label, t in r["tops"].items():
-            by_arm.setdefault(label, []).append((bool(t["hit"]), bool(t["hit_critical"])))
+            by_arm.setdefault(label, []).append((bool(t["hit"]), bool(t["hit_critical"]), bool(t["hit_min"])))
             top = "/".join(map(str, t["top"] or ()))
             print(
                 f"| {i} | {label} | {top} | {_fmt(t['top_excess_ms'])} | {_fmt(t['delayed_excess_ms'])} "
@@ -326,8 +337,9 @@ def print_delays(results: list[dict[str, Any]]) -> None:
     print()
     for label, hits in by_arm.items():
         print(
-            f"the delayed place determines the step (critical_excess[0]): {sum(h for h, _ in hits)}/{len(hits)} "
-            f"runs; critical[0] at the delayed place: {sum(c for _, c in hits)}/{len(hits)} ({label})"
+            f"the delayed place determines the step (critical_excess[0]): {sum(h for h, _, _ in hits)}/{len(hits)} "
+            f"runs; critical[0] at the delayed place: {sum(c for _, c, _ in hits)}/{len(hits)}; the largest "
+            f"smallest per-step excess at it: {sum(m for _, _, m in hits)}/{len(hits)} ({label})"
         )
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
