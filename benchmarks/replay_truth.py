@@ -23,7 +23,7 @@ tolerance): on a machine where the timed medians are noisier than the delays, th
 docs/calibration.md's table); the replay's regroup edit on the unit=module arm's profile against the measured
 timed change (within 10 %).
 
-    python benchmarks/replay_truth.py delays --runs 10 --out results/truth   # --profile-steps 3 by default
+    python benchmarks/replay_truth.py delays --runs 10 --out results/truth   # --profile-steps 5 by default
     python benchmarks/replay_truth.py regrouping --runs 3 --out results/truth
     python benchmarks/replay_truth.py delays --reuse results/truth/delays_*   # analyse runs already made
     python benchmarks/replay_truth.py delays --reuse results/truth/delays_* --analyze-step 2   # one step of them
@@ -53,9 +53,10 @@ REGROUP_EDITS = ("regroup:all:unit",)
 """The replay edit that turns the unit=module arm's collectives into one per unit and phase (every type), as
 the layer-unit arm issues them (docs/replay.md)."""
 TOLERANCE_REGROUP = 0.10
-PROFILE_STEPS = 3
-"""Profiled steps per arm (``fsdpbench ab --profile-steps``): a delay is in every step, an OS stall of a rank that
-shares a core in one, so the median over 3 steps outvotes a stall that one step holds (docs/calibration.md)."""
+PROFILE_STEPS = 5
+"""Profiled steps per arm (``fsdpbench ab --profile-steps``): a delay is in every step, a rank the OS leaves without a
+core in some steps only, and the median over 5 steps outvotes a slow rank that holds 2 of them, which 3 steps
+did not (docs/calibration.md: 20 ms found 7/10 with 3 steps, 5/5 with 5; a run costs ~4 % more)."""
 
 
 def _ab(
