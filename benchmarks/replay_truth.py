@@ -56,7 +56,7 @@ TOLERANCE_REGROUP = 0.10
 PROFILE_STEPS = 5
 """Profiled steps per arm (``fsdpbench ab --profile-steps``): a delay is in every step, a rank the OS leaves without a
 core in some steps only, and the median over 5 steps outvotes a slow rank that holds 2 of them, which 3 steps
-did not (docs/calibration.md: 20 ms found 7/10 with 3 steps, 5/5 with 5; a run costs ~4 % more)."""
+did not (docs/calibration.md: 20 ms found 7/10 runs with 3 steps, 10/10 with 5; a run costs ~4 % more)."""
 
 
 def _ab(
