@@ -25,10 +25,11 @@ def check(run: Path, subject: str, counterfactual: str) -> str:
     """One table row: the measured and replayed change of ``run``'s profiled step, and the timed change."""
     mod = analyze([run / "profiles" / subject], what_if=[EDIT])
     base = analyze([run / "profiles" / counterfactual])
-    m = max(r["measured_us"] for r in mod.replay["ranks"]) / 1e3
-    b = max(r["measured_us"] for r in base.replay["ranks"]) / 1e3
+    # per step (--profile-steps K: each replay's window over its steps), as predicted_step_us
+    m = max(r["measured_us"] for r in mod.replay["ranks"]) / 1e3 / mod.replay["steps"]
+    b = max(r["measured_us"] for r in base.replay["ranks"]) / 1e3 / base.replay["steps"]
     row = mod.replay["what_if"][0]
-    pred = (row["predicted_step_us"] - mod.replay["figure"]["step_us"]) / 1e3
+    pred = (row["predicted_step_us"] - mod.replay["step_us"]) / 1e3
     arms = orjson.loads((run / "summary.json").read_bytes())["arms"]
     tm, tb = arms[subject]["median_ms"], arms[counterfactual]["median_ms"]
     meas, timed = b - m, tb - tm

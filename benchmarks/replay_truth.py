@@ -6,9 +6,9 @@ unit and phase for each D (default 5, 20, 50 ms on rank 2 at layers.1's backward
 arm (the largest D there plus 20 ms on rank 1 at the same place). Per run and D it checks:
 
 * causality: the place that determines the delayed arm's step (``replay.critical_excess[0]``: the (rank,
-  unit, phase) whose time on the critical path most exceeds the other ranks' at the same unit and phase) is
-  the delayed one (``replay.critical[0]``'s place, the largest (rank, unit, phase, kind) on the path, is
-  printed beside it);
+  unit, phase) whose time on the critical path most exceeds the other ranks' at the same unit and phase; over
+  ``--profile-steps`` K steps, the median of its per-step excess) is the delayed one (``replay.critical[0]``'s
+  place, the largest (rank, unit, phase, kind) on the path, is printed beside it);
 * "remove the delay" (``--what-if delay:R:U:P:-D`` on the delayed arm's profile) and "add the delay" (on the
   clean arm's) against the other arm's timed median, within max(10 % of D, 2 % of the step)
   (``calibration.delay_entry``);
@@ -23,9 +23,10 @@ tolerance): on a machine where the timed medians are noisier than the delays, th
 docs/calibration.md's table); the replay's regroup edit on the unit=module arm's profile against the measured
 timed change (within 10 %).
 
-    python benchmarks/replay_truth.py delays --runs 10 --out results/truth
+    python benchmarks/replay_truth.py delays --runs 10 --out results/truth   # --profile-steps 5 by default
     python benchmarks/replay_truth.py regrouping --runs 3 --out results/truth
     python benchmarks/replay_truth.py delays --reuse results/truth/delays_*   # analyse runs already made
+    python benchmarks/replay_truth.py delays --reuse results/truth/delays_* --analyze-step 2   # one step of them
 
 The figures go to docs/calibration.md ("The replay against known delays").
 """
@@ -52,6 +53,10 @@ REGROUP_EDITS = ("regroup:all:unit",)
 """The replay edit that turns the unit=module arm's collectives into one per unit and phase (every type), as
 the layer-unit arm issues them (docs/replay.md)."""
 TOLERANCE_REGROUP = 0.10
+PROFILE_STEPS = 5
+"""Profiled steps per arm (``fsdpbench ab --profile-steps``): a delay is in every step, a rank the OS leaves without a
+core in some steps only, and the median over 5 steps outvotes a slow rank that holds 2 of them, which 3 steps
+did not (docs/calibration.md: 20 ms found 7/10 runs with 3 steps, 10/10 with 5; a run costs ~4 % more)."""
 
 
 def _ab(
@@ -64,6 +69,11 @@ def _ab(
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return sorted(out.glob(f"{name}_*"))[-1]
+
+
+STEP: int | None = None
+"""``--analyze-step N``: read only ``ProfilerStep#N`` of each profile (``analyze --step N``): the one-step reading
+of runs that profiled several steps, to compare with their median over steps on the same traces."""
 
 
 def replay_of(run: Path, arm: str, edits: list[str]) -> dict[str, Any] | None:
@@ -91,12 +101,12 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
             except ConfigError as exc:
                 refused[text] = str(exc)
     singles = [e for e in edits if "+" not in e and e not in refused]
-    res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+    res = analyze([str(p) for p in paths], workers=1, what_if=singles, step=STEP)
     if getattr(res, "_replay", None) is None and any("+" in e for e in edits):
         # the replay came from its cache beside the traces (no graph kept): replay again
         os.environ[cache.NO_CACHE_ENV] = "1"
         try:
-            res = analyze([str(p) for p in paths], workers=1, what_if=singles)
+            res = analyze([str(p) for p in paths], workers=1, what_if=singles, step=STEP)
         finally:
             del os.environ[cache.NO_CACHE_ENV]
     if res.replay is None:
@@ -116,7 +126,7 @@ def replay_with_edits(paths: list[Path], edits: list[str], what: str = "") -> di
         res.replay["what_if"].append(
             {
                 "edit": text,
-                "predicted_step_us": reading.step_us,
+                "predicted_step_us": reading.step_us / rp.n_steps(edited),  # per step, as analyze's what-ifs
                 "phases": {p["phase"]: p["us"] for p in reading.by_phase},
                 "source": "replay",
                 "note": "; ".join(edited.notes[len(graph.notes) :]) or None,
@@ -132,6 +142,16 @@ def _top(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
     return (int(rows[0]["rank"]), str(rows[0]["unit"]), str(rows[0]["phase"])) if rows else None
 
 
+def _top_by_min(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
+    """The place whose smallest per-step excess is the largest (``excess_per_step_us``; one step: its
+    ``excess_us``): "holds the step up in every profiled step", a reading beside the replay's median."""
+    rows = (replay or {}).get("critical_excess") or []
+    if not rows:
+        return None
+    best = max(rows, key=lambda r: min(r.get("excess_per_step_us") or [r["excess_us"]]))
+    return int(best["rank"]), str(best["unit"]), str(best["phase"])
+
+
 def _top_critical(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
     """The place of ``replay.critical[0]``: the (rank, unit, phase, kind) with the most time on the path."""
     critical = (replay or {}).get("critical") or []
@@ -140,12 +160,15 @@ def _top_critical(replay: dict[str, Any] | None) -> tuple[int, str, str] | None:
     )
 
 
-def _excess_of(replay: dict[str, Any] | None, place: tuple[int, str, str]) -> tuple[float | None, int | None]:
-    """(excess in ms, 1-based position) of ``place`` in ``replay.critical_excess``; (None, None) if absent."""
+def _excess_of(
+    replay: dict[str, Any] | None, place: tuple[int, str, str]
+) -> tuple[float | None, int | None, list[float]]:
+    """(excess in ms, 1-based position, per-step excess in ms: empty with one step) of ``place`` in
+    ``replay.critical_excess``; (None, None, []) if absent."""
     for i, r in enumerate((replay or {}).get("critical_excess") or [], 1):
         if (int(r["rank"]), str(r["unit"]), str(r["phase"])) == place:
-            return float(r["excess_us"]) / 1e3, i
-    return None, None
+            return float(r["excess_us"]) / 1e3, i, [x / 1e3 for x in r.get("excess_per_step_us") or []]
+    return None, None, []
 
 
 def _delay_arms(delays: list[float], place: tuple[int, str, str]) -> dict[str, list[str]]:
@@ -198,8 +221,12 @@ def check_delays(run: Path) -> dict[str, Any]:
             calibration.joint_edit(calibration.delay_edits(arms[subject], arms[counterfactual]))
         )
     replays = {label: replay_of(run, label, sorted(set(e))) for label, e in edits.items()}
-    profiled = {
-        label: (max(r["measured_us"] for r in rp["ranks"]) / 1e3 if rp and rp.get("ranks") else None)
+    profiled = {  # per step: the longest rank's window over the replay's steps (--profile-steps)
+        label: (
+            max(r["measured_us"] for r in rp["ranks"]) / 1e3 / (rp.get("steps") or 1)
+            if rp and rp.get("ranks")
+            else None
+        )
         for label, rp in replays.items()
     }
     wanted = set(pairs)
@@ -221,7 +248,7 @@ def check_delays(run: Path) -> dict[str, Any]:
         if places:  # the largest delay's place should top the path
             big = max(arm["delay"], key=lambda d: float(d.split("/")[3]))
             want = (int(big.split("/")[0]), *big.split("/")[1:3])
-            excess, position = _excess_of(replays[label], want)
+            excess, position, per_step = _excess_of(replays[label], want)
             top_rows = (replays[label] or {}).get("critical_excess") or []
             tops[label] = {
                 "top": _top(replays[label]),
@@ -229,9 +256,11 @@ def check_delays(run: Path) -> dict[str, Any]:
                 "delayed": want,
                 "delayed_excess_ms": excess,
                 "delayed_position": position,
+                "delayed_excess_per_step_ms": per_step,
                 "hit": _top(replays[label]) == want,
                 "top_critical": _top_critical(replays[label]),
                 "hit_critical": _top_critical(replays[label]) == want,
+                "hit_min": _top_by_min(replays[label]) == want,
             }
     return {"run": str(run), "entries": entries, "tops": tops}
 
@@ -294,22 +323,24 @@ def print_delays(results: list[dict[str, Any]]) -> None:
             )
     print()
     print("| run | arm | top place (critical_excess[0]) | its excess ms | delayed place's excess ms (position) "
-          "| critical[0]'s place |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
-    by_arm: dict[str, list[tuple[bool, bool]]] = {}
+          "| its excess per step ms | critical[0]'s place |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    by_arm: dict[str, list[tuple[bool, bool, bool]]] = {}
     for i, r in enumerate(results):
         for label, t in r["tops"].items():
-            by_arm.setdefault(label, []).append((bool(t["hit"]), bool(t["hit_critical"])))
+            by_arm.setdefault(label, []).append((bool(t["hit"]), bool(t["hit_critical"]), bool(t["hit_min"])))
             top = "/".join(map(str, t["top"] or ()))
             print(
                 f"| {i} | {label} | {top} | {_fmt(t['top_excess_ms'])} | {_fmt(t['delayed_excess_ms'])} "
-                f"({_fmt(t['delayed_position'])}) | {'/'.join(map(str, t['top_critical'] or ()))} |"
+                f"({_fmt(t['delayed_position'])}) | {', '.join(f'{x:.1f}' for x in t['delayed_excess_per_step_ms'])} "
+                f"| {'/'.join(map(str, t['top_critical'] or ()))} |"
             )
     print()
     for label, hits in by_arm.items():
         print(
-            f"the delayed place determines the step (critical_excess[0]): {sum(h for h, _ in hits)}/{len(hits)} "
-            f"runs; critical[0] at the delayed place: {sum(c for _, c in hits)}/{len(hits)} ({label})"
+            f"the delayed place determines the step (critical_excess[0]): {sum(h for h, _, _ in hits)}/{len(hits)} "
+            f"runs; critical[0] at the delayed place: {sum(c for _, c, _ in hits)}/{len(hits)}; the largest "
+            f"smallest per-step excess at it: {sum(m for _, _, m in hits)}/{len(hits)} ({label})"
         )
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
@@ -358,11 +389,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc", type=int, help="ranks (default 4 for delays, 2 for regrouping)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per arm per run (default 3)")
     parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument(
+        "--profile-steps",
+        type=int,
+        default=PROFILE_STEPS,
+        help=f"fsdpbench ab --profile-steps: consecutive profiled steps per arm (default {PROFILE_STEPS}); the "
+        "replay takes each place's median excess over them and the delay edits per step",
+    )
     parser.add_argument("--device", help="fsdpbench ab --device (default: its own, auto)")
     parser.add_argument("--layers", type=int, help="fsdpbench ab --layers (default: the preset's)")
     parser.add_argument("--json", type=Path, help="also write every check here")
+    parser.add_argument(
+        "--analyze-step",
+        type=int,
+        metavar="N",
+        help="read only profiled step N of each arm (ProfilerStep#N, analyze --step N): with --reuse, the "
+        "one-step reading of runs made with several profiled steps",
+    )
     args = parser.parse_args(argv)
     results = []
+    global STEP
+    STEP = args.analyze_step
     if args.reuse:
         runs: list[Path] = list(args.reuse)
     else:
@@ -375,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                 arms, nproc = list(specs), args.nproc or 4
             else:
                 arms, nproc = ["torch:unit=module", "torch"], args.nproc or 2
-            extra = ["--seq-len", str(args.seq_len)]
+            extra = ["--seq-len", str(args.seq_len), "--profile-steps", str(args.profile_steps)]
             extra += ["--device", args.device] if args.device else []
             extra += ["--layers", str(args.layers)] if args.layers else []
             run = _ab(arms, args.out, f"{args.check}{i}", nproc, args.rounds, extra, timeout=3600)

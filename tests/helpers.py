@@ -136,12 +136,18 @@ DELAY_LABELS = (
 """The labels (and ``profiles/`` folders) of :data:`DELAY_ARMS`."""
 
 
+DELAY_PROFILE_STEPS = 2
+"""Profiled steps of the session's known-delay A/B (``--profile-steps``): the suite's one real multi-step profile."""
+
+
 def run_delay_ab(out: Path, timeout: float = 560) -> Path:
     """``fsdpbench ab --profile`` of :data:`DELAY_ARMS` on 4 gloo ranks (tiny, ``--layers 2``, 1 round of 1
-    warm-up + 2 timed steps, seq 128, no report) into ``out``; returns the run folder."""
+    warm-up + 2 timed steps, :data:`DELAY_PROFILE_STEPS` profiled steps, seq 128, no report) into ``out``;
+    returns the run folder."""
     proc = run_cli(
         *("ab", "--arms", ",".join(DELAY_ARMS), "--nproc", "4", "--rounds", "1", "--warmup", "1"),
         *("--steps", "2", "--layers", "2", "--profile", "--seq-len", "128", "--no-report"),
+        *("--profile-steps", str(DELAY_PROFILE_STEPS)),
         *("--name", "truth", "--out", str(out), "--master-port", str(free_port())),
         timeout=timeout,
     )
@@ -957,7 +963,7 @@ FAKE_LAUNCH = (
     FAKE_LAUNCH_FILES
     + """
 with open(run_dir / "steps.jsonl", "a") as f:
-    for step in range(spec["config"]["profile_step"] + 1):
+    for step in range(spec["config"]["profile_step"] + spec["config"].get("profile_steps", 1)):
         f.write(json.dumps({"arm": spec["arm"], "round": spec["round"], "step": step, "kind": "profile",
                             "time_ms": 1.0, "loss": 1.0}) + "\\n")
 """

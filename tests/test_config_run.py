@@ -97,6 +97,7 @@ def test_study_configs_resolve_to_8_npus_full_shape(name, with_hyper):
             {"arms": "torch", "profile_step": 0},
             "--profile-step must be an integer >= 1 (step 0 creates the NCCL/HCCL",
         ),
+        ({"arms": "torch", "profile_steps": 0}, "--profile-steps must be an integer >= 1, got 0"),
         ({"arms": "torch", "device": "tpu"}, "--device 'tpu'"),
         ({"arms": "torch", "nnodes": 2}, "--nnodes > 1 needs --rdzv-endpoint"),
         ({"arms": "torch", "nnodes": 2, "master_port": 29500}, "--nnodes > 1 needs --rdzv-endpoint"),

@@ -25,6 +25,7 @@ from helpers import (
     DELAY_LABELS,
     DELAY_MS,
     DELAY_PHASE,
+    DELAY_PROFILE_STEPS,
     DELAY_RANK,
     DELAY_RANK2,
     DELAY_UNIT,
@@ -50,21 +51,26 @@ def _records(run: Path, arm: str, kind: str) -> list[dict]:
     return [r for r in rows if r["arm"] == arm and r["kind"] == kind]
 
 
-def _range_gap_us(run: Path, arm: str, rank: int, name: str) -> tuple[float, float]:
-    """(range start → first operator inside it, range duration) in µs for range ``name`` on ``rank``,
-    from the profiler's own trace (plain JSON)."""
+def _range_gaps_us(run: Path, arm: str, rank: int, name: str) -> list[float]:
+    """Range start → first operator inside it, in µs, for each range ``name`` on ``rank`` (one per profiled
+    step), from the profiler's own trace (plain JSON)."""
     (path,) = (run / "profiles" / arm / f"rank{rank}").glob("*.pt.trace.json*")
     raw = path.read_bytes()
     events = [e for e in orjson.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)["traceEvents"]]
     complete = [e for e in events if e.get("ph") == "X"]
-    (rng,) = [e for e in complete if e["name"] == name]
-    start, end = float(rng["ts"]), float(rng["ts"]) + float(rng["dur"])
-    first = min(
-        float(e["ts"])
-        for e in complete
-        if e.get("cat") == "cpu_op" and e["tid"] == rng["tid"] and start < float(e["ts"]) < end
-    )
-    return first - start, float(rng["dur"])
+    steps = [e for e in complete if str(e["name"]).startswith("ProfilerStep#")]
+    assert len(steps) == DELAY_PROFILE_STEPS, (arm, rank, [e["name"] for e in steps])
+    gaps = []
+    for rng in (e for e in complete if e["name"] == name):
+        start, end = float(rng["ts"]), float(rng["ts"]) + float(rng["dur"])
+        first = min(
+            float(e["ts"])
+            for e in complete
+            if e.get("cat") == "cpu_op" and e["tid"] == rng["tid"] and start < float(e["ts"]) < end
+        )
+        gaps.append(first - start)
+    assert len(gaps) == DELAY_PROFILE_STEPS, (arm, rank, name, gaps)  # the range in every profiled step
+    return gaps
 
 
 def test_the_manifest_records_each_arms_delays(delay_run):
@@ -88,17 +94,15 @@ def test_every_step_of_a_delayed_arm_holds_the_delay_in_every_ranks_backward(del
             assert min(backward) >= 0.8 * D_MS, (arm, r["step"], backward)
 
 
-def test_in_the_profiled_step_the_sleep_opens_the_delayed_ranks_unit_range(delay_run):
+def test_in_every_profiled_step_the_sleep_opens_the_delayed_ranks_unit_range(delay_run):
+    """``--profile-steps 2``: both recorded steps hold the unit's range, and the sleep opens it in each."""
     name = f"fsdpbench::{PHASE}::{UNIT}"
-    gap, _ = _range_gap_us(delay_run, DELAYED, RANK, name)
-    assert gap >= 0.95 * D_MS * 1e3
-    gap, _ = _range_gap_us(delay_run, MASKED, RANK2, name)
-    assert gap >= 0.95 * D2_MS * 1e3
+    assert min(_range_gaps_us(delay_run, DELAYED, RANK, name)) >= 0.95 * D_MS * 1e3
+    assert min(_range_gaps_us(delay_run, MASKED, RANK2, name)) >= 0.95 * D2_MS * 1e3
     for rank in (0, 1, 3):  # no sleep where none was asked
-        gap, _ = _range_gap_us(delay_run, DELAYED, rank, name)
-        assert gap < 0.5 * D2_MS * 1e3, (rank, gap)
-    gap, _ = _range_gap_us(delay_run, CLEAN, RANK, name)
-    assert gap < 0.5 * D2_MS * 1e3
+        gaps = _range_gaps_us(delay_run, DELAYED, rank, name)
+        assert max(gaps) < 0.5 * D2_MS * 1e3, (rank, gaps)
+    assert max(_range_gaps_us(delay_run, CLEAN, RANK, name)) < 0.5 * D2_MS * 1e3
 
 
 # ------------------------------------------------------------------------------------ the replay
@@ -114,8 +118,9 @@ def _replay(run: Path, arm: str, *edits: str) -> dict:
 
 
 def _predicted_change_ms(replay: dict, edit: str) -> float:
+    """The edit's predicted change per step (both figures per step: the window over ``replay.steps``)."""
     (entry,) = [w for w in replay["what_if"] if w["edit"] == edit]
-    return (entry["predicted_step_us"] - replay["figure"]["step_us"]) / 1e3
+    return (entry["predicted_step_us"] - replay["step_us"]) / 1e3
 
 
 def _within(predicted_ms: float, truth_ms: float, step_ms: float) -> bool:
@@ -133,7 +138,9 @@ def test_the_replay_puts_the_delayed_place_on_top_and_predicts_removing_and_addi
     top = delayed["critical_excess"][0]  # the place that determines the step (docs/replay.md)
     assert (top["rank"], top["unit"], top["phase"]) == place, delayed["critical_excess"][:3]
     assert top["excess_us"] >= 0.9 * D_MS * 1e3, top  # the sleep, which the other ranks do not have
-    step = max(r["measured_us"] for r in delayed["ranks"]) / 1e3
+    assert delayed["steps"] == DELAY_PROFILE_STEPS
+    assert min(top["excess_per_step_us"]) >= 0.9 * D_MS * 1e3, top  # in each step: the median is one of them
+    step = delayed["step_us"] / 1e3
     removed = _predicted_change_ms(delayed, remove)
     assert _within(removed, -D_MS, step), removed
     clean = _replay(delay_run, CLEAN, add)
@@ -150,7 +157,7 @@ def test_the_replay_masks_the_smaller_delay_at_the_same_place(delay_run):
     the machine's load): the masking arm's step closer to the delayed arm's than to it + D2."""
     both = f"delay:{RANK2}:{UNIT}:{PHASE}:{D2_MS:g}+delay:{RANK}:{UNIT}:{PHASE}:{D_MS:g}"
     clean = _replay(delay_run, CLEAN, both)
-    step = max(r["measured_us"] for r in clean["ranks"]) / 1e3
+    step = clean["step_us"] / 1e3
     predicted = _predicted_change_ms(clean, both)
     assert _within(predicted, D_MS, step), predicted
 

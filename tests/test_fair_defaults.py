@@ -634,3 +634,62 @@ def test_the_manifest_records_what_each_arm_ran_and_the_profiled_step_holds_no_b
             assert not [n for n in names if "barrier" in n], (arm, rank)  # the alignment stays outside
     summary = orjson.loads((profiled_ab_run / "summary.json").read_bytes())
     assert summary["parity"]["mode"] == "exact" and summary["parity"]["tolerance"] == 1e-6  # CPU
+
+
+def test_run_steps_records_k_consecutive_steps_each_with_its_own_bookkeeping_but_the_last():
+    """``--profile-steps 3`` from step 2: ProfilerStep#2 and #3 each hold their train and its bookkeeping
+    (the spans are contiguous: record(2) must fall in one), #4 train(4) only, as the one-step default; the
+    ranges are installed around every profiled train and no other."""
+    from fsdpbench.run import worker
+
+    events: list[str] = []
+
+    class Marks:
+        delay = None
+
+        def install(self, _collectives):
+            events.append("ranges on")
+
+        def uninstall(self):
+            events.append("ranges off")
+
+    runner = types.SimpleNamespace(
+        train=lambda i, ranges=None: events.append(f"train{i}"),
+        record=lambda i, o: events.extend([f"record{i}", "barrier"]),
+        profile_marks=Marks(),
+        spec=None,
+        rank=0,
+    )
+    prof = types.SimpleNamespace(step=lambda: events.append("prof.step"))
+    worker.run_steps(runner, 6, prof, profile_step=2, profile_steps=3)
+    windows, cur = [], None
+    for e in events:  # the spans between consecutive prof.step() calls
+        if e == "prof.step":
+            if cur is not None:
+                windows.append(cur)
+            cur = []
+        elif cur is not None:
+            cur.append(e)
+    # the schedule (wait 1, warmup 1, active 3) records the spans of steps 2, 3 and 4: windows[1:4]
+    assert windows[1:4] == [
+        ["ranges on", "train2", "ranges off", "record2", "barrier"],
+        ["ranges on", "train3", "ranges off", "record3", "barrier"],
+        ["ranges on", "train4", "ranges off"],
+    ]
+    assert events.count("ranges on") == 3 and "train5" in events
+
+
+def test_profiler_schedule_records_exactly_the_k_steps_asked_for():
+    """torch.profiler's own schedule, built from ``profiler_schedule_args``, records steps 3, 4 and 5 (0-based
+    ``prof.step()`` count) for ``--profile-steps 3`` from step 3, and saves at the last; 1 step is as before."""
+    from torch.profiler import ProfilerAction, schedule
+
+    from fsdpbench.run.profiling import profiler_schedule_args
+
+    recording = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+    sched = schedule(**profiler_schedule_args(3, 3))
+    assert [s for s in range(10) if sched(s) in recording] == [3, 4, 5]
+    assert sched(5) == ProfilerAction.RECORD_AND_SAVE
+    one = schedule(**profiler_schedule_args(3))
+    assert [s for s in range(10) if one(s) in recording] == [3]
+    assert profiler_schedule_args(3) == {"wait": 2, "warmup": 1, "active": 1, "repeat": 1}

@@ -457,7 +457,7 @@ def test_regroup_and_prefetch_edits_replay(four_rank_run):
     rp = _replay([four_rank_run / "profiles" / "torch"], "regroup:all:unit", "prefetch:layers.1:1")
     regroup, prefetch = rp["what_if"]
     assert regroup["source"] == prefetch["source"] == "replay"
-    step = rp["figure"]["step_us"]
+    step = rp["step_us"]  # per step, as the predictions (the session's 4-rank run profiles 2 steps)
     assert 0 < regroup["predicted_step_us"] <= step * 1.01  # merging never adds waiting here
     assert "extra memory kept live" in prefetch["note"] and "MiB per rank" in prefetch["note"]
     assert prefetch["predicted_step_us"] > 0

@@ -30,6 +30,7 @@ RUN_FLAGS = (
     "profile",
     "separate_profile",
     "profile_step",
+    "profile_steps",
     "profile_ranges",
     "profile_ranks",
     "out",
@@ -215,6 +216,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, several_arms: bool = T
         "--profile-step",
         type=int,
         help="with --separate-profile: the step its launch records, >= 1 (default 3)",
+    )
+    o.add_argument(
+        "--profile-steps",
+        type=int,
+        metavar="K",
+        help="consecutive steps the profiler records (default 1; each but the last then also holds its "
+        "bookkeeping): the replay's critical_excess and delay what-ifs take the median and the edit per "
+        "step, so that one step's OS stall does not outrank a delay in every step (docs/replay.md)",
     )
     o.add_argument(
         "--profile-ranks",

@@ -99,6 +99,10 @@ class RunConfig(Record):
     """Profile in one extra launch per arm instead of after the first round's timed steps."""
     profile_step: int = 3
     """Step index (0-based, within a separate profiling launch) that the profiler records; ≥ 1."""
+    profile_steps: int = 1
+    """Consecutive steps the profiler records (``--profile-steps``; ≥ 1): the first is the one a profiled
+    round or ``profile_step`` records with 1, the others follow it. With more than one, each recorded step
+    holds its own bookkeeping after its training (docs/profiling.md)."""
     profile_ranges: bool = True
     """fsdpbench's own ranges in the profiled step (``--no-ranges`` leaves them out, so the units come from
     the implementation's own ranges, e.g. FSDP2's: docs/attribution.md "Sources of units")."""
@@ -170,6 +174,7 @@ class RunConfig(Record):
             "warmup": 0,
             "node_rank": 0,
             "profile_step": 1,
+            "profile_steps": 1,
             "master_port": 0,
             "parity_steps": 0,
         }

@@ -89,6 +89,14 @@ def _sci(value: Any) -> str:
     return MISSING if f is None else f"{f:.2g}"
 
 
+def _profiled(cfg: dict) -> str:
+    """``, profiled`` (``, 3 steps profiled`` with ``--profile-steps 3``), or nothing for an unprofiled run."""
+    if not cfg.get("profile"):
+        return ""
+    k = int(cfg.get("profile_steps") or 1)
+    return f", {k} steps profiled" if k > 1 else ", profiled"
+
+
 def _glance(data: RunData) -> Para:
     """One line: what ran, where, how often."""
     manifest = data.manifest or {}
@@ -107,7 +115,7 @@ def _glance(data: RunData) -> Para:
         bits.append(
             f"preset {cfg.get('preset', MISSING)}, {model.get('num_hidden_layers', MISSING)} layers, "
             f"seq {cfg.get('seq_len', MISSING)}, {cfg.get('rounds', MISSING)} round(s) × {cfg.get('steps', MISSING)} "
-            f"timed steps{', profiled' if cfg.get('profile') else ''}"
+            f"timed steps{_profiled(cfg)}"
         )
     if data.arms:
         bits.append("arms " + ", ".join(f"`{a}`" for a in data.arms))

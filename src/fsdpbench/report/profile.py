@@ -52,6 +52,17 @@ def profile_section(data: RunData) -> list[Block]:
             )
         )
         return blocks
+    k = int(((data.manifest or {}).get("config") or {}).get("profile_steps") or 1)
+    if k > 1:  # --profile-steps: the analysis's figures are totals over the recorded steps
+        blocks[0] = Heading(f"Profile of {k} steps")
+        blocks.append(
+            Para(
+                f"The profiler recorded {k} consecutive steps per arm (`--profile-steps {k}`): every figure of "
+                'this section, and a finding\'s estimate "on the profiled step", is a total over them (the '
+                f"first {k - 1} also hold fsdpbench's bookkeeping after their training: docs/methodology.md); "
+                "the timed-clock figures and the step replay's step and what-ifs are per step."
+            )
+        )
     ranks = {arm: _rank_table(analysis[arm]) for arm in arms}
     typed = {arm: analyses[arm].ranks for arm in arms}
     for arm in arms:

@@ -82,9 +82,11 @@ def arm_blocks(arm: str, data: Mapping[str, Any], heading: bool = True) -> list[
             )
         )
         return blocks
-    step = rp.replayed_step_us(replay)
-    blocks.extend(_error(arm, replay, step))
-    blocks.extend(_excess(replay, step))
+    step = rp.replayed_step_us(replay)  # per step, as the what-ifs' predictions
+    k = int(finite(replay.get("steps")) or 1)
+    window = None if step is None else step * k  # the places' times are over the whole profiled window
+    blocks.extend(_error(arm, replay, window))
+    blocks.extend(_excess(replay, step, window))
     figure = replay.get("figure")
     if isinstance(figure, Mapping) and _rows(figure.get("lanes")):
         name = f"replay_{_safe(arm)}"
@@ -99,9 +101,9 @@ def arm_blocks(arm: str, data: Mapping[str, Any], heading: bool = True) -> list[
                 "shaded band is that collective's transfer over the ranks of its group.",
             )
         )
-    blocks.extend(_by_phase(replay, step))
-    blocks.extend(_places(replay, step))
-    blocks.extend(_near(replay, step))
+    blocks.extend(_by_phase(replay, window))
+    blocks.extend(_places(replay, window))
+    blocks.extend(_near(replay, window))
     blocks.extend(_what_ifs(replay, step))
     return blocks
 
@@ -183,9 +185,10 @@ def _by_phase(replay: Mapping[str, Any], step: float | None) -> list[Block]:
     ]
 
 
-def _excess(replay: Mapping[str, Any], step: float | None) -> list[Block]:
+def _excess(replay: Mapping[str, Any], step: float | None, window: float | None = None) -> list[Block]:
     """Which place determines the step: ``replay.critical_excess`` (absent in replays made before it: no
-    block), the places with an excess first."""
+    block), the places with an excess first. ``step``: one step (the excess is per step: over several, the
+    median); ``window``: the whole profiled window (the times on the path and at the place)."""
     rows_in = [r for r in _rows(replay.get("critical_excess")) if (finite(r.get("excess_us")) or 0.0) > 0]
     if "critical_excess" not in replay:
         return []
@@ -214,6 +217,13 @@ def _excess(replay: Mapping[str, Any], step: float | None) -> list[Block]:
             "spends there beyond the other ranks' median at the same point of the program (between the same "
             "collectives, kind by kind), as far as it lies on the path. The top row is the rank and place that holds the others up; what removing "
             "it would save is a what-if's to say (`delay:RANK:UNIT:PHASE:-MS`, `straggler:remove:RANK`)."
+            + (
+                f" Over the {int(finite(replay.get('steps')) or 1)} profiled steps the excess is the median of "
+                "each step's (a rank stalled in one step only does not top the list); the times on the path, at "
+                "this rank and at the others are over all of them."
+                if (finite(replay.get("steps")) or 1) > 1
+                else ""
+            )
         ),
         Table(
             [

@@ -73,7 +73,8 @@ PROFILED_ROUND = 0
 the first, because ``--rounds auto`` does not know the last in advance and a run stopped early keeps it."""
 PROFILE_AFTER_TIMED = 2
 """Steps a profiled round runs under the profiler after its timed steps: one the profiler warms up on,
-then the recorded one (the model, caches and communicators are already warm from the timed steps)."""
+then the recorded one (the model, caches and communicators are already warm from the timed steps); with
+``--profile-steps K`` the recorded one and the K − 1 after it (``PROFILE_AFTER_TIMED - 1 + K`` steps)."""
 
 
 def launch_kind(round_: int) -> str:

@@ -274,9 +274,10 @@ class Run:
             self.cfg, spec_path, ldir / "logs", self._ports(arm, round_)[0], python=arm_interpreter(arm_cfg)
         )
         if round_ == run_folder.PROFILE_ROUND:
-            expected = self.cfg.profile_step + 1
+            expected = self.cfg.profile_step + self.cfg.profile_steps
         else:
-            expected = self.cfg.warmup + self.cfg.steps + (run_folder.PROFILE_AFTER_TIMED if profile else 0)
+            after = run_folder.PROFILE_AFTER_TIMED + self.cfg.profile_steps - 1 if profile else 0
+            expected = self.cfg.warmup + self.cfg.steps + after
         started = datetime.now().isoformat(timespec="seconds")
         tail = _StepTail(self.run_dir / run_folder.STEPS)
         if progress:

@@ -10,16 +10,20 @@ from typing import Any
 log = logging.getLogger("fsdpbench.run.worker")  # the worker's logger, as before these left worker.py
 
 
-def profiler_schedule_args(profile_step: int) -> dict[str, int]:
-    """wait/warmup/active so that step index ``profile_step`` (0-based) is the recorded one."""
+def profiler_schedule_args(profile_step: int, profile_steps: int = 1) -> dict[str, int]:
+    """wait/warmup/active so that step indices ``profile_step`` .. ``profile_step + profile_steps - 1``
+    (0-based, ``--profile-steps``) are the recorded ones, in one trace."""
     warmup = 1 if profile_step >= 1 else 0
-    return {"wait": profile_step - warmup, "warmup": warmup, "active": 1, "repeat": 1}
+    return {"wait": profile_step - warmup, "warmup": warmup, "active": profile_steps, "repeat": 1}
 
 
-def make_profiler(device_type: str, out_dir: Path, rank: int, profile_step: int) -> Any:
-    """torch.profiler (Kineto ``rank<k>.*.pt.trace.json.gz``) or, on npu, torch_npu.profiler."""
+def make_profiler(
+    device_type: str, out_dir: Path, rank: int, profile_step: int, profile_steps: int = 1
+) -> Any:
+    """torch.profiler (Kineto ``rank<k>.*.pt.trace.json.gz``) or, on npu, torch_npu.profiler, both on the
+    schedule of :func:`profiler_schedule_args`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    sched = profiler_schedule_args(profile_step)
+    sched = profiler_schedule_args(profile_step, profile_steps)
     if device_type == "npu":
         return _npu_profiler(out_dir, rank, sched)
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler

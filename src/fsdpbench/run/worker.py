@@ -341,7 +341,8 @@ class StepRunner:
         and phase times (all-gathered); the next step's batch, so that its copy stays out of
         the next ``train``. Last, a barrier aligns the ranks, so the next step's clock starts when the
         slowest rank's bookkeeping is done (rank 0 writes the record) and no rank starts early; it runs
-        before the profiler's step boundary (``run_steps``), so it never enters a profiled step.
+        before the profiler's step boundary (``run_steps``), so it never enters a profiled step (with
+        ``--profile-steps`` K > 1 it enters each recorded step but the last: ``run_steps``).
         """
         alloc, reserved = dev.peak_memory(self.device_type)
         rss = dev.peak_rss_bytes()
@@ -428,36 +429,48 @@ def phase_fields(per_rank: list[list[float]], clock_kind: str) -> dict[str, Any]
 
 
 def run_steps(
-    runner: StepRunner, n_steps: int, prof: Any = None, profile_step: int | None = None, *, first: int = 0
+    runner: StepRunner,
+    n_steps: int,
+    prof: Any = None,
+    profile_step: int | None = None,
+    *,
+    first: int = 0,
+    profile_steps: int = 1,
 ) -> dict[int, float]:
-    """Steps ``first`` .. ``n_steps - 1`` of ``runner``; with a profiler, ``ProfilerStep#k`` holds only
-    ``train(k)`` (``k`` counted from the profiler's start).
+    """Steps ``first`` .. ``n_steps - 1`` of ``runner``; with a profiler, ``ProfilerStep#k`` holds
+    ``train(k)`` (``k`` counted from the profiler's start) and, for every profiled step but the last of
+    several, ``record(k)``.
 
-    The profiler's step span runs from one ``prof.step()`` to the next, and the schedule stops the
-    recording at the ``prof.step()`` that ends the recorded step. So ``prof.step()`` follows the
-    bookkeeping on every step except the profiled one, where it comes right after ``train``: the
-    recorded window opens after ``record(P-1)`` and closes before ``record(P)``. The runner's
-    ``profile_marks`` are installed around ``train(P)`` only (also when ``prof`` is None: a rank that
-    ``--profile-ranks`` leaves out trains step P as the profiled ranks do, without the profiler). Returns
-    each step's end (``time.time()``, after its bookkeeping), for the launch's timing.
+    The profiled steps are ``P`` = ``profile_step`` .. ``profile_step + profile_steps - 1``. The profiler's
+    step span runs from one ``prof.step()`` to the next, and the schedule stops the recording at the
+    ``prof.step()`` that ends the last recorded step. So ``prof.step()`` follows the bookkeeping on every
+    step except the last profiled one, where it comes right after ``train``: the recorded window opens
+    after ``record(P0-1)`` and closes before ``record(P_last)``. With one profiled step (the default) it
+    holds only ``train(P)``; with several, each but the last also holds its own bookkeeping (the spans are
+    contiguous: it must fall in one of them, and there the steps' windows are alike). The runner's
+    ``profile_marks`` are installed around each ``train(P)`` (also when ``prof`` is None: a rank that
+    ``--profile-ranks`` leaves out trains the profiled steps as the profiled ranks do, without the
+    profiler). Returns each step's end (``time.time()``, after its bookkeeping), for the launch's timing.
     """
     ended: dict[int, float] = {}
+    profiled = range(profile_step, profile_step + profile_steps) if profile_step is not None else range(0)
+    last = profiled[-1] if profiled else None
     for step in range(first, n_steps):
-        # an unprofiled rank (``--profile-ranks``) runs the profiled step with the same ranges, without ``prof``
-        ranges = runner.profile_marks if step == profile_step else None
+        # an unprofiled rank (``--profile-ranks``) runs the profiled steps with the same ranges, without ``prof``
+        ranges = runner.profile_marks if step in profiled else None
         if ranges is None:
             outcome = runner.train(step)
-        else:  # the named ranges exist in the profiled step only
+        else:  # the named ranges exist in the profiled steps only
             ranges.delay = profile_delay(runner.spec, runner.rank)
             ranges.install(COLLECTIVES)
             try:
                 outcome = runner.train(step, ranges)
             finally:
                 ranges.uninstall()
-        if prof is not None and step == profile_step:
+        if prof is not None and step == last:
             prof.step()
         runner.record(step, outcome)
-        if prof is not None and step != profile_step:
+        if prof is not None and step != last:
             prof.step()
         ended[step] = time.time()
     return ended
@@ -669,16 +682,18 @@ def run(spec: dict[str, Any]) -> None:
         profiled_here = profile and rank in cfg.profiled_ranks
         if profile:
             # after the timed steps, which ran without a profiler (docs/methodology.md); a profile launch of
-            # its own records step profile_step, a profiled round the second of two steps after its timed ones
+            # its own records from step profile_step, a profiled round from the second step after its timed
+            # ones; --profile-steps K records K consecutive steps from there
             profile_at = cfg.profile_step if profile_launch else n_timed + run_folder.PROFILE_AFTER_TIMED - 1
+            k = cfg.profile_steps
             if profiled_here:
-                with make_profiler(device_type, profile_dir, rank, profile_at - n_timed) as prof:
-                    run_steps(runner, profile_at + 1, prof, profile_at, first=n_timed)
+                with make_profiler(device_type, profile_dir, rank, profile_at - n_timed, k) as prof:
+                    run_steps(runner, profile_at + k, prof, profile_at, first=n_timed, profile_steps=k)
             else:
-                run_steps(runner, profile_at + 1, None, profile_at, first=n_timed)
+                run_steps(runner, profile_at + k, None, profile_at, first=n_timed, profile_steps=k)
         verified = backend.verify_prefetch()  # raises when a patch of the library changed the chains
         if profile:  # on npu: a torch_npu profile of its own (docs/memory.md)
-            record_memory_step(runner, profile_at + 1, run_dir, profiled=profiled_here)
+            record_memory_step(runner, profile_at + cfg.profile_steps, run_dir, profiled=profiled_here)
         stamps["profile"] = time.time()
         gc.enable()
         if local_rank == 0:

@@ -428,8 +428,12 @@ def delay_edits(subject: Mapping[str, Any], counterfactual: Mapping[str, Any]) -
 
 def replay_step_us(replay: Mapping[str, Any] | None) -> float | None:
     """The replayed (unmodified) step of an analysis's ``replay`` object, on the clock its what-ifs'
-    ``predicted_step_us`` use: ``figure.step_us`` (first rank's start to last rank's end, aligned clocks),
-    else the longest rank's ``replayed_us``; None without a replay."""
+    ``predicted_step_us`` use: ``step_us`` (per step: the window from the first rank's start to the last
+    rank's end, aligned clocks, over ``steps``), else (replays made before it) ``figure.step_us``, else the
+    longest rank's ``replayed_us``; None without a replay."""
+    step = (replay or {}).get("step_us")
+    if step is not None:
+        return float(step)
     step = ((replay or {}).get("figure") or {}).get("step_us")
     if step is not None:
         return float(step)

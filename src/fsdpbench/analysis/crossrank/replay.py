@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.crossrank.replay_excess import critical_excess
+from fsdpbench.analysis.crossrank.replay_excess import critical_excess, n_steps, task_steps
 from fsdpbench.analysis.crossrank.replay_schedule import (
     MAX_RENDEZVOUS,
     MAX_SEGMENTS,
@@ -70,8 +70,8 @@ __all__ = [
     "EDIT_HELP", "MAX_RENDEZVOUS", "MAX_SEGMENTS", "NEAR_CRITICAL", "SOURCE_CLOSED", "SOURCE_REPLAY", "Chains",
     "CycleError", "Edit", "HostFit", "Reading", "Schedule", "StepGraph", "apply_edit", "build_step_graph",
     "closed_form_row", "contract", "critical_excess", "critical_path", "host_per_call", "join_graphs",
-    "latest_starts", "parse_edit", "queue_gap_us", "read", "read_slack", "replay_step", "schedule", "unexplained",
-    "unexplained_split", "what_if", "what_if_row",
+    "latest_starts", "n_steps", "parse_edit", "queue_gap_us", "read", "read_slack", "replay_step", "schedule",
+    "task_steps", "unexplained", "unexplained_split", "what_if", "what_if_row",
 ]  # fmt: skip
 """The replay's public names, wherever they live (``replay_schedule``: the joined graph, its schedule and
 reading; ``replay_whatif``: the edits), importable from here as before the split."""
@@ -143,8 +143,11 @@ def replay_step(
         for r in rd.ranks
         if r["measured_us"] > 0
     ]
+    k_steps = n_steps(g)
     out: dict[str, Any] = {
         "error_pct": {"median": float(np.median(errs)) if errs else None, "max": max(errs) if errs else None},
+        "steps": k_steps,
+        "step_us": rd.step_us / k_steps,
         "ranks": rd.ranks,
         "unexplained_slack_us": unexplained_us,
         "unexplained_slack_split_us": unexplained_parts,

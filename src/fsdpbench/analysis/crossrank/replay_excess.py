@@ -16,6 +16,12 @@ max(the rank's time there − the median of the other ranks' time in the same se
 excess is the sum over its segments and kinds. A place where every rank spends the same has no excess
 however long it is; extra time the other ranks' slack absorbs is off the path and counts for nothing; and
 the other ranks' time elsewhere at the place (another segment) does not hide a rank's extra time in this one.
+
+Over several profiled steps (``--profile-steps K``) the comparison is made per step as well (a task's step: the
+``ProfilerStep`` window of its rank it starts in, :func:`task_steps`), and a place's ``excess_us`` is the median
+over the K steps of its per-step excess (beside it, ``excess_per_step_us``): a delay the program makes in
+every step holds the step up in a typical step, while a rank the OS stalls once, in one step, does not; the
+sum or the maximum would let that one stall win.
 """
 
 from __future__ import annotations
@@ -25,6 +31,25 @@ from typing import Any
 import numpy as np
 
 from fsdpbench.analysis.crossrank.replay_graph import K_WAIT, KINDS
+
+
+def n_steps(g: Any) -> int:
+    """How many profiled steps the joined graph's window holds: the most ``step_ns`` a rank has (at least 1)."""
+    return max([1] + [int(getattr(gr, "step_ns", np.zeros(0)).size) for gr in g.graphs])
+
+
+def task_steps(g: Any) -> np.ndarray:
+    """Per task of the joined graph: its step (0-based), the last of its rank's steps that starts no later
+    than its measured start (a task before them all: step 0); -1 for rendezvous tasks."""
+    out = np.full(g.dur.size, -1, dtype=np.int64)
+    for i, gr in enumerate(g.graphs):
+        a, b = int(g.offset[i]), int(g.offset[i + 1])
+        starts = np.asarray(getattr(gr, "step_ns", np.zeros(0)), dtype=np.int64) - int(g.offset_ns[i])
+        if starts.size <= 1:
+            out[a:b] = 0
+            continue
+        out[a:b] = np.maximum(np.searchsorted(starts, g.meas[a:b], side="right") - 1, 0)
+    return out
 
 
 def _segments(g: Any) -> np.ndarray:
@@ -78,12 +103,15 @@ def critical_excess(
     ``critical_us`` (its time on the path, every kind, as ``critical``), ``own_us`` (the rank's task time
     there, waits left out) and ``peers_us`` (Σ over segments and kinds of the median of the other ranks'
     time there; a rank without it counts 0, and with no other rank it is 0), sorted by ``excess_us`` then
-    ``critical_us`` descending.
+    ``critical_us`` descending. With several steps (:func:`n_steps`) ``excess_us`` is the median over steps of
+    the per-step excess, listed in ``excess_per_step_us``; ``critical_us``, ``own_us`` and ``peers_us`` stay
+    sums over the whole window.
 
     ``g`` is the joined graph (``StepGraph``), ``s`` its replay (``Schedule``), ``on_path`` the reading's
     per-task flag and ``place_us`` its time on the path per (rank, unit, phase, kind) in µs."""
     nk = len(KINDS)
     n_ranks = len(g.graphs)
+    k_steps = n_steps(g)
     real = np.flatnonzero((g.rank >= 0) & (g.kind != K_WAIT))
     crit_place: dict[tuple[int, str, str], float] = {}
     for (rk, unit, phase, _), us in place_us.items():
@@ -97,33 +125,37 @@ def critical_excess(
     visited[[cells[(u, ph)] for _, u, ph in crit_place]] = True
     real = real[visited[up[g.place[real]]]]
     seg = _segments(g)[real]
+    step = task_steps(g)[real] if k_steps > 1 else np.zeros(real.size, dtype=np.int64)
     n_seg = int(seg.max()) + 1 if seg.size else 1
-    # a cell: (unit, phase) × segment × kind, the same on every rank
-    cell_raw = (up[g.place[real]] * n_seg + seg) * nk + g.kind[real].astype(np.int64)
+    # a cell: (unit, phase) × step × segment × kind, the same on every rank
+    cell_raw = ((up[g.place[real]] * k_steps + step) * n_seg + seg) * nk + g.kind[real].astype(np.int64)
     cell_ids, cell = _unique_inverse(cell_raw)
     shape = (n_ranks, cell_ids.size)
     own = _sum_at(g.rank[real], cell, g.dur[real].astype(np.float64) / 1000.0, shape)
     path = on_path[real]
     onp = _sum_at(g.rank[real][path], cell[path], (s.end[real][path] - s.start[real][path]) / 1000.0, shape)
     rk_pos = {gr.rank: i for i, gr in enumerate(g.graphs)}
-    place_of_cell = cell_ids // nk // n_seg  # the (unit, phase) code of each cell
+    place_of_cell = cell_ids // nk // n_seg // k_steps  # the (unit, phase) code of each cell
+    step_of_cell = cell_ids // nk // n_seg % k_steps
     out = []
     for (rk, unit, phase), crit in crit_place.items():
         i = rk_pos[rk]
         mine = np.flatnonzero(place_of_cell == cells.get((unit, phase), -1))
         others = np.delete(own[:, mine], i, axis=0)
         peers = np.median(others, axis=0) if others.shape[0] else np.zeros(mine.size)
-        excess = np.minimum(onp[i, mine], np.maximum(own[i, mine] - peers, 0.0)).sum()
-        out.append(
-            {
-                "rank": rk,
-                "unit": unit,
-                "phase": phase,
-                "excess_us": float(excess),
-                "critical_us": float(crit),
-                "own_us": float(own[i, mine].sum()),
-                "peers_us": float(peers.sum()),
-            }
-        )
+        per_cell = np.minimum(onp[i, mine], np.maximum(own[i, mine] - peers, 0.0))
+        per_step = np.bincount(step_of_cell[mine], weights=per_cell, minlength=k_steps)
+        row: dict[str, Any] = {
+            "rank": rk,
+            "unit": unit,
+            "phase": phase,
+            "excess_us": float(per_cell.sum()) if k_steps == 1 else float(np.median(per_step)),
+            "critical_us": float(crit),
+            "own_us": float(own[i, mine].sum()),
+            "peers_us": float(peers.sum()),
+        }
+        if k_steps > 1:
+            row["excess_per_step_us"] = [float(x) for x in per_step]
+        out.append(row)
     out.sort(key=lambda x: (-x["excess_us"], -x["critical_us"], x["rank"], x["unit"], x["phase"]))
     return out

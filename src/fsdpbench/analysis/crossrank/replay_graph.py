@@ -109,6 +109,9 @@ class RankGraph:
     """Per collective: its message size (bytes, NaN unknown)."""
     main_lane: int = 0
     notes: list[str] = field(default_factory=list)
+    step_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """The start of each chosen step's ``ProfilerStep`` span (the rank's clock, ascending): a task belongs to
+    the last step that starts no later than it (the first step before them all); empty: one step."""
 
     def __len__(self) -> int:
         return len(self.lane)
@@ -637,11 +640,18 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
         c_type=[x if x else "other" for x in ctype.tolist()],
         c_bytes=t.bytes[comm_rows[order]] if cq.size else np.zeros(0),
         main_lane=int(np.searchsorted(lane_codes_used, main)) if main >= 0 else 0,
+        step_ns=_step_starts(trace.windows, chosen),
     )
 
 
+def _step_starts(windows: Any, chosen: list[int]) -> np.ndarray:
+    """The chosen steps' ``ProfilerStep`` span starts, ascending (int64 ns; empty with none)."""
+    sel = _isin(windows.step, chosen) if chosen else np.zeros(len(windows), dtype=bool)
+    return np.sort(np.asarray(windows.start_ns)[sel].astype(np.int64))
+
+
 _ARRAYS = ("dur", "start", "kind", "lane", "place", "op", "esrc", "edst", "ew", "ekind", "c_arrive", "c_xfer",
-           "c_start", "c_end", "c_bytes")  # fmt: skip
+           "c_start", "c_end", "c_bytes", "step_ns")  # fmt: skip
 
 
 _RELATIVE = {"edst": "esrc"}
@@ -739,6 +749,10 @@ def from_bytes(data: bytes) -> RankGraph:
             raise ValueError("a replay graph packed with relative queue gaps has no starts, lengths or edges")
         values["ew"] = (values["ew"] + np.where(values["ekind"] == K_QUEUE_GAP, fit, 0)).astype(
             values["ew"].dtype
+        )
+    if "step_ns" not in values:  # packed before the graph held its step windows: rebuild, never read one step
+        raise ValueError(
+            "a replay graph packed without its step windows (step_ns): written by an older fsdpbench"
         )
     meta = head["meta"]
     if "places" in meta:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis.crossrank.replay_excess import n_steps, task_steps
 from fsdpbench.analysis.crossrank.replay_graph import K_GAP, K_LAUNCH, K_QUEUE_GAP, K_TRANSFER, K_WAIT, KINDS
 from fsdpbench.analysis.crossrank.replay_schedule import CycleError, Reading, StepGraph, read, schedule
 from fsdpbench.analysis.estimate import whatif_units
@@ -177,37 +178,57 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
         a = int(out.offset[i])
         on_main = np.zeros(out.dur.size, dtype=bool)
         on_main[a : int(out.offset[i + 1])] = gr.lane == gr.main_lane
-        sel = np.flatnonzero(on_main & np.isin(out.place, pl))
+        at_place = np.flatnonzero(on_main & np.isin(out.place, pl))
+        if not at_place.size:
+            raise ConfigError(
+                f"--what-if {edit.text!r}: rank {gr.rank} has no task of its training thread at ({edit.unit}, "
+                f"{edit.phase})"
+            )
+        # a delay= arm sleeps in every step: the edit adds or removes MS in each step of the window
+        steps = task_steps(out)[at_place] if n_steps(out) > 1 else np.zeros(at_place.size, dtype=np.int64)
         ns = int(round(edit.ms * 1e6))
-        if ns >= 0:
-            gaps = sel[out.kind[sel] == K_GAP]  # a sleep is host time between operators: its first such task
-            first = gaps[np.argmin(out.meas[gaps])] if gaps.size else sel[np.argmin(out.meas[sel])]
-            out.dur[first] += ns
-            return out
-        # remove: host time at that place, where "add" puts it first (the place's first host gap: a delay
-        # at the start of the unit's phase, docs/replay.md), then the other host gaps, the longest first,
-        # then launch calls
-        left = -ns
-        gaps = sel[out.kind[sel] == K_GAP]
-        first = gaps[np.argmin(out.meas[gaps])] if gaps.size else None
-        for kind in (K_GAP, K_LAUNCH):
-            cand = sel[out.kind[sel] == kind]
-            cand = cand[np.argsort(-out.dur[cand], kind="stable")]
-            if kind == K_GAP and first is not None:
-                cand = np.concatenate([[first], cand[cand != first]])
-            for v in cand.tolist():
-                take = min(left, int(out.dur[v]))
-                out.dur[v] -= take
-                left -= take
-                if not left:
-                    return out
-        out.notes.append(f"{edit.text}: only {(-ns - left) / 1e6:.3f} ms of host time found there to remove")
+        short = []
+        for k in np.unique(steps).tolist():
+            left = _delay_in_step(out, at_place[steps == k], ns)
+            if left:
+                short.append(
+                    f"{(-ns - left) / 1e6:.3f} ms" + (f" in step {k + 1}" if n_steps(out) > 1 else "")
+                )
+        if short:
+            out.notes.append(f"{edit.text}: only {', '.join(short)} of host time found there to remove")
         return out
     if edit.op == "regroup":
         return _regroup(out, edit)
     if edit.op == "prefetch":
         return _prefetch(out, edit)
     raise ConfigError(f"--what-if {edit.text!r}: unknown edit")
+
+
+def _delay_in_step(out: StepGraph, sel: np.ndarray, ns: int) -> int:
+    """Add ``ns`` (≥ 0) to the first host gap of ``sel`` (a place's main-thread tasks in one step; a sleep is
+    host time between operators), or remove ``-ns`` of host time there: where "add" puts it first (the
+    first host gap: a delay at the start of the unit's phase, docs/replay.md), then the other host gaps, the
+    longest first, then launch calls. Returns the ns it could not remove (0: all of it)."""
+    if ns >= 0:
+        gaps = sel[out.kind[sel] == K_GAP]
+        first = gaps[np.argmin(out.meas[gaps])] if gaps.size else sel[np.argmin(out.meas[sel])]
+        out.dur[first] += ns
+        return 0
+    left = -ns
+    gaps = sel[out.kind[sel] == K_GAP]
+    first = gaps[np.argmin(out.meas[gaps])] if gaps.size else None
+    for kind in (K_GAP, K_LAUNCH):
+        cand = sel[out.kind[sel] == kind]
+        cand = cand[np.argsort(-out.dur[cand], kind="stable")]
+        if kind == K_GAP and first is not None:
+            cand = np.concatenate([[first], cand[cand != first]])
+        for v in cand.tolist():
+            take = min(left, int(out.dur[v]))
+            out.dur[v] -= take
+            left -= take
+            if not left:
+                return 0
+    return left
 
 
 def _rv_place(g: StepGraph, x: dict[str, Any]) -> tuple[str, str]:
@@ -521,7 +542,7 @@ def what_if(g: StepGraph, base: Reading, edit: Edit) -> dict[str, Any]:
     changed.sort(key=lambda x: -abs(x["delta_us"]))
     return {
         "edit": edit.text,
-        "predicted_step_us": rd.step_us,
+        "predicted_step_us": rd.step_us / n_steps(e),
         "phases": {p["phase"]: p["us"] for p in rd.by_phase},
         "changed": changed[:20],
         "source": SOURCE_REPLAY,
@@ -540,9 +561,11 @@ def what_if_row(res: Any, g: StepGraph, base: Reading, edit: Edit | str) -> dict
     try:
         row = what_if(g, base, parsed)
     except ConfigError as exc:
-        return closed_form_row(res, parsed, f"the replay cannot apply it ({exc})", base.step_us)
+        k = n_steps(g)
+        return closed_form_row(res, parsed, f"the replay cannot apply it ({exc})", base.step_us / k, k)
     if row["predicted_step_us"] is None:
-        return closed_form_row(res, parsed, f"its replay gave no step ({row['note']})", base.step_us)
+        k = n_steps(g)
+        return closed_form_row(res, parsed, f"its replay gave no step ({row['note']})", base.step_us / k, k)
     return row
 
 
@@ -637,15 +660,20 @@ def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[fl
     return None, f"no closed form for {edit.op}"
 
 
-def closed_form_row(res: Any, edit: Any, why: str, step_us: float | None) -> dict[str, Any]:
+def closed_form_row(res: Any, edit: Any, why: str, step_us: float | None, steps: int = 1) -> dict[str, Any]:
     """A ``what_if`` row answered by the closed form (``source: "closed form"``) because the replay could not
     price ``edit``: ``why`` says why, then what the closed form assumes. ``predicted_step_us`` is ``step_us``
-    (the replayed step) plus the closed form's change; None where there is no closed form for the edit."""
+    (the replayed step, per step) plus the closed form's change per step (the analysis's totals over its
+    ``steps`` profiled steps / ``steps``; a delay's is per step already); None where there is no closed form
+    for the edit."""
     try:
         delta, how = _closed_form_delta(res, res.record().to_dict(), edit)
     except Exception as exc:  # noqa: BLE001 - a fallback must not take the analysis down
         log.debug("closed form of %s failed", edit.text, exc_info=True)
         delta, how = None, f"its closed form failed ({type(exc).__name__}: {exc})"
+    if delta is not None and edit.op != "delay" and steps > 1:
+        delta /= steps
+        how += f" (over {steps} profiled steps: per step, the total / {steps})"
     return {
         "edit": edit.text,
         "predicted_step_us": None if delta is None or step_us is None else step_us + delta,

@@ -40,7 +40,12 @@ def missing_why(data: Mapping[str, Any]) -> str:
 
 
 def replayed_step_us(replay: Mapping[str, Any]) -> float | None:
-    """The replayed step of the unedited graph (µs): the figure's ``step_us``, else the longest rank's."""
+    """The replayed step of the unedited graph (µs), per step as ``what_if``'s ``predicted_step_us``: the
+    replay's ``step_us`` (its window / ``steps``), else (replays made before it, one step) the figure's
+    ``step_us``, else the longest rank's."""
+    step = finite(replay.get("step_us"))
+    if step is not None:
+        return step
     figure = replay.get("figure")
     step = finite(figure.get("step_us")) if isinstance(figure, Mapping) else None
     if step is not None:
@@ -64,16 +69,19 @@ def what_ifs(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def estimate_from_what_if(data: Mapping[str, Any], row: Mapping[str, Any], scenario: str) -> Estimate:
-    """The estimate of one replayed ``what_if`` row: predicted step − replayed step, the places it changed."""
+    """The estimate of one replayed ``what_if`` row: predicted step − replayed step, the places it changed.
+    Over several profiled steps (``replay.steps``) the change per step × the steps: on the clock of the
+    analysis's own figures (totals over the profiled steps), as the closed forms and the diff's deltas."""
     replay = replay_of(data) or {}
     base = replayed_step_us(replay)
     predicted = finite(row.get("predicted_step_us"))
+    steps = int(finite(replay.get("steps")) or 1)
     changed = [c for c in row.get("changed") or [] if isinstance(c, Mapping) and finite(c.get("delta_us"))]
     changed.sort(key=lambda c: -abs(finite(c.get("delta_us")) or 0.0))
     source = row.get("source") or whatif.SOURCE_REPLAY
     return Estimate(
         scenario=scenario,
-        step_time_delta_us=None if predicted is None or base is None else predicted - base,
+        step_time_delta_us=None if predicted is None or base is None else (predicted - base) * steps,
         source=str(source),
         source_note=None if source == whatif.SOURCE_REPLAY else (row.get("note") or None),
         note=row.get("note") if source == whatif.SOURCE_REPLAY and row.get("note") else None,

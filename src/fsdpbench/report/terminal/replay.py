@@ -37,7 +37,7 @@ def slack_parts(rp: dict) -> str:
 EXCESS_TOP = 5
 
 
-def _print_excess(con, rows: list[dict]) -> None:  # noqa: ANN001
+def _print_excess(con, rows: list[dict], steps: int = 1) -> None:  # noqa: ANN001
     """The places that determine the step (``replay.critical_excess``): a rank's time at a place beyond the
     other ranks' there, on the critical path; shown first (docs/replay.md)."""
     from rich.table import Table
@@ -53,7 +53,12 @@ def _print_excess(con, rows: list[dict]) -> None:  # noqa: ANN001
         title="Which place determines the step",
         title_justify="left",
         caption="ms; excess: the rank's time at the place above the other ranks' median at the same point "
-        "(between the same collectives, per kind of task), as far as it lies on the path",
+        "(between the same collectives, per kind of task), as far as it lies on the path"
+        + (
+            f"; over {steps} profiled steps: the median of each step's excess (the other columns: all steps)"
+            if steps > 1
+            else ""
+        ),
         caption_justify="left",
     )
     for col in ("rank", "unit", "phase", "excess", "on path", "this rank", "others (median)"):
@@ -85,11 +90,12 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
         highlight=False,
     )
     if critical:
-        step = rp["figure"]["step_us"]
+        step = rp["figure"]["step_us"]  # the whole profiled window (``steps`` steps), as the path's times
         if "critical_excess" in rp:  # absent in replays made before it
-            _print_excess(con, rp["critical_excess"])
+            _print_excess(con, rp["critical_excess"], int(rp.get("steps") or 1))
         kinds = [k for k in REPLAY_KINDS if any(k in p["kinds"] for p in rp["by_phase"])]
-        t = Table(title=f"Critical path per phase (step {_ms(step)} ms)", title_justify="left",
+        over = f"{rp['steps']} steps" if (rp.get("steps") or 1) > 1 else "step"
+        t = Table(title=f"Critical path per phase ({over} {_ms(step)} ms)", title_justify="left",
                   caption="ms on the cross-rank critical path, by kind of task", caption_justify="left")  # fmt: skip
         for col in ("phase", "path", *kinds):
             t.add_column(col, justify="left" if col == "phase" else "right", no_wrap=True)
@@ -131,7 +137,7 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
             w.add_column(
                 col, justify="left" if col in ("edit", "source", "largest change on the path") else "right"
             )
-        step = rp["figure"]["step_us"]
+        step = rp.get("step_us", rp["figure"]["step_us"])  # per step, as predicted_step_us
         for x in rp["what_if"]:
             c = x["changed"][0] if x["changed"] else None
             change = (
