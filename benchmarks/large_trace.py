@@ -367,12 +367,15 @@ def join_scale(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"ranks": ranks, "trace_bytes": 0}
         if not trace.exists():
             write_rank(trace, 0, ranks, args.rank_kernels)
-        if not (folder / f"rank{ranks - 1}.json.gz{RESULT}").exists():
-            # the per-rank part writes only the compact result (no hidden caches beside the trace)
-            row["ranks_only"] = _timed(
-                "ranks-only", _ranks_only_cmd(folder, 1), {**env, "FSDPBENCH_NO_CACHE": "1"}
-            )
-            clone_results(folder, ranks)
+        # every run writes the compact results again, with the code it measures: the join skips results
+        # that another fsdpbench wrote ("written by another fsdpbench"), and would then match nothing
+        for stale in folder.glob(f"rank*.json.gz{RESULT}"):
+            stale.unlink()
+        # the per-rank part writes only the compact result (no hidden caches beside the trace)
+        row["ranks_only"] = _timed(
+            "ranks-only", _ranks_only_cmd(folder, 1), {**env, "FSDPBENCH_NO_CACHE": "1"}
+        )
+        clone_results(folder, ranks)
         row["trace_bytes"] = trace.stat().st_size
         row["result_bytes"] = (folder / f"rank0.json.gz{RESULT}").stat().st_size
         out[str(ranks)] = row
