@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpbench.analysis.crossrank.replay_graph import K_WAIT, KINDS
+from fsdpbench.analysis.crossrank.replay_graph import K_WAIT, KINDS, _unique_inverse
 
 
 def n_steps(g: Any) -> int:
@@ -74,19 +74,6 @@ def _segments(g: Any) -> np.ndarray:
     first = np.searchsorted(arr_keys, np.arange(n_places, dtype=np.int64) * span, side="left")
     seg[real] = np.searchsorted(arr_keys, task_keys, side="right") - first[g.place[real]]
     return seg
-
-
-def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` for non-negative integers, by a table of the values present where
-    the largest is not far above the count (no sort)."""
-    top = int(x.max()) if x.size else -1
-    if x.size and int(x.min()) >= 0 and top < 4 * x.size + 4096:
-        present = np.zeros(top + 1, dtype=bool)
-        present[x] = True
-        ids = np.flatnonzero(present)
-        code = np.cumsum(present) - 1
-        return ids, code[x]
-    return np.unique(x, return_inverse=True)
 
 
 def _sum_at(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, shape: tuple[int, int]) -> np.ndarray:

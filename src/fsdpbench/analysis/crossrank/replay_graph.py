@@ -134,7 +134,13 @@ def _unique_sorted(x: np.ndarray) -> np.ndarray:
 
 
 def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` by a sort (see :func:`_unique_sorted`)."""
+    """``np.unique(x, return_inverse=True)``: for non-negative integers whose largest is not far above their
+    count by a table of the values present (no sort), else by a sort (see :func:`_unique_sorted`)."""
+    top = int(x.max()) if x.size else -1
+    if x.size and x.dtype.kind in "iu" and int(x.min()) >= 0 and top < 4 * x.size + 4096:
+        present = np.zeros(top + 1, dtype=bool)
+        present[x] = True
+        return np.flatnonzero(present).astype(x.dtype, copy=False), (np.cumsum(present) - 1)[x]
     u = _unique_sorted(x)
     return u, np.searchsorted(u, x).astype(np.int64)
 
