@@ -73,20 +73,21 @@ def _steps_rank(rank: int, n_steps: int, ranks: int = 3) -> dict:
     }
 
 
+def _write_ranks(out: Path, steps: int) -> Path:
+    """The three ranks' traces of ``steps`` steps (:func:`_steps_rank`) written into ``out``."""
+    for r in range(3):
+        (out / f"rank{r}.trace.json").write_text(json.dumps(_steps_rank(r, steps)))
+    return out
+
+
 @pytest.fixture(scope="module")
 def three_steps(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("steps3")
-    for r in range(3):
-        (out / f"rank{r}.trace.json").write_text(json.dumps(_steps_rank(r, 3)))
-    return out
+    return _write_ranks(tmp_path_factory.mktemp("steps3"), 3)
 
 
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("steps2")
-    for r in range(3):
-        (out / f"rank{r}.trace.json").write_text(json.dumps(_steps_rank(r, 2)))
-    return out
+    return _write_ranks(tmp_path_factory.mktemp("steps2"), 2)
 
 
 def _analysis(path: Path, *edits: str, step: int | None = None):
