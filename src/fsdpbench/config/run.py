@@ -101,8 +101,8 @@ class RunConfig(Record):
     """Step index (0-based, within a separate profiling launch) that the profiler records; ≥ 1."""
     profile_steps: int = 1
     """Consecutive steps the profiler records (``--profile-steps``; ≥ 1): the first is the one a profiled
-    round or ``profile_step`` records with 1, the others follow it. With more than one, each recorded step
-    holds its own bookkeeping after its training (docs/profiling.md)."""
+    round or ``profile_step`` records with 1, the others follow it. With more than one, each recorded step but
+    the last holds its own bookkeeping after its training (docs/methodology.md)."""
     profile_ranges: bool = True
     """fsdpbench's own ranges in the profiled step (``--no-ranges`` leaves them out, so the units come from
     the implementation's own ranges, e.g. FSDP2's: docs/attribution.md "Sources of units")."""

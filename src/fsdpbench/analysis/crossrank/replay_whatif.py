@@ -558,13 +558,12 @@ def what_if_row(res: Any, g: StepGraph, base: Reading, edit: Edit | str) -> dict
     parsed = parse_edit(edit) if isinstance(edit, str) else edit
     if parsed.rank is not None:
         _rank_pos(g, parsed.rank, parsed)  # no closed form answers for a rank that is not there
+    k = n_steps(g)
     try:
         row = what_if(g, base, parsed)
     except ConfigError as exc:
-        k = n_steps(g)
         return closed_form_row(res, parsed, f"the replay cannot apply it ({exc})", base.step_us / k, k)
     if row["predicted_step_us"] is None:
-        k = n_steps(g)
         return closed_form_row(res, parsed, f"its replay gave no step ({row['note']})", base.step_us / k, k)
     return row
 
