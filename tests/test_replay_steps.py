@@ -165,6 +165,7 @@ def test_the_graph_cache_carries_the_step_windows_and_refuses_a_pack_without_the
     import dataclasses
     import lzma
 
+    import numpy as np
     import orjson
 
     from fsdpbench.analysis.crossrank import replay_graph
@@ -180,7 +181,7 @@ def test_the_graph_cache_carries_the_step_windows_and_refuses_a_pack_without_the
     # drop the step_ns array from the pack, as an older fsdpbench wrote it
     pos, blobs, arrays = cut + 1, [], []
     for name, how, dtype, count, first in head["arrays"]:
-        size = __import__("numpy").dtype(dtype).itemsize * count
+        size = np.dtype(dtype).itemsize * count
         if name != "step_ns":
             arrays.append([name, how, dtype, count, first])
             blobs.append(raw[pos : pos + size])
