@@ -86,7 +86,7 @@ def write(
     body = lzma.compress(result_cache.entry_bytes({}, trace_rank, warnings, metrics, packed=False), preset=6)
     from fsdpbench.analysis.crossrank.replay_graph import to_bytes  # numpy: only where a graph is packed
 
-    tail = b"" if graph is None else to_bytes(graph)
+    tail = b"" if graph is None else to_bytes(graph, small=True)
     header = {
         **_code_key(step),
         "trace": {
