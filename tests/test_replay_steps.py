@@ -164,22 +164,18 @@ def test_the_graph_cache_carries_the_step_windows_and_refuses_a_pack_without_the
     pack written without them (an older fsdpbench) is refused, so the cache is rebuilt, never read as one step."""
     import dataclasses
     import lzma
-    import zlib
 
     import numpy as np
     import orjson
 
-    from fsdpbench.analysis.crossrank import replay_graph
+    from fsdpbench.analysis.crossrank import replay_pack as replay_graph
 
     res = _analysis(three_steps)
     graph = res._replay[0].graphs[0]
     back = replay_graph.from_bytes(replay_graph.to_bytes(graph))
     want = [int(T0 * 1000) + x for x in (0, 67_000, 234_000)]
     assert back.step_ns.tolist() == want == graph.step_ns.tolist()
-    # the compact result's LZMA pack reads back the same
-    assert replay_graph.from_bytes(replay_graph.to_bytes(graph, small=True)).step_ns.tolist() == want
-    raw = zlib.decompress(replay_graph.to_bytes(graph))
-    assert raw == lzma.decompress(replay_graph.to_bytes(graph, small=True))
+    raw = lzma.decompress(replay_graph.to_bytes(graph))
     cut = raw.index(b"\n")
     head = orjson.loads(raw[:cut])
     # drop the step_ns array from the pack, as an older fsdpbench wrote it
@@ -192,10 +188,9 @@ def test_the_graph_cache_carries_the_step_windows_and_refuses_a_pack_without_the
         pos += size
     head["arrays"] = arrays
     head["dtypes"].pop("step_ns")
-    old = orjson.dumps(head) + b"\n" + b"".join(blobs)
-    for pack in (zlib.compress(old), lzma.compress(old)):  # both forms an older fsdpbench wrote
-        with pytest.raises(ValueError, match="step windows"):
-            replay_graph.from_bytes(pack)
+    old = lzma.compress(orjson.dumps(head) + b"\n" + b"".join(blobs))
+    with pytest.raises(ValueError, match="step windows"):
+        replay_graph.from_bytes(old)
     assert dataclasses.fields(graph)  # a RankGraph, as built
 
 

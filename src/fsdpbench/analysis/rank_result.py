@@ -11,7 +11,7 @@ takes the rank from it (:func:`fsdpbench.trace.discover.find_sources` lists such
 The file (docs/DATA.md, "Compact rank result") is one JSON header line, then the rank's result-cache
 entry (:func:`result_cache.entry_bytes`: the Analysis JSON's rank part with every op and its collective
 events, i.e. each collective instance's group, seq, type, bytes, arrival and end, which is what the join
-matches across ranks), then the rank's step-replay graph (:func:`replay_graph.to_bytes`; empty when it
+matches across ranks), then the rank's step-replay graph (:func:`replay_pack.to_bytes`; empty when it
 could not be built). The header says which code wrote it (the analysis and reader hashes), the step
 selection, and the trace it stands for (name, format, bytes, and each file's size and mtime): with the
 trace present a result is used only while these still match (a ``stat``, no byte of the trace read);
@@ -84,9 +84,9 @@ def write(
         InputError: the folder is not writable (the message names the file).
     """
     body = lzma.compress(result_cache.entry_bytes({}, trace_rank, warnings, metrics, packed=False), preset=6)
-    from fsdpbench.analysis.crossrank.replay_graph import to_bytes  # numpy: only where a graph is packed
+    from fsdpbench.analysis.crossrank.replay_pack import to_bytes  # numpy: only where a graph is packed
 
-    tail = b"" if graph is None else to_bytes(graph, small=True)
+    tail = b"" if graph is None else to_bytes(graph)
     header = {
         **_code_key(step),
         "trace": {
@@ -158,7 +158,7 @@ def load(trace: Path, step: int | None, graph: bool) -> tuple[int | None, list[s
             raise ValueError("no result in it")
         hit[2].rank = int(header["rank"])  # the header names the rank the result stands for
         if graph and len(raw) > mid:
-            from fsdpbench.analysis.crossrank.replay_graph import from_bytes
+            from fsdpbench.analysis.crossrank.replay_pack import from_bytes
 
             hit[2].replay_graph = from_bytes(raw[mid:])
             hit[2].replay_graph.rank = hit[2].rank

@@ -142,7 +142,7 @@ def graph_path(trace: Path) -> Path:
 def store_graph(trace: Path, want: dict[str, Any], graph: Any) -> None:
     """Write the rank's replay graph (:mod:`fsdpbench.analysis.crossrank.replay_graph`) under ``want`` beside ``trace``
     (skipped quietly as :func:`store` is)."""
-    from fsdpbench.analysis.crossrank.replay_graph import to_bytes
+    from fsdpbench.analysis.crossrank.replay_pack import to_bytes
 
     head = orjson.dumps(want)
 
@@ -162,7 +162,7 @@ def load_graph(trace: Path, want: dict[str, Any]) -> Any:
         cut = raw.index(b"\n")
         if orjson.loads(raw[:cut]) != want:
             return None
-        from fsdpbench.analysis.crossrank.replay_graph import from_bytes
+        from fsdpbench.analysis.crossrank.replay_pack import from_bytes
 
         return from_bytes(raw[cut + 1 :])
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign cache is ignored, never fatal

@@ -38,14 +38,11 @@ What a rank's graph holds (times are the rank's own clock, ns):
 from __future__ import annotations
 
 import dataclasses
-import lzma
-import zlib
-from collections.abc import Mapping
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
 
 from fsdpbench.trace.table import EventTable
 
@@ -61,6 +58,13 @@ _C_NONE, _C_OP, _C_COMPUTE, _C_LAUNCH, _C_SYNC = range(5)
 INFER_WINDOW_NS = 50_000
 """A device task that starts later than its launch and its lane explain, within this much after a task on
 another lane of its rank ended, is taken to have waited for that task (an inferred edge)."""
+WAITED_WINDOW_NS = 1_500_000
+"""A device task that starts later than its launch and its lane explain, whose launch the launching thread preceded
+with a stream-wait call (``cudaStreamWaitEvent``, ``hipStreamWaitEvent``, ``aclrtStreamWaitEvent``) since its
+lane's previous launch, and that no other rule explains, waits for the task on another lane of its rank that ended
+last before it, within this much (an inferred edge: the call names neither the event nor the stream it waits
+for, and a Kineto trace without ``cudaEventRecord`` calls cannot link them; docs/replay.md)."""
+_STREAM_WAIT = re.compile(r"^(?:\w+@)?(?:cuda|hip|cu|aclrt)StreamWaitEvent$", re.IGNORECASE)
 QUEUE_GAP_NS = 1_500_000
 """A device task that starts later than its launch explains, less than this after its queue lane's previous
 task ended, and not explained by an inferred cross-lane wait, keeps that gap as a fixed latency on its
@@ -68,8 +72,6 @@ lane-order edge (kind ``queue_gap``: the stream's dispatch gap). HTA's critical 
 ``KERNEL_KERNEL_DELAY`` edge below ``KERNEL_KERNEL_DELAY_THRESHOLD_US`` = 1,500 µs ("anything beyond 1.5ms
 probably indicates an unrecognized dependency"; hta/analyzers/critical_path_analysis.py, commit ce386f4,
 July 2025; HTA 0.5.0 keeps it unbounded)."""
-_XZ_MAGIC = b"\xfd7zXZ\x00"
-"""The first bytes of an LZMA (xz) pack (:func:`to_bytes` with ``small``; every pack before it deflated the cache's)."""
 _CLASS_KIND = np.array([K_GAP, K_LAUNCH, K_COMPUTE, K_LAUNCH, K_SYNC], dtype=np.int8)
 
 
@@ -303,6 +305,39 @@ def _host_segments_loop(
         np.frombuffer(seg_c, dtype=np.int8)[keep],
         np.frombuffer(seg_o, dtype=np.int64)[keep],
     )
+
+
+def _stream_waited(
+    t: EventTable,
+    host_ev: np.ndarray,
+    lane_codes: np.ndarray,
+    ll: np.ndarray,
+    lt: np.ndarray,
+    all_ll: np.ndarray,
+    all_lt: np.ndarray,
+    qlanes: np.ndarray,
+    which: np.ndarray,
+) -> np.ndarray:
+    """Per queue task ``which`` (launched from host lane ``ll`` at ``lt``): whether its launching thread called a
+    stream-wait (:data:`_STREAM_WAIT`) after the previous launch onto the same queue lane from that thread and
+    before this launch (``all_ll``/``all_lt``/``qlanes``: every queue task's launch lane, launch time and lane)."""
+    out = np.zeros(which.size, dtype=bool)
+    if not which.size:
+        return out
+    names = t.name.categories
+    codes = [i for i, c in enumerate(names) if _STREAM_WAIT.match(str(c))]
+    if not codes:
+        return out
+    calls = np.flatnonzero(host_ev & _isin(t.name.codes, codes))
+    for i, (k, lane, at) in enumerate(zip(which.tolist(), ll.tolist(), lt.tolist(), strict=True)):
+        if lane < 0:
+            continue
+        before = (all_ll == lane) & (qlanes == qlanes[k]) & (all_lt < at)
+        since = int(all_lt[before].max()) if before.any() else np.iinfo(np.int64).min
+        on = calls[lane_codes[calls] == lane]
+        starts = t.start_ns[on]
+        out[i] = bool(((starts > since) & (starts < at)).any())
+    return out
 
 
 def _step_window(t: EventTable, windows: Any, chosen: list[int]) -> tuple[int, int, int]:
@@ -597,10 +632,21 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
             # the rest, less than QUEUE_GAP_NS after the lane's previous task (its ready time: a launch
             # edge carries no latency where the lane was busy at the launch): the lane's dispatch gap
             rest = late[~ok]
-            rest = rest[~first_on_lane[rest] & (q_start[rest] - prev_end[rest] < QUEUE_GAP_NS)]
-            pos = np.searchsorted(same + 1, rest)  # its lane-order edge
-            lane_w[pos] = q_start[rest] - prev_end[rest]
+            gap = ~first_on_lane[rest] & (q_start[rest] - prev_end[rest] < QUEUE_GAP_NS)
+            pos = np.searchsorted(same + 1, rest[gap])  # its lane-order edge
+            lane_w[pos] = q_start[rest[gap]] - prev_end[rest[gap]]
             lane_k[pos] = K_QUEUE_GAP
+            # what is still unexplained, after a stream-wait call: the wait, within WAITED_WINDOW_NS
+            left = rest[~gap]
+            j_left = j[~ok][~gap]
+            waited = _stream_waited(t, host_ev, lane_codes, q_ll[left], q_lt[left], q_ll, q_lt, qlanes, left)
+            w_ok = waited & (j_left >= 0)
+            cand_w = np.where(w_ok, ends_sorted[np.maximum(j_left, 0)], np.iinfo(np.int64).min)
+            w_ok &= (cand_w > ready[left]) & (q_start[left] - cand_w <= WAITED_WINDOW_NS)
+            esrc.append(last[by_end[j_left[w_ok]]])
+            edst.append(first[left[w_ok]])
+            ew.append(q_start[left[w_ok]] - cand_w[w_ok])
+            ek.append(np.full(int(w_ok.sum()), K_SYNC, dtype=np.int8))
         # joins: the host task starting at the join point waits for the queue task's end
         for lane, e, k in joins:
             b, ids = host_nodes[lane]
@@ -657,121 +703,3 @@ def _step_starts(windows: Any, chosen: list[int]) -> np.ndarray:
     """The chosen steps' ``ProfilerStep`` span starts, ascending (int64 ns; empty with none)."""
     sel = _isin(windows.step, chosen) if chosen else np.zeros(len(windows), dtype=bool)
     return np.sort(np.asarray(windows.start_ns)[sel].astype(np.int64))
-
-
-_ARRAYS = ("dur", "start", "kind", "lane", "place", "op", "esrc", "edst", "ew", "ekind", "c_arrive", "c_xfer",
-           "c_start", "c_end", "c_bytes", "step_ns")  # fmt: skip
-
-
-_RELATIVE = {"edst": "esrc"}
-"""Graph arrays stored as differences from another (an edge's target lies near its source)."""
-
-
-def _narrowest(a: Any) -> Any:
-    if a.size == 0:
-        return a
-    lo, hi = int(a.min()), int(a.max())
-    for t in (np.int8, np.int16, np.int32):
-        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
-            return a.astype(t)
-    return a.astype(np.int64)
-
-
-def _queue_gap_fit(a: Mapping[str, np.ndarray]) -> np.ndarray | None:
-    """Per edge, its destination's start − its source's end, from a graph's arrays by field name (what a kept
-    queue gap measures, so the cache stores only its difference from it: 0 where the gap was taken from these
-    very times); None where there are no starts or lengths to take it from (a slimmed graph)."""
-    n = a["dur"].size
-    if not (
-        n and a["start"].size == n and a["esrc"].size == a["edst"].size == a["ew"].size == a["ekind"].size
-    ):
-        return None
-    src = a["esrc"].astype(np.int64)
-    return (
-        a["start"][a["edst"]].astype(np.int64)
-        - a["start"][src].astype(np.int64)
-        - a["dur"][src].astype(np.int64)
-    )
-
-
-def to_bytes(graph: RankGraph, small: bool = False) -> bytes:
-    """A rank's replay graph in few bytes, for its cache beside the trace and the compact rank result that
-    a node ships: each integer array as differences (from the element before, or from ``_RELATIVE``'s array)
-    when that narrows it, in the narrowest integer type, its bytes split into byte planes, the whole deflated
-    at level 1 (ISA-L's when ``isal`` is installed, else zlib's): the cache beside a trace, ~17× faster to
-    write than LZMA (~9 ms against 145 ms for a rank of 70k tasks) for ~1.8× its bytes. ``small``: LZMA
-    (preset 6) instead, for the compact result a node ships (docs/multi-node.md), where bytes count."""
-    meta: dict[str, Any] = {}
-    arrays: list[list[Any]] = []  # [name, how, dtype, count, first value (diff)]
-    blobs: list[bytes] = []
-    gap_fit = _queue_gap_fit(vars(graph))
-    for f in dataclasses.fields(graph):
-        value = getattr(graph, f.name)
-        if not isinstance(value, np.ndarray):
-            meta[f.name] = value
-            continue
-        if f.name == "ew" and gap_fit is not None:  # a queue gap is its lane's start − end before: 0 left
-            value = value - np.where(graph.ekind == K_QUEUE_GAP, gap_fit, 0)
-        how, out, first = "raw", value, 0
-        if value.dtype.kind in "iu" and value.size:
-            out = _narrowest(value)
-            base = _RELATIVE.get(f.name)
-            first = int(value[0])
-            cands = [("diff", np.diff(value.astype(np.int64), prepend=np.int64(first)))]
-            if (
-                base is not None
-                and getattr(graph, base) is not None
-                and getattr(graph, base).size == value.size
-            ):
-                cands.append(("rel", value.astype(np.int64) - getattr(graph, base).astype(np.int64)))
-            for name, cand in cands:
-                cand = _narrowest(cand)
-                if cand.itemsize < out.itemsize:
-                    how, out = name, cand
-        out = np.ascontiguousarray(out)
-        arrays.append([f.name, how, out.dtype.str, int(out.size), first])
-        blobs.append(out.view(np.uint8).reshape(-1, out.itemsize).T.tobytes())
-    head = orjson.dumps({"meta": meta, "arrays": arrays, "queue_gaps_relative": gap_fit is not None, "dtypes": {
-        n: getattr(graph, n).dtype.str for n, *_ in arrays}})  # fmt: skip
-    body = head + b"\n" + b"".join(blobs)
-    if small:
-        return lzma.compress(body, preset=6)
-    from fsdpbench.trace.cache import _fast_deflate
-
-    return (_fast_deflate() or zlib).compress(body, 1)
-
-
-def from_bytes(data: bytes) -> RankGraph:
-    """The :class:`RankGraph` that :func:`to_bytes` packed (ValueError/KeyError/zlib.error/LZMAError on bytes
-    that are not one; an LZMA pack, as the first versions wrote, is read too)."""
-    raw = lzma.decompress(data) if data[:6] == _XZ_MAGIC else zlib.decompress(data)
-    cut = raw.index(b"\n")
-    head = orjson.loads(raw[:cut])
-    pos = cut + 1
-    values: dict[str, Any] = {}
-    for name, how, dtype, count, first in head["arrays"]:
-        dt = np.dtype(dtype)
-        size = dt.itemsize * count
-        planes = np.frombuffer(raw, np.uint8, size, pos).reshape(dt.itemsize, count)
-        pos += size
-        a = np.ascontiguousarray(planes.T).view(dt).reshape(count).astype(np.dtype(head["dtypes"][name]))
-        if how == "diff":
-            a = (np.cumsum(a.astype(np.int64)) + first).astype(a.dtype)
-        elif how == "rel":
-            a = (a.astype(np.int64) + values[_RELATIVE[name]].astype(np.int64)).astype(a.dtype)
-        values[name] = a
-    if head.get("queue_gaps_relative"):
-        fit = _queue_gap_fit(values)
-        if fit is None:
-            raise ValueError("a replay graph packed with relative queue gaps has no starts, lengths or edges")
-        values["ew"] = (values["ew"] + np.where(values["ekind"] == K_QUEUE_GAP, fit, 0)).astype(
-            values["ew"].dtype
-        )
-    if "step_ns" not in values:  # packed before the graph held its step windows: rebuild, never read one step
-        raise ValueError(
-            "a replay graph packed without its step windows (step_ns): written by an older fsdpbench"
-        )
-    meta = head["meta"]
-    if "places" in meta:
-        meta["places"] = [tuple(p) for p in meta["places"]]
-    return RankGraph(**meta, **values)
