@@ -288,7 +288,8 @@ def test_a_resume_that_raises_max_rounds_switches_to_the_confidence_sequence(tmp
 def test_ab_rounds_auto_runs_real_launches_and_says_why_it_stopped(tmp_path):
     """Two identical arms, a CI target of 1000 %: the interval of two equal configurations is far narrower than
     that even on a loaded machine, so it stops at the first look, after 4 interleaved rounds (``--max-rounds 4``
-    bounds it to 8 launches), with "no difference larger than X %", and says so."""
+    bounds it to 8 launches), with a verdict that its interval backs ("no difference larger than X %" where it
+    holds 1), and says so."""
     from helpers import free_port, run_cli
 
     proc = run_cli(
@@ -306,7 +307,15 @@ def test_ab_rounds_auto_runs_real_launches_and_says_why_it_stopped(tmp_path):
     ]
     summary = _summary(run_dir)
     assert (summary["rounds_auto"]["reason"], summary["rounds_auto"]["rounds"]) == (rounds.STOP_SETTLED, 4)
-    assert summary["verdict"].startswith("no difference larger than")
+    # the verdict follows its interval: identical arms' 95 % CI holds 1 in ~95 % of runs, and the others must say
+    # "slower"/"faster" (how often is the simulation's to measure: benchmarks/verdict_error.py); a test
+    # that required "no difference" failed one CI run in ~20 (a 1.15× "slower" on a loaded box)
+    (cmp,) = summary["comparisons"]
+    lo, hi = cmp["ci95"]
+    if lo <= 1.0 <= hi:
+        assert summary["verdict"].startswith("no difference larger than"), summary["verdict"]
+    else:
+        assert (" slower than " if lo > 1.0 else " faster than ") in summary["verdict"], summary["verdict"]
     said = " ".join(proc.stderr.split())  # rich wraps and pads the lines
     assert (
         "--rounds auto stopped after 4 rounds: every comparison's group-sequential 95 % CI excludes 1" in said
