@@ -19,12 +19,10 @@ from fsdpbench.fmt import MISSING, fmt, fmt_pct, fmt_us, fmt_us_as_ms
 from fsdpbench.report.blocks import Banner, Block, Details, Figure, Heading, Para, Table
 from fsdpbench.report.load import RunData
 from fsdpbench.report.replay_figure import replay_lanes
-from fsdpbench.report.terminal.replay import REPLAY_KINDS, slack_parts
+from fsdpbench.report.terminal.replay import ERROR_WARN_PCT, REPLAY_KINDS, slack_parts
 
 TOP_PLACES = 10
 """Rows of the top-places and near-critical tables."""
-ERROR_WARN_PCT = 5.0
-"""A replay whose largest per-rank error exceeds this (%) gets a warning: read its path with care."""
 KIND_ORDER = REPLAY_KINDS
 """The replay's task kinds in table order (others follow in the order met)."""
 

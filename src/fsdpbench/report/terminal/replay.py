@@ -15,6 +15,9 @@ def _ms(us: float | None) -> str:
 
 
 REPLAY_TOP = 10
+ERROR_WARN_PCT = 5.0
+"""A replay whose largest per-rank error exceeds this (%) gets a warning (here and in the report): read its path
+with care."""
 REPLAY_KINDS = ("compute", "transfer", "wait", "host_gap", "launch", "sync", "queue_gap")
 """The replay's kinds in table order (``queue_gap``: a queue lane's kept dispatch gap, an edge latency)."""
 
@@ -89,6 +92,15 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
         f"over {over}; unexplained slack {_ms(rp['unexplained_slack_us'])} ms{slack_parts(rp)}",
         highlight=False,
     )
+    worst = err.get("max")
+    if worst is None or worst > ERROR_WARN_PCT:
+        why = "is unknown" if worst is None else f"reaches {fmt(worst, 1)} % on a rank"
+        con.print(
+            f"[yellow]warning:[/yellow] the replay's error {why}: these traces hold starts that nothing in them "
+            "explains (a dependency the trace does not record, or device tasks the export left out); read the "
+            'path and the replayed what-ifs with care (docs/replay.md, "What the graph cannot see")',
+            highlight=False,
+        )
     if critical:
         step = rp["figure"]["step_us"]  # the whole profiled window (``steps`` steps), as the path's times
         if "critical_excess" in rp:  # absent in replays made before it
