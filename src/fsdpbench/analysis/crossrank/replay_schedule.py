@@ -32,7 +32,6 @@ from fsdpbench.analysis.crossrank.replay_passes import (  # noqa: F401 - re-expo
     CycleError,
     Schedule,
     StepGraph,
-    _q,
     contract,
     latest_starts,
     schedule,
@@ -153,18 +152,32 @@ def _rank_ends(g: StepGraph, s: Schedule) -> np.ndarray:
 def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """The critical path from the step's end back to a rank's start, as (tasks, binding edges; -1 at the
     origin), from the end backwards: the task ending last starts it; each task's binding predecessor (at a
-    rendezvous, the last rank to arrive) gives the next."""
+    rendezvous, the last rank to arrive) gives the next. Where that predecessor is the task before it (a
+    lane's or a thread's run: most of the path), numpy takes the whole run at once: the loop runs once per
+    jump between runs."""
+    n = g.dur.size
     real = np.flatnonzero(g.rank >= 0)
     v = int(real[np.argmax(s.end[real])])
-    bind = _q(s.binding)  # typed arrays: a copy of 8 bytes an entry, not a list of Python ints
-    src = _q(g.esrc)
-    tasks, edges = [], []
+    bind = s.binding
+    pred = np.full(n, -1, dtype=np.int64)  # per task: its binding predecessor (-1: none)
+    has = bind >= 0
+    pred[has] = g.esrc[bind[has]]
+    idx = np.arange(n, dtype=np.int64)
+    # per task: the first task of its run (the tasks before it, back to there, each bound by the one before)
+    head = np.maximum.accumulate(np.where(pred == idx - 1, 0, idx))
+    del has, idx
+    top, low = [], []
     while v >= 0:
-        e = bind[v]
-        tasks.append(v)
-        edges.append(e)
-        v = src[e] if e >= 0 else -1
-    return np.array(tasks, dtype=np.int64), np.array(edges, dtype=np.int64)
+        h = int(head[v])
+        top.append(v)
+        low.append(h)
+        v = int(pred[h])
+    top_a = np.array(top, dtype=np.int64)
+    size = top_a - np.array(low, dtype=np.int64) + 1
+    tasks = np.repeat(top_a, size) - (
+        np.arange(int(size.sum()), dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)
+    )
+    return tasks, bind[tasks].astype(np.int64)
 
 
 def unexplained_gaps(g: StepGraph) -> np.ndarray:
@@ -231,8 +244,8 @@ class Reading:
     slack: list[dict[str, Any]]
     near_critical: list[dict[str, Any]]
     on_path: np.ndarray
-    path: list[tuple[int, int]]
-    """(task, binding edge) from the end back to the origin."""
+    path: np.ndarray
+    """The critical path's tasks, from the end back to the origin (:func:`critical_path`)."""
     place_us: dict[tuple[int, str, str, str], float]
 
 
@@ -290,10 +303,9 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
         {"phase": p, "us": sum(kk.values()), "kinds": dict(sorted(kk.items(), key=lambda x: -x[1]))}
         for p, kk in sorted(phases.items(), key=lambda x: -sum(x[1].values()))
     ]
-    path = list(zip(p_tasks.tolist(), p_edges.tolist(), strict=True))
     rd = Reading(
         step_us=step_ns / 1000.0, ranks=ranks, critical=critical, by_phase=by_phase, slack=[],
-        near_critical=[], on_path=on_path, path=path, place_us={k: v / 1000.0 for k, v in acc.items()},
+        near_critical=[], on_path=on_path, path=p_tasks, place_us={k: v / 1000.0 for k, v in acc.items()},
     )  # fmt: skip
     if slack:
         rd.slack, rd.near_critical = read_slack(g, s, rd)
@@ -427,10 +439,11 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     starts = [gr.ws_ns - o for gr, o in zip(g.graphs, g.offset_ns, strict=True)]
     t0 = int(min(starts))
     real = np.flatnonzero(g.rank >= 0)
-    # a wait is drawn from its start to the start of the task after it on its lane
-    lane_key = g.rank[real].astype(np.int64) * 100_000 + np.concatenate([gr.lane for gr in g.graphs]).astype(
+    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(
         np.int64
-    )
+    )  # per real task (they come first)
+    # a wait is drawn from its start to the start of the task after it on its lane
+    lane_key = g.rank[real].astype(np.int64) * 100_000 + all_lanes
     o = np.argsort(lane_key, kind="stable")  # by lane, then start: a lane's tasks start in index order …
     st = s.start[real][o]
     k = lane_key[o]
@@ -479,9 +492,8 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     ):
         lanes[lane_of[k]]["segments"].append([(a - t0) / 1000.0, (b - t0) / 1000.0, kd, p])
     path_rows = []
-    pv = np.array([v for v, _ in reversed(rd.path)], dtype=np.int64)
+    pv = rd.path[::-1]
     pv = pv[(g.rank[pv] >= 0) & (s.end[pv] > s.start[pv])]
-    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
     pk = g.rank[pv].astype(np.int64) * 100_000 + all_lanes[pv]
     if pv.size:  # consecutive path tasks on one lane: one row
         cut = np.ones(pv.size, dtype=bool)
