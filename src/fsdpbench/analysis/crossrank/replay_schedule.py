@@ -57,23 +57,32 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
             [place_index.setdefault((g.rank, u, p), len(place_index)) for u, p in g.places], dtype=np.int64
         )
         parts_place.append(m[g.place].astype(np.int32) if m.size else np.zeros(len(g), np.int32))
-    rank = np.concatenate([np.full(len(g), i, dtype=np.int32) for i, g in enumerate(graphs)])
-    local = np.concatenate([np.arange(len(g), dtype=np.int32) for g in graphs])
-    dur = np.concatenate([g.dur for g in graphs]).astype(np.int64)
-    meas = np.concatenate([g.start - o for g, o in zip(graphs, offset_ns, strict=True)])
-    kind = np.concatenate([g.kind for g in graphs]).astype(np.int8)
-    place = np.concatenate(parts_place)
+    by_key: dict[Any, list[tuple[int, int]]] = {}  # the rendezvous: one per key
+    for i, ks in enumerate(keys):
+        for j, k in enumerate(ks):
+            by_key.setdefault(k, []).append((i, j))
+    total = n + len(by_key)
+
+    def joined(parts: list[np.ndarray], dtype: Any, tail: int) -> np.ndarray:
+        """The ranks' ``parts`` one after the other, then ``tail`` for each rendezvous: one array, one copy."""
+        out = np.empty(total, dtype=dtype)
+        if parts:
+            np.concatenate(parts, out=out[:n], casting="unsafe")
+        out[n:] = tail
+        return out
+
+    rank = joined([np.full(len(g), i, dtype=np.int32) for i, g in enumerate(graphs)], np.int32, -1)
+    local = joined([np.arange(len(g), dtype=np.int32) for g in graphs], np.int32, -1)
+    dur = joined([g.dur for g in graphs], np.int64, 0)
+    meas = joined([g.start - o for g, o in zip(graphs, offset_ns, strict=True)], np.int64, 0)
+    kind = joined([g.kind for g in graphs], np.int8, K_WAIT)
+    place = joined(parts_place, np.int32, -1)
     # task indices (the rendezvous' included) as int32: half the edges' memory
     idx = np.int32 if n + sum(len(k) for k in keys) < 2**31 else np.int64
     esrc = [(g.esrc + offset[i]).astype(idx) for i, g in enumerate(graphs)]
     edst = [(g.edst + offset[i]).astype(idx) for i, g in enumerate(graphs)]
     ew = [g.ew for g in graphs]
     ek = [g.ekind for g in graphs]
-    # rendezvous
-    by_key: dict[Any, list[tuple[int, int]]] = {}
-    for i, ks in enumerate(keys):
-        for j, k in enumerate(ks):
-            by_key.setdefault(k, []).append((i, j))
     rv = []
     r_src, r_dst = [], []
     # each rank's collectives as Python ints once (tasks in the joined arrays, times on the aligned clock)
@@ -119,12 +128,7 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         dur[x_task] = x_dur
         meas[x_task] = x_meas
     nrv = len(rv)
-    rank = np.concatenate([rank, np.full(nrv, -1, np.int32)])
-    local = np.concatenate([local, np.full(nrv, -1, np.int32)])
-    dur = np.concatenate([dur, np.zeros(nrv, np.int64)])
-    meas = np.concatenate([meas, np.array([x["measured_last"] for x in rv], dtype=np.int64)])
-    kind = np.concatenate([kind, np.full(nrv, K_WAIT, np.int8)])
-    place = np.concatenate([place, np.full(nrv, -1, np.int32)])
+    meas[n:] = [x["measured_last"] for x in rv]
     esrc.append(np.array(r_src, dtype=idx))
     edst.append(np.array(r_dst, dtype=idx))
     ew.append(np.zeros(len(r_src), dtype=np.int64))
