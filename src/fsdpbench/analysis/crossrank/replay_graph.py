@@ -159,8 +159,8 @@ def _isin(a: np.ndarray, values: object) -> np.ndarray:
 
 
 def _by_start(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``rows`` in (start, -end) order, ties in their order (``rows[np.lexsort((-ends, starts))]``): as they
-    are where they already are in it (a table's rows are, by start), without a sort."""
+    """``rows`` in (start, -end) order, ties in their order (``rows[np.lexsort((-ends, starts))]``); unchanged,
+    without a sort, where they are in that order already (a table's rows are)."""
     if starts.size < 2 or bool(
         ((starts[1:] > starts[:-1]) | ((starts[1:] == starts[:-1]) & (ends[1:] <= ends[:-1]))).all()
     ):
@@ -184,11 +184,8 @@ def _laminar(starts: np.ndarray, ends: np.ndarray) -> bool:
         return False
     o_level = depth[is_open]  # per open, in index order
     c_level = depth[~is_open] + 1  # per close, in the closes' order
-    if int(depth.max()) < 1 << 15:
-        o_level, c_level = (
-            o_level.astype(np.uint16),
-            c_level.astype(np.uint16),
-        )  # the nesting depth: a radix sort
+    if int(depth.max()) < 1 << 15:  # the nesting depth: a radix sort
+        o_level, c_level = o_level.astype(np.uint16), c_level.astype(np.uint16)
     return bool((np.argsort(o_level, kind="stable") == closes[np.argsort(c_level, kind="stable")]).all())
 
 

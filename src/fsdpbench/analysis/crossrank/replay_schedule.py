@@ -443,9 +443,8 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     starts = [gr.ws_ns - o for gr, o in zip(g.graphs, g.offset_ns, strict=True)]
     t0 = int(min(starts))
     real = np.flatnonzero(g.rank >= 0)
-    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(
-        np.int64
-    )  # per real task (they come first)
+    # per real task (they come first): its lane
+    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
     # a wait is drawn from its start to the start of the task after it on its lane
     lane_key = g.rank[real].astype(np.int64) * 100_000 + all_lanes
     o = np.argsort(lane_key, kind="stable")  # by lane, then start: a lane's tasks start in index order …
