@@ -109,6 +109,14 @@ def test_contracted_schedule_and_latest_starts_equal_a_task_by_task_longest_path
     pos = np.empty(g.dur.size, dtype=np.int64)
     pos[s.order] = np.arange(g.dur.size)
     assert (pos[g.esrc] < pos[g.edst]).all()  # the order is topological
+    # the critical path: from the task ending last (the first of them), each task's binding edge back
+    v = int(np.argmax(s.end))
+    walk = []
+    while v >= 0:
+        walk.append((v, bind[v]))
+        v = int(g.esrc[bind[v]]) if bind[v] >= 0 else -1
+    tasks, edges = R.critical_path(g, s)
+    assert list(zip(tasks.tolist(), edges.tolist(), strict=True)) == walk
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -253,6 +261,40 @@ def test_vectorised_host_segments_equal_the_stack(seed):
     loop = RG._host_segments_loop(*args)
     for a, b in zip(fast, loop, strict=True):
         assert a.tolist() == b.tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_laminar_is_the_stacks_answer(seed):
+    """``_laminar`` against a stack over the events of positive length in (start, -end) order: an event
+    that starts inside the one on top of the stack (after popping those ended by its start) must end by
+    that one's end."""
+    rng = np.random.default_rng(300 + seed)
+    ev = sorted(
+        ((s, e) for s, e, _, _ in _random_nesting(rng, laminar=seed % 2 == 0) if e > s),
+        key=lambda x: (x[0], -x[1]),
+    )
+    stack: list[int] = []
+    nested = True
+    for s, e in ev:
+        while stack and stack[-1] <= s:
+            stack.pop()
+        nested &= not stack or e <= stack[-1]
+        stack.append(e)
+    starts, ends = (np.array([x[i] for x in ev], dtype=np.int64) for i in range(2))
+    assert RG._laminar(starts, ends) is nested
+
+
+def test_median_gives_numpys_numbers():
+    """``replay_excess.median`` (no numpy.ma import) equals ``np.median``: per column and of a list, odd and
+    even counts."""
+    from fsdpbench.analysis.crossrank.replay_excess import median
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        a = rng.random((int(rng.integers(1, 8)), int(rng.integers(1, 5)))) * 10.0 ** int(rng.integers(-3, 9))
+        assert median(a, axis=0).tolist() == np.median(a, axis=0).tolist()
+        col = a[:, 0].tolist()
+        assert median(col) == float(np.median(col))
 
 
 def test_the_figures_cap_keeps_what_a_stable_sort_keeps():

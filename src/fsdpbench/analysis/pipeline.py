@@ -734,7 +734,9 @@ def _replay(
 
     share = functools.partial(fanout.share, processes=processes) if processes > 1 else None
     try:
-        with _gc_paused():  # the figure's and the readings' small objects hold no cycles
+        # the figure's and the readings' small objects hold no cycles; the replay's temporary arrays (tens of
+        # MB, taken and freed over and over) reuse freed memory instead of page-faulting fresh maps
+        with _gc_paused(), _freed_memory_kept():
             res.replay = replay_step(res, list(what_if), share)
     except ConfigError:
         raise

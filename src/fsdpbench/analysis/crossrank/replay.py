@@ -26,9 +26,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from fsdpbench.analysis.crossrank.replay_excess import critical_excess, n_steps, task_steps
+from fsdpbench.analysis.crossrank.replay_excess import critical_excess, median, n_steps, task_steps
 from fsdpbench.analysis.crossrank.replay_schedule import (
     MAX_RENDEZVOUS,
     MAX_SEGMENTS,
@@ -145,7 +143,7 @@ def replay_step(
     ]
     k_steps = n_steps(g)
     out: dict[str, Any] = {
-        "error_pct": {"median": float(np.median(errs)) if errs else None, "max": max(errs) if errs else None},
+        "error_pct": {"median": median(errs) if errs else None, "max": max(errs) if errs else None},
         "steps": k_steps,
         "step_us": rd.step_us / k_steps,
         "ranks": rd.ranks,

@@ -160,29 +160,35 @@ def _isin(a: np.ndarray, values: object) -> np.ndarray:
     return v[i] == a
 
 
+def _by_start(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``rows`` in (start, -end) order, ties in their order (``rows[np.lexsort((-ends, starts))]``); unchanged,
+    without a sort, where they are in that order already (a table's rows are)."""
+    if starts.size < 2 or bool(
+        ((starts[1:] > starts[:-1]) | ((starts[1:] == starts[:-1]) & (ends[1:] <= ends[:-1]))).all()
+    ):
+        return rows
+    return rows[np.lexsort((-ends, starts))]
+
+
 def _laminar(starts: np.ndarray, ends: np.ndarray) -> bool:
     """Whether events of positive length (in (start, -end) order) nest properly as the stack of
     :func:`_host_segments_loop` takes them (an event ending where another starts has closed first): every
-    close pairs, by depth, with its own open."""
+    close pairs, by depth, with its own open. The opens (in index order) and the closes (by end, the last
+    opened first at one end) are two sorted runs, merged by one stable sort, closes first at one time."""
     m = starts.size
     if m < 2:
         return True
-    i = np.arange(m)
-    time = np.concatenate([starts, ends])
-    is_open = np.concatenate([np.ones(m, dtype=bool), np.zeros(m, dtype=bool)])
-    seq = np.concatenate([i, -i])  # at one time: closes first, the last opened first; opens in order
-    o = np.lexsort((seq, is_open, time))
-    is_open = is_open[o]
+    closes = (m - 1) - np.argsort(ends[::-1], kind="stable")  # by end, the later index first at one end
+    merged = np.argsort(np.concatenate([ends[closes], starts]), kind="stable")  # two runs: one merge
+    is_open = merged >= m
     depth = np.cumsum(np.where(is_open, 1, -1))
     if depth.min() < 0:
         return False
-    level = np.where(is_open, depth, depth + 1)
-    if int(depth.max()) < 1 << 15:
-        level = level.astype(np.uint16)  # the nesting depth: a radix sort
-    ev = np.concatenate([i, i])[o]
-    opens = ev[is_open][np.argsort(level[is_open], kind="stable")]
-    closes = ev[~is_open][np.argsort(level[~is_open], kind="stable")]
-    return bool((opens == closes).all())
+    o_level = depth[is_open]  # per open, in index order
+    c_level = depth[~is_open] + 1  # per close, in the closes' order
+    if int(depth.max()) < 1 << 15:  # the nesting depth: a radix sort
+        o_level, c_level = o_level.astype(np.uint16), c_level.astype(np.uint16)
+    return bool((np.argsort(o_level, kind="stable") == closes[np.argsort(c_level, kind="stable")]).all())
 
 
 def _host_segments(
@@ -420,7 +426,7 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
     seg_by_lane: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
     for lane in host_lanes:
         rows = np.flatnonzero(host_ev & (lane_codes == lane))
-        rows = rows[np.lexsort((-t.end_ns[rows], t.start_ns[rows]))]
+        rows = _by_start(rows, t.start_ns[rows], t.end_ns[rows])
         if lane == main:
             lo, hi = ws, max(host_end, int(t.end_ns[rows].max()) if rows.size else host_end)
         elif rows.size:

@@ -227,7 +227,6 @@ def contract(g: StepGraph) -> Chains:
     chain_edge = np.full(n, -1, dtype=np.int64)
     chain_edge[g.edst[chain]] = np.flatnonzero(chain)
     node = np.cumsum(~merged) - 1
-    nn = int(node[-1]) + 1 if n else 0
     heads = np.flatnonzero(~merged)
     del merged
     step = np.zeros(n, dtype=np.int64)  # a merged task starts this long after the one before it starts
@@ -236,7 +235,8 @@ def contract(g: StepGraph) -> Chains:
     csum = np.cumsum(step)
     offset = csum - csum[heads][node]
     del step, csum, into
-    dur = np.bincount(node, weights=g.dur, minlength=nn).astype(np.int64)
+    # a node's tasks are consecutive: Σ of their lengths by a reduceat (integers, not bincount's floats)
+    dur = np.add.reduceat(g.dur.astype(np.int64, copy=False), heads) if n else np.zeros(0, dtype=np.int64)
     keep = np.flatnonzero(~chain)
     src = g.esrc[keep]
     tier = np.where(dur > 0, 3, 0).astype(np.int8)
@@ -259,10 +259,14 @@ def contract(g: StepGraph) -> Chains:
 
 def _same(g: StepGraph) -> np.ndarray:
     """Per edge: it joins a task to the next one of its rank (rendezvous tasks have no rank of their own but
-    share -1: no edge joins two)."""
+    share -1: no edge joins two). A rank's tasks are consecutive, from ``g.offset[i]``, the rendezvous after
+    them all: a task and the next one differ in rank only where the next one starts a rank's tasks (or the
+    rendezvous)."""
     same = g.edst == g.esrc + 1
-    at = np.flatnonzero(same)  # the ranks compared only there
-    same[at] = g.rank[g.esrc[at]] == g.rank[g.edst[at]]
+    first = np.zeros(g.dur.size + 1, dtype=bool)  # a rank's first task, and the first rendezvous
+    first[g.offset[1:]] = True
+    at = np.flatnonzero(same)  # there, the ranks differ only where the target is the first of its rank
+    same[at] = ~first[g.edst[at]]
     return same
 
 

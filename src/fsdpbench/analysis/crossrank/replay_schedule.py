@@ -32,7 +32,6 @@ from fsdpbench.analysis.crossrank.replay_passes import (  # noqa: F401 - re-expo
     CycleError,
     Schedule,
     StepGraph,
-    _q,
     contract,
     latest_starts,
     schedule,
@@ -58,23 +57,32 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
             [place_index.setdefault((g.rank, u, p), len(place_index)) for u, p in g.places], dtype=np.int64
         )
         parts_place.append(m[g.place].astype(np.int32) if m.size else np.zeros(len(g), np.int32))
-    rank = np.concatenate([np.full(len(g), i, dtype=np.int32) for i, g in enumerate(graphs)])
-    local = np.concatenate([np.arange(len(g), dtype=np.int32) for g in graphs])
-    dur = np.concatenate([g.dur for g in graphs]).astype(np.int64)
-    meas = np.concatenate([g.start - o for g, o in zip(graphs, offset_ns, strict=True)])
-    kind = np.concatenate([g.kind for g in graphs]).astype(np.int8)
-    place = np.concatenate(parts_place)
+    by_key: dict[Any, list[tuple[int, int]]] = {}  # the rendezvous: one per key
+    for i, ks in enumerate(keys):
+        for j, k in enumerate(ks):
+            by_key.setdefault(k, []).append((i, j))
+    total = n + len(by_key)
+
+    def joined(parts: list[np.ndarray], dtype: Any, tail: int) -> np.ndarray:
+        """The ranks' ``parts`` one after the other, then ``tail`` for each rendezvous: one array, one copy."""
+        out = np.empty(total, dtype=dtype)
+        if parts:
+            np.concatenate(parts, out=out[:n], casting="unsafe")
+        out[n:] = tail
+        return out
+
+    rank = joined([np.full(len(g), i, dtype=np.int32) for i, g in enumerate(graphs)], np.int32, -1)
+    local = joined([np.arange(len(g), dtype=np.int32) for g in graphs], np.int32, -1)
+    dur = joined([g.dur for g in graphs], np.int64, 0)
+    meas = joined([g.start - o for g, o in zip(graphs, offset_ns, strict=True)], np.int64, 0)
+    kind = joined([g.kind for g in graphs], np.int8, K_WAIT)
+    place = joined(parts_place, np.int32, -1)
     # task indices (the rendezvous' included) as int32: half the edges' memory
     idx = np.int32 if n + sum(len(k) for k in keys) < 2**31 else np.int64
     esrc = [(g.esrc + offset[i]).astype(idx) for i, g in enumerate(graphs)]
     edst = [(g.edst + offset[i]).astype(idx) for i, g in enumerate(graphs)]
     ew = [g.ew for g in graphs]
     ek = [g.ekind for g in graphs]
-    # rendezvous
-    by_key: dict[Any, list[tuple[int, int]]] = {}
-    for i, ks in enumerate(keys):
-        for j, k in enumerate(ks):
-            by_key.setdefault(k, []).append((i, j))
     rv = []
     r_src, r_dst = [], []
     # each rank's collectives as Python ints once (tasks in the joined arrays, times on the aligned clock)
@@ -120,12 +128,7 @@ def join_graphs(graphs: list[RankGraph], keys: list[list[Any]], offset_ns: list[
         dur[x_task] = x_dur
         meas[x_task] = x_meas
     nrv = len(rv)
-    rank = np.concatenate([rank, np.full(nrv, -1, np.int32)])
-    local = np.concatenate([local, np.full(nrv, -1, np.int32)])
-    dur = np.concatenate([dur, np.zeros(nrv, np.int64)])
-    meas = np.concatenate([meas, np.array([x["measured_last"] for x in rv], dtype=np.int64)])
-    kind = np.concatenate([kind, np.full(nrv, K_WAIT, np.int8)])
-    place = np.concatenate([place, np.full(nrv, -1, np.int32)])
+    meas[n:] = [x["measured_last"] for x in rv]
     esrc.append(np.array(r_src, dtype=idx))
     edst.append(np.array(r_dst, dtype=idx))
     ew.append(np.zeros(len(r_src), dtype=np.int64))
@@ -153,18 +156,32 @@ def _rank_ends(g: StepGraph, s: Schedule) -> np.ndarray:
 def critical_path(g: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """The critical path from the step's end back to a rank's start, as (tasks, binding edges; -1 at the
     origin), from the end backwards: the task ending last starts it; each task's binding predecessor (at a
-    rendezvous, the last rank to arrive) gives the next."""
+    rendezvous, the last rank to arrive) gives the next. Where that predecessor is the task before it (a
+    lane's or a thread's run: most of the path), numpy takes the whole run at once: the loop runs once per
+    jump between runs."""
+    n = g.dur.size
     real = np.flatnonzero(g.rank >= 0)
     v = int(real[np.argmax(s.end[real])])
-    bind = _q(s.binding)  # typed arrays: a copy of 8 bytes an entry, not a list of Python ints
-    src = _q(g.esrc)
-    tasks, edges = [], []
+    bind = s.binding
+    pred = np.full(n, -1, dtype=np.int64)  # per task: its binding predecessor (-1: none)
+    has = bind >= 0
+    pred[has] = g.esrc[bind[has]]
+    idx = np.arange(n, dtype=np.int64)
+    # per task: the first task of its run (the tasks before it, back to there, each bound by the one before)
+    head = np.maximum.accumulate(np.where(pred == idx - 1, 0, idx))
+    del has, idx
+    top, low = [], []
     while v >= 0:
-        e = bind[v]
-        tasks.append(v)
-        edges.append(e)
-        v = src[e] if e >= 0 else -1
-    return np.array(tasks, dtype=np.int64), np.array(edges, dtype=np.int64)
+        h = int(head[v])
+        top.append(v)
+        low.append(h)
+        v = int(pred[h])
+    top_a = np.array(top, dtype=np.int64)
+    size = top_a - np.array(low, dtype=np.int64) + 1
+    tasks = np.repeat(top_a, size) - (
+        np.arange(int(size.sum()), dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)
+    )
+    return tasks, bind[tasks].astype(np.int64)
 
 
 def unexplained_gaps(g: StepGraph) -> np.ndarray:
@@ -231,8 +248,8 @@ class Reading:
     slack: list[dict[str, Any]]
     near_critical: list[dict[str, Any]]
     on_path: np.ndarray
-    path: list[tuple[int, int]]
-    """(task, binding edge) from the end back to the origin."""
+    path: np.ndarray
+    """The critical path's tasks, from the end back to the origin (:func:`critical_path`)."""
     place_us: dict[tuple[int, str, str, str], float]
 
 
@@ -290,10 +307,9 @@ def read(g: StepGraph, s: Schedule, slack: bool = True) -> Reading:
         {"phase": p, "us": sum(kk.values()), "kinds": dict(sorted(kk.items(), key=lambda x: -x[1]))}
         for p, kk in sorted(phases.items(), key=lambda x: -sum(x[1].values()))
     ]
-    path = list(zip(p_tasks.tolist(), p_edges.tolist(), strict=True))
     rd = Reading(
         step_us=step_ns / 1000.0, ranks=ranks, critical=critical, by_phase=by_phase, slack=[],
-        near_critical=[], on_path=on_path, path=path, place_us={k: v / 1000.0 for k, v in acc.items()},
+        near_critical=[], on_path=on_path, path=p_tasks, place_us={k: v / 1000.0 for k, v in acc.items()},
     )  # fmt: skip
     if slack:
         rd.slack, rd.near_critical = read_slack(g, s, rd)
@@ -427,10 +443,10 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     starts = [gr.ws_ns - o for gr, o in zip(g.graphs, g.offset_ns, strict=True)]
     t0 = int(min(starts))
     real = np.flatnonzero(g.rank >= 0)
+    # per real task (they come first): its lane
+    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
     # a wait is drawn from its start to the start of the task after it on its lane
-    lane_key = g.rank[real].astype(np.int64) * 100_000 + np.concatenate([gr.lane for gr in g.graphs]).astype(
-        np.int64
-    )
+    lane_key = g.rank[real].astype(np.int64) * 100_000 + all_lanes
     o = np.argsort(lane_key, kind="stable")  # by lane, then start: a lane's tasks start in index order …
     st = s.start[real][o]
     k = lane_key[o]
@@ -479,9 +495,8 @@ def _figure(g: StepGraph, s: Schedule, rd: Reading) -> dict[str, Any]:
     ):
         lanes[lane_of[k]]["segments"].append([(a - t0) / 1000.0, (b - t0) / 1000.0, kd, p])
     path_rows = []
-    pv = np.array([v for v, _ in reversed(rd.path)], dtype=np.int64)
+    pv = rd.path[::-1]
     pv = pv[(g.rank[pv] >= 0) & (s.end[pv] > s.start[pv])]
-    all_lanes = np.concatenate([gr.lane for gr in g.graphs]).astype(np.int64)
     pk = g.rank[pv].astype(np.int64) * 100_000 + all_lanes[pv]
     if pv.size:  # consecutive path tasks on one lane: one row
         cut = np.ones(pv.size, dtype=bool)

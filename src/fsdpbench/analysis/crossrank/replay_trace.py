@@ -53,7 +53,7 @@ def trace_events(g: Any, s: Any, rd: Any) -> list[dict[str, Any]]:
             }
         )
     # the critical path: a flow from each task on it to the next (start of the step first)
-    path = [v for v, _ in reversed(rd.path) if g.rank[v] >= 0 and s.end[v] > s.start[v]]
+    path = [v for v in rd.path[::-1].tolist() if g.rank[v] >= 0 and s.end[v] > s.start[v]]
     for k, v in enumerate(path):
         gr = g.graphs[int(g.rank[v])]
         loc = int(g.local[v])

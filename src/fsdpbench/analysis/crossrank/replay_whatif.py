@@ -18,10 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from fsdpbench.analysis.crossrank.replay_excess import median as median_np  # np.median's numbers
 from fsdpbench.analysis.crossrank.replay_excess import n_steps, task_steps
-from fsdpbench.analysis.crossrank.replay_graph import K_GAP, K_LAUNCH, K_QUEUE_GAP, K_TRANSFER, K_WAIT, KINDS
+from fsdpbench.analysis.crossrank.replay_graph import (
+    K_GAP,
+    K_LAUNCH,
+    K_QUEUE_GAP,
+    K_TRANSFER,
+    K_WAIT,
+    KINDS,
+    _unique_sorted,
+)
 from fsdpbench.analysis.crossrank.replay_schedule import CycleError, Reading, StepGraph, read, schedule
-from fsdpbench.analysis.estimate import whatif_units
 from fsdpbench.errors import ConfigError
 from fsdpbench.records import finite
 
@@ -151,7 +159,7 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
             totals = [per.get(i, 0) for i in range(n)]
             for i in range(n) if only is None else [only]:
                 others = totals if only is None else [x for j, x in enumerate(totals) if j != i]
-                target = float(np.median(others)) if others else totals[i]
+                target = median_np(others) if others else totals[i]
                 if totals[i] > 0:
                     pl = [
                         p
@@ -188,7 +196,7 @@ def apply_edit(g: StepGraph, edit: Edit) -> StepGraph:
         steps = task_steps(out)[at_place] if n_steps(out) > 1 else np.zeros(at_place.size, dtype=np.int64)
         ns = int(round(edit.ms * 1e6))
         short = []
-        for k in np.unique(steps).tolist():
+        for k in _unique_sorted(steps).tolist():
             left = _delay_in_step(out, at_place[steps == k], ns)
             if left:
                 short.append(
@@ -587,7 +595,7 @@ def _type_means(data: Mapping[str, Any]) -> dict[str, tuple[float, float | None]
 def _closed_form_delta(res: Any, data: Mapping[str, Any], edit: Any) -> tuple[float | None, str]:
     """The closed form's step-time change (µs) for ``edit`` (a parsed :class:`Edit`)
     and what it assumes; ``(None, why)`` where there is none."""
-    from fsdpbench.analysis.estimate import whatif
+    from fsdpbench.analysis.estimate import whatif, whatif_units  # the fallback's: imported when it runs
 
     mean = data.get("mean") or {}
     ranks = [r for r in data.get("ranks") or [] if isinstance(r, Mapping)]
