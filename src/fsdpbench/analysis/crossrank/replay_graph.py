@@ -30,7 +30,9 @@ What a rank's graph holds (times are the rank's own clock, ns):
   what follows, a launch from that point included, comes after it. Waiting is never an input.
 * **Inferred cross-lane waits**: a device task that starts later than its launch and its lane's previous
   task explain, and within :data:`INFER_WINDOW_NS` after a task on another lane of the rank ended, waits
-  for that task (a stream waiting on an event recorded on another stream: the trace does not link them).
+  for that task (a stream waiting on an event recorded on another stream: the trace does not link them);
+  within :data:`WAITED_WINDOW_NS` where its launching thread called a stream-wait before launching it and no
+  queue gap explains its start.
 * A lane's first task with no predecessor (a thread the trace shows no trigger for) is released at its
   measured offset from the step's start.
 """
