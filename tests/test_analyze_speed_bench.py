@@ -29,11 +29,13 @@ def test_benchmark_reports_time_cpu_and_memory_for_every_run(tmp_path):
     assert set(got["runs"]) == {
         "fsdpbench analyze",
         "fsdpbench analyze (cached)",
+        "fsdpbench analyze (first)",
         f"orjson.loads ({got['workers']} procs)",
         "orjson.loads (1 proc)",
         "fsdpbench analyze (split)",
         "fsdpbench analyze, --src",
         "fsdpbench analyze (split), --src",
+        "fsdpbench analyze (first), --src",
     }
     for name, r in got["runs"].items():
         assert r["wall_s"] > 0 and r["cpu_s"] > 0, name
@@ -44,6 +46,13 @@ def test_benchmark_reports_time_cpu_and_memory_for_every_run(tmp_path):
     ours, src = got["runs"]["fsdpbench analyze"], got["runs"]["fsdpbench analyze, --src"]
     assert got["ratios"]["cold_over_src_cold_cpu"] == ours["cpu_s"] / src["cpu_s"]
     assert "--src's cold" in done.stdout
+    # the first run (its caches removed, then written) against --src's
+    first, src_first = (
+        got["runs"]["fsdpbench analyze (first)"],
+        got["runs"]["fsdpbench analyze (first), --src"],
+    )
+    assert got["ratios"]["first_over_src_first_cpu"] == first["cpu_s"] / src_first["cpu_s"]
+    assert "first run (writing its caches)" in done.stdout
     # the split run's own figures against the OS's total for its process tree (os.wait4): they leave
     # out only the interpreter's teardown after the analysis is written
     split = got["runs"]["fsdpbench analyze (split)"]
