@@ -1297,3 +1297,30 @@ def headless_chromium(tmp_path: Path, url: str, *args: str) -> subprocess.Comple
         url,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def replay_of(paths: list[Path], *edits: str) -> dict:
+    """``analyze``'s ``replay`` object of ``paths`` in this process, with ``edits`` as what-ifs (it must replay)."""
+    from fsdpbench.analysis import analyze
+
+    res = analyze([str(p) for p in paths], workers=1, what_if=list(edits))
+    assert res.replay is not None, res.replay_note
+    return res.replay
+
+
+def cuda_event(name: str, ts: float, dur: float, cat: str, tid: int = 100, pid: int = 1, **args: int) -> dict:
+    """A Kineto complete event at ``ts`` µs after 1,000 µs (a hand-built trace's T0); ``args`` only when given."""
+    e = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": 1_000.0 + ts, "dur": dur}
+    return {**e, "args": args} if args else e
+
+
+def write_cuda_rank(folder: Path, events: list[dict]) -> Path:
+    """``folder``/rank0.json.gz: a one-rank NCCL job's Kineto trace of ``events`` on a thread named "python3"
+    (tid 100, pid 1); returns ``folder``."""
+    meta = {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}}
+    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+           "deviceProperties": [{"id": 0, "name": "GPU"}], "traceEvents": [meta, *events]}  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    with gzip.open(folder / "rank0.json.gz", "wt") as fh:
+        json.dump(doc, fh)
+    return folder

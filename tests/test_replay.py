@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import cuda_event, replay_of, run_cli, write_cuda_rank
 
 # ------------------------------------------------------------------------------------------ hand-built
 # Times in µs after T0 (each rank's ProfilerStep#1 starts at T0). Per rank: compute A [0, a), the launch
@@ -103,12 +103,7 @@ def hand_traces(tmp_path_factory) -> Path:
     return out
 
 
-def _replay(paths: list[Path], *edits: str) -> dict:
-    from fsdpbench.analysis import analyze
-
-    res = analyze([str(p) for p in paths], workers=1, what_if=list(edits))
-    assert res.replay is not None, res.replay_note
-    return res.replay
+_replay = replay_of
 
 
 def test_hand_built_identity_path_and_slack(hand_traces):
@@ -298,24 +293,16 @@ def test_clock_invariance(four_rank_run, tmp_path):
 # [20, 70), kernel_2 starts 70 + 5 (the gap is fixed) [75, 90), kernel_3 [92, 107), the sync ends 110, the
 # step 120. scale:queue_gap:0: 200 - 7 = 193.
 def _cuda_hand(folder: Path) -> Path:
-    def x(name: str, ts: float, dur: float, cat: str, tid: int = 100, pid: int = 1, **args: int) -> dict:
-        e = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": T0 + ts, "dur": dur}
-        return {**e, "args": args} if args else e
-
     ev = [
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
-        x("ProfilerStep#1", 0, 200, "user_annotation"),
-        x("cudaDeviceSynchronize", 10, 180, "cuda_runtime", correlation=99),
+        cuda_event("ProfilerStep#1", 0, 200, "user_annotation"),
+        cuda_event("cudaDeviceSynchronize", 10, 180, "cuda_runtime", correlation=99),
     ]
     for c, (launch, start, dur) in enumerate([(1, 20, 100), (4, 125, 30), (7, 157, 30)], start=1):
-        ev.append(x("cudaLaunchKernel", launch, 2, "cuda_runtime", correlation=c))
-        ev.append(x(f"kernel_{c}", start, dur, "kernel", tid=7, pid=0, correlation=c, stream=7, device=0))
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
-           "deviceProperties": [{"id": 0, "name": "GPU"}], "traceEvents": ev}  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
-    with gzip.open(folder / "rank0.json.gz", "wt") as fh:
-        json.dump(doc, fh)
-    return folder
+        ev.append(cuda_event("cudaLaunchKernel", launch, 2, "cuda_runtime", correlation=c))
+        ev.append(
+            cuda_event(f"kernel_{c}", start, dur, "kernel", tid=7, pid=0, correlation=c, stream=7, device=0)
+        )
+    return write_cuda_rank(folder, ev)
 
 
 def test_queue_gap_by_hand(tmp_path):

@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 
-T0 = 1_000.0
+from helpers import cuda_event, replay_of, write_cuda_rank
 
-
-def _replay(paths: list[Path], *edits: str) -> dict:
-    from fsdpbench.analysis import analyze
-
-    res = analyze([str(p) for p in paths], workers=1, what_if=list(edits))
-    assert res.replay is not None, res.replay_note
-    return res.replay
+_replay = replay_of
 
 
 # ------------------------------------------------------------------------------------------ real fixtures
@@ -162,38 +156,19 @@ def test_queue_gaps_and_unexplained_slack_against_the_raw_trace(where, request):
 # Without it: kernel_b's start is unexplained (2070); the replay starts it at 60, the sync returns at 100, the thread
 # ends at 130 and the step with kernel_a at 2000.
 def _stream_wait_trace(folder: Path, call: bool) -> Path:
-    def x(name: str, ts: float, dur: float, cat: str, tid: int = 100, pid: int = 1, **args: int) -> dict:
-        return {
-            "ph": "X",
-            "cat": cat,
-            "name": name,
-            "pid": pid,
-            "tid": tid,
-            "ts": T0 + ts,
-            "dur": dur,
-            "args": args,
-        }
-
     ev = [
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 100, "args": {"name": "thread 100 (python3)"}},
-        x("ProfilerStep#1", 0, 2200, "user_annotation"),
-        x("cudaDeviceSynchronize", 12, 2158, "cuda_runtime", correlation=99),
+        cuda_event("ProfilerStep#1", 0, 2200, "user_annotation"),
+        cuda_event("cudaDeviceSynchronize", 12, 2158, "cuda_runtime", correlation=99),
     ]
     if call:
-        ev.append(x("cudaStreamWaitEvent", 5, 1, "cuda_runtime", correlation=98))
+        ev.append(cuda_event("cudaStreamWaitEvent", 5, 1, "cuda_runtime", correlation=98))
     for c, (launch, stream, start, dur) in enumerate(
         [(1, 7, 10, 1990), (3, 15, 20, 40), (8, 15, 2130, 30)], 1
     ):
-        ev.append(x("cudaLaunchKernel", launch, 2, "cuda_runtime", correlation=c))
-        ev.append(
-            x(f"kernel_{'apb'[c - 1]}", start, dur, "kernel", tid=stream, pid=0, correlation=c, stream=stream)
-        )
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
-           "deviceProperties": [{"id": 0, "name": "GPU"}], "traceEvents": ev}  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
-    with gzip.open(folder / "rank0.json.gz", "wt") as fh:
-        json.dump(doc, fh)
-    return folder
+        ev.append(cuda_event("cudaLaunchKernel", launch, 2, "cuda_runtime", correlation=c))
+        kernel = f"kernel_{'apb'[c - 1]}"
+        ev.append(cuda_event(kernel, start, dur, "kernel", tid=stream, pid=0, correlation=c, stream=stream))
+    return write_cuda_rank(folder, ev)
 
 
 def test_a_start_after_a_stream_wait_call_waits_for_the_other_stream(tmp_path):
