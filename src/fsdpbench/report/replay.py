@@ -19,7 +19,7 @@ from fsdpbench.fmt import MISSING, fmt, fmt_pct, fmt_us, fmt_us_as_ms
 from fsdpbench.report.blocks import Banner, Block, Details, Figure, Heading, Para, Table
 from fsdpbench.report.load import RunData
 from fsdpbench.report.replay_figure import replay_lanes
-from fsdpbench.report.terminal.replay import ERROR_WARN_PCT, REPLAY_KINDS, slack_parts
+from fsdpbench.report.terminal.replay import REPLAY_KINDS, error_warning, slack_parts
 
 TOP_PLACES = 10
 """Rows of the top-places and near-critical tables."""
@@ -128,15 +128,9 @@ def _error(arm: str, replay: Mapping[str, Any], step: float | None) -> list[Bloc
         line += ". Replay notes: " + "; ".join(notes)
     blocks: list[Block] = [Para(line + ".")]
     worst = finite(error.get("max"))
-    if worst is None or worst > ERROR_WARN_PCT:
-        why = "is unknown" if worst is None else f"reaches {_pct(worst)} on a rank"
-        blocks.append(
-            Banner(
-                "warning",
-                f"`{arm}`: the replay's error {why}: the trace holds a dependency the graph does not see; read "
-                "the path and the replayed what-ifs with care.",
-            )
-        )
+    warning = error_warning(worst, _pct(worst))
+    if warning:
+        blocks.append(Banner("warning", f"`{arm}`: {warning}."))
     ranks = _rows(replay.get("ranks"))
     if ranks:
         rows = []

@@ -22,6 +22,19 @@ REPLAY_KINDS = ("compute", "transfer", "wait", "host_gap", "launch", "sync", "qu
 """The replay's kinds in table order (``queue_gap``: a queue lane's kept dispatch gap, an edge latency)."""
 
 
+def error_warning(worst: float | None, shown: str) -> str | None:
+    """The warning for a replay whose largest per-rank error (``worst`` %, ``shown`` as the caller writes it) is
+    unknown or over :data:`ERROR_WARN_PCT`, in the terminal and the report; None where there is none."""
+    if worst is not None and worst <= ERROR_WARN_PCT:
+        return None
+    why = "is unknown" if worst is None else f"reaches {shown} on a rank"
+    return (
+        f"the replay's error {why}: these traces hold starts that nothing in them explains (a dependency the "
+        "trace does not record, or device tasks the export left out); read the path and the replayed what-ifs "
+        'with care (docs/replay.md, "What the graph cannot see")'
+    )
+
+
 def slack_parts(rp: dict) -> str:
     """What the unexplained slack holds and what the queue lanes explain, as a clause (``""`` when the
     replay JSON predates the split): ``"; of it 49.0 ms at collectives whose peers are not in the input;
@@ -92,15 +105,9 @@ def render_replay(res, con, critical: bool = True, trace_file: Path | None = Non
         f"over {over}; unexplained slack {_ms(rp['unexplained_slack_us'])} ms{slack_parts(rp)}",
         highlight=False,
     )
-    worst = err.get("max")
-    if worst is None or worst > ERROR_WARN_PCT:
-        why = "is unknown" if worst is None else f"reaches {fmt(worst, 1)} % on a rank"
-        con.print(
-            f"[yellow]warning:[/yellow] the replay's error {why}: these traces hold starts that nothing in them "
-            "explains (a dependency the trace does not record, or device tasks the export left out); read the "
-            'path and the replayed what-ifs with care (docs/replay.md, "What the graph cannot see")',
-            highlight=False,
-        )
+    warning = error_warning(err.get("max"), f"{fmt(err.get('max'), 1)} %")
+    if warning:
+        con.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if critical:
         step = rp["figure"]["step_us"]  # the whole profiled window (``steps`` steps), as the path's times
         if "critical_excess" in rp:  # absent in replays made before it
