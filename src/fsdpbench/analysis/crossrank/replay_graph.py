@@ -316,34 +316,25 @@ def _host_segments_loop(
 
 
 def _stream_waited(
-    t: EventTable,
-    host_ev: np.ndarray,
-    lane_codes: np.ndarray,
-    ll: np.ndarray,
-    lt: np.ndarray,
-    all_ll: np.ndarray,
-    all_lt: np.ndarray,
-    qlanes: np.ndarray,
-    which: np.ndarray,
-) -> np.ndarray:
-    """Per queue task ``which`` (launched from host lane ``ll`` at ``lt``): whether its launching thread called a
-    stream-wait (:data:`_STREAM_WAIT`) after the previous launch onto the same queue lane from that thread and
-    before this launch (``all_ll``/``all_lt``/``qlanes``: every queue task's launch lane, launch time and lane)."""
+    t: EventTable, host_ev: np.ndarray, lane_codes: np.ndarray, q_ll: np.ndarray, q_lt: np.ndarray,
+    qlanes: np.ndarray, which: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Per queue task ``which``: whether its launching thread called a stream-wait (:data:`_STREAM_WAIT`) after
+    its previous launch onto the same queue lane and before this one (``q_ll``/``q_lt``/``qlanes``: every queue
+    task's launch lane, launch time and lane)."""
     out = np.zeros(which.size, dtype=bool)
-    if not which.size:
-        return out
-    names = t.name.categories
-    codes = [i for i, c in enumerate(names) if _STREAM_WAIT.match(str(c))]
-    if not codes:
+    codes = [i for i, c in enumerate(t.name.categories) if _STREAM_WAIT.match(str(c))]
+    if not which.size or not codes:
         return out
     calls = np.flatnonzero(host_ev & _isin(t.name.codes, codes))
-    for i, (k, lane, at) in enumerate(zip(which.tolist(), ll.tolist(), lt.tolist(), strict=True)):
+    call_starts = {lane: t.start_ns[calls[lane_codes[calls] == lane]] for lane in set(q_ll[which].tolist())}
+    for i, k in enumerate(which.tolist()):
+        lane, at = int(q_ll[k]), int(q_lt[k])
         if lane < 0:
             continue
-        before = (all_ll == lane) & (qlanes == qlanes[k]) & (all_lt < at)
-        since = int(all_lt[before].max()) if before.any() else np.iinfo(np.int64).min
-        on = calls[lane_codes[calls] == lane]
-        starts = t.start_ns[on]
+        before = (q_ll == lane) & (qlanes == qlanes[k]) & (q_lt < at)
+        since = int(q_lt[before].max()) if before.any() else np.iinfo(np.int64).min
+        starts = call_starts[lane]
         out[i] = bool(((starts > since) & (starts < at)).any())
     return out
 
@@ -647,7 +638,7 @@ def build_rank_graph(trace: Any, chosen: list[int], ranges: Any = None) -> RankG
             # what is still unexplained, after a stream-wait call: the wait, within WAITED_WINDOW_NS
             left = rest[~gap]
             j_left = j[~ok][~gap]
-            waited = _stream_waited(t, host_ev, lane_codes, q_ll[left], q_lt[left], q_ll, q_lt, qlanes, left)
+            waited = _stream_waited(t, host_ev, lane_codes, q_ll, q_lt, qlanes, left)
             w_ok = waited & (j_left >= 0)
             cand_w = np.where(w_ok, ends_sorted[np.maximum(j_left, 0)], np.iinfo(np.int64).min)
             w_ok &= (cand_w > ready[left]) & (q_start[left] - cand_w <= WAITED_WINDOW_NS)
